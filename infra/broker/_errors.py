@@ -1,0 +1,15 @@
+"""Errors of broker provisioning; each message says what to do next."""
+
+from __future__ import annotations
+
+
+class BrokerError(RuntimeError):
+    """Root of broker provisioning errors."""
+
+
+class BrokerUnavailable(BrokerError):
+    """No broker answers at the configured or managed address."""
+
+
+class BrokerStartError(BrokerError):
+    """The managed broker could not be fetched, formatted or started."""

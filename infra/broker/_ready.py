@@ -1,0 +1,31 @@
+"""Is a broker answering? A metadata round trip, not a TCP connect: a listening socket on a
+broker that is still loading its log does not serve requests yet."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from aiokafka import AIOKafkaClient  # type: ignore[attr-defined]
+
+
+async def broker_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    """True when a metadata request to `bootstrap` gets a reply within `timeout_s`."""
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        await asyncio.wait_for(client.bootstrap(), timeout_s)
+        return True
+    except Exception:  # any failure means "not answering yet"; callers retry or report
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+        quiet.setLevel(level)
+
+
+def broker_answers_sync(bootstrap: str, timeout_s: float = 3.0) -> bool:
+    return asyncio.run(broker_answers(bootstrap, timeout_s))

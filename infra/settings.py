@@ -1,0 +1,51 @@
+"""Settings: every knob in one typed model, read from ROLLTAPE_* environment variables.
+
+Why one model: the CLI, the SDK, the broker provisioning and the tests must agree on the bootstrap
+address, topic prefix and cache folders; reading them in one place keeps them from drifting.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    base = os.environ.get(var)
+    return Path(base) if base else Path.home() / fallback
+
+
+class Settings(BaseSettings):
+    """rolltape's configuration; each field reads `ROLLTAPE_<FIELD>` from the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLTAPE_", extra="ignore")
+
+    bootstrap: str | None = None
+    """An existing Kafka cluster (host:port[,host:port]); when unset rolltape runs its own broker."""
+    topic_prefix: str = "rolltape"
+    partitions: int = Field(default=6, ge=1)
+    """Partitions per topic when `broker up` creates topics; sessions spread across them by key."""
+    replication_factor: int = Field(default=1, ge=1)
+
+    kafka_version: str = "3.9.1"
+    """Apache Kafka release fetched from Maven Central for the managed broker."""
+    scala_version: str = "2.13"
+    broker_heap: str = "512m"
+    cache_dir: Path = Field(default_factory=lambda: _xdg("XDG_CACHE_HOME", ".cache") / "rolltape")
+    """Where Maven-fetched broker jars are kept between runs."""
+    state_dir: Path = Field(
+        default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "rolltape"
+    )
+    """Where the managed broker keeps its data, logs and pid file."""
+
+    principal: str = "anonymous"
+    """The principal written into every envelope's producer field (the SASL user when set)."""
+    spool_dir: Path | None = None
+    """Where the SDK spills events while the broker is unreachable (default: state_dir/spool)."""
+    spool_max_bytes: int = Field(default=1 << 30, ge=1024)
+
+    def resolved_spool_dir(self) -> Path:
+        return self.spool_dir if self.spool_dir is not None else self.state_dir / "spool"

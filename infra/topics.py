@@ -1,0 +1,94 @@
+"""Create rolltape's topics idempotently, with the configs DESIGN.md asks for.
+
+Existing topics keep their partition count: adding partitions would move sessions to other
+partitions and break their total order, so a mismatch is reported, never "fixed".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[attr-defined]
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from pydantic import BaseModel
+
+from rolltape.infra.settings import Settings
+from rolltape.schemas import TOPIC_SPECS, topic_name
+
+_ALREADY_EXISTS = 36
+
+
+class TopicAction(StrEnum):
+    CREATED = "created"
+    UNCHANGED = "unchanged"
+    CONFIG_UPDATED = "config updated"
+
+
+class TopicStatus(BaseModel):
+    topic: str
+    action: TopicAction
+    partitions: int
+    note: str = ""
+
+
+async def ensure_topics(bootstrap: str, settings: Settings, *, timeout_s: float = 30.0) -> list[TopicStatus]:
+    """Create missing topics and align configs of existing ones; returns what was done."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    await admin.start()
+    try:
+        existing = {t["topic"]: t for t in await admin.describe_topics()}
+        wanted = {topic_name(spec.stream, settings.topic_prefix): spec for spec in TOPIC_SPECS}
+        missing = [name for name in wanted if name not in existing]
+        statuses: list[TopicStatus] = []
+        if missing:
+            response = await admin.create_topics(
+                [
+                    NewTopic(
+                        name=name,
+                        num_partitions=settings.partitions,
+                        replication_factor=settings.replication_factor,
+                        topic_configs=dict(wanted[name].configs),
+                    )
+                    for name in missing
+                ]
+            )
+            for name, code, *rest in response.topic_errors:
+                if code not in (0, _ALREADY_EXISTS):
+                    raise RuntimeError(f"creating topic {name} failed with error code {code}: {rest}")
+            statuses += [
+                TopicStatus(topic=n, action=TopicAction.CREATED, partitions=settings.partitions)
+                for n in missing
+            ]
+        present = [name for name in wanted if name in existing]
+        if present:
+            described = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, name, dict(wanted[name].configs)) for name in present]
+            )
+            current: dict[str, dict[str, str]] = {}
+            for response in described:
+                for _code, _msg, _rtype, name, entries in response.resources:
+                    current[name] = {entry[0]: entry[1] for entry in entries}
+            drifted = [n for n in present if any(current.get(n, {}).get(k) != v for k, v in wanted[n].configs.items())]
+            if drifted:
+                await admin.alter_configs(
+                    [ConfigResource(ConfigResourceType.TOPIC, n, dict(wanted[n].configs)) for n in drifted]
+                )
+            for name in present:
+                parts = len(existing[name]["partitions"])
+                note = ""
+                if parts != settings.partitions:
+                    note = (
+                        f"has {parts} partitions, settings say {settings.partitions}; left as is "
+                        "(repartitioning would break per-session order)"
+                    )
+                action = TopicAction.CONFIG_UPDATED if name in drifted else TopicAction.UNCHANGED
+                statuses.append(TopicStatus(topic=name, action=action, partitions=parts, note=note))
+        order = list(wanted)
+        return sorted(statuses, key=lambda s: order.index(s.topic))
+    finally:
+        await admin.close()
+
+
+def ensure_topics_sync(bootstrap: str, settings: Settings) -> list[TopicStatus]:
+    return asyncio.run(ensure_topics(bootstrap, settings))

@@ -1,0 +1,95 @@
+"""rolltape.schemas: the event envelope, payload models, canonical encoding and hash chain.
+
+Depends on nothing else of rolltape; everything else depends on it.
+"""
+
+from rolltape.schemas._canonical import INT_MAX, INT_MIN, canonical_bytes, decode, restore_non_finite
+from rolltape.schemas._envelope import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    SESSION_ID_PATTERN,
+    Envelope,
+    ProducerInfo,
+    envelope_from_mapping,
+    hash_of,
+    parse_envelope,
+    raw_event_id,
+    seal,
+)
+from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError, PayloadError, SchemaError
+from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
+from rolltape.schemas._payloads import (
+    PAYLOAD_MODELS,
+    Decision,
+    Feedback,
+    Metric,
+    RemedyParams,
+    Reward,
+    RuleId,
+    SessionEnded,
+    SessionStarted,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Turn,
+    parse_payload,
+)
+from rolltape.schemas._topics import (
+    CHAINED_STREAMS,
+    DEFAULT_PREFIX,
+    TOPIC_SPECS,
+    Stream,
+    TopicSpec,
+    stream_of_topic,
+    topic_name,
+)
+from rolltape.schemas._verify import BreakKind, ChainBreak, ChainReport, ChainVerifier
+
+__all__ = [
+    "CHAINED_STREAMS",
+    "DEFAULT_PREFIX",
+    "GENESIS_HASH",
+    "INT_MAX",
+    "INT_MIN",
+    "PAYLOAD_MODELS",
+    "SCHEMA_VERSION",
+    "SESSION_ID_PATTERN",
+    "TOPIC_SPECS",
+    "BreakKind",
+    "CanonicalEncodingError",
+    "ChainBreak",
+    "ChainReport",
+    "ChainVerifier",
+    "Decision",
+    "Envelope",
+    "EnvelopeError",
+    "Feedback",
+    "Metric",
+    "PayloadError",
+    "ProducerInfo",
+    "RemedyParams",
+    "Reward",
+    "RuleId",
+    "SchemaError",
+    "SessionEnded",
+    "SessionStarted",
+    "Stream",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "TopicSpec",
+    "Turn",
+    "canonical_bytes",
+    "decode",
+    "envelope_from_mapping",
+    "export_json_schemas",
+    "hash_of",
+    "json_schemas",
+    "parse_envelope",
+    "parse_payload",
+    "raw_event_id",
+    "restore_non_finite",
+    "seal",
+    "stream_of_topic",
+    "topic_name",
+]

@@ -1,0 +1,109 @@
+"""Canonical JSON: the byte form every hash in rolltape is computed over.
+
+Invariant: `canonical_bytes(decode(b)) == b` for every `b` that `canonical_bytes` produced, so a
+verifier can parse a record, re-encode it and compare hashes without knowing its schema. The
+byte-exact rules are written down in docs/canonical-encoding.md and pinned by
+vectors/canonical.json; this module is the reference implementation of that text.
+
+orjson does the heavy lifting (sorted keys, string escaping, UTF-8). Two things it gets wrong for
+a hash chain are fixed before it runs: it writes NaN/Infinity as `null` (hiding an exploding loss),
+and its float format is its own (`0.00001`, `1e-7`), so floats are pre-rendered in Python's
+shortest round-trip `repr` form and spliced in as fragments.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from rolltape.schemas._errors import CanonicalEncodingError
+
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+
+NAN = "NaN"
+POS_INF = "Infinity"
+NEG_INF = "-Infinity"
+
+_OPTS = orjson.OPT_SORT_KEYS
+
+
+def _float_token(value: float) -> str | orjson.Fragment:
+    if math.isfinite(value):
+        return orjson.Fragment(repr(value).encode("ascii"))
+    if math.isnan(value):
+        return NAN
+    return POS_INF if value > 0 else NEG_INF
+
+
+def _prepare(value: Any, path: str) -> Any:
+    """Return a copy orjson can write canonically; reject what has no canonical form."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is int:
+        if INT_MIN <= value <= INT_MAX:
+            return value
+        raise CanonicalEncodingError(
+            f"{path}: integer {value} is outside the signed 64-bit range; send it as a string"
+        )
+    if kind is float:
+        return _float_token(value)
+    if kind is dict or isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise CanonicalEncodingError(f"{path}: object key {key!r} is not a string")
+            out[key] = _prepare(item, f"{path}.{key}")
+        return out
+    if kind is list or kind is tuple:
+        return [_prepare(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    # Subclasses (StrEnum, IntEnum, numpy scalars that subclass float) after the exact checks,
+    # which keep the common path cheap.
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return _prepare(int(value), path)
+    if isinstance(value, float):
+        return _float_token(float(value))
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        return [_prepare(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    raise CanonicalEncodingError(
+        f"{path}: {type(value).__name__} has no canonical JSON form; "
+        "convert it to str, int, float, bool, None, list or dict first"
+    )
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Encode a JSON-like value in rolltape's canonical form (see docs/canonical-encoding.md)."""
+    prepared = _prepare(value, "$")
+    try:
+        return orjson.dumps(prepared, option=_OPTS)
+    except orjson.JSONEncodeError as exc:  # lone surrogates, recursion depth
+        raise CanonicalEncodingError(f"$: {exc}") from exc
+
+
+def decode(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse canonical (or any strict) JSON. Non-finite floats stay as their string tokens;
+    typed models turn them back into floats."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CanonicalEncodingError(f"not valid JSON: {exc}") from exc
+
+
+def restore_non_finite(value: Any) -> Any:
+    """Map the string tokens NaN/Infinity/-Infinity back to floats, for untyped consumers that
+    know a field is numeric."""
+    if value == NAN:
+        return math.nan
+    if value == POS_INF:
+        return math.inf
+    if value == NEG_INF:
+        return -math.inf
+    return value

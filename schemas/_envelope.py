@@ -1,0 +1,138 @@
+"""The schema-v1 envelope that wraps every record value, and its hash.
+
+Invariant: `hash == sha256_hex(canonical_bytes(envelope without "hash"))` and the record value on
+the wire is `canonical_bytes(envelope)`, so a chain can be verified from the bytes alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rolltape.schemas._canonical import canonical_bytes, decode
+from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
+from rolltape.schemas._payloads import parse_payload
+
+SCHEMA_VERSION = 1
+GENESIS_HASH = "0" * 64
+HASH_PATTERN = r"^[0-9a-f]{64}$"
+#: Session ids are Kafka keys and appear in file names of exports: keep them boring.
+SESSION_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$"
+
+
+class ProducerInfo(BaseModel):
+    """Who wrote the event: software name and version, and the authenticated principal."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    version: str
+    principal: str
+
+
+class Envelope(BaseModel):
+    """One record value, as read back. Writers build envelopes with `seal` instead (faster)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: int
+    stream: str
+    session_id: str = Field(pattern=SESSION_ID_PATTERN)
+    seq: int = Field(ge=0)
+    ts_ns: int
+    """Producer wall clock in integer nanoseconds; the broker's LogAppendTime attests it."""
+    type: str
+    event_id: str
+    causes: tuple[str, ...] = ()
+    producer: ProducerInfo
+    payload: dict[str, Any]
+    prev_hash: str = Field(pattern=HASH_PATTERN)
+    hash: str = Field(pattern=HASH_PATTERN)
+
+    def typed_payload(self, *, lenient: bool = True) -> BaseModel:
+        """The payload validated against its type's model (non-finite tokens become floats)."""
+        return parse_payload(self.type, self.payload, lenient=lenient)
+
+    def to_record(self) -> bytes:
+        """The canonical bytes of this envelope, as they travel on Kafka."""
+        return canonical_bytes(self.model_dump(mode="python"))
+
+
+def hash_of(body: Mapping[str, Any]) -> str:
+    """sha256 hex of the canonical bytes of an envelope mapping, ignoring any `hash` key."""
+    if "hash" in body:
+        body = {k: v for k, v in body.items() if k != "hash"}
+    return hashlib.sha256(canonical_bytes(body)).hexdigest()
+
+
+def raw_event_id(stream: str, session_id: str, seq: int) -> str:
+    """The id of an event a producer recorded: a function of its chain position only, so a
+    resent copy has the same id and consumers can drop it."""
+    key = canonical_bytes([stream, session_id, seq])
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+_PAYLOAD_SPLICE = b',"payload":'
+
+
+def seal(
+    *,
+    stream: str,
+    session_id: str,
+    seq: int,
+    ts_ns: int,
+    type: str,
+    payload: Mapping[str, Any],
+    prev_hash: str,
+    producer: Mapping[str, str],
+    event_id: str | None = None,
+    causes: tuple[str, ...] | list[str] = (),
+) -> tuple[bytes, str]:
+    """Build, hash and encode one envelope; returns (record bytes, hash).
+
+    The hash is spliced into the hashed bytes rather than encoding twice: with sorted keys `hash`
+    sits right before `payload`, and `,"payload":` cannot occur earlier because the only values
+    before it (causes, event_id) are strings, whose quotes are always escaped.
+    """
+    body = {
+        "v": SCHEMA_VERSION,
+        "stream": stream,
+        "session_id": session_id,
+        "seq": seq,
+        "ts_ns": ts_ns,
+        "type": type,
+        "event_id": event_id if event_id is not None else raw_event_id(stream, session_id, seq),
+        "causes": list(causes),
+        "producer": producer,
+        "payload": payload,
+        "prev_hash": prev_hash,
+    }
+    hashed = canonical_bytes(body)
+    digest = hashlib.sha256(hashed).hexdigest()
+    at = hashed.index(_PAYLOAD_SPLICE)
+    record = b"".join((hashed[:at], b',"hash":"', digest.encode("ascii"), b'"', hashed[at:]))
+    return record, digest
+
+
+def parse_envelope(data: bytes | bytearray | memoryview) -> Envelope:
+    """Parse and validate one record value; raises EnvelopeError saying what is wrong."""
+    try:
+        obj = decode(data)
+    except CanonicalEncodingError as exc:
+        raise EnvelopeError(str(exc)) from exc
+    return envelope_from_mapping(obj)
+
+
+def envelope_from_mapping(obj: Any) -> Envelope:
+    if not isinstance(obj, dict):
+        raise EnvelopeError(f"envelope must be a JSON object, got {type(obj).__name__}")
+    version = obj.get("v")
+    if version != SCHEMA_VERSION:
+        raise EnvelopeError(f"unknown schema version {version!r}; this reader knows v1")
+    try:
+        return Envelope.model_validate(obj)
+    except ValidationError as exc:
+        raise EnvelopeError(f"invalid envelope: {exc}") from exc

@@ -1,0 +1,25 @@
+"""The one exception root of rolltape.schemas.
+
+    SchemaError
+    ├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
+    ├── EnvelopeError            bytes are not a valid envelope (unparseable, missing fields, bad version)
+    └── PayloadError             an envelope's payload does not validate against its type's model
+"""
+
+from __future__ import annotations
+
+
+class SchemaError(Exception):
+    """Root of every error raised by rolltape.schemas."""
+
+
+class CanonicalEncodingError(SchemaError, ValueError):
+    """A value cannot be written in the canonical form; the message names the value's path."""
+
+
+class EnvelopeError(SchemaError, ValueError):
+    """Bytes or a mapping are not a valid schema-v1 envelope."""
+
+
+class PayloadError(SchemaError, ValueError):
+    """A payload does not validate against the model of its event type."""

@@ -1,0 +1,89 @@
+"""Streams and the Kafka topics that carry them.
+
+Topics are trust domains (DESIGN.md): split by who may write them, each with its own hash chain
+per session. The topic name is `<prefix>.<stream>.v<major>`; the prefix is a setting so that test
+runs and tenants can share one cluster without seeing each other's records.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+TOPIC_VERSION = 1
+DEFAULT_PREFIX = "rolltape"
+
+
+class Stream(StrEnum):
+    """A chain family; every envelope names the stream it belongs to."""
+
+    EVENTS = "events"
+    METRICS = "metrics"
+    RULES = "rules"
+    VERDICTS = "verdicts"
+    FILTERED = "filtered"
+    TRAJECTORIES = "trajectories"
+    DEADLETTER = "deadletter"
+
+
+#: Streams whose records are hash-chained per session (the dead-letter topic carries foreign bytes,
+#: trajectories are a compacted projection).
+CHAINED_STREAMS: tuple[Stream, ...] = (
+    Stream.EVENTS,
+    Stream.METRICS,
+    Stream.RULES,
+    Stream.VERDICTS,
+    Stream.FILTERED,
+)
+
+
+class TopicSpec(BaseModel):
+    """What `broker up` provisions for one stream."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stream: Stream
+    writer: str
+    """The principal allowed to append (enforced with ACLs where the cluster has them)."""
+    configs: dict[str, str]
+
+
+_RAW = {
+    "message.timestamp.type": "LogAppendTime",
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+}
+
+TOPIC_SPECS: tuple[TopicSpec, ...] = (
+    TopicSpec(stream=Stream.EVENTS, writer="agent", configs=_RAW),
+    TopicSpec(stream=Stream.METRICS, writer="monitor", configs=_RAW),
+    TopicSpec(stream=Stream.RULES, writer="processor", configs=_RAW),
+    TopicSpec(stream=Stream.VERDICTS, writer="judge", configs=_RAW),
+    TopicSpec(stream=Stream.FILTERED, writer="processor", configs=_RAW),
+    TopicSpec(
+        stream=Stream.TRAJECTORIES,
+        writer="projector",
+        configs={"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
+    ),
+    TopicSpec(
+        stream=Stream.DEADLETTER,
+        writer="any",
+        # Carries the original bytes plus a reason, so it needs headroom over a normal record.
+        configs={**_RAW, "max.message.bytes": str(4 * 1024 * 1024)},
+    ),
+)
+
+
+def topic_name(stream: Stream | str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The Kafka topic of a stream, e.g. `rolltape.events.v1`."""
+    return f"{prefix}.{Stream(stream).value}.v{TOPIC_VERSION}"
+
+
+def stream_of_topic(topic: str, prefix: str = DEFAULT_PREFIX) -> Stream | None:
+    """Inverse of `topic_name`; None for a topic that is not ours."""
+    for stream in Stream:
+        if topic_name(stream, prefix) == topic:
+            return stream
+    return None
