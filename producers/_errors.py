@@ -1,0 +1,61 @@
+"""The one exception root of the producer SDK.
+
+    RecorderError
+    ├── RecorderClosedError    recording on a closed recorder or an ended session
+    ├── SpoolFullError         the broker is unreachable and the local spool is at its limit
+    ├── BacklogFullError       events arrive faster than the sender can chain them, past the limit
+    ├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
+    └── EventsRejectedError    events that could not be recorded (invalid payload, too large),
+                               each with its reason; they are kept in a rejected-events file
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+class RecorderError(Exception):
+    """Root of every error the producer SDK raises."""
+
+
+class RecorderClosedError(RecorderError):
+    """The recorder was closed, or the session already ended."""
+
+
+class SpoolFullError(RecorderError):
+    """The broker has been unreachable long enough to fill the spool."""
+
+
+class BacklogFullError(RecorderError):
+    """More events are queued in memory than `max_backlog` allows."""
+
+
+class FlushTimeoutError(RecorderError):
+    """Flush ran out of time; events stay queued, in flight or spooled and are not dropped."""
+
+
+class RejectedEvent(BaseModel):
+    """An event the recorder could not turn into a record, and why."""
+
+    session_id: str
+    stream: str
+    type: str
+    reason: str
+    payload: dict[str, object]
+
+
+class EventsRejectedError(RecorderError):
+    """Some events could not be recorded; `rejected` lists them, `path` keeps them on disk."""
+
+    def __init__(self, rejected: list[RejectedEvent], path: Path | None) -> None:
+        self.rejected = rejected
+        self.path = path
+        first = rejected[0]
+        more = f" (and {len(rejected) - 1} more)" if len(rejected) > 1 else ""
+        where = f"; all are kept in {path}" if path else ""
+        super().__init__(
+            f"{len(rejected)} event(s) were not recorded{where}. First: {first.type} in session "
+            f"{first.session_id}: {first.reason}{more}"
+        )

@@ -1,0 +1,367 @@
+"""The recorder that agents and training loops embed.
+
+Invariant: a record call never blocks and never does I/O: it stamps the wall clock and appends to a
+deque. Validation, chaining, encoding and sending happen on the sender thread (see _sender.py).
+Errors that only the sender can see (an invalid payload, a full spool) surface on the next
+flush/close as `EventsRejectedError`, or at once as `SpoolFullError` on later record calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import collections
+import concurrent.futures
+import re
+import time
+import uuid
+import weakref
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel
+
+from rolltape.producers._errors import (
+    BacklogFullError,
+    EventsRejectedError,
+    FlushTimeoutError,
+    RecorderClosedError,
+)
+from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
+from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
+
+_SESSION_ID = re.compile(SESSION_ID_PATTERN)
+_time_ns = time.time_ns
+_EVENTS = Stream.EVENTS.value
+_METRICS = Stream.METRICS.value
+
+_open_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for recorder in list(_open_recorders):
+        recorder.close(timeout_s=10.0, raise_rejected=False)
+
+
+class FlushResult(BaseModel):
+    """Counts since the recorder started, at the moment a flush finished."""
+
+    sealed: int
+    acked: int
+    spooled: int
+    rejected: int
+    mode: Literal["direct", "spool"]
+
+
+class Recorder:
+    """Records sessions to Kafka. One per process is typical; it is safe to share across threads.
+
+    `bootstrap=None` records to the spool only (the broker is configured later or elsewhere).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | None,
+        *,
+        topic_prefix: str = "rolltape",
+        spool_dir: str | Any,
+        spool_max_bytes: int = 1 << 30,
+        producer_name: str = "rolltape.producers",
+        producer_version: str | None = None,
+        principal: str = "anonymous",
+        max_backlog: int = 1_000_000,
+        spool_after_s: float = 2.0,
+    ) -> None:
+        from pathlib import Path
+
+        from rolltape.producers import __version__
+
+        self._queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
+        self._max_backlog = max_backlog
+        self._closed = False
+        self._sender = Sender(
+            SenderConfig(
+                bootstrap=bootstrap,
+                topic_prefix=topic_prefix,
+                producer_info={
+                    "name": producer_name,
+                    "version": producer_version or __version__,
+                    "principal": principal,
+                },
+                spool_dir=Path(spool_dir),
+                spool_max_bytes=spool_max_bytes,
+                spool_after_s=spool_after_s,
+            ),
+            self._queue,
+        )
+        _open_recorders.add(self)
+
+    @classmethod
+    def from_settings(cls, settings: Any = None, **overrides: Any) -> Recorder:
+        """A recorder configured from ROLLTAPE_* settings (see rolltape.infra.settings)."""
+        if settings is None:
+            from rolltape.infra.broker import current_bootstrap
+            from rolltape.infra.settings import Settings
+
+            settings = Settings()
+            bootstrap = current_bootstrap(settings)
+        else:
+            bootstrap = settings.bootstrap
+        kwargs: dict[str, Any] = {
+            "topic_prefix": settings.topic_prefix,
+            "spool_dir": settings.resolved_spool_dir(),
+            "spool_max_bytes": settings.spool_max_bytes,
+            "principal": settings.principal,
+        }
+        kwargs.update(overrides)
+        return cls(overrides.pop("bootstrap", bootstrap), **kwargs)
+
+    # -- the hot path ----------------------------------------------------------------------------
+    def _enqueue(self, session_id: str, stream: str, event_type: str, payload: dict[str, Any]) -> None:
+        if self._closed:
+            raise RecorderClosedError("the recorder is closed; create a new Recorder")
+        sender = self._sender
+        if sender.error is not None:
+            raise sender.error
+        queue = self._queue
+        if len(queue) >= self._max_backlog:
+            raise BacklogFullError(
+                f"{len(queue)} events are waiting to be chained (max_backlog={self._max_backlog}); "
+                "the sender cannot keep up: record less per second or raise max_backlog"
+            )
+        queue.append((session_id, stream, event_type, payload, _time_ns()))
+        # The sender publishes `idle` before its last look at the queue, so either it sees this
+        # event or we see idle=True and wake it (see Sender._chainer).
+        if sender.idle:
+            sender.idle = False
+            sender.wake()
+
+    # -- sessions --------------------------------------------------------------------------------
+    def session(
+        self,
+        task: str,
+        *,
+        session_id: str | None = None,
+        kind: Literal["agent", "training"] = "agent",
+        tools: Sequence[ToolSpec | Mapping[str, Any]] = (),
+        model: str | None = None,
+        run_config: Mapping[str, Any] | None = None,
+        tags: Sequence[str] = (),
+        trainable: bool = True,
+        linked_session_id: str | None = None,
+        group_id: str | None = None,
+    ) -> Session:
+        """Open a session and record its session_started event."""
+        sid = session_id or uuid.uuid4().hex
+        if not _SESSION_ID.match(sid):
+            raise ValueError(
+                f"session id {sid!r} must match {SESSION_ID_PATTERN} (it is the Kafka key)"
+            )
+        payload = {
+            "task": task,
+            "kind": kind,
+            "tools": [t.model_dump() if isinstance(t, ToolSpec) else dict(t) for t in tools],
+            "model": model,
+            "run_config": dict(run_config or {}),
+            "tags": list(tags),
+            "trainable": trainable,
+            "linked_session_id": linked_session_id,
+            "group_id": group_id,
+        }
+        self._enqueue(sid, _EVENTS, "session_started", payload)
+        return Session(self, sid)
+
+    # -- flushing and closing --------------------------------------------------------------------
+    def _barrier(self) -> concurrent.futures.Future[None]:
+        if self._closed:
+            raise RecorderClosedError("the recorder is closed")
+        barrier = Barrier()
+        self._queue.append(barrier)
+        self._sender.wake()
+        return barrier.future
+
+    def _result(self, raise_rejected: bool = True) -> FlushResult:
+        stats = self._sender.stats
+        if raise_rejected and stats.rejected_events:
+            rejected = list(stats.rejected_events)
+            stats.rejected_events.clear()
+            raise EventsRejectedError(rejected, self._sender.rejected_path)
+        return FlushResult(
+            sealed=stats.sealed, acked=stats.acked, spooled=stats.spooled,
+            rejected=stats.rejected, mode="spool" if stats.mode == "spool" else "direct",
+        )
+
+    def flush(self, timeout_s: float | None = 30.0) -> FlushResult:
+        """Block until every event recorded so far is acknowledged by the broker or spooled to
+        disk (fsynced). Raises EventsRejectedError for events that could not be recorded."""
+        future = self._barrier()
+        try:
+            future.result(timeout_s)
+        except concurrent.futures.TimeoutError as exc:
+            raise FlushTimeoutError(self._timeout_message(timeout_s)) from exc
+        return self._result()
+
+    async def aflush(self, timeout_s: float | None = 30.0) -> FlushResult:
+        """`flush` for async code: awaits without blocking the event loop."""
+        future = asyncio.wrap_future(self._barrier())
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError as exc:
+            raise FlushTimeoutError(self._timeout_message(timeout_s)) from exc
+        return self._result()
+
+    def _timeout_message(self, timeout_s: float | None) -> str:
+        s = self._sender.stats
+        return (
+            f"flush did not finish in {timeout_s}s: {s.sealed - s.acked - s.spooled} records are "
+            f"still in flight to the broker (mode {s.mode}). Nothing is dropped: they stay queued "
+            "and spool if the broker stays away."
+        )
+
+    def close(self, timeout_s: float = 30.0, *, raise_rejected: bool = True) -> FlushResult:
+        """Flush, stop the sender and release the spool. Records the broker did not take in
+        `timeout_s` stay in the spool for the next recorder on the same spool folder."""
+        if self._closed:
+            return self._result(raise_rejected)
+        self._closed = True
+        _open_recorders.discard(self)
+        self._sender.stop_grace_s = timeout_s
+        self._sender.stop(timeout_s)
+        return self._result(raise_rejected)
+
+    async def aclose(self, timeout_s: float = 30.0) -> FlushResult:
+        return await asyncio.to_thread(self.close, timeout_s)
+
+    @property
+    def spool_bytes(self) -> int:
+        """Bytes waiting in the spool (0 while the broker keeps up)."""
+        return self._sender.spool.unread_bytes
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Session:
+    """One run or episode. Record calls are cheap and never block; see Recorder."""
+
+    __slots__ = ("_ended", "_recorder", "session_id")
+
+    def __init__(self, recorder: Recorder, session_id: str) -> None:
+        self._recorder = recorder
+        self.session_id = session_id
+        self._ended = False
+
+    def _record(self, stream: str, event_type: str, payload: dict[str, Any]) -> None:
+        if self._ended:
+            raise RecorderClosedError(f"session {self.session_id} has ended")
+        self._recorder._enqueue(self.session_id, stream, event_type, payload)
+
+    def turn(
+        self,
+        role: Literal["system", "user", "assistant"],
+        content: str,
+        *,
+        reasoning: str | None = None,
+        token_ids: Sequence[int] | None = None,
+    ) -> None:
+        self._record(_EVENTS, "turn", {"role": role, "content": content, "reasoning": reasoning,
+                                       "token_ids": token_ids})
+
+    def tool_call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        raw_arguments: str | None = None,
+    ) -> str:
+        """Record a tool call; returns its id (generated when not given) for `tool_result`."""
+        cid = call_id or f"call_{uuid.uuid4().hex[:16]}"
+        self._record(_EVENTS, "tool_call", {"id": cid, "name": name, "arguments": arguments or {},
+                                            "raw_arguments": raw_arguments})
+        return cid
+
+    def tool_result(
+        self,
+        call_id: str,
+        content: str,
+        *,
+        success: bool = True,
+        error: str | None = None,
+        duration_ms: float | None = None,
+    ) -> None:
+        self._record(_EVENTS, "tool_result", {"call_id": call_id, "content": content,
+                                              "success": success, "error": error,
+                                              "duration_ms": duration_ms})
+
+    def metric(self, epoch: int, **fields: Any) -> None:
+        """Epoch-level training diagnostics (field names as in rolltape.schemas.Metric)."""
+        fields["epoch"] = epoch
+        self._record(_METRICS, "metric", fields)
+
+    def decision(self, **fields: Any) -> None:
+        """A training decision in the strict schema (rolltape.schemas.Decision)."""
+        self._record(_EVENTS, "decision", fields)
+
+    def reward(self, value: float, *, name: str = "reward",
+               components: Mapping[str, float] | None = None, source: str | None = None) -> None:
+        self._record(_EVENTS, "reward", {"value": value, "name": name,
+                                         "components": dict(components or {}), "source": source})
+
+    def feedback(self, *, source: str = "user", score: float | None = None,
+                 text: str | None = None, about_seq: int | None = None) -> None:
+        self._record(_EVENTS, "feedback", {"source": source, "score": score, "text": text,
+                                           "about_seq": about_seq})
+
+    def end(
+        self,
+        status: Literal["completed", "interrupted", "failed"] = "completed",
+        *,
+        outcome: Mapping[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        """Record session_ended; later record calls on this session raise."""
+        self._record(_EVENTS, "session_ended", {"status": status, "outcome": dict(outcome or {}),
+                                                "error": error})
+        self._ended = True
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    # A session used as a context manager ends itself: completed on a clean exit, interrupted on
+    # KeyboardInterrupt/cancellation, failed on any other exception (with its text).
+    def _end_from(self, exc: BaseException | None) -> None:
+        if self._ended:
+            return
+        if exc is None:
+            self.end("completed")
+        elif isinstance(exc, KeyboardInterrupt | asyncio.CancelledError | GeneratorExit):
+            self.end("interrupted", error=type(exc).__name__)
+        else:
+            self.end("failed", error=f"{type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._end_from(exc)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._end_from(exc)
