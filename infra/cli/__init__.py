@@ -1,0 +1,27 @@
+"""The `rolltape` command: each package's commands mounted on one typer app."""
+
+from __future__ import annotations
+
+import typer
+
+from rolltape.infra.cli import bench, broker, demo, inspect, schemas
+
+app = typer.Typer(
+    name="rolltape",
+    help="A flight recorder for LLM agents and training runs, on Apache Kafka.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(broker.app, name="broker")
+app.add_typer(schemas.app, name="schemas")
+app.add_typer(bench.app, name="bench")
+app.command()(inspect.tail)
+app.command()(inspect.verify)
+app.command()(demo.demo)
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

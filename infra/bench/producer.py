@@ -1,0 +1,176 @@
+"""`rolltape bench producer`: what recording costs the agent, and how fast records reach Kafka.
+
+(a) Hot path: per-call latency of `Session.turn` (p50/p99, microseconds) beside a local chained
+    JSONL writer in the style of REFERENCE.md section 1 (json.dumps + sha256 + write + flush per
+    event), measured in the same run on the same 1 KB payloads.
+(b) Sustained: ~1 KB events from one process to the broker with acks=all, from the first record
+    call until flush returns (every event acknowledged), beside raw aiokafka sending the same
+    number of pre-encoded 1 KB values with the same producer settings (no validation, chaining
+    or hashing): the ratio is rolltape's overhead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer  # type: ignore[attr-defined]
+from pydantic import BaseModel
+
+from rolltape.producers import Recorder
+
+CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
+
+
+class Percentiles(BaseModel):
+    p50_us: float
+    p99_us: float
+
+
+class ProducerBench(BaseModel):
+    machine: str
+    hot_path_calls: int
+    timer_overhead_us: float
+    recorder: Percentiles
+    jsonl_writer: Percentiles
+    hot_path_ratio: float
+    sustained_events: int
+    record_bytes: int
+    recorder_events_per_s: float
+    recorder_enqueue_s: float
+    recorder_until_acked_s: float
+    raw_aiokafka_events_per_s: float
+    throughput_ratio: float
+    repeats: int
+
+
+def _pct(samples: list[int], overhead_ns: float) -> Percentiles:
+    samples.sort()
+    def at(q: float) -> float:
+        return max(0.0, samples[min(len(samples) - 1, int(q * len(samples)))] - overhead_ns) / 1000
+    return Percentiles(p50_us=at(0.50), p99_us=at(0.99))
+
+
+def _timer_overhead_ns(n: int = 200_000) -> float:
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(n):
+        t0 = clock()
+        samples.append(clock() - t0)
+    return float(statistics.median(samples))
+
+
+def _hot_path(recorder: Recorder, calls: int) -> list[int]:
+    clock = time.perf_counter_ns
+    samples = [0] * calls
+    with recorder.session("bench hot path") as s:
+        turn = s.turn
+        for i in range(calls):
+            t0 = clock()
+            turn("user", CONTENT)
+            samples[i] = clock() - t0
+    return samples
+
+
+def _jsonl_writer(path: Path, calls: int) -> list[int]:
+    """The local recorder we compare with: one chained JSON line per event, flushed each time."""
+    clock = time.perf_counter_ns
+    samples = [0] * calls
+    prev = "0" * 64
+    with open(path, "w") as f:
+        for seq in range(calls):
+            t0 = clock()
+            payload = {"role": "user", "content": CONTENT, "reasoning": None}
+            ts = time.time()
+            h = hashlib.sha256(
+                (prev + json.dumps(payload, sort_keys=True, separators=(",", ":")) + str(seq) + str(ts)).encode()
+            ).hexdigest()
+            f.write(json.dumps({"seq": seq, "ts": ts, "prev_hash": prev, "payload": payload, "hash": h}, sort_keys=True) + "\n")
+            f.flush()
+            prev = h
+            samples[seq] = clock() - t0
+    return samples
+
+
+def _sustained(bootstrap: str, prefix: str, spool: Path, events: int, sessions: int = 8) -> tuple[float, float, int]:
+    recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10)
+    try:
+        handles = [recorder.session("bench sustained") for _ in range(sessions)]
+        recorder.flush(120)
+        t0 = time.perf_counter()
+        for i in range(events):
+            handles[i % sessions].turn("assistant", CONTENT)
+        t1 = time.perf_counter()
+        recorder.flush(600)
+        t2 = time.perf_counter()
+    finally:
+        recorder.close()
+    return t1 - t0, t2 - t0, len(CONTENT)
+
+
+async def _raw_aiokafka(bootstrap: str, topic: str, events: int, size: int) -> float:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
+        max_batch_size=512 * 1024,
+    )
+    await producer.start()
+    try:
+        value = os.urandom(size // 2).hex().encode()
+        keys = [uuid.uuid4().hex.encode() for _ in range(8)]
+        t0 = time.perf_counter()
+        futures = [await producer.send(topic, value=value, key=keys[i % 8]) for i in range(events)]
+        await asyncio.gather(*futures)
+        return time.perf_counter() - t0
+    finally:
+        await producer.stop()
+
+
+def run_producer_bench(bootstrap: str, prefix: str, *, calls: int = 200_000, events: int = 200_000,
+                       repeats: int = 3) -> ProducerBench:
+    from rolltape.schemas import topic_name
+
+    overhead = _timer_overhead_ns()
+    rec_samples: list[int] = []
+    jsonl_samples: list[int] = []
+    sustained: list[tuple[float, float, int]] = []
+    raw: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        spool = Path(tmp) / "spool"
+        for _ in range(repeats):
+            recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=calls + 10)
+            try:
+                rec_samples += _hot_path(recorder, calls // repeats)
+                recorder.flush(600)
+            finally:
+                recorder.close()
+            jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
+            sustained.append(_sustained(bootstrap, prefix, spool, events))
+            raw.append(asyncio.run(_raw_aiokafka(bootstrap, topic_name("events", prefix), events, 1024)))
+    rec, jl = _pct(rec_samples, overhead), _pct(jsonl_samples, overhead)
+    until_acked = statistics.median(s[1] for s in sustained)
+    raw_s = statistics.median(raw)
+    sample_record = 1024
+    return ProducerBench(
+        machine=f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
+        hot_path_calls=len(rec_samples),
+        timer_overhead_us=overhead / 1000,
+        recorder=rec,
+        jsonl_writer=jl,
+        hot_path_ratio=jl.p50_us / rec.p50_us if rec.p50_us else float("inf"),
+        sustained_events=events,
+        record_bytes=sample_record,
+        recorder_events_per_s=events / until_acked,
+        recorder_enqueue_s=statistics.median(s[0] for s in sustained),
+        recorder_until_acked_s=until_acked,
+        raw_aiokafka_events_per_s=events / raw_s,
+        throughput_ratio=(events / until_acked) / (events / raw_s),
+        repeats=repeats,
+    )

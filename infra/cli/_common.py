@@ -1,0 +1,31 @@
+"""Shared CLI plumbing: settings, the console, and one place where errors become messages."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import typer
+from rich.console import Console
+
+from rolltape.infra.broker import BrokerError
+from rolltape.infra.settings import Settings
+from rolltape.producers import RecorderError
+from rolltape.schemas import SchemaError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def settings() -> Settings:
+    return Settings()
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn our errors into one red line and exit code 2; the message says what to do."""
+    try:
+        yield
+    except (BrokerError, RecorderError, SchemaError, OSError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc

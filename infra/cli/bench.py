@@ -1,0 +1,38 @@
+"""`rolltape bench ...`: scripts that print figures (never timed assertions in tests)."""
+
+from __future__ import annotations
+
+import typer
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import console, settings, user_errors
+
+app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
+
+
+@app.command()
+def producer(
+    calls: int = typer.Option(200_000, help="Hot-path record calls in all."),
+    events: int = typer.Option(200_000, help="Events per sustained-throughput run."),
+    repeats: int = typer.Option(3, help="Runs; medians are reported."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Hot-path cost of a record call and sustained events/s to the broker."""
+    from rolltape.infra.bench.producer import run_producer_bench
+
+    cfg = settings()
+    with user_errors():
+        bootstrap = require_bootstrap(cfg)
+    r = run_producer_bench(bootstrap, cfg.topic_prefix, calls=calls, events=events, repeats=repeats)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; {r.repeats} repeats; timer overhead {r.timer_overhead_us:.3f} us (subtracted)")
+    console.print("(a) hot path, one record call of a ~1 KB turn")
+    console.print(f"    rolltape Session.turn      p50 {r.recorder.p50_us:7.2f} us   p99 {r.recorder.p99_us:7.2f} us")
+    console.print(f"    chained JSONL writer       p50 {r.jsonl_writer.p50_us:7.2f} us   p99 {r.jsonl_writer.p99_us:7.2f} us")
+    console.print(f"    ratio (writer / rolltape p50): {r.hot_path_ratio:.1f}x")
+    console.print(f"(b) sustained, {r.sustained_events} events of ~1 KB, acks=all, idempotent")
+    console.print(f"    rolltape: {r.recorder_events_per_s:,.0f} events/s (enqueue {r.recorder_enqueue_s:.2f} s, all acknowledged after {r.recorder_until_acked_s:.2f} s)")
+    console.print(f"    raw aiokafka, pre-encoded values: {r.raw_aiokafka_events_per_s:,.0f} events/s")
+    console.print(f"    ratio (rolltape / raw): {r.throughput_ratio:.2f}")

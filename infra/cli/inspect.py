@@ -1,0 +1,151 @@
+"""`rolltape tail` and `rolltape verify`: reading chains back from Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import orjson
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.readback import read_records, verify_topics
+from rolltape.schemas import CHAINED_STREAMS, ChainBreak, ChainReport, EnvelopeError, Stream, parse_envelope
+
+
+def _short(text: Any, width: int = 80) -> str:
+    s = text if isinstance(text, str) else orjson.dumps(text).decode()
+    s = s.replace("\n", "⏎ ")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def summarize(event_type: str, p: dict[str, Any]) -> str:
+    """One line a person can scan for each event type."""
+    match event_type:
+        case "session_started":
+            tools = ", ".join(t.get("name", "?") for t in p.get("tools", []))
+            return f"{p.get('kind')} task={_short(p.get('task'), 50)!r} model={p.get('model')} tools=[{tools}]"
+        case "turn":
+            think = " (reasoning)" if p.get("reasoning") else ""
+            return f"{p.get('role')}{think}: {_short(p.get('content'))}"
+        case "tool_call":
+            return f"{p.get('name')}({_short(p.get('arguments'), 60)}) id={p.get('id')}"
+        case "tool_result":
+            ok = "ok" if p.get("success") else f"FAILED {p.get('error')}"
+            return f"{p.get('call_id')} {ok}: {_short(p.get('content'), 60)}"
+        case "metric":
+            keys = ("train_loss", "val_loss", "val_acc", "lr")
+            return f"epoch {p.get('epoch')} " + " ".join(f"{k}={p[k]}" for k in keys if p.get(k) is not None)
+        case "session_ended":
+            return f"{p.get('status')} {_short(p.get('outcome') or '', 60)}"
+        case _:
+            return _short(p)
+
+
+def tail(
+    stream: list[Stream] = typer.Option(  # noqa: B008
+        list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to show (repeatable)."
+    ),
+    session: str | None = typer.Option(None, "--session", help="Only this session id."),
+    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the oldest record."),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="Keep waiting for new records."),
+    raw: bool = typer.Option(False, "--raw", help="Print the record bytes instead of a summary."),
+) -> None:
+    """Show records as they arrive, one line each."""
+    cfg = settings()
+    with user_errors():
+        bootstrap = require_bootstrap(cfg)
+
+    async def run() -> None:
+        needle = session.encode() if session else None
+        async for record in read_records(
+            bootstrap, stream, prefix=cfg.topic_prefix, from_beginning=from_beginning, follow=follow
+        ):
+            if needle is not None and record.key != needle:
+                continue
+            if raw:
+                console.print(record.value.decode(errors="replace"), markup=False, soft_wrap=True)
+                continue
+            when = dt.datetime.fromtimestamp(record.broker_ts_ms / 1000, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+            try:
+                env = parse_envelope(record.value)
+            except EnvelopeError as exc:
+                console.print(f"{when} [red]{record.stream.value:<8} unreadable at {record.position}: {escape(str(exc)[:100])}[/red]")
+                continue
+            console.print(
+                f"[dim]{when}[/dim] {env.stream:<8} [cyan]{env.session_id[:12]}[/cyan] "
+                f"#{env.seq:<4} [bold]{env.type:<15}[/bold] {escape(summarize(env.type, env.payload))}",
+                soft_wrap=True,
+            )
+
+    try:
+        asyncio.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+def _break_row(b: ChainBreak) -> dict[str, Any]:
+    return b.model_dump(mode="json")
+
+
+def verify(
+    session: str | None = typer.Option(None, "--session", help="Verify one session."),
+    all_sessions: bool = typer.Option(False, "--all", help="Verify every session (the default)."),
+    stream: list[Stream] = typer.Option(  # noqa: B008
+        list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to check (repeatable)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+) -> None:
+    """Read chains back from Kafka and report gaps, reordering, duplicates and tampering.
+
+    Exit code: 0 when every chain is intact, 1 on any break, 2 on a usage or broker error.
+    """
+    if session and all_sessions:
+        err_console.print("give either --session ID or --all, not both")
+        raise typer.Exit(2)
+    cfg = settings()
+    with user_errors():
+        bootstrap = require_bootstrap(cfg)
+        verifier = asyncio.run(verify_topics(bootstrap, stream, prefix=cfg.topic_prefix, session_id=session))
+    reports = verifier.reports()
+    broken = [r for r in reports if not r.ok]
+    if as_json:
+        out = {
+            "chains": [r.model_dump(mode="json") for r in reports],
+            "unattributed": [_break_row(b) for b in verifier.unattributed],
+            "ok": not broken and not verifier.unattributed,
+        }
+        console.print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True)
+    else:
+        _print_reports(reports, verifier.unattributed)
+    if session and not reports:
+        err_console.print(f"no records of session {session} on {', '.join(s.value for s in stream)}")
+        raise typer.Exit(1)
+    if broken or verifier.unattributed:
+        raise typer.Exit(1)
+
+
+def _print_reports(reports: list[ChainReport], unattributed: list[ChainBreak]) -> None:
+    table = Table(title="chains", title_justify="left")
+    for col in ("session", "stream", "records", "last seq", "ended", "status"):
+        table.add_column(col)
+    for r in reports:
+        status = "[green]intact[/green]" if r.ok else f"[red]{len(r.breaks)} break(s)[/red]"
+        table.add_row(r.session_id, r.stream, str(r.records), str(r.last_seq), "yes" if r.ended else "no", status)
+    console.print(table)
+    for r in reports:
+        for b in r.breaks:
+            console.print(
+                f"[red]{b.kind.value}[/red] {b.session_id} {b.stream} seq {b.seq}: {escape(b.detail)}"
+                + (f" at {b.position}" if b.position else "")
+            )
+    for b in unattributed:
+        console.print(f"[red]{b.kind.value}[/red] at {b.position}: {escape(b.detail)}")
+    total_breaks = sum(len(r.breaks) for r in reports) + len(unattributed)
+    console.print(
+        f"{len(reports)} chain(s), {sum(r.records for r in reports)} record(s), {total_breaks} break(s)"
+    )

@@ -1,0 +1,151 @@
+"""The main job for now: record a scripted tool-using agent and a short training run, verify them.
+
+The agent's tool is real (a safe arithmetic evaluator); the training run is real too: SGD on a
+small linear-regression problem in plain Python, so the recorded losses are measured, not made up.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import math
+import operator
+import random
+import time
+import uuid
+from typing import Any
+
+from pydantic import BaseModel
+
+from rolltape.infra.broker import managed_broker
+from rolltape.infra.readback import verify_topics
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import ensure_topics_sync
+from rolltape.producers import Recorder, Session
+from rolltape.schemas import CHAINED_STREAMS, ChainReport, ToolSpec
+
+_OPS: dict[type, Any] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg,
+}
+
+
+def calculate(expression: str) -> float:
+    """Evaluate + - * / ** on numbers, nothing else."""
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return float(_OPS[type(node.op)](ev(node.left), ev(node.right)))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
+            return float(_OPS[type(node.op)](ev(node.operand)))
+        raise ValueError(f"unsupported expression: {ast.dump(node)[:60]}")
+    return ev(ast.parse(expression, mode="eval").body)
+
+
+CALCULATOR = ToolSpec(
+    name="calculator",
+    description="Evaluate an arithmetic expression.",
+    parameters={
+        "type": "object",
+        "properties": {"expression": {"type": "string"}},
+        "required": ["expression"],
+    },
+)
+
+
+def record_agent_session(recorder: Recorder, session_id: str) -> None:
+    """A scripted agent: plans, calls the calculator twice (one bad call), answers."""
+    question = "A train leaves at 14:05 and travels 342 km at 76 km/h. What time does it arrive?"
+    with recorder.session(question, session_id=session_id, tools=[CALCULATOR], model="scripted-agent-0",
+                          tags=["demo"], group_id="demo-train-question") as s:
+        s.turn("system", "You are a careful assistant. Use the calculator for arithmetic.")
+        s.turn("user", question)
+        s.turn("assistant", "", reasoning="Travel time is distance / speed; compute it.")
+        _call(s, "342 / 76")
+        s.turn("assistant", "", reasoning="4.5 h is 4 h 30 min. Check the minutes with a bad call first.")
+        _call(s, "4.5 hours * 60")
+        _call(s, "0.5 * 60")
+        s.turn("assistant", "The train arrives at 18:35.", reasoning="14:05 + 4:30 = 18:35.")
+        s.reward(1.0, name="answer_correct", source="demo-checker")
+
+
+def _call(session: Session, expression: str) -> None:
+    call_id = session.tool_call("calculator", {"expression": expression})
+    start = time.perf_counter()
+    try:
+        result, ok, error = repr(calculate(expression)), True, None
+    except (ValueError, SyntaxError, ZeroDivisionError) as exc:
+        result, ok, error = f"error: {exc}", False, type(exc).__name__
+    session.tool_result(call_id, result, success=ok, error=error,
+                        duration_ms=(time.perf_counter() - start) * 1000)
+
+
+def record_training_session(recorder: Recorder, session_id: str, epochs: int = 8) -> None:
+    """SGD on y = 3x - 2 + noise, recording real per-epoch losses and gradient norms."""
+    rng = random.Random(7)
+    data = [(x, 3 * x - 2 + rng.gauss(0, 0.1)) for x in (rng.uniform(-1, 1) for _ in range(256))]
+    train, val = data[:200], data[200:]
+    w = b = 0.0
+    lr, batch = 0.1, 16
+    config = {"optimizer": "sgd", "lr": lr, "batch_size": batch, "epochs": epochs}
+    with recorder.session("fit y = 3x - 2", session_id=session_id, kind="training",
+                          model="linear-1x1", run_config=config, tags=["demo"]) as s:
+        for epoch in range(1, epochs + 1):
+            norms: list[float] = []
+            steps = 0
+            for i in range(0, len(train), batch):
+                chunk = train[i : i + batch]
+                gw = sum(2 * (w * x + b - y) * x for x, y in chunk) / len(chunk)
+                gb = sum(2 * (w * x + b - y) for x, y in chunk) / len(chunk)
+                norms.append(math.hypot(gw, gb))
+                before = math.hypot(w, b)
+                w, b = w - lr * gw, b - lr * gb
+                steps += 1
+            after = math.hypot(w, b)
+            mean = sum(norms) / len(norms)
+            var = sum((n - mean) ** 2 for n in norms) / len(norms)
+            s.metric(
+                epoch,
+                steps=steps,
+                train_loss=sum((w * x + b - y) ** 2 for x, y in train) / len(train),
+                val_loss=sum((w * x + b - y) ** 2 for x, y in val) / len(val),
+                max_layer_grad_norm=max(norms),
+                min_layer_grad_norm=min(norms),
+                per_layer_grad_norm={"linear": mean},
+                update_to_param_ratio=abs(after - before) / after if after else None,
+                grad_noise_scale=mean**2 / var if var > 0 else None,
+                lr=lr,
+                batch_size=batch,
+            )
+        s.end("completed", outcome={"w": round(w, 4), "b": round(b, 4)})
+
+
+class DemoResult(BaseModel):
+    bootstrap: str
+    agent_session: str
+    training_session: str
+    chains: list[ChainReport]
+
+    @property
+    def ok(self) -> bool:
+        return len(self.chains) >= 3 and all(c.ok for c in self.chains)
+
+
+def run_demo(settings: Settings) -> DemoResult:
+    bootstrap = settings.bootstrap or managed_broker(settings).start().bootstrap
+    ensure_topics_sync(bootstrap, settings)
+    run = uuid.uuid4().hex[:8]
+    agent_id, training_id = f"demo-agent-{run}", f"demo-train-{run}"
+    recorder = Recorder.from_settings(settings.model_copy(update={"bootstrap": bootstrap}))
+    try:
+        record_agent_session(recorder, agent_id)
+        record_training_session(recorder, training_id)
+        recorder.flush()
+    finally:
+        recorder.close()
+    chains: list[ChainReport] = []
+    for sid in (agent_id, training_id):
+        verifier = asyncio.run(verify_topics(bootstrap, CHAINED_STREAMS, prefix=settings.topic_prefix, session_id=sid))
+        chains += verifier.reports()
+    return DemoResult(bootstrap=bootstrap, agent_session=agent_id, training_session=training_id, chains=chains)

@@ -1,0 +1,117 @@
+"""Reading rolltape topics back: bounded scans for `verify`, live follows for `tail`.
+
+Readers assign partitions directly (no consumer group): reading back must never move a
+processor's committed offsets, and a scan has a natural end, the end offsets taken when it began.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[attr-defined]
+from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[attr-defined]
+
+from rolltape.schemas import ChainVerifier, Stream, stream_of_topic, topic_name
+
+
+async def _partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return [
+        TopicPartition(t["topic"], p["partition"])
+        for t in described
+        if t["error_code"] == 0
+        for p in sorted(t["partitions"], key=lambda p: p["partition"])
+    ]
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    stream: Stream
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    broker_ts_ms: int
+
+    @property
+    def position(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+async def read_records(
+    bootstrap: str,
+    streams: Sequence[Stream],
+    *,
+    prefix: str = "rolltape",
+    from_beginning: bool = True,
+    follow: bool = False,
+    idle_timeout_s: float | None = None,
+) -> AsyncIterator[RawRecord]:
+    """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    await consumer.start()
+    try:
+        topics = [topic_name(s, prefix) for s in streams]
+        partitions = await _partitions(bootstrap, topics)
+        if not partitions:
+            return
+        consumer.assign(partitions)
+        if from_beginning:
+            await consumer.seek_to_beginning(*partitions)
+        else:
+            await consumer.seek_to_end(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while follow or remaining:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            if batch:
+                last = loop.time()
+            elif idle_timeout_s is not None and loop.time() - last > idle_timeout_s:
+                return
+            for tp, messages in batch.items():
+                stream = stream_of_topic(tp.topic, prefix)
+                assert stream is not None
+                for m in messages:
+                    yield RawRecord(stream, tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp)
+                if not follow and tp in remaining and await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+            if not follow:
+                for tp in list(remaining):
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
+    finally:
+        await consumer.stop()
+
+
+async def verify_topics(
+    bootstrap: str,
+    streams: Sequence[Stream],
+    *,
+    prefix: str = "rolltape",
+    session_id: str | None = None,
+) -> ChainVerifier:
+    """Read every record of `streams` up to the current end and check the chains."""
+    verifier = ChainVerifier()
+    needle = session_id.encode() if session_id else None
+    async for record in read_records(bootstrap, streams, prefix=prefix):
+        if needle is not None and record.key != needle:
+            continue
+        verifier.add(
+            record.value, position=record.position, expected_stream=record.stream.value, key=record.key
+        )
+    return verifier
