@@ -16,7 +16,6 @@ import uuid
 from typing import Any
 
 from pydantic import BaseModel
-
 from rolltape.infra.broker import managed_broker
 from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings
@@ -25,13 +24,18 @@ from rolltape.producers import Recorder, Session
 from rolltape.schemas import CHAINED_STREAMS, ChainReport, ToolSpec
 
 _OPS: dict[type, Any] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
 }
 
 
 def calculate(expression: str) -> float:
     """Evaluate + - * / ** on numbers, nothing else."""
+
     def ev(node: ast.AST) -> float:
         if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
             return float(node.value)
@@ -40,6 +44,7 @@ def calculate(expression: str) -> float:
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
             return float(_OPS[type(node.op)](ev(node.operand)))
         raise ValueError(f"unsupported expression: {ast.dump(node)[:60]}")
+
     return ev(ast.parse(expression, mode="eval").body)
 
 
@@ -57,13 +62,23 @@ CALCULATOR = ToolSpec(
 def record_agent_session(recorder: Recorder, session_id: str) -> None:
     """A scripted agent: plans, calls the calculator twice (one bad call), answers."""
     question = "A train leaves at 14:05 and travels 342 km at 76 km/h. What time does it arrive?"
-    with recorder.session(question, session_id=session_id, tools=[CALCULATOR], model="scripted-agent-0",
-                          tags=["demo"], group_id="demo-train-question") as s:
+    with recorder.session(
+        question,
+        session_id=session_id,
+        tools=[CALCULATOR],
+        model="scripted-agent-0",
+        tags=["demo"],
+        group_id="demo-train-question",
+    ) as s:
         s.turn("system", "You are a careful assistant. Use the calculator for arithmetic.")
         s.turn("user", question)
         s.turn("assistant", "", reasoning="Travel time is distance / speed; compute it.")
         _call(s, "342 / 76")
-        s.turn("assistant", "", reasoning="4.5 h is 4 h 30 min. Check the minutes with a bad call first.")
+        s.turn(
+            "assistant",
+            "",
+            reasoning="4.5 h is 4 h 30 min. Check the minutes with a bad call first.",
+        )
         _call(s, "4.5 hours * 60")
         _call(s, "0.5 * 60")
         s.turn("assistant", "The train arrives at 18:35.", reasoning="14:05 + 4:30 = 18:35.")
@@ -77,8 +92,9 @@ def _call(session: Session, expression: str) -> None:
         result, ok, error = repr(calculate(expression)), True, None
     except (ValueError, SyntaxError, ZeroDivisionError) as exc:
         result, ok, error = f"error: {exc}", False, type(exc).__name__
-    session.tool_result(call_id, result, success=ok, error=error,
-                        duration_ms=(time.perf_counter() - start) * 1000)
+    session.tool_result(
+        call_id, result, success=ok, error=error, duration_ms=(time.perf_counter() - start) * 1000
+    )
 
 
 def record_training_session(recorder: Recorder, session_id: str, epochs: int = 8) -> None:
@@ -89,8 +105,14 @@ def record_training_session(recorder: Recorder, session_id: str, epochs: int = 8
     w = b = 0.0
     lr, batch = 0.1, 16
     config = {"optimizer": "sgd", "lr": lr, "batch_size": batch, "epochs": epochs}
-    with recorder.session("fit y = 3x - 2", session_id=session_id, kind="training",
-                          model="linear-1x1", run_config=config, tags=["demo"]) as s:
+    with recorder.session(
+        "fit y = 3x - 2",
+        session_id=session_id,
+        kind="training",
+        model="linear-1x1",
+        run_config=config,
+        tags=["demo"],
+    ) as s:
         for epoch in range(1, epochs + 1):
             norms: list[float] = []
             steps = 0
@@ -146,6 +168,10 @@ def run_demo(settings: Settings) -> DemoResult:
         recorder.close()
     chains: list[ChainReport] = []
     for sid in (agent_id, training_id):
-        verifier = asyncio.run(verify_topics(bootstrap, CHAINED_STREAMS, prefix=settings.topic_prefix, session_id=sid))
+        verifier = asyncio.run(
+            verify_topics(bootstrap, CHAINED_STREAMS, prefix=settings.topic_prefix, session_id=sid)
+        )
         chains += verifier.reports()
-    return DemoResult(bootstrap=bootstrap, agent_session=agent_id, training_session=training_id, chains=chains)
+    return DemoResult(
+        bootstrap=bootstrap, agent_session=agent_id, training_session=training_id, chains=chains
+    )

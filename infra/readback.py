@@ -10,9 +10,8 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition  # type: ignore[attr-defined]
-from aiokafka.admin import AIOKafkaAdminClient  # type: ignore[attr-defined]
-
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from rolltape.schemas import ChainVerifier, Stream, stream_of_topic, topic_name
 
 
@@ -87,7 +86,9 @@ async def read_records(
                 stream = stream_of_topic(tp.topic, prefix)
                 assert stream is not None
                 for m in messages:
-                    yield RawRecord(stream, tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp)
+                    yield RawRecord(
+                        stream, tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp
+                    )
                 if not follow and tp in remaining and await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
             if not follow:
@@ -112,6 +113,9 @@ async def verify_topics(
         if needle is not None and record.key != needle:
             continue
         verifier.add(
-            record.value, position=record.position, expected_stream=record.stream.value, key=record.key
+            record.value,
+            position=record.position,
+            expected_stream=record.stream.value,
+            key=record.key,
         )
     return verifier

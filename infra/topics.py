@@ -9,10 +9,9 @@ from __future__ import annotations
 import asyncio
 from enum import StrEnum
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # type: ignore[attr-defined]
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from pydantic import BaseModel
-
 from rolltape.infra.settings import Settings
 from rolltape.schemas import TOPIC_SPECS, topic_name
 
@@ -32,9 +31,13 @@ class TopicStatus(BaseModel):
     note: str = ""
 
 
-async def ensure_topics(bootstrap: str, settings: Settings, *, timeout_s: float = 30.0) -> list[TopicStatus]:
+async def ensure_topics(
+    bootstrap: str, settings: Settings, *, timeout_s: float = 30.0
+) -> list[TopicStatus]:
     """Create missing topics and align configs of existing ones; returns what was done."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
     await admin.start()
     try:
         existing = {t["topic"]: t for t in await admin.describe_topics()}
@@ -55,7 +58,9 @@ async def ensure_topics(bootstrap: str, settings: Settings, *, timeout_s: float 
             )
             for name, code, *rest in response.topic_errors:
                 if code not in (0, _ALREADY_EXISTS):
-                    raise RuntimeError(f"creating topic {name} failed with error code {code}: {rest}")
+                    raise RuntimeError(
+                        f"creating topic {name} failed with error code {code}: {rest}"
+                    )
             statuses += [
                 TopicStatus(topic=n, action=TopicAction.CREATED, partitions=settings.partitions)
                 for n in missing
@@ -63,16 +68,26 @@ async def ensure_topics(bootstrap: str, settings: Settings, *, timeout_s: float 
         present = [name for name in wanted if name in existing]
         if present:
             described = await admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, name, dict(wanted[name].configs)) for name in present]
+                [
+                    ConfigResource(ConfigResourceType.TOPIC, name, dict(wanted[name].configs))
+                    for name in present
+                ]
             )
             current: dict[str, dict[str, str]] = {}
             for response in described:
                 for _code, _msg, _rtype, name, entries in response.resources:
                     current[name] = {entry[0]: entry[1] for entry in entries}
-            drifted = [n for n in present if any(current.get(n, {}).get(k) != v for k, v in wanted[n].configs.items())]
+            drifted = [
+                n
+                for n in present
+                if any(current.get(n, {}).get(k) != v for k, v in wanted[n].configs.items())
+            ]
             if drifted:
                 await admin.alter_configs(
-                    [ConfigResource(ConfigResourceType.TOPIC, n, dict(wanted[n].configs)) for n in drifted]
+                    [
+                        ConfigResource(ConfigResourceType.TOPIC, n, dict(wanted[n].configs))
+                        for n in drifted
+                    ]
                 )
             for name in present:
                 parts = len(existing[name]["partitions"])

@@ -1,12 +1,12 @@
 """The one exception root of the producer SDK.
 
-    RecorderError
-    ├── RecorderClosedError    recording on a closed recorder or an ended session
-    ├── SpoolFullError         the broker is unreachable and the local spool is at its limit
-    ├── BacklogFullError       events arrive faster than the sender can chain them, past the limit
-    ├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
-    └── EventsRejectedError    events that could not be recorded (invalid payload, too large),
-                               each with its reason; they are kept in a rejected-events file
+RecorderError
+├── RecorderClosedError    recording on a closed recorder or an ended session
+├── SpoolFullError         the broker is unreachable and the local spool is at its limit
+├── BacklogFullError       events arrive faster than the sender can chain them, past the limit
+├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
+└── EventsRejectedError    events that could not be recorded (invalid payload, too large),
+                           each with its reason; they are kept in a rejected-events file
 """
 
 from __future__ import annotations

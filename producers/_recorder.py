@@ -21,7 +21,6 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel
-
 from rolltape.producers._errors import (
     BacklogFullError,
     EventsRejectedError,
@@ -119,7 +118,9 @@ class Recorder:
         return cls(overrides.pop("bootstrap", bootstrap), **kwargs)
 
     # -- the hot path ----------------------------------------------------------------------------
-    def _enqueue(self, session_id: str, stream: str, event_type: str, payload: dict[str, Any]) -> None:
+    def _enqueue(
+        self, session_id: str, stream: str, event_type: str, payload: dict[str, Any]
+    ) -> None:
         if self._closed:
             raise RecorderClosedError("the recorder is closed; create a new Recorder")
         sender = self._sender
@@ -189,8 +190,11 @@ class Recorder:
             stats.rejected_events.clear()
             raise EventsRejectedError(rejected, self._sender.rejected_path)
         return FlushResult(
-            sealed=stats.sealed, acked=stats.acked, spooled=stats.spooled,
-            rejected=stats.rejected, mode="spool" if stats.mode == "spool" else "direct",
+            sealed=stats.sealed,
+            acked=stats.acked,
+            spooled=stats.spooled,
+            rejected=stats.rejected,
+            mode="spool" if stats.mode == "spool" else "direct",
         )
 
     def flush(self, timeout_s: float | None = 30.0) -> FlushResult:
@@ -275,8 +279,11 @@ class Session:
         reasoning: str | None = None,
         token_ids: Sequence[int] | None = None,
     ) -> None:
-        self._record(_EVENTS, "turn", {"role": role, "content": content, "reasoning": reasoning,
-                                       "token_ids": token_ids})
+        self._record(
+            _EVENTS,
+            "turn",
+            {"role": role, "content": content, "reasoning": reasoning, "token_ids": token_ids},
+        )
 
     def tool_call(
         self,
@@ -288,8 +295,11 @@ class Session:
     ) -> str:
         """Record a tool call; returns its id (generated when not given) for `tool_result`."""
         cid = call_id or f"call_{uuid.uuid4().hex[:16]}"
-        self._record(_EVENTS, "tool_call", {"id": cid, "name": name, "arguments": arguments or {},
-                                            "raw_arguments": raw_arguments})
+        self._record(
+            _EVENTS,
+            "tool_call",
+            {"id": cid, "name": name, "arguments": arguments or {}, "raw_arguments": raw_arguments},
+        )
         return cid
 
     def tool_result(
@@ -301,9 +311,17 @@ class Session:
         error: str | None = None,
         duration_ms: float | None = None,
     ) -> None:
-        self._record(_EVENTS, "tool_result", {"call_id": call_id, "content": content,
-                                              "success": success, "error": error,
-                                              "duration_ms": duration_ms})
+        self._record(
+            _EVENTS,
+            "tool_result",
+            {
+                "call_id": call_id,
+                "content": content,
+                "success": success,
+                "error": error,
+                "duration_ms": duration_ms,
+            },
+        )
 
     def metric(self, epoch: int, **fields: Any) -> None:
         """Epoch-level training diagnostics (field names as in rolltape.schemas.Metric)."""
@@ -314,15 +332,33 @@ class Session:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
         self._record(_EVENTS, "decision", fields)
 
-    def reward(self, value: float, *, name: str = "reward",
-               components: Mapping[str, float] | None = None, source: str | None = None) -> None:
-        self._record(_EVENTS, "reward", {"value": value, "name": name,
-                                         "components": dict(components or {}), "source": source})
+    def reward(
+        self,
+        value: float,
+        *,
+        name: str = "reward",
+        components: Mapping[str, float] | None = None,
+        source: str | None = None,
+    ) -> None:
+        self._record(
+            _EVENTS,
+            "reward",
+            {"value": value, "name": name, "components": dict(components or {}), "source": source},
+        )
 
-    def feedback(self, *, source: str = "user", score: float | None = None,
-                 text: str | None = None, about_seq: int | None = None) -> None:
-        self._record(_EVENTS, "feedback", {"source": source, "score": score, "text": text,
-                                           "about_seq": about_seq})
+    def feedback(
+        self,
+        *,
+        source: str = "user",
+        score: float | None = None,
+        text: str | None = None,
+        about_seq: int | None = None,
+    ) -> None:
+        self._record(
+            _EVENTS,
+            "feedback",
+            {"source": source, "score": score, "text": text, "about_seq": about_seq},
+        )
 
     def end(
         self,
@@ -332,8 +368,11 @@ class Session:
         error: str | None = None,
     ) -> None:
         """Record session_ended; later record calls on this session raise."""
-        self._record(_EVENTS, "session_ended", {"status": status, "outcome": dict(outcome or {}),
-                                                "error": error})
+        self._record(
+            _EVENTS,
+            "session_ended",
+            {"status": status, "outcome": dict(outcome or {}), "error": error},
+        )
         self._ended = True
 
     @property
@@ -355,13 +394,15 @@ class Session:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._end_from(exc)
 
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._end_from(exc)

@@ -28,12 +28,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer  # type: ignore[attr-defined]
+from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel, ValidationError
-
 from rolltape.producers._errors import RejectedEvent
 from rolltape.producers._spool import Spool, SpooledRecord
-from rolltape.schemas import GENESIS_HASH, PAYLOAD_MODELS, CanonicalEncodingError, Stream, seal, topic_name
+from rolltape.schemas import (
+    GENESIS_HASH,
+    PAYLOAD_MODELS,
+    CanonicalEncodingError,
+    seal,
+    topic_name,
+)
 
 log = logging.getLogger("rolltape.producers")
 
@@ -81,7 +86,9 @@ _Outgoing = tuple[str, bytes, bytes] | Barrier
 class Sender:
     """Owns the background thread. Public methods are called from the recording threads."""
 
-    def __init__(self, config: SenderConfig, queue: collections.deque[QueuedEvent | Barrier]) -> None:
+    def __init__(
+        self, config: SenderConfig, queue: collections.deque[QueuedEvent | Barrier]
+    ) -> None:
         self.config = config
         self.queue = queue
         self.stats = SenderStats()
@@ -112,6 +119,7 @@ class Sender:
 
     def stop(self, timeout_s: float) -> None:
         """Stop after the queue is sealed; in-flight records get `timeout_s` to be acknowledged."""
+
         def _begin() -> None:
             self._stopping = True
             self._wake.set()
@@ -186,8 +194,14 @@ class Sender:
             key = (stream, session_id)
             seq, prev = self._chains.get(key, (0, GENESIS_HASH))
             record, digest = seal(
-                stream=stream, session_id=session_id, seq=seq, ts_ns=ts_ns, type=event_type,
-                payload=clean, prev_hash=prev, producer=self.config.producer_info,
+                stream=stream,
+                session_id=session_id,
+                seq=seq,
+                ts_ns=ts_ns,
+                type=event_type,
+                payload=clean,
+                prev_hash=prev,
+                producer=self.config.producer_info,
             )
             if len(record) > self.config.max_record_bytes:
                 raise ValueError(
@@ -208,7 +222,10 @@ class Sender:
     def _reject(self, item: QueuedEvent, reason: str) -> None:
         session_id, stream, event_type, payload, _ = item
         event = RejectedEvent(
-            session_id=session_id, stream=stream, type=event_type, reason=reason,
+            session_id=session_id,
+            stream=stream,
+            type=event_type,
+            reason=reason,
             payload=orjson.loads(orjson.dumps(payload, default=repr)),
         )
         self.stats.rejected += 1
@@ -228,12 +245,14 @@ class Sender:
         if self._spool_mode:
             return
         stalled = (
-            self._producer is None
-            and (self._outbox or self.queue)
-            and time.monotonic() - self._last_ack > self.config.spool_after_s
-        ) or (
-            self._inflight and time.monotonic() - self._last_ack > self.config.spool_after_s
-        ) or len(self._outbox) > self.config.outbox_limit
+            (
+                self._producer is None
+                and (self._outbox or self.queue)
+                and time.monotonic() - self._last_ack > self.config.spool_after_s
+            )
+            or (self._inflight and time.monotonic() - self._last_ack > self.config.spool_after_s)
+            or len(self._outbox) > self.config.outbox_limit
+        )
         if stalled:
             log.warning("broker not acknowledging; spooling records to %s", self.spool.directory)
             self._spool_mode = True
@@ -315,7 +334,11 @@ class Sender:
         backoff = 0.2
         while True:
             if self._producer is None:
-                if self._stopping and not self._outbox and (self.spool.empty or self.config.bootstrap is None):
+                if (
+                    self._stopping
+                    and not self._outbox
+                    and (self.spool.empty or self.config.bootstrap is None)
+                ):
                     break
                 if await self._start_producer():
                     backoff = 0.2
@@ -354,7 +377,8 @@ class Sender:
         if unacked or leftover:
             log.warning(
                 "stopping with %d records unacknowledged; they stay in the spool at %s",
-                len(unacked) + len(leftover), self.spool.directory,
+                len(unacked) + len(leftover),
+                self.spool.directory,
             )
             self.spool.append([*unacked, *leftover])
             self.spool.sync()

@@ -12,6 +12,7 @@ topic | key | value (big-endian).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -124,7 +125,7 @@ class Spool:
     def sync(self) -> None:
         os.fsync(self._own.fd)
 
-    def read(self, max_records: int) -> tuple[list[SpooledRecord], object]:
+    def read(self, max_records: int) -> tuple[list[SpooledRecord], tuple[_Segment, int]]:
         """The next records in order and a token for `commit` once the broker acknowledged them."""
         segment = next((s for s in self._segments if s.unread), None) or self._own
         out: list[SpooledRecord] = []
@@ -150,9 +151,9 @@ class Spool:
                 offset += _HEAD.size + length
         return out, (segment, offset)
 
-    def commit(self, token: object) -> None:
+    def commit(self, token: tuple[_Segment, int]) -> None:
         """Forget what `read` returned: the broker has it."""
-        segment, offset = token  # type: ignore[misc]
+        segment, offset = token
         segment.cursor = offset
         if segment is not self._own and segment.unread == 0:
             self._segments.remove(segment)
@@ -178,11 +179,7 @@ class Spool:
     @staticmethod
     def _remove(segment: _Segment) -> None:
         for path in (segment.path, segment.cursor_path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            except FileNotFoundError:
-                pass
-        try:
+        with contextlib.suppress(OSError):
             os.close(segment.fd)
-        except OSError:
-            pass

@@ -3,7 +3,13 @@
 Depends on nothing else of rolltape; everything else depends on it.
 """
 
-from rolltape.schemas._canonical import INT_MAX, INT_MIN, canonical_bytes, decode, restore_non_finite
+from rolltape.schemas._canonical import (
+    INT_MAX,
+    INT_MIN,
+    canonical_bytes,
+    decode,
+    restore_non_finite,
+)
 from rolltape.schemas._envelope import (
     GENESIS_HASH,
     SCHEMA_VERSION,
@@ -16,7 +22,12 @@ from rolltape.schemas._envelope import (
     raw_event_id,
     seal,
 )
-from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError, PayloadError, SchemaError
+from rolltape.schemas._errors import (
+    CanonicalEncodingError,
+    EnvelopeError,
+    PayloadError,
+    SchemaError,
+)
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
 from rolltape.schemas._payloads import (
     PAYLOAD_MODELS,

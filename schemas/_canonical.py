@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-
 from rolltape.schemas._errors import CanonicalEncodingError
 
 INT_MIN = -(2**63)

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from rolltape.schemas._canonical import canonical_bytes, decode
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
 from rolltape.schemas._payloads import parse_payload

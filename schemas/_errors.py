@@ -1,9 +1,9 @@
 """The one exception root of rolltape.schemas.
 
-    SchemaError
-    ├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
-    ├── EnvelopeError            bytes are not a valid envelope (unparseable, missing fields, bad version)
-    └── PayloadError             an envelope's payload does not validate against its type's model
+SchemaError
+├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
+├── EnvelopeError            bytes are not a valid envelope (unparseable, missing fields, bad version)
+└── PayloadError             an envelope's payload does not validate against its type's model
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-
 from rolltape.schemas._envelope import Envelope
 from rolltape.schemas._payloads import PAYLOAD_MODELS
 
@@ -24,6 +23,8 @@ def export_json_schemas(directory: Path) -> list[Path]:
     written = []
     for name, schema in json_schemas().items():
         path = directory / f"{name}.schema.json"
-        path.write_bytes(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n")
+        path.write_bytes(
+            orjson.dumps(schema, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+        )
         written.append(path)
     return written

@@ -12,11 +12,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from rolltape.schemas._errors import PayloadError
 
 RuleId = Literal["R1", "R2", "R3", "R4", "R5", "R6", "R7"]
-
 
 
 class ToolSpec(BaseModel):
@@ -186,7 +184,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
 
 
 def _lenient(model: type[BaseModel]) -> type[BaseModel]:
-    config = ConfigDict(**{**model.model_config, "extra": "ignore"})  # type: ignore[typeddict-item]
+    config = ConfigDict(**{**model.model_config, "extra": "ignore"})
     return type(f"Lenient{model.__name__}", (model,), {"model_config": config})
 
 

@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
-
 from rolltape.schemas._canonical import canonical_bytes, decode
-from rolltape.schemas._envelope import GENESIS_HASH, SCHEMA_VERSION
+from rolltape.schemas._envelope import GENESIS_HASH, SCHEMA_VERSION, envelope_from_mapping
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
-from rolltape.schemas._envelope import envelope_from_mapping
 
 
 class BreakKind(StrEnum):
@@ -163,7 +161,10 @@ class ChainVerifier:
             report(BreakKind.NOT_CANONICAL, str(exc))
             return
         if computed != env.hash:
-            report(BreakKind.TAMPERED, f"content hashes to {computed[:16]}…, record says {env.hash[:16]}…")
+            report(
+                BreakKind.TAMPERED,
+                f"content hashes to {computed[:16]}…, record says {env.hash[:16]}…",
+            )
         elif canonical != bytes(data):
             report(BreakKind.NOT_CANONICAL, "record bytes differ from their canonical form")
 
@@ -172,7 +173,9 @@ class ChainVerifier:
             if seen.hash == env.hash:
                 report(BreakKind.DUPLICATE, f"seq {env.seq} again (first at {seen.position})")
             else:
-                report(BreakKind.FORK, f"seq {env.seq} with another hash (first at {seen.position})")
+                report(
+                    BreakKind.FORK, f"seq {env.seq} with another hash (first at {seen.position})"
+                )
             return
         if env.seq < chain.max_seq:
             report(BreakKind.REORDERED, f"seq {env.seq} arrived after seq {chain.max_seq}")
@@ -181,64 +184,70 @@ class ChainVerifier:
 
     def reports(self) -> list[ChainReport]:
         """One report per chain, ordered by (session_id, stream)."""
-        out = []
-        for (stream, session_id), chain in sorted(self._chains.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            breaks = list(chain.breaks)
+        ordered = sorted(self._chains.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        return [_report(stream, session_id, chain) for (stream, session_id), chain in ordered]
 
-            def add(kind: BreakKind, seq: int | None, detail: str, position: str | None) -> None:
-                breaks.append(
-                    ChainBreak(
-                        kind=kind,
-                        stream=stream,
-                        session_id=session_id,
-                        seq=seq,
-                        detail=detail,
-                        position=position,
-                    )
-                )
 
-            missing_from: int | None = None
-            ended_at: int | None = None
-            for seq in range(chain.max_seq + 1):
-                link = chain.links.get(seq)
-                if link is None:
-                    if missing_from is None:
-                        missing_from = seq
-                    continue
-                if missing_from is not None:
-                    add(BreakKind.GAP, missing_from, f"seq {missing_from}..{seq - 1} missing", None)
-                    missing_from = None
-                if seq == 0:
-                    if link.prev_hash != GENESIS_HASH:
-                        add(BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash", link.position)
-                else:
-                    before = chain.links.get(seq - 1)
-                    if before is not None and before.hash != link.prev_hash:
-                        add(
-                            BreakKind.BROKEN_LINK,
-                            seq,
-                            f"prev_hash {link.prev_hash[:16]}… is not the hash of seq {seq - 1}",
-                            link.position,
-                        )
-                if ended_at is not None:
-                    add(
-                        BreakKind.AFTER_END,
-                        seq,
-                        f"{link.type} after session_ended at seq {ended_at}",
-                        link.position,
-                    )
-                elif link.type == "session_ended":
-                    ended_at = seq
-            head = chain.links.get(chain.max_seq)
-            out.append(
-                ChainReport(
-                    stream=stream,
-                    session_id=session_id,
-                    records=chain.records,
-                    last_seq=chain.max_seq,
-                    head_hash=head.hash if head else GENESIS_HASH,
-                    ended=ended_at is not None,
-                    breaks=tuple(breaks),
-                )
+def _report(stream: str, session_id: str, chain: _Chain) -> ChainReport:
+    """The end-of-read checks: gaps, genesis, links, nothing after the end."""
+    breaks = list(chain.breaks)
+
+    def add(kind: BreakKind, seq: int | None, detail: str, position: str | None) -> None:
+        breaks.append(
+            ChainBreak(
+                kind=kind,
+                stream=stream,
+                session_id=session_id,
+                seq=seq,
+                detail=detail,
+                position=position,
             )
-        return out
+        )
+
+    missing_from: int | None = None
+    ended_at: int | None = None
+    for seq in range(chain.max_seq + 1):
+        link = chain.links.get(seq)
+        if link is None:
+            if missing_from is None:
+                missing_from = seq
+            continue
+        if missing_from is not None:
+            add(BreakKind.GAP, missing_from, f"seq {missing_from}..{seq - 1} missing", None)
+            missing_from = None
+        if seq == 0:
+            if link.prev_hash != GENESIS_HASH:
+                add(
+                    BreakKind.BAD_GENESIS,
+                    0,
+                    "seq 0 does not link to the genesis hash",
+                    link.position,
+                )
+        else:
+            before = chain.links.get(seq - 1)
+            if before is not None and before.hash != link.prev_hash:
+                add(
+                    BreakKind.BROKEN_LINK,
+                    seq,
+                    f"prev_hash {link.prev_hash[:16]}… is not the hash of seq {seq - 1}",
+                    link.position,
+                )
+        if ended_at is not None:
+            add(
+                BreakKind.AFTER_END,
+                seq,
+                f"{link.type} after session_ended at seq {ended_at}",
+                link.position,
+            )
+        elif link.type == "session_ended":
+            ended_at = seq
+    head = chain.links.get(chain.max_seq)
+    return ChainReport(
+        stream=stream,
+        session_id=session_id,
+        records=chain.records,
+        last_seq=chain.max_seq,
+        head_hash=head.hash if head else GENESIS_HASH,
+        ended=ended_at is not None,
+        breaks=tuple(breaks),
+    )

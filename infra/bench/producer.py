@@ -22,9 +22,8 @@ import time
 import uuid
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer  # type: ignore[attr-defined]
+from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
-
 from rolltape.producers import Recorder
 
 CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
@@ -54,8 +53,10 @@ class ProducerBench(BaseModel):
 
 def _pct(samples: list[int], overhead_ns: float) -> Percentiles:
     samples.sort()
+
     def at(q: float) -> float:
         return max(0.0, samples[min(len(samples) - 1, int(q * len(samples)))] - overhead_ns) / 1000
+
     return Percentiles(p50_us=at(0.50), p99_us=at(0.99))
 
 
@@ -91,16 +92,29 @@ def _jsonl_writer(path: Path, calls: int) -> list[int]:
             payload = {"role": "user", "content": CONTENT, "reasoning": None}
             ts = time.time()
             h = hashlib.sha256(
-                (prev + json.dumps(payload, sort_keys=True, separators=(",", ":")) + str(seq) + str(ts)).encode()
+                (
+                    prev
+                    + json.dumps(payload, sort_keys=True, separators=(",", ":"))
+                    + str(seq)
+                    + str(ts)
+                ).encode()
             ).hexdigest()
-            f.write(json.dumps({"seq": seq, "ts": ts, "prev_hash": prev, "payload": payload, "hash": h}, sort_keys=True) + "\n")
+            f.write(
+                json.dumps(
+                    {"seq": seq, "ts": ts, "prev_hash": prev, "payload": payload, "hash": h},
+                    sort_keys=True,
+                )
+                + "\n"
+            )
             f.flush()
             prev = h
             samples[seq] = clock() - t0
     return samples
 
 
-def _sustained(bootstrap: str, prefix: str, spool: Path, events: int, sessions: int = 8) -> tuple[float, float, int]:
+def _sustained(
+    bootstrap: str, prefix: str, spool: Path, events: int, sessions: int = 8
+) -> tuple[float, float, int]:
     recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10)
     try:
         handles = [recorder.session("bench sustained") for _ in range(sessions)]
@@ -118,7 +132,10 @@ def _sustained(bootstrap: str, prefix: str, spool: Path, events: int, sessions: 
 
 async def _raw_aiokafka(bootstrap: str, topic: str, events: int, size: int) -> float:
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, enable_idempotence=True, acks="all", linger_ms=5,
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
         max_batch_size=512 * 1024,
     )
     await producer.start()
@@ -133,8 +150,9 @@ async def _raw_aiokafka(bootstrap: str, topic: str, events: int, size: int) -> f
         await producer.stop()
 
 
-def run_producer_bench(bootstrap: str, prefix: str, *, calls: int = 200_000, events: int = 200_000,
-                       repeats: int = 3) -> ProducerBench:
+def run_producer_bench(
+    bootstrap: str, prefix: str, *, calls: int = 200_000, events: int = 200_000, repeats: int = 3
+) -> ProducerBench:
     from rolltape.schemas import topic_name
 
     overhead = _timer_overhead_ns()
@@ -145,7 +163,9 @@ def run_producer_bench(bootstrap: str, prefix: str, *, calls: int = 200_000, eve
     with tempfile.TemporaryDirectory() as tmp:
         spool = Path(tmp) / "spool"
         for _ in range(repeats):
-            recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=calls + 10)
+            recorder = Recorder(
+                bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=calls + 10
+            )
             try:
                 rec_samples += _hot_path(recorder, calls // repeats)
                 recorder.flush(600)
@@ -153,7 +173,9 @@ def run_producer_bench(bootstrap: str, prefix: str, *, calls: int = 200_000, eve
                 recorder.close()
             jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
             sustained.append(_sustained(bootstrap, prefix, spool, events))
-            raw.append(asyncio.run(_raw_aiokafka(bootstrap, topic_name("events", prefix), events, 1024)))
+            raw.append(
+                asyncio.run(_raw_aiokafka(bootstrap, topic_name("events", prefix), events, 1024))
+            )
     rec, jl = _pct(rec_samples, overhead), _pct(jsonl_samples, overhead)
     until_acked = statistics.median(s[1] for s in sustained)
     raw_s = statistics.median(raw)

@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 
 from pydantic import BaseModel
-
 from rolltape.infra.broker._errors import BrokerStartError
 from rolltape.infra.broker._maven import kafka_classpath, uses_log4j2
 from rolltape.infra.broker._ready import broker_answers_sync
@@ -137,30 +136,55 @@ class ManagedBroker:
         props = self._write_config(port, cport)
         log_props = self._write_log_config()
         classpath = f"{libs}/*"
-        java = ["java", f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC",
-                "-Djava.awt.headless=true", f"-Dkafka.logs.dir={self.log_dir}"]
+        java = [
+            "java",
+            f"-Xmx{self.heap}",
+            f"-Xms{self.heap}",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dkafka.logs.dir={self.log_dir}",
+        ]
         if uses_log4j2(self.kafka_version):
             java.append(f"-Dlog4j2.configurationFile={log_props}")
         else:
             java.append(f"-Dlog4j.configuration=file:{log_props}")
         if not (self.data_dir / "meta.properties").exists():
             fmt = subprocess.run(
-                [*java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                 "-t", cluster_id, "-c", str(props), "--ignore-formatted"],
-                capture_output=True, text=True, check=False,
+                [
+                    *java,
+                    "-cp",
+                    classpath,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    cluster_id,
+                    "-c",
+                    str(props),
+                    "--ignore-formatted",
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
             )
             if fmt.returncode != 0:
-                raise BrokerStartError(f"formatting the broker storage failed:\n{fmt.stdout}{fmt.stderr}")
+                raise BrokerStartError(
+                    f"formatting the broker storage failed:\n{fmt.stdout}{fmt.stderr}"
+                )
         with open(self.stdout_file, "ab") as out:
             proc = subprocess.Popen(
                 [*java, "-cp", classpath, "kafka.Kafka", str(props)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # the broker outlives `rolltape broker up`
             )
         self._proc = proc  # keep the handle so it is reaped, not warned about, when it exits
         state = BrokerState(
-            pid=proc.pid, port=port, controller_port=cport,
-            kafka_version=self.kafka_version, cluster_id=cluster_id,
+            pid=proc.pid,
+            port=port,
+            controller_port=cport,
+            kafka_version=self.kafka_version,
+            cluster_id=cluster_id,
         )
         self._state_file.write_text(state.model_dump_json())
         deadline = time.monotonic() + timeout_s
@@ -207,8 +231,13 @@ class ManagedBroker:
         return "\n".join(parts) if parts else "(no log yet)"
 
     # -- helpers -------------------------------------------------------------------------
-    @staticmethod
-    def _wait_exit(pid: int, timeout_s: float) -> bool:
+    def _wait_exit(self, pid: int, timeout_s: float) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            try:
+                self._proc.wait(timeout_s)
+                return True
+            except subprocess.TimeoutExpired:
+                return False
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:

@@ -80,8 +80,14 @@ def kafka_classpath(kafka_version: str, scala_version: str, cache_dir: Path) -> 
         if libs.exists():
             shutil.rmtree(libs)
         cmd = [
-            mvn, "-q", "-B", "-f", str(pom), _DEPENDENCY_PLUGIN,
-            "-DincludeScope=runtime", f"-DoutputDirectory={libs}",
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            _DEPENDENCY_PLUGIN,
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={libs}",
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:

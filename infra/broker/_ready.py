@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import AIOKafkaClient  # type: ignore[attr-defined]
+from aiokafka import AIOKafkaClient
 
 
 async def broker_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:

@@ -7,14 +7,13 @@ from collections.abc import Iterator
 
 import typer
 from rich.console import Console
-
 from rolltape.infra.broker import BrokerError
 from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError
 from rolltape.schemas import SchemaError
 
 console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def settings() -> Settings:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-
 from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import console, settings, user_errors
 
@@ -27,12 +26,22 @@ def producer(
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
         return
-    console.print(f"machine: {r.machine}; {r.repeats} repeats; timer overhead {r.timer_overhead_us:.3f} us (subtracted)")
+    console.print(
+        f"machine: {r.machine}; {r.repeats} repeats; timer overhead {r.timer_overhead_us:.3f} us (subtracted)"
+    )
     console.print("(a) hot path, one record call of a ~1 KB turn")
-    console.print(f"    rolltape Session.turn      p50 {r.recorder.p50_us:7.2f} us   p99 {r.recorder.p99_us:7.2f} us")
-    console.print(f"    chained JSONL writer       p50 {r.jsonl_writer.p50_us:7.2f} us   p99 {r.jsonl_writer.p99_us:7.2f} us")
+    console.print(
+        f"    rolltape Session.turn      p50 {r.recorder.p50_us:7.2f} us   p99 {r.recorder.p99_us:7.2f} us"
+    )
+    console.print(
+        f"    chained JSONL writer       p50 {r.jsonl_writer.p50_us:7.2f} us   p99 {r.jsonl_writer.p99_us:7.2f} us"
+    )
     console.print(f"    ratio (writer / rolltape p50): {r.hot_path_ratio:.1f}x")
     console.print(f"(b) sustained, {r.sustained_events} events of ~1 KB, acks=all, idempotent")
-    console.print(f"    rolltape: {r.recorder_events_per_s:,.0f} events/s (enqueue {r.recorder_enqueue_s:.2f} s, all acknowledged after {r.recorder_until_acked_s:.2f} s)")
-    console.print(f"    raw aiokafka, pre-encoded values: {r.raw_aiokafka_events_per_s:,.0f} events/s")
+    console.print(
+        f"    rolltape: {r.recorder_events_per_s:,.0f} events/s (enqueue {r.recorder_enqueue_s:.2f} s, all acknowledged after {r.recorder_until_acked_s:.2f} s)"
+    )
+    console.print(
+        f"    raw aiokafka, pre-encoded values: {r.raw_aiokafka_events_per_s:,.0f} events/s"
+    )
     console.print(f"    ratio (rolltape / raw): {r.throughput_ratio:.2f}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-
 from rolltape.infra.broker import BrokerUnavailable, broker_answers_sync, managed_broker
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.topics import ensure_topics_sync
@@ -34,7 +33,9 @@ def up() -> None:
             )
         for status in ensure_topics_sync(bootstrap, cfg):
             note = f"  [yellow]{status.note}[/yellow]" if status.note else ""
-            console.print(f"  {status.topic:<32} {status.action.value:<15} {status.partitions} partitions{note}")
+            console.print(
+                f"  {status.topic:<32} {status.action.value:<15} {status.partitions} partitions{note}"
+            )
         console.print(f"bootstrap: {bootstrap}")
 
 
@@ -68,7 +69,9 @@ def status() -> None:
 
 
 @app.command()
-def logs(lines: int = typer.Option(50, "--lines", "-n", help="How many lines of each log.")) -> None:
+def logs(
+    lines: int = typer.Option(50, "--lines", "-n", help="How many lines of each log."),
+) -> None:
     """Show the end of the managed broker's logs."""
     broker = managed_broker(settings())
     console.print(broker.tail_log(lines), markup=False)

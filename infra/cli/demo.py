@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 from rich.table import Table
-
 from rolltape.infra.cli._common import console, settings, user_errors
 from rolltape.infra.demo import run_demo
 
@@ -18,8 +17,13 @@ def demo() -> None:
         table.add_column(col)
     for c in result.chains:
         table.add_row(
-            c.session_id, c.stream, str(c.records), str(c.last_seq), "yes" if c.ended else "no",
-            c.head_hash[:16] + "…", "[green]intact[/green]" if c.ok else f"[red]{len(c.breaks)} break(s)[/red]",
+            c.session_id,
+            c.stream,
+            str(c.records),
+            str(c.last_seq),
+            "yes" if c.ended else "no",
+            c.head_hash[:16] + "…",
+            "[green]intact[/green]" if c.ok else f"[red]{len(c.breaks)} break(s)[/red]",
         )
     console.print(table)
     if not result.ok:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -10,11 +11,17 @@ import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
-
 from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.readback import read_records, verify_topics
-from rolltape.schemas import CHAINED_STREAMS, ChainBreak, ChainReport, EnvelopeError, Stream, parse_envelope
+from rolltape.schemas import (
+    CHAINED_STREAMS,
+    ChainBreak,
+    ChainReport,
+    EnvelopeError,
+    Stream,
+    parse_envelope,
+)
 
 
 def _short(text: Any, width: int = 80) -> str:
@@ -39,7 +46,9 @@ def summarize(event_type: str, p: dict[str, Any]) -> str:
             return f"{p.get('call_id')} {ok}: {_short(p.get('content'), 60)}"
         case "metric":
             keys = ("train_loss", "val_loss", "val_acc", "lr")
-            return f"epoch {p.get('epoch')} " + " ".join(f"{k}={p[k]}" for k in keys if p.get(k) is not None)
+            return f"epoch {p.get('epoch')} " + " ".join(
+                f"{k}={p[k]}" for k in keys if p.get(k) is not None
+            )
         case "session_ended":
             return f"{p.get('status')} {_short(p.get('outcome') or '', 60)}"
         case _:
@@ -47,11 +56,13 @@ def summarize(event_type: str, p: dict[str, Any]) -> str:
 
 
 def tail(
-    stream: list[Stream] = typer.Option(  # noqa: B008
+    stream: list[Stream] = typer.Option(
         list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to show (repeatable)."
     ),
     session: str | None = typer.Option(None, "--session", help="Only this session id."),
-    from_beginning: bool = typer.Option(False, "--from-beginning", help="Start at the oldest record."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start at the oldest record."
+    ),
     follow: bool = typer.Option(True, "--follow/--no-follow", help="Keep waiting for new records."),
     raw: bool = typer.Option(False, "--raw", help="Print the record bytes instead of a summary."),
 ) -> None:
@@ -70,11 +81,15 @@ def tail(
             if raw:
                 console.print(record.value.decode(errors="replace"), markup=False, soft_wrap=True)
                 continue
-            when = dt.datetime.fromtimestamp(record.broker_ts_ms / 1000, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+            when = dt.datetime.fromtimestamp(record.broker_ts_ms / 1000, dt.UTC).strftime(
+                "%H:%M:%S.%f"
+            )[:-3]
             try:
                 env = parse_envelope(record.value)
             except EnvelopeError as exc:
-                console.print(f"{when} [red]{record.stream.value:<8} unreadable at {record.position}: {escape(str(exc)[:100])}[/red]")
+                console.print(
+                    f"{when} [red]{record.stream.value:<8} unreadable at {record.position}: {escape(str(exc)[:100])}[/red]"
+                )
                 continue
             console.print(
                 f"[dim]{when}[/dim] {env.stream:<8} [cyan]{env.session_id[:12]}[/cyan] "
@@ -82,10 +97,8 @@ def tail(
                 soft_wrap=True,
             )
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())
-    except KeyboardInterrupt:
-        pass
 
 
 def _break_row(b: ChainBreak) -> dict[str, Any]:
@@ -95,7 +108,7 @@ def _break_row(b: ChainBreak) -> dict[str, Any]:
 def verify(
     session: str | None = typer.Option(None, "--session", help="Verify one session."),
     all_sessions: bool = typer.Option(False, "--all", help="Verify every session (the default)."),
-    stream: list[Stream] = typer.Option(  # noqa: B008
+    stream: list[Stream] = typer.Option(
         list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to check (repeatable)."
     ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
@@ -110,7 +123,9 @@ def verify(
     cfg = settings()
     with user_errors():
         bootstrap = require_bootstrap(cfg)
-        verifier = asyncio.run(verify_topics(bootstrap, stream, prefix=cfg.topic_prefix, session_id=session))
+        verifier = asyncio.run(
+            verify_topics(bootstrap, stream, prefix=cfg.topic_prefix, session_id=session)
+        )
     reports = verifier.reports()
     broken = [r for r in reports if not r.ok]
     if as_json:
@@ -119,11 +134,15 @@ def verify(
             "unattributed": [_break_row(b) for b in verifier.unattributed],
             "ok": not broken and not verifier.unattributed,
         }
-        console.print(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True)
+        console.print(
+            orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True
+        )
     else:
         _print_reports(reports, verifier.unattributed)
     if session and not reports:
-        err_console.print(f"no records of session {session} on {', '.join(s.value for s in stream)}")
+        err_console.print(
+            f"no records of session {session} on {', '.join(s.value for s in stream)}"
+        )
         raise typer.Exit(1)
     if broken or verifier.unattributed:
         raise typer.Exit(1)
@@ -135,7 +154,14 @@ def _print_reports(reports: list[ChainReport], unattributed: list[ChainBreak]) -
         table.add_column(col)
     for r in reports:
         status = "[green]intact[/green]" if r.ok else f"[red]{len(r.breaks)} break(s)[/red]"
-        table.add_row(r.session_id, r.stream, str(r.records), str(r.last_seq), "yes" if r.ended else "no", status)
+        table.add_row(
+            r.session_id,
+            r.stream,
+            str(r.records),
+            str(r.last_seq),
+            "yes" if r.ended else "no",
+            status,
+        )
     console.print(table)
     for r in reports:
         for b in r.breaks:

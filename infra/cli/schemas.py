@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-
 from rolltape.infra.cli._common import console, user_errors
 from rolltape.schemas import export_json_schemas
 
@@ -13,7 +12,9 @@ app = typer.Typer(help="The event schemas.", no_args_is_help=True)
 
 
 @app.command("export")
-def export(directory: Path = typer.Argument(..., help="Folder to write *.schema.json into.")) -> None:
+def export(
+    directory: Path = typer.Argument(..., help="Folder to write *.schema.json into."),
+) -> None:
     """Write JSON Schema for the envelope and every payload type."""
     with user_errors():
         paths = export_json_schemas(directory)

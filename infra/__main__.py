@@ -1,0 +1,5 @@
+"""`python -m rolltape.infra` runs the CLI (the same as the `rolltape` command)."""
+
+from rolltape.infra.cli import main
+
+main()

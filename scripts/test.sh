@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The test command: installs what it needs (venv, packages; the Kafka jars come from Maven Central
+# on first use), lints, type-checks, then runs unit and integration tests against a real broker
+# that the test session starts and stops itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+PY=.venv/bin/python
+
+echo "== ruff"
+"$PY" -m ruff check .
+"$PY" -m ruff format --check .
+
+echo "== mypy"
+# mypy cannot follow setuptools' editable-install finder, so give it the installed layout:
+# a tree of links rolltape/<package> -> ./<package>.
+rm -rf .typecheck && mkdir -p .typecheck/rolltape
+for pkg in schemas producers processors projections infra; do ln -s "../../$pkg" ".typecheck/rolltape/$pkg"; done
+"$PY" -m mypy -p rolltape.schemas -p rolltape.producers -p rolltape.processors -p rolltape.projections -p rolltape.infra
+
+echo "== pytest"
+"$PY" -m pytest "$@"

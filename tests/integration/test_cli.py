@@ -1,0 +1,73 @@
+"""The CLI as a person uses it, against the real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import Topics
+
+pytestmark = pytest.mark.integration
+CLI = [sys.executable, "-m", "rolltape.infra"]
+
+
+def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_broker_status__exits_0_and_prints_the_address_only_when_a_broker_answers(
+    topics: Topics, tmp_path: Path
+) -> None:
+    up = run(["broker", "status"], topics.env())
+    assert up.returncode == 0 and up.stdout.strip() == topics.bootstrap
+    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path)}
+    env.pop("ROLLTAPE_BOOTSTRAP", None)
+    none = run(["broker", "status"], env)
+    assert none.returncode == 1 and "broker up" in none.stderr
+    dead = run(["broker", "status"], {**env, "ROLLTAPE_BOOTSTRAP": "127.0.0.1:9"})
+    assert dead.returncode == 1 and "does not answer" in dead.stderr
+
+
+def test_broker_up__with_an_explicit_cluster_creates_the_topics_idempotently(
+    topics: Topics,
+) -> None:
+    first = run(["broker", "up"], topics.env())
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("unchanged") == 7
+
+
+def test_verify__without_a_broker_says_how_to_get_one(tmp_path: Path) -> None:
+    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path)}
+    env.pop("ROLLTAPE_BOOTSTRAP", None)
+    out = run(["verify"], env)
+    assert out.returncode == 2 and "rolltape broker up" in out.stderr
+
+
+def test_demo__records_and_verifies_an_agent_and_a_training_session(
+    topics: Topics, tmp_path: Path
+) -> None:
+    out = run(["demo"], {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all chains verified" in out.stdout
+    assert out.stdout.count("intact") == 3
+    tail = run(["tail", "--from-beginning", "--no-follow"], topics.env())
+    assert tail.returncode == 0
+    assert (
+        "session_started" in tail.stdout
+        and "calculator" in tail.stdout
+        and "epoch 8" in tail.stdout
+    )
+
+
+def test_schemas_export__writes_a_json_schema_per_payload_type(tmp_path: Path) -> None:
+    out = run(["schemas", "export", str(tmp_path)], dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert "envelope.schema.json" in names and "metric.schema.json" in names and len(names) == 10
+    metric = json.loads((tmp_path / "metric.schema.json").read_text())
+    assert "per_layer_grad_norm" in metric["properties"]

@@ -1,0 +1,167 @@
+"""Recording against a real broker: concurrency, a broker crash, forged records."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from aiokafka import AIOKafkaProducer
+from rolltape.producers import Recorder
+from rolltape.schemas import decode, parse_envelope, seal, topic_name
+
+from .conftest import Topics, make_topics, start_managed
+
+pytestmark = pytest.mark.integration
+HERE = Path(__file__).parent
+
+
+def test_two_producer_processes__record_concurrent_sessions_that_read_back_in_order(
+    topics: Topics, tmp_path: Path
+) -> None:
+    sessions, events = 4, 150
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "record_sessions.py"),
+                topics.bootstrap,
+                topics.prefix,
+                str(tmp_path / f"spool-{tag}"),
+                tag,
+                str(sessions),
+                str(events),
+            ],
+        )
+        for tag in ("proc-a", "proc-b")
+    ]
+    assert [p.wait(180) for p in procs] == [0, 0]
+    verifier = topics.verify()
+    reports = verifier.reports()
+    assert not verifier.unattributed
+    by_chain = {(r.session_id, r.stream): r for r in reports}
+    assert len(by_chain) == 2 * sessions * 2
+    for tag in ("proc-a", "proc-b"):
+        for i in range(sessions):
+            ev = by_chain[(f"{tag}-{i}", "events")]
+            tool_pairs = events // 3
+            assert ev.ok and ev.ended
+            assert ev.records == 1 + (events - tool_pairs) + 2 * tool_pairs + 1
+            assert by_chain[(f"{tag}-{i}", "metrics")].records == events
+
+
+def test_broker_killed_mid_session__every_event_arrives_exactly_once_and_in_order(
+    tmp_path: Path,
+) -> None:
+    broker = start_managed(tmp_path / "broker")
+    try:
+        state = broker.state()
+        assert state is not None
+        topics = make_topics(state.bootstrap)
+        recorder = Recorder(
+            state.bootstrap,
+            topic_prefix=topics.prefix,
+            spool_dir=tmp_path / "spool",
+            spool_after_s=1.0,
+        )
+        total = 1500
+        progress = threading.Event()
+
+        def agent() -> None:
+            with recorder.session("survive a crash", session_id="crash-1") as s:
+                for n in range(total):
+                    s.turn("assistant", f"event {n}")
+                    if n == total // 3:
+                        progress.set()
+                    time.sleep(0.004)
+
+        thread = threading.Thread(target=agent)
+        thread.start()
+        assert progress.wait(60)
+        assert broker.kill()
+        time.sleep(3.0)  # the agent keeps recording while the broker is dead
+        broker.start()
+        thread.join(120)
+        result = recorder.flush(120)
+        recorder.close(60)
+        assert result.sealed == total + 2
+        verifier = topics.verify("crash-1")
+        (report,) = verifier.reports()
+        assert report.breaks == ()
+        assert report.records == total + 2 and report.last_seq == total + 1 and report.ended
+        assert result.spooled > 0, "the outage should have been bridged by the spool"
+    finally:
+        broker.stop()
+
+
+def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
+    topics: Topics, tmp_path: Path
+) -> None:
+    recorder = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path)
+    for sid in ("honest-1", "victim-1"):
+        with recorder.session("task", session_id=sid) as s:
+            s.turn("user", "what is the capital of France?")
+            s.turn("assistant", "Paris")
+    recorder.close(30)
+
+    victim = [parse_envelope(r.value) for r in _read(topics, "victim-1")]
+    edited = victim[2].model_dump()
+    edited["payload"]["content"] = "Lyon"  # rewritten answer, old hash kept
+    appended, _ = seal(
+        stream="events",
+        session_id="victim-1",
+        seq=4,
+        ts_ns=victim[-1].ts_ns + 1,
+        type="reward",
+        payload={"value": 1.0, "name": "reward", "components": {}, "source": None},
+        prev_hash=victim[-1].hash,
+        producer=victim[0].producer.model_dump(),
+    )
+
+    async def forge() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=topics.bootstrap)
+        await producer.start()
+        topic = topic_name("events", topics.prefix)
+        await producer.send_and_wait(
+            topic, key=b"victim-1", value=orjson.dumps(edited, option=orjson.OPT_SORT_KEYS)
+        )
+        await producer.send_and_wait(topic, key=b"victim-1", value=appended)
+        await producer.stop()
+
+    import asyncio
+
+    asyncio.run(forge())
+    cli = [sys.executable, "-m", "rolltape.infra", "verify"]
+    bad = subprocess.run(
+        [*cli, "--session", "victim-1", "--json"], env=topics.env(), capture_output=True, text=True
+    )
+    assert bad.returncode == 1, bad.stderr
+    report = decode(bad.stdout)
+    found = {b["kind"] for chain in report["chains"] for b in chain["breaks"]}
+    assert {"tampered", "after_end"} <= found
+    good = subprocess.run(
+        [*cli, "--session", "honest-1"], env=topics.env(), capture_output=True, text=True
+    )
+    assert good.returncode == 0, good.stdout + good.stderr
+    everything = subprocess.run([*cli, "--all"], env=topics.env(), capture_output=True, text=True)
+    assert everything.returncode == 1 and "tampered" in everything.stdout
+
+
+def _read(topics: Topics, session_id: str) -> list:
+    import asyncio
+
+    from rolltape.infra.readback import read_records
+    from rolltape.schemas import Stream
+
+    async def collect() -> list:
+        return [
+            r
+            async for r in read_records(topics.bootstrap, [Stream.EVENTS], prefix=topics.prefix)
+            if r.key == session_id.encode()
+        ]
+
+    return asyncio.run(collect())

@@ -1,0 +1,204 @@
+"""Sealing and verifying chains: every kind of break is reported, every single-byte change caught."""
+
+from __future__ import annotations
+
+import hashlib
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rolltape.schemas import (
+    GENESIS_HASH,
+    BreakKind,
+    ChainVerifier,
+    canonical_bytes,
+    decode,
+    hash_of,
+    parse_envelope,
+    seal,
+)
+
+PRODUCER = {"name": "test", "version": "0", "principal": "tester"}
+
+
+def make_chain(n: int = 5, session_id: str = "s1", end: bool = True) -> list[bytes]:
+    records, prev = [], GENESIS_HASH
+    for seq in range(n):
+        event_type = "session_ended" if end and seq == n - 1 else "turn"
+        payload = (
+            {"status": "completed", "outcome": {}, "error": None}
+            if event_type == "session_ended"
+            else {
+                "role": "user",
+                "content": f"message {seq} ✓",
+                "reasoning": None,
+                "token_ids": None,
+            }
+        )
+        record, prev = seal(
+            stream="events",
+            session_id=session_id,
+            seq=seq,
+            ts_ns=10**18 + seq,
+            type=event_type,
+            payload=payload,
+            prev_hash=prev,
+            producer=PRODUCER,
+        )
+        records.append(record)
+    return records
+
+
+def kinds(records: list[bytes]) -> list[BreakKind]:
+    verifier = ChainVerifier()
+    for i, record in enumerate(records):
+        verifier.add(record, position=str(i))
+    found = [b.kind for r in verifier.reports() for b in r.breaks]
+    return found + [b.kind for b in verifier.unattributed]
+
+
+def test_seal__splices_the_hash_into_exactly_the_canonical_bytes_of_the_envelope() -> None:
+    for record in make_chain():
+        obj = decode(record)
+        assert canonical_bytes(obj) == record
+        assert (
+            obj["hash"]
+            == hashlib.sha256(
+                canonical_bytes({k: v for k, v in obj.items() if k != "hash"})
+            ).hexdigest()
+        )
+        assert hash_of(obj) == obj["hash"]
+        assert parse_envelope(record).to_record() == record
+
+
+def test_verify__an_intact_chain_has_no_breaks_and_is_ended() -> None:
+    verifier = ChainVerifier()
+    for record in make_chain():
+        verifier.add(record)
+    (report,) = verifier.reports()
+    assert report.ok and report.ended and report.records == 5 and report.last_seq == 4
+
+
+def test_verify__a_missing_record_is_a_gap() -> None:
+    chain = make_chain()
+    assert kinds(chain[:2] + chain[3:]) == [BreakKind.GAP]
+
+
+def test_verify__a_late_record_is_reordered_not_a_gap() -> None:
+    chain = make_chain()
+    assert kinds([chain[0], chain[2], chain[1], chain[3], chain[4]]) == [BreakKind.REORDERED]
+
+
+def test_verify__the_same_record_twice_is_a_duplicate() -> None:
+    chain = make_chain()
+    assert kinds([*chain[:3], chain[2], *chain[3:]]) == [BreakKind.DUPLICATE]
+
+
+def test_verify__edited_content_with_the_old_hash_is_tampered() -> None:
+    chain = make_chain()
+    chain[2] = chain[2].replace(b"message 2", b"message X")
+    assert kinds(chain) == [BreakKind.TAMPERED]
+
+
+def test_verify__a_forged_record_with_a_recomputed_hash_breaks_the_next_link() -> None:
+    chain = make_chain()
+    obj = decode(chain[2])
+    obj["payload"]["content"] = "forged"
+    forged, _ = seal(
+        **{
+            k: obj[k]
+            for k in (
+                "stream",
+                "session_id",
+                "seq",
+                "ts_ns",
+                "type",
+                "payload",
+                "prev_hash",
+                "producer",
+            )
+        }
+    )
+    chain[2] = forged
+    assert kinds(chain) == [BreakKind.BROKEN_LINK]
+
+
+def test_verify__a_second_record_for_a_seq_is_a_fork() -> None:
+    chain = make_chain()
+    other = make_chain()
+    obj = decode(other[1])
+    obj["payload"]["content"] = "other"
+    fork, _ = seal(
+        **{
+            k: obj[k]
+            for k in (
+                "stream",
+                "session_id",
+                "seq",
+                "ts_ns",
+                "type",
+                "payload",
+                "prev_hash",
+                "producer",
+            )
+        }
+    )
+    assert kinds([*chain, fork]) == [BreakKind.FORK]
+
+
+def test_verify__a_record_appended_after_session_ended_is_reported() -> None:
+    chain = make_chain(4)
+    extra, _ = seal(
+        stream="events",
+        session_id="s1",
+        seq=4,
+        ts_ns=1,
+        type="turn",
+        payload={"role": "user", "content": "late"},
+        prev_hash=decode(chain[-1])["hash"],
+        producer=PRODUCER,
+    )
+    assert kinds([*chain, extra]) == [BreakKind.AFTER_END]
+
+
+def test_verify__garbage_and_unknown_versions_are_unattributed_breaks() -> None:
+    assert kinds([b"\xff\x00not json", b'{"v": 2}', b"[]"]) == [
+        BreakKind.UNPARSEABLE,
+        BreakKind.UNKNOWN_VERSION,
+        BreakKind.UNPARSEABLE,
+    ]
+
+
+def test_verify__reserialised_bytes_are_not_canonical() -> None:
+    chain = make_chain()
+    chain[1] = chain[1].replace(b'"seq":1', b'"seq": 1')
+    assert kinds(chain) == [BreakKind.NOT_CANONICAL]
+
+
+def test_verify__bad_genesis_and_wrong_key_are_reported() -> None:
+    record, _ = seal(
+        stream="events",
+        session_id="s9",
+        seq=0,
+        ts_ns=1,
+        type="turn",
+        payload={"role": "user", "content": "x"},
+        prev_hash="1" * 64,
+        producer=PRODUCER,
+    )
+    verifier = ChainVerifier()
+    verifier.add(record, key=b"someone-else", expected_stream="metrics")
+    found = sorted(b.kind for r in verifier.reports() for b in r.breaks)
+    assert found == sorted([BreakKind.BAD_GENESIS, BreakKind.MISROUTED, BreakKind.MISROUTED])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_verify__any_single_byte_change_in_a_chain_is_detected(data: st.DataObject) -> None:
+    chain = make_chain(4)
+    index = data.draw(st.integers(0, len(chain) - 1))
+    record = bytearray(chain[index])
+    pos = data.draw(st.integers(0, len(record) - 1))
+    new = data.draw(st.integers(0, 255).filter(lambda b: b != record[pos]))
+    record[pos] = new
+    chain[index] = bytes(record)
+    assert kinds(chain), f"byte {pos} of record {index} changed to {new} went unnoticed"

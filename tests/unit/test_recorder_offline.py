@@ -1,0 +1,96 @@
+"""The recorder without a broker: nothing blocks, nothing is lost, bad events are named."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from rolltape.producers import EventsRejectedError, Recorder, RecorderClosedError
+from rolltape.producers._spool import Spool
+from rolltape.schemas import ChainVerifier
+
+
+def drain(spool_dir: Path) -> list[bytes]:
+    spool = Spool(spool_dir, 1 << 30)
+    out = []
+    while not spool.empty:
+        batch, token = spool.read(1000)
+        out += [value for _, _, value in batch]
+        spool.commit(token)
+    spool.close()
+    return out
+
+
+def test_recorder__without_a_broker_spools_every_event_as_a_verifiable_chain(
+    tmp_path: Path,
+) -> None:
+    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
+    with recorder.session("offline task", session_id="offline-1") as s:
+        s.turn("user", "hello")
+        cid = s.tool_call("search", {"q": "x"})
+        s.tool_result(cid, "nothing found", success=False, error="empty")
+    result = recorder.flush(10)
+    assert result.spooled == 5 and result.acked == 0 and result.mode == "spool"
+    recorder.close(5)
+    verifier = ChainVerifier()
+    for value in drain(tmp_path):
+        verifier.add(value)
+    (report,) = verifier.reports()
+    assert report.ok and report.ended and report.records == 5
+
+
+def test_recorder__an_invalid_event_is_rejected_by_name_and_the_chain_skips_no_seq(
+    tmp_path: Path,
+) -> None:
+    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
+    s = recorder.session("task", session_id="bad-1")
+    s.turn("robot", "hi")  # type: ignore[arg-type]  # not a role
+    s.metric(1, train_loss="very high")
+    s.turn("user", "fine")
+    with pytest.raises(EventsRejectedError) as info:
+        recorder.flush(10)
+    assert [r.type for r in info.value.rejected] == ["turn", "metric"]
+    assert "role" in str(info.value) and info.value.path is not None and info.value.path.exists()
+    s.end()
+    recorder.close(5)
+    verifier = ChainVerifier()
+    for value in drain(tmp_path):
+        verifier.add(value)
+    assert all(r.ok for r in verifier.reports())
+
+
+def test_session__records_nothing_after_it_ended(tmp_path: Path) -> None:
+    recorder = Recorder(None, spool_dir=tmp_path)
+    s = recorder.session("task")
+    s.end("interrupted")
+    with pytest.raises(RecorderClosedError):
+        s.turn("user", "too late")
+    recorder.close(5)
+    with pytest.raises(RecorderClosedError):
+        recorder.session("again")
+
+
+def test_session__as_a_context_manager_ends_failed_with_the_error(tmp_path: Path) -> None:
+    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
+    with pytest.raises(ZeroDivisionError), recorder.session("task", session_id="boom-1"):
+        _ = 1 / 0
+    recorder.close(5)
+    from rolltape.schemas import parse_envelope
+
+    last = parse_envelope(drain(tmp_path)[-1])
+    assert last.type == "session_ended"
+    assert last.payload["status"] == "failed" and "ZeroDivisionError" in last.payload["error"]
+
+
+def test_recorder__async_code_records_and_flushes_without_blocking_the_loop(tmp_path: Path) -> None:
+    async def agent() -> int:
+        recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
+        async with recorder.session("async task", session_id="async-1") as s:
+            for i in range(100):
+                s.turn("assistant", f"step {i}")
+        result = await recorder.aflush(10)
+        await recorder.aclose(5)
+        return result.spooled
+
+    assert asyncio.run(agent()) == 102
