@@ -16,6 +16,7 @@ import uuid
 from typing import Any
 
 from pydantic import BaseModel
+
 from rolltape.infra.broker import managed_broker
 from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings

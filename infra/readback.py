@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+
 from rolltape.schemas import ChainVerifier, Stream, stream_of_topic, topic_name
 
 

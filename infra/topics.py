@@ -12,6 +12,7 @@ from enum import StrEnum
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from pydantic import BaseModel
+
 from rolltape.infra.settings import Settings
 from rolltape.schemas import TOPIC_SPECS, topic_name
 

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel
+
 from rolltape.producers._errors import (
     BacklogFullError,
     EventsRejectedError,

@@ -6,12 +6,14 @@ a deque append. Two coroutines share the loop:
 - the *chainer* takes queued events in order, validates payloads, assigns seq and prev_hash per
   (stream, session) chain and seals records; sealed records go to the outbox, or to the spool
   once the broker has stopped acknowledging (spool mode);
-- the *feeder* hands outbox records to an idempotent aiokafka producer (acks=all) and, when
-  nothing is in flight, drains the spool in order, then returns to direct mode.
+- the *feeder* packs outbox records into one record batch per partition and hands them to an
+  idempotent aiokafka producer (acks=all); when nothing is in flight it drains the spool in order,
+  then returns to direct mode.
 
-Order per session holds because the spool is drained only after every earlier record was
-acknowledged, and records of one session share a key, hence a partition. The idempotent producer
-retries in-flight batches across a broker restart without duplicating them.
+Order per session holds because records of one session share a key, hence a partition, batches
+of a partition are appended in order, and the spool is drained only after every earlier record
+was acknowledged. The idempotent producer retries in-flight batches across a broker restart
+without duplicating them (aiokafka never expires idempotent batches).
 """
 
 from __future__ import annotations
@@ -29,13 +31,17 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
-from pydantic import BaseModel, ValidationError
-from rolltape.producers._errors import RejectedEvent
+from aiokafka.partitioner import DefaultPartitioner
+from pydantic import ValidationError
+
+from rolltape.producers._errors import RejectedEvent, SpoolFullError
 from rolltape.producers._spool import Spool, SpooledRecord
 from rolltape.schemas import (
     GENESIS_HASH,
     PAYLOAD_MODELS,
     CanonicalEncodingError,
+    ProducerInfo,
+    Stream,
     seal,
     topic_name,
 )
@@ -44,6 +50,15 @@ log = logging.getLogger("rolltape.producers")
 
 #: (session_id, stream, type, payload, ts_ns)
 QueuedEvent = tuple[str, str, str, dict[str, Any], int]
+#: (topic, key, value)
+Record = tuple[str, bytes, bytes]
+
+# Validate and dump through pydantic-core directly: half the cost of model_validate/model_dump.
+_CODECS = {
+    name: (model.__pydantic_validator__, model.__pydantic_serializer__)
+    for name, model in PAYLOAD_MODELS.items()
+}
+_partitioner = DefaultPartitioner()
 
 
 class Barrier:
@@ -72,66 +87,76 @@ class SenderConfig:
     spool_dir: Path
     spool_max_bytes: int
     spool_after_s: float = 2.0
-    """How long without an acknowledgement, with records in flight, before new records spool."""
-    outbox_limit: int = 50_000
+    """How long without an acknowledgement, with records waiting, before new records spool."""
+    outbox_limit: int = 20_000
+    """Sealed records waiting for the producer; past it the chainer pauses (the queue absorbs)."""
     max_record_bytes: int = 1_000_000
     linger_ms: int = 5
-    max_batch_bytes: int = 512 * 1024
+    max_batch_bytes: int = 1_048_000
     chain_batch: int = 2_000
+    send_chunk: int = 5_000
 
 
-_Outgoing = tuple[str, bytes, bytes] | Barrier
+_Outgoing = Record | Barrier
 
 
 class Sender:
-    """Owns the background thread. Public methods are called from the recording threads."""
+    """Owns the background thread. `wake`, `stop` and the fields are used from recording threads."""
 
     def __init__(
         self, config: SenderConfig, queue: collections.deque[QueuedEvent | Barrier]
     ) -> None:
+        # Checked once here so that seal can write it as is on every record.
+        config.producer_info = ProducerInfo.model_validate(config.producer_info).model_dump()
         self.config = config
         self.queue = queue
         self.stats = SenderStats()
         self.error: BaseException | None = None
         """A condition the hot path must raise (spool full); cleared when it passes."""
         self.idle = False
+        self.stop_grace_s = 10.0
         self._loop = asyncio.new_event_loop()
         self._wake = asyncio.Event()
         self._feed = asyncio.Event()
         self._chains: dict[tuple[str, str], tuple[int, str]] = {}
         self._outbox: collections.deque[_Outgoing] = collections.deque()
-        # In-flight records by future, in send order: on a stop with the broker away they are
-        # spooled (a possible duplicate, dropped downstream by event id, beats a loss).
-        self._inflight: dict[asyncio.Future[Any], tuple[str, bytes, bytes]] = {}
-        self._last_ack = time.monotonic()
+        # In-flight batches by future, with their records in send order: on a stop with the
+        # broker away they are spooled (a possible duplicate, dropped downstream by event id,
+        # beats a loss).
+        self._inflight: dict[asyncio.Future[Any], list[Record]] = {}
+        self._partitions: dict[str, list[int]] = {}
+        self._topics = {s.value: topic_name(s, config.topic_prefix) for s in Stream}
+        self._key_partition: dict[tuple[str, bytes], int] = {}
+        self._last_progress = time.monotonic()
         self._spool_mode = False
         self._stopping = False
-        self._producer: Any = None
+        self._stop_started: float | None = None
+        self._producer: AIOKafkaProducer | None = None
         self.spool = Spool(config.spool_dir, config.spool_max_bytes)
-        self._rejected_path = config.spool_dir / "rejected.jsonl"
+        self.rejected_path = config.spool_dir / "rejected.jsonl"
         self._thread = threading.Thread(target=self._run, name="rolltape-sender", daemon=True)
         self._done = threading.Event()
         self._thread.start()
 
     # -- called from recording threads --------------------------------------------------------
     def wake(self) -> None:
-        self._loop.call_soon_threadsafe(self._wake.set)
+        with contextlib.suppress(RuntimeError):  # loop already closed: nothing left to wake
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     def stop(self, timeout_s: float) -> None:
-        """Stop after the queue is sealed; in-flight records get `timeout_s` to be acknowledged."""
+        """Seal what is queued, give in-flight records `timeout_s` to be acknowledged, spool the
+        rest, and end the thread."""
 
-        def _begin() -> None:
+        def begin() -> None:
             self._stopping = True
             self._wake.set()
             self._feed.set()
 
+        self.stop_grace_s = timeout_s
         if not self._done.is_set():
-            self._loop.call_soon_threadsafe(_begin)
-            self._thread.join(timeout_s + 15)
-
-    @property
-    def rejected_path(self) -> Path:
-        return self._rejected_path
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(begin)
+            self._thread.join(timeout_s + 30)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -158,16 +183,17 @@ class Sender:
     async def _chainer(self) -> None:
         queue = self.queue
         while True:
-            if not queue:
-                if self._stopping:
+            self._check_stall()
+            if not queue or (len(self._outbox) > self.config.outbox_limit and not self._spool_mode):
+                if self._stopping and not queue:
                     return
                 self.idle = True
-                if not queue:  # re-check after publishing idle: see Recorder._enqueue
+                if not queue or len(self._outbox) > self.config.outbox_limit:
+                    # Re-check after publishing idle: see Recorder._enqueue.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._wake.wait(), 0.1)
+                        await asyncio.wait_for(self._wake.wait(), 0.05)
                     self._wake.clear()
                 self.idle = False
-                self._check_stall()
                 continue
             sealed: list[_Outgoing] = []
             for _ in range(min(len(queue), self.config.chain_batch)):
@@ -178,7 +204,6 @@ class Sender:
                     record = self._seal(item)
                     if record is not None:
                         sealed.append(record)
-            self._check_stall()
             if self._spool_mode:
                 self._to_spool(sealed)
             else:
@@ -186,12 +211,14 @@ class Sender:
                 self._feed.set()
             await asyncio.sleep(0)
 
-    def _seal(self, item: QueuedEvent) -> tuple[str, bytes, bytes] | None:
+    def _seal(self, item: QueuedEvent) -> Record | None:
         session_id, stream, event_type, payload, ts_ns = item
+        key = (stream, session_id)
         try:
-            model: type[BaseModel] = PAYLOAD_MODELS[event_type]
-            clean = model.model_validate(payload).model_dump(mode="python")
-            key = (stream, session_id)
+            codec = _CODECS.get(event_type)
+            if codec is None:
+                raise ValueError(f"unknown event type {event_type!r}")
+            clean = codec[1].to_python(codec[0].validate_python(payload))
             seq, prev = self._chains.get(key, (0, GENESIS_HASH))
             record, digest = seal(
                 stream=stream,
@@ -208,8 +235,8 @@ class Sender:
                     f"record is {len(record)} bytes, over the {self.config.max_record_bytes}-byte "
                     "limit; store large content elsewhere and record a reference"
                 )
-        except (ValidationError, CanonicalEncodingError, ValueError, KeyError) as exc:
-            self._reject(item, str(exc))
+        except (ValidationError, CanonicalEncodingError, ValueError) as exc:
+            self._reject(session_id, stream, event_type, payload, str(exc))
             return None
         if event_type == "session_ended":
             for chain in [k for k in self._chains if k[1] == session_id]:
@@ -217,10 +244,11 @@ class Sender:
         else:
             self._chains[key] = (seq + 1, digest)
         self.stats.sealed += 1
-        return topic_name(stream, self.config.topic_prefix), session_id.encode(), record
+        return self._topics[stream], session_id.encode(), record
 
-    def _reject(self, item: QueuedEvent, reason: str) -> None:
-        session_id, stream, event_type, payload, _ = item
+    def _reject(
+        self, session_id: str, stream: str, event_type: str, payload: Any, reason: str
+    ) -> None:
         event = RejectedEvent(
             session_id=session_id,
             stream=stream,
@@ -230,31 +258,30 @@ class Sender:
         )
         self.stats.rejected += 1
         self.stats.rejected_events.append(event)
-        with open(self._rejected_path, "ab") as f:  # nothing handed to us is silently dropped
+        with open(self.rejected_path, "ab") as f:  # nothing handed to us is silently dropped
             f.write(event.model_dump_json().encode() + b"\n")
 
-    def _reject_record(self, record: tuple[str, bytes, bytes], reason: str) -> None:
-        topic, key, value = record
-        envelope = orjson.loads(value)
+    def _reject_record(self, record: Record, reason: str) -> None:
+        envelope = orjson.loads(record[2])
         self._reject(
-            (key.decode(), envelope.get("stream", topic), envelope.get("type", "?"), envelope, 0),
+            record[1].decode(),
+            envelope.get("stream", record[0]),
+            envelope.get("type", "?"),
+            envelope,
             reason,
         )
 
     def _check_stall(self) -> None:
+        """Enter spool mode when records wait and the broker has not made progress for a while."""
         if self._spool_mode:
             return
-        stalled = (
-            (
-                self._producer is None
-                and (self._outbox or self.queue)
-                and time.monotonic() - self._last_ack > self.config.spool_after_s
+        waiting = bool(self._inflight or self._outbox or (self._producer is None and self.queue))
+        if waiting and time.monotonic() - self._last_progress > self.config.spool_after_s:
+            log.warning(
+                "the broker has not acknowledged for %.1fs; spooling records to %s",
+                time.monotonic() - self._last_progress,
+                self.spool.directory,
             )
-            or (self._inflight and time.monotonic() - self._last_ack > self.config.spool_after_s)
-            or len(self._outbox) > self.config.outbox_limit
-        )
-        if stalled:
-            log.warning("broker not acknowledging; spooling records to %s", self.spool.directory)
             self._spool_mode = True
             self.stats.mode = "spool"
             pending = list(self._outbox)
@@ -276,18 +303,16 @@ class Sender:
     def _spool_records(self, records: list[SpooledRecord]) -> None:
         if not records:
             return
-        size = sum(len(t) + len(k) + len(v) + 12 for t, k, v in records)
-        if not self.spool.has_room(size):
-            # Keep them in memory (in order, ahead of anything newer) and refuse new events.
-            from rolltape.producers._errors import SpoolFullError
-
+        if self._outbox or not self.spool.has_room(sum(len(r[2]) + 64 for r in records)):
+            # Keep them in memory, in order behind what already waits, and refuse new events.
             self.error = SpoolFullError(
                 f"the spool in {self.spool.directory} holds {self.spool.unread_bytes} bytes, its "
                 f"limit (ROLLTAPE_SPOOL_MAX_BYTES={self.spool.max_bytes}); the broker at "
                 f"{self.config.bootstrap} has not acknowledged for "
-                f"{time.monotonic() - self._last_ack:.0f}s. Restore the broker or raise the limit."
+                f"{time.monotonic() - self._last_progress:.0f}s. Restore the broker or raise "
+                "the limit."
             )
-            self._outbox.extendleft(reversed(records))
+            self._outbox.extend(records)
             return
         self.spool.append(records)
         self.stats.spooled += len(records)
@@ -314,7 +339,7 @@ class Sender:
             acks="all",
             linger_ms=self.config.linger_ms,
             max_batch_size=self.config.max_batch_bytes,
-            max_request_size=self.config.max_record_bytes + 4096,
+            max_request_size=self.config.max_batch_bytes + 64 * 1024,
             request_timeout_ms=30_000,
             retry_backoff_ms=200,
             client_id="rolltape-recorder",
@@ -333,28 +358,22 @@ class Sender:
     async def _feeder(self) -> None:
         backoff = 0.2
         while True:
+            if self._stopping and self._stop_deadline_passed():
+                break
             if self._producer is None:
                 if (
                     self._stopping
                     and not self._outbox
-                    and (self.spool.empty or self.config.bootstrap is None)
+                    and (self.spool.empty or not self.config.bootstrap)
                 ):
                     break
-                if await self._start_producer():
-                    backoff = 0.2
+                if not await self._start_producer():
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    self._check_stall()
                     continue
-                if self._stopping and self._stop_deadline_passed():
-                    break
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-                self._check_stall()
-                continue
             if self._outbox:
-                item = self._outbox.popleft()
-                if isinstance(item, Barrier):
-                    self._settle_barrier(item)
-                else:
-                    await self._send(item)
+                await self._send_outbox()
                 continue
             if not self.spool.empty and not self._inflight:
                 await self._drain_spool_chunk()
@@ -367,12 +386,18 @@ class Sender:
                 continue
             if self._stopping and not self._inflight and not self.queue:
                 break
-            if self._stopping and self._stop_deadline_passed():
-                break
             self._feed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._feed.wait(), 0.1)
-        unacked = [r for f, r in self._inflight.items() if not f.done()]
+        await self._shutdown()
+
+    def _stop_deadline_passed(self) -> bool:
+        if self._stop_started is None:
+            self._stop_started = time.monotonic()
+        return time.monotonic() - self._stop_started > self.stop_grace_s
+
+    async def _shutdown(self) -> None:
+        unacked = [r for f, records in self._inflight.items() if not f.done() for r in records]
         leftover = [i for i in self._outbox if not isinstance(i, Barrier)]
         if unacked or leftover:
             log.warning(
@@ -391,52 +416,100 @@ class Sender:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._producer.stop(), 5)
 
-    _stop_started: float | None = None
+    async def _send_outbox(self) -> None:
+        records: list[Record] = []
+        while self._outbox and len(records) < self.config.send_chunk:
+            item = self._outbox.popleft()
+            if isinstance(item, Barrier):
+                if records:
+                    self._outbox.appendleft(item)
+                    break
+                self._settle_barrier(item)
+                continue
+            records.append(item)
+        if records:
+            unsent = await self._send_records(records)
+            self._outbox.extendleft(reversed(unsent))
 
-    def _stop_deadline_passed(self) -> bool:
-        if self._stop_started is None:
-            self._stop_started = time.monotonic()
-        return time.monotonic() - self._stop_started > self.stop_grace_s
+    async def _partition(self, topic: str, key: bytes) -> int:
+        cached = self._key_partition.get((topic, key))
+        if cached is not None:
+            return cached
+        partitions = self._partitions.get(topic)
+        if partitions is None:
+            assert self._producer is not None
+            partitions = sorted(await self._producer.partitions_for(topic))
+            self._partitions[topic] = partitions
+        # The Java client's murmur2 partitioning, so every producer puts a session on one partition.
+        partition = int(_partitioner(key, partitions, partitions))
+        if len(self._key_partition) > 100_000:
+            self._key_partition.clear()
+        self._key_partition[(topic, key)] = partition
+        return partition
 
-    stop_grace_s: float = 10.0
+    async def _send_records(self, records: list[Record]) -> list[Record]:
+        """Pack records into one batch per partition and hand them over in order.
 
-    async def _send(self, record: tuple[str, bytes, bytes]) -> asyncio.Future[Any] | None:
-        """Hand one record to the producer; None (and the record back at the head of the outbox)
-        when the producer could not take it in time."""
-        topic, key, value = record
+        Returns the records the producer did not take (buffer full for request_timeout: the
+        broker is away); the caller keeps them, in order, ahead of anything newer.
+        """
+        producer = self._producer
+        assert producer is not None
+        groups: dict[tuple[str, int], list[Record]] = {}
         try:
-            fut: asyncio.Future[Any] = await self._producer.send(topic, value=value, key=key)
-        except Exception as exc:  # buffer full for request_timeout: the broker is away
-            log.info("producer did not take a record (%r); retrying", exc)
-            self._outbox.appendleft(record)
-            return None
-        self._inflight[fut] = record
-        fut.add_done_callback(self._acked)
-        return fut
+            for record in records:
+                tp = (record[0], await self._partition(record[0], record[1]))
+                groups.setdefault(tp, []).append(record)
+        except Exception as exc:  # metadata unavailable: the broker is away
+            log.info("no partition metadata yet (%r)", exc)
+            return records
+        ordered = list(groups.items())
+        for index, ((topic, partition), group) in enumerate(ordered):
+            start = 0
+            while start < len(group):
+                builder = producer.create_batch()
+                end = start
+                while end < len(group) and builder.append(
+                    key=group[end][1], value=group[end][2], timestamp=None
+                ):
+                    end += 1
+                if end == start:
+                    self._reject_record(group[start], "record does not fit in one batch")
+                    start += 1
+                    continue
+                try:
+                    fut = await producer.send_batch(builder, topic, partition=partition)
+                except Exception as exc:
+                    log.info("the producer did not take a batch (%r); will retry", exc)
+                    rest = group[start:] + [r for _, g in ordered[index + 1 :] for r in g]
+                    return rest
+                self._inflight[fut] = group[start:end]
+                fut.add_done_callback(self._acked)
+                start = end
+        return []
 
     def _acked(self, fut: asyncio.Future[Any]) -> None:
+        records = self._inflight.pop(fut, [])
         if fut.cancelled():
             return
-        record = self._inflight.pop(fut, None)
         exc = fut.exception()
         if exc is None:
-            self.stats.acked += 1
-            self._last_ack = time.monotonic()
-        elif record is not None:
-            # Not retriable (the idempotent producer retries everything else): keep the record.
-            log.error("the broker refused a record: %r", exc)
+            self.stats.acked += len(records)
+            self._last_progress = time.monotonic()
+            return
+        # Not retriable (the idempotent producer retries everything else): keep the records.
+        log.error("the broker refused %d record(s): %r", len(records), exc)
+        for record in records:
             self._reject_record(record, f"broker refused the record: {exc!r}")
 
     async def _drain_spool_chunk(self) -> None:
-        records, token = self.spool.read(2_000)
-        futures = []
-        for record in records:
-            fut = await self._send(record)
-            if fut is None:  # _send put it in the outbox; the spool keeps it too: take it back
-                self._outbox.popleft()
-                break
-            futures.append(fut)
+        records, token = self.spool.read(self.config.send_chunk)
+        if not records:
+            self.spool.commit(token)
+            return
+        unsent = await self._send_records(records)
+        futures = list(self._inflight)
         results = await asyncio.gather(*futures, return_exceptions=True)
-        if len(futures) < len(records) or any(isinstance(r, BaseException) for r in results):
-            return  # cursor stays; the chunk is sent again when the producer recovers
+        if unsent or any(isinstance(r, BaseException) for r in results):
+            return  # the cursor stays; the chunk is sent again when the producer recovers
         self.spool.commit(token)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+
 from rolltape.schemas._errors import CanonicalEncodingError
 
 INT_MIN = -(2**63)
@@ -38,7 +39,18 @@ def _float_token(value: float) -> str | orjson.Fragment:
     return POS_INF if value > 0 else NEG_INF
 
 
-def _prepare(value: Any, path: str) -> Any:
+class _NoCanonicalForm(Exception):
+    """Raised deep in the walk; collects the path on the way out so the hot path builds none."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        self.path: list[str] = []
+
+    def where(self) -> str:
+        return "$" + "".join(reversed(self.path))
+
+
+def _prepare(value: Any) -> Any:
     """Return a copy orjson can write canonically; reject what has no canonical form."""
     kind = type(value)
     if kind is str or kind is bool or value is None:
@@ -46,8 +58,8 @@ def _prepare(value: Any, path: str) -> Any:
     if kind is int:
         if INT_MIN <= value <= INT_MAX:
             return value
-        raise CanonicalEncodingError(
-            f"{path}: integer {value} is outside the signed 64-bit range; send it as a string"
+        raise _NoCanonicalForm(
+            f"integer {value} is outside the signed 64-bit range; send it as a string"
         )
     if kind is float:
         return _float_token(value)
@@ -55,11 +67,19 @@ def _prepare(value: Any, path: str) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if type(key) is not str:
-                raise CanonicalEncodingError(f"{path}: object key {key!r} is not a string")
-            out[key] = _prepare(item, f"{path}.{key}")
+                raise _NoCanonicalForm(f"object key {key!r} is not a string")
+            item_kind = type(item)
+            if item_kind is str or item is None or item_kind is bool:
+                out[key] = item
+                continue
+            try:
+                out[key] = _prepare(item)
+            except _NoCanonicalForm as exc:
+                exc.path.append(f".{key}")
+                raise
         return out
     if kind is list or kind is tuple:
-        return [_prepare(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return _prepare_items(value)
     # Subclasses (StrEnum, IntEnum, numpy scalars that subclass float) after the exact checks,
     # which keep the common path cheap.
     if isinstance(value, bool):
@@ -67,20 +87,39 @@ def _prepare(value: Any, path: str) -> Any:
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, int):
-        return _prepare(int(value), path)
+        return _prepare(int(value))
     if isinstance(value, float):
         return _float_token(float(value))
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
-        return [_prepare(item, f"{path}[{i}]") for i, item in enumerate(value)]
-    raise CanonicalEncodingError(
-        f"{path}: {type(value).__name__} has no canonical JSON form; "
+        return _prepare_items(value)
+    raise _NoCanonicalForm(
+        f"{type(value).__name__} has no canonical JSON form; "
         "convert it to str, int, float, bool, None, list or dict first"
     )
 
 
+def _prepare_items(value: Sequence[Any]) -> list[Any]:
+    out = []
+    for i, item in enumerate(value):
+        try:
+            out.append(_prepare(item))
+        except _NoCanonicalForm as exc:
+            exc.path.append(f"[{i}]")
+            raise
+    return out
+
+
+def prepare(value: Any) -> Any:
+    """`value` made ready for `orjson.dumps(..., option=OPT_SORT_KEYS)` to write canonically."""
+    try:
+        return _prepare(value)
+    except _NoCanonicalForm as exc:
+        raise CanonicalEncodingError(f"{exc.where()}: {exc.message}") from None
+
+
 def canonical_bytes(value: Any) -> bytes:
     """Encode a JSON-like value in rolltape's canonical form (see docs/canonical-encoding.md)."""
-    prepared = _prepare(value, "$")
+    prepared = prepare(value)
     try:
         return orjson.dumps(prepared, option=_OPTS)
     except orjson.JSONEncodeError as exc:  # lone surrogates, recursion depth

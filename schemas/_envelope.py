@@ -10,8 +10,10 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from rolltape.schemas._canonical import canonical_bytes, decode
+
+from rolltape.schemas._canonical import INT_MAX, INT_MIN, canonical_bytes, decode, prepare
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
 from rolltape.schemas._payloads import parse_payload
 
@@ -69,12 +71,32 @@ def hash_of(body: Mapping[str, Any]) -> str:
 
 def raw_event_id(stream: str, session_id: str, seq: int) -> str:
     """The id of an event a producer recorded: a function of its chain position only, so a
-    resent copy has the same id and consumers can drop it."""
-    key = canonical_bytes([stream, session_id, seq])
+    resent copy has the same id and consumers can drop it.
+
+    It is `sha256(canonical([stream, session_id, seq]))[:32]`; the bytes are written by hand
+    because stream names and session ids (SESSION_ID_PATTERN) never need escaping.
+    """
+    key = f'["{stream}","{session_id}",{seq}]'.encode()
     return hashlib.sha256(key).hexdigest()[:32]
 
 
 _PAYLOAD_SPLICE = b',"payload":'
+
+
+_checked_producers: dict[int, Mapping[str, Any]] = {}
+
+
+def _plain_strings(mapping: Mapping[str, Any]) -> bool:
+    """True when the producer mapping needs no walk. A recorder passes the same dict for every
+    record, so the answer is remembered by identity (the dict is kept alive by the cache)."""
+    if _checked_producers.get(id(mapping)) is mapping:
+        return True
+    if type(mapping) is dict and all(type(v) is str for v in mapping.values()):
+        if len(_checked_producers) > 1024:
+            _checked_producers.clear()
+        _checked_producers[id(mapping)] = mapping
+        return True
+    return False
 
 
 def seal(
@@ -96,6 +118,9 @@ def seal(
     sits right before `payload`, and `,"payload":` cannot occur earlier because the only values
     before it (causes, event_id) are strings, whose quotes are always escaped.
     """
+    if not (0 <= seq <= INT_MAX and INT_MIN <= ts_ns <= INT_MAX):
+        raise CanonicalEncodingError(f"seq {seq} or ts_ns {ts_ns} outside the signed 64-bit range")
+    # Only the payload needs the full walk: every other field has a fixed JSON type.
     body = {
         "v": SCHEMA_VERSION,
         "stream": stream,
@@ -105,11 +130,14 @@ def seal(
         "type": type,
         "event_id": event_id if event_id is not None else raw_event_id(stream, session_id, seq),
         "causes": list(causes),
-        "producer": producer,
-        "payload": payload,
+        "producer": producer if _plain_strings(producer) else prepare(producer),
+        "payload": prepare(payload),
         "prev_hash": prev_hash,
     }
-    hashed = canonical_bytes(body)
+    try:
+        hashed = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:
+        raise CanonicalEncodingError(f"$: {exc}") from exc
     digest = hashlib.sha256(hashed).hexdigest()
     at = hashed.index(_PAYLOAD_SPLICE)
     record = b"".join((hashed[:at], b',"hash":"', digest.encode("ascii"), b'"', hashed[at:]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+
 from rolltape.schemas._envelope import Envelope
 from rolltape.schemas._payloads import PAYLOAD_MODELS
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from rolltape.schemas._errors import PayloadError
 
 RuleId = Literal["R1", "R2", "R3", "R4", "R5", "R6", "R7"]

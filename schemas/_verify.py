@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
+
 from rolltape.schemas._canonical import canonical_bytes, decode
 from rolltape.schemas._envelope import GENESIS_HASH, SCHEMA_VERSION, envelope_from_mapping
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+
 from rolltape.schemas import GENESIS_HASH, canonical_bytes, seal
 
 VALUES: list[tuple[str, Any]] = [

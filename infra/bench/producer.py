@@ -24,6 +24,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
+
 from rolltape.producers import Recorder
 
 CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
@@ -48,6 +49,7 @@ class ProducerBench(BaseModel):
     recorder_until_acked_s: float
     raw_aiokafka_events_per_s: float
     throughput_ratio: float
+    raw_batches_events_per_s: float
     repeats: int
 
 
@@ -150,6 +152,37 @@ async def _raw_aiokafka(bootstrap: str, topic: str, events: int, size: int) -> f
         await producer.stop()
 
 
+async def _raw_aiokafka_batches(bootstrap: str, topic: str, events: int, size: int) -> float:
+    """The ceiling of the Python client here: pre-encoded values packed with create_batch."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+        max_batch_size=1_048_000,
+        max_request_size=1_200_000,
+    )
+    await producer.start()
+    try:
+        value = os.urandom(size // 2).hex().encode()
+        partitions = sorted(await producer.partitions_for(topic))
+        t0 = time.perf_counter()
+        futures = []
+        sent = 0
+        while sent < events:
+            for partition in partitions:
+                builder = producer.create_batch()
+                while sent < events and builder.append(key=b"k", value=value, timestamp=None):
+                    sent += 1
+                futures.append(await producer.send_batch(builder, topic, partition=partition))
+                if sent >= events:
+                    break
+        await asyncio.gather(*futures)
+        return time.perf_counter() - t0
+    finally:
+        await producer.stop()
+
+
 def run_producer_bench(
     bootstrap: str, prefix: str, *, calls: int = 200_000, events: int = 200_000, repeats: int = 3
 ) -> ProducerBench:
@@ -160,6 +193,7 @@ def run_producer_bench(
     jsonl_samples: list[int] = []
     sustained: list[tuple[float, float, int]] = []
     raw: list[float] = []
+    raw_batches: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         spool = Path(tmp) / "spool"
         for _ in range(repeats):
@@ -173,9 +207,9 @@ def run_producer_bench(
                 recorder.close()
             jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
             sustained.append(_sustained(bootstrap, prefix, spool, events))
-            raw.append(
-                asyncio.run(_raw_aiokafka(bootstrap, topic_name("events", prefix), events, 1024))
-            )
+            topic = topic_name("events", prefix)
+            raw.append(asyncio.run(_raw_aiokafka(bootstrap, topic, events, 1024)))
+            raw_batches.append(asyncio.run(_raw_aiokafka_batches(bootstrap, topic, events, 1024)))
     rec, jl = _pct(rec_samples, overhead), _pct(jsonl_samples, overhead)
     until_acked = statistics.median(s[1] for s in sustained)
     raw_s = statistics.median(raw)
@@ -194,5 +228,6 @@ def run_producer_bench(
         recorder_until_acked_s=until_acked,
         raw_aiokafka_events_per_s=events / raw_s,
         throughput_ratio=(events / until_acked) / (events / raw_s),
+        raw_batches_events_per_s=events / statistics.median(raw_batches),
         repeats=repeats,
     )

@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from pydantic import BaseModel
+
 from rolltape.infra.broker._errors import BrokerStartError
 from rolltape.infra.broker._maven import kafka_classpath, uses_log4j2
 from rolltape.infra.broker._ready import broker_answers_sync

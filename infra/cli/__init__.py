@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from rolltape.infra.cli import bench, broker, demo, inspect, schemas
 
 app = typer.Typer(

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import typer
 from rich.console import Console
+
 from rolltape.infra.broker import BrokerError
 from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError

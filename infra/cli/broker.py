@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+
 from rolltape.infra.broker import BrokerUnavailable, broker_answers_sync, managed_broker
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.topics import ensure_topics_sync

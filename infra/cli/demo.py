@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 from rich.table import Table
+
 from rolltape.infra.cli._common import console, settings, user_errors
 from rolltape.infra.demo import run_demo
 

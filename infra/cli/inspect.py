@@ -11,6 +11,7 @@ import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
+
 from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.readback import read_records, verify_topics

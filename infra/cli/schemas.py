@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+
 from rolltape.infra.cli._common import console, user_errors
 from rolltape.schemas import export_json_schemas
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from rolltape.infra.broker import ManagedBroker
 from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings

@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
+
 from rolltape.producers import Recorder
 from rolltape.schemas import decode, parse_envelope, seal, topic_name
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from rolltape.schemas import CanonicalEncodingError, Metric, canonical_bytes, decode, parse_payload
 
 VECTORS = Path(__file__).resolve().parents[2] / "schemas" / "vectors" / "canonical.json"

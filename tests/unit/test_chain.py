@@ -6,6 +6,7 @@ import hashlib
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from rolltape.schemas import (
     GENESIS_HASH,
     BreakKind,
@@ -14,6 +15,7 @@ from rolltape.schemas import (
     decode,
     hash_of,
     parse_envelope,
+    raw_event_id,
     seal,
 )
 
@@ -202,3 +204,13 @@ def test_verify__any_single_byte_change_in_a_chain_is_detected(data: st.DataObje
     record[pos] = new
     chain[index] = bytes(record)
     assert kinds(chain), f"byte {pos} of record {index} changed to {new} went unnoticed"
+
+
+@given(
+    st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,40}", fullmatch=True), st.integers(0, 2**63 - 1)
+)
+def test_raw_event_id__is_the_hash_of_the_canonical_chain_position(
+    session_id: str, seq: int
+) -> None:
+    expected = hashlib.sha256(canonical_bytes(["events", session_id, seq])).hexdigest()[:32]
+    assert raw_event_id("events", session_id, seq) == expected

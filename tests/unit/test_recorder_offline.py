@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+
 from rolltape.producers import EventsRejectedError, Recorder, RecorderClosedError
 from rolltape.producers._spool import Spool
 from rolltape.schemas import ChainVerifier
