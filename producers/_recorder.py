@@ -27,6 +27,7 @@ from rolltape.producers._errors import (
     EventsRejectedError,
     FlushTimeoutError,
     RecorderClosedError,
+    SpoolFullError,
 )
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
 from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
@@ -115,8 +116,9 @@ class Recorder:
             "spool_max_bytes": settings.spool_max_bytes,
             "principal": settings.principal,
         }
+        bootstrap = overrides.pop("bootstrap", bootstrap)
         kwargs.update(overrides)
-        return cls(overrides.pop("bootstrap", bootstrap), **kwargs)
+        return cls(bootstrap, **kwargs)
 
     # -- the hot path ----------------------------------------------------------------------------
     def _enqueue(
@@ -186,6 +188,8 @@ class Recorder:
 
     def _result(self, raise_rejected: bool = True) -> FlushResult:
         stats = self._sender.stats
+        if raise_rejected and isinstance(self._sender.error, SpoolFullError) and not self._closed:
+            raise self._sender.error
         if raise_rejected and stats.rejected_events:
             rejected = list(stats.rejected_events)
             stats.rejected_events.clear()

@@ -120,6 +120,8 @@ class Sender:
         self._feed = asyncio.Event()
         self._chains: dict[tuple[str, str], tuple[int, str]] = {}
         self._outbox: collections.deque[_Outgoing] = collections.deque()
+        # Sealed records that did not fit in a full spool; always newer than everything spooled.
+        self._overflow: collections.deque[Record] = collections.deque()
         # In-flight batches by future, with their records in send order: on a stop with the
         # broker away they are spooled (a possible duplicate, dropped downstream by event id,
         # beats a loss).
@@ -303,20 +305,30 @@ class Sender:
     def _spool_records(self, records: list[SpooledRecord]) -> None:
         if not records:
             return
-        if self._outbox or not self.spool.has_room(sum(len(r[2]) + 64 for r in records)):
-            # Keep them in memory, in order behind what already waits, and refuse new events.
+        if self._overflow or not self.spool.has_room(sum(len(r[2]) + 64 for r in records)):
+            # Keep them in memory behind everything spooled, and refuse new events meanwhile.
+            self._overflow.extend(records)
             self.error = SpoolFullError(
                 f"the spool in {self.spool.directory} holds {self.spool.unread_bytes} bytes, its "
                 f"limit (ROLLTAPE_SPOOL_MAX_BYTES={self.spool.max_bytes}); the broker at "
                 f"{self.config.bootstrap} has not acknowledged for "
                 f"{time.monotonic() - self._last_progress:.0f}s. Restore the broker or raise "
-                "the limit."
+                "the limit; the events recorded so far are kept."
             )
-            self._outbox.extend(records)
             return
         self.spool.append(records)
         self.stats.spooled += len(records)
         self._feed.set()
+
+    def _refill_spool(self) -> None:
+        """Move overflow into the spool as room appears; lift the error once it all fits."""
+        moved = 0
+        while self._overflow and self.spool.has_room(len(self._overflow[0][2]) + 64):
+            self.spool.append([self._overflow.popleft()])
+            moved += 1
+        self.stats.spooled += moved
+        if not self._overflow and isinstance(self.error, SpoolFullError):
+            self.error = None
 
     def _settle_barrier(self, barrier: Barrier) -> None:
         pending = list(self._inflight)
@@ -378,10 +390,14 @@ class Sender:
             if not self.spool.empty and not self._inflight:
                 await self._drain_spool_chunk()
                 continue
+            if self._spool_mode and self.spool.empty and not self._inflight and self._overflow:
+                self._refill_spool()
+                continue
             if self._spool_mode and self.spool.empty and not self._inflight:
                 self._spool_mode = False
                 self.stats.mode = "direct"
-                self.error = None
+                if isinstance(self.error, SpoolFullError):
+                    self.error = None
                 log.info("spool drained; recording directly to the broker again")
                 continue
             if self._stopping and not self._inflight and not self.queue:
@@ -398,7 +414,7 @@ class Sender:
 
     async def _shutdown(self) -> None:
         unacked = [r for f, records in self._inflight.items() if not f.done() for r in records]
-        leftover = [i for i in self._outbox if not isinstance(i, Barrier)]
+        leftover = [i for i in self._outbox if not isinstance(i, Barrier)] + list(self._overflow)
         if unacked or leftover:
             log.warning(
                 "stopping with %d records unacknowledged; they stay in the spool at %s",
@@ -513,3 +529,4 @@ class Sender:
         if unsent or any(isinstance(r, BaseException) for r in results):
             return  # the cursor stays; the chunk is sent again when the producer recovers
         self.spool.commit(token)
+        self._refill_spool()

@@ -166,3 +166,50 @@ def _read(topics: Topics, session_id: str) -> list:
         ]
 
     return asyncio.run(collect())
+
+
+def test_spool_left_by_a_recorder_without_broker__is_drained_in_order_by_the_next_one(
+    topics: Topics, tmp_path: Path
+) -> None:
+    offline = Recorder(
+        "127.0.0.1:1", topic_prefix=topics.prefix, spool_dir=tmp_path, spool_after_s=0.2
+    )
+    with offline.session("recorded while the broker was away", session_id="offline-9") as s:
+        for n in range(200):
+            s.turn("assistant", f"step {n}")
+    result = offline.close(1)
+    assert result.acked == 0 and result.spooled == 202
+    assert list(tmp_path.glob("*.spool")), "the unsent records stay on disk"
+
+    online = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path)
+    with online.session("recorded later", session_id="online-9") as s:
+        s.turn("user", "hello")
+    online.flush(60)
+    online.close(30)
+    assert online.spool_bytes == 0
+    reports = {r.session_id: r for r in topics.verify().reports()}
+    assert reports["offline-9"].ok and reports["offline-9"].records == 202
+    assert reports["online-9"].ok and reports["online-9"].records == 3
+
+
+def test_interpreter_exit__flushes_what_was_recorded_without_close(
+    topics: Topics, tmp_path: Path
+) -> None:
+    script = (
+        "import sys\n"
+        "from rolltape.producers import Recorder\n"
+        "r = Recorder(sys.argv[1], topic_prefix=sys.argv[2], spool_dir=sys.argv[3])\n"
+        "s = r.session('exit without close', session_id='atexit-1')\n"
+        "for n in range(500):\n"
+        "    s.turn('assistant', f'step {n}')\n"
+        "s.end()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, topics.bootstrap, topics.prefix, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (report,) = topics.verify("atexit-1").reports()
+    assert report.ok and report.ended and report.records == 502

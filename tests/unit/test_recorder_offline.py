@@ -95,3 +95,29 @@ def test_recorder__async_code_records_and_flushes_without_blocking_the_loop(tmp_
         return result.spooled
 
     assert asyncio.run(agent()) == 102
+
+
+def test_recorder__a_full_spool_refuses_new_events_and_keeps_the_accepted_ones(
+    tmp_path: Path,
+) -> None:
+    import time
+
+    from rolltape.producers import SpoolFullError
+
+    recorder = Recorder(None, spool_dir=tmp_path, spool_max_bytes=8192, spool_after_s=0.0)
+    s = recorder.session("fill the spool", session_id="full-1")
+    accepted = 1
+    deadline = time.monotonic() + 30
+    with pytest.raises(SpoolFullError, match="ROLLTAPE_SPOOL_MAX_BYTES"):
+        while time.monotonic() < deadline:
+            s.turn("assistant", "x" * 1000)
+            accepted += 1
+            time.sleep(0.001)
+    with pytest.raises(SpoolFullError):
+        recorder.flush(10)
+    recorder.close(2)
+    verifier = ChainVerifier()
+    for value in drain(tmp_path):
+        verifier.add(value)
+    (report,) = verifier.reports()
+    assert report.ok and report.records == accepted
