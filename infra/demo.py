@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra import open_recorder
 from rolltape.infra.broker import managed_broker
 from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings
@@ -160,7 +161,7 @@ def run_demo(settings: Settings) -> DemoResult:
     ensure_topics_sync(bootstrap, settings)
     run = uuid.uuid4().hex[:8]
     agent_id, training_id = f"demo-agent-{run}", f"demo-train-{run}"
-    recorder = Recorder.from_settings(settings.model_copy(update={"bootstrap": bootstrap}))
+    recorder = open_recorder(settings, bootstrap=bootstrap)
     try:
         record_agent_session(recorder, agent_id)
         record_training_session(recorder, training_id)

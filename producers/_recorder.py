@@ -12,11 +12,13 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import os
 import re
 import time
 import uuid
 import weakref
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self
 
@@ -46,6 +48,13 @@ def _close_all_at_exit() -> None:
         recorder.close(timeout_s=10.0, raise_rejected=False)
 
 
+def default_spool_dir() -> Path:
+    """`$XDG_STATE_HOME/rolltape/spool` (or ~/.local/state/...): the same folder the settings
+    default to, so a recorder adopts what an earlier one on this machine left behind."""
+    base = os.environ.get("XDG_STATE_HOME")
+    return (Path(base) if base else Path.home() / ".local" / "state") / "rolltape" / "spool"
+
+
 class FlushResult(BaseModel):
     """Counts since the recorder started, at the moment a flush finished."""
 
@@ -60,6 +69,7 @@ class Recorder:
     """Records sessions to Kafka. One per process is typical; it is safe to share across threads.
 
     `bootstrap=None` records to the spool only (the broker is configured later or elsewhere).
+    `rolltape.infra.open_recorder()` builds one from the ROLLTAPE_* settings.
     """
 
     def __init__(
@@ -67,7 +77,7 @@ class Recorder:
         bootstrap: str | None,
         *,
         topic_prefix: str = "rolltape",
-        spool_dir: str | Any,
+        spool_dir: str | os.PathLike[str] | None = None,
         spool_max_bytes: int = 1 << 30,
         producer_name: str = "rolltape.producers",
         producer_version: str | None = None,
@@ -75,8 +85,6 @@ class Recorder:
         max_backlog: int = 1_000_000,
         spool_after_s: float = 2.0,
     ) -> None:
-        from pathlib import Path
-
         from rolltape.producers import __version__
 
         self._queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
@@ -91,34 +99,13 @@ class Recorder:
                     "version": producer_version or __version__,
                     "principal": principal,
                 },
-                spool_dir=Path(spool_dir),
+                spool_dir=Path(spool_dir) if spool_dir is not None else default_spool_dir(),
                 spool_max_bytes=spool_max_bytes,
                 spool_after_s=spool_after_s,
             ),
             self._queue,
         )
         _open_recorders.add(self)
-
-    @classmethod
-    def from_settings(cls, settings: Any = None, **overrides: Any) -> Recorder:
-        """A recorder configured from ROLLTAPE_* settings (see rolltape.infra.settings)."""
-        if settings is None:
-            from rolltape.infra.broker import current_bootstrap
-            from rolltape.infra.settings import Settings
-
-            settings = Settings()
-            bootstrap = current_bootstrap(settings)
-        else:
-            bootstrap = settings.bootstrap
-        kwargs: dict[str, Any] = {
-            "topic_prefix": settings.topic_prefix,
-            "spool_dir": settings.resolved_spool_dir(),
-            "spool_max_bytes": settings.spool_max_bytes,
-            "principal": settings.principal,
-        }
-        bootstrap = overrides.pop("bootstrap", bootstrap)
-        kwargs.update(overrides)
-        return cls(bootstrap, **kwargs)
 
     # -- the hot path ----------------------------------------------------------------------------
     def _enqueue(

@@ -278,7 +278,12 @@ class Sender:
         if self._spool_mode:
             return
         waiting = bool(self._inflight or self._outbox or (self._producer is None and self.queue))
-        if waiting and time.monotonic() - self._last_progress > self.config.spool_after_s:
+        now = time.monotonic()
+        if not waiting:
+            # Nothing owed to the broker: an idle spell is not an outage.
+            self._last_progress = now
+            return
+        if now - self._last_progress > self.config.spool_after_s:
             log.warning(
                 "the broker has not acknowledged for %.1fs; spooling records to %s",
                 time.monotonic() - self._last_progress,

@@ -1,0 +1,66 @@
+"""The layout is the architecture: dependencies point one way and public APIs are curated."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import rolltape.infra
+import rolltape.producers
+import rolltape.schemas
+
+ROOT = Path(__file__).resolve().parents[2]
+ALLOWED = {
+    "schemas": set(),
+    "producers": {"schemas"},
+    "processors": {"schemas"},
+    "projections": {"schemas", "processors"},
+    "infra": {"schemas", "producers", "processors", "projections"},
+}
+
+
+def imported_packages(folder: str) -> set[str]:
+    found = set()
+    for path in (ROOT / folder).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "rolltape" and len(parts) > 1 and parts[1] != folder:
+                    found.add(parts[1])
+                if parts[0] in ALLOWED and parts[0] != "rolltape":
+                    found.add(f"bare:{parts[0]}")
+    return found
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_layering__each_package_imports_only_the_packages_below_it(folder: str) -> None:
+    assert imported_packages(folder) <= ALLOWED[folder]
+
+
+def test_public_api__is_pinned() -> None:
+    assert set(rolltape.producers.__all__) == {
+        "BacklogFullError",
+        "EventsRejectedError",
+        "FlushResult",
+        "FlushTimeoutError",
+        "Recorder",
+        "RecorderClosedError",
+        "RecorderError",
+        "RejectedEvent",
+        "Session",
+        "SpoolFullError",
+        "__version__",
+    }
+    assert set(rolltape.infra.__all__) == {"Settings", "open_recorder"}
+    for name in rolltape.schemas.__all__:
+        assert getattr(rolltape.schemas, name) is not None
+    assert {"Envelope", "seal", "canonical_bytes", "ChainVerifier", "Metric", "Decision"} <= set(
+        rolltape.schemas.__all__
+    )
