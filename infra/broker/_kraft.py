@@ -8,7 +8,6 @@ clients reconnect to the same address and find their data.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import signal
@@ -311,6 +310,3 @@ class ManagedBroker:
         )
         return path
 
-
-def describe_state(state: BrokerState) -> str:
-    return json.dumps(state.model_dump(), sort_keys=True)

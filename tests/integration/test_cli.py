@@ -71,3 +71,22 @@ def test_schemas_export__writes_a_json_schema_per_payload_type(tmp_path: Path) -
     assert "envelope.schema.json" in names and "metric.schema.json" in names and len(names) == 10
     metric = json.loads((tmp_path / "metric.schema.json").read_text())
     assert "per_layer_grad_norm" in metric["properties"]
+
+
+def test_broker_up_and_down__manage_a_broker_of_its_own(tmp_path: Path) -> None:
+    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path), "ROLLTAPE_PARTITIONS": "2"}
+    env.pop("ROLLTAPE_BOOTSTRAP", None)
+    try:
+        up = run(["broker", "up"], env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert up.stdout.count("created") == 7 and "KRaft" in up.stdout
+        status = run(["broker", "status"], env)
+        assert status.returncode == 0 and status.stdout.strip().startswith("127.0.0.1:")
+        again = run(["broker", "up"], env)
+        assert again.returncode == 0 and again.stdout.count("unchanged") == 7
+        logs = run(["broker", "logs", "-n", "200"], env)
+        assert "Kafka Server started" in logs.stdout
+    finally:
+        down = run(["broker", "down"], env)
+    assert down.returncode == 0 and "broker stopped" in down.stdout
+    assert run(["broker", "status"], env).returncode == 1
