@@ -50,6 +50,12 @@ def make_chain(n: int = 5, session_id: str = "s1", end: bool = True) -> list[byt
     return records
 
 
+def reseal(obj: dict) -> tuple[bytes, str]:
+    """Seal an edited envelope again, as a forger who knows the format would."""
+    fields = ("stream", "session_id", "seq", "ts_ns", "type", "payload", "prev_hash", "producer")
+    return seal(**{k: obj[k] for k in fields})
+
+
 def kinds(records: list[bytes]) -> list[BreakKind]:
     verifier = ChainVerifier()
     for i, record in enumerate(records):
@@ -105,21 +111,7 @@ def test_verify__a_forged_record_with_a_recomputed_hash_breaks_the_next_link() -
     chain = make_chain()
     obj = decode(chain[2])
     obj["payload"]["content"] = "forged"
-    forged, _ = seal(
-        **{
-            k: obj[k]
-            for k in (
-                "stream",
-                "session_id",
-                "seq",
-                "ts_ns",
-                "type",
-                "payload",
-                "prev_hash",
-                "producer",
-            )
-        }
-    )
+    forged, _ = reseal(obj)
     chain[2] = forged
     assert kinds(chain) == [BreakKind.BROKEN_LINK]
 
@@ -129,21 +121,7 @@ def test_verify__a_second_record_for_a_seq_is_a_fork() -> None:
     other = make_chain()
     obj = decode(other[1])
     obj["payload"]["content"] = "other"
-    fork, _ = seal(
-        **{
-            k: obj[k]
-            for k in (
-                "stream",
-                "session_id",
-                "seq",
-                "ts_ns",
-                "type",
-                "payload",
-                "prev_hash",
-                "producer",
-            )
-        }
-    )
+    fork, _ = reseal(obj)
     assert kinds([*chain, fork]) == [BreakKind.FORK]
 
 
