@@ -90,3 +90,39 @@ def test_broker_up_and_down__manage_a_broker_of_its_own(tmp_path: Path) -> None:
         down = run(["broker", "down"], env)
     assert down.returncode == 0 and "broker stopped" in down.stdout
     assert run(["broker", "status"], env).returncode == 1
+
+
+def test_tail__follows_new_records_live_and_filters_by_session(
+    topics: Topics, tmp_path: Path
+) -> None:
+    from rolltape.producers import Recorder
+
+    follower = subprocess.Popen(
+        [*CLI, "tail", "--session", "live-1"],
+        env={**topics.env(), "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        import time
+
+        time.sleep(2.0)  # let it reach the end of the (empty) topics before we record
+        recorder = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path)
+        with recorder.session("watched live", session_id="live-1") as s:
+            s.turn("user", "are you there?")
+        with recorder.session("not watched", session_id="other-1") as s:
+            s.turn("user", "invisible")
+        recorder.close(30)
+        lines: list[str] = []
+        assert follower.stdout is not None
+        while len(lines) < 3:
+            line = follower.stdout.readline()
+            assert line, follower.stderr.read() if follower.stderr else "tail ended"
+            lines.append(line)
+    finally:
+        follower.terminate()
+        follower.communicate(timeout=10)  # reaps it and closes both pipes
+    assert "session_started" in lines[0] and "are you there?" in lines[1]
+    assert "session_ended" in lines[2]
+    assert not any("invisible" in line for line in lines)
