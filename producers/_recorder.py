@@ -42,6 +42,18 @@ _METRICS = Stream.METRICS.value
 _open_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
+def _disown_after_fork() -> None:
+    # The sender thread does not survive fork(); a child (a DataLoader worker, say) must not
+    # believe its events are being recorded, nor flush the parent's recorders at exit.
+    for recorder in list(_open_recorders):
+        recorder._forked_from = recorder._pid
+        recorder._closed = True
+    _open_recorders.clear()
+
+
+os.register_at_fork(after_in_child=_disown_after_fork)
+
+
 @atexit.register
 def _close_all_at_exit() -> None:
     for recorder in list(_open_recorders):
@@ -90,6 +102,8 @@ class Recorder:
         self._queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
         self._max_backlog = max_backlog
         self._closed = False
+        self._pid = os.getpid()
+        self._forked_from: int | None = None
         self._sender = Sender(
             SenderConfig(
                 bootstrap=bootstrap,
@@ -112,7 +126,7 @@ class Recorder:
         self, session_id: str, stream: str, event_type: str, payload: dict[str, Any]
     ) -> None:
         if self._closed:
-            raise RecorderClosedError("the recorder is closed; create a new Recorder")
+            raise RecorderClosedError(self._closed_message())
         sender = self._sender
         if sender.error is not None:
             raise sender.error
@@ -128,6 +142,14 @@ class Recorder:
         if sender.idle:
             sender.idle = False
             sender.wake()
+
+    def _closed_message(self) -> str:
+        if self._forked_from is not None:
+            return (
+                f"this recorder belongs to process {self._forked_from}, and this is a forked "
+                f"child ({os.getpid()}); create a new Recorder in the child"
+            )
+        return "the recorder is closed; create a new Recorder"
 
     # -- sessions --------------------------------------------------------------------------------
     def session(
@@ -167,7 +189,7 @@ class Recorder:
     # -- flushing and closing --------------------------------------------------------------------
     def _barrier(self) -> concurrent.futures.Future[None]:
         if self._closed:
-            raise RecorderClosedError("the recorder is closed")
+            raise RecorderClosedError(self._closed_message())
         barrier = Barrier()
         self._queue.append(barrier)
         self._sender.wake()

@@ -309,4 +309,3 @@ class ManagedBroker:
             "log4j.logger.kafka.server.KafkaRaftServer=INFO\n"
         )
         return path
-

@@ -121,3 +121,30 @@ def test_recorder__a_full_spool_refuses_new_events_and_keeps_the_accepted_ones(
         verifier.add(value)
     (report,) = verifier.reports()
     assert report.ok and report.records == accepted
+
+
+# Python >= 3.12 warns that fork() with threads may deadlock; the child here only touches the
+# recorder's own flags, which is exactly what the test is about.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_recorder__refuses_to_record_in_a_forked_child_and_says_why(tmp_path: Path) -> None:
+    import os
+
+    recorder = Recorder(None, spool_dir=tmp_path)
+    session = recorder.session("parent work")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports what recording gave it, then leaves without cleanup
+        try:
+            session.turn("user", "from the child")
+            message = b"recorded"
+        except RecorderClosedError as exc:
+            message = str(exc).encode()
+        os.write(write, message)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        message = pipe.read().decode()
+    os.waitpid(pid, 0)
+    assert "forked child" in message and "create a new Recorder in the child" in message
+    session.turn("user", "the parent still records")
+    assert recorder.close(5).sealed == 2
