@@ -1,0 +1,3 @@
+module rolltape.local/conformance
+
+go 1.21
