@@ -126,3 +126,15 @@ def test_tail__follows_new_records_live_and_filters_by_session(
     assert "session_started" in lines[0] and "are you there?" in lines[1]
     assert "session_ended" in lines[2]
     assert not any("invisible" in line for line in lines)
+
+
+def test_bench_producer__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
+    # A smoke run so the benchmark cannot rot; figures are printed, never asserted on.
+    out = run(
+        ["bench", "producer", "--calls", "300", "--events", "300", "--repeats", "1", "--json"],
+        topics.env(),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["hot_path_calls"] == 300 and figures["sustained_events"] == 300
+    assert figures["recorder_events_per_s"] > 0 and figures["raw_batches_events_per_s"] > 0
