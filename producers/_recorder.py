@@ -245,8 +245,15 @@ class Recorder:
             return self._result(raise_rejected)
         self._closed = True
         _open_recorders.discard(self)
-        self._sender.stop_grace_s = timeout_s
         self._sender.stop(timeout_s)
+        if self._queue:
+            # Another thread recorded while we closed, after the sender's last look.
+            late = sum(1 for item in self._queue if not isinstance(item, Barrier))
+            if late:
+                raise RecorderClosedError(
+                    f"{late} event(s) were recorded from another thread while the recorder was "
+                    "closing and were not recorded; stop recording before close()"
+                )
         return self._result(raise_rejected)
 
     async def aclose(self, timeout_s: float = 30.0) -> FlushResult:

@@ -134,6 +134,7 @@ class Sender:
         self._stopping = False
         self._stop_started: float | None = None
         self._producer: AIOKafkaProducer | None = None
+        self._feeder_task: asyncio.Task[None]
         self.spool = Spool(config.spool_dir, config.spool_max_bytes)
         self.rejected_path = config.spool_dir / "rejected.jsonl"
         self._thread = threading.Thread(target=self._run, name="rolltape-sender", daemon=True)
@@ -174,21 +175,35 @@ class Sender:
 
     async def _main(self) -> None:
         feeder = asyncio.create_task(self._feeder())
+        self._feeder_task = feeder
+        failure: BaseException | None = None
+        leftover: list[_Outgoing] = []
         try:
-            await self._chainer()
+            leftover = await self._chainer()
         finally:
             self._feed.set()
-            await feeder
+            try:
+                await feeder
+            except Exception as exc:  # kept for the hot path; the records are spooled below
+                log.exception("rolltape sender's feeder crashed")
+                failure = exc
+            await self._shutdown(leftover)
             self.spool.close()
+        if failure is not None:
+            self.error = failure
 
     # -- chainer ---------------------------------------------------------------------------------
-    async def _chainer(self) -> None:
+    async def _chainer(self) -> list[_Outgoing]:
+        """Seal queued events until stopped; returns what it sealed after the feeder ended (the
+        stop deadline passed with the broker slow or away), for the shutdown to spool."""
         queue = self.queue
         while True:
+            if self._feeder_task.done():
+                return self._seal_rest()
             self._check_stall()
             if not queue or (len(self._outbox) > self.config.outbox_limit and not self._spool_mode):
                 if self._stopping and not queue:
-                    return
+                    return []
                 self.idle = True
                 if not queue or len(self._outbox) > self.config.outbox_limit:
                     # Re-check after publishing idle: see Recorder._enqueue.
@@ -212,6 +227,16 @@ class Sender:
                 self._outbox.extend(sealed)
                 self._feed.set()
             await asyncio.sleep(0)
+
+    def _seal_rest(self) -> list[_Outgoing]:
+        rest: list[_Outgoing] = []
+        while self.queue:
+            item = self.queue.popleft()
+            if isinstance(item, Barrier):
+                rest.append(item)
+            elif (record := self._seal(item)) is not None:
+                rest.append(record)
+        return rest
 
     def _seal(self, item: QueuedEvent) -> Record | None:
         session_id, stream, event_type, payload, ts_ns = item
@@ -410,29 +435,33 @@ class Sender:
             self._feed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._feed.wait(), 0.1)
-        await self._shutdown()
 
     def _stop_deadline_passed(self) -> bool:
         if self._stop_started is None:
             self._stop_started = time.monotonic()
         return time.monotonic() - self._stop_started > self.stop_grace_s
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, leftover: list[_Outgoing]) -> None:
+        """Spool whatever the broker has not acknowledged, oldest first, so the next recorder on
+        this spool folder delivers it in order (unacknowledged may mean delivered: a possible
+        duplicate, dropped downstream by event id, beats a loss)."""
         unacked = [r for f, records in self._inflight.items() if not f.done() for r in records]
-        leftover = [i for i in self._outbox if not isinstance(i, Barrier)] + list(self._overflow)
-        if unacked or leftover:
+        waiting = [*self._outbox, *self._overflow, *leftover]
+        records = [*unacked, *(i for i in waiting if not isinstance(i, Barrier))]
+        if records:
             log.warning(
                 "stopping with %d records unacknowledged; they stay in the spool at %s",
-                len(unacked) + len(leftover),
+                len(records),
                 self.spool.directory,
             )
-            self.spool.append([*unacked, *leftover])
+            self.spool.append(records)
             self.spool.sync()
-            self.stats.spooled += len(unacked) + len(leftover)
-        for item in self._outbox:
+            self.stats.spooled += len(records)
+        for item in waiting:
             if isinstance(item, Barrier) and not item.future.done():
                 item.future.set_result(None)
         self._outbox.clear()
+        self._overflow.clear()
         if self._producer is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._producer.stop(), 5)

@@ -148,3 +148,21 @@ def test_recorder__refuses_to_record_in_a_forked_child_and_says_why(tmp_path: Pa
     assert "forked child" in message and "create a new Recorder in the child" in message
     session.turn("user", "the parent still records")
     assert recorder.close(5).sealed == 2
+
+
+def test_close__with_the_broker_unreachable_spools_every_event_in_order(tmp_path: Path) -> None:
+    # The broker never answers and the stall timer never fires: close() must still leave every
+    # event on disk, including those held back by backpressure, in chain order.
+    recorder = Recorder("127.0.0.1:1", spool_dir=tmp_path, spool_after_s=3600)
+    recorder._sender.config.outbox_limit = 10  # force the backpressure path: most events are
+    recorder._sender.config.chain_batch = 5  # still queued, unsealed, when close() gives up
+    with recorder.session("unreachable", session_id="unreach-1") as s:
+        for n in range(300):
+            s.turn("assistant", f"step {n}")
+    result = recorder.close(1)
+    assert result.acked == 0 and result.spooled == 302
+    verifier = ChainVerifier()
+    for value in drain(tmp_path):
+        verifier.add(value)
+    (report,) = verifier.reports()
+    assert report.ok and report.records == 302 and report.ended
