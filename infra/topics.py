@@ -108,3 +108,21 @@ async def ensure_topics(
 
 def ensure_topics_sync(bootstrap: str, settings: Settings) -> list[TopicStatus]:
     return asyncio.run(ensure_topics(bootstrap, settings))
+
+
+async def delete_topics(bootstrap: str, prefix: str, *, timeout_s: float = 30.0) -> list[str]:
+    """Delete every rolltape topic under `prefix` (benchmarks and scratch runs clean up after
+    themselves); returns the names deleted. Never call it on a prefix that holds real sessions."""
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
+    )
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        names = [topic_name(spec.stream, prefix) for spec in TOPIC_SPECS]
+        doomed = [n for n in names if n in existing]
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    finally:
+        await admin.close()

@@ -1,7 +1,7 @@
 """Chain verification: from records in log order to a report per (stream, session) chain.
 
-Invariant: every record fed in is either part of exactly one chain report or an unattributed
-break; nothing is dropped silently. Checks, in the order a reader meets them:
+Invariant: every record fed in is either counted in exactly one chain report or is an
+unattributed break; nothing is dropped silently. Checks, in the order a reader meets them:
 
 - the bytes parse as a v1 envelope (UNPARSEABLE, UNKNOWN_VERSION) and sit on the right topic and
   key (MISROUTED);
@@ -9,18 +9,23 @@ break; nothing is dropped silently. Checks, in the order a reader meets them:
   (NOT_CANONICAL: someone re-serialised the record);
 - a seq seen before is a DUPLICATE (same hash) or a FORK (another hash); a seq below one already
   seen arrived REORDERED;
-- at the end: seqs missing below the highest are GAPs; seq 0 links to the genesis hash
-  (BAD_GENESIS); every other present seq links to the hash of seq-1 (BROKEN_LINK); nothing
-  follows session_ended on the events stream (AFTER_END).
+- seq 0 links to the genesis hash (BAD_GENESIS); every other seq links to the hash of seq-1
+  (BROKEN_LINK), checked as soon as both are known; seqs missing below the highest are GAPs;
+  nothing follows session_ended on its chain (AFTER_END).
 
 A forged record whose content was edited is TAMPERED; one whose hash was recomputed breaks the
 link to its successor; one appended after the end is AFTER_END. A forger who appends to an open
 chain with a correct link is stopped by ACLs on the topic, not by the hash alone (DESIGN.md).
+
+Memory is bounded for long topics: a chain keeps 33 bytes per record (its hash and a presence
+byte, indexed by seq), and each chain and the unattributed list keep at most MAX_DETAILED breaks
+in full; the rest are counted by kind.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -29,6 +34,10 @@ from pydantic import BaseModel, ConfigDict
 from rolltape.schemas._canonical import canonical_bytes, decode
 from rolltape.schemas._envelope import GENESIS_HASH, SCHEMA_VERSION, envelope_from_mapping
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
+
+MAX_DETAILED = 200
+_GENESIS = bytes(32)
+_HASH_SPLICE = b',"hash":"'
 
 
 class BreakKind(StrEnum):
@@ -71,26 +80,69 @@ class ChainReport(BaseModel):
     head_hash: str
     ended: bool
     breaks: tuple[ChainBreak, ...]
+    """The first MAX_DETAILED breaks in full."""
+    break_counts: dict[str, int] = {}
+    """Every break by kind, including those past MAX_DETAILED."""
 
     @property
     def ok(self) -> bool:
-        return not self.breaks
+        return not self.break_counts and not self.breaks
 
 
-@dataclass
-class _Link:
-    hash: str
-    prev_hash: str
-    type: str
-    position: str | None
+class _Findings:
+    """Breaks kept in full up to a cap, counted by kind always."""
+
+    def __init__(self) -> None:
+        self.detailed: list[ChainBreak] = []
+        self.counts: Counter[str] = Counter()
+
+    def add(self, finding: ChainBreak) -> None:
+        self.counts[finding.kind.value] += 1
+        if len(self.detailed) < MAX_DETAILED:
+            self.detailed.append(finding)
 
 
 @dataclass
 class _Chain:
-    links: dict[int, _Link] = field(default_factory=dict)
+    stream: str
+    session_id: str
+    hashes: bytearray = field(default_factory=bytearray)
+    """32 bytes per seq: the record's hash, once seen."""
+    present: bytearray = field(default_factory=bytearray)
+    """1 byte per seq: 1 once seen."""
+    waiting_links: dict[int, tuple[bytes, str | None]] = field(default_factory=dict)
+    """seq -> (prev_hash, position) of records whose predecessor has not arrived yet."""
     max_seq: int = -1
     records: int = 0
-    breaks: list[ChainBreak] = field(default_factory=list)
+    ended_at: int | None = None
+    after_end_seen: set[int] = field(default_factory=set)
+    findings: _Findings = field(default_factory=_Findings)
+
+    def report(self, kind: BreakKind, seq: int | None, detail: str, position: str | None) -> None:
+        self.findings.add(
+            ChainBreak(
+                kind=kind,
+                stream=self.stream,
+                session_id=self.session_id,
+                seq=seq,
+                detail=detail,
+                position=position,
+            )
+        )
+
+    def has(self, seq: int) -> bool:
+        return 0 <= seq < len(self.present) and self.present[seq] == 1
+
+    def hash_at(self, seq: int) -> bytes:
+        return bytes(self.hashes[seq * 32 : seq * 32 + 32])
+
+    def store(self, seq: int, digest: bytes) -> None:
+        if seq >= len(self.present):
+            grow = max(seq + 1 - len(self.present), len(self.present))  # amortised doubling
+            self.present.extend(bytes(grow))
+            self.hashes.extend(bytes(32 * grow))
+        self.present[seq] = 1
+        self.hashes[seq * 32 : seq * 32 + 32] = digest
 
 
 class ChainVerifier:
@@ -98,7 +150,16 @@ class ChainVerifier:
 
     def __init__(self) -> None:
         self._chains: dict[tuple[str, str], _Chain] = {}
-        self.unattributed: list[ChainBreak] = []
+        self._orphans = _Findings()
+
+    @property
+    def unattributed(self) -> list[ChainBreak]:
+        """Records that belong to no chain (the first MAX_DETAILED in full)."""
+        return self._orphans.detailed
+
+    @property
+    def unattributed_counts(self) -> dict[str, int]:
+        return dict(self._orphans.counts)
 
     def add(
         self,
@@ -109,7 +170,7 @@ class ChainVerifier:
         key: bytes | None = None,
     ) -> None:
         def orphan(kind: BreakKind, detail: str) -> None:
-            self.unattributed.append(
+            self._orphans.add(
                 ChainBreak(
                     kind=kind,
                     stream=expected_stream,
@@ -123,7 +184,7 @@ class ChainVerifier:
         try:
             obj = decode(data)
         except CanonicalEncodingError as exc:
-            orphan(BreakKind.UNPARSEABLE, str(exc))
+            orphan(BreakKind.UNPARSEABLE, str(exc)[:300])
             return
         if isinstance(obj, dict) and obj.get("v") not in (None, SCHEMA_VERSION):
             orphan(BreakKind.UNKNOWN_VERSION, f"schema version {obj.get('v')!r}")
@@ -131,124 +192,158 @@ class ChainVerifier:
         try:
             env = envelope_from_mapping(obj)
         except EnvelopeError as exc:
-            orphan(BreakKind.UNPARSEABLE, str(exc)[:500])
+            orphan(BreakKind.UNPARSEABLE, str(exc)[:300])
             return
 
-        chain = self._chains.setdefault((env.stream, env.session_id), _Chain())
+        chain = self._chains.get((env.stream, env.session_id))
+        if chain is None:
+            chain = self._chains[(env.stream, env.session_id)] = _Chain(env.stream, env.session_id)
         chain.records += 1
-
-        def report(kind: BreakKind, detail: str) -> None:
-            chain.breaks.append(
-                ChainBreak(
-                    kind=kind,
-                    stream=env.stream,
-                    session_id=env.session_id,
-                    seq=env.seq,
-                    detail=detail,
-                    position=position,
-                )
-            )
+        seq = env.seq
 
         if expected_stream is not None and env.stream != expected_stream:
-            report(BreakKind.MISROUTED, f"stream {env.stream!r} on the {expected_stream} topic")
-        if key is not None and key != env.session_id.encode():
-            report(BreakKind.MISROUTED, f"record key {key!r} is not the session id")
-
-        body = {k: v for k, v in obj.items() if k != "hash"}
-        try:
-            computed = hashlib.sha256(canonical_bytes(body)).hexdigest()
-            canonical = canonical_bytes(obj)
-        except CanonicalEncodingError as exc:
-            report(BreakKind.NOT_CANONICAL, str(exc))
-            return
-        if computed != env.hash:
-            report(
-                BreakKind.TAMPERED,
-                f"content hashes to {computed[:16]}…, record says {env.hash[:16]}…",
+            chain.report(
+                BreakKind.MISROUTED,
+                seq,
+                f"stream {env.stream!r} on the {expected_stream} topic",
+                position,
             )
-        elif canonical != bytes(data):
-            report(BreakKind.NOT_CANONICAL, "record bytes differ from their canonical form")
+        if key is not None and key != env.session_id.encode():
+            chain.report(
+                BreakKind.MISROUTED, seq, f"record key {key!r} is not the session id", position
+            )
 
-        seen = chain.links.get(env.seq)
-        if seen is not None:
-            if seen.hash == env.hash:
-                report(BreakKind.DUPLICATE, f"seq {env.seq} again (first at {seen.position})")
-            else:
-                report(
-                    BreakKind.FORK, f"seq {env.seq} with another hash (first at {seen.position})"
-                )
+        computed = _content_hash(obj, bytes(data))
+        if computed is None:
+            chain.report(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form", position)
             return
-        if env.seq < chain.max_seq:
-            report(BreakKind.REORDERED, f"seq {env.seq} arrived after seq {chain.max_seq}")
-        chain.links[env.seq] = _Link(env.hash, env.prev_hash, env.type, position)
-        chain.max_seq = max(chain.max_seq, env.seq)
+        content_hash, canonical = computed
+        if content_hash != env.hash:
+            chain.report(
+                BreakKind.TAMPERED,
+                seq,
+                f"content hashes to {content_hash[:16]}…, record says {env.hash[:16]}…",
+                position,
+            )
+        elif not canonical:
+            chain.report(
+                BreakKind.NOT_CANONICAL,
+                seq,
+                "record bytes differ from their canonical form",
+                position,
+            )
+
+        digest = bytes.fromhex(env.hash)
+        if chain.has(seq):
+            if chain.hash_at(seq) == digest:
+                chain.report(BreakKind.DUPLICATE, seq, f"seq {seq} again", position)
+            else:
+                chain.report(BreakKind.FORK, seq, f"seq {seq} with another hash", position)
+            return
+        if seq < chain.max_seq:
+            chain.report(
+                BreakKind.REORDERED, seq, f"seq {seq} arrived after seq {chain.max_seq}", position
+            )
+        chain.store(seq, digest)
+        chain.max_seq = max(chain.max_seq, seq)
+
+        prev = bytes.fromhex(env.prev_hash)
+        if seq == 0:
+            if prev != _GENESIS:
+                chain.report(
+                    BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash", position
+                )
+        elif chain.has(seq - 1):
+            _check_link(chain, seq, prev, position)
+        else:
+            chain.waiting_links[seq] = (prev, position)
+        successor = chain.waiting_links.pop(seq + 1, None)
+        if successor is not None:
+            _check_link(chain, seq + 1, successor[0], successor[1])
+
+        if chain.ended_at is not None and seq > chain.ended_at:
+            chain.after_end_seen.add(seq)
+            chain.report(
+                BreakKind.AFTER_END,
+                seq,
+                f"{env.type} after session_ended at seq {chain.ended_at}",
+                position,
+            )
+        if env.type == "session_ended" and (chain.ended_at is None or seq < chain.ended_at):
+            chain.ended_at = seq
 
     def reports(self) -> list[ChainReport]:
         """One report per chain, ordered by (session_id, stream)."""
-        ordered = sorted(self._chains.items(), key=lambda kv: (kv[0][1], kv[0][0]))
-        return [_report(stream, session_id, chain) for (stream, session_id), chain in ordered]
+        ordered = sorted(self._chains.values(), key=lambda c: (c.session_id, c.stream))
+        return [_finish(chain) for chain in ordered]
 
 
-def _report(stream: str, session_id: str, chain: _Chain) -> ChainReport:
-    """The end-of-read checks: gaps, genesis, links, nothing after the end."""
-    breaks = list(chain.breaks)
+def _content_hash(obj: dict[str, object], data: bytes) -> tuple[str, bool] | None:
+    """(hash of the content, whether `data` is canonical); None when it has no canonical form.
 
-    def add(kind: BreakKind, seq: int | None, detail: str, position: str | None) -> None:
-        breaks.append(
+    When the bytes are canonical, the hashed form is the bytes with the hash member cut out (the
+    inverse of seal's splice): one encode per record instead of two.
+    """
+    try:
+        canonical = canonical_bytes(obj)
+    except CanonicalEncodingError:
+        return None
+    if canonical == data:
+        at = data.find(_HASH_SPLICE)
+        if at >= 0 and data[at + 9 + 64 : at + 10 + 64] == b'"':
+            return hashlib.sha256(data[:at] + data[at + 10 + 64 :]).hexdigest(), True
+    body = {k: v for k, v in obj.items() if k != "hash"}
+    return hashlib.sha256(canonical_bytes(body)).hexdigest(), False
+
+
+def _check_link(chain: _Chain, seq: int, prev: bytes, position: str | None) -> None:
+    if chain.hash_at(seq - 1) != prev:
+        chain.report(
+            BreakKind.BROKEN_LINK,
+            seq,
+            f"prev_hash {prev.hex()[:16]}… is not the hash of seq {seq - 1}",
+            position,
+        )
+
+
+def _finish(chain: _Chain) -> ChainReport:
+    """The end-of-read checks (gaps, records after the end that arrived before it) and the
+    report. It does not change the chain: reports() can be called again after more records."""
+    findings = _Findings()
+    findings.detailed = list(chain.findings.detailed)
+    findings.counts = Counter(chain.findings.counts)
+
+    def add(kind: BreakKind, seq: int, detail: str) -> None:
+        findings.add(
             ChainBreak(
-                kind=kind,
-                stream=stream,
-                session_id=session_id,
-                seq=seq,
-                detail=detail,
-                position=position,
+                kind=kind, stream=chain.stream, session_id=chain.session_id, seq=seq, detail=detail
             )
         )
 
-    missing_from: int | None = None
-    ended_at: int | None = None
-    for seq in range(chain.max_seq + 1):
-        link = chain.links.get(seq)
-        if link is None:
-            if missing_from is None:
-                missing_from = seq
-            continue
-        if missing_from is not None:
-            add(BreakKind.GAP, missing_from, f"seq {missing_from}..{seq - 1} missing", None)
-            missing_from = None
-        if seq == 0:
-            if link.prev_hash != GENESIS_HASH:
+    present = chain.present
+    limit = chain.max_seq + 1
+    start = present.find(0, 0, limit)
+    while start != -1:
+        end = present.find(1, start, limit)
+        end = limit if end == -1 else end
+        add(BreakKind.GAP, start, f"seq {start}..{end - 1} missing")
+        start = present.find(0, end, limit)
+    if chain.ended_at is not None:
+        for seq in range(chain.ended_at + 1, limit):
+            if present[seq] and seq not in chain.after_end_seen:
                 add(
-                    BreakKind.BAD_GENESIS,
-                    0,
-                    "seq 0 does not link to the genesis hash",
-                    link.position,
-                )
-        else:
-            before = chain.links.get(seq - 1)
-            if before is not None and before.hash != link.prev_hash:
-                add(
-                    BreakKind.BROKEN_LINK,
+                    BreakKind.AFTER_END,
                     seq,
-                    f"prev_hash {link.prev_hash[:16]}… is not the hash of seq {seq - 1}",
-                    link.position,
+                    f"seq {seq} after session_ended at seq {chain.ended_at}",
                 )
-        if ended_at is not None:
-            add(
-                BreakKind.AFTER_END,
-                seq,
-                f"{link.type} after session_ended at seq {ended_at}",
-                link.position,
-            )
-        elif link.type == "session_ended":
-            ended_at = seq
-    head = chain.links.get(chain.max_seq)
+    head = chain.hash_at(chain.max_seq).hex() if chain.max_seq >= 0 else GENESIS_HASH
     return ChainReport(
-        stream=stream,
-        session_id=session_id,
+        stream=chain.stream,
+        session_id=chain.session_id,
         records=chain.records,
         last_seq=chain.max_seq,
-        head_hash=head.hash if head else GENESIS_HASH,
-        ended=ended_at is not None,
-        breaks=tuple(breaks),
+        head_hash=head,
+        ended=chain.ended_at is not None,
+        breaks=tuple(findings.detailed),
+        break_counts=dict(findings.counts),
     )

@@ -25,7 +25,10 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import delete_topics, ensure_topics_sync
 from rolltape.producers import Recorder
+from rolltape.schemas import topic_name
 
 CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
 
@@ -51,6 +54,7 @@ class ProducerBench(BaseModel):
     throughput_ratio: float
     raw_batches_events_per_s: float
     repeats: int
+    partitions: int = 0
 
 
 def _pct(samples: list[int], overhead_ns: float) -> Percentiles:
@@ -184,10 +188,25 @@ async def _raw_aiokafka_batches(bootstrap: str, topic: str, events: int, size: i
 
 
 def run_producer_bench(
-    bootstrap: str, prefix: str, *, calls: int = 200_000, events: int = 200_000, repeats: int = 3
+    bootstrap: str,
+    *,
+    partitions: int = 6,
+    calls: int = 200_000,
+    events: int = 200_000,
+    repeats: int = 3,
 ) -> ProducerBench:
-    from rolltape.schemas import topic_name
+    """Run on scratch topics of its own (a fresh prefix, deleted afterwards), so benchmark and
+    baseline records never mix with real sessions."""
+    prefix = f"bench{uuid.uuid4().hex[:10]}"
+    ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
+    try:
+        report = _run(bootstrap, prefix, calls=calls, events=events, repeats=repeats)
+    finally:
+        asyncio.run(delete_topics(bootstrap, prefix))
+    return report.model_copy(update={"partitions": partitions})
 
+
+def _run(bootstrap: str, prefix: str, *, calls: int, events: int, repeats: int) -> ProducerBench:
     overhead = _timer_overhead_ns()
     rec_samples: list[int] = []
     jsonl_samples: list[int] = []

@@ -23,12 +23,14 @@ def producer(
     cfg = settings()
     with user_errors():
         bootstrap = require_bootstrap(cfg)
-    r = run_producer_bench(bootstrap, cfg.topic_prefix, calls=calls, events=events, repeats=repeats)
+    r = run_producer_bench(
+        bootstrap, partitions=cfg.partitions, calls=calls, events=events, repeats=repeats
+    )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
         return
     console.print(
-        f"machine: {r.machine}; {r.repeats} repeats; timer overhead {r.timer_overhead_us:.3f} us (subtracted)"
+        f"machine: {r.machine}; {r.repeats} repeats; {r.partitions} partitions; timer overhead {r.timer_overhead_us:.3f} us (subtracted)"
     )
     console.print("(a) hot path, one record call of a ~1 KB turn")
     console.print(

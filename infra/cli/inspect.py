@@ -129,50 +129,67 @@ def verify(
         )
     reports = verifier.reports()
     broken = [r for r in reports if not r.ok]
+    orphans = verifier.unattributed_counts
     if as_json:
         out = {
             "chains": [r.model_dump(mode="json") for r in reports],
             "unattributed": [_break_row(b) for b in verifier.unattributed],
-            "ok": not broken and not verifier.unattributed,
+            "unattributed_counts": orphans,
+            "ok": not broken and not orphans,
         }
         console.print(
             orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True
         )
     else:
-        _print_reports(reports, verifier.unattributed)
+        _print_reports(reports, verifier.unattributed, orphans)
     if session and not reports:
         err_console.print(
             f"no records of session {session} on {', '.join(s.value for s in stream)}"
         )
         raise typer.Exit(1)
-    if broken or verifier.unattributed:
+    if broken or orphans:
         raise typer.Exit(1)
 
 
-def _print_reports(reports: list[ChainReport], unattributed: list[ChainBreak]) -> None:
+LISTED_CHAINS = 50
+
+
+def _print_reports(
+    reports: list[ChainReport], unattributed: list[ChainBreak], orphans: dict[str, int]
+) -> None:
+    shown = reports if len(reports) <= LISTED_CHAINS else [r for r in reports if not r.ok]
     table = Table(title="chains", title_justify="left")
-    for col in ("session", "stream", "records", "last seq", "ended", "status"):
-        table.add_column(col)
-    for r in reports:
-        status = "[green]intact[/green]" if r.ok else f"[red]{len(r.breaks)} break(s)[/red]"
-        table.add_row(
-            r.session_id,
-            r.stream,
-            str(r.records),
-            str(r.last_seq),
-            "yes" if r.ended else "no",
-            status,
+    ids = [r.session_id for r in shown] or ["-"]
+    for col in ("session", "stream", "records", "ended", "status"):
+        # Session ids are what a reader copies into `verify --session`: never truncate them.
+        table.add_column(
+            col, no_wrap=True, min_width=len(max(ids, key=len)) if col == "session" else None
         )
-    console.print(table)
+    for r in shown:
+        count = sum(r.break_counts.values())
+        status = "[green]intact[/green]" if r.ok else f"[red]{count} break(s)[/red]"
+        table.add_row(r.session_id, r.stream, str(r.records), "yes" if r.ended else "no", status)
+    if shown:
+        console.print(table)
+    if len(shown) < len(reports):
+        console.print(f"{len(reports) - len(shown)} intact chain(s) not listed (--json lists all)")
     for r in reports:
         for b in r.breaks:
             console.print(
                 f"[red]{b.kind.value}[/red] {b.session_id} {b.stream} seq {b.seq}: {escape(b.detail)}"
                 + (f" at {b.position}" if b.position else "")
             )
+        hidden = sum(r.break_counts.values()) - len(r.breaks)
+        if hidden > 0:
+            console.print(
+                f"… and {hidden} more break(s) in {r.session_id} {r.stream}: {r.break_counts}"
+            )
     for b in unattributed:
         console.print(f"[red]{b.kind.value}[/red] at {b.position}: {escape(b.detail)}")
-    total_breaks = sum(len(r.breaks) for r in reports) + len(unattributed)
+    hidden = sum(orphans.values()) - len(unattributed)
+    if hidden > 0:
+        console.print(f"… and {hidden} more record(s) that belong to no chain: {orphans}")
+    total = sum(sum(r.break_counts.values()) for r in reports) + sum(orphans.values())
     console.print(
-        f"{len(reports)} chain(s), {sum(r.records for r in reports)} record(s), {total_breaks} break(s)"
+        f"{len(reports)} chain(s), {sum(r.records for r in reports)} record(s), {total} break(s)"
     )

@@ -192,3 +192,32 @@ def test_raw_event_id__is_the_hash_of_the_canonical_chain_position(
 ) -> None:
     expected = hashlib.sha256(canonical_bytes(["events", session_id, seq])).hexdigest()[:32]
     assert raw_event_id("events", session_id, seq) == expected
+
+
+def test_verify__keeps_a_bounded_number_of_breaks_in_full_and_counts_all() -> None:
+    from rolltape.schemas._verify import MAX_DETAILED
+
+    verifier = ChainVerifier()
+    for n in range(MAX_DETAILED + 300):
+        verifier.add(b"garbage %d" % n)
+    chain = make_chain(3, end=False)
+    for _ in range(MAX_DETAILED + 5):
+        verifier.add(chain[1])
+    assert len(verifier.unattributed) == MAX_DETAILED
+    assert verifier.unattributed_counts == {"unparseable": MAX_DETAILED + 300}
+    (report,) = verifier.reports()
+    assert len(report.breaks) == MAX_DETAILED and not report.ok
+    assert report.break_counts == {"duplicate": MAX_DETAILED + 4, "gap": 1}
+
+
+def test_verify__links_are_checked_whichever_of_two_neighbours_arrives_first() -> None:
+    chain = make_chain(4)
+    obj = decode(chain[2])
+    obj["payload"]["content"] = "forged"
+    chain[2], _ = reseal(obj)
+    # 3 waits for 2; 2 arrives (late) and breaks 3's link at once; 1 arrives late too.
+    assert kinds([chain[0], chain[3], chain[2], chain[1]]) == [
+        BreakKind.REORDERED,
+        BreakKind.BROKEN_LINK,
+        BreakKind.REORDERED,
+    ]
