@@ -82,6 +82,9 @@ class Recorder:
 
     `bootstrap=None` records to the spool only (the broker is configured later or elsewhere).
     `rolltape.infra.open_recorder()` builds one from the ROLLTAPE_* settings.
+
+    Values are read on the sender thread, shortly after the call: the top level of every mapping
+    and sequence argument is copied, but do not mutate nested containers after recording them.
     """
 
     def __init__(
@@ -277,6 +280,17 @@ class Recorder:
         await self.aclose()
 
 
+def _copy_containers(fields: dict[str, Any]) -> dict[str, Any]:
+    """Copy the top-level containers among keyword values (a per-layer dict, remedy params), so
+    a caller reusing them after the call cannot change what gets recorded."""
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            fields[key] = dict(value)
+        elif isinstance(value, list):
+            fields[key] = list(value)
+    return fields
+
+
 class Session:
     """One run or episode. Record calls are cheap and never block; see Recorder."""
 
@@ -303,7 +317,12 @@ class Session:
         self._record(
             _EVENTS,
             "turn",
-            {"role": role, "content": content, "reasoning": reasoning, "token_ids": token_ids},
+            {
+                "role": role,
+                "content": content,
+                "reasoning": reasoning,
+                "token_ids": tuple(token_ids) if token_ids is not None else None,
+            },
         )
 
     def tool_call(
@@ -319,7 +338,12 @@ class Session:
         self._record(
             _EVENTS,
             "tool_call",
-            {"id": cid, "name": name, "arguments": arguments or {}, "raw_arguments": raw_arguments},
+            {
+                "id": cid,
+                "name": name,
+                "arguments": dict(arguments or {}),
+                "raw_arguments": raw_arguments,
+            },
         )
         return cid
 
@@ -347,11 +371,11 @@ class Session:
     def metric(self, epoch: int, **fields: Any) -> None:
         """Epoch-level training diagnostics (field names as in rolltape.schemas.Metric)."""
         fields["epoch"] = epoch
-        self._record(_METRICS, "metric", fields)
+        self._record(_METRICS, "metric", _copy_containers(fields))
 
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
-        self._record(_EVENTS, "decision", fields)
+        self._record(_EVENTS, "decision", _copy_containers(fields))
 
     def reward(
         self,

@@ -166,3 +166,23 @@ def test_close__with_the_broker_unreachable_spools_every_event_in_order(tmp_path
         verifier.add(value)
     (report,) = verifier.reports()
     assert report.ok and report.records == 302 and report.ended
+
+
+def test_session__records_arguments_as_they_were_at_the_call(tmp_path: Path) -> None:
+    from rolltape.schemas import parse_envelope
+
+    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
+    s = recorder.session("mutation", session_id="mutate-1")
+    args = {"q": "first"}
+    norms = {"layer1": 1.0}
+    tokens = [1, 2, 3]
+    s.tool_call("search", args, call_id="c1")
+    s.metric(1, per_layer_grad_norm=norms)
+    s.turn("assistant", "x", token_ids=tokens)
+    args["q"], norms["layer1"], tokens[0] = "changed", 99.0, 99  # the caller reuses its objects
+    s.end()
+    recorder.close(5)
+    payloads = {e.type: e.payload for e in map(parse_envelope, drain(tmp_path))}
+    assert payloads["tool_call"]["arguments"] == {"q": "first"}
+    assert payloads["metric"]["per_layer_grad_norm"] == {"layer1": 1.0}
+    assert payloads["turn"]["token_ids"] == [1, 2, 3]
