@@ -11,6 +11,12 @@ echo "== ruff"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .
 
+if command -v gofmt >/dev/null 2>&1; then
+  echo "== gofmt"
+  unformatted=$(gofmt -l tests/conformance/go)
+  if [ -n "$unformatted" ]; then echo "gofmt would change: $unformatted" >&2; exit 1; fi
+fi
+
 echo "== mypy"
 # mypy cannot follow setuptools' editable-install finder, so give it the installed layout:
 # a tree of links rolltape/<package> -> ./<package>.
