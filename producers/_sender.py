@@ -308,17 +308,21 @@ class Sender:
             # Nothing owed to the broker: an idle spell is not an outage.
             self._last_progress = now
             return
-        if now - self._last_progress > self.config.spool_after_s:
+        if self.config.bootstrap is None:
+            log.info("no broker configured; recording to the spool at %s", self.spool.directory)
+        elif now - self._last_progress > self.config.spool_after_s:
             log.warning(
                 "the broker has not acknowledged for %.1fs; spooling records to %s",
-                time.monotonic() - self._last_progress,
+                now - self._last_progress,
                 self.spool.directory,
             )
-            self._spool_mode = True
-            self.stats.mode = "spool"
-            pending = list(self._outbox)
-            self._outbox.clear()
-            self._to_spool(pending)
+        else:
+            return
+        self._spool_mode = True
+        self.stats.mode = "spool"
+        pending = list(self._outbox)
+        self._outbox.clear()
+        self._to_spool(pending)
 
     def _to_spool(self, items: list[_Outgoing]) -> None:
         records: list[SpooledRecord] = []
