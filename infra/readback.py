@@ -6,7 +6,6 @@ processor's committed offsets, and a scan has a natural end, the end offsets tak
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -53,7 +52,6 @@ async def read_records(
     prefix: str = "rolltape",
     from_beginning: bool = True,
     follow: bool = False,
-    idle_timeout_s: float | None = None,
 ) -> AsyncIterator[RawRecord]:
     """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start."""
     consumer = AIOKafkaConsumer(
@@ -75,14 +73,8 @@ async def read_records(
             await consumer.seek_to_end(*partitions)
         ends = await consumer.end_offsets(partitions)
         remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
-        loop = asyncio.get_running_loop()
-        last = loop.time()
         while follow or remaining:
             batch = await consumer.getmany(timeout_ms=200, max_records=5000)
-            if batch:
-                last = loop.time()
-            elif idle_timeout_s is not None and loop.time() - last > idle_timeout_s:
-                return
             for tp, messages in batch.items():
                 stream = stream_of_topic(tp.topic, prefix)
                 assert stream is not None
@@ -90,8 +82,6 @@ async def read_records(
                     yield RawRecord(
                         stream, tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp
                     )
-                if not follow and tp in remaining and await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
             if not follow:
                 for tp in list(remaining):
                     if await consumer.position(tp) >= ends[tp]:

@@ -75,7 +75,6 @@ class SenderStats:
     spooled: int = 0
     rejected: int = 0
     mode: str = "direct"
-    broker_connected: bool = False
     rejected_events: list[RejectedEvent] = field(default_factory=list)
 
 
@@ -398,7 +397,6 @@ class Sender:
                 await producer.stop()
             return False
         self._producer = producer
-        self.stats.broker_connected = True
         return True
 
     async def _feeder(self) -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.broker import BrokerUnavailable, broker_answers_sync, managed_broker
+from rolltape.infra.broker import (
+    BrokerUnavailable,
+    broker_answers_sync,
+    current_bootstrap,
+    managed_broker,
+)
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.topics import ensure_topics_sync
 
@@ -56,10 +61,7 @@ def down() -> None:
 def status() -> None:
     """Exit 0 and print the bootstrap address only when a broker answers."""
     cfg = settings()
-    bootstrap = cfg.bootstrap
-    if bootstrap is None:
-        state = managed_broker(cfg).running()
-        bootstrap = state.bootstrap if state else None
+    bootstrap = current_bootstrap(cfg)
     if bootstrap is None:
         err_console.print("no broker: run `rolltape broker up` or set ROLLTAPE_BOOTSTRAP")
         raise typer.Exit(1)
