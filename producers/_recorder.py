@@ -294,12 +294,14 @@ def _copy_containers(fields: dict[str, Any]) -> dict[str, Any]:
 class Session:
     """One run or episode. Record calls are cheap and never block; see Recorder."""
 
-    __slots__ = ("_ended", "_recorder", "session_id")
+    __slots__ = ("_ended", "_other_streams", "_recorder", "session_id")
 
     def __init__(self, recorder: Recorder, session_id: str) -> None:
         self._recorder = recorder
         self.session_id = session_id
         self._ended = False
+        self._other_streams: set[str] = set()
+        """Streams besides events this session wrote; each gets its own session_ended."""
 
     def _record(self, stream: str, event_type: str, payload: dict[str, Any]) -> None:
         if self._ended:
@@ -372,6 +374,7 @@ class Session:
         """Epoch-level training diagnostics (field names as in rolltape.schemas.Metric)."""
         fields["epoch"] = epoch
         self._record(_METRICS, "metric", _copy_containers(fields))
+        self._other_streams.add(_METRICS)
 
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
@@ -412,11 +415,23 @@ class Session:
         outcome: Mapping[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        """Record session_ended; later record calls on this session raise."""
+        """Record session_ended on every chain of the session, the events chain last; later
+        record calls on this session raise.
+
+        The events stream's session_ended lists the other streams, so a processor reading
+        several topics knows when it has all of the session.
+        """
+        others = sorted(self._other_streams)
+        for stream in others:
+            self._record(
+                stream,
+                "session_ended",
+                {"status": status, "outcome": dict(outcome or {}), "error": error, "streams": []},
+            )
         self._record(
             _EVENTS,
             "session_ended",
-            {"status": status, "outcome": dict(outcome or {}), "error": error},
+            {"status": status, "outcome": dict(outcome or {}), "error": error, "streams": others},
         )
         self._ended = True
 

@@ -265,8 +265,7 @@ class Sender:
             self._reject(session_id, stream, event_type, payload, str(exc))
             return None
         if event_type == "session_ended":
-            for chain in [k for k in self._chains if k[1] == session_id]:
-                del self._chains[chain]
+            self._chains.pop(key, None)  # that chain is closed; the session's others may go on
         else:
             self._chains[key] = (seq + 1, digest)
         self.stats.sealed += 1

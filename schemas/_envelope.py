@@ -7,7 +7,7 @@ the wire is `canonical_bytes(envelope)`, so a chain can be verified from the byt
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -77,6 +77,19 @@ def raw_event_id(stream: str, session_id: str, seq: int) -> str:
     because stream names and session ids (SESSION_ID_PATTERN) never need escaping.
     """
     key = f'["{stream}","{session_id}",{seq}]'.encode()
+    return hashlib.sha256(key).hexdigest()[:32]
+
+
+def derived_event_id(
+    stream: str, session_id: str, event_type: str, producer_version: str, causes: Sequence[str]
+) -> str:
+    """The id of an event a processor derived: a function of its inputs (`causes`) and the
+    processor version, so reprocessing after a crash or a replay with the same version writes
+    the same id and consumers drop the copy.
+
+    It is `sha256(canonical([stream, session_id, type, producer_version, causes]))[:32]`.
+    """
+    key = canonical_bytes([stream, session_id, event_type, producer_version, list(causes)])
     return hashlib.sha256(key).hexdigest()[:32]
 
 

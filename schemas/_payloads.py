@@ -13,9 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
-
-RuleId = Literal["R1", "R2", "R3", "R4", "R5", "R6", "R7"]
 
 
 class ToolSpec(BaseModel):
@@ -161,13 +160,19 @@ class Feedback(BaseModel):
 
 
 class SessionEnded(BaseModel):
-    """Last event of a session's events stream."""
+    """Last event of each of a session's chains.
+
+    On the events stream it names the other streams the session wrote (`streams`); each of those
+    got its own session_ended first, so a processor reading several topics knows when it has seen
+    all of a session without waiting on a clock.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     status: Literal["completed", "interrupted", "failed"]
     outcome: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    streams: tuple[str, ...] = ()
 
 
 #: event type -> payload model. The envelope's `type` selects the model.
@@ -181,6 +186,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "reward": Reward,
     "feedback": Feedback,
     "session_ended": SessionEnded,
+    **DERIVED_PAYLOAD_MODELS,
 }
 
 

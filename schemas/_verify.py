@@ -7,8 +7,9 @@ unattributed break; nothing is dropped silently. Checks, in the order a reader m
   key (MISROUTED);
 - the stored hash is the hash of the content (TAMPERED) and the bytes are canonical
   (NOT_CANONICAL: someone re-serialised the record);
-- a seq seen before is a DUPLICATE (same hash) or a FORK (another hash); a seq below one already
-  seen arrived REORDERED;
+- a seq seen before with the same hash is a redelivery: counted, not a break (at-least-once
+  processors resend identical records after a crash; the content is intact and consumers drop it
+  by event id); with another hash it is a FORK; a seq below one already seen arrived REORDERED;
 - seq 0 links to the genesis hash (BAD_GENESIS); every other seq links to the hash of seq-1
   (BROKEN_LINK), checked as soon as both are known; seqs missing below the highest are GAPs;
   nothing follows session_ended on its chain (AFTER_END).
@@ -27,32 +28,17 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.schemas._canonical import canonical_bytes, decode
+from rolltape.schemas._derived import BreakKind
 from rolltape.schemas._envelope import GENESIS_HASH, SCHEMA_VERSION, envelope_from_mapping
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
 
 MAX_DETAILED = 200
 _GENESIS = bytes(32)
 _HASH_SPLICE = b',"hash":"'
-
-
-class BreakKind(StrEnum):
-    UNPARSEABLE = "unparseable"
-    UNKNOWN_VERSION = "unknown_version"
-    MISROUTED = "misrouted"
-    TAMPERED = "tampered"
-    NOT_CANONICAL = "not_canonical"
-    DUPLICATE = "duplicate"
-    FORK = "fork"
-    REORDERED = "reordered"
-    GAP = "gap"
-    BAD_GENESIS = "bad_genesis"
-    BROKEN_LINK = "broken_link"
-    AFTER_END = "after_end"
 
 
 class ChainBreak(BaseModel):
@@ -83,6 +69,8 @@ class ChainReport(BaseModel):
     """The first MAX_DETAILED breaks in full."""
     break_counts: dict[str, int] = {}
     """Every break by kind, including those past MAX_DETAILED."""
+    redelivered: int = 0
+    """Byte-identical copies of records already seen (not breaks)."""
 
     @property
     def ok(self) -> bool:
@@ -114,6 +102,7 @@ class _Chain:
     """seq -> (prev_hash, position) of records whose predecessor has not arrived yet."""
     max_seq: int = -1
     records: int = 0
+    redelivered: int = 0
     ended_at: int | None = None
     after_end_seen: set[int] = field(default_factory=set)
     findings: _Findings = field(default_factory=_Findings)
@@ -235,8 +224,8 @@ class ChainVerifier:
 
         digest = bytes.fromhex(env.hash)
         if chain.has(seq):
-            if chain.hash_at(seq) == digest:
-                chain.report(BreakKind.DUPLICATE, seq, f"seq {seq} again", position)
+            if chain.hash_at(seq) == digest and content_hash == env.hash and canonical:
+                chain.redelivered += 1
             else:
                 chain.report(BreakKind.FORK, seq, f"seq {seq} with another hash", position)
             return
@@ -346,4 +335,5 @@ def _finish(chain: _Chain) -> ChainReport:
         ended=chain.ended_at is not None,
         breaks=tuple(findings.detailed),
         break_counts=dict(findings.counts),
+        redelivered=chain.redelivered,
     )

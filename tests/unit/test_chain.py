@@ -96,9 +96,13 @@ def test_verify__a_late_record_is_reordered_not_a_gap() -> None:
     assert kinds([chain[0], chain[2], chain[1], chain[3], chain[4]]) == [BreakKind.REORDERED]
 
 
-def test_verify__the_same_record_twice_is_a_duplicate() -> None:
+def test_verify__the_same_record_twice_is_a_redelivery_not_a_break() -> None:
     chain = make_chain()
-    assert kinds([*chain[:3], chain[2], *chain[3:]]) == [BreakKind.DUPLICATE]
+    verifier = ChainVerifier()
+    for record in [*chain[:3], chain[2], chain[2], *chain[3:]]:
+        verifier.add(record)
+    (report,) = verifier.reports()
+    assert report.ok and report.redelivered == 2 and report.records == len(chain) + 2
 
 
 def test_verify__edited_content_with_the_old_hash_is_tampered() -> None:
@@ -201,13 +205,24 @@ def test_verify__keeps_a_bounded_number_of_breaks_in_full_and_counts_all() -> No
     for n in range(MAX_DETAILED + 300):
         verifier.add(b"garbage %d" % n)
     chain = make_chain(3, end=False)
-    for _ in range(MAX_DETAILED + 5):
-        verifier.add(chain[1])
+    verifier.add(chain[1])
+    for n in range(MAX_DETAILED + 5):
+        fork, _ = seal(
+            stream="events",
+            session_id="s1",
+            seq=1,
+            ts_ns=n,
+            type="feedback",
+            payload={"source": "user", "score": None, "text": f"fork {n}", "about_seq": None},
+            prev_hash=GENESIS_HASH,
+            producer=PRODUCER,
+        )
+        verifier.add(fork)
     assert len(verifier.unattributed) == MAX_DETAILED
     assert verifier.unattributed_counts == {"unparseable": MAX_DETAILED + 300}
     (report,) = verifier.reports()
     assert len(report.breaks) == MAX_DETAILED and not report.ok
-    assert report.break_counts == {"duplicate": MAX_DETAILED + 4, "gap": 1}
+    assert report.break_counts == {"fork": MAX_DETAILED + 5, "gap": 1}
 
 
 def test_verify__links_are_checked_whichever_of_two_neighbours_arrives_first() -> None:
