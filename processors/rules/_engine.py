@@ -1,0 +1,309 @@
+"""The canonical rule engine: R1..R7 over a session's metric events, one epoch at a time.
+
+Invariant: the evaluation of an epoch is a pure function of the rule set and the session's metric
+events up to and including it, in chain order. Live processing, replay and the training judge all
+call `evaluate` and so agree bit for bit.
+
+Fixes over the monitor of REFERENCE.md section 1:
+- a NaN/Inf loss, gradient norm or update ratio fires R7 at once and never enters an EMA (the
+  other signals keep their EMAs; a non-finite gradient-noise scale, which a single-step epoch
+  yields legitimately, is listed but fires nothing);
+- an epoch with no optimizer steps (`steps == 0`) is "no data": no EMA or history moves and no
+  rule fires from it, instead of zero gradients firing R6 and R2;
+- a field left out (None) means "not measured": rules that need it say so and do not fire;
+- R4 fires only while the gradients and activations are healthy (R5, R6, R7 silent), as the
+  prose of the reference demands and its code does not;
+- one total precedence order (PRECEDENCE), applied to `fired`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final
+
+from rolltape.processors.rules._ruleset import PRECEDENCE, RULE_CLASS, RuleSet
+from rolltape.schemas import Metric, RuleEvaluation, RuleId, RuleOutcome
+
+RULES_VERSION: Final = "rolltape.rules/1"
+
+#: Smoothed signals and the rule that watches each.
+EMA_SIGNALS: Final[tuple[str, ...]] = (
+    "update_to_param_ratio",
+    "grad_noise_scale",
+    "dead_relu_fraction",
+    "min_layer_grad_norm",
+    "max_layer_grad_norm",
+)
+#: Non-finite values here mean the run is exploding (R7).
+_EXPLODING_FIELDS: Final[tuple[str, ...]] = (
+    "train_loss",
+    "val_loss",
+    "max_layer_grad_norm",
+    "min_layer_grad_norm",
+    "update_to_param_ratio",
+)
+_CHECKED_FIELDS: Final[tuple[str, ...]] = (
+    "train_loss",
+    "val_loss",
+    "train_acc",
+    "val_acc",
+    "max_layer_grad_norm",
+    "min_layer_grad_norm",
+    "dead_relu_fraction",
+    "update_to_param_ratio",
+    "grad_noise_scale",
+    "lr",
+)
+
+
+class EpochOrderError(ValueError):
+    """A metric event for an epoch at or before one already evaluated (rules run once per epoch)."""
+
+
+@dataclass
+class RuleState:
+    """What the engine remembers about one session between epochs (small: it is rewritten to a
+    changelog on every update)."""
+
+    last_epoch: int = -1
+    ema: dict[str, float] = field(default_factory=dict)
+    ema_window: dict[str, list[float]] = field(default_factory=dict)
+    """The last `persistence` EMA values of each signal, oldest first."""
+    val_losses: list[float] = field(default_factory=list)
+    best_val: float | None = None
+    best_hash: str | None = None
+    since_best: int = 0
+    train_accs: list[float] = field(default_factory=list)
+    recent: list[str] = field(default_factory=list)
+    """Hashes of the last `RuleSet.history` metric events with data, oldest first."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuleState:
+        return cls(**data)
+
+
+def _g(x: float | None) -> str:
+    return "n/a" if x is None else format(x, ".4g")
+
+
+def _push(window: list[float], value: float, size: int) -> None:
+    window.append(value)
+    del window[:-size]
+
+
+def _persistent(window: list[float], size: int, past: Any) -> bool:
+    return len(window) >= size and all(past(v) for v in window[-size:])
+
+
+def _ema_signals(state: RuleState, name: str) -> dict[str, float | None]:
+    window = state.ema_window.get(name, [])
+    out: dict[str, float | None] = {f"{name}.ema": state.ema.get(name)}
+    for back, value in enumerate(reversed(window[:-1]), start=1):
+        out[f"{name}.ema_prev{back}"] = value
+    return out
+
+
+def evaluate(
+    rules: RuleSet, state: RuleState, metric: Metric, metric_hash: str
+) -> tuple[RuleEvaluation, tuple[str, ...]]:
+    """Advance `state` by one metric event and return the epoch's evaluation and its causes
+    (hashes of the metric events it used, oldest first). Raises EpochOrderError for an epoch that
+    is not after the last one evaluated; `state` is then unchanged."""
+    if metric.epoch <= state.last_epoch:
+        raise EpochOrderError(
+            f"epoch {metric.epoch} was already evaluated or is older than epoch "
+            f"{state.last_epoch}; rules run once per (session, epoch)"
+        )
+    state.last_epoch = metric.epoch
+    values = {name: getattr(metric, name) for name in _CHECKED_FIELDS}
+    non_finite = [n for n, v in values.items() if v is not None and not math.isfinite(v)]
+    non_finite += [
+        f"per_layer_grad_norm.{layer}"
+        for layer, v in sorted(metric.per_layer_grad_norm.items())
+        if not math.isfinite(v)
+    ]
+    exploding = [n for n in non_finite if n in _EXPLODING_FIELDS or n.startswith("per_layer")]
+    no_data = metric.steps == 0
+
+    if no_data:
+        outcomes = {
+            rule: RuleOutcome(fired=False, reason="no data: the epoch had no optimizer steps")
+            for rule in PRECEDENCE
+        }
+        if exploding:
+            outcomes["R7"] = RuleOutcome(
+                fired=True, reason=f"non-finite {', '.join(exploding)} in an epoch without steps"
+            )
+        return _finish(metric, outcomes, tuple(non_finite), True, rules), (metric_hash,)
+
+    _push(state.recent, metric_hash, rules.history)
+    for name in EMA_SIGNALS:
+        value = values[name]
+        if value is None or not math.isfinite(value):
+            continue  # not measured, or non-finite: never enters the EMA
+        previous = state.ema.get(name)
+        smoothed = value if previous is None else previous + rules.ema_alpha * (value - previous)
+        state.ema[name] = smoothed
+        _push(state.ema_window.setdefault(name, []), smoothed, rules.persistence)
+
+    val_loss, train_acc = values["val_loss"], values["train_acc"]
+    if val_loss is not None and math.isfinite(val_loss):
+        _push(state.val_losses, val_loss, rules.r1_plateau_window + 1)
+        if state.best_val is None or val_loss < state.best_val - rules.r3_min_delta:
+            state.best_val, state.best_hash, state.since_best = val_loss, metric_hash, 0
+        else:
+            state.since_best += 1
+    elif val_loss is not None and state.best_val is not None:
+        state.since_best += 1  # a non-finite val loss is no improvement
+    if train_acc is not None and math.isfinite(train_acc):
+        _push(state.train_accs, train_acc, rules.r4_window + 1)
+
+    outcomes = {
+        "R7": _r7(rules, state, exploding),
+        "R6": _r6(rules, state),
+        "R5": _r5(rules, state),
+        "R1": _r1(rules, state),
+        "R2": _r2(rules, state),
+        "R3": _r3(rules, state, val_loss),
+    }
+    outcomes["R4"] = _r4(
+        rules, state, unhealthy=[r for r in ("R7", "R6", "R5") if outcomes[r].fired]
+    )
+    causes = list(state.recent)
+    if outcomes["R3"].fired and state.best_hash and state.best_hash not in causes:
+        causes.insert(0, state.best_hash)
+    return _finish(metric, outcomes, tuple(non_finite), False, rules), tuple(causes)
+
+
+def _finish(
+    metric: Metric,
+    outcomes: dict[RuleId, RuleOutcome],
+    non_finite: tuple[str, ...],
+    no_data: bool,
+    rules: RuleSet,
+) -> RuleEvaluation:
+    fired = tuple(rule for rule in PRECEDENCE if outcomes[rule].fired)
+    return RuleEvaluation(
+        epoch=metric.epoch,
+        rules_version=RULES_VERSION,
+        ruleset=rules.label,
+        no_data=no_data,
+        non_finite=non_finite,
+        fired=fired,
+        top_class=RULE_CLASS[fired[0]] if fired else None,
+        rules={rule: outcomes[rule] for rule in sorted(outcomes)},
+    )
+
+
+def _band_rule(
+    rules: RuleSet, state: RuleState, name: str, low: float | None, high: float | None
+) -> RuleOutcome:
+    signals = _ema_signals(state, name)
+    window = state.ema_window.get(name, [])
+    if not window:
+        return RuleOutcome(fired=False, reason=f"{name} not measured yet", signals=signals)
+    n = rules.persistence
+    if high is not None and _persistent(window, n, lambda v: v > high):
+        reason = f"{name} EMA above {_g(high)} for {n} epochs (now {_g(window[-1])})"
+        return RuleOutcome(fired=True, reason=reason, signals=signals)
+    if low is not None and _persistent(window, n, lambda v: v < low):
+        reason = f"{name} EMA below {_g(low)} for {n} epochs (now {_g(window[-1])})"
+        return RuleOutcome(fired=True, reason=reason, signals=signals)
+    band = f"[{_g(low)}, {_g(high)}]"
+    return RuleOutcome(
+        fired=False,
+        reason=f"{name} EMA {_g(window[-1])} not persistently outside {band}",
+        signals=signals,
+    )
+
+
+def _r1(rules: RuleSet, state: RuleState) -> RuleOutcome:
+    ratio = _band_rule(
+        rules, state, "update_to_param_ratio", rules.r1_update_ratio_low, rules.r1_update_ratio_high
+    )
+    w = rules.r1_plateau_window
+    losses = state.val_losses
+    signals = dict(ratio.signals)
+    for back, value in enumerate(reversed(losses)):
+        signals[f"val_loss.prev{back}" if back else "val_loss"] = value
+    if len(losses) >= w + 1 and all(v >= losses[-(w + 1)] for v in losses[-w:]):
+        reason = f"val loss plateau: the last {w} val losses are >= {_g(losses[-(w + 1)])}"
+        if ratio.fired:
+            reason = f"{ratio.reason}; {reason}"
+        return RuleOutcome(fired=True, reason=reason, signals=signals)
+    return RuleOutcome(fired=ratio.fired, reason=ratio.reason, signals=signals)
+
+
+def _r2(rules: RuleSet, state: RuleState) -> RuleOutcome:
+    return _band_rule(
+        rules, state, "grad_noise_scale", rules.r2_noise_scale_low, rules.r2_noise_scale_high
+    )
+
+
+def _r3(rules: RuleSet, state: RuleState, val_loss: float | None) -> RuleOutcome:
+    signals: dict[str, float | None] = {
+        "best_val_loss": state.best_val,
+        "epochs_since_best": float(state.since_best),
+    }
+    if state.best_val is None:
+        return RuleOutcome(fired=False, reason="val loss not measured yet", signals=signals)
+    if state.since_best >= rules.r3_patience:
+        reason = (
+            f"no val-loss improvement by {_g(rules.r3_min_delta)} for {state.since_best} epochs "
+            f"(patience {rules.r3_patience}, best {_g(state.best_val)})"
+        )
+        return RuleOutcome(fired=True, reason=reason, signals=signals)
+    reason = f"{state.since_best} epochs since the best val loss (patience {rules.r3_patience})"
+    if val_loss is None:
+        reason += "; val loss not measured this epoch"
+    return RuleOutcome(fired=False, reason=reason, signals=signals)
+
+
+def _r4(rules: RuleSet, state: RuleState, unhealthy: list[RuleId]) -> RuleOutcome:
+    accs = state.train_accs
+    w = rules.r4_window
+    signals: dict[str, float | None] = {
+        (f"train_acc.prev{back}" if back else "train_acc"): v
+        for back, v in enumerate(reversed(accs))
+    }
+    if len(accs) < w + 1:
+        return RuleOutcome(
+            fired=False, reason=f"train acc measured {len(accs)} of {w + 1} epochs", signals=signals
+        )
+    deltas = [abs(b - a) for a, b in zip(accs[-(w + 1) : -1], accs[-w:], strict=True)]
+    if max(deltas) >= rules.r4_train_acc_delta:
+        return RuleOutcome(
+            fired=False,
+            reason=f"train acc moved {_g(max(deltas))} >= {_g(rules.r4_train_acc_delta)}",
+            signals=signals,
+        )
+    if rules.r4_requires_healthy and unhealthy:
+        return RuleOutcome(
+            fired=False,
+            reason=f"train acc stalled but {', '.join(unhealthy)} fired: not a capacity problem",
+            signals=signals,
+        )
+    reason = f"train acc changed < {_g(rules.r4_train_acc_delta)} for {w} epochs"
+    return RuleOutcome(fired=True, reason=reason, signals=signals)
+
+
+def _r5(rules: RuleSet, state: RuleState) -> RuleOutcome:
+    return _band_rule(rules, state, "dead_relu_fraction", None, rules.r5_dead_relu_high)
+
+
+def _r6(rules: RuleSet, state: RuleState) -> RuleOutcome:
+    return _band_rule(rules, state, "min_layer_grad_norm", rules.r6_min_grad_norm_low, None)
+
+
+def _r7(rules: RuleSet, state: RuleState, exploding: list[str]) -> RuleOutcome:
+    if exploding:
+        return RuleOutcome(
+            fired=True,
+            reason=f"non-finite {', '.join(exploding)}",
+            signals=_ema_signals(state, "max_layer_grad_norm"),
+        )
+    return _band_rule(rules, state, "max_layer_grad_norm", None, rules.r7_max_grad_norm_high)
