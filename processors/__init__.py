@@ -1,6 +1,26 @@
-"""rolltape.processors: the faust app (chain audit, rule engine, judges, reward filters).
+"""rolltape.processors: what the worker computes from the raw streams.
 
-Not built yet: see the processors issue. Present so the layout shows where that work belongs.
+Each piece is a pure, versioned function over events (audit, rules, filters, judges), composed
+per session by `SessionProcessor`; `rolltape.processors.worker` is the thin faust shell that runs
+it against Kafka.
 """
 
-__all__: list[str] = []
+from rolltape.processors._session import (
+    DeadLetter,
+    Emitted,
+    Output,
+    ProcessorConfig,
+    SessionProcessor,
+    SessionState,
+    handle,
+)
+
+__all__ = [
+    "DeadLetter",
+    "Emitted",
+    "Output",
+    "ProcessorConfig",
+    "SessionProcessor",
+    "SessionState",
+    "handle",
+]

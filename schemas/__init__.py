@@ -66,7 +66,7 @@ from rolltape.schemas._topics import (
     stream_of_topic,
     topic_name,
 )
-from rolltape.schemas._verify import ChainBreak, ChainReport, ChainVerifier
+from rolltape.schemas._verify import ChainBreak, ChainReport, ChainVerifier, content_hash
 
 __all__ = [
     "CHAINED_STREAMS",
@@ -111,6 +111,7 @@ __all__ = [
     "Verdict",
     "Violation",
     "canonical_bytes",
+    "content_hash",
     "decode",
     "derived_event_id",
     "envelope_from_mapping",

@@ -81,15 +81,21 @@ def raw_event_id(stream: str, session_id: str, seq: int) -> str:
 
 
 def derived_event_id(
-    stream: str, session_id: str, event_type: str, producer_version: str, causes: Sequence[str]
+    stream: str,
+    session_id: str,
+    event_type: str,
+    producer_version: str,
+    causes: Sequence[str],
+    part: str = "",
 ) -> str:
     """The id of an event a processor derived: a function of its inputs (`causes`) and the
     processor version, so reprocessing after a crash or a replay with the same version writes
-    the same id and consumers drop the copy.
+    the same id and consumers drop the copy. `part` tells apart several events derived from the
+    same inputs (two breaks of one record).
 
-    It is `sha256(canonical([stream, session_id, type, producer_version, causes]))[:32]`.
+    It is `sha256(canonical([stream, session_id, type, producer_version, causes, part]))[:32]`.
     """
-    key = canonical_bytes([stream, session_id, event_type, producer_version, list(causes)])
+    key = canonical_bytes([stream, session_id, event_type, producer_version, list(causes), part])
     return hashlib.sha256(key).hexdigest()[:32]
 
 

@@ -202,16 +202,16 @@ class ChainVerifier:
                 BreakKind.MISROUTED, seq, f"record key {key!r} is not the session id", position
             )
 
-        computed = _content_hash(obj, bytes(data))
+        computed = content_hash(obj, bytes(data))
         if computed is None:
             chain.report(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form", position)
             return
-        content_hash, canonical = computed
-        if content_hash != env.hash:
+        content_digest, canonical = computed
+        if content_digest != env.hash:
             chain.report(
                 BreakKind.TAMPERED,
                 seq,
-                f"content hashes to {content_hash[:16]}…, record says {env.hash[:16]}…",
+                f"content hashes to {content_digest[:16]}…, record says {env.hash[:16]}…",
                 position,
             )
         elif not canonical:
@@ -224,7 +224,7 @@ class ChainVerifier:
 
         digest = bytes.fromhex(env.hash)
         if chain.has(seq):
-            if chain.hash_at(seq) == digest and content_hash == env.hash and canonical:
+            if chain.hash_at(seq) == digest and content_digest == env.hash and canonical:
                 chain.redelivered += 1
             else:
                 chain.report(BreakKind.FORK, seq, f"seq {seq} with another hash", position)
@@ -267,7 +267,7 @@ class ChainVerifier:
         return [_finish(chain) for chain in ordered]
 
 
-def _content_hash(obj: dict[str, object], data: bytes) -> tuple[str, bool] | None:
+def content_hash(obj: dict[str, object], data: bytes) -> tuple[str, bool] | None:
     """(hash of the content, whether `data` is canonical); None when it has no canonical form.
 
     When the bytes are canonical, the hashed form is the bytes with the hash member cut out (the

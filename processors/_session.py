@@ -1,0 +1,335 @@
+"""Everything the processors compute about one session, as one pure step per input record.
+
+Invariant: `SessionProcessor.step(state, record, parsed)` is deterministic: the outputs (sealed
+record bytes and dead letters) and the new state depend only on the state, the record and the
+config. The faust worker, batch replay and the tests all drive this one function; the worker only
+adds Kafka, persistence and the ordering "outputs acknowledged, then state saved".
+
+Output chains (rules, verdicts, filtered) are per session, like the raw ones; the state carries
+their heads, so a crash before the state is saved replays the same inputs into byte-identical
+outputs (the same seq, hash and event id), which readers count as redeliveries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from rolltape.processors.audit import (
+    AUDITOR_VERSION,
+    Admitted,
+    ChainHead,
+    DeadLettered,
+    InputRecord,
+    Parsed,
+    Redelivered,
+    audit,
+    parse_record,
+)
+from rolltape.processors.filters import FILTER_VERSION, FilterConfig, FilterState, observe, outcome
+from rolltape.processors.judges import JUDGE_VERSION, TrainingJudgeState, judge
+from rolltape.processors.rules import RULES_VERSION, EpochOrderError, RuleSet, RuleState, evaluate
+from rolltape.schemas import (
+    GENESIS_HASH,
+    BreakKind,
+    ChainBroken,
+    Decision,
+    Envelope,
+    Metric,
+    PayloadError,
+    SessionEnded,
+    SessionStarted,
+    Stream,
+    derived_event_id,
+    seal,
+)
+
+PRODUCER_NAME: Final = "rolltape.processors"
+_EVENT_TYPES: Final = {
+    Stream.EVENTS.value: frozenset(
+        {
+            "session_started",
+            "turn",
+            "tool_call",
+            "tool_result",
+            "decision",
+            "reward",
+            "feedback",
+            "session_ended",
+        }
+    ),
+    Stream.METRICS.value: frozenset({"metric", "session_ended"}),
+}
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    rules: RuleSet = field(default_factory=RuleSet)
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    principal: str = "processor"
+    software_version: str = "0"
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """A sealed derived record, ready to send."""
+
+    stream: str
+    session_id: str
+    value: bytes
+    event_id: str
+    type: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An input record that cannot be used, with why. The original bytes travel unchanged."""
+
+    record: InputRecord
+    reason: str
+    detail: str
+
+
+Output = Emitted | DeadLetter
+
+
+@dataclass
+class SessionState:
+    """All a worker keeps about one session (rewritten to a changelog on every update)."""
+
+    last_offsets: dict[str, int] = field(default_factory=dict)
+    """topic -> offset of the last record processed: a consumer redelivery is skipped."""
+    chains: dict[str, ChainHead] = field(default_factory=dict)
+    outputs: dict[str, list[Any]] = field(default_factory=dict)
+    """output stream -> [next seq, head hash]."""
+    kind: str | None = None
+    rules: RuleState = field(default_factory=RuleState)
+    filters: FilterState = field(default_factory=FilterState)
+    judge: TrainingJudgeState = field(default_factory=TrainingJudgeState)
+    ended: dict[str, str] = field(default_factory=dict)
+    """stream -> hash of its session_ended."""
+    end: dict[str, Any] | None = None
+    """The events stream's session_ended payload."""
+    finished: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_offsets": self.last_offsets,
+            "chains": {s: c.to_dict() for s, c in self.chains.items()},
+            "outputs": self.outputs,
+            "kind": self.kind,
+            "rules": self.rules.to_dict(),
+            "filters": self.filters.to_dict(),
+            "judge": self.judge.to_dict(),
+            "ended": self.ended,
+            "end": self.end,
+            "finished": self.finished,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionState:
+        return cls(
+            last_offsets=data["last_offsets"],
+            chains={s: ChainHead.from_dict(c) for s, c in data["chains"].items()},
+            outputs=data["outputs"],
+            kind=data["kind"],
+            rules=RuleState.from_dict(data["rules"]),
+            filters=FilterState.from_dict(data["filters"]),
+            judge=TrainingJudgeState.from_dict(data["judge"]),
+            ended=data["ended"],
+            end=data["end"],
+            finished=data["finished"],
+        )
+
+
+class SessionProcessor:
+    """The pure per-session step; one instance serves every session of a worker."""
+
+    def __init__(self, config: ProcessorConfig) -> None:
+        self.config = config
+        self._producer = {
+            "name": PRODUCER_NAME,
+            "version": config.software_version,
+            "principal": config.principal,
+        }
+
+    def step(self, state: SessionState, record: InputRecord, parsed: Parsed) -> list[Output]:
+        """Process one record whose envelope parsed and whose key is its session id."""
+        env = parsed.envelope
+        if record.offset <= state.last_offsets.get(record.topic, -1):
+            return []  # the consumer saw this record before the last saved state: done already
+        state.last_offsets[record.topic] = record.offset
+        out: list[Output] = []
+        chain = state.chains.setdefault(env.stream, ChainHead())
+        result = audit(chain, record, parsed)
+        if isinstance(result, Redelivered):
+            return out
+        assert isinstance(result, Admitted)
+        for brk in result.breaks:
+            out.append(self._chain_broken(state, record, env, brk.kind, brk.seq, brk.detail))
+        if not result.usable:
+            return out
+        if env.type not in _EVENT_TYPES.get(env.stream, frozenset()):
+            out.append(
+                DeadLetter(
+                    record,
+                    "wrong_stream",
+                    f"{env.type!r} does not belong on the {env.stream} stream",
+                )
+            )
+            return out
+        try:
+            payload = env.typed_payload(lenient=True)
+        except PayloadError as exc:
+            out.append(DeadLetter(record, "invalid_payload", str(exc)[:500]))
+            return out
+        self._use(state, record, env, payload, out)
+        self._maybe_finish(state, env, out)
+        return out
+
+    # -- using a usable event ----------------------------------------------------------------------
+    def _use(
+        self,
+        state: SessionState,
+        record: InputRecord,
+        env: Envelope,
+        payload: BaseModel,
+        out: list[Output],
+    ) -> None:
+        if isinstance(payload, Metric):
+            try:
+                evaluation, causes = evaluate(self.config.rules, state.rules, payload, env.hash)
+            except EpochOrderError as exc:
+                out.append(DeadLetter(record, "epoch_out_of_order", str(exc)))
+                state.judge.rejected_metrics += 1
+                return
+            out.append(
+                self._emit(
+                    state, env, Stream.RULES, "rule_evaluation", evaluation, causes, RULES_VERSION
+                )
+            )
+            state.judge.add_evaluation(
+                evaluation, env.hash, payload.val_acc, payload.lr, payload.batch_size
+            )
+            return
+        if isinstance(payload, SessionEnded):
+            state.ended[env.stream] = env.hash
+            if env.stream == Stream.EVENTS.value:
+                state.end = payload.model_dump(mode="json")
+        if env.stream != Stream.EVENTS.value:
+            return
+        if isinstance(payload, SessionStarted):
+            state.kind = payload.kind
+            state.judge.run_config = dict(payload.run_config)
+        elif isinstance(payload, Decision):
+            state.judge.add_decision(payload, env.hash)
+        observe(state.filters, self.config.filters, env)
+
+    def _maybe_finish(self, state: SessionState, env: Envelope, out: list[Output]) -> None:
+        end = state.end
+        if state.finished or end is None:
+            return
+        if any(stream not in state.ended for stream in end.get("streams", ())):
+            return  # another of the session's chains has not ended yet
+        state.finished = True
+        causes = tuple(state.ended[s] for s in sorted(state.ended))
+        if (state.kind or "agent") == "training":
+            verdict = judge(
+                state.judge,
+                status=end["status"],
+                outcome=end.get("outcome") or {},
+                end_hash=state.ended[Stream.EVENTS.value],
+            )
+            out.append(
+                self._emit(state, env, Stream.VERDICTS, "verdict", verdict, causes, JUDGE_VERSION)
+            )
+        else:
+            result = outcome(state.filters, self.config.filters)
+            out.append(
+                self._emit(
+                    state,
+                    env,
+                    Stream.FILTERED,
+                    "filter_outcome",
+                    result,
+                    causes,
+                    f"{FILTER_VERSION}:{self.config.filters.label}",
+                )
+            )
+
+    # -- output chains -----------------------------------------------------------------------------
+    def _chain_broken(
+        self,
+        state: SessionState,
+        record: InputRecord,
+        env: Envelope,
+        kind: BreakKind,
+        seq: int | None,
+        detail: str,
+    ) -> Emitted:
+        state.judge.add_break(env.stream, seq, kind.value, detail)
+        state.filters.note("chain_broken", f"{env.stream} seq {seq}: {kind.value}", env.hash)
+        payload = ChainBroken(
+            stream=env.stream,
+            seq=seq,
+            reason=kind,
+            detail=detail,
+            position=record.position,
+            auditor_version=AUDITOR_VERSION,
+        )
+        return self._emit(
+            state,
+            env,
+            Stream.VERDICTS,
+            "chain_broken",
+            payload,
+            (env.hash,),
+            AUDITOR_VERSION,
+            part=f"{kind.value}|{record.position}",
+        )
+
+    def _emit(
+        self,
+        state: SessionState,
+        env: Envelope,
+        stream: Stream,
+        event_type: str,
+        payload: BaseModel,
+        causes: tuple[str, ...],
+        version: str,
+        part: str = "",
+    ) -> Emitted:
+        sid = env.session_id
+        seq, prev = state.outputs.get(stream.value, (0, GENESIS_HASH))
+        event_id = derived_event_id(stream.value, sid, event_type, version, causes, part)
+        value, digest = seal(
+            stream=stream.value,
+            session_id=sid,
+            seq=seq,
+            ts_ns=env.ts_ns,
+            type=event_type,
+            payload=payload.model_dump(mode="python"),
+            prev_hash=prev,
+            producer=self._producer,
+            event_id=event_id,
+            causes=causes,
+        )
+        state.outputs[stream.value] = [seq + 1, digest]
+        return Emitted(stream.value, sid, value, event_id, event_type)
+
+
+def handle(
+    processor: SessionProcessor, states: dict[str, SessionState], record: InputRecord
+) -> tuple[str | None, list[Output]]:
+    """Route one record: dead-letter what cannot be attributed to a session, step the rest.
+    Returns the session touched (None for a dead letter) and the outputs, in order."""
+    parsed = parse_record(record)
+    if isinstance(parsed, DeadLettered):
+        return None, [DeadLetter(record, parsed.reason.value, parsed.detail)]
+    sid = parsed.envelope.session_id
+    state = states.get(sid)
+    if state is None:
+        state = states[sid] = SessionState()
+    return sid, processor.step(state, record, parsed)

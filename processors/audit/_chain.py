@@ -1,0 +1,195 @@
+"""The live chain audit: each record of a raw stream checked against its chain as it arrives.
+
+Invariant: every input record gets exactly one `AuditResult`: dead-lettered (no trustworthy
+session to attribute it to), a redelivery (byte-identical copy of a record already audited), or
+admitted with the breaks it shows and whether its content may be used downstream.
+
+Unlike `rolltape.schemas.ChainVerifier`, which reads a whole topic, this keeps a few hundred bytes
+per chain (the head, the next seq, the last `RECENT` hashes) because that state is rewritten to a
+changelog on every update. Records older than that window can no longer be told apart as forks
+or duplicates; they are reported as reordered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from rolltape.schemas import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    BreakKind,
+    CanonicalEncodingError,
+    Envelope,
+    EnvelopeError,
+    content_hash,
+    decode,
+    envelope_from_mapping,
+)
+
+AUDITOR_VERSION: Final = "rolltape.audit/1"
+RECENT: Final = 8
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One Kafka record as the processor received it."""
+
+    stream: str
+    """The stream the topic carries."""
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int = 0
+    """Broker LogAppendTime (not used by any pure function: only for the record)."""
+
+    @property
+    def position(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass
+class ChainHead:
+    """What the audit remembers of one (stream, session) chain."""
+
+    next_seq: int = 0
+    head: str = GENESIS_HASH
+    recent: dict[int, str] = field(default_factory=dict)
+    ended_seq: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "next_seq": self.next_seq,
+            "head": self.head,
+            "recent": [[seq, h] for seq, h in sorted(self.recent.items())],
+            "ended_seq": self.ended_seq,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChainHead:
+        return cls(
+            next_seq=data["next_seq"],
+            head=data["head"],
+            recent={int(seq): h for seq, h in data["recent"]},
+            ended_seq=data["ended_seq"],
+        )
+
+
+@dataclass(frozen=True)
+class Break:
+    kind: BreakKind
+    seq: int | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class DeadLettered:
+    outcome: Literal["dead_letter"]
+    reason: BreakKind
+    detail: str
+
+
+@dataclass(frozen=True)
+class Redelivered:
+    outcome: Literal["redelivered"]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    outcome: Literal["admitted"]
+    envelope: Envelope
+    breaks: tuple[Break, ...]
+    usable: bool
+    """The content is authentic and in chain order: rules, filters and judges may use it."""
+
+
+AuditResult = DeadLettered | Redelivered | Admitted
+
+
+@dataclass(frozen=True)
+class Parsed:
+    envelope: Envelope
+    decoded: dict[str, Any]
+
+
+def parse_record(record: InputRecord) -> Parsed | DeadLettered:
+    """The envelope of a record, or why it cannot be attributed to any chain."""
+
+    def dead(reason: BreakKind, detail: str) -> DeadLettered:
+        return DeadLettered("dead_letter", reason, detail[:500])
+
+    try:
+        obj = decode(record.value)
+    except CanonicalEncodingError as exc:
+        return dead(BreakKind.UNPARSEABLE, f"not canonical JSON: {exc}")
+    if isinstance(obj, dict) and obj.get("v") != SCHEMA_VERSION and "v" in obj:
+        return dead(
+            BreakKind.UNKNOWN_VERSION, f"schema version {obj.get('v')!r}; this auditor reads v1"
+        )
+    try:
+        env = envelope_from_mapping(obj)
+    except EnvelopeError as exc:
+        return dead(BreakKind.UNPARSEABLE, str(exc))
+    if env.stream != record.stream:
+        return dead(BreakKind.MISROUTED, f"stream {env.stream!r} on the {record.stream} topic")
+    if record.key != env.session_id.encode():
+        return dead(
+            BreakKind.MISROUTED,
+            f"record key {record.key!r} is not the session id {env.session_id!r}: the record "
+            "may sit on another partition than its session, so its order is unknown",
+        )
+    return Parsed(env, obj)
+
+
+def audit(chain: ChainHead, record: InputRecord, parsed: Parsed) -> AuditResult:
+    """Check one parsed record against its chain and advance the chain."""
+    env = parsed.envelope
+    seq = env.seq
+    breaks: list[Break] = []
+    usable = True
+    hashed = content_hash(parsed.decoded, record.value)
+    if hashed is None:
+        breaks.append(Break(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form"))
+        usable = False
+    elif hashed[0] != env.hash:
+        detail = f"content hashes to {hashed[0][:16]}…, record says {env.hash[:16]}…"
+        breaks.append(Break(BreakKind.TAMPERED, seq, detail))
+        usable = False
+    elif not hashed[1]:
+        breaks.append(Break(BreakKind.NOT_CANONICAL, seq, "bytes differ from the canonical form"))
+
+    if seq < chain.next_seq:
+        known = chain.recent.get(seq)
+        if known == env.hash and not breaks:
+            return Redelivered("redelivered")
+        if known is not None:
+            detail = f"seq {seq} again with another hash"
+            breaks.append(Break(BreakKind.FORK, seq, detail))
+        else:
+            detail = f"seq {seq} arrived after seq {chain.next_seq - 1}"
+            breaks.append(Break(BreakKind.REORDERED, seq, detail))
+        return Admitted("admitted", env, tuple(breaks), usable=False)
+
+    if chain.ended_seq is not None:
+        detail = f"{env.type} after session_ended at seq {chain.ended_seq}"
+        breaks.append(Break(BreakKind.AFTER_END, seq, detail))
+        usable = False
+    if seq > chain.next_seq:
+        missing = f"{chain.next_seq}..{seq - 1}" if seq - 1 > chain.next_seq else f"{seq - 1}"
+        breaks.append(Break(BreakKind.GAP, chain.next_seq, f"seq {missing} missing"))
+    elif seq == 0 and env.prev_hash != GENESIS_HASH:
+        breaks.append(Break(BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash"))
+    elif seq > 0 and env.prev_hash != chain.head:
+        detail = f"prev_hash {env.prev_hash[:16]}… is not the hash of seq {seq - 1}"
+        breaks.append(Break(BreakKind.BROKEN_LINK, seq, detail))
+
+    chain.next_seq = seq + 1
+    chain.head = env.hash
+    chain.recent[seq] = env.hash
+    for old in sorted(chain.recent)[:-RECENT]:
+        del chain.recent[old]
+    if env.type == "session_ended" and chain.ended_seq is None:
+        chain.ended_seq = seq
+    return Admitted("admitted", env, tuple(breaks), usable=usable)

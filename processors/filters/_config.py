@@ -1,0 +1,37 @@
+"""The reward-filter config: which finished agent sessions may become training data."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rolltape.schemas import canonical_bytes
+
+FILTER_VERSION: Final = "rolltape.filters/1"
+
+
+class FilterConfig(BaseModel):
+    """Frozen: a changed setting is a new config (new digest), named on every outcome."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "default"
+    require_completed: bool = True
+    """Interrupted and failed sessions are rejected (kept as failure data)."""
+    reject_unknown_tools: bool = True
+    """A call to a tool name the session did not declare is a hallucination."""
+    check_tool_arguments: bool = True
+    """Arguments must satisfy the declared tool's JSON Schema."""
+    require_reasoning: bool = False
+    """Every assistant turn must carry non-empty reasoning (REFERENCE.md section 2)."""
+    min_turns: int = Field(default=1, ge=0)
+    """Minimum number of assistant turns."""
+    min_reward: float | None = None
+    """Minimum final reward (the last `reward` event named "reward"); None: no reward needed."""
+
+    @property
+    def label(self) -> str:
+        digest = hashlib.sha256(canonical_bytes(self.model_dump())).hexdigest()
+        return f"{self.name}@{digest[:12]}"

@@ -1,0 +1,171 @@
+"""Reward filters over one agent session, folded event by event.
+
+Invariant: the outcome is a pure function of the config and the session's usable events in chain
+order. Every reason against a session is kept (not only the first), with the hashes of the
+events that show it, so a rejected session is useful failure data rather than a silent drop.
+State is small (counts and the first few pieces of evidence per reason) because it is rewritten
+to a changelog on every update.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+from jsonschema import exceptions as jsonschema_exceptions
+from jsonschema import validators
+
+from rolltape.processors.filters._config import FILTER_VERSION, FilterConfig
+from rolltape.schemas import (
+    Envelope,
+    FilterOutcome,
+    FilterReason,
+    Reward,
+    SessionEnded,
+    SessionStarted,
+    ToolCall,
+    Turn,
+)
+
+EVIDENCE_KEPT: Final = 5
+
+
+@dataclass
+class FilterState:
+    kind: str | None = None
+    trainable: bool = True
+    tools: dict[str, dict[str, Any]] = field(default_factory=dict)
+    status: str | None = None
+    turns: int = 0
+    tool_calls: int = 0
+    reward: float | None = None
+    findings: dict[str, list[Any]] = field(default_factory=dict)
+    """code -> [count, first message, evidence hashes...]"""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "trainable": self.trainable,
+            "tools": self.tools,
+            "status": self.status,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "reward": self.reward,
+            "findings": self.findings,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FilterState:
+        return cls(**data)
+
+    def note(self, code: str, message: str, evidence: str) -> None:
+        entry = self.findings.get(code)
+        if entry is None:
+            self.findings[code] = [1, message, evidence]
+            return
+        entry[0] += 1
+        if len(entry) - 2 < EVIDENCE_KEPT:
+            entry.append(evidence)
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(schema_json: bytes) -> Any:
+    schema = orjson.loads(schema_json)
+    cls = validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
+    try:
+        validator = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    except jsonschema_exceptions.SchemaError as exc:
+        return f"the declared schema itself is invalid: {exc.message}"
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    first = errors[0]
+    where = "/".join(str(p) for p in first.absolute_path) or "(root)"
+    return f"{where}: {first.message}"
+
+
+def observe(state: FilterState, config: FilterConfig, env: Envelope) -> None:
+    """Fold one usable event of the session's events stream into the filter state."""
+    kind = env.type
+    if kind == "session_started":
+        started = SessionStarted.model_validate(env.payload)
+        state.kind = started.kind
+        state.trainable = started.trainable
+        state.tools = {t.name: dict(t.parameters) for t in started.tools}
+    elif kind == "turn":
+        turn = Turn.model_validate(env.payload)
+        if turn.role != "assistant":
+            return
+        state.turns += 1
+        if config.require_reasoning and not (turn.reasoning or "").strip():
+            state.note("no_reasoning", "an assistant turn has no reasoning", env.hash)
+    elif kind == "tool_call":
+        call = ToolCall.model_validate(env.payload)
+        state.tool_calls += 1
+        schema = state.tools.get(call.name)
+        if schema is None:
+            if config.reject_unknown_tools:
+                known = ", ".join(sorted(state.tools)) or "none"
+                message = f"called tool {call.name!r}, not among the declared tools ({known})"
+                state.note("unknown_tool", message, env.hash)
+            return
+        if call.raw_arguments is not None and not call.arguments:
+            if config.check_tool_arguments:
+                message = f"arguments to {call.name!r} were not a JSON object"
+                state.note("invalid_arguments", message, env.hash)
+            return
+        if config.check_tool_arguments:
+            problem = _argument_problem(schema, call.arguments)
+            if problem is not None:
+                state.note("invalid_arguments", f"{call.name}: {problem}", env.hash)
+    elif kind == "reward":
+        reward = Reward.model_validate(env.payload)
+        if reward.name == "reward":
+            state.reward = reward.value
+    elif kind == "session_ended":
+        state.status = SessionEnded.model_validate(env.payload).status
+
+
+def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:
+    """The accept/reject outcome once the session has ended."""
+    reasons = [
+        FilterReason(
+            code=code,
+            message=f"{entry[1]}" + (f" (and {entry[0] - 1} more)" if entry[0] > 1 else ""),
+            evidence=tuple(entry[2:]),
+        )
+        for code, entry in sorted(state.findings.items())
+    ]
+    if not state.trainable:
+        reasons.append(FilterReason(code="not_trainable", message="the session is trainable=false"))
+    if config.require_completed and state.status != "completed":
+        reasons.append(
+            FilterReason(code="not_completed", message=f"the session ended {state.status}")
+        )
+    if state.turns < config.min_turns:
+        message = f"{state.turns} assistant turns, fewer than {config.min_turns}"
+        reasons.append(FilterReason(code="too_few_turns", message=message))
+    if config.min_reward is not None:
+        if state.reward is None:
+            reasons.append(FilterReason(code="no_reward", message="the session has no reward"))
+        elif state.reward < config.min_reward:
+            message = f"reward {state.reward!r} is below {config.min_reward!r}"
+            reasons.append(FilterReason(code="low_reward", message=message))
+    reasons.sort(key=lambda r: r.code)
+    return FilterOutcome(
+        filter_version=FILTER_VERSION,
+        config=config.label,
+        accepted=not reasons,
+        reasons=tuple(reasons),
+        status=state.status or "unknown",
+        turns=state.turns,
+        tool_calls=state.tool_calls,
+        reward=state.reward,
+    )

@@ -1,0 +1,456 @@
+"""The training-run judge: an audit of a finished training session into two scores.
+
+Invariant: the verdict is a pure function of the session's usable events (its run config, the
+rule firings recomputed by the canonical engine from its metrics, its decisions, its end) and of
+the chain breaks seen on its streams. It never reads the rules topic: firings an agent or a
+forged rules record claims are not evidence.
+
+Fixes over the judge of REFERENCE.md section 1:
+- the process score's denominator is the obligations the run created (rule-firing episodes and
+  precedence conflicts whose answer window closed), not the number of decisions: padding a log
+  with decisions cannot dilute a violation, and a run that was never tested reports
+  `process_axis_exercised: false` instead of a free 1.0 that looks earned;
+- every decision is checked for defensibility (no sampling);
+- a deferral the run had no epoch left to clear, and a firing whose answer window was still open
+  when the run ended, are reported, not counted as violations;
+- a firing that persists over consecutive epochs is one obligation, answered once.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from rolltape.processors.judges._playbook import EDIT_OPS, EVENT_TYPES, REMEDIES
+from rolltape.processors.rules import RULE_CLASS
+from rolltape.schemas import Decision, RuleEvaluation, RuleId, Verdict, Violation
+
+JUDGE_NAME: Final = "training_audit"
+JUDGE_VERSION: Final = "rolltape.judges.training/1"
+WINDOW: Final = 2
+"""A firing at epoch f must be answered by a decision in [f, f + WINDOW]; a citation at d must
+refer to a firing in [d - WINDOW, d]."""
+MAX_BREAKS_KEPT: Final = 20
+_ACTIONS = ("hyperparameter_change", "architecture_change")
+
+
+@dataclass
+class TrainingJudgeState:
+    """What the judge keeps of a session until it ends (a few dozen bytes per epoch)."""
+
+    run_config: dict[str, Any] | None = None
+    epochs: list[list[Any]] = field(default_factory=list)
+    """[epoch, fired rules, metric hash, no_data, val_acc, lr, batch_size] per evaluated epoch."""
+    decisions: list[list[Any]] = field(default_factory=list)
+    """[epoch, event_type, cites, direction, edit_op, edit_to, lr_new, hash] per decision."""
+    breaks: list[list[Any]] = field(default_factory=list)
+    """[stream, seq, reason, detail] of chain breaks on the session's streams (first few)."""
+    break_count: int = 0
+    rejected_metrics: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_config": self.run_config,
+            "epochs": self.epochs,
+            "decisions": self.decisions,
+            "breaks": self.breaks,
+            "break_count": self.break_count,
+            "rejected_metrics": self.rejected_metrics,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainingJudgeState:
+        return cls(**data)
+
+    def add_evaluation(
+        self,
+        evaluation: RuleEvaluation,
+        metric_hash: str,
+        val_acc: float | None,
+        lr: float | None,
+        batch_size: int | None,
+    ) -> None:
+        self.epochs.append(
+            [
+                evaluation.epoch,
+                list(evaluation.fired),
+                metric_hash,
+                evaluation.no_data,
+                val_acc,
+                lr,
+                batch_size,
+            ]
+        )
+
+    def add_decision(self, decision: Decision, event_hash: str) -> None:
+        p = decision.remedy_params
+        self.decisions.append(
+            [
+                decision.epoch,
+                decision.event_type,
+                list(decision.cites),
+                decision.remedy_direction,
+                p.edit_op,
+                p.edit_to,
+                p.lr_new,
+                event_hash,
+            ]
+        )
+
+    def add_break(self, stream: str, seq: int | None, reason: str, detail: str) -> None:
+        self.break_count += 1
+        if len(self.breaks) < MAX_BREAKS_KEPT:
+            self.breaks.append([stream, seq, reason, detail])
+
+
+@dataclass(frozen=True)
+class _Epoch:
+    epoch: int
+    fired: tuple[RuleId, ...]
+    hash: str
+    no_data: bool
+    val_acc: float | None
+    lr: float | None
+    batch_size: int | None
+
+
+@dataclass(frozen=True)
+class _Decision:
+    epoch: int
+    event_type: str
+    cites: tuple[RuleId, ...]
+    direction: str
+    edit_op: str
+    edit_to: str
+    lr_new: float | None
+    hash: str
+
+
+class _Findings:
+    def __init__(self) -> None:
+        self.violations: list[Violation] = []
+        self.gates: list[Violation] = []
+
+    def add(
+        self,
+        code: str,
+        message: str,
+        *,
+        epoch: int | None = None,
+        rule: RuleId | None = None,
+        evidence: tuple[str, ...] = (),
+    ) -> None:
+        self.violations.append(
+            Violation(code=code, message=message, epoch=epoch, rule=rule, evidence=evidence)
+        )
+
+    def gate(self, code: str, message: str, evidence: tuple[str, ...] = ()) -> None:
+        self.gates.append(Violation(code=code, message=message, evidence=evidence))
+
+
+def judge(
+    state: TrainingJudgeState,
+    *,
+    status: str,
+    outcome: dict[str, Any],
+    end_hash: str,
+) -> Verdict:
+    """Audit a finished training session; `outcome` is its session_ended outcome (which may
+    report `final_spec` and `val_acc`)."""
+    epochs = sorted(
+        (_Epoch(*(e[0], tuple(e[1]), *e[2:])) for e in state.epochs), key=lambda e: e.epoch
+    )
+    decisions = sorted(
+        (_Decision(d[0], d[1], tuple(d[2]), *d[3:]) for d in state.decisions),
+        key=lambda d: (d.epoch, d.hash),
+    )
+    run_config = state.run_config or {}
+    found = _Findings()
+    counts: dict[str, int] = {
+        "epochs_evaluated": len(epochs),
+        "epochs_without_data": sum(1 for e in epochs if e.no_data),
+        "decisions": len(decisions),
+        "chain_breaks": state.break_count,
+        "rejected_metrics": state.rejected_metrics,
+    }
+    details: dict[str, Any] = {"status": status}
+
+    if state.break_count:
+        first = "; ".join(f"{b[0]} seq {b[1]}: {b[2]}" for b in state.breaks[:3])
+        found.gate("chain_integrity", f"{state.break_count} chain break(s): {first}", (end_hash,))
+    details["architecture_replay"] = _architecture_replay(run_config, outcome, decisions, found)
+
+    last_epoch = epochs[-1].epoch if epochs else -1
+    data_epochs = [e for e in epochs if not e.no_data]
+    fired_at = {e.epoch: set(e.fired) for e in data_epochs}
+    obligations = _firing_obligations(data_epochs, decisions, last_epoch, found, counts)
+    obligations += _precedence_obligations(data_epochs, decisions, last_epoch, found, counts)
+    _citations(decisions, fired_at, found)
+    _deferrals(decisions, data_epochs, found, counts)
+    _defensibility(decisions, found)
+    _config_drift(run_config, data_epochs, decisions, found)
+
+    counts["obligations"] = obligations
+    counts["violations"] = len(found.violations)
+    for v in found.violations:
+        counts[f"violations.{v.code}"] = counts.get(f"violations.{v.code}", 0) + 1
+    details["process_axis_exercised"] = obligations > 0
+    scores: dict[str, float] = {
+        "process_score": max(0.0, 1.0 - len(found.violations) / max(obligations, 1)),
+    }
+    accuracy = _accuracy(run_config, outcome, data_epochs, details)
+    if accuracy is not None:
+        scores["accuracy_score"] = accuracy
+    failed = bool(found.gates)
+    if failed:
+        scores = {name: 0.0 for name in ("accuracy_score", "process_score")}
+    return Verdict(
+        judge=JUDGE_NAME,
+        judge_version=JUDGE_VERSION,
+        status="failed" if failed else "ok",
+        scores=scores,
+        violations=tuple(found.gates + found.violations),
+        counts=dict(sorted(counts.items())),
+        details=details,
+    )
+
+
+def _episodes(epochs: list[_Epoch]) -> list[tuple[RuleId, _Epoch]]:
+    """(rule, first epoch) of each maximal run of consecutive evaluations where the rule fired."""
+    starts: list[tuple[RuleId, _Epoch]] = []
+    previous: set[RuleId] = set()
+    for e in epochs:
+        for rule in e.fired:
+            if rule not in previous:
+                starts.append((rule, e))
+        previous = set(e.fired)
+    return starts
+
+
+def _firing_obligations(
+    epochs: list[_Epoch],
+    decisions: list[_Decision],
+    last_epoch: int,
+    found: _Findings,
+    counts: dict[str, int],
+) -> int:
+    obligations = 0
+    counts["window_open"] = 0
+    for rule, start in _episodes(epochs):
+        answered = any(
+            start.epoch <= d.epoch <= start.epoch + WINDOW and rule in d.cites for d in decisions
+        )
+        if not answered and last_epoch < start.epoch + WINDOW:
+            counts["window_open"] += 1  # the run ended before it had to answer
+            continue
+        obligations += 1
+        if not answered:
+            found.add(
+                "missing_decision",
+                f"{rule} fired at epoch {start.epoch} and no decision cited it by epoch "
+                f"{start.epoch + WINDOW}",
+                epoch=start.epoch,
+                rule=rule,
+                evidence=(start.hash,),
+            )
+    return obligations
+
+
+def _precedence_obligations(
+    epochs: list[_Epoch],
+    decisions: list[_Decision],
+    last_epoch: int,
+    found: _Findings,
+    counts: dict[str, int],
+) -> int:
+    obligations = 0
+    previous_top: str | None = None
+    for e in epochs:
+        classes = {RULE_CLASS[r] for r in e.fired}
+        top = RULE_CLASS[e.fired[0]] if len(classes) >= 2 else None
+        if top is None or top == previous_top:
+            previous_top = top
+            continue
+        previous_top = top
+        actioned = any(
+            e.epoch <= d.epoch <= e.epoch + WINDOW
+            and d.event_type in _ACTIONS
+            and any(RULE_CLASS[r] == top for r in d.cites)
+            for d in decisions
+        )
+        if not actioned and last_epoch < e.epoch + WINDOW:
+            counts["window_open"] += 1
+            continue
+        obligations += 1
+        if not actioned:
+            found.add(
+                "precedence_violation",
+                f"at epoch {e.epoch} {', '.join(e.fired)} fired across classes; the {top} class "
+                f"comes first and was not acted on by epoch {e.epoch + WINDOW}",
+                epoch=e.epoch,
+                rule=e.fired[0],
+                evidence=(e.hash,),
+            )
+    return obligations
+
+
+def _citations(
+    decisions: list[_Decision], fired_at: dict[int, set[RuleId]], found: _Findings
+) -> None:
+    for d in decisions:
+        for rule in d.cites:
+            if not any(rule in fired_at.get(x, ()) for x in range(d.epoch - WINDOW, d.epoch + 1)):
+                found.add(
+                    "spurious_citation",
+                    f"the decision at epoch {d.epoch} cites {rule}, which did not fire in "
+                    f"epochs {max(0, d.epoch - WINDOW)}..{d.epoch}",
+                    epoch=d.epoch,
+                    rule=rule,
+                    evidence=(d.hash,),
+                )
+
+
+def _deferrals(
+    decisions: list[_Decision], epochs: list[_Epoch], found: _Findings, counts: dict[str, int]
+) -> None:
+    counts["deferrals_unclearable"] = 0
+    for d in decisions:
+        if d.event_type != "rule_triggered_no_action":
+            continue
+        later = [e for e in epochs if e.epoch > d.epoch]
+        for rule in d.cites:
+            if not later:
+                counts["deferrals_unclearable"] += 1  # no epoch left in which it could clear
+            elif all(rule in e.fired for e in later):
+                found.add(
+                    "unresolved_deferral",
+                    f"{rule} was deferred at epoch {d.epoch} and fired at every later epoch "
+                    f"through {later[-1].epoch}",
+                    epoch=d.epoch,
+                    rule=rule,
+                    evidence=(d.hash, later[-1].hash),
+                )
+
+
+def _defensibility(decisions: list[_Decision], found: _Findings) -> None:
+    for d in decisions:
+        problem = _indefensible(d)
+        if problem is not None:
+            found.add(
+                "indefensible_decision",
+                f"the decision at epoch {d.epoch}: {problem}",
+                epoch=d.epoch,
+                rule=d.cites[0] if d.cites else None,
+                evidence=(d.hash,),
+            )
+
+
+def _indefensible(d: _Decision) -> str | None:
+    if d.event_type not in EVENT_TYPES.get(d.direction, frozenset()):
+        return f"a {d.event_type} cannot carry out {d.direction}"
+    if d.direction == "none":
+        return None if d.cites else "a deferral that cites no rule"
+    if not d.cites:
+        return f"{d.direction} cites no rule that calls for it"
+    if not any(d.direction in REMEDIES[rule] for rule in d.cites):
+        return f"{d.direction} does not address {', '.join(d.cites)}"
+    ops = EDIT_OPS.get(d.direction)
+    if ops is not None and d.edit_op not in ops:
+        return f"{d.direction} logged the edit {d.edit_op!r}"
+    if d.direction == "swap_activation" and d.edit_to in ("none", "relu"):
+        return f"swap_activation to {d.edit_to!r} does not change a ReLU network"
+    if d.direction in ("decrease_lr", "increase_lr") and d.lr_new is None:
+        return f"{d.direction} without lr_new"
+    return None
+
+
+def _architecture_replay(
+    run_config: dict[str, Any],
+    outcome: dict[str, Any],
+    decisions: list[_Decision],
+    found: _Findings,
+) -> str:
+    initial, final = run_config.get("architecture"), outcome.get("final_spec")
+    if not isinstance(initial, dict) or not isinstance(final, dict):
+        return (
+            "not checked: the run config has no `architecture` or the end reports no `final_spec`"
+        )
+    spec = {"activation": initial.get("activation"), "blocks": initial.get("blocks")}
+    edits = []
+    for d in decisions:
+        if d.event_type != "architecture_change":
+            continue
+        edits.append(d.hash)
+        if d.edit_op == "swap_activation":
+            spec["activation"] = d.edit_to
+        elif d.edit_op in ("add_block", "remove_block") and isinstance(spec["blocks"], int):
+            spec["blocks"] += 1 if d.edit_op == "add_block" else -1
+    reported = {"activation": final.get("activation"), "blocks": final.get("blocks")}
+    if spec != reported:
+        found.gate(
+            "architecture_replay",
+            f"replaying {len(edits)} logged edit(s) on {initial} gives {spec}, but the run "
+            f"reports {reported}",
+            tuple(edits),
+        )
+        return "mismatch"
+    return "match"
+
+
+def _config_drift(
+    run_config: dict[str, Any], epochs: list[_Epoch], decisions: list[_Decision], found: _Findings
+) -> None:
+    lr = run_config.get("lr")
+    if isinstance(lr, int | float) and not run_config.get("lr_schedule"):
+        changes = sorted(
+            (d.epoch, d.lr_new)
+            for d in decisions
+            if d.lr_new is not None and d.event_type == "hyperparameter_change"
+        )
+        expected = float(lr)
+        for e in epochs:
+            while changes and changes[0][0] < e.epoch:
+                expected = float(changes.pop(0)[1] or expected)
+            if e.lr is not None and not math.isclose(e.lr, expected, rel_tol=1e-6):
+                found.add(
+                    "config_drift",
+                    f"epoch {e.epoch} trained at lr {e.lr!r}; the run config and logged "
+                    f"changes say {expected!r}",
+                    epoch=e.epoch,
+                    evidence=(e.hash,),
+                )
+    batch = run_config.get("batch_size")
+    if isinstance(batch, int) and not any("batch_size" in d.direction for d in decisions):
+        for e in epochs:
+            if e.batch_size is not None and e.batch_size != batch:
+                found.add(
+                    "config_drift",
+                    f"epoch {e.epoch} trained with batch size {e.batch_size}; the run config "
+                    f"says {batch} and no decision changed it",
+                    epoch=e.epoch,
+                    evidence=(e.hash,),
+                )
+
+
+def _accuracy(
+    run_config: dict[str, Any],
+    outcome: dict[str, Any],
+    epochs: list[_Epoch],
+    details: dict[str, Any],
+) -> float | None:
+    target = run_config.get("target_accuracy")
+    reported = outcome.get("val_acc")
+    if isinstance(reported, int | float) and math.isfinite(reported):
+        acc: float | None = float(reported)
+    else:
+        measured = [e.val_acc for e in epochs if e.val_acc is not None and math.isfinite(e.val_acc)]
+        acc = measured[-1] if measured else None
+    details["final_val_acc"] = acc
+    if not isinstance(target, int | float) or target <= 0:
+        details["accuracy_score"] = "not scored: the run config has no positive target_accuracy"
+        return None
+    if acc is None:
+        details["accuracy_score"] = "not scored: no val accuracy was measured or reported"
+        return None
+    return min(1.0, acc / float(target))

@@ -1,0 +1,116 @@
+"""Scripted sessions sealed into Kafka-like input records, as a recorder would write them."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from rolltape.processors import (
+    DeadLetter,
+    Emitted,
+    Output,
+    ProcessorConfig,
+    SessionProcessor,
+    SessionState,
+    handle,
+)
+from rolltape.processors.audit import InputRecord
+from rolltape.schemas import GENESIS_HASH, PAYLOAD_MODELS, decode, seal
+
+PRODUCER = {"name": "test", "version": "0", "principal": "agent"}
+DECISION_DEFAULTS: dict[str, Any] = {
+    "justification": "scripted",
+    "remedy_params": {"lr_new": None, "edit_op": "none", "edit_to": "none"},
+}
+
+
+class Tape:
+    """Seals events per (stream, session) chain and hands out topic offsets."""
+
+    def __init__(self) -> None:
+        self.heads: dict[tuple[str, str], tuple[int, str]] = {}
+        self.offsets: dict[str, int] = defaultdict(int)
+        self.clock = 10**18
+
+    def raw(self, stream: str, value: bytes, key: bytes | None) -> InputRecord:
+        topic = f"t.{stream}.v1"
+        offset = self.offsets[topic]
+        self.offsets[topic] += 1
+        return InputRecord(stream, topic, 0, offset, key, value)
+
+    def record(self, sid: str, stream: str, event_type: str, **payload: Any) -> InputRecord:
+        clean = PAYLOAD_MODELS[event_type].model_validate(payload).model_dump(mode="python")
+        seq, prev = self.heads.get((stream, sid), (0, GENESIS_HASH))
+        self.clock += 1000
+        value, digest = seal(
+            stream=stream,
+            session_id=sid,
+            seq=seq,
+            ts_ns=self.clock,
+            type=event_type,
+            payload=clean,
+            prev_hash=prev,
+            producer=PRODUCER,
+        )
+        self.heads[(stream, sid)] = (seq + 1, digest)
+        return self.raw(stream, value, sid.encode())
+
+    # conveniences ---------------------------------------------------------------------------
+    def start(self, sid: str, **payload: Any) -> InputRecord:
+        return self.record(sid, "events", "session_started", **{"task": "t", **payload})
+
+    def event(self, sid: str, event_type: str, **payload: Any) -> InputRecord:
+        return self.record(sid, "events", event_type, **payload)
+
+    def metric(self, sid: str, epoch: int, **fields: Any) -> InputRecord:
+        return self.record(sid, "metrics", "metric", epoch=epoch, **fields)
+
+    def decision(self, sid: str, epoch: int, **fields: Any) -> InputRecord:
+        return self.event(sid, "decision", epoch=epoch, **{**DECISION_DEFAULTS, **fields})
+
+    def end(
+        self, sid: str, status: str = "completed", streams: tuple[str, ...] = (), **outcome: Any
+    ) -> list[InputRecord]:
+        records = [
+            self.record(sid, s, "session_ended", status=status, outcome=outcome) for s in streams
+        ]
+        records.append(
+            self.record(
+                sid, "events", "session_ended", status=status, outcome=outcome, streams=streams
+            )
+        )
+        return records
+
+
+def in_log_order(records: list[InputRecord]) -> list[InputRecord]:
+    """The records as a topic would hold them in this order: offsets renumbered per topic."""
+    offsets: dict[str, int] = defaultdict(int)
+    out = []
+    for r in records:
+        out.append(InputRecord(r.stream, r.topic, r.partition, offsets[r.topic], r.key, r.value))
+        offsets[r.topic] += 1
+    return out
+
+
+def run(
+    records: list[InputRecord], config: ProcessorConfig | None = None
+) -> tuple[list[Output], dict[str, SessionState]]:
+    processor = SessionProcessor(config or ProcessorConfig())
+    states: dict[str, SessionState] = {}
+    outputs: list[Output] = []
+    for record in records:
+        outputs.extend(handle(processor, states, record)[1])
+    return outputs, states
+
+
+def emitted(outputs: list[Output], event_type: str) -> list[dict[str, Any]]:
+    """Payloads of the emitted events of one type, in order."""
+    return [
+        decode(o.value)["payload"]
+        for o in outputs
+        if isinstance(o, Emitted) and o.type == event_type
+    ]
+
+
+def dead_letters(outputs: list[Output]) -> list[str]:
+    return [o.reason for o in outputs if isinstance(o, DeadLetter)]

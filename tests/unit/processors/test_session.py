@@ -1,0 +1,193 @@
+"""The per-session step: chain audit, dead letters, rule evaluations and end-of-session outputs
+composed deterministically, with state that survives a round trip through its stored form."""
+
+from __future__ import annotations
+
+import orjson
+
+from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
+from rolltape.processors.audit import InputRecord
+from rolltape.schemas import ChainVerifier, decode
+from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
+
+HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3}
+
+
+def agent_session(tape: Tape, sid: str = "a1") -> list[InputRecord]:
+    return [
+        tape.start(sid, tools=[{"name": "calc", "parameters": {"type": "object"}}]),
+        tape.event(sid, "turn", role="user", content="2+2?"),
+        tape.event(sid, "tool_call", id="c1", name="calc", arguments={"expr": "2+2"}),
+        tape.event(sid, "tool_result", call_id="c1", content="4"),
+        tape.event(sid, "turn", role="assistant", content="4"),
+        *tape.end(sid),
+    ]
+
+
+def training_session(tape: Tape, sid: str = "t1", epochs: int = 4) -> list[InputRecord]:
+    records = [tape.start(sid, kind="training", run_config={"lr": 0.1})]
+    records += [tape.metric(sid, e, **HEALTHY, lr=0.1) for e in range(epochs)]
+    return records + tape.end(sid, streams=("metrics",))
+
+
+def test_agent_session__ends_with_one_accepted_filter_outcome() -> None:
+    outputs, _ = run(agent_session(Tape()))
+    (result,) = emitted(outputs, "filter_outcome")
+    assert result["accepted"] and result["turns"] == 1 and result["tool_calls"] == 1
+    assert emitted(outputs, "verdict") == [] and dead_letters(outputs) == []
+
+
+def test_training_session__one_rule_evaluation_per_epoch_and_a_verdict_at_the_end() -> None:
+    outputs, _ = run(training_session(Tape()))
+    assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1, 2, 3]
+    (verdict,) = emitted(outputs, "verdict")
+    assert verdict["judge"] == "training_audit" and verdict["status"] == "ok"
+    assert emitted(outputs, "filter_outcome") == []
+
+
+def test_training_session__the_verdict_waits_for_the_metrics_chain_to_end() -> None:
+    records = training_session(Tape())
+    metrics_end, events_end = records[-2], records[-1]
+    outputs, _ = run([*records[:-2], events_end])
+    assert emitted(outputs, "verdict") == []
+    outputs, _ = run([*records[:-2], events_end, metrics_end])
+    assert len(emitted(outputs, "verdict")) == 1
+
+
+def test_outputs__are_chained_per_session_and_verify() -> None:
+    tape = Tape()
+    outputs, _ = run(
+        training_session(tape, "t1") + agent_session(tape, "a1") + training_session(tape, "t2")
+    )
+    verifier = ChainVerifier()
+    for o in outputs:
+        assert isinstance(o, Emitted)
+        verifier.add(o.value, key=o.session_id.encode(), expected_stream=o.stream)
+    reports = verifier.reports()
+    assert {(r.stream, r.session_id) for r in reports} == {
+        ("rules", "t1"),
+        ("verdicts", "t1"),
+        ("filtered", "a1"),
+        ("rules", "t2"),
+        ("verdicts", "t2"),
+    }
+    assert all(r.ok for r in reports)
+
+
+def test_outputs__are_byte_identical_when_the_same_records_are_processed_again() -> None:
+    tape = Tape()
+    records = training_session(tape) + agent_session(tape)
+    first, _ = run(records)
+    second, _ = run(records)
+    assert [o.value for o in first if isinstance(o, Emitted)] == [
+        o.value for o in second if isinstance(o, Emitted)
+    ]
+
+
+def test_state__restored_from_its_stored_form_continues_exactly() -> None:
+    tape = Tape()
+    records = training_session(tape, epochs=6) + agent_session(tape)
+    straight, _ = run(records)
+    processor = SessionProcessor(ProcessorConfig())
+    states: dict[str, SessionState] = {}
+    resumed = []
+    for record in records:
+        states = {
+            sid: SessionState.from_dict(orjson.loads(orjson.dumps(s.to_dict())))
+            for sid, s in states.items()
+        }
+        resumed.extend(handle(processor, states, record)[1])
+    assert [getattr(o, "value", None) for o in resumed] == [
+        getattr(o, "value", None) for o in straight
+    ]
+
+
+def test_redelivery__a_record_at_an_offset_already_processed_is_skipped() -> None:
+    records = training_session(Tape())
+    outputs, _ = run([*records[:3], records[1], records[2], *records[3:]])
+    assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1, 2, 3]
+
+
+def test_duplicate_in_the_topic__a_byte_identical_copy_at_a_new_offset_is_ignored() -> None:
+    tape = Tape()
+    records = training_session(tape)
+    outputs, _ = run(in_log_order([*records[:3], records[2], *records[3:]]))
+    assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1, 2, 3]
+    assert emitted(outputs, "chain_broken") == []
+
+
+def test_garbage__is_dead_lettered_with_the_reason_and_the_original_bytes() -> None:
+    tape = Tape()
+    bad = [
+        tape.raw("events", b"\xff\xfe not json", b"x"),
+        tape.raw("events", b'{"v": 2, "stream": "events"}', b"x"),
+        tape.raw("events", b'{"v": 1, "seq": "one"}', b"x"),
+        tape.raw("events", b"[1,2,3]", None),
+    ]
+    outputs, states = run(bad)
+    assert dead_letters(outputs) == ["unparseable", "unknown_version", "unparseable", "unparseable"]
+    assert [o.record.value for o in outputs] == [r.value for r in bad]  # type: ignore[union-attr]
+    assert states == {}
+
+
+def test_misrouted__a_record_keyed_by_another_session_is_dead_lettered() -> None:
+    tape = Tape()
+    record = tape.start("s1")
+    moved = InputRecord(record.stream, record.topic, 0, 99, b"other", record.value)
+    outputs, _ = run([moved])
+    assert dead_letters(outputs) == ["misrouted"]
+
+
+def test_tampered__emits_chain_broken_and_the_content_is_not_used() -> None:
+    tape = Tape()
+    records = training_session(tape)
+    edited = records[2].value.replace(b'"max_layer_grad_norm":1.0', b'"max_layer_grad_norm":99.0')
+    assert edited != records[2].value
+    records[2] = InputRecord(
+        "metrics", records[2].topic, 0, records[2].offset, records[2].key, edited
+    )
+    outputs, _ = run(records)
+    (broken,) = emitted(outputs, "chain_broken")
+    assert broken["reason"] == "tampered" and broken["stream"] == "metrics" and broken["seq"] == 1
+    assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 2, 3]
+    (verdict,) = emitted(outputs, "verdict")
+    assert verdict["status"] == "failed" and verdict["violations"][0]["code"] == "chain_integrity"
+
+
+def test_gap_and_after_end__each_break_is_one_verdict_naming_seq_and_reason() -> None:
+    tape = Tape()
+    records = agent_session(tape)
+    late = tape.event("a1", "turn", role="user", content="after the end")
+    outputs, _ = run([records[0], *records[2:], late])
+    breaks = [(b["reason"], b["seq"]) for b in emitted(outputs, "chain_broken")]
+    assert breaks == [("gap", 1), ("after_end", 6)]
+    (result,) = emitted(outputs, "filter_outcome")
+    assert not result["accepted"] and "chain_broken" in [r["code"] for r in result["reasons"]]
+
+
+def test_bad_payloads__are_dead_lettered_while_the_chain_goes_on() -> None:
+    tape = Tape()
+    sid = "t1"
+    records = [tape.start(sid, kind="training"), tape.metric(sid, 0, **HEALTHY)]
+    records.append(tape.metric(sid, 0, **HEALTHY))  # the same epoch again
+    # a payload the recorder would have refused, sealed by hand into the chain
+    seq, prev = tape.heads[("metrics", sid)]
+    from rolltape.schemas import seal
+
+    value, digest = seal(stream="metrics", session_id=sid, seq=seq, ts_ns=1, type="metric",
+                         payload={"epoch": "one"}, prev_hash=prev, producer={"name": "x", "version": "0", "principal": "p"})  # fmt: skip
+    tape.heads[("metrics", sid)] = (seq + 1, digest)
+    records.append(tape.raw("metrics", value, sid.encode()))
+    records.append(tape.record(sid, "metrics", "turn", role="user", content="wrong stream"))
+    records.append(tape.metric(sid, 1, **HEALTHY))
+    outputs, _ = run(records)
+    assert dead_letters(outputs) == ["epoch_out_of_order", "invalid_payload", "wrong_stream"]
+    assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1]
+    assert emitted(outputs, "chain_broken") == []
+
+
+def test_event_ids__are_stable_and_distinct_per_output() -> None:
+    outputs, _ = run(training_session(Tape()))
+    ids = [o.event_id for o in outputs if isinstance(o, Emitted)]
+    assert len(set(ids)) == len(ids)
+    assert all(decode(o.value)["event_id"] == o.event_id for o in outputs if isinstance(o, Emitted))
