@@ -38,7 +38,7 @@ class Tape:
         self.offsets[topic] += 1
         return InputRecord(stream, topic, 0, offset, key, value)
 
-    def record(self, sid: str, stream: str, event_type: str, **payload: Any) -> InputRecord:
+    def record(self, sid: str, stream: str, event_type: str, /, **payload: Any) -> InputRecord:
         clean = PAYLOAD_MODELS[event_type].model_validate(payload).model_dump(mode="python")
         seq, prev = self.heads.get((stream, sid), (0, GENESIS_HASH))
         self.clock += 1000
@@ -59,7 +59,7 @@ class Tape:
     def start(self, sid: str, **payload: Any) -> InputRecord:
         return self.record(sid, "events", "session_started", **{"task": "t", **payload})
 
-    def event(self, sid: str, event_type: str, **payload: Any) -> InputRecord:
+    def event(self, sid: str, event_type: str, /, **payload: Any) -> InputRecord:
         return self.record(sid, "events", event_type, **payload)
 
     def metric(self, sid: str, epoch: int, **fields: Any) -> InputRecord:
