@@ -235,6 +235,14 @@ class SessionProcessor:
             return  # another of the session's chains has not ended yet
         state.finished = True
         causes = tuple(state.ended[s] for s in sorted(state.ended))
+        out.extend(self._finish(state, env, end, causes))
+        # Only the chain heads are needed from now on (to flag records after the end).
+        state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
+
+    def _finish(
+        self, state: SessionState, env: Envelope, end: dict[str, Any], causes: tuple[str, ...]
+    ) -> list[Output]:
+        out: list[Output] = []
         if (state.kind or "agent") == "training":
             verdict = judge(
                 state.judge,
@@ -258,6 +266,7 @@ class SessionProcessor:
                     f"{FILTER_VERSION}:{self.config.filters.label}",
                 )
             )
+        return out
 
     # -- output chains -----------------------------------------------------------------------------
     def _chain_broken(

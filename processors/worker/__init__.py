@@ -1,1 +1,14 @@
-"""placeholder"""
+"""The faust worker that runs the processors against Kafka (`rolltape worker`)."""
+
+from rolltape.processors.worker._app import create_app, run_worker, software_version
+from rolltape.processors.worker._config import WorkerConfig
+from rolltape.processors.worker._shell import Shell, dead_letter_headers
+
+__all__ = [
+    "Shell",
+    "WorkerConfig",
+    "create_app",
+    "dead_letter_headers",
+    "run_worker",
+    "software_version",
+]

@@ -1,0 +1,113 @@
+"""The faust app: one agent over the raw topics, per-session state in a changelog-backed table.
+
+Why one agent for both raw topics: a session's output chains (rules, verdicts, filtered) must
+have one writer, and the training judge needs the session's events and metrics together. The
+topics are co-partitioned by session id (the record key, murmur2 like the Java client), so one
+worker owns all of a session. Concurrency is 1 (faust issue #606: more can commit past an
+unprocessed record).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaProducer
+
+from rolltape.processors._session import ProcessorConfig, SessionProcessor
+from rolltape.processors.worker._config import WorkerConfig
+from rolltape.processors.worker._shell import Shell
+from rolltape.schemas import Stream, topic_name
+
+log = logging.getLogger("rolltape.processors.worker")
+
+STATE_TABLE = "sessions"
+
+
+def software_version() -> str:
+    try:
+        return importlib.metadata.version("rolltape")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def create_app(config: WorkerConfig) -> faust.App:
+    app = faust.App(
+        config.group_id,
+        broker=f"kafka://{config.bootstrap}",
+        store="memory://",
+        topic_partitions=config.partitions,
+        topic_replication_factor=config.replication_factor,
+        topic_allow_declare=True,
+        consumer_auto_offset_reset="earliest",
+        web_enabled=False,
+        producer_acks=-1,
+        stream_wait_empty=False,
+        table_standby_replicas=0,
+    )
+    raw = app.topic(
+        topic_name(Stream.EVENTS, config.topic_prefix),
+        topic_name(Stream.METRICS, config.topic_prefix),
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        internal=False,
+    )
+    table = app.Table(
+        STATE_TABLE,
+        default=None,
+        key_type=bytes,
+        value_type=bytes,
+        partitions=config.partitions,
+        # The changelog partition of a session is the partition of its key, as on the raw topics.
+        use_partitioner=True,
+    )
+    processor = SessionProcessor(
+        ProcessorConfig(
+            rules=config.rules,
+            filters=config.filters,
+            principal=config.principal,
+            software_version=software_version(),
+        )
+    )
+
+    @app.agent(raw, concurrency=1)
+    async def sessions(stream: Any) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=config.bootstrap,
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=1,
+            max_batch_size=1 << 20,
+            max_request_size=4 << 20,
+        )
+        await producer.start()
+        shell = Shell(processor, producer, table, config.topic_prefix)
+        try:
+            async for events in stream.take_events(config.batch_max, config.batch_within_s):
+                records = [
+                    shell.to_input(
+                        e.message.topic,
+                        e.message.partition,
+                        e.message.offset,
+                        e.message.key,
+                        e.message.value,
+                        int(e.message.timestamp * 1000),
+                    )
+                    for e in events
+                ]
+                await shell.process(records)
+        finally:
+            await producer.stop()
+
+    return app
+
+
+def run_worker(config: WorkerConfig) -> None:
+    """Run until SIGINT/SIGTERM (blocks; owns the event loop)."""
+    app = create_app(config)
+    worker = faust.Worker(app, loglevel=config.log_level, quiet=True)
+    worker.execute_from_commandline()

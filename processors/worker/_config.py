@@ -1,0 +1,33 @@
+"""What a worker needs to know: where Kafka is, which topics, which rule set and filters."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rolltape.processors.filters import FilterConfig
+from rolltape.processors.rules import RuleSet
+
+
+class WorkerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str
+    topic_prefix: str = "rolltape"
+    app_id: str | None = None
+    """The consumer group and the prefix of the changelog topics (default `<prefix>-worker`).
+    Workers with the same id share the partitions; another id processes everything again."""
+    partitions: int = Field(default=6, ge=1)
+    """Partitions of the raw topics (the state changelog is created with as many)."""
+    replication_factor: int = Field(default=1, ge=1)
+    rules: RuleSet = Field(default_factory=RuleSet)
+    filters: FilterConfig = Field(default_factory=FilterConfig)
+    principal: str = "processor"
+    batch_max: int = Field(default=1000, ge=1)
+    """Records processed between two saves of the touched sessions' state."""
+    batch_within_s: float = Field(default=0.005, gt=0)
+    """How long a batch waits to fill before it is processed (bounds added latency)."""
+    log_level: str = "warning"
+
+    @property
+    def group_id(self) -> str:
+        return self.app_id or f"{self.topic_prefix}-worker"

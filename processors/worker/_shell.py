@@ -1,0 +1,151 @@
+"""The Kafka side of one batch: load state, step the pure core, send outputs, save state.
+
+Invariant (at-least-once without loss): a session's state is saved only after every output its
+records produced is acknowledged by the broker. A crash before the save replays the same records
+into byte-identical outputs (duplicates readers drop by event id); a crash after it finds the
+records' offsets in the state and skips them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import traceback
+from collections.abc import Iterable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from rolltape.processors._session import (
+    DeadLetter,
+    Emitted,
+    Output,
+    SessionProcessor,
+    SessionState,
+)
+from rolltape.processors.audit import DeadLettered, InputRecord, parse_record
+from rolltape.schemas import Stream, stream_of_topic, topic_name
+
+log = logging.getLogger("rolltape.processors.worker")
+
+
+@dataclass
+class ShellStats:
+    records: int = 0
+    emitted: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    send_retries: int = 0
+    by_type: dict[str, int] = field(default_factory=dict)
+
+
+def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, bytes]]:
+    """Where the record came from and why it was refused; the value stays the original bytes
+    (as Kafka Connect's dead-letter queues do), so nothing about it is lost or re-encoded."""
+    r = letter.record
+    return [
+        ("rolltape.reason", letter.reason.encode()),
+        ("rolltape.detail", letter.detail.encode()),
+        ("rolltape.source.topic", r.topic.encode()),
+        ("rolltape.source.partition", str(r.partition).encode()),
+        ("rolltape.source.offset", str(r.offset).encode()),
+        ("rolltape.processor", processor.encode()),
+    ]
+
+
+class Shell:
+    """One worker's batch loop over a state table (a mutable mapping: session id bytes ->
+    state bytes)."""
+
+    def __init__(
+        self,
+        processor: SessionProcessor,
+        producer: AIOKafkaProducer,
+        table: MutableMapping[bytes, Any],
+        topic_prefix: str,
+    ) -> None:
+        self.processor = processor
+        self.producer = producer
+        self.table = table
+        self.prefix = topic_prefix
+        self.stats = ShellStats()
+        self._processor_label = f"rolltape.processors/{processor.config.software_version}"
+        self._topics = {s.value: topic_name(s, topic_prefix) for s in Stream}
+
+    def to_input(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        ts: int,
+    ) -> InputRecord:
+        stream = stream_of_topic(topic, self.prefix)
+        return InputRecord(
+            stream.value if stream else topic, topic, partition, offset, key, value or b"", ts
+        )
+
+    async def process(self, records: Iterable[InputRecord]) -> None:
+        states: dict[str, SessionState] = {}
+        outputs: list[Output] = []
+        for record in records:
+            self.stats.records += 1
+            outputs.extend(self._step(states, record))
+        await self._send(outputs)
+        for sid, state in states.items():
+            self.table[sid.encode()] = orjson.dumps(state.to_dict())
+        self.stats.batches += 1
+
+    def _step(self, states: dict[str, SessionState], record: InputRecord) -> list[Output]:
+        try:
+            parsed = parse_record(record)
+            if isinstance(parsed, DeadLettered):
+                return [DeadLetter(record, parsed.reason.value, parsed.detail)]
+            sid = parsed.envelope.session_id
+            state = states.get(sid)
+            if state is None:
+                stored = self.table.get(sid.encode())
+                state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
+                states[sid] = state
+            return self.processor.step(state, record, parsed)
+        except Exception as exc:  # a bug must not stop the worker: the record is kept with why
+            log.exception("processing %s failed; dead-lettered", record.position)
+            detail = "".join(traceback.format_exception_only(exc)).strip()
+            return [DeadLetter(record, "processor_error", detail[:1000])]
+
+    async def _send(self, outputs: list[Output]) -> None:
+        if not outputs:
+            return
+        attempt = 0
+        while True:
+            try:
+                futures = [await self._send_one(o) for o in outputs]
+                await asyncio.gather(*futures)
+                break
+            except KafkaError as exc:  # resend all: outputs are deterministic, copies are dropped
+                attempt += 1
+                self.stats.send_retries += 1
+                log.warning("sending %d outputs failed (%s); retry %d", len(outputs), exc, attempt)
+                await asyncio.sleep(min(5.0, 0.1 * 2**attempt))
+        for o in outputs:
+            if isinstance(o, Emitted):
+                self.stats.emitted += 1
+                self.stats.by_type[o.type] = self.stats.by_type.get(o.type, 0) + 1
+            else:
+                self.stats.dead_letters += 1
+
+    async def _send_one(self, output: Output) -> asyncio.Future[Any]:
+        if isinstance(output, Emitted):
+            return await self.producer.send(
+                self._topics[output.stream], output.value, key=output.session_id.encode()
+            )
+        return await self.producer.send(
+            self._topics[Stream.DEADLETTER.value],
+            output.record.value,
+            key=output.record.key,
+            headers=dead_letter_headers(output, self._processor_label),
+        )
