@@ -39,6 +39,7 @@ class RawRecord:
     key: bytes | None
     value: bytes
     broker_ts_ms: int
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def position(self) -> str:
@@ -80,7 +81,14 @@ async def read_records(
                 assert stream is not None
                 for m in messages:
                     yield RawRecord(
-                        stream, tp.topic, tp.partition, m.offset, m.key, m.value, m.timestamp
+                        stream,
+                        tp.topic,
+                        tp.partition,
+                        m.offset,
+                        m.key,
+                        m.value,
+                        m.timestamp,
+                        tuple(m.headers or ()),
                     )
             if not follow:
                 for tp in list(remaining):

@@ -47,5 +47,12 @@ class Settings(BaseSettings):
     """Where the SDK spills events while the broker is unreachable (default: state_dir/spool)."""
     spool_max_bytes: int = Field(default=1 << 30, ge=1024)
 
+    rules_file: Path | None = None
+    """A JSON rule set (thresholds, EMA alpha, persistence) for the worker; default REFERENCE.md's."""
+    filters_file: Path | None = None
+    """A JSON reward-filter config for the worker."""
+    worker_id: str | None = None
+    """The worker's consumer group (default `<topic_prefix>-worker`); a new id reprocesses all."""
+
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir if self.spool_dir is not None else self.state_dir / "spool"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.cli import bench, broker, demo, inspect, schemas
+from rolltape.infra.cli import bench, broker, demo, inspect, schemas, worker
 
 app = typer.Typer(
     name="rolltape",
@@ -18,6 +18,7 @@ app.add_typer(bench.app, name="bench")
 app.command()(inspect.tail)
 app.command()(inspect.verify)
 app.command()(demo.demo)
+app.command()(worker.worker)
 
 
 def main() -> None:

@@ -46,6 +46,8 @@ def create_app(config: WorkerConfig) -> faust.App:
         producer_acks=-1,
         stream_wait_empty=False,
         table_standby_replicas=0,
+        broker_session_timeout=config.session_timeout_s,
+        broker_heartbeat_interval=config.session_timeout_s / 5,
     )
     raw = app.topic(
         topic_name(Stream.EVENTS, config.topic_prefix),

@@ -1,0 +1,37 @@
+"""`rolltape worker`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import err_console, settings, user_errors
+from rolltape.infra.worker import WorkerSetupError, worker_config
+from rolltape.processors.worker import run_worker
+
+
+def worker(
+    log_level: Annotated[
+        str, typer.Option(help="faust/rolltape log level: debug, info, warning, error.")
+    ] = "warning",
+) -> None:
+    """Run the processors: chain audit, rule engine, training judge and reward filters.
+
+    Reads the events and metrics topics from where the worker group left off, writes rule
+    evaluations, verdicts, filter outcomes and dead letters. Run several (same ROLLTAPE_WORKER_ID)
+    to share the partitions; stop with Ctrl-C or SIGTERM.
+    """
+    with user_errors():
+        s = settings()
+        try:
+            config = worker_config(s, require_bootstrap(s), log_level=log_level)
+        except WorkerSetupError as exc:
+            err_console.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(2) from exc
+        err_console.print(
+            f"worker {config.group_id} on {config.bootstrap}: rules {config.rules.label}, "
+            f"filters {config.filters.label}, {config.partitions} partitions"
+        )
+    run_worker(config)

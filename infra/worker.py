@@ -1,0 +1,59 @@
+"""From settings to a running processor worker: configs loaded, topics ensured, partitions read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import ensure_topics_sync
+from rolltape.processors.filters import FilterConfig
+from rolltape.processors.rules import RuleSet, RuleSetError
+from rolltape.processors.worker import WorkerConfig
+from rolltape.schemas import Stream, topic_name
+
+
+class WorkerSetupError(ValueError):
+    """The worker cannot start as configured; the message says what to change."""
+
+
+def _filters_from(path: Path) -> FilterConfig:
+    try:
+        return FilterConfig.model_validate(orjson.loads(path.read_bytes()))
+    except OSError as exc:
+        raise WorkerSetupError(f"cannot read filter config {path}: {exc.strerror}") from exc
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        raise WorkerSetupError(f"filter config {path} is invalid: {exc}") from exc
+
+
+def worker_config(
+    settings: Settings, bootstrap: str, *, log_level: str = "warning"
+) -> WorkerConfig:
+    """Ensure the topics exist and build the worker's config. The raw topics must have the same
+    number of partitions: a session's events and metrics must land on the same worker."""
+    try:
+        rules = RuleSet.from_file(settings.rules_file) if settings.rules_file else RuleSet()
+    except RuleSetError as exc:
+        raise WorkerSetupError(str(exc)) from exc
+    filters = _filters_from(settings.filters_file) if settings.filters_file else FilterConfig()
+    statuses = {s.topic: s.partitions for s in ensure_topics_sync(bootstrap, settings)}
+    events = statuses[topic_name(Stream.EVENTS, settings.topic_prefix)]
+    metrics = statuses[topic_name(Stream.METRICS, settings.topic_prefix)]
+    if events != metrics:
+        raise WorkerSetupError(
+            f"the events topic has {events} partitions and the metrics topic {metrics}; they "
+            "must match so that a session's streams meet on one worker. Recreate one of them."
+        )
+    return WorkerConfig(
+        bootstrap=bootstrap,
+        topic_prefix=settings.topic_prefix,
+        app_id=settings.worker_id,
+        partitions=events,
+        replication_factor=settings.replication_factor,
+        rules=rules,
+        filters=filters,
+        principal=settings.principal if settings.principal != "anonymous" else "processor",
+        log_level=log_level,
+    )

@@ -1,0 +1,238 @@
+"""The worker as a real process against the real broker: SDK sessions in, rule evaluations,
+verdicts, filter outcomes and dead letters out; killed and restarted without losing output."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rolltape.producers import Recorder
+from rolltape.schemas import ChainVerifier, Stream, decode
+from tests.integration.conftest import Topics
+from tests.integration.workers import WorkerProcess, dead_letters, payloads, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def worker(topics: Topics, tmp_path: Path) -> Iterator[WorkerProcess]:
+    process = WorkerProcess(topics, tmp_path).start()
+    try:
+        yield process
+    finally:
+        process.stop()
+
+
+def record_training(recorder: Recorder, sid: str, epochs: int = 7) -> None:
+    with recorder.session("fit", session_id=sid, kind="training", run_config={"lr": 0.1}) as s:
+        for epoch in range(epochs):
+            lr = 0.1 if epoch <= 2 else 0.01
+            loss = math.nan if epoch == 2 else 1.0 / (epoch + 1)
+            s.metric(epoch, steps=10, train_loss=loss, max_layer_grad_norm=1.0,
+                     min_layer_grad_norm=1e-3, val_acc=0.5 + epoch / 20, lr=lr)  # fmt: skip
+            if epoch == 2:
+                s.decision(
+                    epoch=2,
+                    event_type="hyperparameter_change",
+                    cites=["R7"],
+                    justification="loss went NaN: cut the learning rate",
+                    remedy_direction="decrease_lr",
+                    remedy_params={"lr_new": 0.01, "edit_op": "none", "edit_to": "none"},
+                )
+
+
+CALC = {
+    "name": "calc",
+    "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
+}
+
+
+def test_worker__sdk_sessions_produce_rule_evaluations_verdicts_and_filter_outcomes(
+    topics: Topics, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        record_training(rec, "train-1")
+        with rec.session("2+2", session_id="good", tools=[CALC]) as s:
+            s.turn("user", "2+2?")
+            s.tool_result(s.tool_call("calc", {"expr": "2+2"}), "4")
+            s.turn("assistant", "4", reasoning="calc says 4")
+        with rec.session("2+2", session_id="hallucinating", tools=[CALC]) as s:
+            s.tool_result(s.tool_call("web_search", {"q": "2+2"}), "no such tool", success=False)
+            s.turn("assistant", "4")
+        s = rec.session("2+2", session_id="interrupted", tools=[CALC])
+        s.turn("assistant", "thinking...")
+        s.end("interrupted")
+
+    records = wait_for(
+        topics,
+        lambda rs: len(payloads(rs, "verdict")) == 1 and len(payloads(rs, "filter_outcome")) == 3,
+        worker=worker,
+    )
+    evaluations = payloads(records, "rule_evaluation", "train-1")
+    assert [(e["epoch"], tuple(e["fired"])) for e in evaluations] == [
+        (0, ()), (1, ()), (2, ("R7",)), (3, ()), (4, ()), (5, ()), (6, ()),
+    ]  # fmt: skip
+    assert evaluations[2]["non_finite"] == ["train_loss"]
+    (verdict,) = payloads(records, "verdict", "train-1")
+    assert verdict["status"] == "ok" and verdict["violations"] == []
+    assert verdict["scores"] == {"process_score": 1.0}
+    assert verdict["counts"]["obligations"] == 1 and verdict["details"]["process_axis_exercised"]
+    outcomes = {
+        sid: payloads(records, "filter_outcome", sid)[0]
+        for sid in ("good", "hallucinating", "interrupted")
+    }
+    assert outcomes["good"]["accepted"] and outcomes["good"]["reasons"] == []
+    assert [r["code"] for r in outcomes["hallucinating"]["reasons"]] == ["unknown_tool"]
+    assert [r["code"] for r in outcomes["interrupted"]["reasons"]] == ["not_completed"]
+    assert dead_letters(records) == []
+
+    verifier = ChainVerifier()
+    for r in records:
+        verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
+    assert all(report.ok for report in verifier.reports()), verifier.reports()
+    rules = [decode(r.value) for r in records if r.stream == Stream.RULES]
+    assert all(env["causes"] and env["producer"]["name"] == "rolltape.processors" for env in rules)
+
+
+def test_worker__killed_mid_stream_and_restarted_loses_no_output(
+    topics: Topics, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    import threading
+    import time
+
+    sessions, epochs = 24, 40
+    recorder = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
+
+    def record() -> None:
+        for i in range(sessions):
+            with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
+                for epoch in range(epochs):
+                    s.metric(epoch, steps=5, train_loss=1.0 / (epoch + 1), max_layer_grad_norm=2.0)
+            with recorder.session("ask", session_id=f"a{i}") as s:
+                s.turn("assistant", f"answer {i}")
+            recorder.flush()
+            time.sleep(0.15)
+
+    recording = threading.Thread(target=record)
+    recording.start()
+    wait_for(topics, lambda rs: len(payloads(rs, "rule_evaluation")) >= 150, worker=worker)
+    worker.kill()
+    killed_at = len(payloads(wait_for(topics, lambda rs: True), "rule_evaluation"))
+    worker.start()
+    recording.join()
+    recorder.close()
+
+    records = wait_for(
+        topics,
+        lambda rs: (
+            len(payloads(rs, "verdict")) == sessions
+            and len(payloads(rs, "filter_outcome")) == sessions
+        ),
+        worker=worker,
+        timeout_s=180,
+    )
+    assert killed_at < sessions * epochs  # the kill really was mid-stream
+    evaluations = {
+        (decode(r.value)["session_id"], decode(r.value)["payload"]["epoch"])
+        for r in records
+        if r.stream == Stream.RULES
+    }
+    assert evaluations == {(f"t{i}", e) for i in range(sessions) for e in range(epochs)}
+    assert len(payloads(records, "rule_evaluation")) == sessions * epochs  # one id per epoch
+    verifier = ChainVerifier()
+    for r in records:
+        verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
+    broken = [rep for rep in verifier.reports() if not rep.ok]
+    assert broken == []  # copies after the restart are byte-identical redeliveries, never forks
+    assert dead_letters(records) == []
+
+
+def test_worker__a_thousand_bad_records_are_dead_lettered_or_judged_and_good_ones_go_on(
+    topics: Topics, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    import asyncio
+    import random
+
+    from aiokafka import AIOKafkaProducer
+
+    from rolltape.schemas import GENESIS_HASH, seal, topic_name
+
+    rng = random.Random(11)
+    events = topic_name(Stream.EVENTS, topics.prefix)
+    metrics = topic_name(Stream.METRICS, topics.prefix)
+    producer_info = {"name": "forger", "version": "0", "principal": "agent"}
+    bad: list[tuple[str, bytes | None, bytes]] = []
+    for _ in range(300):
+        garbage = rng.randbytes(rng.randint(1, 200))
+        bad.append((rng.choice([events, metrics]), rng.randbytes(4), garbage))
+    for i in range(250):
+        value = f'{{"v":1,"stream":"events","session_id":"w{i}","seq":"zero","ts_ns":1}}'.encode()
+        bad.append((events, f"w{i}".encode(), value))
+    for i in range(250):
+        value = f'{{"v":{2 + i % 5},"stream":"metrics","session_id":"u{i}","seq":0}}'.encode()
+        bad.append((metrics, f"u{i}".encode(), value))
+    for i in range(100):
+        sid = f"p{i}"
+        started, head = seal(stream="events", session_id=sid, seq=0, ts_ns=1, type="session_started",
+                             payload={"task": "t"}, prev_hash=GENESIS_HASH, producer=producer_info)  # fmt: skip
+        turn, _ = seal(stream="events", session_id=sid, seq=1, ts_ns=2, type="turn",
+                       payload={"role": "robot", "content": 5}, prev_hash=head, producer=producer_info)  # fmt: skip
+        bad += [(events, sid.encode(), started), (events, sid.encode(), turn)]
+    for i in range(50):
+        sid, prev = f"b{i}", GENESIS_HASH
+        for seq in range(5):
+            value, _ = seal(stream="events", session_id=sid, seq=seq, ts_ns=seq, type="feedback",
+                            payload={"text": "x"}, prev_hash=prev, producer=producer_info)  # fmt: skip
+            prev = rng.randbytes(32).hex()  # every link after seq 0 is broken
+            bad.append((events, sid.encode(), value))
+    bad_records = 300 + 250 + 250 + 100 + 50 * 4
+
+    async def send_bad() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=topics.bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for topic, key, value in bad:
+                await producer.send(topic, value, key=key)
+            await producer.flush()
+        finally:
+            await producer.stop()
+
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        for i in range(5):
+            record_training(rec, f"train-{i}")
+        rec.flush()
+        asyncio.run(send_bad())
+        for i in range(10):
+            with rec.session("2+2", session_id=f"good-{i}", tools=[CALC]) as s:
+                s.turn("assistant", "4")
+
+    records = wait_for(
+        topics,
+        lambda rs: (
+            len(dead_letters(rs)) >= 900
+            and len(payloads(rs, "chain_broken")) >= 200
+            and len(payloads(rs, "verdict")) == 5
+            and len(payloads(rs, "filter_outcome")) == 10
+        ),
+        worker=worker,
+        timeout_s=180,
+    )
+    reasons: dict[str, int] = {}
+    for letter in dead_letters(records):
+        reasons[letter["rolltape.reason"]] = reasons.get(letter["rolltape.reason"], 0) + 1
+    assert reasons == {"unparseable": 550, "unknown_version": 250, "invalid_payload": 100}
+    broken = payloads(records, "chain_broken")
+    assert len(broken) == 200 and {b["reason"] for b in broken} == {"broken_link"}
+    assert sum(reasons.values()) + len(broken) == bad_records
+    assert all(o["accepted"] for o in payloads(records, "filter_outcome"))
+    assert all(v["status"] == "ok" for v in payloads(records, "verdict"))
+    letter = next(d for d in dead_letters(records) if d["rolltape.reason"] == "unknown_version")
+    assert letter["value"].startswith('{"v":') and letter["rolltape.source.topic"] == metrics
+    assert worker.alive()

@@ -1,0 +1,120 @@
+"""A real `rolltape worker` process for the tests, and reading its outputs back."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rolltape.infra.readback import RawRecord, read_records
+from rolltape.schemas import Stream, decode
+from tests.integration.conftest import Topics
+
+OUTPUT_STREAMS = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.DEADLETTER)
+
+
+class WorkerProcess:
+    """`python -m rolltape.infra worker` on the test's topics; logs go to a file."""
+
+    def __init__(self, topics: Topics, log_dir: Path, **env: str) -> None:
+        self.topics = topics
+        self.log_dir = log_dir
+        self.env = {**topics.env(), **env}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> WorkerProcess:
+        self.starts += 1
+        log = open(self.log_dir / f"worker-{self.starts}.log", "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.infra", "worker", "--log-level", "info"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self._log = log
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait(10)
+        self._log.close()
+        return code
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log"))
+        )
+
+
+def read_all(topics: Topics, streams: tuple[Stream, ...] = OUTPUT_STREAMS) -> list[RawRecord]:
+    async def go() -> list[RawRecord]:
+        return [r async for r in read_records(topics.bootstrap, streams, prefix=topics.prefix)]
+
+    return asyncio.run(go())
+
+
+def wait_for(
+    topics: Topics,
+    done: Callable[[list[RawRecord]], bool],
+    *,
+    worker: WorkerProcess | None = None,
+    timeout_s: float = 120.0,
+    streams: tuple[Stream, ...] = OUTPUT_STREAMS,
+) -> list[RawRecord]:
+    """Read the outputs until `done` holds; fail with the worker's log when it never does."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = read_all(topics, streams)
+        if done(records):
+            return records
+        if time.monotonic() > deadline or (worker is not None and not worker.alive()):
+            log = worker.log() if worker else ""
+            raise AssertionError(
+                f"outputs incomplete after {timeout_s}s ({len(records)} read)\n{log}"
+            )
+        time.sleep(0.5)
+
+
+def payloads(
+    records: list[RawRecord], event_type: str, session_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Payloads of one event type, first copy per event id, in log order."""
+    seen: set[str] = set()
+    out = []
+    for r in records:
+        if r.stream == Stream.DEADLETTER:
+            continue
+        env = decode(r.value)
+        if env["type"] != event_type or (session_id and env["session_id"] != session_id):
+            continue
+        if env["event_id"] in seen:
+            continue
+        seen.add(env["event_id"])
+        out.append(env["payload"])
+    return out
+
+
+def dead_letters(records: list[RawRecord]) -> list[dict[str, str]]:
+    return [
+        {k: v.decode() for k, v in r.headers} | {"value": r.value.decode("utf-8", "replace")}
+        for r in records
+        if r.stream == Stream.DEADLETTER
+    ]
