@@ -90,7 +90,7 @@ def _g(x: float | None) -> str:
     return "n/a" if x is None else format(x, ".4g")
 
 
-def _push(window: list[float], value: float, size: int) -> None:
+def _push(window: list[Any], value: Any, size: int) -> None:
     window.append(value)
     del window[:-size]
 

@@ -139,13 +139,17 @@ class Shell:
                 self.stats.dead_letters += 1
 
     async def _send_one(self, output: Output) -> asyncio.Future[Any]:
+        """Hand the record to the producer; the returned future resolves on acknowledgement."""
+        future: asyncio.Future[Any]
         if isinstance(output, Emitted):
-            return await self.producer.send(
+            future = await self.producer.send(
                 self._topics[output.stream], output.value, key=output.session_id.encode()
             )
-        return await self.producer.send(
+            return future
+        future = await self.producer.send(
             self._topics[Stream.DEADLETTER.value],
             output.record.value,
             key=output.record.key,
             headers=dead_letter_headers(output, self._processor_label),
         )
+        return future
