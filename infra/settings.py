@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rolltape.processors.judges import ModelEndpoint
+
 
 def _xdg(var: str, fallback: str) -> Path:
     base = os.environ.get(var)
@@ -53,6 +55,14 @@ class Settings(BaseSettings):
     """A JSON reward-filter config for the worker."""
     worker_id: str | None = None
     """The worker's consumer group (default `<topic_prefix>-worker`); a new id reprocesses all."""
+    rewards: tuple[str, ...] = ()
+    """Reward functions the worker runs on finished agent sessions, as a JSON list:
+    '["task_pass", "final_reward"]'."""
+    llm_judges: tuple[str, ...] = ()
+    """LLM judges the worker runs on finished agent sessions, as a JSON list: '["answer_quality"]'."""
+    models: dict[str, ModelEndpoint] = Field(default_factory=dict)
+    """Logical model names bound to OpenAI-compatible endpoints, as JSON:
+    '{"grader": {"base_url": "http://host:8000/v1", "model": "qwen2.5-7b"}}'."""
 
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir if self.spool_dir is not None else self.state_dir / "spool"

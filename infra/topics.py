@@ -126,3 +126,42 @@ async def delete_topics(bootstrap: str, prefix: str, *, timeout_s: float = 30.0)
         return doomed
     finally:
         await admin.close()
+
+
+async def ensure_plain_topics(
+    bootstrap: str, names: list[str], *, partitions: int, replication_factor: int
+) -> None:
+    """Create internal topics (the worker's judge requests and results) if missing. They must
+    have as many partitions as the raw topics: results return to their session's partition."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        existing = {t["topic"]: t for t in await admin.describe_topics()}
+        for name in names:
+            if name in existing and len(existing[name]["partitions"]) != partitions:
+                raise RuntimeError(
+                    f"topic {name} has {len(existing[name]['partitions'])} partitions, the raw "
+                    f"topics {partitions}; delete it so the worker can recreate it"
+                )
+        missing = [n for n in names if n not in existing]
+        if missing:
+            response = await admin.create_topics(
+                [NewTopic(n, partitions, replication_factor) for n in missing]
+            )
+            for name, code, *rest in response.topic_errors:
+                if code not in (0, _ALREADY_EXISTS):
+                    raise RuntimeError(
+                        f"creating topic {name} failed with error code {code}: {rest}"
+                    )
+    finally:
+        await admin.close()
+
+
+def ensure_plain_topics_sync(
+    bootstrap: str, names: list[str], *, partitions: int, replication_factor: int
+) -> None:
+    asyncio.run(
+        ensure_plain_topics(
+            bootstrap, names, partitions=partitions, replication_factor=replication_factor
+        )
+    )

@@ -8,7 +8,8 @@ import orjson
 from pydantic import ValidationError
 
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import ensure_topics_sync
+from rolltape.infra.topics import ensure_plain_topics_sync, ensure_topics_sync
+from rolltape.processors import ProcessorConfig
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
@@ -46,7 +47,7 @@ def worker_config(
             f"the events topic has {events} partitions and the metrics topic {metrics}; they "
             "must match so that a session's streams meet on one worker. Recreate one of them."
         )
-    return WorkerConfig(
+    config = WorkerConfig(
         bootstrap=bootstrap,
         topic_prefix=settings.topic_prefix,
         app_id=settings.worker_id,
@@ -55,5 +56,19 @@ def worker_config(
         rules=rules,
         filters=filters,
         principal=settings.principal if settings.principal != "anonymous" else "processor",
+        rewards=settings.rewards,
+        llm_judges=settings.llm_judges,
+        models=settings.models,
         log_level=log_level,
     )
+    try:
+        ProcessorConfig(rewards=config.rewards, llm_judges=config.llm_judges)
+    except ValueError as exc:
+        raise WorkerSetupError(f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES)") from exc
+    ensure_plain_topics_sync(
+        bootstrap,
+        [config.judge_requests_topic, config.judge_results_topic],
+        partitions=events,
+        replication_factor=settings.replication_factor,
+    )
+    return config

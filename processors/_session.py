@@ -29,7 +29,14 @@ from rolltape.processors.audit import (
     parse_record,
 )
 from rolltape.processors.filters import FILTER_VERSION, FilterConfig, FilterState, observe, outcome
-from rolltape.processors.judges import JUDGE_VERSION, TrainingJudgeState, judge
+from rolltape.processors.judges import (
+    JUDGE_VERSION,
+    LLM_JUDGES,
+    REWARDS,
+    TrainingJudgeState,
+    Transcript,
+    judge,
+)
 from rolltape.processors.rules import RULES_VERSION, EpochOrderError, RuleSet, RuleState, evaluate
 from rolltape.schemas import (
     GENESIS_HASH,
@@ -42,6 +49,8 @@ from rolltape.schemas import (
     SessionEnded,
     SessionStarted,
     Stream,
+    Verdict,
+    canonical_bytes,
     derived_event_id,
     seal,
 )
@@ -70,6 +79,38 @@ class ProcessorConfig:
     filters: FilterConfig = field(default_factory=FilterConfig)
     principal: str = "processor"
     software_version: str = "0"
+    rewards: tuple[str, ...] = ()
+    """Reward functions (rolltape.processors.judges.REWARDS) run on every finished agent session."""
+    llm_judges: tuple[str, ...] = ()
+    """LLM judges (LLM_JUDGES) requested for every finished agent session."""
+    transcript_max_chars: int = 32_000
+
+    def __post_init__(self) -> None:
+        unknown = [n for n in self.rewards if n not in REWARDS]
+        unknown += [n for n in self.llm_judges if n not in LLM_JUDGES]
+        if unknown:
+            known = sorted(REWARDS) + sorted(LLM_JUDGES)
+            raise ValueError(f"unknown judge(s) {', '.join(unknown)}; known: {', '.join(known)}")
+
+
+class JudgeRequest(BaseModel):
+    """A finished session handed to the LLM-judge agent (internal topic, keyed by session)."""
+
+    session_id: str
+    judges: tuple[str, ...]
+    transcript: Transcript
+    causes: tuple[str, ...]
+    ts_ns: int
+
+
+class JudgeResult(BaseModel):
+    """An LLM judge's verdict on its way back to the session's verdict chain."""
+
+    session_id: str
+    judge: str
+    verdict: Verdict
+    causes: tuple[str, ...]
+    ts_ns: int
 
 
 @dataclass(frozen=True)
@@ -92,7 +133,15 @@ class DeadLetter:
     detail: str
 
 
-Output = Emitted | DeadLetter
+@dataclass(frozen=True)
+class Requested:
+    """A judge request for the internal requests topic."""
+
+    session_id: str
+    value: bytes
+
+
+Output = Emitted | DeadLetter | Requested
 
 
 @dataclass
@@ -113,6 +162,10 @@ class SessionState:
     end: dict[str, Any] | None = None
     """The events stream's session_ended payload."""
     finished: bool = False
+    transcript: Transcript | None = None
+    """Kept only for agent sessions that judges will read."""
+    judged: dict[str, str] = field(default_factory=dict)
+    """LLM judge name -> event id of its verdict (a second result is a duplicate)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,6 +179,8 @@ class SessionState:
             "ended": self.ended,
             "end": self.end,
             "finished": self.finished,
+            "transcript": self.transcript.model_dump(mode="json") if self.transcript else None,
+            "judged": self.judged,
         }
 
     @classmethod
@@ -141,6 +196,10 @@ class SessionState:
             ended=data["ended"],
             end=data["end"],
             finished=data["finished"],
+            transcript=Transcript.model_validate(data["transcript"])
+            if data["transcript"]
+            else None,
+            judged=data["judged"],
         )
 
 
@@ -223,9 +282,18 @@ class SessionProcessor:
         if isinstance(payload, SessionStarted):
             state.kind = payload.kind
             state.judge.run_config = dict(payload.run_config)
+            judged = payload.trainable and payload.linked_session_id is None
+            if (
+                payload.kind == "agent"
+                and judged
+                and (self.config.rewards or self.config.llm_judges)
+            ):
+                state.transcript = Transcript(session_id=env.session_id)
         elif isinstance(payload, Decision):
             state.judge.add_decision(payload, env.hash)
         observe(state.filters, self.config.filters, env)
+        if state.transcript is not None:
+            state.transcript.observe(env, self.config.transcript_max_chars)
 
     def _maybe_finish(self, state: SessionState, env: Envelope, out: list[Output]) -> None:
         end = state.end
@@ -238,6 +306,7 @@ class SessionProcessor:
         out.extend(self._finish(state, env, end, causes))
         # Only the chain heads are needed from now on (to flag records after the end).
         state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
+        state.transcript = None
 
     def _finish(
         self, state: SessionState, env: Envelope, end: dict[str, Any], causes: tuple[str, ...]
@@ -266,7 +335,65 @@ class SessionProcessor:
                     f"{FILTER_VERSION}:{self.config.filters.label}",
                 )
             )
+            if state.transcript is not None:
+                out.extend(self._judge_transcript(state, env, state.transcript, causes))
         return out
+
+    def _judge_transcript(
+        self, state: SessionState, env: Envelope, transcript: Transcript, causes: tuple[str, ...]
+    ) -> list[Output]:
+        out: list[Output] = []
+        for name in self.config.rewards:
+            function = REWARDS[name]
+            verdict = function.verdict(transcript)
+            out.append(
+                self._emit(
+                    state,
+                    env,
+                    Stream.VERDICTS,
+                    "verdict",
+                    verdict,
+                    causes,
+                    function.version,
+                    part=f"reward:{name}",
+                )
+            )
+        if self.config.llm_judges:
+            request = JudgeRequest(
+                session_id=env.session_id,
+                judges=self.config.llm_judges,
+                transcript=transcript,
+                causes=causes,
+                ts_ns=env.ts_ns,
+            )
+            value = canonical_bytes(request.model_dump(mode="python"))
+            out.append(Requested(env.session_id, value))
+        return out
+
+    def judge_result(
+        self, state: SessionState, record: InputRecord, result: JudgeResult
+    ) -> list[Output]:
+        """Chain an LLM judge's verdict into the session's verdicts stream (once per judge)."""
+        if record.offset <= state.last_offsets.get(record.topic, -1):
+            return []
+        state.last_offsets[record.topic] = record.offset
+        if result.judge in state.judged:
+            return []  # the judge ran twice (its agent restarted): the first verdict stands
+        judge_spec = LLM_JUDGES.get(result.judge)
+        version = judge_spec.version if judge_spec else result.verdict.judge_version
+        emitted = self._emit_for(
+            state,
+            result.session_id,
+            result.ts_ns,
+            Stream.VERDICTS,
+            "verdict",
+            result.verdict,
+            result.causes,
+            version,
+            part=f"llm:{result.judge}",
+        )
+        state.judged[result.judge] = emitted.event_id
+        return [emitted]
 
     # -- output chains -----------------------------------------------------------------------------
     def _chain_broken(
@@ -310,14 +437,29 @@ class SessionProcessor:
         version: str,
         part: str = "",
     ) -> Emitted:
-        sid = env.session_id
+        return self._emit_for(
+            state, env.session_id, env.ts_ns, stream, event_type, payload, causes, version, part
+        )
+
+    def _emit_for(
+        self,
+        state: SessionState,
+        sid: str,
+        ts_ns: int,
+        stream: Stream,
+        event_type: str,
+        payload: BaseModel,
+        causes: tuple[str, ...],
+        version: str,
+        part: str = "",
+    ) -> Emitted:
         seq, prev = state.outputs.get(stream.value, (0, GENESIS_HASH))
         event_id = derived_event_id(stream.value, sid, event_type, version, causes, part)
         value, digest = seal(
             stream=stream.value,
             session_id=sid,
             seq=seq,
-            ts_ns=env.ts_ns,
+            ts_ns=ts_ns,
             type=event_type,
             payload=payload.model_dump(mode="python"),
             prev_hash=prev,

@@ -15,9 +15,17 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
+from pydantic import ValidationError
 
-from rolltape.processors._session import ProcessorConfig, SessionProcessor
+from rolltape.processors._session import (
+    DeadLetter,
+    JudgeRequest,
+    ProcessorConfig,
+    SessionProcessor,
+)
+from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker._config import WorkerConfig
+from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._shell import Shell
 from rolltape.schemas import Stream, topic_name
 
@@ -52,6 +60,7 @@ def create_app(config: WorkerConfig) -> faust.App:
     raw = app.topic(
         topic_name(Stream.EVENTS, config.topic_prefix),
         topic_name(Stream.METRICS, config.topic_prefix),
+        config.judge_results_topic,
         key_type=bytes,
         value_type=bytes,
         key_serializer="raw",
@@ -67,27 +76,37 @@ def create_app(config: WorkerConfig) -> faust.App:
         # The changelog partition of a session is the partition of its key, as on the raw topics.
         use_partitioner=True,
     )
+    requests = app.topic(
+        config.judge_requests_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        internal=False,
+    )
     processor = SessionProcessor(
         ProcessorConfig(
             rules=config.rules,
             filters=config.filters,
             principal=config.principal,
             software_version=software_version(),
+            rewards=config.rewards,
+            llm_judges=config.llm_judges,
         )
     )
 
     @app.agent(raw, concurrency=1)
     async def sessions(stream: Any) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=config.bootstrap,
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=1,
-            max_batch_size=1 << 20,
-            max_request_size=4 << 20,
-        )
+        producer = _output_producer(config)
         await producer.start()
-        shell = Shell(processor, producer, table, config.topic_prefix)
+        shell = Shell(
+            processor,
+            producer,
+            table,
+            config.topic_prefix,
+            requests_topic=config.judge_requests_topic,
+            results_topic=config.judge_results_topic,
+        )
         try:
             async for events in stream.take_events(config.batch_max, config.batch_within_s):
                 records = [
@@ -105,7 +124,52 @@ def create_app(config: WorkerConfig) -> faust.App:
         finally:
             await producer.stop()
 
+    @app.agent(requests, concurrency=1)
+    async def judges(stream: Any) -> None:
+        producer = _output_producer(config)
+        await producer.start()
+        runner = JudgeRunner(
+            producer,
+            models=dict(config.models),
+            topic_prefix=config.topic_prefix,
+            results_topic=config.judge_results_topic,
+            software_version=software_version(),
+            max_concurrent=config.max_concurrent_judges,
+        )
+        try:
+            async for events in stream.take_events(config.max_concurrent_judges, 0.05):
+                batch, letters = [], []
+                for e in events:
+                    try:
+                        batch.append(JudgeRequest.model_validate_json(e.message.value))
+                    except ValidationError as exc:
+                        record = InputRecord(
+                            "judge_requests",
+                            e.message.topic,
+                            e.message.partition,
+                            e.message.offset,
+                            e.message.key,
+                            e.message.value or b"",
+                        )
+                        letters.append(DeadLetter(record, "invalid_judge_request", str(exc)[:500]))
+                await runner.handle(batch)
+                if letters:
+                    await Shell(processor, producer, table, config.topic_prefix).send(letters)
+        finally:
+            await producer.stop()
+
     return app
+
+
+def _output_producer(config: WorkerConfig) -> AIOKafkaProducer:
+    return AIOKafkaProducer(
+        bootstrap_servers=config.bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=1,
+        max_batch_size=1 << 20,
+        max_request_size=4 << 20,
+    )
 
 
 def run_worker(config: WorkerConfig) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.processors.filters import FilterConfig
+from rolltape.processors.judges import ModelEndpoint
 from rolltape.processors.rules import RuleSet
 
 
@@ -22,6 +23,13 @@ class WorkerConfig(BaseModel):
     rules: RuleSet = Field(default_factory=RuleSet)
     filters: FilterConfig = Field(default_factory=FilterConfig)
     principal: str = "processor"
+    rewards: tuple[str, ...] = ()
+    """Reward functions to run on every finished agent session (e.g. task_pass, final_reward)."""
+    llm_judges: tuple[str, ...] = ()
+    """LLM judges to run on every finished agent session (e.g. answer_quality)."""
+    models: dict[str, ModelEndpoint] = Field(default_factory=dict)
+    """Logical model name ("grader") -> OpenAI-compatible endpoint."""
+    max_concurrent_judges: int = Field(default=8, ge=1)
     batch_max: int = Field(default=1000, ge=1)
     """Records processed between two saves of the touched sessions' state."""
     batch_within_s: float = Field(default=0.005, gt=0)
@@ -33,3 +41,11 @@ class WorkerConfig(BaseModel):
     @property
     def group_id(self) -> str:
         return self.app_id or f"{self.topic_prefix}-worker"
+
+    @property
+    def judge_requests_topic(self) -> str:
+        return f"{self.group_id}-judge-requests"
+
+    @property
+    def judge_results_topic(self) -> str:
+        return f"{self.group_id}-judge-results"

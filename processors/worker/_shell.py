@@ -11,18 +11,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import traceback
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
+from pydantic import ValidationError
 
 from rolltape.processors._session import (
     DeadLetter,
     Emitted,
+    JudgeResult,
     Output,
+    Requested,
     SessionProcessor,
     SessionState,
 )
@@ -66,6 +69,9 @@ class Shell:
         producer: AIOKafkaProducer,
         table: MutableMapping[bytes, Any],
         topic_prefix: str,
+        *,
+        requests_topic: str = "",
+        results_topic: str = "",
     ) -> None:
         self.processor = processor
         self.producer = producer
@@ -74,6 +80,8 @@ class Shell:
         self.stats = ShellStats()
         self._processor_label = f"rolltape.processors/{processor.config.software_version}"
         self._topics = {s.value: topic_name(s, topic_prefix) for s in Stream}
+        self.requests_topic = requests_topic
+        self.results_topic = results_topic
 
     def to_input(
         self,
@@ -95,29 +103,40 @@ class Shell:
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
-        await self._send(outputs)
+        await self.send(outputs)
         for sid, state in states.items():
             self.table[sid.encode()] = orjson.dumps(state.to_dict())
         self.stats.batches += 1
 
+    def _state(self, states: dict[str, SessionState], sid: str) -> SessionState:
+        state = states.get(sid)
+        if state is None:
+            stored = self.table.get(sid.encode())
+            state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
+            states[sid] = state
+        return state
+
     def _step(self, states: dict[str, SessionState], record: InputRecord) -> list[Output]:
         try:
+            if record.topic == self.results_topic:
+                try:
+                    result = JudgeResult.model_validate_json(record.value)
+                except ValidationError as exc:
+                    return [DeadLetter(record, "invalid_judge_result", str(exc)[:500])]
+                state = self._state(states, result.session_id)
+                return self.processor.judge_result(state, record, result)
             parsed = parse_record(record)
             if isinstance(parsed, DeadLettered):
                 return [DeadLetter(record, parsed.reason.value, parsed.detail)]
-            sid = parsed.envelope.session_id
-            state = states.get(sid)
-            if state is None:
-                stored = self.table.get(sid.encode())
-                state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
-                states[sid] = state
+            state = self._state(states, parsed.envelope.session_id)
             return self.processor.step(state, record, parsed)
         except Exception as exc:  # a bug must not stop the worker: the record is kept with why
             log.exception("processing %s failed; dead-lettered", record.position)
             detail = "".join(traceback.format_exception_only(exc)).strip()
             return [DeadLetter(record, "processor_error", detail[:1000])]
 
-    async def _send(self, outputs: list[Output]) -> None:
+    async def send(self, outputs: Sequence[Output]) -> None:
+        """Send until every output is acknowledged (resending all on failure)."""
         if not outputs:
             return
         attempt = 0
@@ -135,12 +154,17 @@ class Shell:
             if isinstance(o, Emitted):
                 self.stats.emitted += 1
                 self.stats.by_type[o.type] = self.stats.by_type.get(o.type, 0) + 1
-            else:
+            elif isinstance(o, DeadLetter):
                 self.stats.dead_letters += 1
 
     async def _send_one(self, output: Output) -> asyncio.Future[Any]:
         """Hand the record to the producer; the returned future resolves on acknowledgement."""
         future: asyncio.Future[Any]
+        if isinstance(output, Requested):
+            future = await self.producer.send(
+                self.requests_topic, output.value, key=output.session_id.encode()
+            )
+            return future
         if isinstance(output, Emitted):
             future = await self.producer.send(
                 self._topics[output.stream], output.value, key=output.session_id.encode()

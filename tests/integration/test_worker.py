@@ -236,3 +236,74 @@ def test_worker__a_thousand_bad_records_are_dead_lettered_or_judged_and_good_one
     letter = next(d for d in dead_letters(records) if d["rolltape.reason"] == "unknown_version")
     assert letter["value"].startswith('{"v":') and letter["rolltape.source.topic"] == metrics
     assert worker.alive()
+
+
+def test_worker__llm_judge_and_reward_verdicts_through_a_local_openai_compatible_server(
+    topics: Topics, tmp_path: Path
+) -> None:
+    import json
+
+    from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
+
+    with OpenAICompatibleServer(grade_by_answer) as server:
+        process = WorkerProcess(
+            topics,
+            tmp_path,
+            ROLLTAPE_LLM_JUDGES='["answer_quality"]',
+            ROLLTAPE_REWARDS='["final_reward"]',
+            ROLLTAPE_MODELS=json.dumps(
+                {"grader": {"base_url": server.base_url, "model": "local-grader"}}
+            ),
+        ).start()
+        try:
+            with Recorder(
+                topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+            ) as rec:
+                for sid, answer in (("right", "4"), ("wrong", "5"), ("garbled", "garble")):
+                    with rec.session("What is 2+2?", session_id=sid) as s:
+                        s.turn("user", "What is 2+2?")
+                        s.turn("assistant", answer)
+                        if sid != "garbled":
+                            s.reward(1.0 if answer == "4" else 0.0)
+            records = wait_for(
+                topics,
+                lambda rs: (
+                    len(payloads(rs, "verdict")) == 6 and len(payloads(rs, "filter_outcome")) == 6
+                ),
+                worker=process,
+            )
+        finally:
+            process.stop()
+    by_session = {sid: payloads(records, "verdict", sid) for sid in ("right", "wrong", "garbled")}
+    quality = {
+        sid: next(v for v in vs if v["judge"] == "llm:answer_quality")
+        for sid, vs in by_session.items()
+    }
+    assert quality["right"]["status"] == "ok" and quality["right"]["scores"] == {
+        "score": 1.0,
+        "passed": 1.0,
+    }
+    assert quality["wrong"]["scores"] == {"score": 0.0, "passed": 0.0}
+    assert quality["garbled"]["status"] == "error" and quality["garbled"]["scores"] == {}
+    rewards = {
+        sid: next(v for v in vs if v["judge"] == "reward:final_reward")
+        for sid, vs in by_session.items()
+    }
+    assert rewards["right"]["scores"] == {"reward": 1.0} and rewards["wrong"]["scores"] == {
+        "reward": 0.0
+    }
+    assert rewards["garbled"]["status"] == "error" and "no reward" in rewards["garbled"]["error"]
+
+    # each judge conversation is a session of its own: trainable=false, linked, never training data
+    judge_sessions = {v["judge_session_id"] for v in quality.values()}
+    events = [decode(r.value) for r in wait_for(topics, lambda rs: True, streams=(Stream.EVENTS,))]
+    started = {e["session_id"]: e["payload"] for e in events if e["type"] == "session_started"}
+    for sid, verdict in quality.items():
+        judge_start = started[verdict["judge_session_id"]]
+        assert judge_start["trainable"] is False and judge_start["linked_session_id"] == sid
+    assert len(judge_sessions) == 3
+    rejected = [o for o in payloads(records, "filter_outcome") if not o["accepted"]]
+    assert len(rejected) == 3
+    assert all("not_trainable" in [r["code"] for r in o["reasons"]] for o in rejected)
+    assert all(r["response_format"]["type"] == "json_schema" for r in server.requests)
+    assert len(server.requests) == 3  # judges' own sessions are not judged again
