@@ -165,3 +165,21 @@ def ensure_plain_topics_sync(
             bootstrap, names, partitions=partitions, replication_factor=replication_factor
         )
     )
+
+
+async def delete_prefixed_topics(bootstrap: str, prefix: str) -> list[str]:
+    """Delete every topic whose name starts with `prefix.` or `prefix-` (a scratch run's raw
+    topics and its worker's internal ones). Only for prefixes made up for one run."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        doomed = [
+            t
+            for t in await admin.list_topics()
+            if t.startswith(f"{prefix}.") or t.startswith(f"{prefix}-")
+        ]
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    finally:
+        await admin.close()

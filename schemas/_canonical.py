@@ -72,6 +72,12 @@ def _prepare(value: Any) -> Any:
             if item_kind is str or item is None or item_kind is bool:
                 out[key] = item
                 continue
+            if item_kind is float:  # leaves inline: most of a payload, and calls are dear
+                out[key] = _float_token(item)
+                continue
+            if item_kind is int and INT_MIN <= item <= INT_MAX:
+                out[key] = item
+                continue
             try:
                 out[key] = _prepare(item)
             except _NoCanonicalForm as exc:
@@ -101,6 +107,13 @@ def _prepare(value: Any) -> Any:
 def _prepare_items(value: Sequence[Any]) -> list[Any]:
     out = []
     for i, item in enumerate(value):
+        item_kind = type(item)
+        if item_kind is str or (item_kind is int and INT_MIN <= item <= INT_MAX):
+            out.append(item)
+            continue
+        if item_kind is float:
+            out.append(_float_token(item))
+            continue
         try:
             out.append(_prepare(item))
         except _NoCanonicalForm as exc:

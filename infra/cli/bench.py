@@ -52,3 +52,44 @@ def producer(
         f"    raw aiokafka, pre-encoded values in hand-built batches (client ceiling): "
         f"{r.raw_batches_events_per_s:,.0f} events/s"
     )
+
+
+@app.command()
+def rules(
+    epochs: int = typer.Option(1000, help="Epochs timed for the firing latency (after warm-up)."),
+    events: int = typer.Option(100_000, help="Events for the worker throughput run."),
+    sessions: int = typer.Option(100, help="Sessions the throughput events are spread over."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Metric-acknowledged to rule-evaluation-readable latency, and worker events/s."""
+    from rolltape.infra.bench.rules import run_rules_bench
+
+    cfg = settings()
+    with user_errors():
+        bootstrap = require_bootstrap(cfg)
+    r = run_rules_bench(
+        bootstrap, partitions=cfg.partitions, epochs=epochs, events=events, sessions=sessions
+    )
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; {r.partitions} partitions; one worker process")
+    console.print(
+        f"(a) metric acknowledged -> rule evaluation readable, {r.epochs} epochs after {r.warmup} warm-up"
+    )
+    console.print(
+        f"    p50 {r.latency_p50_ms:.1f} ms   p99 {r.latency_p99_ms:.1f} ms   max {r.latency_max_ms:.1f} ms"
+    )
+    console.print(f"(b) {r.events} events (half metrics, half turns) over {r.sessions} sessions")
+    console.print(
+        f"    worker: {r.worker_events_per_s:,.0f} events/s (first to last output {r.worker_span_s:.2f} s)"
+    )
+    console.print(
+        f"    plain aiokafka consumer, same records: {r.raw_consumer_events_per_s:,.0f} events/s"
+    )
+    console.print(f"    ratio (worker / consumer): {r.worker_vs_raw_consumer:.2f}")
+    console.print(
+        f"    faust agent doing nothing, same records: {r.faust_floor_events_per_s:,.0f} events/s "
+        f"(worker / faust floor: {r.worker_vs_faust_floor:.2f})"
+    )
+    console.print(f"    pure core in memory (no Kafka): {r.pure_core_events_per_s:,.0f} events/s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Final
 
@@ -31,7 +32,7 @@ class FilterConfig(BaseModel):
     min_reward: float | None = None
     """Minimum final reward (the last `reward` event named "reward"); None: no reward needed."""
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         digest = hashlib.sha256(canonical_bytes(self.model_dump())).hexdigest()
         return f"{self.name}@{digest[:12]}"

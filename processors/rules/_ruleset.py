@@ -6,6 +6,7 @@ digest, so a firing can always be traced to the exact thresholds that produced i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from pathlib import Path
 from typing import Final
@@ -70,16 +71,16 @@ class RuleSet(BaseModel):
             raise ValueError("r2_noise_scale_low must be below r2_noise_scale_high")
         return self
 
-    @property
+    @functools.cached_property
     def digest(self) -> str:
         return hashlib.sha256(canonical_bytes(self.model_dump())).hexdigest()
 
-    @property
+    @functools.cached_property
     def label(self) -> str:
         """`name@digest12`: what a rule evaluation records as its rule set."""
         return f"{self.name}@{self.digest[:12]}"
 
-    @property
+    @functools.cached_property
     def history(self) -> int:
         """How many past metric events any rule looks at (their hashes are the causes)."""
         return max(self.persistence, self.r1_plateau_window + 1, self.r4_window + 1)

@@ -32,7 +32,7 @@ class WorkerConfig(BaseModel):
     max_concurrent_judges: int = Field(default=8, ge=1)
     batch_max: int = Field(default=1000, ge=1)
     """Records processed between two saves of the touched sessions' state."""
-    batch_within_s: float = Field(default=0.005, gt=0)
+    batch_within_s: float = Field(default=0.02, gt=0)
     """How long a batch waits to fill before it is processed (bounds added latency)."""
     session_timeout_s: float = Field(default=10.0, ge=1)
     """How soon the group notices a dead worker and hands its partitions to the others."""

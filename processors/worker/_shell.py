@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import traceback
 from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +44,18 @@ class ShellStats:
     batches: int = 0
     send_retries: int = 0
     by_type: dict[str, int] = field(default_factory=dict)
+    step_s: float = 0.0
+    send_s: float = 0.0
+    save_s: float = 0.0
+    logged_at: float = 0.0
+
+    def summary(self) -> str:
+        per = self.records / self.batches if self.batches else 0
+        return (
+            f"{self.records} records in {self.batches} batches ({per:.0f}/batch), "
+            f"{self.emitted} emitted, {self.dead_letters} dead letters; "
+            f"step {self.step_s:.2f}s send {self.send_s:.2f}s save {self.save_s:.2f}s"
+        )
 
 
 def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, bytes]]:
@@ -98,15 +111,29 @@ class Shell:
         )
 
     async def process(self, records: Iterable[InputRecord]) -> None:
+        clock = time.perf_counter
+        t0 = clock()
         states: dict[str, SessionState] = {}
         outputs: list[Output] = []
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
+        t1 = clock()
         await self.send(outputs)
+        t2 = clock()
         for sid, state in states.items():
             self.table[sid.encode()] = orjson.dumps(state.to_dict())
-        self.stats.batches += 1
+        t3 = clock()
+        stats = self.stats
+        stats.batches += 1
+        stats.step_s, stats.send_s, stats.save_s = (
+            stats.step_s + t1 - t0,
+            stats.send_s + t2 - t1,
+            stats.save_s + t3 - t2,
+        )
+        if t3 - stats.logged_at > 10:
+            stats.logged_at = t3
+            log.info("worker: %s", stats.summary())
 
     def _state(self, states: dict[str, SessionState], sid: str) -> SessionState:
         state = states.get(sid)

@@ -1,0 +1,261 @@
+"""`rolltape bench rules`: how soon a rule firing is readable, and how fast one worker processes.
+
+(a) Latency: one training session records a metric per epoch; after the broker acknowledges the
+    metric (flush returns), time until its rule evaluation is readable by a consumer of the rules
+    topic, through a real worker process. p50/p99 over the epochs after a warm-up.
+(b) Throughput: N events (half metrics, half turns, over many sessions) written first, then a
+    worker with a fresh group processes them all; events/s between its first and last output
+    (broker LogAppendTime). Beside it, in the same run: a plain aiokafka consumer reading the
+    same records (the ceiling of reading alone) and the pure core (`handle`) over the same
+    records in memory (the ceiling without Kafka).
+
+Everything runs on scratch topics of its own prefix, deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import BaseModel
+
+from rolltape.infra.readback import read_records
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import delete_prefixed_topics, ensure_topics_sync
+from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
+from rolltape.processors.audit import InputRecord
+from rolltape.producers import Recorder
+from rolltape.schemas import Stream, decode, topic_name
+
+
+class RulesBench(BaseModel):
+    machine: str
+    partitions: int
+    epochs: int
+    warmup: int
+    latency_p50_ms: float
+    latency_p99_ms: float
+    latency_max_ms: float
+    events: int
+    sessions: int
+    worker_events_per_s: float
+    worker_span_s: float
+    raw_consumer_events_per_s: float
+    worker_vs_raw_consumer: float
+    faust_floor_events_per_s: float
+    worker_vs_faust_floor: float
+    pure_core_events_per_s: float
+
+
+class _Worker:
+    def __init__(self, bootstrap: str, prefix: str, log: Path) -> None:
+        env = {**os.environ, "ROLLTAPE_BOOTSTRAP": bootstrap, "ROLLTAPE_TOPIC_PREFIX": prefix}
+        self._log = open(log, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.infra", "worker"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+
+async def _latency(
+    bootstrap: str, prefix: str, spool: Path, epochs: int, warmup: int, partition_count: int
+) -> list[float]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False
+    )
+    await consumer.start()
+    recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool)
+    samples: list[float] = []
+    try:
+        topic = topic_name(Stream.RULES, prefix)
+        partitions = [TopicPartition(topic, p) for p in range(partition_count)]
+        consumer.assign(partitions)
+        await consumer.seek_to_end(*partitions)
+        session = recorder.session("bench rules latency", kind="training")
+        for epoch in range(epochs + warmup):
+            session.metric(epoch, steps=10, train_loss=1.0 / (epoch + 1), max_layer_grad_norm=1.0,
+                           min_layer_grad_norm=1e-3, update_to_param_ratio=1e-3)  # fmt: skip
+            await recorder.aflush()
+            acked = time.perf_counter()
+            deadline = acked + (120.0 if epoch == 0 else 30.0)  # the first waits for the worker
+            found = False
+            while not found:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"no rule evaluation for epoch {epoch}; is the worker up?")
+                batch = await consumer.getmany(timeout_ms=50)
+                for messages in batch.values():
+                    for m in messages:
+                        env = decode(m.value)
+                        if (
+                            env["session_id"] == session.session_id
+                            and env["payload"]["epoch"] == epoch
+                        ):
+                            found = True
+            if epoch >= warmup:
+                samples.append((time.perf_counter() - acked) * 1000)
+        session.end()
+    finally:
+        await recorder.aclose()
+        await consumer.stop()
+    return samples
+
+
+def _write_load(bootstrap: str, prefix: str, spool: Path, events: int, sessions: int) -> None:
+    per_session = events // sessions
+    with Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10) as rec:
+        for i in range(sessions):
+            # agent sessions that also log metrics: each epoch is one turn and one metric
+            s = rec.session("bench load", session_id=f"load-{i}")
+            for epoch in range(per_session // 2):
+                s.turn("assistant", f"step {epoch} of session {i}")
+                s.metric(epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0)
+            s.end()
+        rec.flush(300)
+
+
+async def _read_inputs(bootstrap: str, prefix: str) -> list[InputRecord]:
+    return [
+        InputRecord(r.stream.value, r.topic, r.partition, r.offset, r.key, r.value)
+        async for r in read_records(bootstrap, (Stream.EVENTS, Stream.METRICS), prefix=prefix)
+    ]
+
+
+async def _raw_consume(bootstrap: str, prefix: str) -> tuple[int, float]:
+    start = time.perf_counter()
+    count = 0
+    async for _ in read_records(bootstrap, (Stream.EVENTS, Stream.METRICS), prefix=prefix):
+        count += 1
+    return count, count / (time.perf_counter() - start)
+
+
+async def _output_span(
+    bootstrap: str, prefix: str, expected_rules: int, sessions: int, timeout_s: float
+) -> float:
+    """Wait until every output exists; the seconds between the first and last (broker time)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stamps: list[int] = []
+        rules = outcomes = 0
+        async for r in read_records(bootstrap, (Stream.RULES, Stream.FILTERED), prefix=prefix):
+            stamps.append(r.broker_ts_ms)
+            rules += r.stream == Stream.RULES
+            outcomes += r.stream == Stream.FILTERED
+        if rules >= expected_rules and outcomes >= sessions:
+            return (max(stamps) - min(stamps)) / 1000
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"the worker wrote {rules}/{expected_rules} evaluations in {timeout_s}s"
+            )
+        await asyncio.sleep(0.5)
+
+
+def _faust_floor(bootstrap: str, prefix: str, records: int, tmpdir: Path) -> float:
+    out = tmpdir / "floor.txt"
+    with open(tmpdir / "floor.log", "wb") as log:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rolltape.infra.bench.faust_floor",
+                bootstrap,
+                prefix,
+                str(records),
+                str(out),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            timeout=600,
+            check=False,
+        )
+    if not out.exists():
+        raise RuntimeError(
+            f"the faust floor run failed: {(tmpdir / 'floor.log').read_text()[-2000:]}"
+        )
+    return float(out.read_text())
+
+
+def run_rules_bench(
+    bootstrap: str,
+    *,
+    partitions: int,
+    epochs: int = 1000,
+    warmup: int = 20,
+    events: int = 100_000,
+    sessions: int = 100,
+) -> RulesBench:
+    run = uuid.uuid4().hex[:8]
+    latency_prefix, load_prefix = f"benchlat{run}", f"benchload{run}"
+    with tempfile.TemporaryDirectory(prefix="rolltape-bench-") as tmp:
+        tmpdir = Path(tmp)
+        try:
+            for prefix in (latency_prefix, load_prefix):
+                ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
+            worker = _Worker(bootstrap, latency_prefix, tmpdir / "latency-worker.log")
+            try:
+                samples = asyncio.run(
+                    _latency(
+                        bootstrap, latency_prefix, tmpdir / "spool-a", epochs, warmup, partitions
+                    )
+                )
+            finally:
+                worker.stop()
+
+            _write_load(bootstrap, load_prefix, tmpdir / "spool-b", events, sessions)
+            inputs = asyncio.run(_read_inputs(bootstrap, load_prefix))
+            count, raw_rate = asyncio.run(_raw_consume(bootstrap, load_prefix))
+            processor = SessionProcessor(ProcessorConfig())
+            states: dict[str, SessionState] = {}
+            start = time.perf_counter()
+            for record in inputs:
+                handle(processor, states, record)
+            core_rate = len(inputs) / (time.perf_counter() - start)
+            metrics = sum(1 for r in inputs if b'"type":"metric"' in r.value)
+            floor = _faust_floor(bootstrap, load_prefix, count, tmpdir)
+            worker = _Worker(bootstrap, load_prefix, tmpdir / "load-worker.log")
+            try:
+                span = asyncio.run(_output_span(bootstrap, load_prefix, metrics, sessions, 600))
+            finally:
+                worker.stop()
+        finally:
+            for prefix in (latency_prefix, load_prefix):
+                asyncio.run(delete_prefixed_topics(bootstrap, prefix))
+    samples.sort()
+    worker_rate = count / span if span > 0 else float("inf")
+    return RulesBench(
+        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        partitions=partitions,
+        epochs=len(samples),
+        warmup=warmup,
+        latency_p50_ms=statistics.median(samples),
+        latency_p99_ms=samples[min(len(samples) - 1, int(0.99 * len(samples)))],
+        latency_max_ms=samples[-1],
+        events=count,
+        sessions=sessions,
+        worker_events_per_s=worker_rate,
+        worker_span_s=span,
+        raw_consumer_events_per_s=raw_rate,
+        worker_vs_raw_consumer=worker_rate / raw_rate,
+        faust_floor_events_per_s=floor,
+        worker_vs_faust_floor=worker_rate / floor,
+        pure_core_events_per_s=core_rate,
+    )
