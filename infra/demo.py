@@ -1,4 +1,5 @@
-"""The main job for now: record a scripted tool-using agent and a short training run, verify them.
+"""The main job: record agent sessions and a short training run, run the processors over them,
+verify every chain and show what the processors concluded.
 
 The agent's tool is real (a safe arithmetic evaluator); the training run is real too: SGD on a
 small linear-regression problem in plain Python, so the recorded losses are measured, not made up.
@@ -10,7 +11,11 @@ import ast
 import asyncio
 import math
 import operator
+import os
 import random
+import subprocess
+import sys
+import tempfile
 import time
 import uuid
 from typing import Any
@@ -19,11 +24,21 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import managed_broker
-from rolltape.infra.readback import verify_topics
+from rolltape.infra.readback import RawRecord, read_records, verify_topics
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_topics_sync
 from rolltape.producers import Recorder, Session
-from rolltape.schemas import CHAINED_STREAMS, ChainReport, ToolSpec
+from rolltape.schemas import (
+    CHAINED_STREAMS,
+    ChainBroken,
+    ChainReport,
+    FilterOutcome,
+    RuleEvaluation,
+    Stream,
+    ToolSpec,
+    Verdict,
+    parse_envelope,
+)
 
 _OPS: dict[type, Any] = {
     ast.Add: operator.add,
@@ -145,35 +160,143 @@ def record_training_session(recorder: Recorder, session_id: str, epochs: int = 8
         s.end("completed", outcome={"w": round(w, 4), "b": round(b, 4)})
 
 
+def record_hallucinating_session(recorder: Recorder, session_id: str) -> None:
+    """An agent that calls a tool it was never given: the reward filter must reject it."""
+    question = "What is the weather in Lisbon?"
+    with recorder.session(question, session_id=session_id, tools=[CALCULATOR], tags=["demo"]) as s:
+        s.turn("user", question)
+        call_id = s.tool_call("web_search", {"query": "Lisbon weather"})
+        s.tool_result(
+            call_id, "error: unknown tool web_search", success=False, error="unknown tool"
+        )
+        s.turn("assistant", "It is sunny.", reasoning="The search failed; guess.")
+
+
 class DemoResult(BaseModel):
     bootstrap: str
-    agent_session: str
-    training_session: str
+    sessions: list[str]
     chains: list[ChainReport]
+    rule_evaluations: list[RuleEvaluation]
+    verdicts: dict[str, list[Verdict]]
+    filter_outcomes: dict[str, FilterOutcome]
+    dead_letters: int
+    worker_error: str | None = None
 
     @property
     def ok(self) -> bool:
-        return len(self.chains) >= 3 and all(c.ok for c in self.chains)
+        return (
+            self.worker_error is None and len(self.chains) >= 3 and all(c.ok for c in self.chains)
+        )
+
+
+def _run_worker_until(
+    settings: Settings, bootstrap: str, sessions: list[str], expected: int, timeout_s: float
+) -> tuple[list[RawRecord], str | None]:
+    """Run the processors (a worker of the configured group) until every demo session has its
+    end-of-session output, then stop it."""
+    env = {
+        **os.environ,
+        "ROLLTAPE_BOOTSTRAP": bootstrap,
+        "ROLLTAPE_TOPIC_PREFIX": settings.topic_prefix,
+    }
+    wanted = {s.encode() for s in sessions}
+    with (
+        tempfile.TemporaryFile() as log,
+        subprocess.Popen(
+            [sys.executable, "-m", "rolltape.infra", "worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        ) as worker,
+    ):
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                records = _read_outputs(bootstrap, settings.topic_prefix, wanted)
+                done = {r.key for r in records if r.stream in (Stream.VERDICTS, Stream.FILTERED)}
+                ends = sum(
+                    1
+                    for r in records
+                    if r.stream == Stream.FILTERED or b'"type":"verdict"' in r.value
+                )
+                if done >= wanted and ends >= expected:
+                    return records, None
+                if worker.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    tail = log.read().decode(errors="replace")[-1500:]
+                    return records, f"the worker did not finish the demo sessions:\n{tail}"
+                time.sleep(0.5)
+        finally:
+            worker.terminate()
+            try:
+                worker.wait(30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+
+
+def _read_outputs(bootstrap: str, prefix: str, keys: set[bytes]) -> list[RawRecord]:
+    async def read() -> list[RawRecord]:
+        streams = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.DEADLETTER)
+        return [r async for r in read_records(bootstrap, streams, prefix=prefix) if r.key in keys]
+
+    return asyncio.run(read())
 
 
 def run_demo(settings: Settings) -> DemoResult:
     bootstrap = settings.bootstrap or managed_broker(settings).start().bootstrap
     ensure_topics_sync(bootstrap, settings)
     run = uuid.uuid4().hex[:8]
-    agent_id, training_id = f"demo-agent-{run}", f"demo-train-{run}"
+    agent_id, bad_id, training_id = f"demo-agent-{run}", f"demo-halluc-{run}", f"demo-train-{run}"
+    sessions = [agent_id, bad_id, training_id]
     recorder = open_recorder(settings, bootstrap=bootstrap)
     try:
         record_agent_session(recorder, agent_id)
+        record_hallucinating_session(recorder, bad_id)
         record_training_session(recorder, training_id)
         recorder.flush()
     finally:
         recorder.close()
+    records, error = _run_worker_until(settings, bootstrap, sessions, expected=3, timeout_s=180)
     chains: list[ChainReport] = []
-    for sid in (agent_id, training_id):
+    for sid in sessions:
         verifier = asyncio.run(
             verify_topics(bootstrap, CHAINED_STREAMS, prefix=settings.topic_prefix, session_id=sid)
         )
         chains += verifier.reports()
+    evaluations: dict[str, RuleEvaluation] = {}
+    verdicts: dict[str, list[Verdict]] = {}
+    outcomes: dict[str, FilterOutcome] = {}
+    seen: set[str] = set()
+    for r in records:
+        if r.stream == Stream.DEADLETTER:
+            continue
+        env = parse_envelope(r.value)
+        if env.event_id in seen:
+            continue  # a redelivery
+        seen.add(env.event_id)
+        payload = env.typed_payload()
+        if isinstance(payload, RuleEvaluation):
+            evaluations[f"{payload.epoch:06d}"] = payload
+        elif isinstance(payload, Verdict | ChainBroken):
+            verdicts.setdefault(env.session_id, []).append(
+                payload
+                if isinstance(payload, Verdict)
+                else Verdict(
+                    judge="chain_audit",
+                    judge_version=payload.auditor_version,
+                    status="failed",
+                    error=f"{payload.stream} seq {payload.seq}: {payload.reason}",
+                )
+            )
+        elif isinstance(payload, FilterOutcome):
+            outcomes[env.session_id] = payload
     return DemoResult(
-        bootstrap=bootstrap, agent_session=agent_id, training_session=training_id, chains=chains
+        bootstrap=bootstrap,
+        sessions=sessions,
+        chains=chains,
+        rule_evaluations=[evaluations[k] for k in sorted(evaluations)],
+        verdicts=verdicts,
+        filter_outcomes=outcomes,
+        dead_letters=sum(1 for r in records if r.stream == Stream.DEADLETTER),
+        worker_error=error,
     )

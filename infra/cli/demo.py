@@ -6,15 +6,30 @@ import typer
 from rich.table import Table
 
 from rolltape.infra.cli._common import console, settings, user_errors
-from rolltape.infra.demo import run_demo
+from rolltape.infra.demo import DemoResult, run_demo
 
 
 def demo() -> None:
-    """Start the broker if needed, record an agent and a training session, verify both chains."""
+    """Start the broker if needed, record agent sessions and a training run, run the processors
+    over them, verify every chain and print rule firings, verdicts and filter outcomes."""
     with user_errors():
         result = run_demo(settings())
+    _chains(result)
+    _firings(result)
+    _verdicts(result)
+    _outcomes(result)
+    if result.worker_error:
+        console.print(f"[red]demo: {result.worker_error}[/red]", markup=True)
+        raise typer.Exit(1)
+    if not result.ok:
+        console.print("[red]demo: a chain did not verify[/red]")
+        raise typer.Exit(1)
+    console.print("demo: all chains verified")
+
+
+def _chains(result: DemoResult) -> None:
     ids = [c.session_id for c in result.chains] or ["-"]
-    table = Table(title=f"recorded to {result.bootstrap}", title_justify="left")
+    table = Table(title=f"chains recorded to {result.bootstrap}", title_justify="left")
     for col in ("session", "stream", "records", "ended", "head hash", "chain"):
         # Session ids are what a reader copies into `verify --session`: never truncate them.
         table.add_column(
@@ -30,7 +45,37 @@ def demo() -> None:
             "[green]intact[/green]" if c.ok else f"[red]{len(c.breaks)} break(s)[/red]",
         )
     console.print(table)
-    if not result.ok:
-        console.print("[red]demo: a chain did not verify[/red]")
-        raise typer.Exit(1)
-    console.print("demo: all chains verified")
+
+
+def _firings(result: DemoResult) -> None:
+    table = Table(title="rule evaluations (training run)", title_justify="left")
+    for col in ("epoch", "fired", "why (first rule)"):
+        table.add_column(col)
+    for e in result.rule_evaluations:
+        why = e.rules[e.fired[0]].reason if e.fired else "-"
+        table.add_row(str(e.epoch), ", ".join(e.fired) or "-", why)
+    console.print(table)
+
+
+def _verdicts(result: DemoResult) -> None:
+    table = Table(title="verdicts", title_justify="left")
+    for col in ("session", "judge", "status", "scores", "violations"):
+        table.add_column(col, no_wrap=col in ("session", "judge"))
+    for sid, verdicts in sorted(result.verdicts.items()):
+        for v in verdicts:
+            scores = ", ".join(f"{k} {x:.2f}" for k, x in sorted(v.scores.items())) or "-"
+            found = "; ".join(f"{x.code} ({x.rule or '-'} @ {x.epoch})" for x in v.violations[:3])
+            table.add_row(sid, v.judge, v.status, scores, found or v.error or "-")
+    console.print(table)
+
+
+def _outcomes(result: DemoResult) -> None:
+    table = Table(title="reward filters", title_justify="left")
+    for col in ("session", "accepted", "reasons"):
+        table.add_column(col, no_wrap=col == "session")
+    for sid, o in sorted(result.filter_outcomes.items()):
+        reasons = "; ".join(f"{r.code}: {r.message}" for r in o.reasons) or "-"
+        table.add_row(sid, "yes" if o.accepted else "[red]no[/red]", reasons)
+    console.print(table)
+    if result.dead_letters:
+        console.print(f"{result.dead_letters} record(s) went to the dead-letter topic")

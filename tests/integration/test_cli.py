@@ -48,13 +48,18 @@ def test_verify__without_a_broker_says_how_to_get_one(tmp_path: Path) -> None:
     assert out.returncode == 2 and "rolltape broker up" in out.stderr
 
 
-def test_demo__records_and_verifies_an_agent_and_a_training_session(
+def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     topics: Topics, tmp_path: Path
 ) -> None:
-    out = run(["demo"], {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path)})
+    env = {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
+    out = run(["demo"], env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all chains verified" in out.stdout
-    assert out.stdout.count("intact") == 3
+    # events x3, metrics, rules, verdicts, filtered x2: every chain, raw and derived
+    assert out.stdout.count("intact") == 8
+    assert "grad_noise_scale EMA below 50 for 3 epochs" in out.stdout
+    assert "training_audit" in out.stdout and "missing_decision" in out.stdout
+    assert "unknown_tool: called tool 'web_search'" in out.stdout
     tail = run(["tail", "--from-beginning", "--no-follow"], topics.env())
     assert tail.returncode == 0
     assert (
