@@ -122,7 +122,8 @@ async def _latency(
 
 def _write_load(bootstrap: str, prefix: str, spool: Path, events: int, sessions: int) -> None:
     per_session = events // sessions
-    with Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10) as rec:
+    backlog = events + 4 * sessions + 10  # plus each session's start and ends
+    with Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=backlog) as rec:
         for i in range(sessions):
             # agent sessions that also log metrics: each epoch is one turn and one metric
             s = rec.session("bench load", session_id=f"load-{i}")

@@ -143,3 +143,25 @@ def test_bench_producer__runs_end_to_end_and_reports_every_figure(topics: Topics
     figures = json.loads(out.stdout)
     assert figures["hot_path_calls"] == 300 and figures["sustained_events"] == 300
     assert figures["recorder_events_per_s"] > 0 and figures["raw_batches_events_per_s"] > 0
+
+
+def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.json"
+    rules.write_text('{"r2_noise_scale_low": 9000}')
+    out = run(["worker"], {**topics.env(), "ROLLTAPE_RULES_FILE": str(rules)})
+    assert out.returncode == 2 and "r2_noise_scale_low must be below" in out.stderr
+    out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["oracle"]'})
+    assert out.returncode == 2 and "unknown judge(s) oracle" in out.stderr
+    assert "ROLLTAPE_LLM_JUDGES" in out.stderr
+
+
+def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
+    out = run(
+        ["bench", "rules", "--epochs", "20", "--events", "2000", "--sessions", "10", "--json"],
+        topics.env(),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["epochs"] == 20 and figures["events"] >= 2000
+    assert figures["latency_p99_ms"] > 0 and figures["worker_events_per_s"] > 0
+    assert figures["faust_floor_events_per_s"] > 0 and figures["pure_core_events_per_s"] > 0

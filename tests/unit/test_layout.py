@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import rolltape.infra
+import rolltape.processors
 import rolltape.producers
 import rolltape.schemas
 
@@ -59,6 +60,15 @@ def test_public_api__is_pinned() -> None:
         "__version__",
     }
     assert set(rolltape.infra.__all__) == {"Settings", "open_recorder"}
+    assert set(rolltape.processors.__all__) == {
+        "DeadLetter",
+        "Emitted",
+        "Output",
+        "ProcessorConfig",
+        "SessionProcessor",
+        "SessionState",
+        "handle",
+    }
     for name in rolltape.schemas.__all__:
         assert getattr(rolltape.schemas, name) is not None
     assert {"Envelope", "seal", "canonical_bytes", "ChainVerifier", "Metric", "Decision"} <= set(
