@@ -130,7 +130,7 @@ class ManagedBroker:
             port, cport, cluster_id = previous.port, previous.controller_port, previous.cluster_id
         else:
             port, cport = _free_port(), _free_port()
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = _new_cluster_id()
         self.home.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         props = self._write_config(port, cport)
@@ -309,3 +309,12 @@ class ManagedBroker:
             "log4j.logger.kafka.server.KafkaRaftServer=INFO\n"
         )
         return path
+
+
+def _new_cluster_id() -> str:
+    """16 random bytes in URL-safe base64, never starting with "-": the storage tool would read
+    such an id as an option (Kafka's own Uuid.randomUuid avoids them for the same reason)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id

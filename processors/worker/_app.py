@@ -57,15 +57,11 @@ def create_app(config: WorkerConfig) -> faust.App:
         broker_session_timeout=config.session_timeout_s,
         broker_heartbeat_interval=config.session_timeout_s / 5,
     )
-    raw = app.topic(
+    raw = _bytes_topic(
+        app,
         topic_name(Stream.EVENTS, config.topic_prefix),
         topic_name(Stream.METRICS, config.topic_prefix),
         config.judge_results_topic,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        internal=False,
     )
     table = app.Table(
         STATE_TABLE,
@@ -76,14 +72,7 @@ def create_app(config: WorkerConfig) -> faust.App:
         # The changelog partition of a session is the partition of its key, as on the raw topics.
         use_partitioner=True,
     )
-    requests = app.topic(
-        config.judge_requests_topic,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        internal=False,
-    )
+    requests = _bytes_topic(app, config.judge_requests_topic)
     processor = SessionProcessor(
         ProcessorConfig(
             rules=config.rules,
@@ -159,6 +148,19 @@ def create_app(config: WorkerConfig) -> faust.App:
             await producer.stop()
 
     return app
+
+
+def _bytes_topic(app: faust.App, *names: str) -> Any:
+    """Topics read as raw bytes: rolltape parses and verifies records itself. They are created by
+    `broker up` / the worker's setup, never declared by faust."""
+    return app.topic(
+        *names,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        internal=False,
+    )
 
 
 def _output_producer(config: WorkerConfig) -> AIOKafkaProducer:

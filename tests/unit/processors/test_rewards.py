@@ -39,9 +39,7 @@ def test_transcript__drops_the_middle_past_its_bound_and_says_how_much() -> None
     records = [tape.start(sid)] + [
         tape.event(sid, "turn", role="assistant", content=f"{n:04d}" + "x" * 96) for n in range(50)
     ]
-    outputs, states = run(
-        records, ProcessorConfig(rewards=("final_reward",), transcript_max_chars=1000)
-    )
+    _, states = run(records, ProcessorConfig(rewards=("final_reward",), transcript_max_chars=1000))
     t = states[sid].transcript
     assert t is not None and t.size <= 1000 and t.truncated == 40
     assert t.items[0].text.startswith("0000") and t.items[-1].text.startswith("0049")
@@ -63,5 +61,5 @@ def test_rewards__run_inline_at_the_end_of_agent_sessions_only() -> None:
 def test_config__names_an_unknown_judge() -> None:
     import pytest
 
-    with pytest.raises(ValueError, match="unknown judge.*nope.*known: composite"):
+    with pytest.raises(ValueError, match=r"unknown judge.*nope.*known: composite"):
         ProcessorConfig(rewards=("nope",))
