@@ -10,6 +10,7 @@ to a changelog on every update.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from rolltape.schemas import (
     SessionStarted,
     ToolCall,
     Turn,
+    restore_non_finite,
 )
 
 EVIDENCE_KEPT: Final = 5
@@ -58,7 +60,7 @@ class FilterState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FilterState:
-        return cls(**data)
+        return cls(**{**data, "reward": restore_non_finite(data["reward"])})
 
     def note(self, code: str, message: str, evidence: str) -> None:
         entry = self.findings.get(code)
@@ -155,6 +157,9 @@ def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:
     if config.min_reward is not None:
         if state.reward is None:
             reasons.append(FilterReason(code="no_reward", message="the session has no reward"))
+        elif not math.isfinite(state.reward):
+            message = f"the reward is {state.reward!r}, not a number to compare"
+            reasons.append(FilterReason(code="non_finite_reward", message=message))
         elif state.reward < config.min_reward:
             message = f"reward {state.reward!r} is below {config.min_reward!r}"
             reasons.append(FilterReason(code="low_reward", message=message))

@@ -24,7 +24,14 @@ from typing import Any, Final
 
 from rolltape.processors.judges._playbook import EDIT_OPS, EVENT_TYPES, REMEDIES
 from rolltape.processors.rules import RULE_CLASS
-from rolltape.schemas import Decision, RuleEvaluation, RuleId, Verdict, Violation
+from rolltape.schemas import (
+    Decision,
+    RuleEvaluation,
+    RuleId,
+    Verdict,
+    Violation,
+    restore_non_finite,
+)
 
 JUDGE_NAME: Final = "training_audit"
 JUDGE_VERSION: Final = "rolltape.judges.training/1"
@@ -50,10 +57,12 @@ class TrainingJudgeState:
     rejected_metrics: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: NaN/Inf values (a NaN lr is evidence) become their canonical tokens, which
+        `from_dict` turns back into floats, so a restored state judges exactly the same."""
         return {
             "run_config": self.run_config,
-            "epochs": self.epochs,
-            "decisions": self.decisions,
+            "epochs": [[_token(v) for v in e] for e in self.epochs],
+            "decisions": [[_token(v) for v in d] for d in self.decisions],
             "breaks": self.breaks,
             "break_count": self.break_count,
             "rejected_metrics": self.rejected_metrics,
@@ -61,7 +70,9 @@ class TrainingJudgeState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingJudgeState:
-        return cls(**data)
+        epochs = [[*e[:4], *(restore_non_finite(v) for v in e[4:6]), e[6]] for e in data["epochs"]]
+        decisions = [[*d[:6], restore_non_finite(d[6]), d[7]] for d in data["decisions"]]
+        return cls(**{**data, "epochs": epochs, "decisions": decisions})
 
     def add_evaluation(
         self,
@@ -214,6 +225,12 @@ def judge(
         counts=dict(sorted(counts.items())),
         details=details,
     )
+
+
+def _token(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
 
 
 def _episodes(epochs: list[_Epoch]) -> list[tuple[RuleId, _Epoch]]:

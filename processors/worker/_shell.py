@@ -31,7 +31,7 @@ from rolltape.processors._session import (
     SessionState,
 )
 from rolltape.processors.audit import DeadLettered, InputRecord, parse_record
-from rolltape.schemas import Stream, stream_of_topic, topic_name
+from rolltape.schemas import Stream, canonical_bytes, stream_of_topic, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -122,7 +122,8 @@ class Shell:
         await self.send(outputs)
         t2 = clock()
         for sid, state in states.items():
-            self.table[sid.encode()] = orjson.dumps(state.to_dict())
+            # canonical, not plain orjson: a NaN in the state must come back as NaN, not null
+            self.table[sid.encode()] = canonical_bytes(state.to_dict())
         t3 = clock()
         stats = self.stats
         stats.batches += 1

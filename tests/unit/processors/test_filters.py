@@ -116,3 +116,8 @@ def test_filter__a_judge_conversation_is_never_training_data() -> None:
         *tape.end("j1"),
     ]
     assert codes(outcome(records)) == ["not_trainable"]
+
+
+def test_filter__a_nan_reward_never_passes_a_minimum() -> None:
+    records = session(Tape(), ANSWER, ("reward", {"value": float("nan")}))
+    assert codes(outcome(records, min_reward=0.1)) == ["non_finite_reward"]

@@ -3,11 +3,14 @@ composed deterministically, with state that survives a round trip through its st
 
 from __future__ import annotations
 
+import math
+
 import orjson
 
 from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import InputRecord
-from rolltape.schemas import ChainVerifier, decode
+from rolltape.processors.filters import FilterConfig
+from rolltape.schemas import ChainVerifier, canonical_bytes, decode
 from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
 
 HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3}
@@ -86,14 +89,33 @@ def test_outputs__are_byte_identical_when_the_same_records_are_processed_again()
 
 def test_state__restored_from_its_stored_form_continues_exactly() -> None:
     tape = Tape()
-    records = training_session(tape, epochs=6) + agent_session(tape)
-    straight, _ = run(records)
-    processor = SessionProcessor(ProcessorConfig())
+    sid = "nan-lr"
+    nan_run = [tape.start(sid, kind="training", run_config={"lr": 0.1})]
+    nan_run += [tape.metric(sid, e, **HEALTHY, lr=0.1 if e < 2 else math.nan) for e in range(4)]
+    nan_run.append(
+        tape.decision(
+            sid,
+            1,
+            event_type="hyperparameter_change",
+            cites=["R2"],
+            remedy_direction="decrease_lr",
+            remedy_params={"lr_new": math.inf, "edit_op": "none", "edit_to": "none"},
+        )
+    )
+    nan_run += tape.end(sid, streams=("metrics",), val_acc=math.nan)
+    nan_agent = [tape.start("nan-agent"), tape.event("nan-agent", "reward", value=math.nan)]
+    nan_agent += tape.end("nan-agent", passed=True, score=math.nan)
+    records = training_session(tape, epochs=6) + agent_session(tape) + nan_run + nan_agent
+    config = ProcessorConfig(
+        rewards=("final_reward", "task_pass"), filters=FilterConfig(min_reward=0.5)
+    )
+    straight, _ = run(records, config)
+    processor = SessionProcessor(config)
     states: dict[str, SessionState] = {}
     resumed = []
     for record in records:
         states = {
-            sid: SessionState.from_dict(orjson.loads(orjson.dumps(s.to_dict())))
+            sid: SessionState.from_dict(orjson.loads(canonical_bytes(s.to_dict())))
             for sid, s in states.items()
         }
         resumed.extend(handle(processor, states, record)[1])
@@ -174,8 +196,16 @@ def test_bad_payloads__are_dead_lettered_while_the_chain_goes_on() -> None:
     seq, prev = tape.heads[("metrics", sid)]
     from rolltape.schemas import seal
 
-    value, digest = seal(stream="metrics", session_id=sid, seq=seq, ts_ns=1, type="metric",
-                         payload={"epoch": "one"}, prev_hash=prev, producer={"name": "x", "version": "0", "principal": "p"})  # fmt: skip
+    value, digest = seal(
+        stream="metrics",
+        session_id=sid,
+        seq=seq,
+        ts_ns=1,
+        type="metric",
+        payload={"epoch": "one"},
+        prev_hash=prev,
+        producer={"name": "x", "version": "0", "principal": "p"},
+    )
     tape.heads[("metrics", sid)] = (seq + 1, digest)
     records.append(tape.raw("metrics", value, sid.encode()))
     records.append(tape.record(sid, "metrics", "turn", role="user", content="wrong stream"))
