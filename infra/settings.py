@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     """A JSON reward-filter config for the worker."""
     worker_id: str | None = None
     """The worker's consumer group (default `<topic_prefix>-worker`); a new id reprocesses all."""
+    worker_batch_window_ms: int = Field(default=20, ge=1, le=1000)
+    """How long the worker lets a batch fill before processing it: larger batches raise
+    throughput (one acknowledgement wait per batch), smaller ones cut the firing latency."""
     rewards: tuple[str, ...] = ()
     """Reward functions the worker runs on finished agent sessions, as a JSON list:
     '["task_pass", "final_reward"]'."""

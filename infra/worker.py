@@ -56,6 +56,7 @@ def worker_config(
         rules=rules,
         filters=filters,
         principal=settings.principal if settings.principal != "anonymous" else "processor",
+        batch_within_s=settings.worker_batch_window_ms / 1000,
         rewards=settings.rewards,
         llm_judges=settings.llm_judges,
         models=settings.models,

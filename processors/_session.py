@@ -269,9 +269,10 @@ class SessionProcessor:
                     state, env, Stream.RULES, "rule_evaluation", evaluation, causes, RULES_VERSION
                 )
             )
-            state.judge.add_evaluation(
-                evaluation, env.hash, payload.val_acc, payload.lr, payload.batch_size
-            )
+            if state.kind != "agent":  # only training runs are judged on their epochs
+                state.judge.add_evaluation(
+                    evaluation, env.hash, payload.val_acc, payload.lr, payload.batch_size
+                )
             return
         if isinstance(payload, SessionEnded):
             state.ended[env.stream] = env.hash
@@ -281,6 +282,8 @@ class SessionProcessor:
             return
         if isinstance(payload, SessionStarted):
             state.kind = payload.kind
+            if payload.kind == "agent":  # metrics that came first need no judge history
+                state.judge = TrainingJudgeState()
             state.judge.run_config = dict(payload.run_config)
             judged = payload.trainable and payload.linked_session_id is None
             if (

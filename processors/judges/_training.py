@@ -18,12 +18,13 @@ Fixes over the judge of REFERENCE.md section 1:
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rolltape.processors.judges._playbook import EDIT_OPS, EVENT_TYPES, REMEDIES
-from rolltape.processors.rules import RULE_CLASS
+from rolltape.processors.rules import PRECEDENCE, RULE_CLASS
 from rolltape.schemas import (
     Decision,
     RuleEvaluation,
@@ -42,13 +43,41 @@ MAX_BREAKS_KEPT: Final = 20
 _ACTIONS = ("hyperparameter_change", "architecture_change")
 
 
+_RULE_BITS: Final[dict[RuleId, int]] = {
+    "R1": 1, "R2": 2, "R3": 4, "R4": 8, "R5": 16, "R6": 32, "R7": 64,
+}  # fmt: skip
+
+
+def _mask(fired: tuple[RuleId, ...]) -> int:
+    return sum(_RULE_BITS[r] for r in fired)
+
+
+def _unmask(mask: int) -> tuple[RuleId, ...]:
+    return tuple(r for r in PRECEDENCE if mask & _RULE_BITS[r])
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equality that holds for NaN too (a NaN lr logged twice is one run, not two)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
 @dataclass
 class TrainingJudgeState:
-    """What the judge keeps of a session until it ends (a few dozen bytes per epoch)."""
+    """What the judge keeps of a session until it ends.
+
+    The state is rewritten to a changelog on every update, so it must stay small however long
+    the run: epochs are kept as runs of equal firings (`spans`), and the learning rate and batch
+    size only where they change. Hashes are kept where they are evidence: where a span begins
+    (a firing starts there) and ends, and where a logged value changes.
+    """
 
     run_config: dict[str, Any] | None = None
-    epochs: list[list[Any]] = field(default_factory=list)
-    """[epoch, fired rules, metric hash, no_data, val_acc, lr, batch_size] per evaluated epoch."""
+    spans: list[list[Any]] = field(default_factory=list)
+    """[first epoch, last epoch, fired-rules bitmask, no_data, first hash, last hash]."""
+    lr_runs: list[list[Any]] = field(default_factory=list)
+    """[first epoch, lr (None = not logged), metric hash] each time the logged lr changes."""
+    batch_runs: list[list[Any]] = field(default_factory=list)
+    last_val_acc: float | None = None
     decisions: list[list[Any]] = field(default_factory=list)
     """[epoch, event_type, cites, direction, edit_op, edit_to, lr_new, hash] per decision."""
     breaks: list[list[Any]] = field(default_factory=list)
@@ -61,7 +90,10 @@ class TrainingJudgeState:
         `from_dict` turns back into floats, so a restored state judges exactly the same."""
         return {
             "run_config": self.run_config,
-            "epochs": [[_token(v) for v in e] for e in self.epochs],
+            "spans": self.spans,
+            "lr_runs": [[e, _token(v), h] for e, v, h in self.lr_runs],
+            "batch_runs": self.batch_runs,
+            "last_val_acc": self.last_val_acc,
             "decisions": [[_token(v) for v in d] for d in self.decisions],
             "breaks": self.breaks,
             "break_count": self.break_count,
@@ -70,9 +102,9 @@ class TrainingJudgeState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingJudgeState:
-        epochs = [[*e[:4], *(restore_non_finite(v) for v in e[4:6]), e[6]] for e in data["epochs"]]
+        lr_runs = [[e, restore_non_finite(v), h] for e, v, h in data["lr_runs"]]
         decisions = [[*d[:6], restore_non_finite(d[6]), d[7]] for d in data["decisions"]]
-        return cls(**{**data, "epochs": epochs, "decisions": decisions})
+        return cls(**{**data, "lr_runs": lr_runs, "decisions": decisions})
 
     def add_evaluation(
         self,
@@ -82,17 +114,42 @@ class TrainingJudgeState:
         lr: float | None,
         batch_size: int | None,
     ) -> None:
-        self.epochs.append(
-            [
-                evaluation.epoch,
-                list(evaluation.fired),
-                metric_hash,
-                evaluation.no_data,
-                val_acc,
-                lr,
-                batch_size,
-            ]
-        )
+        epoch, mask, no_data = evaluation.epoch, _mask(evaluation.fired), evaluation.no_data
+        last = self.spans[-1] if self.spans else None
+        if last is not None and last[1] == epoch - 1 and last[2] == mask and last[3] == no_data:
+            last[1], last[5] = epoch, metric_hash
+        else:
+            self.spans.append([epoch, epoch, mask, no_data, metric_hash, metric_hash])
+        if not self.lr_runs or not _same(self.lr_runs[-1][1], lr):
+            self.lr_runs.append([epoch, lr, metric_hash])
+        if not self.batch_runs or self.batch_runs[-1][1] != batch_size:
+            self.batch_runs.append([epoch, batch_size, metric_hash])
+        if val_acc is not None and math.isfinite(val_acc):
+            self.last_val_acc = val_acc
+
+    def epochs(self) -> list[_Epoch]:
+        """Every evaluated epoch, expanded from the compact form (the judge runs once)."""
+        out: list[_Epoch] = []
+        lr_at = _value_at(self.lr_runs)
+        batch_at = _value_at(self.batch_runs)
+        for first, last, mask, no_data, first_hash, last_hash in self.spans:
+            fired = _unmask(mask)
+            for epoch in range(first, last + 1):
+                lr, lr_hash = lr_at(epoch)
+                batch, batch_hash = batch_at(epoch)
+                out.append(
+                    _Epoch(
+                        epoch=epoch,
+                        fired=fired,
+                        hash=last_hash if epoch == last and epoch != first else first_hash,
+                        no_data=no_data,
+                        lr=lr,
+                        lr_hash=lr_hash,
+                        batch_size=batch,
+                        batch_hash=batch_hash,
+                    )
+                )
+        return out
 
     def add_decision(self, decision: Decision, event_hash: str) -> None:
         p = decision.remedy_params
@@ -115,15 +172,27 @@ class TrainingJudgeState:
             self.breaks.append([stream, seq, reason, detail])
 
 
+def _value_at(runs: list[list[Any]]) -> Any:
+    """epoch -> (value, hash of the metric that logged it) from change points in epoch order."""
+    firsts = [r[0] for r in runs]
+
+    def at(epoch: int) -> tuple[Any, str | None]:
+        i = bisect.bisect_right(firsts, epoch) - 1
+        return (runs[i][1], runs[i][2]) if i >= 0 else (None, None)
+
+    return at
+
+
 @dataclass(frozen=True)
 class _Epoch:
     epoch: int
     fired: tuple[RuleId, ...]
     hash: str
     no_data: bool
-    val_acc: float | None
     lr: float | None
+    lr_hash: str | None
     batch_size: int | None
+    batch_hash: str | None
 
 
 @dataclass(frozen=True)
@@ -169,9 +238,7 @@ def judge(
 ) -> Verdict:
     """Audit a finished training session; `outcome` is its session_ended outcome (which may
     report `final_spec` and `val_acc`)."""
-    epochs = sorted(
-        (_Epoch(*(e[0], tuple(e[1]), *e[2:])) for e in state.epochs), key=lambda e: e.epoch
-    )
+    epochs = state.epochs()
     decisions = sorted(
         (_Decision(d[0], d[1], tuple(d[2]), *d[3:]) for d in state.decisions),
         key=lambda d: (d.epoch, d.hash),
@@ -210,7 +277,7 @@ def judge(
     scores: dict[str, float] = {
         "process_score": max(0.0, 1.0 - len(found.violations) / max(obligations, 1)),
     }
-    accuracy = _accuracy(run_config, outcome, data_epochs, details)
+    accuracy = _accuracy(run_config, outcome, state.last_val_acc, details)
     if accuracy is not None:
         scores["accuracy_score"] = accuracy
     failed = bool(found.gates)
@@ -435,7 +502,7 @@ def _config_drift(
                     f"epoch {e.epoch} trained at lr {e.lr!r}; the run config and logged "
                     f"changes say {expected!r}",
                     epoch=e.epoch,
-                    evidence=(e.hash,),
+                    evidence=(e.lr_hash or e.hash,),
                 )
     batch = run_config.get("batch_size")
     if isinstance(batch, int) and not any("batch_size" in d.direction for d in decisions):
@@ -446,14 +513,14 @@ def _config_drift(
                     f"epoch {e.epoch} trained with batch size {e.batch_size}; the run config "
                     f"says {batch} and no decision changed it",
                     epoch=e.epoch,
-                    evidence=(e.hash,),
+                    evidence=(e.batch_hash or e.hash,),
                 )
 
 
 def _accuracy(
     run_config: dict[str, Any],
     outcome: dict[str, Any],
-    epochs: list[_Epoch],
+    last_measured: float | None,
     details: dict[str, Any],
 ) -> float | None:
     target = run_config.get("target_accuracy")
@@ -461,8 +528,7 @@ def _accuracy(
     if isinstance(reported, int | float) and math.isfinite(reported):
         acc: float | None = float(reported)
     else:
-        measured = [e.val_acc for e in epochs if e.val_acc is not None and math.isfinite(e.val_acc)]
-        acc = measured[-1] if measured else None
+        acc = last_measured
     details["final_val_acc"] = acc
     if not isinstance(target, int | float) or target <= 0:
         details["accuracy_score"] = "not scored: the run config has no positive target_accuracy"

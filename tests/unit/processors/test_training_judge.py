@@ -167,3 +167,23 @@ def test_judge__accuracy_score_is_the_final_accuracy_against_the_target() -> Non
     verdict = training([OK] * 3, run_config={"target_accuracy": 0.8}, val_acc=0.6)
     assert verdict["scores"]["accuracy_score"] == 0.6 / 0.8
     assert "accuracy_score" not in training([OK] * 3)["scores"]
+
+
+def test_judge_state__stays_small_however_long_the_run() -> None:
+    from rolltape.schemas import canonical_bytes, decode
+
+    tape, sid = Tape(), "long"
+    records = [tape.start(sid, kind="training", run_config={"lr": 0.1})]
+    records += [tape.metric(sid, e, **OK, lr=0.1) for e in range(3000)]
+    records.append(tape.metric(sid, 3000, **{**OK, "train_loss": math.nan}, lr=0.1))
+    outputs, states = run(records)
+    size = len(canonical_bytes(states[sid].judge.to_dict()))
+    assert size < 1000, size  # not 3,000 epochs' worth: runs of equal firings and lr changes
+    records += tape.end(sid, streams=("metrics",))
+    outputs, _ = run(records)
+    (verdict,) = emitted(outputs, "verdict")
+    assert verdict["counts"]["epochs_evaluated"] == 3001 and verdict["violations"] == []
+    # R7 fired at the last epoch: its answer window was still open when the run ended
+    assert verdict["counts"]["window_open"] == 1
+    first_metric = decode(records[1].value)["hash"]
+    assert first_metric not in str(verdict)  # evidence is only where something happened
