@@ -40,6 +40,9 @@ WINDOW: Final = 2
 """A firing at epoch f must be answered by a decision in [f, f + WINDOW]; a citation at d must
 refer to a firing in [d - WINDOW, d]."""
 MAX_BREAKS_KEPT: Final = 20
+MAX_DECISIONS_KEPT: Final = 2000
+"""Decisions past this many are counted, not kept (the state must stay small); a run that logs
+more is flooding its log, which is itself a violation."""
 _ACTIONS = ("hyperparameter_change", "architecture_change")
 
 
@@ -84,6 +87,7 @@ class TrainingJudgeState:
     """[stream, seq, reason, detail] of chain breaks on the session's streams (first few)."""
     break_count: int = 0
     rejected_metrics: int = 0
+    decisions_dropped: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN/Inf values (a NaN lr is evidence) become their canonical tokens, which
@@ -98,6 +102,7 @@ class TrainingJudgeState:
             "breaks": self.breaks,
             "break_count": self.break_count,
             "rejected_metrics": self.rejected_metrics,
+            "decisions_dropped": self.decisions_dropped,
         }
 
     @classmethod
@@ -152,6 +157,9 @@ class TrainingJudgeState:
         return out
 
     def add_decision(self, decision: Decision, event_hash: str) -> None:
+        if len(self.decisions) >= MAX_DECISIONS_KEPT:
+            self.decisions_dropped += 1
+            return
         p = decision.remedy_params
         self.decisions.append(
             [
@@ -248,7 +256,7 @@ def judge(
     counts: dict[str, int] = {
         "epochs_evaluated": len(epochs),
         "epochs_without_data": sum(1 for e in epochs if e.no_data),
-        "decisions": len(decisions),
+        "decisions": len(decisions) + state.decisions_dropped,
         "chain_breaks": state.break_count,
         "rejected_metrics": state.rejected_metrics,
     }
@@ -268,6 +276,12 @@ def judge(
     _deferrals(decisions, data_epochs, found, counts)
     _defensibility(decisions, found)
     _config_drift(run_config, data_epochs, decisions, found)
+    if state.decisions_dropped:
+        found.add(
+            "decision_flood",
+            f"{state.decisions_dropped} decisions past the first {MAX_DECISIONS_KEPT} were not "
+            "checked: a log that large is padding, not a record of decisions",
+        )
 
     counts["obligations"] = obligations
     counts["violations"] = len(found.violations)

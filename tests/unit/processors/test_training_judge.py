@@ -187,3 +187,13 @@ def test_judge_state__stays_small_however_long_the_run() -> None:
     assert verdict["counts"]["window_open"] == 1
     first_metric = decode(records[1].value)["hash"]
     assert first_metric not in str(verdict)  # evidence is only where something happened
+
+
+def test_judge__a_flood_of_decisions_is_counted_not_kept_and_is_a_violation() -> None:
+    from rolltape.processors.judges._training import MAX_DECISIONS_KEPT
+
+    defer = {"event_type": "rule_triggered_no_action", "cites": ["R6"], "remedy_direction": "none"}
+    flood = [{**defer, "epoch": 3}] * (MAX_DECISIONS_KEPT + 5)
+    verdict = training([VANISHING] * 5, flood)
+    assert verdict["counts"]["decisions"] == MAX_DECISIONS_KEPT + 5
+    assert ("decision_flood", None, None) in codes(verdict)
