@@ -153,6 +153,8 @@ def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_p
     out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["oracle"]'})
     assert out.returncode == 2 and "unknown judge(s) oracle" in out.stderr
     assert "ROLLTAPE_LLM_JUDGES" in out.stderr
+    out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["answer_quality"]'})
+    assert out.returncode == 2 and "no endpoint for the logical model(s) grader" in out.stderr
 
 
 def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
