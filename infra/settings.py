@@ -58,6 +58,9 @@ class Settings(BaseSettings):
     worker_batch_window_ms: int = Field(default=20, ge=1, le=1000)
     """How long the worker lets a batch fill before processing it: larger batches raise
     throughput (one acknowledgement wait per batch), smaller ones cut the firing latency."""
+    plugins: tuple[str, ...] = ()
+    """Python modules the worker imports first, as a JSON list: they register custom LLM judges
+    and reward functions (`register_llm_judge`, `register_reward`)."""
     rewards: tuple[str, ...] = ()
     """Reward functions the worker runs on finished agent sessions, as a JSON list:
     '["task_pass", "final_reward"]'."""

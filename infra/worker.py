@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -44,11 +45,24 @@ def _check_llm_judges(config: WorkerConfig) -> None:
         )
 
 
+def load_plugins(modules: tuple[str, ...]) -> None:
+    """Import the modules that register custom judges and reward functions."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any failure to import is a setup error the user must fix
+            raise WorkerSetupError(
+                f"cannot import plugin module {name!r} (ROLLTAPE_PLUGINS): "
+                f"{type(exc).__name__}: {exc}; is it on PYTHONPATH?"
+            ) from exc
+
+
 def worker_config(
     settings: Settings, bootstrap: str, *, log_level: str = "warning"
 ) -> WorkerConfig:
     """Ensure the topics exist and build the worker's config. The raw topics must have the same
     number of partitions: a session's events and metrics must land on the same worker."""
+    load_plugins(settings.plugins)
     try:
         rules = RuleSet.from_file(settings.rules_file) if settings.rules_file else RuleSet()
     except RuleSetError as exc:

@@ -153,6 +153,10 @@ def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_p
     out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["oracle"]'})
     assert out.returncode == 2 and "unknown judge(s) oracle" in out.stderr
     assert "ROLLTAPE_LLM_JUDGES" in out.stderr
+    out = run(["worker"], {**topics.env(), "ROLLTAPE_PLUGINS": '["no_such_plugin_module"]'})
+    assert (
+        out.returncode == 2 and "cannot import plugin module 'no_such_plugin_module'" in out.stderr
+    )
     out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["answer_quality"]'})
     assert out.returncode == 2 and "no endpoint for the logical model(s) grader" in out.stderr
 

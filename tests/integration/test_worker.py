@@ -307,3 +307,41 @@ def test_worker__llm_judge_and_reward_verdicts_through_a_local_openai_compatible
     assert all("not_trainable" in [r["code"] for r in o["reasons"]] for o in rejected)
     assert all(r["response_format"]["type"] == "json_schema" for r in server.requests)
     assert len(server.requests) == 3  # judges' own sessions are not judged again
+
+
+def test_worker__runs_a_reward_function_registered_by_a_plugin_module(
+    topics: Topics, tmp_path: Path
+) -> None:
+    import os
+
+    (tmp_path / "my_rewards.py").write_text(
+        "from rolltape.processors.judges import RewardFunction, register_reward\n"
+        "class Length(RewardFunction):\n"
+        "    name = 'answer_length'\n"
+        "    version = 'my_rewards.answer_length/1'\n"
+        "    def score(self, transcript):\n"
+        "        return {'reward': float(len(transcript.items[-1].text))}\n"
+        "register_reward(Length())\n"
+    )
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    process = WorkerProcess(
+        topics,
+        tmp_path,
+        PYTHONPATH=path,
+        ROLLTAPE_PLUGINS='["my_rewards"]',
+        ROLLTAPE_REWARDS='["answer_length"]',
+    ).start()
+    try:
+        with (
+            Recorder(
+                topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+            ) as rec,
+            rec.session("say hello", session_id="hello") as s,
+        ):
+            s.turn("assistant", "hello")
+        records = wait_for(topics, lambda rs: len(payloads(rs, "verdict")) == 1, worker=process)
+    finally:
+        process.stop()
+    (verdict,) = payloads(records, "verdict", "hello")
+    assert verdict["judge"] == "reward:answer_length" and verdict["scores"] == {"reward": 5.0}
+    assert verdict["judge_version"] == "my_rewards.answer_length/1"
