@@ -113,8 +113,6 @@ async def _latency(
                             found = True
             if epoch >= warmup:
                 samples.append((time.perf_counter() - acked) * 1000)
-                if os.environ.get("ROLLTAPE_BENCH_TRACE") and samples[-1] > 50:
-                    print(f"slow {acked:.3f} {samples[-1]:.1f}", file=sys.stderr)
         session.end()
     finally:
         await recorder.aclose()
