@@ -159,6 +159,9 @@ class SessionState:
     judge: TrainingJudgeState = field(default_factory=TrainingJudgeState)
     ended: dict[str, str] = field(default_factory=dict)
     """stream -> hash of its session_ended."""
+    ended_ts: dict[str, int] = field(default_factory=dict)
+    """stream -> ts_ns of its session_ended (end-of-session outputs take the latest, whichever
+    topic happened to be read last)."""
     end: dict[str, Any] | None = None
     """The events stream's session_ended payload."""
     finished: bool = False
@@ -177,6 +180,7 @@ class SessionState:
             "filters": self.filters.to_dict(),
             "judge": self.judge.to_dict(),
             "ended": self.ended,
+            "ended_ts": self.ended_ts,
             "end": self.end,
             "finished": self.finished,
             "transcript": self.transcript.model_dump(mode="json") if self.transcript else None,
@@ -194,6 +198,7 @@ class SessionState:
             filters=FilterState.from_dict(data["filters"]),
             judge=TrainingJudgeState.from_dict(data["judge"]),
             ended=data["ended"],
+            ended_ts=data["ended_ts"],
             end=data["end"],
             finished=data["finished"],
             transcript=Transcript.model_validate(data["transcript"])
@@ -276,6 +281,7 @@ class SessionProcessor:
             return
         if isinstance(payload, SessionEnded):
             state.ended[env.stream] = env.hash
+            state.ended_ts[env.stream] = env.ts_ns
             if env.stream == Stream.EVENTS.value:
                 state.end = payload.model_dump(mode="json")
         if env.stream != Stream.EVENTS.value:
@@ -306,7 +312,10 @@ class SessionProcessor:
             return  # another of the session's chains has not ended yet
         state.finished = True
         causes = tuple(state.ended[s] for s in sorted(state.ended))
-        out.extend(self._finish(state, env, end, causes))
+        # Anchored on the session's ends, not on the record that happened to arrive last: the
+        # raw topics interleave differently on every read, the outputs must not.
+        anchor = env.model_copy(update={"ts_ns": max(state.ended_ts.values())})
+        out.extend(self._finish(state, anchor, end, causes))
         # Only the chain heads are needed from now on (to flag records after the end).
         state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
         state.transcript = None

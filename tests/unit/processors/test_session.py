@@ -57,6 +57,16 @@ def test_training_session__the_verdict_waits_for_the_metrics_chain_to_end() -> N
     assert len(emitted(outputs, "verdict")) == 1
 
 
+def test_end_outputs__do_not_depend_on_which_topic_was_read_last() -> None:
+    records = training_session(Tape())
+    metrics_end, events_end = records[-2], records[-1]
+    one, _ = run(records)
+    other, _ = run([*records[:-2], events_end, metrics_end])
+    assert [o.value for o in one if isinstance(o, Emitted)] == [
+        o.value for o in other if isinstance(o, Emitted)
+    ]
+
+
 def test_outputs__are_chained_per_session_and_verify() -> None:
     tape = Tape()
     outputs, _ = run(
