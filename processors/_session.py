@@ -169,6 +169,10 @@ class SessionState:
     """Kept only for agent sessions that judges will read."""
     judged: dict[str, str] = field(default_factory=dict)
     """LLM judge name -> event id of its verdict (a second result is a duplicate)."""
+    outbox: list[list[str]] = field(default_factory=list)
+    """[stream, type, event id, record] of chained outputs saved before they are sent: after a
+    crash they are resent byte for byte instead of being derived again, because the raw topics
+    may interleave differently on the second read and the output chains must not change."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,6 +189,7 @@ class SessionState:
             "finished": self.finished,
             "transcript": self.transcript.model_dump(mode="json") if self.transcript else None,
             "judged": self.judged,
+            "outbox": self.outbox,
         }
 
     @classmethod
@@ -205,6 +210,7 @@ class SessionState:
             if data["transcript"]
             else None,
             judged=data["judged"],
+            outbox=data["outbox"],
         )
 
 

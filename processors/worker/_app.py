@@ -15,6 +15,7 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
 from rolltape.processors._session import (
@@ -84,18 +85,18 @@ def create_app(config: WorkerConfig) -> faust.App:
         )
     )
 
+    runtime = _Runtime(config, processor, table, app)
+
+    @table.on_recover
+    async def resend_saved_outputs() -> None:
+        # Runs after the table is restored and before the streams resume.
+        shell = await runtime.shell()
+        owned = runtime.owned_partitions()
+        await shell.resend_outboxes(lambda key: runtime.partition_of(key) in owned)
+
     @app.agent(raw, concurrency=1)
     async def sessions(stream: Any) -> None:
-        producer = _output_producer(config)
-        await producer.start()
-        shell = Shell(
-            processor,
-            producer,
-            table,
-            config.topic_prefix,
-            requests_topic=config.judge_requests_topic,
-            results_topic=config.judge_results_topic,
-        )
+        shell = await runtime.shell()
         try:
             async for events in stream.take_events(config.batch_max, config.batch_within_s):
                 records = [
@@ -111,7 +112,7 @@ def create_app(config: WorkerConfig) -> faust.App:
                 ]
                 await shell.process(records)
         finally:
-            await producer.stop()
+            await runtime.stop()
 
     @app.agent(requests, concurrency=1)
     async def judges(stream: Any) -> None:
@@ -148,6 +149,50 @@ def create_app(config: WorkerConfig) -> faust.App:
             await producer.stop()
 
     return app
+
+
+class _Runtime:
+    """The session agent's producer and shell, shared with the table's recovery callback (which
+    may run before the agent's first batch)."""
+
+    def __init__(
+        self, config: WorkerConfig, processor: SessionProcessor, table: Any, app: faust.App
+    ) -> None:
+        self.config, self.processor, self.table, self.app = config, processor, table, app
+        self._shell: Shell | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._events_topic = topic_name(Stream.EVENTS, config.topic_prefix)
+
+    async def shell(self) -> Shell:
+        if self._shell is None:
+            self._producer = _output_producer(self.config)
+            await self._producer.start()
+            self._shell = Shell(
+                self.processor,
+                self._producer,
+                self.table,
+                self.config.topic_prefix,
+                requests_topic=self.config.judge_requests_topic,
+                results_topic=self.config.judge_results_topic,
+                flush_state=self.app.producer.flush,
+            )
+        return self._shell
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+        self._shell = self._producer = None
+
+    def owned_partitions(self) -> set[int]:
+        return {
+            tp.partition
+            for tp in self.app.assignor.assigned_actives()
+            if tp.topic == self._events_topic
+        }
+
+    def partition_of(self, key: bytes) -> int:
+        """The partition of a session key, as the Java client and aiokafka place it."""
+        return int(murmur2(key) & 0x7FFFFFFF) % self.config.partitions
 
 
 def _bytes_topic(app: faust.App, *names: str) -> Any:

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import Iterable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,13 @@ class ShellStats:
         )
 
 
+def _outbox_outputs(sid: str, outbox: list[list[str]]) -> list[Output]:
+    return [
+        Emitted(stream, sid, value.encode(), event_id, kind)
+        for stream, kind, event_id, value in outbox
+    ]
+
+
 def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, bytes]]:
     """Where the record came from and why it was refused; the value stays the original bytes
     (as Kafka Connect's dead-letter queues do), so nothing about it is lost or re-encoded."""
@@ -85,6 +92,7 @@ class Shell:
         *,
         requests_topic: str = "",
         results_topic: str = "",
+        flush_state: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.processor = processor
         self.producer = producer
@@ -95,6 +103,9 @@ class Shell:
         self._topics = {s.value: topic_name(s, topic_prefix) for s in Stream}
         self.requests_topic = requests_topic
         self.results_topic = results_topic
+        self.flush_state = flush_state
+        """Waits until saved state is durable (the changelog producer's flush)."""
+        self._pending: list[Output] = []
 
     def to_input(
         self,
@@ -111,6 +122,11 @@ class Shell:
         )
 
     async def process(self, records: Iterable[InputRecord]) -> None:
+        """One batch, as an outbox: (1) step every record; (2) save each touched session's
+        state together with the chained outputs it produced, and wait until that is durable;
+        (3) send the outputs and wait for their acknowledgements; (4) save the states with the
+        outbox emptied. A crash after (2) resends the saved outputs byte for byte (on recovery
+        or when the session is next loaded); a crash before it leaves no trace to contradict."""
         clock = time.perf_counter
         t0 = clock()
         states: dict[str, SessionState] = {}
@@ -118,12 +134,24 @@ class Shell:
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
+        outputs = [*self._pending, *outputs]
+        self._pending = []
         t1 = clock()
+        for sid, state in states.items():
+            state.outbox = [
+                [o.stream, o.type, o.event_id, o.value.decode()]
+                for o in outputs
+                if isinstance(o, Emitted) and o.session_id == sid
+            ]
+        if any(state.outbox for state in states.values()):
+            self._save(states)
+            if self.flush_state is not None:
+                await self.flush_state()
         await self.send(outputs)
         t2 = clock()
-        for sid, state in states.items():
-            # canonical, not plain orjson: a NaN in the state must come back as NaN, not null
-            self.table[sid.encode()] = canonical_bytes(state.to_dict())
+        for state in states.values():
+            state.outbox = []
+        self._save(states)
         t3 = clock()
         stats = self.stats
         stats.batches += 1
@@ -136,11 +164,39 @@ class Shell:
             stats.logged_at = t3
             log.info("worker: %s", stats.summary())
 
+    def _save(self, states: dict[str, SessionState]) -> None:
+        for sid, state in states.items():
+            # canonical, not plain orjson: a NaN in the state must come back as NaN, not null
+            self.table[sid.encode()] = canonical_bytes(state.to_dict())
+
+    async def resend_outboxes(self, owned: Callable[[bytes], bool]) -> int:
+        """After recovery: send what sessions saved but may not have sent, then empty their
+        outboxes. Only sessions on partitions this worker owns (`owned(key)`) are touched."""
+        states: dict[str, SessionState] = {}
+        outputs: list[Output] = []
+        for key, stored in list(self.table.items()):
+            if not stored or not owned(key):
+                continue
+            state = SessionState.from_dict(orjson.loads(stored))
+            if state.outbox:
+                sid = key.decode()
+                outputs += _outbox_outputs(sid, state.outbox)
+                state.outbox = []
+                states[sid] = state
+        if outputs:
+            log.info("resending %d saved outputs of %d sessions", len(outputs), len(states))
+            await self.send(outputs)
+            self._save(states)
+        return len(outputs)
+
     def _state(self, states: dict[str, SessionState], sid: str) -> SessionState:
         state = states.get(sid)
         if state is None:
             stored = self.table.get(sid.encode())
             state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
+            if state.outbox:  # saved but perhaps never sent: send it first, as it was
+                self._pending += _outbox_outputs(sid, state.outbox)
+                state.outbox = []
             states[sid] = state
         return state
 

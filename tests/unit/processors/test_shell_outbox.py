@@ -1,0 +1,89 @@
+"""The worker's batch loop over a plain dict table, with a producer that can die mid-send:
+what was saved is resent byte for byte, so a restart that reads the raw topics in another
+interleaving cannot fork an output chain. (A stand-in producer is fine here: this pins the
+wrapper's ordering; the integration tests run the real worker against a real broker.)"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from rolltape.processors import ProcessorConfig, SessionProcessor
+from rolltape.processors.audit import InputRecord
+from rolltape.processors.worker import Shell
+from rolltape.schemas import ChainVerifier, decode
+from tests.unit.processors.scripted import Tape
+
+HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3}
+
+
+class Died(Exception):
+    """The process was killed."""
+
+
+class Producer:
+    def __init__(self, die_after: int | None = None) -> None:
+        self.sent: list[tuple[str, bytes, bytes | None]] = []
+        self.die_after = die_after
+
+    async def send(
+        self, topic: str, value: bytes, key: bytes | None = None, headers: Any = None
+    ) -> asyncio.Future[None]:
+        if self.die_after is not None and len(self.sent) >= self.die_after:
+            raise Died()
+        self.sent.append((topic, value, key))
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.set_result(None)
+        return future
+
+
+def session_with_breaks(tape: Tape) -> tuple[list[InputRecord], list[InputRecord]]:
+    """A training session whose events and metrics chains both have a gap: several outputs on
+    the verdicts chain, triggered from both topics."""
+    sid = "t1"
+    events = [tape.start(sid, kind="training")]
+    tape.event(sid, "feedback", text="lost")  # never delivered: a gap on the events chain
+    events.append(tape.event(sid, "feedback", text="after the gap"))
+    metrics = [tape.metric(sid, 0, **HEALTHY)]
+    tape.metric(sid, 1, **HEALTHY)  # lost: a gap on the metrics chain
+    metrics += [tape.metric(sid, e, **HEALTHY) for e in (2, 3)]
+    ends = tape.end(sid, streams=("metrics",))
+    return [*events, ends[1]], [*metrics, ends[0]]
+
+
+def shell(table: dict[bytes, Any], producer: Producer) -> Shell:
+    return Shell(SessionProcessor(ProcessorConfig()), producer, table, "t")  # type: ignore[arg-type]
+
+
+def test_outbox__a_crash_mid_send_then_another_interleaving_never_forks_an_output_chain() -> None:
+    events, metrics = session_with_breaks(Tape())
+    table: dict[bytes, Any] = {}
+    dying = Producer(die_after=2)
+    with contextlib.suppress(Died):
+        asyncio.run(shell(table, dying).process([*events, *metrics]))
+    assert len(dying.sent) == 2  # some outputs went out, the rest were lost with the process
+
+    restarted = Producer()
+    again = shell(table, restarted)
+    resent = asyncio.run(again.resend_outboxes(lambda key: True))
+    assert resent > 0
+    # the consumer group had not committed: the records come again, metrics first this time
+    asyncio.run(again.process([*metrics, *events]))
+
+    outputs = [value for _, value, _ in dying.sent + restarted.sent]
+    verifier = ChainVerifier()
+    for value in outputs:
+        env = decode(value)
+        verifier.add(value, key=env["session_id"].encode(), expected_stream=env["stream"])
+    reports = {r.stream: r for r in verifier.reports()}
+    assert all(r.ok for r in reports.values()), reports
+    assert reports["verdicts"].records - reports["verdicts"].redelivered == 3  # 2 breaks + verdict
+    assert reports["rules"].records - reports["rules"].redelivered == 3
+
+
+def test_outbox__is_empty_once_a_batch_is_sent() -> None:
+    events, metrics = session_with_breaks(Tape())
+    table: dict[bytes, Any] = {}
+    asyncio.run(shell(table, Producer()).process([*events, *metrics]))
+    assert b'"outbox":[]' in table[b"t1"]
