@@ -54,7 +54,8 @@ class Settings(BaseSettings):
     filters_file: Path | None = None
     """A JSON reward-filter config for the worker."""
     worker_id: str | None = None
-    """The worker's consumer group (default `<topic_prefix>-worker`); a new id reprocesses all."""
+    """The worker's consumer group (default `<topic_prefix>-worker`). Run one group per topic
+    prefix: it is the only writer of the output chains."""
     worker_batch_window_ms: int = Field(default=20, ge=1, le=1000)
     """How long the worker lets a batch fill before processing it: larger batches raise
     throughput (one acknowledgement wait per batch), smaller ones cut the firing latency."""

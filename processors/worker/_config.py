@@ -16,7 +16,8 @@ class WorkerConfig(BaseModel):
     topic_prefix: str = "rolltape"
     app_id: str | None = None
     """The consumer group and the prefix of the changelog topics (default `<prefix>-worker`).
-    Workers with the same id share the partitions; another id processes everything again."""
+    Workers with the same id share the partitions. One group per topic prefix: it is the only
+    writer of the output chains."""
     partitions: int = Field(default=6, ge=1)
     """Partitions of the raw topics (the state changelog is created with as many)."""
     replication_factor: int = Field(default=1, ge=1)
