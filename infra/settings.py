@@ -59,6 +59,9 @@ class Settings(BaseSettings):
     worker_batch_window_ms: int = Field(default=20, ge=1, le=1000)
     """How long the worker lets a batch fill before processing it: larger batches raise
     throughput (one acknowledgement wait per batch), smaller ones cut the firing latency."""
+    worker_stall_after_s: float = Field(default=30.0, gt=0)
+    """A worker with records waiting on its partitions that processed nothing for this long
+    restarts itself in place (faust can stop fetching after a rebalance)."""
     plugins: tuple[str, ...] = ()
     """Python modules the worker imports first, as a JSON list: they register custom LLM judges
     and reward functions (`register_llm_judge`, `register_reward`)."""

@@ -86,6 +86,7 @@ def worker_config(
         filters=filters,
         principal=settings.principal if settings.principal != "anonymous" else "processor",
         batch_within_s=settings.worker_batch_window_ms / 1000,
+        stall_after_s=settings.worker_stall_after_s,
         rewards=settings.rewards,
         llm_judges=settings.llm_judges,
         models=settings.models,

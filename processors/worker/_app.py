@@ -9,12 +9,19 @@ unprocessed record).
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
+import io
 import logging
+import os
+import signal
+import sys
+import time
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
@@ -86,6 +93,29 @@ def create_app(config: WorkerConfig) -> faust.App:
     )
 
     runtime = _Runtime(config, processor, table, app)
+
+    @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
+    async def watchdog() -> None:
+        if runtime.idle_s() < config.stall_after_s:
+            return
+        lag = await runtime.lag()
+        if lag > 0:
+            # faust can stop fetching after a rebalance and never resume (faust-streaming #175,
+            # seen here after a restart). Outputs are resent from the outbox and records
+            # skipped by offset, so a restart is safe: replace this process with a fresh one.
+            log.error(
+                "no progress for %.0fs with %d records waiting on owned partitions: restarting",
+                runtime.idle_s(),
+                lag,
+            )
+            logging.shutdown()
+            os.execv(sys.executable, [sys.executable, "-m", "rolltape.infra", *sys.argv[1:]])
+        runtime.touch()  # idle with nothing to do: fine
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def install_stack_dump() -> None:
+        # `kill -USR1 <worker pid>` logs every asyncio task's stack: what a stuck worker awaits.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _log_task_stacks)
 
     @table.on_recover
     async def resend_saved_outputs() -> None:
@@ -162,6 +192,40 @@ class _Runtime:
         self._shell: Shell | None = None
         self._producer: AIOKafkaProducer | None = None
         self._events_topic = topic_name(Stream.EVENTS, config.topic_prefix)
+        self._metrics_topic = topic_name(Stream.METRICS, config.topic_prefix)
+        self._last_progress = time.monotonic()
+
+    def touch(self) -> None:
+        self._last_progress = time.monotonic()
+
+    def idle_s(self) -> float:
+        if self._shell is not None and self._shell.stats.last_batch_at > self._last_progress:
+            self._last_progress = self._shell.stats.last_batch_at
+        return time.monotonic() - self._last_progress
+
+    async def lag(self) -> int:
+        """Records on this worker's partitions of the raw topics past the group's commits."""
+        owned = self.owned_partitions()
+        tps = [
+            TopicPartition(topic, p)
+            for topic in (self._events_topic, self._metrics_topic)
+            for p in sorted(owned)
+        ]
+        if not tps:
+            return 0
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.config.bootstrap)
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.config.bootstrap)
+        await admin.start()
+        await consumer.start()
+        try:
+            committed = await admin.list_consumer_group_offsets(self.config.group_id)
+            ends = await consumer.end_offsets(tps)
+        finally:
+            await consumer.stop()
+            await admin.close()
+        return sum(
+            max(0, ends[tp] - (committed[tp].offset if tp in committed else 0)) for tp in tps
+        )
 
     async def shell(self) -> Shell:
         if self._shell is None:
@@ -193,6 +257,22 @@ class _Runtime:
     def partition_of(self, key: bytes) -> int:
         """The partition of a session key, as the Java client and aiokafka place it."""
         return int(murmur2(key) & 0x7FFFFFFF) % self.config.partitions
+
+
+def _log_task_stacks() -> None:
+    out = io.StringIO()
+    for task in asyncio.all_tasks():
+        print(f"--- {task.get_name()}", file=out)
+        awaited: Any = task.get_coro()
+        while awaited is not None:
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                print(
+                    f"    {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}",
+                    file=out,
+                )
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    log.warning("asyncio tasks:\n%s", out.getvalue())
 
 
 def _bytes_topic(app: faust.App, *names: str) -> Any:

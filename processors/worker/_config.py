@@ -37,6 +37,9 @@ class WorkerConfig(BaseModel):
     """How long a batch waits to fill before it is processed (bounds added latency)."""
     session_timeout_s: float = Field(default=10.0, ge=1)
     """How soon the group notices a dead worker and hands its partitions to the others."""
+    stall_after_s: float = Field(default=30.0, gt=0)
+    """A worker whose partitions have unprocessed records but which processed nothing for this
+    long restarts itself (faust can stop fetching after a rebalance: faust-streaming #175)."""
     log_level: str = "warning"
 
     @property

@@ -48,6 +48,8 @@ class ShellStats:
     send_s: float = 0.0
     save_s: float = 0.0
     logged_at: float = 0.0
+    last_batch_at: float = 0.0
+    """time.monotonic() at the end of the last batch (the worker's watchdog reads it)."""
 
     def summary(self) -> str:
         per = self.records / self.batches if self.batches else 0
@@ -155,6 +157,7 @@ class Shell:
         t3 = clock()
         stats = self.stats
         stats.batches += 1
+        stats.last_batch_at = time.monotonic()
         stats.step_s, stats.send_s, stats.save_s = (
             stats.step_s + t1 - t0,
             stats.send_s + t2 - t1,

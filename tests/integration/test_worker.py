@@ -352,3 +352,47 @@ def test_worker__runs_a_reward_function_registered_by_a_plugin_module(
     (verdict,) = payloads(records, "verdict", "hello")
     assert verdict["judge"] == "reward:answer_length" and verdict["scores"] == {"reward": 5.0}
     assert verdict["judge_version"] == "my_rewards.answer_length/1"
+
+
+def test_worker__that_stops_making_progress_restarts_itself_and_loses_nothing(
+    topics: Topics, tmp_path: Path
+) -> None:
+    import os
+
+    marker = tmp_path / "stalled-once"
+    (tmp_path / "stall_once.py").write_text(
+        "import asyncio, pathlib\n"
+        "from rolltape.processors.worker import Shell\n"
+        f"MARKER = pathlib.Path({str(marker)!r})\n"
+        "original = Shell.process\n"
+        "async def process(self, records):\n"
+        "    if self.stats.batches >= 1 and not MARKER.exists():\n"
+        "        MARKER.write_text('stalled')\n"
+        "        await asyncio.Event().wait()  # like faust after a bad rebalance: never again\n"
+        "    await original(self, records)\n"
+        "Shell.process = process\n"
+    )
+    process = WorkerProcess(
+        topics,
+        tmp_path,
+        PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        ROLLTAPE_PLUGINS='["stall_once"]',
+        ROLLTAPE_WORKER_STALL_AFTER_S="3",
+    ).start()
+    try:
+        with Recorder(
+            topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+        ) as rec:
+            for i in range(12):
+                record_training(rec, f"train-{i}")
+                rec.flush()
+        records = wait_for(topics, lambda rs: len(payloads(rs, "verdict")) == 12, worker=process)
+    finally:
+        process.stop()
+    assert marker.exists(), "the plugin never stalled the worker"
+    assert "no progress for" in process.full_log() and "restarting" in process.full_log()
+    assert len(payloads(records, "rule_evaluation")) == 12 * 7
+    verifier = ChainVerifier()
+    for r in records:
+        verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
+    assert all(rep.ok for rep in verifier.reports())

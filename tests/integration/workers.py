@@ -58,6 +58,11 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def full_log(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace") for p in sorted(self.log_dir.glob("worker-*.log"))
+        )
+
     def log(self) -> str:
         return "\n".join(
             p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("worker-*.log"))
