@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 
 from rolltape.producers import Recorder
-from rolltape.schemas import ChainVerifier, Stream, decode
+from rolltape.schemas import Stream, decode
 from tests.integration.conftest import Topics
-from tests.integration.workers import WorkerProcess, dead_letters, payloads, wait_for
+from tests.integration.workers import (
+    WorkerProcess,
+    chain_reports,
+    dead_letters,
+    payloads,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,10 +97,8 @@ def test_worker__sdk_sessions_produce_rule_evaluations_verdicts_and_filter_outco
     assert [r["code"] for r in outcomes["interrupted"]["reasons"]] == ["not_completed"]
     assert dead_letters(records) == []
 
-    verifier = ChainVerifier()
-    for r in records:
-        verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
-    assert all(report.ok for report in verifier.reports()), verifier.reports()
+    reports = chain_reports(records)
+    assert all(report.ok for report in reports), reports
     rules = [decode(r.value) for r in records if r.stream == Stream.RULES]
     assert all(env["causes"] and env["producer"]["name"] == "rolltape.processors" for env in rules)
 
@@ -144,10 +148,7 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     }
     assert evaluations == {(f"t{i}", e) for i in range(sessions) for e in range(epochs)}
     assert len(payloads(records, "rule_evaluation")) == sessions * epochs  # one id per epoch
-    verifier = ChainVerifier()
-    for r in records:
-        verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
-    broken = [rep for rep in verifier.reports() if not rep.ok]
+    broken = [rep for rep in chain_reports(records) if not rep.ok]
     forked = [
         decode(r.value)
         for r in records
@@ -393,7 +394,4 @@ def test_worker__that_stops_making_progress_restarts_itself_and_loses_nothing(
     assert marker.exists(), "the plugin never stalled the worker"
     assert "no progress for" in process.full_log() and "restarting" in process.full_log()
     assert len(payloads(records, "rule_evaluation")) == 12 * 7
-    verifier = ChainVerifier()
-    for r in records:
-        verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
-    assert all(rep.ok for rep in verifier.reports())
+    assert all(rep.ok for rep in chain_reports(records))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra.readback import RawRecord, read_records
-from rolltape.schemas import Stream, decode
+from rolltape.schemas import ChainReport, ChainVerifier, Stream, decode
 from tests.integration.conftest import Topics
 
 OUTPUT_STREAMS = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.DEADLETTER)
@@ -123,3 +123,12 @@ def dead_letters(records: list[RawRecord]) -> list[dict[str, str]]:
         for r in records
         if r.stream == Stream.DEADLETTER
     ]
+
+
+def chain_reports(records: list[RawRecord]) -> list[ChainReport]:
+    """Verify the chains among records read back (dead letters carry foreign bytes: skipped)."""
+    verifier = ChainVerifier()
+    for r in records:
+        if r.stream != Stream.DEADLETTER:
+            verifier.add(r.value, key=r.key, expected_stream=r.stream.value, position=r.position)
+    return verifier.reports()
