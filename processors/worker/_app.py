@@ -238,9 +238,17 @@ class _Runtime:
                 self.config.topic_prefix,
                 requests_topic=self.config.judge_requests_topic,
                 results_topic=self.config.judge_results_topic,
-                flush_state=self.app.producer.flush,
+                flush_state=self.flush_changelog,
             )
         return self._shell
+
+    async def flush_changelog(self) -> None:
+        """Until every table write is acknowledged: faust's buffer flush gives up after 0.1 s
+        without progress, so flush again while anything is still queued."""
+        producer = self.app.producer
+        await producer.flush()
+        while producer.buffer.size:
+            await producer.flush()
 
     async def stop(self) -> None:
         if self._producer is not None:
