@@ -12,6 +12,7 @@ outputs (the same seq, hash and event id), which readers count as redeliveries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -490,9 +491,13 @@ class SessionProcessor:
 
 
 def handle(
-    processor: SessionProcessor, states: dict[str, SessionState], record: InputRecord
+    processor: SessionProcessor,
+    states: dict[str, SessionState],
+    record: InputRecord,
+    load: Callable[[str], SessionState] = lambda sid: SessionState(),
 ) -> tuple[str | None, list[Output]]:
     """Route one record: dead-letter what cannot be attributed to a session, step the rest.
+    A session not in `states` is `load`ed (the worker reads its table; tests start fresh).
     Returns the session touched (None for a dead letter) and the outputs, in order."""
     parsed = parse_record(record)
     if isinstance(parsed, DeadLettered):
@@ -500,5 +505,5 @@ def handle(
     sid = parsed.envelope.session_id
     state = states.get(sid)
     if state is None:
-        state = states[sid] = SessionState()
+        state = states[sid] = load(sid)
     return sid, processor.step(state, record, parsed)

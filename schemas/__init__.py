@@ -66,7 +66,14 @@ from rolltape.schemas._topics import (
     stream_of_topic,
     topic_name,
 )
-from rolltape.schemas._verify import ChainBreak, ChainReport, ChainVerifier, content_hash
+from rolltape.schemas._verify import (
+    ChainBreak,
+    ChainReport,
+    ChainVerifier,
+    UnreadableRecord,
+    content_hash,
+    read_envelope,
+)
 
 __all__ = [
     "CHAINED_STREAMS",
@@ -108,6 +115,7 @@ __all__ = [
     "ToolSpec",
     "TopicSpec",
     "Turn",
+    "UnreadableRecord",
     "Verdict",
     "Violation",
     "canonical_bytes",
@@ -121,6 +129,7 @@ __all__ = [
     "parse_envelope",
     "parse_payload",
     "raw_event_id",
+    "read_envelope",
     "restore_non_finite",
     "seal",
     "stream_of_topic",

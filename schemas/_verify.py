@@ -28,17 +28,48 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.schemas._canonical import canonical_bytes, decode
 from rolltape.schemas._derived import BreakKind
-from rolltape.schemas._envelope import GENESIS_HASH, SCHEMA_VERSION, envelope_from_mapping
+from rolltape.schemas._envelope import (
+    GENESIS_HASH,
+    SCHEMA_VERSION,
+    Envelope,
+    envelope_from_mapping,
+)
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
 
 MAX_DETAILED = 200
 _GENESIS = bytes(32)
 _HASH_SPLICE = b',"hash":"'
+
+
+class UnreadableRecord(EnvelopeError):
+    """Record bytes that are no v1 envelope; `kind` says how (unparseable / unknown version)."""
+
+    def __init__(self, kind: BreakKind, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+
+
+def read_envelope(data: bytes | bytearray | memoryview) -> tuple[dict[str, Any], Envelope]:
+    """The decoded record and its validated envelope; UnreadableRecord when it is neither.
+    Shared by the batch verifier and the processors' live audit so both classify alike."""
+    try:
+        obj = decode(data)
+    except CanonicalEncodingError as exc:
+        raise UnreadableRecord(BreakKind.UNPARSEABLE, str(exc)[:300]) from exc
+    if isinstance(obj, dict) and obj.get("v") not in (None, SCHEMA_VERSION):
+        raise UnreadableRecord(BreakKind.UNKNOWN_VERSION, f"schema version {obj.get('v')!r}")
+    try:
+        env = envelope_from_mapping(obj)
+    except EnvelopeError as exc:
+        raise UnreadableRecord(BreakKind.UNPARSEABLE, str(exc)[:300]) from exc
+    return obj, env
 
 
 class ChainBreak(BaseModel):
@@ -171,17 +202,9 @@ class ChainVerifier:
             )
 
         try:
-            obj = decode(data)
-        except CanonicalEncodingError as exc:
-            orphan(BreakKind.UNPARSEABLE, str(exc)[:300])
-            return
-        if isinstance(obj, dict) and obj.get("v") not in (None, SCHEMA_VERSION):
-            orphan(BreakKind.UNKNOWN_VERSION, f"schema version {obj.get('v')!r}")
-            return
-        try:
-            env = envelope_from_mapping(obj)
-        except EnvelopeError as exc:
-            orphan(BreakKind.UNPARSEABLE, str(exc)[:300])
+            obj, env = read_envelope(data)
+        except UnreadableRecord as exc:
+            orphan(exc.kind, exc.detail)
             return
 
         chain = self._chains.get((env.stream, env.session_id))

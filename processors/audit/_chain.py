@@ -17,14 +17,11 @@ from typing import Any, Final, Literal
 
 from rolltape.schemas import (
     GENESIS_HASH,
-    SCHEMA_VERSION,
     BreakKind,
-    CanonicalEncodingError,
     Envelope,
-    EnvelopeError,
+    UnreadableRecord,
     content_hash,
-    decode,
-    envelope_from_mapping,
+    read_envelope,
 )
 
 AUDITOR_VERSION: Final = "rolltape.audit/1"
@@ -121,17 +118,9 @@ def parse_record(record: InputRecord) -> Parsed | DeadLettered:
         return DeadLettered("dead_letter", reason, detail[:500])
 
     try:
-        obj = decode(record.value)
-    except CanonicalEncodingError as exc:
-        return dead(BreakKind.UNPARSEABLE, f"not canonical JSON: {exc}")
-    if isinstance(obj, dict) and obj.get("v") != SCHEMA_VERSION and "v" in obj:
-        return dead(
-            BreakKind.UNKNOWN_VERSION, f"schema version {obj.get('v')!r}; this auditor reads v1"
-        )
-    try:
-        env = envelope_from_mapping(obj)
-    except EnvelopeError as exc:
-        return dead(BreakKind.UNPARSEABLE, str(exc))
+        obj, env = read_envelope(record.value)
+    except UnreadableRecord as exc:
+        return dead(exc.kind, exc.detail)
     if env.stream != record.stream:
         return dead(BreakKind.MISROUTED, f"stream {env.stream!r} on the {record.stream} topic")
     if record.key != env.session_id.encode():

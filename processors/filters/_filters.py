@@ -36,7 +36,6 @@ EVIDENCE_KEPT: Final = 5
 
 @dataclass
 class FilterState:
-    kind: str | None = None
     trainable: bool = True
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     status: str | None = None
@@ -48,7 +47,6 @@ class FilterState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "kind": self.kind,
             "trainable": self.trainable,
             "tools": self.tools,
             "status": self.status,
@@ -98,7 +96,6 @@ def observe(state: FilterState, config: FilterConfig, env: Envelope) -> None:
     kind = env.type
     if kind == "session_started":
         started = SessionStarted.model_validate(env.payload)
-        state.kind = started.kind
         state.trainable = started.trainable
         state.tools = {t.name: dict(t.parameters) for t in started.tools}
     elif kind == "turn":

@@ -49,8 +49,6 @@ class Transcript(BaseModel):
     """Characters of text held (kept up to date so a long session is not re-measured per item)."""
     truncated: int = 0
     """Items dropped from the middle to stay under the size bound."""
-    evidence: list[str] = Field(default_factory=list)
-    """Hashes of the start and end events (the verdict's causes commit to the rest)."""
 
     def observe(self, env: Envelope, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         """Fold one usable event of the session's events stream."""
@@ -58,7 +56,6 @@ class Transcript(BaseModel):
         if env.type == "session_started":
             started = SessionStarted.model_validate(p)
             self.task, self.tools = started.task, [t.name for t in started.tools]
-            self.evidence.append(env.hash)
         elif env.type == "turn":
             turn = Turn.model_validate(p)
             self._add(
@@ -82,7 +79,6 @@ class Transcript(BaseModel):
         elif env.type == "session_ended":
             ended = SessionEnded.model_validate(p)
             self.status, self.outcome = ended.status, dict(ended.outcome)
-            self.evidence.append(env.hash)
 
     def _add(self, item: TranscriptItem, max_chars: int) -> None:
         self.items.append(item)

@@ -29,8 +29,9 @@ from rolltape.processors._session import (
     Requested,
     SessionProcessor,
     SessionState,
+    handle,
 )
-from rolltape.processors.audit import DeadLettered, InputRecord, parse_record
+from rolltape.processors.audit import InputRecord
 from rolltape.schemas import Stream, canonical_bytes, stream_of_topic, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
@@ -139,12 +140,9 @@ class Shell:
         outputs = [*self._pending, *outputs]
         self._pending = []
         t1 = clock()
-        for sid, state in states.items():
-            state.outbox = [
-                [o.stream, o.type, o.event_id, o.value.decode()]
-                for o in outputs
-                if isinstance(o, Emitted) and o.session_id == sid
-            ]
+        for o in outputs:
+            if isinstance(o, Emitted):  # every Emitted comes from a session in `states`
+                states[o.session_id].outbox.append([o.stream, o.type, o.event_id, o.value.decode()])
         if any(state.outbox for state in states.values()):
             self._save(states)
             if self.flush_state is not None:
@@ -192,16 +190,18 @@ class Shell:
             self._save(states)
         return len(outputs)
 
-    def _state(self, states: dict[str, SessionState], sid: str) -> SessionState:
-        state = states.get(sid)
-        if state is None:
-            stored = self.table.get(sid.encode())
-            state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
-            if state.outbox:  # saved but perhaps never sent: send it first, as it was
-                self._pending += _outbox_outputs(sid, state.outbox)
-                state.outbox = []
-            states[sid] = state
+    def _load(self, sid: str) -> SessionState:
+        stored = self.table.get(sid.encode())
+        state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
+        if state.outbox:  # saved but perhaps never sent: send it first, as it was
+            self._pending += _outbox_outputs(sid, state.outbox)
+            state.outbox = []
         return state
+
+    def _state(self, states: dict[str, SessionState], sid: str) -> SessionState:
+        if sid not in states:
+            states[sid] = self._load(sid)
+        return states[sid]
 
     def _step(self, states: dict[str, SessionState], record: InputRecord) -> list[Output]:
         try:
@@ -212,11 +212,7 @@ class Shell:
                     return [DeadLetter(record, "invalid_judge_result", str(exc)[:500])]
                 state = self._state(states, result.session_id)
                 return self.processor.judge_result(state, record, result)
-            parsed = parse_record(record)
-            if isinstance(parsed, DeadLettered):
-                return [DeadLetter(record, parsed.reason.value, parsed.detail)]
-            state = self._state(states, parsed.envelope.session_id)
-            return self.processor.step(state, record, parsed)
+            return handle(self.processor, states, record, self._load)[1]
         except Exception as exc:  # a bug must not stop the worker: the record is kept with why
             log.exception("processing %s failed; dead-lettered", record.position)
             detail = "".join(traceback.format_exception_only(exc)).strip()
