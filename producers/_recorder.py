@@ -315,17 +315,23 @@ class Session:
         *,
         reasoning: str | None = None,
         token_ids: Sequence[int] | None = None,
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
     ) -> None:
-        self._record(
-            _EVENTS,
-            "turn",
-            {
-                "role": role,
-                "content": content,
-                "reasoning": reasoning,
-                "token_ids": tuple(token_ids) if token_ids is not None else None,
-            },
-        )
+        """Record one message. `token_ids` are the reply's ids as the serving engine produced
+        them; `prompt_tokens` / `completion_tokens` its usage report (written only when known, so
+        turns recorded without them hash as before)."""
+        payload: dict[str, Any] = {
+            "role": role,
+            "content": content,
+            "reasoning": reasoning,
+            "token_ids": tuple(token_ids) if token_ids is not None else None,
+        }
+        if prompt_tokens is not None:
+            payload["prompt_tokens"] = prompt_tokens
+        if completion_tokens is not None:
+            payload["completion_tokens"] = completion_tokens
+        self._record(_EVENTS, "turn", payload)
 
     def tool_call(
         self,

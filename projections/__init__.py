@@ -1,6 +1,33 @@
 """rolltape.projections: folds events into trajectories, exporters, replay.
 
-Not built yet: see the projections issue. Present so the layout shows where that work belongs.
+`fold` turns one session's events (+ a judge version's verdicts and filter outcome) into a
+`Trajectory`; `rolltape.projections.exporters` turns trajectories into training formats.
 """
 
-__all__: list[str] = []
+from rolltape.projections._fold import FoldError, fold, tool_failed
+from rolltape.projections._trajectory import (
+    ChainSpan,
+    FeedbackRecord,
+    Message,
+    RewardRecord,
+    ToolCallRecord,
+    ToolOutcome,
+    ToolStats,
+    Trajectory,
+    VerdictRecord,
+)
+
+__all__ = [
+    "ChainSpan",
+    "FeedbackRecord",
+    "FoldError",
+    "Message",
+    "RewardRecord",
+    "ToolCallRecord",
+    "ToolOutcome",
+    "ToolStats",
+    "Trajectory",
+    "VerdictRecord",
+    "fold",
+    "tool_failed",
+]

@@ -60,11 +60,16 @@ from rolltape.schemas._payloads import (
 from rolltape.schemas._topics import (
     CHAINED_STREAMS,
     DEFAULT_PREFIX,
+    DERIVED_STREAMS,
+    JUDGE_VERSION_PATTERN,
+    LIVE_JUDGE_VERSION,
     TOPIC_SPECS,
     Stream,
     TopicSpec,
+    split_stream,
     stream_of_topic,
     topic_name,
+    versioned_stream,
 )
 from rolltape.schemas._verify import (
     ChainBreak,
@@ -78,9 +83,12 @@ from rolltape.schemas._verify import (
 __all__ = [
     "CHAINED_STREAMS",
     "DEFAULT_PREFIX",
+    "DERIVED_STREAMS",
     "GENESIS_HASH",
     "INT_MAX",
     "INT_MIN",
+    "JUDGE_VERSION_PATTERN",
+    "LIVE_JUDGE_VERSION",
     "PAYLOAD_MODELS",
     "SCHEMA_VERSION",
     "SESSION_ID_PATTERN",
@@ -132,6 +140,8 @@ __all__ = [
     "read_envelope",
     "restore_non_finite",
     "seal",
+    "split_stream",
     "stream_of_topic",
     "topic_name",
+    "versioned_stream",
 ]

@@ -58,6 +58,10 @@ class Turn(BaseModel):
     reasoning: str | None = None
     token_ids: tuple[int, ...] | None = None
     """Token ids as the serving engine produced them, when known; exports prefer them."""
+    prompt_tokens: int | None = Field(default=None, ge=0)
+    """Prompt size the serving engine reported for this reply (usage), when known."""
+    completion_tokens: int | None = Field(default=None, ge=0)
+    """Reply size the serving engine reported (usage), when known."""
 
 
 class ToolCall(BaseModel):

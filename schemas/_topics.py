@@ -87,3 +87,29 @@ def stream_of_topic(topic: str, prefix: str = DEFAULT_PREFIX) -> Stream | None:
         if topic_name(stream, prefix) == topic:
             return stream
     return None
+
+
+#: The judge version the live worker writes under. Its derived chains carry the plain stream
+#: names (`verdicts`), so records written before judge versions existed belong to it.
+LIVE_JUDGE_VERSION = "live"
+JUDGE_VERSION_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,39}$"
+#: Streams a judge version writes; each version has its own chain per session on the same topic.
+DERIVED_STREAMS: tuple[Stream, ...] = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
+
+
+def versioned_stream(stream: Stream | str, judge_version: str = LIVE_JUDGE_VERSION) -> str:
+    """The chain name a judge version writes a derived stream under: `verdicts` for the live
+    version, `verdicts@V` for a replayed version V (same topic, same trust domain, own chain)."""
+    name = Stream(stream).value
+    return name if judge_version == LIVE_JUDGE_VERSION else f"{name}@{judge_version}"
+
+
+def split_stream(name: str) -> tuple[Stream, str]:
+    """Inverse of `versioned_stream`: (stream, judge version); ValueError for unknown names."""
+    base, sep, version = name.partition("@")
+    stream = Stream(base)
+    if not sep:
+        return stream, LIVE_JUDGE_VERSION
+    if stream not in DERIVED_STREAMS or not version or version == LIVE_JUDGE_VERSION:
+        raise ValueError(f"{name!r} is not a stream name")
+    return stream, version

@@ -1,0 +1,192 @@
+"""The Trajectory: one session folded into what training-data formats are made from.
+
+Invariant: a Trajectory holds everything an exporter needs and nothing it must look up, so every
+exporter is a pure function of it; and it names the chain spans it was folded from
+(`provenance`), so any exported sample leads back to hash-chained, broker-timestamped events.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rolltape.schemas import FilterOutcome, ToolSpec
+
+Role = Literal["system", "user", "assistant"]
+Status = Literal["completed", "interrupted", "failed", "unfinished"]
+
+
+class ToolOutcome(BaseModel):
+    """What the tool returned, matched to its call by id (never by position)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    content: str
+    success: bool
+    """False when the recorder said so, or when the content reads as a failure (see fold)."""
+    error: str | None = None
+    duration_ms: float | None = None
+    event_hash: str
+
+
+class ToolCallRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    raw_arguments: str | None = None
+    """The model's argument text when it was not a JSON object."""
+    result: ToolOutcome | None = None
+    """None: the session recorded no result for this call."""
+    event_hash: str
+
+
+class Message(BaseModel):
+    """One turn of the conversation; an assistant turn owns the tool calls it made."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: Role
+    content: str
+    reasoning: str | None = None
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    token_ids: tuple[int, ...] | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ts_ns: int
+    event_hash: str | None
+    """None for an assistant message the fold opened because tool calls came without a turn."""
+
+
+class RewardRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    value: float
+    components: dict[str, float] = Field(default_factory=dict)
+    source: str | None = None
+    event_hash: str
+
+
+class FeedbackRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: str
+    score: float | None = None
+    text: str | None = None
+    about_seq: int | None = None
+    event_hash: str
+
+
+class VerdictRecord(BaseModel):
+    """A verdict of the chosen judge version, reduced to what training pipelines select on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    judge: str
+    judge_version: str
+    status: Literal["ok", "failed", "error"]
+    scores: dict[str, float] = Field(default_factory=dict)
+    violations: int = 0
+    event_id: str
+    event_hash: str
+
+
+class ToolStats(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    count: int = 0
+    success: int = 0
+    failure: int = 0
+
+
+class ChainSpan(BaseModel):
+    """The part of one chain a trajectory was folded from: first and last event, by hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    first_seq: int
+    last_seq: int
+    first_hash: str
+    last_hash: str
+    count: int
+    linked: bool
+    """True when every event links to the one before it (seq +1, prev_hash = previous hash)."""
+
+
+class Trajectory(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    trajectory_id: str
+    """sha256 over the session id, judge version and provenance: the same events and verdicts
+    give the same id, so a consumer drops re-sent copies by it."""
+    session_id: str
+    judge_version: str
+    kind: Literal["agent", "training"]
+    task: str
+    model: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    group_id: str | None = None
+    tags: tuple[str, ...] = ()
+    trainable: bool = True
+    linked_session_id: str | None = None
+    run_config: dict[str, Any] = Field(default_factory=dict)
+    started_ns: int
+    ended_ns: int | None = None
+    messages: tuple[Message, ...] = ()
+    unmatched_results: tuple[str, ...] = ()
+    """Hashes of tool results whose call id matches no call of the session."""
+    rewards: tuple[RewardRecord, ...] = ()
+    feedback: tuple[FeedbackRecord, ...] = ()
+    decisions: tuple[dict[str, Any], ...] = ()
+    status: Status
+    outcome: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    tool_stats: dict[str, ToolStats] = Field(default_factory=dict)
+    """Every declared tool (zeros when unused) plus every name the model called."""
+    verdicts: tuple[VerdictRecord, ...] = ()
+    chain_breaks: tuple[str, ...] = ()
+    """Event ids of chain_broken events the judge version wrote for this session."""
+    filter: FilterOutcome | None = None
+    filter_hash: str | None = None
+    provenance: dict[str, ChainSpan] = Field(default_factory=dict)
+    """chain name (events, verdicts@V, filtered@V, ...) -> the span used."""
+
+    @property
+    def accepted(self) -> bool | None:
+        """The reward filter's answer; None when the session has not been filtered."""
+        return None if self.filter is None else self.filter.accepted
+
+    @property
+    def reward(self) -> float | None:
+        """The session's final reward: its last `reward` event named "reward" (as the filter
+        reads it)."""
+        for record in reversed(self.rewards):
+            if record.name == "reward":
+                return record.value
+        return None
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    def score(self, source: str = "reward") -> float | None:
+        """A scalar for training: `reward` (the final reward), `reward:NAME` (the last reward
+        event of that name) or `verdict:JUDGE:KEY` (a score of the chosen judge version's verdict;
+        None unless that verdict is ok)."""
+        kind, _, rest = source.partition(":")
+        if kind == "reward":
+            name = rest or "reward"
+            for record in reversed(self.rewards):
+                if record.name == name:
+                    return record.value
+            return None
+        if kind == "verdict":
+            judge, _, key = rest.rpartition(":")
+            for verdict in self.verdicts:
+                if verdict.judge == judge and verdict.status == "ok":
+                    return verdict.scores.get(key)
+            return None
+        raise ValueError(f"score source {source!r}: use reward, reward:NAME or verdict:JUDGE:KEY")

@@ -1,0 +1,75 @@
+"""Exporters: pure functions from a Trajectory to the formats trainers read.
+
+Each module documents its format with an example line; `FORMATS` names what `rolltape export`
+offers.
+"""
+
+from rolltape.projections.exporters._atropos import (
+    IGNORE,
+    AtroposExport,
+    ChatTokenizer,
+    TokenizerError,
+    atropos_groups,
+    load_tokenizer,
+    tokens_and_masks,
+)
+from rolltape.projections.exporters._compress import (
+    CompressionReport,
+    compress,
+    estimate_tokens,
+    trajectory_tokens,
+)
+from rolltape.projections.exporters._jsonl import jsonl_line
+from rolltape.projections.exporters._openai import chat_messages, openai_row, trl_row
+from rolltape.projections.exporters._sharegpt import (
+    ParsedCall,
+    ParsedMessage,
+    ParsedResponse,
+    ParsedRow,
+    ShareGPTFormatError,
+    parse_gpt_value,
+    parse_sharegpt_row,
+    parse_system_value,
+    parse_tool_value,
+    sharegpt_row,
+    tools_json,
+)
+from rolltape.projections.exporters._tags import escape, unescape
+from rolltape.projections.exporters._turns import turn_lines
+
+#: Formats of `rolltape export`; atropos lines are per group, the others per session
+#: (turns: per assistant turn).
+FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl")
+
+__all__ = [
+    "FORMATS",
+    "IGNORE",
+    "AtroposExport",
+    "ChatTokenizer",
+    "CompressionReport",
+    "ParsedCall",
+    "ParsedMessage",
+    "ParsedResponse",
+    "ParsedRow",
+    "ShareGPTFormatError",
+    "TokenizerError",
+    "atropos_groups",
+    "chat_messages",
+    "compress",
+    "escape",
+    "estimate_tokens",
+    "jsonl_line",
+    "load_tokenizer",
+    "openai_row",
+    "parse_gpt_value",
+    "parse_sharegpt_row",
+    "parse_system_value",
+    "parse_tool_value",
+    "sharegpt_row",
+    "tokens_and_masks",
+    "tools_json",
+    "trajectory_tokens",
+    "trl_row",
+    "turn_lines",
+    "unescape",
+]

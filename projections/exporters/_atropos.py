@@ -1,0 +1,209 @@
+"""Atropos ScoredDataGroup lines (REFERENCE.md section 3): one line per group of sessions that
+answered the same prompt (`group_id`), validated by atroposlib's own `ScoredData` in the tests.
+
+    {"tokens": [[...], [...]], "masks": [[-100, ..., 1234, ...], ...], "scores": [1.0, 0.0],
+     "messages": [[{"role": "user", "content": "..."}, ...], ...], "group_overrides": {}}
+
+Tokens and masks:
+- exact: when every message of a session carries token ids recorded at generation time and the
+  session has no tool results (which never have ids), the sequence is those ids, concatenated;
+  assistant ids are trained (mask = id), all others are -100. Exact ids beat re-tokenized text;
+- otherwise from the tokenizer the user names (`--tokenizer PATH`, a local Hugging Face tokenizer
+  with a chat template): the conversation is rendered once, each assistant reply's character span
+  is found by rendering the prefixes before and after it (the template must render prefixes of a
+  conversation as prefixes of its text, as chat templates do), and a token is trained when it lies
+  inside an assistant span. Without token ids and without a tokenizer there is nothing honest to
+  write: the session is skipped with `needs_tokenizer`.
+
+Scores come from a `score` source (Trajectory.score). Sessions without a score are skipped
+(`no_score`); groups whose scores are all equal carry no learning signal and are dropped as
+Atropos's own environments do (`ensure_scores_are_not_same`) unless `keep_equal_scores`; a group
+keeps its sessions in session-id order, groups are in group-id order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from rolltape.projections._trajectory import Trajectory
+from rolltape.projections.exporters._openai import chat_messages
+
+IGNORE = -100
+
+
+class ChatTokenizer(Protocol):
+    """What is used of a Hugging Face tokenizer."""
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+    def __call__(self, text: str, **kwargs: Any) -> Any: ...
+
+
+class TokenizerError(ValueError):
+    """The named tokenizer cannot be used (missing, no chat template, transformers absent)."""
+
+
+def load_tokenizer(path: str | Path) -> ChatTokenizer:
+    """A Hugging Face tokenizer from a local folder (never the hub)."""
+    try:
+        from transformers import AutoTokenizer
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise TokenizerError(
+            "reading a tokenizer needs transformers: pip install 'rolltape[tokenizer]'"
+        ) from exc
+    folder = Path(path)
+    if not folder.is_dir():
+        raise TokenizerError(f"tokenizer folder {folder} does not exist")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot load a tokenizer from {folder}: {exc}") from exc
+    if not getattr(tokenizer, "chat_template", None):
+        raise TokenizerError(f"the tokenizer in {folder} has no chat template")
+    return tokenizer
+
+
+class SkipSession(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def _exact(trajectory: Trajectory) -> tuple[list[int], list[int]] | None:
+    if not trajectory.messages:
+        return None
+    tokens: list[int] = []
+    masks: list[int] = []
+    for message in trajectory.messages:
+        if message.token_ids is None or any(c.result for c in message.tool_calls):
+            return None
+        tokens.extend(message.token_ids)
+        trained = message.role == "assistant"
+        masks.extend(message.token_ids if trained else [IGNORE] * len(message.token_ids))
+    return tokens, masks
+
+
+def _render(tokenizer: ChatTokenizer, messages: list[dict[str, Any]], tools: Any, **kw: Any) -> str:
+    text = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=False, **kw)
+    if not isinstance(text, str):
+        raise TokenizerError("the chat template did not render text")
+    return text
+
+
+def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
+    from rolltape.projections.exporters._sharegpt import tools_json
+
+    messages = chat_messages(trajectory, "trl")
+    tools = tools_json(trajectory)
+    full = _render(tokenizer, messages, tools)
+    spans: list[tuple[int, int]] = []
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        before = _render(tokenizer, messages[:i], tools, add_generation_prompt=True)
+        after = _render(tokenizer, messages[: i + 1], tools)
+        if not (full.startswith(after) and after.startswith(before)):
+            raise SkipSession(
+                "template_not_prefix_stable",
+                "the chat template does not render conversation prefixes as text prefixes",
+            )
+        spans.append((len(before), len(after)))
+    encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    tokens = list(encoded["input_ids"])
+    masks = []
+    span_index = 0
+    for token, (start, end) in zip(tokens, encoded["offset_mapping"], strict=True):
+        while span_index < len(spans) and spans[span_index][1] <= start:
+            span_index += 1
+        inside = (
+            span_index < len(spans)
+            and spans[span_index][0] <= start
+            and end <= spans[span_index][1]
+        )
+        masks.append(token if inside and end > start else IGNORE)
+    return tokens, masks
+
+
+def tokens_and_masks(
+    trajectory: Trajectory, tokenizer: ChatTokenizer | None
+) -> tuple[list[int], list[int]]:
+    exact = _exact(trajectory)
+    if exact is not None:
+        return exact
+    if tokenizer is None:
+        raise SkipSession(
+            "needs_tokenizer",
+            "no token ids were recorded for every message; name a tokenizer (--tokenizer PATH)",
+        )
+    return _templated(trajectory, tokenizer)
+
+
+@dataclass
+class AtroposExport:
+    groups: list[tuple[str, list[Trajectory], dict[str, Any]]] = field(default_factory=list)
+    """(group key, its trajectories in line order, the ScoredDataGroup line)."""
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)
+    """(session id, reason, detail) of sessions left out, and of dropped groups' sessions."""
+
+
+def atropos_groups(
+    trajectories: Iterable[Trajectory],
+    tokenizer: ChatTokenizer | None = None,
+    *,
+    score: str = "reward",
+    keep_equal_scores: bool = False,
+) -> AtroposExport:
+    result = AtroposExport()
+    grouped: dict[str, list[Trajectory]] = {}
+    for trajectory in trajectories:
+        grouped.setdefault(trajectory.group_id or trajectory.session_id, []).append(trajectory)
+    for key in sorted(grouped):
+        members = sorted(grouped[key], key=lambda t: t.session_id)
+        kept: list[tuple[Trajectory, list[int], list[int], float]] = []
+        for trajectory in members:
+            value = trajectory.score(score)
+            if value is None or not math.isfinite(value):
+                reason = "no_score" if value is None else "non_finite_score"
+                result.skipped.append((trajectory.session_id, reason, f"score source {score}"))
+                continue
+            try:
+                tokens, masks = tokens_and_masks(trajectory, tokenizer)
+            except SkipSession as exc:
+                result.skipped.append((trajectory.session_id, exc.reason, str(exc)))
+                continue
+            kept.append((trajectory, tokens, masks, value))
+        if not kept:
+            continue
+        scores = [value for *_, value in kept]
+        if len(set(scores)) == 1 and not keep_equal_scores:
+            for trajectory, *_ in kept:
+                result.skipped.append(
+                    (
+                        trajectory.session_id,
+                        "equal_scores",
+                        f"group {key}: every score is {scores[0]!r}",
+                    )
+                )
+            continue
+        line = {
+            "tokens": [tokens for _, tokens, _, _ in kept],
+            "masks": [masks for _, _, masks, _ in kept],
+            "scores": scores,
+            "messages": [_messages(t) for t, *_ in kept],
+            "group_overrides": {},
+        }
+        result.groups.append((key, [t for t, *_ in kept], line))
+    return result
+
+
+def _messages(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The messages as the chat template saw them (TRL form: arguments as objects)."""
+    return chat_messages(trajectory, "trl")
+
+
+def lines_only(export: AtroposExport) -> Sequence[dict[str, Any]]:
+    return [line for _, _, line in export.groups]

@@ -1,0 +1,268 @@
+"""ShareGPT rows in the conventions agent trainers already consume (Hermes batch runner,
+REFERENCE.md section 2), with the escaping of `_tags` so any content round-trips.
+
+A row:
+
+    {"conversations": [{"from": "system", "value": "...<tools>\\n[...]\\n</tools>"},
+                       {"from": "human", "value": "..."},
+                       {"from": "gpt", "value": "<think>\\n...\\n</think>\\n...\\n<tool_call>\\n{...}\\n</tool_call>"},
+                       {"from": "tool", "value": "<tool_response>\\n{...}\\n</tool_response>"}, ...],
+     "session_id", "trajectory_id", "completed", "partial", "api_calls", "toolsets_used",
+     "tool_stats", "tool_error_counts", "reward", "accepted", "tool_call_ids", "metadata"}
+
+- the system turn is the session's first system message followed by the declared tools as a JSON
+  list inside `<tools>` (OpenAI function form); no system turn when there is neither;
+- every assistant turn starts with `<think>\\n{reasoning}\\n</think>\\n` (empty when none), then
+  its text, then each call as `\\n<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`
+  (`arguments` is the model's text when it was not a JSON object);
+- all results of one assistant turn's calls are merged into one `tool` turn of
+  `<tool_response>\\n{"tool_call_id", "name", "content"}\\n</tool_response>` blocks, in call order;
+- call ids stay out of the trained text (a model would learn to emit random ids); the row keeps
+  them in `tool_call_ids`, one list per gpt turn, and each response names its call's id;
+- `tool_stats` / `tool_error_counts` list every declared tool (and every tool of the export),
+  zeros when unused, and every name the model called, declared or not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel
+
+from rolltape.projections._trajectory import Message, Trajectory
+from rolltape.projections.exporters._tags import escape, unescape
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def tools_json(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The declared tools in OpenAI function form (shared by every exporter)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in trajectory.tools
+    ]
+
+
+def _system_value(system: str | None, trajectory: Trajectory) -> str | None:
+    parts = []
+    if system is not None:
+        parts.append(escape(system))
+    if trajectory.tools:
+        parts.append(f"<tools>\n{escape(_json(tools_json(trajectory)))}\n</tools>")
+    return "\n\n".join(parts) if parts else None
+
+
+def _gpt_value(message: Message) -> str:
+    value = f"<think>\n{escape(message.reasoning or '')}\n</think>\n{escape(message.content)}"
+    for call in message.tool_calls:
+        arguments: Any = call.raw_arguments if call.raw_arguments is not None else call.arguments
+        body = _json({"name": call.name, "arguments": arguments})
+        value += f"\n<tool_call>\n{escape(body)}\n</tool_call>"
+    return value
+
+
+def _tool_value(message: Message) -> str | None:
+    blocks = []
+    for call in message.tool_calls:
+        if call.result is None:
+            continue
+        body = _json({"tool_call_id": call.id, "name": call.name, "content": call.result.content})
+        blocks.append(f"<tool_response>\n{escape(body)}\n</tool_response>")
+    return "\n".join(blocks) if blocks else None
+
+
+def sharegpt_row(trajectory: Trajectory, known_tools: Iterable[str] = ()) -> dict[str, Any]:
+    """One ShareGPT row for a trajectory. `known_tools` (for example every tool of an export)
+    are listed in tool_stats with zeros too, so all rows of a file share one schema."""
+    messages = list(trajectory.messages)
+    system = None
+    if messages and messages[0].role == "system":
+        system = messages.pop(0).content
+    conversations: list[dict[str, str]] = []
+    system_value = _system_value(system, trajectory)
+    if system_value is not None:
+        conversations.append({"from": "system", "value": system_value})
+    call_ids: list[list[str]] = []
+    for message in messages:
+        if message.role == "assistant":
+            conversations.append({"from": "gpt", "value": _gpt_value(message)})
+            call_ids.append([call.id for call in message.tool_calls])
+            tool_value = _tool_value(message)
+            if tool_value is not None:
+                conversations.append({"from": "tool", "value": tool_value})
+        else:
+            role = "human" if message.role == "user" else "system"
+            conversations.append({"from": role, "value": escape(message.content)})
+    zero = {"count": 0, "success": 0, "failure": 0}
+    stats = {name: dict(zero) for name in known_tools}
+    stats.update({name: s.model_dump() for name, s in trajectory.tool_stats.items()})
+    stats = dict(sorted(stats.items()))
+    return {
+        "conversations": conversations,
+        "session_id": trajectory.session_id,
+        "trajectory_id": trajectory.trajectory_id,
+        "completed": trajectory.completed,
+        "partial": not trajectory.completed,
+        "api_calls": sum(1 for m in trajectory.messages if m.role == "assistant"),
+        "toolsets_used": sorted(name for name, s in trajectory.tool_stats.items() if s.count),
+        "tool_stats": stats,
+        "tool_error_counts": {name: s["failure"] for name, s in stats.items()},
+        "reward": trajectory.reward,
+        "accepted": trajectory.accepted,
+        "tool_call_ids": call_ids,
+        "metadata": {
+            "model": trajectory.model,
+            "task": trajectory.task,
+            "group_id": trajectory.group_id,
+            "status": trajectory.status,
+            "started_ns": trajectory.started_ns,
+            "ended_ns": trajectory.ended_ns,
+            "judge_version": trajectory.judge_version,
+        },
+    }
+
+
+# -- reading rows back (round trip, importers) -----------------------------------------------------
+
+_GPT = re.compile(
+    r"\A<think>\n(.*?)\n</think>\n(.*?)((?:\n<tool_call>\n.*?\n</tool_call>)*)\Z", re.S
+)
+_CALL = re.compile(r"\n<tool_call>\n(.*?)\n</tool_call>", re.S)
+_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
+_TOOLS = re.compile(r"(?:\A|\n\n)<tools>\n(.*?)\n</tools>\Z", re.S)
+
+
+class ShareGPTFormatError(ValueError):
+    """A row does not follow the conventions above."""
+
+
+def parse_gpt_value(value: str) -> tuple[str, str, list[tuple[str, Any]]]:
+    """(reasoning, content, [(tool name, arguments)]) of one gpt turn."""
+    match = _GPT.match(value)
+    if match is None:
+        raise ShareGPTFormatError(f"gpt turn does not start with <think>: {value[:80]!r}")
+    calls = []
+    for body in _CALL.findall(match.group(3)):
+        call = orjson.loads(unescape(body))
+        calls.append((call["name"], call.get("arguments", {})))
+    return unescape(match.group(1)), unescape(match.group(2)), calls
+
+
+def parse_tool_value(value: str) -> list[dict[str, Any]]:
+    """The {tool_call_id, name, content} blocks of one tool turn."""
+    blocks = [orjson.loads(unescape(body)) for body in _RESPONSE.findall(value)]
+    if not blocks and value:
+        raise ShareGPTFormatError(f"tool turn without <tool_response> blocks: {value[:80]!r}")
+    return blocks
+
+
+def parse_system_value(value: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """(system text, declared tools) of a system turn."""
+    match = _TOOLS.search(value)
+    if match is None:
+        return unescape(value), []
+    tools = orjson.loads(unescape(match.group(1)))
+    if not match.group(0).startswith("\n\n"):
+        return None, tools  # a tools-only system turn: the session had no system message
+    return unescape(value[: match.start()]), tools
+
+
+class ParsedCall(BaseModel):
+    id: str | None
+    name: str
+    arguments: Any
+
+
+class ParsedResponse(BaseModel):
+    tool_call_id: str | None
+    name: str | None
+    content: Any
+
+
+class ParsedMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ParsedCall] = []
+    responses: list[ParsedResponse] = []
+
+
+class ParsedRow(BaseModel):
+    """A ShareGPT row read back: the system text, declared tools and the messages."""
+
+    system: str | None
+    tools: list[dict[str, Any]]
+    messages: list[ParsedMessage]
+
+
+_FROM_ROLES: dict[str, Literal["system", "user", "assistant", "tool"]] = {
+    "system": "system",
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
+
+
+def parse_sharegpt_row(row: dict[str, Any]) -> ParsedRow:
+    """Read a row written by `sharegpt_row` (or by a Hermes batch runner) back into messages.
+
+    Call ids come from the row's `tool_call_ids` when present; otherwise they are None and a
+    caller must match responses to calls by their own `tool_call_id` or name."""
+    turns = row.get("conversations")
+    if not isinstance(turns, list):
+        raise ShareGPTFormatError("a ShareGPT row needs a 'conversations' list")
+    ids: list[list[str]] = list(row.get("tool_call_ids") or [])
+    system: str | None = None
+    tools: list[dict[str, Any]] = []
+    messages: list[ParsedMessage] = []
+    gpt_index = 0
+    for position, turn in enumerate(turns):
+        if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+            raise ShareGPTFormatError(f"turn {position} needs 'from' and a string 'value'")
+        role = _FROM_ROLES.get(turn.get("from", ""))
+        if role is None:
+            raise ShareGPTFormatError(f"turn {position}: unknown 'from' {turn.get('from')!r}")
+        value = turn["value"]
+        if role == "system" and position == 0:
+            system, tools = parse_system_value(value)
+        elif role == "assistant":
+            reasoning, content, calls = parse_gpt_value(value)
+            turn_ids = ids[gpt_index] if gpt_index < len(ids) else []
+            gpt_index += 1
+            parsed_calls = [
+                ParsedCall(id=turn_ids[i] if i < len(turn_ids) else None, name=n, arguments=a)
+                for i, (n, a) in enumerate(calls)
+            ]
+            messages.append(
+                ParsedMessage(
+                    role="assistant", content=content, reasoning=reasoning, tool_calls=parsed_calls
+                )
+            )
+        elif role == "tool":
+            responses = [
+                ParsedResponse(
+                    tool_call_id=block.get("tool_call_id"),
+                    name=block.get("name"),
+                    content=block.get("content"),
+                )
+                for block in parse_tool_value(value)
+            ]
+            messages.append(ParsedMessage(role="tool", responses=responses))
+        else:
+            messages.append(ParsedMessage(role=role, content=unescape(value)))
+    return ParsedRow(system=system, tools=tools, messages=messages)

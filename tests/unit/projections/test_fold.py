@@ -1,0 +1,175 @@
+import random
+
+import pytest
+
+from rolltape.projections import FoldError, fold, tool_failed
+from rolltape.schemas import ToolResult, versioned_stream
+from tests.unit.projections.sessions import HOSTILE, recorded
+
+
+def test_tool_results_are_matched_to_calls_by_id_not_position() -> None:
+    events, derived = recorded()
+    trajectory = fold(events["s-good"], derived)
+    calls = {c.id: c for m in trajectory.messages for c in m.tool_calls}
+    assert calls["c-calc"].result is not None and calls["c-calc"].result.content == "42"
+    assert calls["c-search"].result is not None and calls["c-search"].result.content.startswith(
+        '{"hits"'
+    )
+    assert [c.id for c in trajectory.messages[2].tool_calls] == ["c-search", "c-calc"]
+
+
+def test_contents_reasoning_and_usage_are_kept_verbatim() -> None:
+    events, derived = recorded()
+    trajectory = fold(events["s-good"], derived)
+    roles = [m.role for m in trajectory.messages]
+    assert roles == ["system", "user", "assistant", "assistant"]
+    assert trajectory.messages[1].content == "What is 6*7? " + HOSTILE
+    assert trajectory.messages[2].reasoning == "think " + HOSTILE
+    assert (trajectory.messages[2].prompt_tokens, trajectory.messages[2].completion_tokens) == (
+        120,
+        9,
+    )
+    assert trajectory.tools[0].name == "search"
+    assert trajectory.reward == 1.0 and trajectory.completed and trajectory.accepted is True
+
+
+def test_tool_calls_without_a_turn_open_an_assistant_message_and_stray_results_are_listed() -> None:
+    events, derived = recorded()
+    trajectory = fold(events["s-bad"], derived)
+    assert [m.role for m in trajectory.messages] == ["user", "assistant", "assistant"]
+    opened = trajectory.messages[1]
+    assert opened.event_hash is None and opened.content == ""
+    assert [c.name for c in opened.tool_calls] == ["rm_rf", "calc"]
+    assert (
+        opened.tool_calls[1].raw_arguments == "6*7 please" and opened.tool_calls[1].result is None
+    )
+    stray = next(e for e in events["s-bad"] if e["payload"].get("call_id") == "c-unknown")
+    assert trajectory.unmatched_results == (stray["hash"],)
+
+
+def test_tool_stats_list_every_declared_tool_and_count_failures() -> None:
+    events, derived = recorded()
+    stats = fold(events["s-bad"], derived).tool_stats
+    assert stats["never_used"].model_dump() == {"count": 0, "success": 0, "failure": 0}
+    assert stats["rm_rf"].model_dump() == {"count": 1, "success": 0, "failure": 1}
+    # no result recorded: failed
+    assert stats["calc"].model_dump() == {"count": 1, "success": 0, "failure": 1}
+    assert list(stats) == sorted(stats)
+
+
+@pytest.mark.parametrize(
+    ("content", "success", "error", "failed"),
+    [
+        ("42", True, None, False),
+        ("", True, None, True),
+        ("Error: disk full", True, None, True),
+        ('{"error": null, "ok": 1}', True, None, False),
+        ('{"error": "boom"}', True, None, True),
+        ('{"success": false}', True, None, True),
+        ("[1, 2]", True, None, False),
+        ("fine", False, None, True),
+        ("fine", True, "timeout", True),
+    ],
+)
+def test_failure_rule_follows_the_recorder_and_the_content(
+    content: str, success: bool, error: str | None, failed: bool
+) -> None:
+    result = ToolResult(call_id="c", content=content, success=success, error=error)
+    assert tool_failed(result) is failed
+
+
+def test_any_order_and_redelivered_copies_fold_to_the_same_trajectory() -> None:
+    events, derived = recorded()
+    first = fold(events["s-good"], derived)
+    shuffled = events["s-good"] * 2 + events["s-good"][:3]
+    noisy_derived = derived * 2
+    rng = random.Random(7)
+    rng.shuffle(shuffled)
+    rng.shuffle(noisy_derived)
+    again = fold(shuffled, noisy_derived)
+    assert again == first
+    assert again.provenance["events"].linked
+
+
+def test_provenance_names_first_and_last_event_of_every_chain_used() -> None:
+    events, derived = recorded()
+    trajectory = fold(events["s-good"], derived)
+    chain = events["s-good"]
+    span = trajectory.provenance["events"]
+    assert (span.first_hash, span.last_hash, span.count) == (
+        chain[0]["hash"],
+        chain[-1]["hash"],
+        len(chain),
+    )
+    verdicts = [d for d in derived if d["session_id"] == "s-good" and d["stream"] == "verdicts"]
+    assert trajectory.provenance["verdicts"].last_hash == verdicts[-1]["hash"]
+    assert trajectory.filter_hash == trajectory.provenance["filtered"].last_hash
+
+
+def test_a_gap_in_the_chain_is_visible_in_provenance() -> None:
+    events, derived = recorded()
+    holed = [e for e in events["s-good"] if e["seq"] != 3]
+    assert not fold(holed, derived).provenance["events"].linked
+
+
+def test_only_the_chosen_judge_versions_verdicts_are_used() -> None:
+    events, derived = recorded()
+    replayed = [
+        {
+            **d,
+            "stream": versioned_stream(d["stream"], "v2"),
+            "payload": {**d["payload"], "accepted": False},
+        }
+        if d["type"] == "filter_outcome"
+        else {**d, "stream": versioned_stream(d["stream"], "v2")}
+        for d in derived
+        if d["session_id"] == "s-good" and d["stream"] in ("verdicts", "filtered")
+    ]
+    live = fold(events["s-good"], derived + replayed)
+    v2 = fold(events["s-good"], derived + replayed, judge_version="v2")
+    assert live.accepted is True and v2.accepted is False
+    assert set(v2.provenance) == {"events", "verdicts@v2", "filtered@v2"}
+    assert live.trajectory_id != v2.trajectory_id
+    assert fold(events["s-good"], [], judge_version="v3").accepted is None
+
+
+def test_trajectory_id_depends_on_the_events_and_verdicts_only() -> None:
+    events, derived = recorded()
+    assert (
+        fold(events["s-good"], derived).trajectory_id
+        == fold(list(reversed(events["s-good"])), derived).trajectory_id
+    )
+    assert (
+        fold(events["s-good"], derived).trajectory_id
+        != fold(events["s-good"][:-1], derived).trajectory_id
+    )
+
+
+def test_unfinished_sessions_fold_with_status_unfinished() -> None:
+    events, _ = recorded()
+    trajectory = fold(events["s-good"][:5])
+    assert (
+        trajectory.status == "unfinished"
+        and trajectory.ended_ns is None
+        and not trajectory.completed
+    )
+
+
+def test_folding_without_a_session_start_or_across_sessions_is_an_error() -> None:
+    events, _ = recorded()
+    with pytest.raises(FoldError, match="not session_started"):
+        fold(events["s-good"][1:])
+    with pytest.raises(FoldError, match="one session"):
+        fold(events["s-good"] + events["s-bad"])
+    with pytest.raises(FoldError, match="no events"):
+        fold([])
+
+
+def test_score_sources() -> None:
+    events, derived = recorded()
+    trajectory = fold(events["s-tok-a"], derived)
+    assert trajectory.score("reward") == 0.5
+    assert trajectory.score("reward:other") is None
+    assert trajectory.score("verdict:reward:final_reward:reward") == 0.5
+    with pytest.raises(ValueError, match="score source"):
+        trajectory.score("bogus")
