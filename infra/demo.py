@@ -18,18 +18,22 @@ import sys
 import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import managed_broker
+from rolltape.infra.export import collect, run_export
 from rolltape.infra.readback import RawRecord, read_records, verify_topics
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_topics_sync
 from rolltape.producers import Recorder, Session
+from rolltape.projections import ExportOptions, Selection
 from rolltape.schemas import (
     CHAINED_STREAMS,
+    LIVE_JUDGE_VERSION,
     ChainBroken,
     ChainReport,
     FilterOutcome,
@@ -172,6 +176,36 @@ def record_hallucinating_session(recorder: Recorder, session_id: str) -> None:
         s.turn("assistant", "It is sunny.", reasoning="The search failed; guess.")
 
 
+def record_sampled_sessions(recorder: Recorder, session_ids: list[str]) -> None:
+    """Two samples of one prompt (an Atropos group), with the token ids a serving engine would
+    record; here the ids are UTF-8 bytes, as from a byte-level tokenizer."""
+    prompt = "Count to three, separated by commas."
+    for session_id, answer, reward in zip(
+        session_ids, ("1, 2, 3", "1, 3, 2"), (1.0, 0.0), strict=True
+    ):
+        with recorder.session(
+            prompt, session_id=session_id, model="scripted-sampler-0", group_id="demo-count"
+        ) as s:
+            s.turn("user", prompt, token_ids=list(prompt.encode()))
+            s.turn(
+                "assistant",
+                answer,
+                reasoning="",
+                token_ids=list(answer.encode()),
+                completion_tokens=len(answer.encode()),
+            )
+            s.reward(reward)
+
+
+class ExportSummary(BaseModel):
+    format: str
+    folder: str
+    files: list[str]
+    lines: int
+    sessions: int
+    skipped: dict[str, int]
+
+
 class DemoResult(BaseModel):
     bootstrap: str
     sessions: list[str]
@@ -180,6 +214,7 @@ class DemoResult(BaseModel):
     verdicts: dict[str, list[Verdict]]
     filter_outcomes: dict[str, FilterOutcome]
     dead_letters: int
+    exports: list[ExportSummary] = []
     worker_error: str | None = None
 
     @property
@@ -242,21 +277,47 @@ def _read_outputs(bootstrap: str, prefix: str, keys: set[bytes]) -> list[RawReco
     return asyncio.run(read())
 
 
-def run_demo(settings: Settings) -> DemoResult:
+def _export(bootstrap: str, prefix: str, sessions: list[str], out: Path) -> list[ExportSummary]:
+    """The demo's sessions as ShareGPT, Atropos and OpenAI files, one folder per format."""
+    collected = asyncio.run(collect(bootstrap, prefix=prefix, judge_version=LIVE_JUDGE_VERSION))
+    summaries = []
+    for format in ("sharegpt", "atropos", "openai"):
+        options = ExportOptions(format=format, selection=Selection(sessions=tuple(sessions)))
+        folder = out / format
+        manifest = run_export(collected, options, folder, overwrite=True)
+        skipped = {k: v for k, v in manifest.skipped.items() if k != "session_not_selected"}
+        summaries.append(
+            ExportSummary(
+                format=format,
+                folder=str(folder),
+                files=[f.name for f in manifest.files],
+                lines=manifest.lines,
+                sessions=manifest.sessions_exported,
+                skipped=skipped,
+            )
+        )
+    return summaries
+
+
+def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
     bootstrap = settings.bootstrap or managed_broker(settings).start().bootstrap
     ensure_topics_sync(bootstrap, settings)
     run = uuid.uuid4().hex[:8]
     agent_id, bad_id, training_id = f"demo-agent-{run}", f"demo-halluc-{run}", f"demo-train-{run}"
-    sessions = [agent_id, bad_id, training_id]
+    sampled = [f"demo-sample-{run}-a", f"demo-sample-{run}-b"]
+    sessions = [agent_id, bad_id, training_id, *sampled]
     recorder = open_recorder(settings, bootstrap=bootstrap)
     try:
         record_agent_session(recorder, agent_id)
         record_hallucinating_session(recorder, bad_id)
         record_training_session(recorder, training_id)
+        record_sampled_sessions(recorder, sampled)
         recorder.flush()
     finally:
         recorder.close()
-    records, error = _run_worker_until(settings, bootstrap, sessions, expected=3, timeout_s=180)
+    records, error = _run_worker_until(
+        settings, bootstrap, sessions, expected=len(sessions), timeout_s=180
+    )
     chains: list[ChainReport] = []
     for sid in sessions:
         verifier = asyncio.run(
@@ -298,5 +359,13 @@ def run_demo(settings: Settings) -> DemoResult:
         verdicts=verdicts,
         filter_outcomes=outcomes,
         dead_letters=sum(1 for r in records if r.stream == Stream.DEADLETTER),
+        exports=[]
+        if error
+        else _export(
+            bootstrap,
+            settings.topic_prefix,
+            sessions,
+            out or Path(tempfile.mkdtemp(prefix=f"rolltape-demo-{run}-")),
+        ),
         worker_error=error,
     )

@@ -53,8 +53,11 @@ async def read_records(
     prefix: str = "rolltape",
     from_beginning: bool = True,
     follow: bool = False,
+    bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
 ) -> AsyncIterator[RawRecord]:
-    """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start."""
+    """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start.
+    `bounds`, when given, is filled with topic -> partition -> (start, end) offsets of the scan
+    before the first record (progress bars, manifests)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -73,6 +76,10 @@ async def read_records(
         else:
             await consumer.seek_to_end(*partitions)
         ends = await consumer.end_offsets(partitions)
+        if bounds is not None:
+            for tp in partitions:
+                start = await consumer.position(tp)
+                bounds.setdefault(tp.topic, {})[tp.partition] = (start, ends[tp])
         remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
         while follow or remaining:
             batch = await consumer.getmany(timeout_ms=200, max_records=5000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.cli import bench, broker, demo, inspect, schemas, worker
+from rolltape.infra.cli import bench, broker, demo, export, inspect, schemas, worker
 
 app = typer.Typer(
     name="rolltape",
@@ -19,6 +19,7 @@ app.command()(inspect.tail)
 app.command()(inspect.verify)
 app.command()(demo.demo)
 app.command()(worker.worker)
+app.command()(export.export)
 
 
 def main() -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
 import typer
 from rich.table import Table
 
@@ -9,15 +12,22 @@ from rolltape.infra.cli._common import console, settings, user_errors
 from rolltape.infra.demo import DemoResult, run_demo
 
 
-def demo() -> None:
+def demo(
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the exported training files (default: a new temp folder)."),
+    ] = None,
+) -> None:
     """Start the broker if needed, record agent sessions and a training run, run the processors
-    over them, verify every chain and print rule firings, verdicts and filter outcomes."""
+    over them, verify every chain, print rule firings, verdicts and filter outcomes, and export
+    the sessions as ShareGPT, Atropos and OpenAI files."""
     with user_errors():
-        result = run_demo(settings())
+        result = run_demo(settings(), out)
     _chains(result)
     _firings(result)
     _verdicts(result)
     _outcomes(result)
+    _exports(result)
     if result.worker_error:
         console.print(f"[red]demo: {result.worker_error}[/red]", markup=True)
         raise typer.Exit(1)
@@ -79,3 +89,14 @@ def _outcomes(result: DemoResult) -> None:
     console.print(table)
     if result.dead_letters:
         console.print(f"{result.dead_letters} record(s) went to the dead-letter topic")
+
+
+def _exports(result: DemoResult) -> None:
+    table = Table(title="training data exported", title_justify="left")
+    for col in ("format", "lines", "sessions", "skipped", "files"):
+        table.add_column(col, no_wrap=col == "files")
+    for e in result.exports:
+        skipped = ", ".join(f"{k} {n}" for k, n in e.skipped.items()) or "-"
+        files = "\n".join(f"{e.folder}/{name}" for name in e.files) or "-"
+        table.add_row(e.format, str(e.lines), str(e.sessions), skipped, files)
+    console.print(table)

@@ -51,15 +51,47 @@ def test_verify__without_a_broker_says_how_to_get_one(tmp_path: Path) -> None:
 def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     topics: Topics, tmp_path: Path
 ) -> None:
-    env = {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path), "COLUMNS": "200"}
-    out = run(["demo"], env)
+    env = {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path), "COLUMNS": "250"}
+    out = run(["demo", "--out", str(tmp_path / "demo")], env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all chains verified" in out.stdout
-    # events x3, metrics, rules, verdicts, filtered x2: every chain, raw and derived
-    assert out.stdout.count("intact") == 8
+    # events x5, metrics, rules, verdicts, filtered x4: every chain, raw and derived
+    assert out.stdout.count("intact") == 12
     assert "grad_noise_scale EMA below 50 for 3 epochs" in out.stdout
     assert "training_audit" in out.stdout and "missing_decision" in out.stdout
     assert "unknown_tool: called tool 'web_search'" in out.stdout
+    # The demo's training data: every agent session as ShareGPT and OpenAI lines, the sampled
+    # pair as one Atropos group from their recorded token ids.
+    manifests = {
+        f: json.loads((tmp_path / "demo" / f / "manifest.json").read_text())
+        for f in ("sharegpt", "atropos", "openai")
+    }
+    assert manifests["sharegpt"]["lines"] == manifests["openai"]["lines"] == 4
+    assert manifests["sharegpt"]["skipped"]["training_run"] == 1
+    assert manifests["atropos"]["lines"] == 1
+    group = json.loads((tmp_path / "demo" / "atropos" / "atropos-00000.jsonl").read_text())
+    assert group["scores"] == [1.0, 0.0] and group["tokens"][0][-7:] == list(b"1, 2, 3")
+    assert str(tmp_path / "demo" / "sharegpt" / "sharegpt-00000.jsonl") in out.stdout
+    # Exporting twice over the same topics writes the same bytes.
+    for name in ("a", "b"):
+        export = run(
+            [
+                "export",
+                "-f",
+                "sharegpt",
+                "-o",
+                str(tmp_path / name),
+                "-s",
+                "demo-*",
+                "--shard-lines",
+                "2",
+            ],
+            env,
+        )
+        assert export.returncode == 0, export.stdout + export.stderr
+    files_a = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    files_b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    assert files_a == files_b and "sharegpt-00001.jsonl" in files_a
     tail = run(["tail", "--from-beginning", "--no-follow"], topics.env())
     assert tail.returncode == 0
     assert (
@@ -171,3 +203,25 @@ def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -
     assert figures["epochs"] == 20 and figures["events"] >= 2000
     assert figures["latency_p99_ms"] > 0 and figures["worker_events_per_s"] > 0
     assert figures["faust_floor_events_per_s"] > 0 and figures["pure_core_events_per_s"] > 0
+
+
+def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    both = run(
+        ["export", "-f", "sharegpt", "-o", str(tmp_path), "--accepted-only", "--rejected-only"], env
+    )
+    assert (
+        both.returncode == 2 and "choose one of --accepted-only and --rejected-only" in both.stderr
+    )
+    since = run(["export", "-f", "openai", "-o", str(tmp_path), "--since", "yesterday"], env)
+    assert since.returncode == 2 and "ISO 8601" in since.stderr
+    tokenizer = run(
+        ["export", "-f", "atropos", "-o", str(tmp_path), "--tokenizer", str(tmp_path / "none")], env
+    )
+    assert tokenizer.returncode == 2 and "does not exist" in tokenizer.stderr
+    version = run(
+        ["export", "-f", "turns", "-o", str(tmp_path), "--judge-version", "Bad Version"], env
+    )
+    assert version.returncode == 2 and "lowercase letters" in version.stderr
+    fmt = run(["export", "-f", "csv", "-o", str(tmp_path)], env)
+    assert fmt.returncode == 2 and "csv" in fmt.stderr

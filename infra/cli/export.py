@@ -1,0 +1,159 @@
+"""`rolltape export`: training files from the recorded sessions of one judge version."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.export import ExportError, collect, open_tokenizer, run_export
+from rolltape.projections import ExportOptions, Format, Selection
+from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
+
+
+def parse_time(text: str | None, option: str) -> int | None:
+    """ISO 8601 (`2026-11-20`, `2026-11-20T10:00:00+00:00`; no zone means UTC) to ns."""
+    if text is None:
+        return None
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"{text!r} is not an ISO 8601 date or time (e.g. 2026-11-20T10:00:00Z)",
+            param_hint=option,
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return int(moment.timestamp()) * 10**9 + moment.microsecond * 1000
+
+
+def export(
+    format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for the files and manifest.json.")
+    ],
+    judge_version: Annotated[
+        str, typer.Option(help="Whose verdicts and filter outcomes to use (replay writes others).")
+    ] = LIVE_JUDGE_VERSION,
+    accepted_only: Annotated[
+        bool, typer.Option("--accepted-only", help="Only sessions the reward filter accepted.")
+    ] = False,
+    rejected_only: Annotated[
+        bool, typer.Option("--rejected-only", help="Only sessions the reward filter rejected.")
+    ] = False,
+    session: Annotated[
+        list[str] | None,
+        typer.Option("--session", "-s", help="Session id or shell pattern; repeat for more."),
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Sessions started at or after (ISO 8601).")
+    ] = None,
+    until: Annotated[str | None, typer.Option(help="Sessions started before (ISO 8601).")] = None,
+    include_unfinished: Annotated[bool, typer.Option(help="Also sessions not ended yet.")] = False,
+    include_broken: Annotated[bool, typer.Option(help="Also sessions with chain breaks.")] = False,
+    shard_lines: Annotated[int, typer.Option(min=1, help="Lines per output file.")] = 10_000,
+    token_budget: Annotated[
+        int | None, typer.Option(min=1, help="Compress trajectories to this many tokens.")
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
+    ] = None,
+    score: Annotated[
+        str, typer.Option(help="Atropos score: reward, reward:NAME or verdict:JUDGE:KEY.")
+    ] = "reward",
+    keep_equal_scores: Annotated[
+        bool, typer.Option(help="Atropos: keep groups whose scores are all equal.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an export already in --out.")] = False,
+) -> None:
+    """Write training data: ShareGPT, Atropos groups, per-turn traces, OpenAI or TRL chat JSONL.
+
+    Each data file has a .provenance.jsonl sidecar (line for line: sessions, trajectory ids, first
+    and last event hash of every chain used) and manifest.json has counts, skip reasons and file
+    digests. Running it twice over the same topics writes byte-identical files.
+    """
+    if accepted_only and rejected_only:
+        raise typer.BadParameter("choose one of --accepted-only and --rejected-only")
+    if not re.fullmatch(JUDGE_VERSION_PATTERN, judge_version):
+        raise typer.BadParameter(
+            f"{judge_version!r}: a judge version is 1-40 lowercase letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit",
+            param_hint="--judge-version",
+        )
+    with user_errors():
+        try:
+            options = ExportOptions(
+                format=format,
+                selection=Selection(
+                    judge_version=judge_version,
+                    accepted="accepted"
+                    if accepted_only
+                    else "rejected"
+                    if rejected_only
+                    else "any",
+                    sessions=tuple(session or ()),
+                    since_ns=parse_time(since, "--since"),
+                    until_ns=parse_time(until, "--until"),
+                    include_unfinished=include_unfinished,
+                    include_broken=include_broken,
+                ),
+                shard_lines=shard_lines,
+                token_budget=token_budget,
+                score=score,
+                keep_equal_scores=keep_equal_scores,
+            )
+            chat_tokenizer, label = open_tokenizer(tokenizer)
+        except (ValidationError, ExportError) as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+        options = options.model_copy(update={"tokenizer": label})
+        s = settings()
+        bootstrap = require_bootstrap(s)
+        with Progress(
+            TextColumn("reading topics"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("read", total=None)
+
+            def advance(done: int, total: int) -> None:
+                if done % 2000 == 0 or done == total:
+                    progress.update(task, completed=done, total=total)
+
+            collected = asyncio.run(
+                collect(
+                    bootstrap,
+                    prefix=s.topic_prefix,
+                    judge_version=judge_version,
+                    on_record=advance,
+                )
+            )
+        try:
+            manifest = run_export(
+                collected, options, out, tokenizer=chat_tokenizer, overwrite=overwrite
+            )
+        except ExportError as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+    console.print(
+        f"{manifest.lines} {format} lines from {manifest.sessions_exported} of "
+        f"{manifest.sessions_read} sessions (judge version {judge_version}) in {out}"
+    )
+    for file in manifest.files:
+        console.print(f"  {file.name}: {file.lines} lines, {file.sessions} sessions")
+    if manifest.skipped:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in manifest.skipped.items())
+        console.print(f"  skipped: {reasons}")

@@ -1,0 +1,193 @@
+"""`rolltape export` wiring: read the topics, fold every session, write the files.
+
+The pure parts (selection, rendering, sharding, manifest) are rolltape.projections; this module
+only reads Kafka, checks each record's hash, and writes what the projections return.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rolltape.infra.readback import read_records
+from rolltape.projections import ExportOptions, FoldError, Manifest, Trajectory, build_export, fold
+from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
+from rolltape.schemas import (
+    CanonicalEncodingError,
+    Stream,
+    content_hash,
+    decode,
+    versioned_stream,
+)
+
+_ENVELOPE_KEYS = ("session_id", "stream", "seq", "type", "hash", "prev_hash", "payload", "ts_ns")
+
+
+class ExportError(ValueError):
+    """The export cannot run as asked (output folder in use, unusable tokenizer)."""
+
+
+@dataclass
+class Collected:
+    """One session's records per chain, read up to the end offsets taken when the scan began."""
+
+    events: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    derived: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+    bounds: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
+    records: int = 0
+    unreadable: int = 0
+    """Records that are not envelopes (the live audit dead-lettered them)."""
+    tampered: int = 0
+    """Records whose content does not match their hash: left out, so their chain shows a gap."""
+
+    def source(self) -> dict[str, Any]:
+        return {
+            "topics": {
+                topic: {str(p): end for p, (_, end) in sorted(parts.items())}
+                for topic, parts in sorted(self.bounds.items())
+            },
+            "records_read": self.records,
+            "unreadable_records": self.unreadable,
+            "tampered_records": self.tampered,
+        }
+
+
+def add_record(collected: Collected, value: bytes, wanted: frozenset[str]) -> None:
+    """Decode one record, check its hash, and file it under its session (pure, no Kafka)."""
+    collected.records += 1
+    try:
+        env = decode(value)
+    except CanonicalEncodingError:
+        collected.unreadable += 1
+        return
+    if not isinstance(env, dict) or any(k not in env for k in _ENVELOPE_KEYS):
+        collected.unreadable += 1
+        return
+    stream = env["stream"]
+    if stream != Stream.EVENTS.value and stream not in wanted:
+        return
+    checked = content_hash(env, value)
+    if checked is None or checked[0] != env["hash"]:
+        collected.tampered += 1
+        return
+    target = collected.events if stream == Stream.EVENTS.value else collected.derived
+    target[env["session_id"]].append(env)
+
+
+async def collect(
+    bootstrap: str,
+    *,
+    prefix: str,
+    judge_version: str,
+    on_record: Callable[[int, int], None] | None = None,
+) -> Collected:
+    """Read the events topic and the judge version's verdict and filter chains."""
+    collected = Collected()
+    wanted = frozenset(
+        versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)
+    )
+    total = 0
+    async for record in read_records(
+        bootstrap,
+        [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
+        prefix=prefix,
+        bounds=collected.bounds,
+    ):
+        if not total:
+            total = sum(e - s for parts in collected.bounds.values() for s, e in parts.values())
+        add_record(collected, record.value, wanted)
+        if on_record is not None:
+            on_record(collected.records, total)
+    return collected
+
+
+def fold_all(collected: Collected, judge_version: str) -> tuple[list[Trajectory], dict[str, int]]:
+    """Fold every session; sessions that cannot be folded are counted by reason."""
+    trajectories = []
+    skipped: dict[str, int] = defaultdict(int)
+    for sid in sorted(collected.events):
+        try:
+            trajectories.append(
+                fold(
+                    collected.events[sid],
+                    collected.derived.get(sid, ()),
+                    judge_version=judge_version,
+                )
+            )
+        except FoldError:
+            skipped["no_session_start"] += 1
+    return trajectories, dict(skipped)
+
+
+def tokenizer_label(folder: Path) -> str:
+    """The tokenizer's folder name and a digest of its files: what the manifest records (never
+    the machine path)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(folder).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes())
+    return f"{folder.name}@sha256:{digest.hexdigest()[:16]}"
+
+
+def open_tokenizer(path: Path | None) -> tuple[ChatTokenizer | None, str | None]:
+    if path is None:
+        return None, None
+    try:
+        return load_tokenizer(path), tokenizer_label(path)
+    except ValueError as exc:
+        raise ExportError(str(exc)) from exc
+
+
+def write_export(
+    out: Path, blobs: list[tuple[str, bytes]], manifest: Manifest, *, overwrite: bool
+) -> None:
+    """Write the files, manifest.json last (a folder with a manifest holds a complete export)."""
+    existing = out / "manifest.json"
+    if out.exists() and any(out.iterdir()):
+        if not existing.exists():
+            raise ExportError(f"{out} is not empty and holds no export: choose an empty folder")
+        if not overwrite:
+            raise ExportError(f"{out} already holds an export: pass --overwrite to replace it")
+        old = orjson.loads(existing.read_bytes())
+        existing.unlink()
+        for entry in old.get("files", []):
+            for name in (entry.get("name"), entry.get("provenance_name")):
+                if isinstance(name, str) and "/" not in name:
+                    (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in blobs:
+        (out / name).write_bytes(data)
+    existing.write_bytes(manifest.to_bytes())
+
+
+def run_export(
+    collected: Collected,
+    options: ExportOptions,
+    out: Path,
+    *,
+    tokenizer: ChatTokenizer | None = None,
+    overwrite: bool = False,
+) -> Manifest:
+    trajectories, unfoldable = fold_all(collected, options.selection.judge_version)
+    count = None
+    if tokenizer is not None and options.token_budget is not None:
+
+        def count(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    blobs, manifest = build_export(
+        trajectories,
+        options,
+        source=collected.source(),
+        tokenizer=tokenizer,
+        count_tokens=count,
+        extra_skipped=unfoldable,
+    )
+    write_export(out, blobs, manifest, overwrite=overwrite)
+    return manifest

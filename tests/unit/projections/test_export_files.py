@@ -1,0 +1,127 @@
+"""The export pipeline without Kafka: records -> hash check -> fold -> files + manifest."""
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from rolltape.infra.export import Collected, ExportError, add_record, run_export
+from rolltape.processors import Emitted
+from rolltape.projections import ExportOptions, Selection
+from rolltape.schemas import LIVE_JUDGE_VERSION, versioned_stream
+from tests.unit.processors.scripted import Tape, run
+from tests.unit.projections.sessions import CONFIG, record_sessions
+
+WANTED = frozenset(versioned_stream(s, LIVE_JUDGE_VERSION) for s in ("verdicts", "filtered"))
+
+
+def _collected(tamper: str | None = None) -> Collected:
+    tape = Tape()
+    records = record_sessions(tape)
+    outputs, _ = run(records, CONFIG)
+    collected = Collected()
+    for record in records:
+        value = record.value
+        if tamper is not None and tamper.encode() in value and b'"seq":1,' in value:
+            value = value.replace(b"What is", b"Who is")
+        add_record(collected, value, WANTED)
+    for output in outputs:
+        if isinstance(output, Emitted):
+            add_record(collected, output.value, WANTED)
+    add_record(collected, b"not json", WANTED)
+    return collected
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_export_twice_gives_byte_identical_files(tmp_path: Path) -> None:
+    options = ExportOptions(format="sharegpt", shard_lines=3)
+    first = run_export(_collected(), options, tmp_path / "a")
+    run_export(_collected(), options, tmp_path / "b")
+    assert _files(tmp_path / "a") == _files(tmp_path / "b")
+    assert [f.name for f in first.files] == ["sharegpt-00000.jsonl", "sharegpt-00001.jsonl"]
+    assert (first.sessions_read, first.sessions_exported, first.lines) == (4, 4, 4)
+    assert first.source["unreadable_records"] == 1
+
+
+def test_sidecar_lines_name_the_sessions_and_chain_spans_of_each_data_line(tmp_path: Path) -> None:
+    run_export(_collected(), ExportOptions(format="openai"), tmp_path)
+    data = (tmp_path / "openai-00000.jsonl").read_bytes().splitlines()
+    side = [
+        orjson.loads(line)
+        for line in (tmp_path / "openai-00000.provenance.jsonl").read_bytes().splitlines()
+    ]
+    assert len(data) == len(side) == 4
+    assert [s["line"] for s in side] == [0, 1, 2, 3]
+    good = next(s for s in side if s["sessions"][0]["session_id"] == "s-good")
+    assert set(good["sessions"][0]["chains"]) == {"events", "verdicts", "filtered"}
+    manifest = orjson.loads((tmp_path / "manifest.json").read_bytes())
+    assert manifest["files"][0]["lines"] == 4 and manifest["format"] == "openai"
+
+
+def test_accepted_only_and_rejected_only_follow_the_filter_outcome(tmp_path: Path) -> None:
+    accepted = run_export(
+        _collected(),
+        ExportOptions(format="sharegpt", selection=Selection(accepted="accepted")),
+        tmp_path / "a",
+    )
+    rejected = run_export(
+        _collected(),
+        ExportOptions(format="sharegpt", selection=Selection(accepted="rejected")),
+        tmp_path / "r",
+    )
+    assert (accepted.sessions_exported, accepted.skipped) == (3, {"not_accepted": 1})
+    assert (rejected.sessions_exported, rejected.skipped) == (1, {"not_rejected": 3})
+    row = orjson.loads((tmp_path / "r" / "sharegpt-00000.jsonl").read_bytes())
+    assert row["session_id"] == "s-bad"
+
+
+def test_a_tampered_event_keeps_its_session_out_of_the_export(tmp_path: Path) -> None:
+    manifest = run_export(_collected(tamper="s-bad"), ExportOptions(format="sharegpt"), tmp_path)
+    assert manifest.source["tampered_records"] == 1
+    assert manifest.skipped == {"chain_broken": 1}
+    included = run_export(
+        _collected(tamper="s-bad"),
+        ExportOptions(format="sharegpt", selection=Selection(include_broken=True)),
+        tmp_path / "all",
+    )
+    assert included.sessions_exported == 4
+
+
+def test_an_unknown_judge_version_exports_unfiltered_sessions_only_when_asked(
+    tmp_path: Path,
+) -> None:
+    options = ExportOptions(
+        format="sharegpt", selection=Selection(judge_version="v9", accepted="accepted")
+    )
+    manifest = run_export(_collected(), options, tmp_path)
+    assert manifest.sessions_exported == 0 and manifest.skipped == {"not_filtered": 4}
+
+
+def test_atropos_export_records_skips_and_groups(tmp_path: Path) -> None:
+    manifest = run_export(_collected(), ExportOptions(format="atropos"), tmp_path)
+    assert manifest.lines == 1 and manifest.skipped == {"needs_tokenizer": 2}
+    side = orjson.loads((tmp_path / "atropos-00000.provenance.jsonl").read_bytes())
+    assert side["group"] == "g2" and [s["session_id"] for s in side["sessions"]] == [
+        "s-tok-a",
+        "s-tok-b",
+    ]
+
+
+def test_an_existing_export_is_replaced_only_with_overwrite(tmp_path: Path) -> None:
+    run_export(_collected(), ExportOptions(format="turns", shard_lines=1), tmp_path)
+    with pytest.raises(ExportError, match="--overwrite"):
+        run_export(_collected(), ExportOptions(format="turns"), tmp_path)
+    run_export(_collected(), ExportOptions(format="turns"), tmp_path, overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "manifest.json",
+        "turns-00000.jsonl",
+        "turns-00000.provenance.jsonl",
+    ]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not empty"):
+        run_export(_collected(), ExportOptions(format="turns"), other)
