@@ -57,17 +57,28 @@ def load_plugins(modules: tuple[str, ...]) -> None:
             ) from exc
 
 
-def worker_config(
-    settings: Settings, bootstrap: str, *, log_level: str = "warning"
-) -> WorkerConfig:
-    """Ensure the topics exist and build the worker's config. The raw topics must have the same
-    number of partitions: a session's events and metrics must land on the same worker."""
+def judging_configs(settings: Settings) -> tuple[RuleSet, FilterConfig]:
+    """Plugins imported, rule set and filter config read: what decides a judge version's
+    outputs (shared by the worker and replay)."""
     load_plugins(settings.plugins)
     try:
         rules = RuleSet.from_file(settings.rules_file) if settings.rules_file else RuleSet()
     except RuleSetError as exc:
         raise WorkerSetupError(str(exc)) from exc
     filters = _filters_from(settings.filters_file) if settings.filters_file else FilterConfig()
+    return rules, filters
+
+
+def processor_principal(settings: Settings) -> str:
+    return settings.principal if settings.principal != "anonymous" else "processor"
+
+
+def worker_config(
+    settings: Settings, bootstrap: str, *, log_level: str = "warning"
+) -> WorkerConfig:
+    """Ensure the topics exist and build the worker's config. The raw topics must have the same
+    number of partitions: a session's events and metrics must land on the same worker."""
+    rules, filters = judging_configs(settings)
     statuses = {s.topic: s.partitions for s in ensure_topics_sync(bootstrap, settings)}
     events = statuses[topic_name(Stream.EVENTS, settings.topic_prefix)]
     metrics = statuses[topic_name(Stream.METRICS, settings.topic_prefix)]
@@ -84,7 +95,7 @@ def worker_config(
         replication_factor=settings.replication_factor,
         rules=rules,
         filters=filters,
-        principal=settings.principal if settings.principal != "anonymous" else "processor",
+        principal=processor_principal(settings),
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
         rewards=settings.rewards,

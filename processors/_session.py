@@ -12,6 +12,7 @@ outputs (the same seq, hash and event id), which readers count as redeliveries.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -41,6 +42,8 @@ from rolltape.processors.judges import (
 from rolltape.processors.rules import RULES_VERSION, EpochOrderError, RuleSet, RuleState, evaluate
 from rolltape.schemas import (
     GENESIS_HASH,
+    JUDGE_VERSION_PATTERN,
+    LIVE_JUDGE_VERSION,
     BreakKind,
     ChainBroken,
     Decision,
@@ -54,6 +57,7 @@ from rolltape.schemas import (
     canonical_bytes,
     derived_event_id,
     seal,
+    versioned_stream,
 )
 
 PRODUCER_NAME: Final = "rolltape.processors"
@@ -85,8 +89,15 @@ class ProcessorConfig:
     llm_judges: tuple[str, ...] = ()
     """LLM judges (LLM_JUDGES) requested for every finished agent session."""
     transcript_max_chars: int = 32_000
+    judge_version: str = LIVE_JUDGE_VERSION
+    """The label the outputs are written under: the live worker writes the plain chains
+    (`verdicts`), a replay under version V writes `verdicts@V` beside them."""
 
     def __post_init__(self) -> None:
+        if not re.fullmatch(JUDGE_VERSION_PATTERN, self.judge_version):
+            raise ValueError(
+                f"judge version {self.judge_version!r} must match {JUDGE_VERSION_PATTERN}"
+            )
         unknown = [n for n in self.rewards if n not in REWARDS]
         unknown += [n for n in self.llm_judges if n not in LLM_JUDGES]
         if unknown:
@@ -472,10 +483,11 @@ class SessionProcessor:
         version: str,
         part: str = "",
     ) -> Emitted:
-        seq, prev = state.outputs.get(stream.value, (0, GENESIS_HASH))
-        event_id = derived_event_id(stream.value, sid, event_type, version, causes, part)
+        name = versioned_stream(stream, self.config.judge_version)
+        seq, prev = state.outputs.get(name, (0, GENESIS_HASH))
+        event_id = derived_event_id(name, sid, event_type, version, causes, part)
         value, digest = seal(
-            stream=stream.value,
+            stream=name,
             session_id=sid,
             seq=seq,
             ts_ns=ts_ns,
@@ -486,8 +498,8 @@ class SessionProcessor:
             event_id=event_id,
             causes=causes,
         )
-        state.outputs[stream.value] = [seq + 1, digest]
-        return Emitted(stream.value, sid, value, event_id, event_type)
+        state.outputs[name] = [seq + 1, digest]
+        return Emitted(name, sid, value, event_id, event_type)
 
 
 def handle(

@@ -15,6 +15,15 @@ from rolltape.projections._export import (
     render,
 )
 from rolltape.projections._fold import FoldError, fold, tool_failed
+from rolltape.projections._replay import (
+    Conflict,
+    ReplayRecord,
+    ReplayResult,
+    WritePlan,
+    plan_writes,
+    replay,
+    replay_order,
+)
 from rolltape.projections._trajectory import (
     ChainSpan,
     FeedbackRecord,
@@ -29,6 +38,7 @@ from rolltape.projections._trajectory import (
 
 __all__ = [
     "ChainSpan",
+    "Conflict",
     "ExportFile",
     "ExportOptions",
     "FeedbackRecord",
@@ -36,6 +46,8 @@ __all__ = [
     "Format",
     "Manifest",
     "Message",
+    "ReplayRecord",
+    "ReplayResult",
     "RewardRecord",
     "Selection",
     "ToolCallRecord",
@@ -43,9 +55,13 @@ __all__ = [
     "ToolStats",
     "Trajectory",
     "VerdictRecord",
+    "WritePlan",
     "build_export",
     "fold",
     "order_key",
+    "plan_writes",
     "render",
+    "replay",
+    "replay_order",
     "tool_failed",
 ]

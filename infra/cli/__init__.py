@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.cli import bench, broker, demo, export, inspect, schemas, worker
+from rolltape.infra.cli import bench, broker, demo, export, inspect, replay, schemas, worker
 
 app = typer.Typer(
     name="rolltape",
@@ -20,6 +20,7 @@ app.command()(inspect.verify)
 app.command()(demo.demo)
 app.command()(worker.worker)
 app.command()(export.export)
+app.command()(replay.replay)
 
 
 def main() -> None:

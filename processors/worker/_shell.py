@@ -32,7 +32,7 @@ from rolltape.processors._session import (
     handle,
 )
 from rolltape.processors.audit import InputRecord
-from rolltape.schemas import Stream, canonical_bytes, stream_of_topic, topic_name
+from rolltape.schemas import Stream, canonical_bytes, split_stream, stream_of_topic, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -250,7 +250,9 @@ class Shell:
             return future
         if isinstance(output, Emitted):
             future = await self.producer.send(
-                self._topics[output.stream], output.value, key=output.session_id.encode()
+                self._topics[split_stream(output.stream)[0].value],
+                output.value,
+                key=output.session_id.encode(),
             )
             return future
         future = await self.producer.send(

@@ -1,0 +1,112 @@
+"""`rolltape replay`: re-judge recorded sessions under a judge version."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli.export import parse_time
+from rolltape.infra.replay import replay_config, run_replay
+from rolltape.infra.worker import WorkerSetupError
+from rolltape.schemas import JUDGE_VERSION_PATTERN
+
+
+def replay(
+    judge_version: Annotated[
+        str,
+        typer.Option(
+            help="Label of the outputs: `live` reproduces the worker's chains; any other label "
+            "writes rules@V, verdicts@V and filtered@V beside them."
+        ),
+    ],
+    since: Annotated[
+        str | None,
+        typer.Option(
+            help="Only sessions whose first event reached the broker at or after (ISO 8601)."
+        ),
+    ] = None,
+    from_beginning: Annotated[
+        bool, typer.Option("--from-beginning", help="Every session on the topics (the default).")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option(help="Compute and compare, write nothing.")] = False,
+) -> None:
+    """Re-run the rule engine, training judge, reward functions and filters over the raw topics
+    with the rule set, filters and rewards of the current settings (ROLLTAPE_RULES_FILE,
+    ROLLTAPE_FILTERS_FILE, ROLLTAPE_REWARDS), under --judge-version.
+
+    A version's chains are never rewritten: outputs already there byte for byte are counted as
+    reproduced, new ones are appended, and sessions whose recomputed outputs differ from what the
+    version holds are reported as conflicts (use a new version label for a changed config).
+    Export the result with `rolltape export --judge-version V`.
+    """
+    if since is not None and from_beginning:
+        raise typer.BadParameter("choose one of --since and --from-beginning")
+    if not re.fullmatch(JUDGE_VERSION_PATTERN, judge_version):
+        raise typer.BadParameter(
+            f"{judge_version!r}: a judge version is 1-40 lowercase letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit",
+            param_hint="--judge-version",
+        )
+    since_ns = parse_time(since, "--since")
+    with user_errors():
+        s = settings()
+        try:
+            config = replay_config(s, judge_version)
+        except WorkerSetupError as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+        bootstrap = require_bootstrap(s)
+        with Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("reading raw topics")
+
+            def advance(done: int) -> None:
+                if done % 5000 == 0:
+                    progress.update(task, description=f"read {done} raw records")
+
+            summary = asyncio.run(
+                run_replay(
+                    s,
+                    bootstrap,
+                    config,
+                    since_ms=None if since_ns is None else since_ns // 1_000_000,
+                    dry_run=dry_run,
+                    on_record=advance,
+                )
+            )
+    console.print(
+        f"replayed {summary.sessions} sessions ({summary.records_read} raw records) as judge "
+        f"version {summary.judge_version}: rules {summary.rules}, filters {summary.filters}"
+        + (f", rewards {', '.join(summary.rewards)}" if summary.rewards else "")
+    )
+    console.print(
+        f"  {summary.outputs} outputs: {summary.reproduced} already held byte for byte, "
+        f"{summary.written} written{' (dry run: none written)' if dry_run else ''}, "
+        f"{len(summary.conflicts)} session(s) in conflict"
+    )
+    for conflict in summary.conflicts[:20]:
+        console.print(
+            f"  [red]conflict[/red] {conflict['session_id']} {conflict['stream']} seq "
+            f"{conflict['seq']}: {conflict['detail']}"
+        )
+    if summary.dead_letters:
+        reasons = ", ".join(f"{k} {n}" for k, n in summary.dead_letters.items())
+        console.print(f"  unusable input (dead-lettered live, not written again): {reasons}")
+    if summary.conflicts:
+        console.print(
+            f"  {escape(summary.judge_version)} already holds different outputs for these "
+            "sessions: replay a changed configuration under a new --judge-version"
+        )
+        raise typer.Exit(1)

@@ -1,0 +1,195 @@
+"""`rolltape replay` wiring: read the raw topics, re-run the processors under a judge version,
+write what that version's chains do not hold yet.
+
+The pure parts (order, step, write plan) are rolltape.projections' replay; this module reads and
+writes Kafka and builds the processor config from settings, like the worker does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
+
+from rolltape.infra.readback import read_records
+from rolltape.infra.settings import Settings
+from rolltape.infra.worker import WorkerSetupError, judging_configs, processor_principal
+from rolltape.processors import ProcessorConfig
+from rolltape.processors.audit import InputRecord
+from rolltape.processors.worker import software_version
+from rolltape.projections import (
+    ReplayRecord,
+    WritePlan,
+    plan_writes,
+    replay,
+    replay_order,
+)
+from rolltape.schemas import (
+    DERIVED_STREAMS,
+    Stream,
+    decode,
+    split_stream,
+    topic_name,
+    versioned_stream,
+)
+
+
+def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
+    """The processor config of a judge version: rule set, filters and reward functions from the
+    same settings the worker reads."""
+    if settings.llm_judges:
+        raise WorkerSetupError(
+            "replay does not run LLM judges yet; unset ROLLTAPE_LLM_JUDGES to replay the rule "
+            "engine, training judge, reward functions and filters"
+        )
+    rules, filters = judging_configs(settings)
+    try:
+        return ProcessorConfig(
+            rules=rules,
+            filters=filters,
+            principal=processor_principal(settings),
+            software_version=software_version(),
+            rewards=settings.rewards,
+            judge_version=judge_version,
+        )
+    except ValueError as exc:
+        raise WorkerSetupError(f"{exc} (ROLLTAPE_REWARDS / --judge-version)") from exc
+
+
+async def read_raw(
+    bootstrap: str, prefix: str, on_record: Callable[[int], None] | None = None
+) -> list[ReplayRecord]:
+    """Every record of the events and metrics topics up to their current ends."""
+    records = []
+    async for raw in read_records(bootstrap, [Stream.EVENTS, Stream.METRICS], prefix=prefix):
+        records.append(
+            ReplayRecord(
+                InputRecord(
+                    raw.stream.value, raw.topic, raw.partition, raw.offset, raw.key, raw.value
+                ),
+                raw.broker_ts_ms,
+            )
+        )
+        if on_record is not None:
+            on_record(len(records))
+    return records
+
+
+def sessions_since(records: list[ReplayRecord], since_ms: int) -> list[ReplayRecord]:
+    """The records of sessions whose first event reached the broker at or after `since_ms`;
+    such sessions are replayed whole, never from the middle of a chain."""
+    first: dict[bytes | None, int] = {}
+    for item in records:
+        key = item.record.key
+        first[key] = min(first.get(key, item.broker_ts_ms), item.broker_ts_ms)
+    return [item for item in records if first[item.record.key] >= since_ms]
+
+
+async def read_version(
+    bootstrap: str, prefix: str, judge_version: str
+) -> dict[tuple[str, str], list[bytes]]:
+    """What the judge version's chains hold: (chain, session) -> record bytes by seq, up to the
+    first missing seq (copies of one seq are redeliveries: the first is kept)."""
+    wanted = {versioned_stream(s, judge_version) for s in DERIVED_STREAMS}
+    by_seq: dict[tuple[str, str], dict[int, bytes]] = defaultdict(dict)
+    async for raw in read_records(bootstrap, list(DERIVED_STREAMS), prefix=prefix):
+        try:
+            env = decode(raw.value)
+        except ValueError:
+            continue
+        if not isinstance(env, dict) or env.get("stream") not in wanted:
+            continue
+        sid, seq = env.get("session_id"), env.get("seq")
+        if isinstance(sid, str) and isinstance(seq, int):
+            by_seq[(env["stream"], sid)].setdefault(seq, raw.value)
+    held: dict[tuple[str, str], list[bytes]] = {}
+    for key, records in by_seq.items():
+        chain: list[bytes] = []
+        while len(chain) in records:
+            chain.append(records[len(chain)])
+        held[key] = chain
+    return held
+
+
+async def write_outputs(bootstrap: str, prefix: str, plan: WritePlan) -> int:
+    """Send the planned outputs (idempotent, acks=all; one session's chain stays in order)."""
+    if not plan.writes:
+        return 0
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=5,
+        max_request_size=4 * 1024 * 1024,
+    )
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(
+                topic_name(split_stream(o.stream)[0], prefix),
+                o.value,
+                key=o.session_id.encode(),
+            )
+            for o in plan.writes
+        ]
+        for future in futures:
+            await future
+    finally:
+        await producer.stop()
+    return len(plan.writes)
+
+
+class ReplaySummary(BaseModel):
+    judge_version: str
+    rules: str
+    filters: str
+    rewards: tuple[str, ...]
+    records_read: int
+    sessions: int
+    outputs: int
+    reproduced: int
+    written: int
+    conflicts: list[dict[str, Any]]
+    dead_letters: dict[str, int]
+    seconds: float
+
+
+async def run_replay(
+    settings: Settings,
+    bootstrap: str,
+    config: ProcessorConfig,
+    *,
+    since_ms: int | None = None,
+    dry_run: bool = False,
+    on_record: Callable[[int], None] | None = None,
+) -> ReplaySummary:
+    started = time.perf_counter()
+    prefix = settings.topic_prefix
+    raw = await read_raw(bootstrap, prefix, on_record)
+    if since_ms is not None:
+        raw = sessions_since(raw, since_ms)
+    result = replay(replay_order(raw), config)
+    held = await read_version(bootstrap, prefix, config.judge_version)
+    plan = plan_writes(result, held)
+    written = 0 if dry_run else await write_outputs(bootstrap, prefix, plan)
+    return ReplaySummary(
+        judge_version=config.judge_version,
+        rules=config.rules.label,
+        filters=config.filters.label,
+        rewards=config.rewards,
+        records_read=len(raw),
+        sessions=len(result.sessions),
+        outputs=sum(len(chain) for chain in result.chains.values()),
+        reproduced=plan.reproduced,
+        written=written,
+        conflicts=[
+            {"session_id": c.session_id, "stream": c.stream, "seq": c.seq, "detail": c.detail}
+            for c in plan.conflicts
+        ],
+        dead_letters=dict(sorted(result.dead_letters.items())),
+        seconds=round(time.perf_counter() - started, 3),
+    )

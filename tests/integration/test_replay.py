@@ -1,0 +1,134 @@
+"""Replay against the real broker: the worker's outputs reproduced byte for byte under `live`,
+a changed rule set written as a new version beside them, versions never rewritten."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rolltape.producers import Recorder
+from rolltape.schemas import Stream, decode
+from tests.integration.conftest import Topics
+from tests.integration.workers import WorkerProcess, chain_reports, payloads, read_all, wait_for
+
+pytestmark = pytest.mark.integration
+CLI = [sys.executable, "-m", "rolltape.infra"]
+CALC = {"name": "calc", "parameters": {"type": "object"}}
+
+
+def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def record(topics: Topics, spool: Path) -> None:
+    with Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=spool) as rec:
+        for sid, noise in (("train-noisy", 40.0), ("train-calm", 500.0)):
+            with rec.session("fit", session_id=sid, kind="training", run_config={"lr": 0.1}) as s:
+                for epoch in range(6):
+                    s.metric(epoch, steps=10, train_loss=1 / (epoch + 1), val_loss=1 / (epoch + 1),
+                             grad_noise_scale=noise, max_layer_grad_norm=1.0,
+                             min_layer_grad_norm=0.1, val_acc=0.8)  # fmt: skip
+        with rec.session("2+2", session_id="agent-good", tools=[CALC]) as s:
+            s.turn("user", "2+2?")
+            s.tool_result(s.tool_call("calc", {"expr": "2+2"}), "4")
+            s.turn("assistant", "4", reasoning="calc says 4")
+            s.reward(1.0)
+        with rec.session("2+2", session_id="agent-bad", tools=[CALC]) as s:
+            s.tool_result(s.tool_call("web_search", {"q": "2+2"}), "no such tool", success=False)
+            s.turn("assistant", "4")
+
+
+def by_chain(topics: Topics) -> dict[tuple[str, str], list[bytes]]:
+    chains: dict[tuple[str, str], dict[int, bytes]] = {}
+    for r in read_all(topics, (Stream.RULES, Stream.VERDICTS, Stream.FILTERED)):
+        env = decode(r.value)
+        chains.setdefault((env["stream"], env["session_id"]), {}).setdefault(env["seq"], r.value)
+    return {k: [v[i] for i in sorted(v)] for k, v in chains.items()}
+
+
+def fired(chains: dict[tuple[str, str], list[bytes]], stream: str, sid: str) -> set[str]:
+    return {r for value in chains[(stream, sid)] for r in decode(value)["payload"]["fired"]}
+
+
+def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrites(
+    topics: Topics, tmp_path: Path
+) -> None:
+    record(topics, tmp_path / "spool")
+    worker = WorkerProcess(topics, tmp_path, ROLLTAPE_REWARDS='["final_reward"]').start()
+    try:
+        wait_for(
+            topics,
+            lambda rs: (
+                len(payloads(rs, "filter_outcome")) == 2
+                and len([p for p in payloads(rs, "verdict") if p["judge"] == "training_audit"]) == 2
+            ),
+            worker=worker,
+        )
+    finally:
+        worker.stop()
+    live = by_chain(topics)
+    env = {**topics.env(), "ROLLTAPE_REWARDS": '["final_reward"]', "COLUMNS": "200"}
+
+    same = cli(["replay", "--judge-version", "live"], env)
+    assert same.returncode == 0, same.stdout + same.stderr
+    outputs = sum(len(v) for v in live.values())
+    assert f"{outputs} outputs: {outputs} already held byte for byte, 0 written" in same.stdout
+    assert by_chain(topics) == live
+
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps({"name": "noise-30", "r2_noise_scale_low": 30.0}))
+    env_v2 = {**env, "ROLLTAPE_RULES_FILE": str(rules)}
+    first = cli(["replay", "--judge-version", "v2"], env_v2)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert f"{outputs} outputs: 0 already held byte for byte, {outputs} written" in first.stdout
+    after = by_chain(topics)
+    assert {k: v for k, v in after.items() if "@" not in k[0]} == live  # old verdicts stay
+    assert "R2" in fired(after, "rules", "train-noisy")
+    assert "R2" not in fired(after, "rules@v2", "train-noisy")
+    assert fired(after, "rules@v2", "train-calm") == fired(after, "rules", "train-calm")
+    for sid in ("agent-good", "agent-bad"):
+        assert (
+            decode(after[("filtered@v2", sid)][0])["payload"]
+            == decode(live[("filtered", sid)][0])["payload"]
+        )
+    v2_verdict = decode(after[("verdicts@v2", "train-noisy")][0])["payload"]
+    live_verdict = decode(live[("verdicts", "train-noisy")][0])["payload"]
+    assert v2_verdict["violations"] != live_verdict["violations"]
+    everything = read_all(
+        topics, (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
+    )
+    assert all(report.ok for report in chain_reports(everything))
+
+    again = cli(["replay", "--judge-version", "v2"], env_v2)
+    assert (
+        again.returncode == 0 and f"{outputs} already held byte for byte, 0 written" in again.stdout
+    )
+    assert by_chain(topics) == after
+
+    changed = cli(["replay", "--judge-version", "v2"], env)  # default rules under the same label
+    assert changed.returncode == 1 and "conflict" in changed.stdout
+    assert "new --judge-version" in changed.stdout
+    assert by_chain(topics) == after
+
+    exported = cli(
+        [
+            "export",
+            "-f",
+            "sharegpt",
+            "-o",
+            str(tmp_path / "v2"),
+            "--judge-version",
+            "v2",
+            "--accepted-only",
+        ],
+        env,
+    )
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    manifest = json.loads((tmp_path / "v2" / "manifest.json").read_text())
+    assert manifest["sessions_exported"] == 1 and manifest["skipped"]["not_accepted"] == 1
+    side = json.loads((tmp_path / "v2" / "sharegpt-00000.provenance.jsonl").read_text())
+    assert set(side["sessions"][0]["chains"]) == {"events", "filtered@v2", "verdicts@v2"}
