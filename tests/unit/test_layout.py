@@ -65,6 +65,7 @@ def test_public_api__is_pinned() -> None:
         "Emitted",
         "Output",
         "ProcessorConfig",
+        "Requested",
         "SessionProcessor",
         "SessionState",
         "handle",
