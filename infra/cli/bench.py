@@ -93,3 +93,38 @@ def rules(
         f"(worker / faust floor: {r.worker_vs_faust_floor:.2f})"
     )
     console.print(f"    pure core in memory (no Kafka): {r.pure_core_events_per_s:,.0f} events/s")
+
+
+@app.command()
+def replay(
+    events: int = typer.Option(1_000_000, help="Events on the scratch topic."),
+    sessions: int = typer.Option(10_000, help="Agent sessions the events are spread over."),
+    passes: int = typer.Option(3, min=1, help="Full passes over the topic (medians reported)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Events/s from a topic through replay, fold and ShareGPT export vs the raw consume rate."""
+    from rolltape.infra.bench.replay import run_replay_bench
+
+    cfg = settings()
+    with user_errors():
+        bootstrap = require_bootstrap(cfg)
+    r = run_replay_bench(
+        bootstrap, partitions=cfg.partitions, events=events, sessions=sessions, passes=passes
+    )
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; {r.partitions} partitions; one process")
+    console.print(
+        f"{r.events:,} events over {r.sessions:,} sessions (written in {r.load_s:.1f} s); "
+        f"medians of {r.passes} passes"
+    )
+    console.print(f"  raw aiokafka scan of the topic:        {r.raw_events_per_s:,.0f} events/s")
+    console.print(
+        f"  replay + fold + ShareGPT export:       {r.pipeline_events_per_s:,.0f} events/s "
+        f"(ratio to raw {r.pipeline_vs_raw:.2f})"
+    )
+    console.print(
+        f"  stages: read {r.read_s:.2f} s, replay {r.replay_s:.2f} s, fold {r.fold_s:.2f} s, "
+        f"export {r.export_s:.2f} s ({r.export_lines:,} lines, {r.export_bytes / 1e6:.1f} MB)"
+    )

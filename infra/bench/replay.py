@@ -1,0 +1,222 @@
+"""`rolltape bench replay`: events/s from a topic through replay (audit, filters, a reward
+function), fold and ShareGPT export, against the raw consume rate of the same topic.
+
+Load: N events over S agent sessions (start, then user turn / assistant turn with reasoning /
+tool call / tool result rounds, a reward, the end), sealed and chained as the recorder writes
+them and produced straight to a scratch events topic. Each pass reads the whole topic:
+
+- raw: a plain aiokafka scan of the same records, counting them (the ceiling of reading alone);
+- pipeline: the same scan into replay records, `replay_order`, `replay` (the processors' pure
+  step: chain audit with hash check, filters, reward function), then per session `fold` over
+  its events and derived outputs and `sharegpt_row` + JSON line. Stage times are reported too.
+
+Medians over the passes; the topics are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
+
+from rolltape.infra.readback import read_records
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import delete_prefixed_topics, ensure_topics_sync
+from rolltape.processors import ProcessorConfig
+from rolltape.processors.audit import InputRecord
+from rolltape.projections import ReplayRecord, fold, replay, replay_order
+from rolltape.projections.exporters import jsonl_line, sharegpt_row
+from rolltape.schemas import GENESIS_HASH, Stream, decode, seal, topic_name
+
+_PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
+_TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "object"}}]
+
+
+class ReplayBench(BaseModel):
+    machine: str
+    partitions: int
+    events: int
+    sessions: int
+    passes: int
+    load_s: float
+    raw_events_per_s: float
+    pipeline_events_per_s: float
+    pipeline_vs_raw: float
+    read_s: float
+    replay_s: float
+    fold_s: float
+    export_s: float
+    export_lines: int
+    export_bytes: int
+
+
+def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict[str, Any]]]:
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("session_started", {"task": f"task of {sid}", "tools": _TOOLS, "model": "bench-model"})
+    ]
+    rounds = max(1, (per_session - 3) // 4)
+    for i in range(rounds):
+        call = f"c{i}"
+        events += [
+            ("turn", {"role": "user", "content": f"question {i} of {sid}: what is {i}*{i}?"}),
+            (
+                "turn",
+                {
+                    "role": "assistant",
+                    "content": f"Let me search for {i}*{i}.",
+                    "reasoning": "The user wants a product; a search will confirm it.",
+                },
+            ),
+            ("tool_call", {"id": call, "name": "search", "arguments": {"q": f"{i}*{i}"}}),
+            ("tool_result", {"call_id": call, "content": f'{{"answer": {i * i}}}'}),
+        ]
+    events += [
+        ("reward", {"value": 1.0}),
+        ("session_ended", {"status": "completed", "outcome": {}, "streams": []}),
+    ]
+    return events
+
+
+async def _write_load(bootstrap: str, prefix: str, events: int, sessions: int) -> int:
+    topic = topic_name(Stream.EVENTS, prefix)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=20,
+        max_batch_size=512 * 1024,
+        max_request_size=2 * 1024 * 1024,
+    )
+    await producer.start()
+    written = 0
+    try:
+        per_session = max(4, events // sessions)
+        ts = 1_700_000_000_000_000_000
+        pending = []
+        for s in range(sessions):
+            sid = f"bench-{s}"
+            prev = GENESIS_HASH
+            for seq, (event_type, payload) in enumerate(_session_events(sid, per_session, ts)):
+                ts += 1000
+                value, prev = seal(
+                    stream="events",
+                    session_id=sid,
+                    seq=seq,
+                    ts_ns=ts,
+                    type=event_type,
+                    payload=payload,
+                    prev_hash=prev,
+                    producer=_PRODUCER,
+                )
+                pending.append(await producer.send(topic, value, key=sid.encode()))
+                written += 1
+            if len(pending) > 20_000:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return written
+
+
+async def _raw(bootstrap: str, prefix: str) -> float:
+    start = time.perf_counter()
+    count = 0
+    async for _ in read_records(bootstrap, [Stream.EVENTS], prefix=prefix):
+        count += 1
+    return count / (time.perf_counter() - start)
+
+
+async def _read(bootstrap: str, prefix: str) -> list[ReplayRecord]:
+    return [
+        ReplayRecord(
+            InputRecord(r.stream.value, r.topic, r.partition, r.offset, r.key, r.value),
+            r.broker_ts_ms,
+        )
+        async for r in read_records(bootstrap, [Stream.EVENTS], prefix=prefix)
+    ]
+
+
+def _pipeline(bootstrap: str, prefix: str, config: ProcessorConfig) -> dict[str, float]:
+    t0 = time.perf_counter()
+    raw = asyncio.run(_read(bootstrap, prefix))
+    t1 = time.perf_counter()
+    result = replay(replay_order(raw), config)
+    t2 = time.perf_counter()
+    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in raw:
+        env = decode(item.record.value)
+        events[env["session_id"]].append(env)
+    derived: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for (_, sid), outputs in result.chains.items():
+        derived[sid].extend(decode(o.value) for o in outputs)
+    trajectories = [fold(events[sid], derived[sid]) for sid in sorted(events)]
+    t3 = time.perf_counter()
+    lines = [jsonl_line(sharegpt_row(t)) for t in trajectories]
+    t4 = time.perf_counter()
+    return {
+        "events": len(raw),
+        "read": t1 - t0,
+        "replay": t2 - t1,
+        "fold": t3 - t2,
+        "export": t4 - t3,
+        "lines": len(lines),
+        "bytes": sum(len(line) for line in lines),
+    }
+
+
+def run_replay_bench(
+    bootstrap: str,
+    *,
+    partitions: int,
+    events: int = 1_000_000,
+    sessions: int = 10_000,
+    passes: int = 3,
+) -> ReplayBench:
+    prefix = f"benchreplay{uuid.uuid4().hex[:8]}"
+    config = ProcessorConfig(rewards=("final_reward",))
+    try:
+        ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
+        start = time.perf_counter()
+        written = asyncio.run(_write_load(bootstrap, prefix, events, sessions))
+        load_s = time.perf_counter() - start
+        raw_rates, runs = [], []
+        for _ in range(passes):
+            raw_rates.append(asyncio.run(_raw(bootstrap, prefix)))
+            runs.append(_pipeline(bootstrap, prefix, config))
+    finally:
+        asyncio.run(delete_prefixed_topics(bootstrap, prefix))
+
+    def median(key: str) -> float:
+        return statistics.median(run[key] for run in runs)
+
+    total = statistics.median(
+        run["read"] + run["replay"] + run["fold"] + run["export"] for run in runs
+    )
+    raw_rate = statistics.median(raw_rates)
+    pipeline_rate = written / total
+    return ReplayBench(
+        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        partitions=partitions,
+        events=written,
+        sessions=sessions,
+        passes=passes,
+        load_s=load_s,
+        raw_events_per_s=raw_rate,
+        pipeline_events_per_s=pipeline_rate,
+        pipeline_vs_raw=pipeline_rate / raw_rate,
+        read_s=median("read"),
+        replay_s=median("replay"),
+        fold_s=median("fold"),
+        export_s=median("export"),
+        export_lines=int(median("lines")),
+        export_bytes=int(median("bytes")),
+    )
