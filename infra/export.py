@@ -16,17 +16,17 @@ from typing import Any
 import orjson
 
 from rolltape.infra.readback import read_records
-from rolltape.projections import ExportOptions, FoldError, Manifest, Trajectory, build_export, fold
-from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import (
-    CanonicalEncodingError,
-    Stream,
-    content_hash,
-    decode,
-    versioned_stream,
+from rolltape.projections import (
+    ExportOptions,
+    FoldError,
+    Manifest,
+    Trajectory,
+    build_export,
+    checked_envelope,
+    fold,
 )
-
-_ENVELOPE_KEYS = ("session_id", "stream", "seq", "type", "hash", "prev_hash", "payload", "ts_ns")
+from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
+from rolltape.schemas import Stream, versioned_stream
 
 
 class ExportError(ValueError):
@@ -59,25 +59,20 @@ class Collected:
 
 
 def add_record(collected: Collected, value: bytes, wanted: frozenset[str]) -> None:
-    """Decode one record, check its hash, and file it under its session (pure, no Kafka)."""
+    """File one record under its session: events, or the wanted derived chains (pure)."""
     collected.records += 1
-    try:
-        env = decode(value)
-    except CanonicalEncodingError:
-        collected.unreadable += 1
-        return
-    if not isinstance(env, dict) or any(k not in env for k in _ENVELOPE_KEYS):
-        collected.unreadable += 1
+    env, problem = checked_envelope(value)
+    if env is None:
+        if problem == "tampered":
+            collected.tampered += 1
+        else:
+            collected.unreadable += 1
         return
     stream = env["stream"]
-    if stream != Stream.EVENTS.value and stream not in wanted:
-        return
-    checked = content_hash(env, value)
-    if checked is None or checked[0] != env["hash"]:
-        collected.tampered += 1
-        return
-    target = collected.events if stream == Stream.EVENTS.value else collected.derived
-    target[env["session_id"]].append(env)
+    if stream == Stream.EVENTS.value:
+        collected.events[env["session_id"]].append(env)
+    elif stream in wanted:
+        collected.derived[env["session_id"]].append(env)
 
 
 async def collect(

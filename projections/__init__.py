@@ -4,6 +4,7 @@
 `Trajectory`; `rolltape.projections.exporters` turns trajectories into training formats.
 """
 
+from rolltape.projections._atropos_sink import AtroposSink, AtroposSinkError
 from rolltape.projections._export import (
     ExportFile,
     ExportOptions,
@@ -14,7 +15,9 @@ from rolltape.projections._export import (
     order_key,
     render,
 )
+from rolltape.projections._feed import FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold, tool_failed
+from rolltape.projections._records import checked_envelope
 from rolltape.projections._replay import (
     Conflict,
     ReplayRecord,
@@ -37,10 +40,13 @@ from rolltape.projections._trajectory import (
 )
 
 __all__ = [
+    "AtroposSink",
+    "AtroposSinkError",
     "ChainSpan",
     "Conflict",
     "ExportFile",
     "ExportOptions",
+    "FeedItem",
     "FeedbackRecord",
     "FoldError",
     "Format",
@@ -54,9 +60,11 @@ __all__ = [
     "ToolOutcome",
     "ToolStats",
     "Trajectory",
+    "TrajectoryFeed",
     "VerdictRecord",
     "WritePlan",
     "build_export",
+    "checked_envelope",
     "fold",
     "order_key",
     "plan_writes",

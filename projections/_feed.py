@@ -1,0 +1,251 @@
+"""The live feed: judged trajectories as an async iterator, for training pipelines.
+
+    async with TrajectoryFeed(bootstrap, group_id="trainer-1",
+                              selection=Selection(accepted="accepted")) as feed:
+        async for item in feed:
+            train_on(item.trajectory)          # or item.rows("sharegpt")
+
+A consumer group reads the events topic and the verdicts and filtered topics (co-partitioned by
+session: the range assignor gives one member the same partition of each). A session is folded
+once its events chain has ended and the judge version has decided on it (its filter outcome for
+agent sessions, the training audit for training runs, plus any judges named in `wait_for`).
+
+Delivery is at least once. Offsets are committed only below the first record of every session
+not yet handed out and processed (an item counts as processed when the next one is asked for), so
+a crash or a rebalance re-reads every unfinished session whole. Items already handed out are
+dropped by trajectory id within the process (a bounded window); a restarted consumer can hand an
+item out again, with the same id, for the pipeline to drop.
+
+Not handled yet: a session that never ends (or is never judged) stays buffered and holds its
+partition's commits back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+from rolltape.projections._export import Selection
+from rolltape.projections._fold import FoldError, fold
+from rolltape.projections._records import checked_envelope
+from rolltape.projections._trajectory import Trajectory
+from rolltape.projections.exporters import openai_row, sharegpt_row, trl_row, turn_lines
+from rolltape.schemas import Stream, topic_name, versioned_stream
+
+_ROWS = {
+    "sharegpt": lambda t: [sharegpt_row(t)],
+    "openai": lambda t: [openai_row(t)],
+    "trl": lambda t: [trl_row(t)],
+    "turns": turn_lines,
+}
+
+
+@dataclass(frozen=True)
+class FeedItem:
+    trajectory: Trajectory
+
+    @property
+    def id(self) -> str:
+        return self.trajectory.trajectory_id
+
+    def rows(self, format: str = "sharegpt") -> list[dict[str, Any]]:
+        """The trajectory in an export format (sharegpt, openai, trl, turns)."""
+        return _ROWS[format](self.trajectory)
+
+
+@dataclass
+class _Open:
+    events: list[dict[str, Any]] = field(default_factory=list)
+    derived: list[dict[str, Any]] = field(default_factory=list)
+    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    """The first offset of this session on each partition it was read from."""
+    ended: bool = False
+    kind: str | None = None
+    filtered: bool = False
+    judges: set[str] = field(default_factory=set)
+
+
+class _Revoked(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, feed: TrajectoryFeed) -> None:
+        self.feed = feed
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.feed._commit()
+        self.feed._open.clear()  # whoever owns the partitions next re-reads them whole
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        return None
+
+
+class TrajectoryFeed:
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        group_id: str,
+        prefix: str = "rolltape",
+        selection: Selection | None = None,
+        wait_for: tuple[str, ...] = (),
+        from_beginning: bool = True,
+        commit_interval_s: float = 1.0,
+        dedupe_window: int = 100_000,
+    ) -> None:
+        self.selection = selection or Selection()
+        self.wait_for = set(wait_for)
+        version = self.selection.judge_version
+        self._verdicts = versioned_stream(Stream.VERDICTS, version)
+        self._filtered = versioned_stream(Stream.FILTERED, version)
+        self._topics = [
+            topic_name(s, prefix) for s in (Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED)
+        ]
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest" if from_beginning else "latest",
+            partition_assignment_strategy=(RangePartitionAssignor,),
+            fetch_max_wait_ms=100,
+        )
+        self._open: dict[str, _Open] = {}
+        self._done: OrderedDict[str, None] = OrderedDict()
+        self._seen_ids: OrderedDict[str, None] = OrderedDict()
+        self._window = dedupe_window
+        self._ready: asyncio.Queue[tuple[str, Trajectory]] = asyncio.Queue()
+        self._in_hand: str | None = None
+        self._commit_every = commit_interval_s
+        self._last_commit = time.monotonic()
+        self.skipped: dict[str, int] = defaultdict(int)
+        """Sessions decided on but not handed out, by reason (selection, unreadable records)."""
+
+    async def start(self) -> Self:
+        await self._consumer.start()
+        self._consumer.subscribe(self._topics, listener=_Revoked(self))
+        return self
+
+    async def stop(self) -> None:
+        self._finish_in_hand()
+        try:
+            await self._commit()
+        finally:
+            await self._consumer.stop()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __aiter__(self) -> AsyncIterator[FeedItem]:
+        return self
+
+    async def __anext__(self) -> FeedItem:
+        self._finish_in_hand()
+        while self._ready.empty():
+            await self._poll()
+        sid, trajectory = self._ready.get_nowait()
+        self._in_hand = sid
+        return FeedItem(trajectory)
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _remember(self, seen: OrderedDict[str, None], key: str) -> None:
+        seen[key] = None
+        if len(seen) > self._window:
+            seen.popitem(last=False)
+
+    def _finish_in_hand(self) -> None:
+        if self._in_hand is not None:
+            self._open.pop(self._in_hand, None)
+            self._in_hand = None
+
+    async def _poll(self) -> None:
+        batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+        for tp, messages in batch.items():
+            for message in messages:
+                self._add(tp, message.offset, message.key, message.value)
+        if time.monotonic() - self._last_commit >= self._commit_every:
+            await self._commit()
+
+    def _add(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None) -> None:
+        if key is None or value is None:
+            return
+        sid = key.decode("utf-8", "replace")
+        if sid in self._done:
+            return  # a late verdict or a redelivery of a session already decided
+        env, problem = checked_envelope(value)
+        session = self._open.get(sid)
+        if session is None:
+            session = self._open[sid] = _Open()
+        session.offsets[tp] = min(session.offsets.get(tp, offset), offset)
+        if env is None:
+            self.skipped[f"{problem}_record"] += 1
+            return
+        stream = env["stream"]
+        if stream == Stream.EVENTS.value:
+            session.events.append(env)
+            if env["type"] == "session_started":
+                session.kind = env["payload"].get("kind", "agent")
+            elif env["type"] == "session_ended":
+                session.ended = True
+        elif stream in (self._verdicts, self._filtered):
+            session.derived.append(env)
+            if env["type"] == "filter_outcome":
+                session.filtered = True
+            elif env["type"] == "verdict":
+                session.judges.add(str(env["payload"].get("judge")))
+        else:
+            return
+        self._maybe_ready(sid, session)
+
+    def _maybe_ready(self, sid: str, session: _Open) -> None:
+        if not session.ended or session.kind is None:
+            return
+        decided = (
+            "training_audit" in session.judges if session.kind == "training" else session.filtered
+        )
+        if not decided or not self.wait_for <= session.judges:
+            return
+        self._remember(self._done, sid)
+        try:
+            trajectory = fold(
+                session.events, session.derived, judge_version=self.selection.judge_version
+            )
+        except FoldError:
+            self.skipped["no_session_start"] += 1
+            self._open.pop(sid, None)
+            return
+        reason = self.selection.reason_to_skip(trajectory)
+        if reason is None and trajectory.trajectory_id in self._seen_ids:
+            reason = "duplicate"
+        if reason is not None:
+            self.skipped[reason] += 1
+            self._open.pop(sid, None)
+            return
+        self._remember(self._seen_ids, trajectory.trajectory_id)
+        self._ready.put_nowait((sid, trajectory))
+
+    async def _commit(self) -> None:
+        """Commit, per partition, the first offset still needed by an open session (or the
+        position when none is)."""
+        self._last_commit = time.monotonic()
+        assignment = self._consumer.assignment()
+        if not assignment:
+            return
+        offsets: dict[TopicPartition, int] = {}
+        for tp in assignment:
+            try:
+                offsets[tp] = await self._consumer.position(tp)
+            except Exception:
+                continue
+        for session in self._open.values():
+            for tp, first in session.offsets.items():
+                if tp in offsets and first < offsets[tp]:
+                    offsets[tp] = first
+        if offsets:
+            await self._consumer.commit(offsets)

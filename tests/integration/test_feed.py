@@ -1,0 +1,130 @@
+"""The live feed and the Atropos sink against the real broker, a real worker and Atropos's own
+API server: judged sessions stream out as they are decided, at least once, deduplicated by id,
+and groups reach the trainer's /batch."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rolltape.producers import Recorder
+from rolltape.projections import AtroposSink, FeedItem, Selection, TrajectoryFeed
+from tests.integration.conftest import Topics
+from tests.integration.workers import WorkerProcess
+
+pytestmark = pytest.mark.integration
+atroposlib = pytest.importorskip("atroposlib.api.server")
+CALC = {"name": "calc", "parameters": {"type": "object"}}
+
+
+def record_group(rec: Recorder, group: str, rewards: tuple[float, ...]) -> None:
+    for i, reward in enumerate(rewards):
+        with rec.session("count", session_id=f"{group}-{i}", group_id=group) as s:
+            s.turn("user", "count", token_ids=[11, 12])
+            s.turn("assistant", f"{i} {i}", token_ids=[20 + i, 30 + i, 2])
+            s.reward(reward)
+
+
+async def take(feed: TrajectoryFeed, count: int, timeout_s: float = 60) -> list[FeedItem]:
+    items: list[FeedItem] = []
+
+    async def collect() -> None:
+        async for item in feed:
+            items.append(item)
+            if len(items) == count:
+                return
+
+    await asyncio.wait_for(collect(), timeout_s)
+    return items
+
+
+async def nothing_more(feed: TrajectoryFeed, wait_s: float = 4) -> bool:
+    try:
+        await asyncio.wait_for(feed.__anext__(), wait_s)
+    except TimeoutError:
+        return True
+    return False
+
+
+def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
+    topics: Topics, tmp_path: Path
+) -> None:
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        record_group(rec, "q1", (1.0, 0.0))
+        record_group(rec, "q2", (0.5, 0.5))
+        with rec.session("2+2", session_id="halluc", tools=[CALC]) as s:
+            s.tool_result(s.tool_call("web_search", {"q": "2+2"}), "no", success=False)
+            s.turn("assistant", "4")
+    worker = WorkerProcess(topics, tmp_path).start()
+
+    async def scenario(server_url: str) -> tuple[list[FeedItem], AtroposSink]:
+        accepted = Selection(accepted="accepted")
+        async with TrajectoryFeed(
+            topics.bootstrap, group_id="trainer", prefix=topics.prefix, selection=accepted
+        ) as feed:
+            items = await take(feed, 4)
+            sink = AtroposSink(server_url, group_size=2)
+            for item in items:
+                await sink.add(item.trajectory)
+            await sink.close()
+            assert await nothing_more(feed)
+            assert feed.skipped["not_accepted"] == 1
+        # Everything handed out was committed: the same group gets nothing again...
+        async with TrajectoryFeed(
+            topics.bootstrap, group_id="trainer", prefix=topics.prefix, selection=accepted
+        ) as again:
+            assert await nothing_more(again)
+            # ...and a session judged later arrives alone.
+            with Recorder(
+                topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "s2"
+            ) as rec:
+                record_group(rec, "q3", (1.0,))
+            late = await take(again, 1)
+            assert [i.trajectory.session_id for i in late] == ["q3-0"]
+        return items, sink
+
+    from tests.support.atropos_server import AtroposServer
+
+    try:
+        with AtroposServer() as server:
+            server.register_trainer(batch_size=2)
+            items, sink = asyncio.run(scenario(server.url))
+            batch = server.batch()
+    finally:
+        worker.stop()
+    assert sorted(i.trajectory.session_id for i in items) == ["q1-0", "q1-1", "q2-0", "q2-1"]
+    assert len({i.id for i in items}) == 4
+    assert items[0].rows("sharegpt")[0]["session_id"] == items[0].trajectory.session_id
+    assert sink.sent_groups == 1 and sink.skipped["equal_scores"] == 2
+    assert isinstance(batch, list) and len(batch) == 1
+    group = batch[0]
+    assert group["scores"] == [1.0, 0.0]
+    assert group["tokens"] == [[11, 12, 20, 30, 2], [11, 12, 21, 31, 2]]
+    assert group["masks"][0] == [-100, -100, 20, 30, 2]
+
+
+def test_a_second_consumer_group_gets_its_own_copy(topics: Topics, tmp_path: Path) -> None:
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        record_group(rec, "g", (1.0, 0.5))
+    worker = WorkerProcess(topics, tmp_path).start()
+
+    async def two_groups() -> tuple[set[str], set[str]]:
+        results = []
+        for group in ("a", "b"):
+            async with TrajectoryFeed(
+                topics.bootstrap, group_id=group, prefix=topics.prefix
+            ) as feed:
+                results.append({i.trajectory.session_id for i in await take(feed, 2)})
+        return results[0], results[1]
+
+    try:
+        first, second = asyncio.run(two_groups())
+    finally:
+        worker.stop()
+    assert first == second == {"g-0", "g-1"}
