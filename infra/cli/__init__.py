@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.cli import bench, broker, demo, export, inspect, replay, schemas, worker
+from rolltape.infra.cli import (
+    bench,
+    broker,
+    demo,
+    export,
+    importing,
+    inspect,
+    replay,
+    schemas,
+    worker,
+)
 
 app = typer.Typer(
     name="rolltape",
@@ -15,6 +25,7 @@ app = typer.Typer(
 app.add_typer(broker.app, name="broker")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(bench.app, name="bench")
+app.add_typer(importing.app, name="import")
 app.command()(inspect.tail)
 app.command()(inspect.verify)
 app.command()(demo.demo)

@@ -136,10 +136,11 @@ def sharegpt_row(trajectory: Trajectory, known_tools: Iterable[str] = ()) -> dic
 
 # -- reading rows back (round trip, importers) -----------------------------------------------------
 
+# The think block is optional on reading (rows of other writers may lack it).
 _GPT = re.compile(
-    r"\A<think>\n(.*?)\n</think>\n(.*?)((?:\n<tool_call>\n.*?\n</tool_call>)*)\Z", re.S
+    r"\A(?:<think>\n(.*?)\n</think>\n)?(.*?)((?:\n?<tool_call>\n.*?\n</tool_call>)*)\Z", re.S
 )
-_CALL = re.compile(r"\n<tool_call>\n(.*?)\n</tool_call>", re.S)
+_CALL = re.compile(r"\n?<tool_call>\n(.*?)\n</tool_call>", re.S)
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 _TOOLS = re.compile(r"(?:\A|\n\n)<tools>\n(.*?)\n</tools>\Z", re.S)
 
@@ -151,18 +152,28 @@ class ShareGPTFormatError(ValueError):
 def parse_gpt_value(value: str) -> tuple[str, str, list[tuple[str, Any]]]:
     """(reasoning, content, [(tool name, arguments)]) of one gpt turn."""
     match = _GPT.match(value)
-    if match is None:
-        raise ShareGPTFormatError(f"gpt turn does not start with <think>: {value[:80]!r}")
+    if match is None:  # pragma: no cover - the pattern matches any text
+        raise ShareGPTFormatError(f"unreadable gpt turn: {value[:80]!r}")
     calls = []
     for body in _CALL.findall(match.group(3)):
-        call = orjson.loads(unescape(body))
-        calls.append((call["name"], call.get("arguments", {})))
-    return unescape(match.group(1)), unescape(match.group(2)), calls
+        try:
+            call = orjson.loads(unescape(body))
+        except orjson.JSONDecodeError as exc:
+            raise ShareGPTFormatError(f"a <tool_call> block is not JSON: {body[:80]!r}") from exc
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+            raise ShareGPTFormatError(f"a <tool_call> block has no name: {body[:80]!r}")
+        calls.append((call["name"], call.get("arguments", call.get("parameters", {}))))
+    return unescape(match.group(1) or ""), unescape(match.group(2)), calls
 
 
 def parse_tool_value(value: str) -> list[dict[str, Any]]:
     """The {tool_call_id, name, content} blocks of one tool turn."""
-    blocks = [orjson.loads(unescape(body)) for body in _RESPONSE.findall(value)]
+    try:
+        blocks = [orjson.loads(unescape(body)) for body in _RESPONSE.findall(value)]
+    except orjson.JSONDecodeError as exc:
+        raise ShareGPTFormatError(f"a <tool_response> block is not JSON: {exc}") from exc
+    if not all(isinstance(block, dict) for block in blocks):
+        raise ShareGPTFormatError("a <tool_response> block is not a JSON object")
     if not blocks and value:
         raise ShareGPTFormatError(f"tool turn without <tool_response> blocks: {value[:80]!r}")
     return blocks

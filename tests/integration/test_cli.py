@@ -225,3 +225,40 @@ def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:
     assert version.returncode == 2 and "lowercase letters" in version.stderr
     fmt = run(["export", "-f", "csv", "-o", str(tmp_path)], env)
     assert fmt.returncode == 2 and "csv" in fmt.stderr
+
+
+def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
+    topics: Topics, tmp_path: Path
+) -> None:
+    from tests.support.env_rl_fixture import write_run
+    from tests.unit.projections.test_importers import HERMES_ROW
+
+    env = {**topics.env(), "COLUMNS": "200"}
+    rows = tmp_path / "runs.jsonl"
+    rows.write_text(json.dumps(HERMES_ROW) + "\n{broken\n")
+    first = run(["import", "hermes", str(rows)], env)
+    assert first.returncode == 1 and "1 session(s) imported (10 events)" in first.stdout
+    assert "line 2" in first.stdout
+    again = run(["import", "hermes", str(rows)], env)  # the same bytes again: redeliveries
+    assert again.returncode == 1
+    verify = run(["verify"], env)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    tail = run(["tail", "--from-beginning", "--no-follow"], env)
+    assert "list files" in tail.stdout and "terminal" in tail.stdout
+
+    logs = write_run(tmp_path / "judge_logs")
+    imported = run(["import", "env-rl", str(logs)], env)
+    assert imported.returncode == 0, imported.stdout + imported.stderr
+    assert "env_rl chains verified" in imported.stdout
+    assert "where the rule engines disagree" in imported.stdout and "R2" in imported.stdout
+    assert "missing_decision" in imported.stdout
+    assert run(["verify"], env).returncode == 0
+    (logs / "decision_log.jsonl").write_text(
+        (logs / "decision_log.jsonl").read_text().replace("NaN", "nan")
+    )
+    broken = run(["import", "env-rl", str(logs)], env)
+    assert (
+        broken.returncode == 1
+        and "hash mismatch" in broken.stdout
+        and "not imported" in broken.stdout
+    )

@@ -1,0 +1,43 @@
+"""A session read from a foreign log, ready to be chained: events per stream, deterministic.
+
+Imports are deterministic (session id from the content, times from the log), so importing the
+same file twice writes byte-identical records: readers count the second copy as redeliveries,
+never as a fork.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolltape.schemas import GENESIS_HASH, seal
+
+
+@dataclass
+class ImportedSession:
+    session_id: str
+    events: list[tuple[str, str, int, dict[str, Any]]] = field(default_factory=list)
+    """(stream, type, ts_ns, payload) in chain order per stream."""
+
+    def add(self, stream: str, event_type: str, ts_ns: int, payload: dict[str, Any]) -> None:
+        self.events.append((stream, event_type, ts_ns, payload))
+
+    def sealed(self, producer: dict[str, str]) -> list[tuple[str, bytes]]:
+        """(stream, record bytes), each stream its own chain, in the order to send."""
+        heads: dict[str, tuple[int, str]] = {}
+        out = []
+        for stream, event_type, ts_ns, payload in self.events:
+            seq, prev = heads.get(stream, (0, GENESIS_HASH))
+            value, digest = seal(
+                stream=stream,
+                session_id=self.session_id,
+                seq=seq,
+                ts_ns=ts_ns,
+                type=event_type,
+                payload=payload,
+                prev_hash=prev,
+                producer=producer,
+            )
+            heads[stream] = (seq + 1, digest)
+            out.append((stream, value))
+        return out
