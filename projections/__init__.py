@@ -17,6 +17,7 @@ from rolltape.projections._export import (
 )
 from rolltape.projections._feed import FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold, tool_failed
+from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._records import checked_envelope
 from rolltape.projections._replay import (
     Conflict,
@@ -71,5 +72,7 @@ __all__ = [
     "render",
     "replay",
     "replay_order",
+    "run_projector",
     "tool_failed",
+    "trajectory_record",
 ]

@@ -62,7 +62,7 @@ def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict
     events: list[tuple[str, dict[str, Any]]] = [
         ("session_started", {"task": f"task of {sid}", "tools": _TOOLS, "model": "bench-model"})
     ]
-    rounds = max(1, (per_session - 3) // 4)
+    rounds = max(1, -(-(per_session - 3) // 4))  # at least per_session events
     for i in range(rounds):
         call = f"c{i}"
         events += [

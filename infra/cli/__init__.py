@@ -11,6 +11,7 @@ from rolltape.infra.cli import (
     export,
     importing,
     inspect,
+    project,
     replay,
     schemas,
     worker,
@@ -32,6 +33,7 @@ app.command()(demo.demo)
 app.command()(worker.worker)
 app.command()(export.export)
 app.command()(replay.replay)
+app.command()(project.project)
 
 
 def main() -> None:

@@ -128,3 +128,43 @@ def test_a_second_consumer_group_gets_its_own_copy(topics: Topics, tmp_path: Pat
     finally:
         worker.stop()
     assert first == second == {"g-0", "g-1"}
+
+
+def test_the_projector_publishes_each_decided_session_to_the_compacted_topic(
+    topics: Topics, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from rolltape.projections import Trajectory
+    from rolltape.schemas import Stream, decode
+    from tests.integration.workers import read_all, wait_for
+
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        record_group(rec, "p", (1.0, 0.0, 0.5))
+    worker = WorkerProcess(topics, tmp_path).start()
+    projector = subprocess.Popen(
+        [sys.executable, "-m", "rolltape.infra", "project"],
+        env=topics.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(topics, lambda rs: len(rs) >= 3, streams=(Stream.TRAJECTORIES,))
+    finally:
+        projector.send_signal(signal.SIGTERM)
+        _, err = projector.communicate(timeout=60)
+        worker.stop()
+    assert projector.returncode == 0, err
+    assert "published 3 trajectories" in err
+    by_key = {r.key: r for r in read_all(topics, (Stream.TRAJECTORIES,))}
+    assert set(by_key) == {b"p-0", b"p-1", b"p-2"}
+    for key, record in by_key.items():
+        trajectory = Trajectory.model_validate(decode(record.value))
+        assert trajectory.session_id.encode() == key and trajectory.accepted is True
+        assert dict(record.headers)["trajectory_id"] == trajectory.trajectory_id.encode()
+        assert trajectory.provenance["events"].count == 5

@@ -1,0 +1,45 @@
+"""`rolltape project`: publish folded trajectories to the compacted trajectories topic."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import signal
+from typing import Annotated
+
+import typer
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import err_console, settings, user_errors
+from rolltape.projections import run_projector
+from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
+
+
+def project(
+    judge_version: Annotated[
+        str, typer.Option(help="Fold with this version's verdicts and filter outcomes.")
+    ] = LIVE_JUDGE_VERSION,
+) -> None:
+    """Fold every session once the judge version has decided on it and publish the trajectory to
+    <prefix>.trajectories.v1 (compacted, keyed by session; `sid@V` for versions other than live).
+    Runs until Ctrl-C or SIGTERM; restarts resume where the projector's group left off."""
+    if not re.fullmatch(JUDGE_VERSION_PATTERN, judge_version):
+        raise typer.BadParameter(f"{judge_version!r} is not a judge version label")
+    with user_errors():
+        s = settings()
+        bootstrap = require_bootstrap(s)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        err_console.print(f"projecting judge version {judge_version} from {bootstrap}")
+        return await run_projector(
+            bootstrap, prefix=s.topic_prefix, judge_version=judge_version, stop=stop
+        )
+
+    published = asyncio.run(main())
+    err_console.print(f"published {published} trajectories")

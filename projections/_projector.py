@@ -1,0 +1,90 @@
+"""The projector: folded trajectories published to the compacted trajectories topic.
+
+Runs the live feed (so a trajectory is published once its session is decided by the judge
+version) and writes each trajectory, canonically encoded, keyed by session (`sid` for the live
+version, `sid@V` for version V): compaction keeps the latest trajectory per session and version,
+so the topic is a table of every decided session that any consumer can read from the start. The
+value's `trajectory_id` also travels as a header, for consumers that dedupe without parsing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
+
+from rolltape.projections._export import Selection
+from rolltape.projections._feed import TrajectoryFeed
+from rolltape.projections._trajectory import Trajectory
+from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, canonical_bytes, topic_name
+
+_log = logging.getLogger(__name__)
+
+
+def trajectory_record(trajectory: Trajectory) -> tuple[bytes, bytes]:
+    """(key, value) of a trajectory on the trajectories topic."""
+    key = trajectory.session_id
+    if trajectory.judge_version != LIVE_JUDGE_VERSION:
+        key += f"@{trajectory.judge_version}"
+    return key.encode(), canonical_bytes(trajectory.model_dump(mode="python"))
+
+
+async def run_projector(
+    bootstrap: str,
+    *,
+    prefix: str = "rolltape",
+    judge_version: str = LIVE_JUDGE_VERSION,
+    group_id: str | None = None,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Publish trajectories until `stop` is set; returns how many were published."""
+    selection = Selection(judge_version=judge_version, include_unfinished=True, include_broken=True)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        enable_idempotence=True,
+        acks="all",
+        max_request_size=4 * 1024 * 1024,
+    )
+    stop = stop or asyncio.Event()
+    published = 0
+    await producer.start()
+    try:
+        async with TrajectoryFeed(
+            bootstrap,
+            group_id=group_id or f"{prefix}-projector-{judge_version}",
+            prefix=prefix,
+            selection=selection,
+        ) as feed:
+            items = feed.__aiter__()
+            while not stop.is_set():
+                waiter = asyncio.ensure_future(items.__anext__())
+                stopper = asyncio.ensure_future(stop.wait())
+                done, _ = await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter not in done:
+                    waiter.cancel()
+                    stopper.cancel()
+                    break
+                stopper.cancel()
+                item = waiter.result()
+                key, value = trajectory_record(item.trajectory)
+                try:
+                    await producer.send_and_wait(
+                        topic_name(Stream.TRAJECTORIES, prefix),
+                        value,
+                        key=key,
+                        headers=[("trajectory_id", item.id.encode())],
+                    )
+                except MessageSizeTooLargeError:
+                    # The topic's max.message.bytes decides; the session stays exportable.
+                    _log.warning(
+                        "trajectory of %s is %d bytes, over the topic's limit: not published",
+                        item.trajectory.session_id,
+                        len(value),
+                    )
+                    continue
+                published += 1
+    finally:
+        await producer.stop()
+    return published
