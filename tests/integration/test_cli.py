@@ -205,6 +205,17 @@ def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -
     assert figures["faust_floor_events_per_s"] > 0 and figures["pure_core_events_per_s"] > 0
 
 
+def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
+    out = run(
+        ["bench", "replay", "--events", "2000", "--sessions", "20", "--passes", "1", "--json"],
+        topics.env(),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["events"] >= 2000 and figures["export_lines"] == 20
+    assert figures["raw_events_per_s"] > 0 and figures["pipeline_events_per_s"] > 0
+
+
 def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:
     env = dict(os.environ)
     both = run(
