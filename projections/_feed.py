@@ -129,10 +129,15 @@ class TrajectoryFeed:
         self._consumer.subscribe(self._topics, listener=_Revoked(self))
         return self
 
-    async def stop(self) -> None:
-        self._finish_in_hand()
+    async def stop(self, *, commit: bool = True) -> None:
+        """Leave the group. With `commit` (the default) the item in hand counts as processed and
+        the safe offsets are committed; without it nothing more is committed, as after a crash,
+        so the next consumer of the group gets every uncommitted session again."""
+        if commit:
+            self._finish_in_hand()
         try:
-            await self._commit()
+            if commit:
+                await self._commit()
         finally:
             await self._consumer.stop()
 

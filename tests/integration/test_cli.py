@@ -92,6 +92,20 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     files_a = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
     files_b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
     assert files_a == files_b and "sharegpt-00001.jsonl" in files_a
+    # A session with tool results and no token ids goes out through a local tokenizer.
+    from tests.support.tokenizer import build_chat_tokenizer
+
+    tok = build_chat_tokenizer(tmp_path / "tok")
+    atropos = run(
+        ["export", "-f", "atropos", "-o", str(tmp_path / "atr"), "-s", "demo-agent-*",
+         "--tokenizer", str(tok), "--score", "reward:answer_correct", "--keep-equal-scores"],
+        env,
+    )  # fmt: skip
+    assert atropos.returncode == 0, atropos.stdout + atropos.stderr
+    group = json.loads((tmp_path / "atr" / "atropos-00000.jsonl").read_text())
+    assert group["scores"] == [1.0] and any(m != -100 for m in group["masks"][0])
+    manifest = json.loads((tmp_path / "atr" / "manifest.json").read_text())
+    assert manifest["options"]["tokenizer"].startswith("tok@sha256:")
     tail = run(["tail", "--from-beginning", "--no-follow"], topics.env())
     assert tail.returncode == 0
     assert (

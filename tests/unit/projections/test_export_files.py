@@ -125,3 +125,21 @@ def test_an_existing_export_is_replaced_only_with_overwrite(tmp_path: Path) -> N
     (other / "notes.txt").write_text("mine")
     with pytest.raises(ExportError, match="not empty"):
         run_export(_collected(), ExportOptions(format="turns"), other)
+
+
+def test_sessions_and_time_windows_select_by_id_pattern_and_start_time(tmp_path: Path) -> None:
+    from tests.unit.projections.sessions import trajectories
+
+    starts = {sid: t.started_ns for sid, t in trajectories().items()}
+    by_pattern = run_export(
+        _collected(),
+        ExportOptions(format="openai", selection=Selection(sessions=("s-tok-*",))),
+        tmp_path / "p",
+    )
+    assert by_pattern.sessions_exported == 2 and by_pattern.skipped == {"session_not_selected": 2}
+    window = Selection(since_ns=starts["s-bad"], until_ns=starts["s-tok-b"])
+    by_time = run_export(
+        _collected(), ExportOptions(format="openai", selection=window), tmp_path / "t"
+    )
+    assert by_time.sessions_exported == 2  # s-bad and s-tok-a
+    assert by_time.skipped == {"before_since": 1, "after_until": 1}

@@ -114,3 +114,20 @@ def test_plans_append_new_outputs_count_reproduced_ones_and_refuse_to_rewrite() 
     longer = dict(everything)
     longer[("verdicts", "t-1")] = [*everything[("verdicts", "t-1")], b"more"]
     assert [c.session_id for c in plan_writes(result, longer).conflicts] == ["t-1"]
+
+
+def test_since_takes_whole_sessions_that_started_after_the_time() -> None:
+    from rolltape.infra.replay import sessions_since
+
+    records = _as_read(_recorded())
+    first_of = {}
+    for item in records:
+        first_of.setdefault(item.record.key, item.broker_ts_ms)
+    cut = first_of[b"s-tok-a"]
+    kept = sessions_since(records, cut)
+    assert {item.record.key for item in kept} == {k for k, t in first_of.items() if t >= cut}
+    assert all(
+        sum(1 for r in kept if r.record.key == key)
+        == sum(1 for r in records if r.record.key == key)
+        for key in {item.record.key for item in kept}
+    )
