@@ -17,15 +17,21 @@ from pydantic import BaseModel
 
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
-from rolltape.infra.worker import WorkerSetupError, judging_configs, processor_principal
+from rolltape.infra.worker import (
+    WorkerSetupError,
+    check_llm_judges,
+    judging_configs,
+    processor_principal,
+)
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
-from rolltape.processors.worker import software_version
+from rolltape.processors.worker import JudgeRunner, software_version
 from rolltape.projections import (
+    Replayer,
     ReplayRecord,
+    ReplayResult,
     WritePlan,
     plan_writes,
-    replay,
     replay_order,
 )
 from rolltape.schemas import (
@@ -41,23 +47,23 @@ from rolltape.schemas import (
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
     """The processor config of a judge version: rule set, filters and reward functions from the
     same settings the worker reads."""
-    if settings.llm_judges:
-        raise WorkerSetupError(
-            "replay does not run LLM judges yet; unset ROLLTAPE_LLM_JUDGES to replay the rule "
-            "engine, training judge, reward functions and filters"
-        )
     rules, filters = judging_configs(settings)
     try:
-        return ProcessorConfig(
+        config = ProcessorConfig(
             rules=rules,
             filters=filters,
             principal=processor_principal(settings),
             software_version=software_version(),
             rewards=settings.rewards,
+            llm_judges=settings.llm_judges,
             judge_version=judge_version,
         )
     except ValueError as exc:
-        raise WorkerSetupError(f"{exc} (ROLLTAPE_REWARDS / --judge-version)") from exc
+        raise WorkerSetupError(
+            f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES / --judge-version)"
+        ) from exc
+    check_llm_judges(settings.llm_judges, settings.models)
+    return config
 
 
 async def read_raw(
@@ -155,7 +161,37 @@ class ReplaySummary(BaseModel):
     written: int
     conflicts: list[dict[str, Any]]
     dead_letters: dict[str, int]
+    llm_requests: int
+    """LLM judge verdicts the replayed sessions call for."""
+    llm_adopted: int
+    """... of which the version already held (by event id): not asked again."""
+    llm_called: int
+    """... of which were asked of the models in this run."""
     seconds: float
+
+
+async def _run_llm_judges(
+    settings: Settings,
+    bootstrap: str,
+    replayer: Replayer,
+    result: ReplayResult,
+    held: dict[tuple[str, str], list[bytes]],
+) -> None:
+    """The LLM judges, as the worker runs them: each conversation recorded as an untrainable
+    session linked to the judged one; verdicts chained by the replayer."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
+    await producer.start()
+    try:
+        runner = JudgeRunner(
+            producer,
+            models=dict(settings.models),
+            topic_prefix=settings.topic_prefix,
+            results_topic="",
+            software_version=software_version(),
+        )
+        await replayer.judge(result, held, runner.judge)
+    finally:
+        await producer.stop()
 
 
 async def run_replay(
@@ -172,8 +208,14 @@ async def run_replay(
     raw = await read_raw(bootstrap, prefix, on_record)
     if since_ms is not None:
         raw = sessions_since(raw, since_ms)
-    result = replay(replay_order(raw), config)
+    replayer = Replayer(config)
+    result = replayer.run(replay_order(raw))
     held = await read_version(bootstrap, prefix, config.judge_version)
+    if result.requests:
+        if dry_run:
+            await replayer.judge(result, held, None)  # adopt what the version holds, ask nothing
+        else:
+            await _run_llm_judges(settings, bootstrap, replayer, result, held)
     plan = plan_writes(result, held)
     written = 0 if dry_run else await write_outputs(bootstrap, prefix, plan)
     return ReplaySummary(
@@ -191,5 +233,8 @@ async def run_replay(
             for c in plan.conflicts
         ],
         dead_letters=dict(sorted(result.dead_letters.items())),
+        llm_requests=sum(len(r.judges) for r in result.requests),
+        llm_adopted=result.llm_adopted,
+        llm_called=result.llm_called,
         seconds=round(time.perf_counter() - started, 3),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Mapping
 from pathlib import Path
 
 import orjson
@@ -13,7 +14,7 @@ from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_plain_topics_sync, ensure_topics_sync
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.filters import FilterConfig
-from rolltape.processors.judges import LLM_JUDGES
+from rolltape.processors.judges import LLM_JUDGES, ModelEndpoint
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
 from rolltape.schemas import Stream, topic_name
@@ -32,12 +33,13 @@ def _filters_from(path: Path) -> FilterConfig:
         raise WorkerSetupError(f"filter config {path} is invalid: {exc}") from exc
 
 
-def _check_llm_judges(config: WorkerConfig) -> None:
-    if not config.llm_judges:
+def check_llm_judges(llm_judges: tuple[str, ...], models: Mapping[str, ModelEndpoint]) -> None:
+    """LLM judges need the openai client and an endpoint for each logical model they name."""
+    if not llm_judges:
         return
     if importlib.util.find_spec("openai") is None:
         raise WorkerSetupError("LLM judges need the openai client: pip install 'rolltape[openai]'")
-    unbound = sorted({LLM_JUDGES[n].model for n in config.llm_judges} - set(config.models))
+    unbound = sorted({LLM_JUDGES[n].model for n in llm_judges} - set(models))
     if unbound:
         raise WorkerSetupError(
             f"no endpoint for the logical model(s) {', '.join(unbound)}; bind them in "
@@ -107,7 +109,7 @@ def worker_config(
         ProcessorConfig(rewards=config.rewards, llm_judges=config.llm_judges)
     except ValueError as exc:
         raise WorkerSetupError(f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES)") from exc
-    _check_llm_judges(config)
+    check_llm_judges(config.llm_judges, config.models)
     ensure_plain_topics_sync(
         bootstrap,
         [config.judge_requests_topic, config.judge_results_topic],

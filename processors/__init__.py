@@ -8,6 +8,8 @@ it against Kafka.
 from rolltape.processors._session import (
     DeadLetter,
     Emitted,
+    JudgeRequest,
+    JudgeResult,
     Output,
     ProcessorConfig,
     Requested,
@@ -19,6 +21,8 @@ from rolltape.processors._session import (
 __all__ = [
     "DeadLetter",
     "Emitted",
+    "JudgeRequest",
+    "JudgeResult",
     "Output",
     "ProcessorConfig",
     "Requested",

@@ -55,6 +55,7 @@ from rolltape.schemas import (
     Stream,
     Verdict,
     canonical_bytes,
+    decode,
     derived_event_id,
     seal,
     versioned_stream,
@@ -424,6 +425,28 @@ class SessionProcessor:
         )
         state.judged[result.judge] = emitted.event_id
         return [emitted]
+
+    def llm_verdict_id(self, session_id: str, judge_name: str, causes: tuple[str, ...]) -> str:
+        """The event id `judge_result` gives this judge's verdict on the session."""
+        spec = LLM_JUDGES.get(judge_name)
+        version = spec.version if spec else "unknown"
+        stream = versioned_stream(Stream.VERDICTS, self.config.judge_version)
+        return derived_event_id(stream, session_id, "verdict", version, causes, f"llm:{judge_name}")
+
+    def adopt_verdict(
+        self, state: SessionState, session_id: str, judge_name: str, value: bytes
+    ) -> Emitted | None:
+        """Take an LLM verdict an earlier run of this judge version already wrote as this run's
+        (LLM verdicts are not reproducible byte for byte; their ids are), so later outputs chain
+        on it. None when it does not sit at the chain's next seq."""
+        env = decode(value)
+        stream = versioned_stream(Stream.VERDICTS, self.config.judge_version)
+        seq, _ = state.outputs.get(stream, (0, GENESIS_HASH))
+        if env.get("stream") != stream or env.get("seq") != seq or judge_name in state.judged:
+            return None
+        state.outputs[stream] = [seq + 1, env["hash"]]
+        state.judged[judge_name] = env["event_id"]
+        return Emitted(stream, session_id, value, env["event_id"], "verdict")
 
     # -- output chains -----------------------------------------------------------------------------
     def _chain_broken(

@@ -21,6 +21,7 @@ from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._records import checked_envelope
 from rolltape.projections._replay import (
     Conflict,
+    Replayer,
     ReplayRecord,
     ReplayResult,
     WritePlan,
@@ -55,6 +56,7 @@ __all__ = [
     "Message",
     "ReplayRecord",
     "ReplayResult",
+    "Replayer",
     "RewardRecord",
     "Selection",
     "ToolCallRecord",

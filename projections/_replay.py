@@ -18,14 +18,17 @@ report names the first differing record. A changed rule set, filter or judge is 
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rolltape.processors import (
     DeadLetter,
     Emitted,
+    JudgeRequest,
+    JudgeResult,
     ProcessorConfig,
     Requested,
     SessionProcessor,
@@ -33,7 +36,7 @@ from rolltape.processors import (
     handle,
 )
 from rolltape.processors.audit import InputRecord
-from rolltape.schemas import Stream
+from rolltape.schemas import Stream, decode, versioned_stream
 
 
 @dataclass(frozen=True)
@@ -78,28 +81,93 @@ class ReplayResult:
     sessions: set[str] = field(default_factory=set)
     dead_letters: Counter[str] = field(default_factory=Counter)
     """Reasons of records the live worker dead-lettered too; replay does not write them again."""
-    judge_requests: int = 0
+    requests: list[JudgeRequest] = field(default_factory=list)
+    """Finished sessions the configured LLM judges are to judge (`Replayer.judge`)."""
+    llm_adopted: int = 0
+    """LLM verdicts the version already held (by event id): taken as they are, not asked again."""
+    llm_called: int = 0
+
+
+JudgeCall = Callable[[JudgeRequest, str], Awaitable[JudgeResult]]
+
+
+class Replayer:
+    """The processors' step over replayed records, then the LLM judges the step asked for.
+
+    LLM verdicts are not reproducible byte for byte; their event ids are. A verdict the judge
+    version already holds (same id) is adopted as it is, so a replay never asks a model again for
+    a verdict the version has, and later outputs chain on what the topic holds; only missing
+    verdicts are asked for.
+    """
+
+    def __init__(self, config: ProcessorConfig) -> None:
+        self.processor = SessionProcessor(config)
+        self.states: dict[str, SessionState] = {}
+        self._results_seen = 0
+
+    def run(self, records: Sequence[InputRecord]) -> ReplayResult:
+        result = ReplayResult()
+        chains: dict[tuple[str, str], list[Emitted]] = defaultdict(list)
+        for record in records:
+            sid, outputs = handle(self.processor, self.states, record)
+            if sid is not None:
+                result.sessions.add(sid)
+            for output in outputs:
+                if isinstance(output, Emitted):
+                    chains[(output.stream, output.session_id)].append(output)
+                elif isinstance(output, DeadLetter):
+                    result.dead_letters[output.reason] += 1
+                elif isinstance(output, Requested):
+                    result.requests.append(JudgeRequest.model_validate(decode(output.value)))
+        result.chains = dict(chains)
+        return result
+
+    async def judge(
+        self,
+        result: ReplayResult,
+        held: Mapping[tuple[str, str], Sequence[bytes]],
+        call: JudgeCall | None,
+    ) -> None:
+        """Adopt held LLM verdicts, ask `call` for the missing ones (concurrently; None: adopt
+        only, as a dry run does), and chain them in a fixed order: sessions by id, judges in the
+        configured order."""
+        stream = versioned_stream(Stream.VERDICTS, self.processor.config.judge_version)
+        pending: list[tuple[JudgeRequest, str]] = []
+        for request in sorted(result.requests, key=lambda r: r.session_id):
+            sid = request.session_id
+            state = self.states[sid]
+            wanted = {
+                self.processor.llm_verdict_id(sid, name, request.causes): name
+                for name in request.judges
+            }
+            for value in held.get((stream, sid), ()):
+                name = wanted.get(decode(value).get("event_id", ""))
+                if name is None:
+                    continue
+                adopted = self.processor.adopt_verdict(state, sid, name, value)
+                if adopted is not None:
+                    result.chains.setdefault((stream, sid), []).append(adopted)
+                    result.llm_adopted += 1
+            pending += [(request, name) for name in request.judges if name not in state.judged]
+        if call is None:
+            return
+        answers = await asyncio.gather(*(call(request, name) for request, name in pending))
+        result.llm_called += len(answers)
+        for (request, _), answer in zip(pending, answers, strict=True):
+            self._results_seen += 1
+            key = request.session_id.encode()
+            record = InputRecord(
+                "judge_results", "replay.judge-results", 0, self._results_seen, key, b""
+            )
+            state = self.states[request.session_id]
+            for output in self.processor.judge_result(state, record, answer):
+                if isinstance(output, Emitted):
+                    result.chains.setdefault((output.stream, output.session_id), []).append(output)
 
 
 def replay(records: Sequence[InputRecord], config: ProcessorConfig) -> ReplayResult:
-    """Run the processor step over records in `replay_order`."""
-    processor = SessionProcessor(config)
-    states: dict[str, SessionState] = {}
-    result = ReplayResult()
-    chains: dict[tuple[str, str], list[Emitted]] = defaultdict(list)
-    for record in records:
-        sid, outputs = handle(processor, states, record)
-        if sid is not None:
-            result.sessions.add(sid)
-        for output in outputs:
-            if isinstance(output, Emitted):
-                chains[(output.stream, output.session_id)].append(output)
-            elif isinstance(output, DeadLetter):
-                result.dead_letters[output.reason] += 1
-            elif isinstance(output, Requested):
-                result.judge_requests += 1
-    result.chains = dict(chains)
-    return result
+    """Run the processor step over records in `replay_order` (LLM judges are `Replayer.judge`)."""
+    return Replayer(config).run(records)
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,11 @@ def replay(
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="Compute and compare, write nothing.")] = False,
 ) -> None:
-    """Re-run the rule engine, training judge, reward functions and filters over the raw topics
-    with the rule set, filters and rewards of the current settings (ROLLTAPE_RULES_FILE,
-    ROLLTAPE_FILTERS_FILE, ROLLTAPE_REWARDS), under --judge-version.
+    """Re-run the rule engine, training judge, reward functions, LLM judges and filters over the
+    raw topics with the configuration of the current settings (ROLLTAPE_RULES_FILE,
+    ROLLTAPE_FILTERS_FILE, ROLLTAPE_REWARDS, ROLLTAPE_LLM_JUDGES, ROLLTAPE_MODELS), under
+    --judge-version. LLM verdicts the version already holds are kept (a model is not asked again);
+    missing ones are asked for.
 
     A version's chains are never rewritten: outputs already there byte for byte are counted as
     reproduced, new ones are appended, and sessions whose recomputed outputs differ from what the
@@ -96,6 +98,11 @@ def replay(
         f"{summary.written} written{' (dry run: none written)' if dry_run else ''}, "
         f"{len(summary.conflicts)} session(s) in conflict"
     )
+    if summary.llm_requests:
+        console.print(
+            f"  LLM verdicts: {summary.llm_adopted} held (not asked again), "
+            f"{summary.llm_called} asked" + (" (dry run: none asked)" if dry_run else "")
+        )
     for conflict in summary.conflicts[:20]:
         console.print(
             f"  [red]conflict[/red] {conflict['session_id']} {conflict['stream']} seq "

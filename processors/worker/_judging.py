@@ -71,7 +71,7 @@ class JudgeRunner:
 
     async def handle(self, requests: list[JudgeRequest]) -> None:
         jobs = [(r, name) for r in requests for name in r.judges]
-        results = await asyncio.gather(*(self._judge(r, name) for r, name in jobs))
+        results = await asyncio.gather(*(self.judge(r, name) for r, name in jobs))
         futures = []
         for request, result in zip((r for r, _ in jobs), results, strict=True):
             value = canonical_bytes(result.model_dump(mode="python"))
@@ -80,7 +80,9 @@ class JudgeRunner:
             )
         await asyncio.gather(*futures)
 
-    async def _judge(self, request: JudgeRequest, name: str) -> JudgeResult:
+    async def judge(self, request: JudgeRequest, name: str) -> JudgeResult:
+        """Run one LLM judge on one request; its conversation is recorded as a session of its
+        own. Never raises for a judge's failure: that is an error verdict."""
         judge = LLM_JUDGES.get(name)
         if judge is None:
             verdict = Verdict(

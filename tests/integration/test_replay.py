@@ -132,3 +132,75 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
     assert manifest["sessions_exported"] == 1 and manifest["skipped"]["not_accepted"] == 1
     side = json.loads((tmp_path / "v2" / "sharegpt-00000.provenance.jsonl").read_text())
     assert set(side["sessions"][0]["chains"]) == {"events", "filtered@v2", "verdicts@v2"}
+
+
+def test_replay__llm_judges_keep_held_verdicts_and_judge_anew_under_a_new_version(
+    topics: Topics, tmp_path: Path
+) -> None:
+    from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
+
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        for sid, answer in (("right", "4"), ("wrong", "5")):
+            with rec.session("2+2", session_id=sid) as s:
+                s.turn("user", "2+2?")
+                s.turn("assistant", answer)
+                s.reward(1.0 if answer == "4" else 0.0)
+    with OpenAICompatibleServer(grade_by_answer) as server:
+        judged = {
+            "ROLLTAPE_LLM_JUDGES": '["answer_quality"]',
+            "ROLLTAPE_MODELS": json.dumps({"grader": {"base_url": server.base_url, "model": "g"}}),
+        }
+        worker = WorkerProcess(topics, tmp_path, **judged).start()
+        try:
+            wait_for(
+                topics,
+                lambda rs: (
+                    len([p for p in payloads(rs, "verdict") if p["judge"] == "llm:answer_quality"])
+                    == 2
+                ),
+                worker=worker,
+            )
+        finally:
+            worker.stop()
+        asked_live = len(server.requests)
+        live = by_chain(topics)
+        env = {**topics.env(), **judged, "COLUMNS": "200"}
+
+        same = cli(["replay", "--judge-version", "live"], env)
+        assert same.returncode == 0, same.stdout + same.stderr
+        assert "LLM verdicts: 2 held (not asked again), 0 asked" in same.stdout
+        assert len(server.requests) == asked_live and by_chain(topics) == live
+
+        v2 = cli(["replay", "--judge-version", "v2"], env)
+        assert v2.returncode == 0, v2.stdout + v2.stderr
+        assert "LLM verdicts: 0 held (not asked again), 2 asked" in v2.stdout
+        assert len(server.requests) == asked_live + 2
+        after = by_chain(topics)
+        scores = {
+            sid: decode(after[("verdicts@v2", sid)][-1])["payload"]["scores"]["score"]
+            for sid in ("right", "wrong")
+        }
+        assert scores == {"right": 1.0, "wrong": 0.0}
+
+        # The first v2 run recorded its two judge conversations as sessions: the next run finds
+        # them new and writes their filter outcomes (not trainable), asks no model, changes
+        # nothing already written; the run after that has nothing left to do.
+        again = cli(["replay", "--judge-version", "v2"], env)
+        assert again.returncode == 0 and "2 written" in again.stdout
+        assert "LLM verdicts: 2 held (not asked again), 0 asked" in again.stdout
+        grown = by_chain(topics)
+        assert {k: v for k, v in grown.items() if k in after} == after
+        assert {k for k in grown if k not in after} == {
+            ("filtered@v2", sid) for _, sid in grown if sid.startswith("judge.")
+        } - {k for k in after}
+        third = cli(["replay", "--judge-version", "v2"], env)
+        assert third.returncode == 0 and ", 0 written" in third.stdout
+        assert len(server.requests) == asked_live + 2
+    everything = read_all(topics, (Stream.EVENTS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED))
+    assert all(report.ok for report in chain_reports(everything))
+    judge_sessions = {
+        decode(r.value)["session_id"] for r in everything if r.stream == Stream.EVENTS
+    }
+    assert sum(1 for sid in judge_sessions if sid.startswith("judge.answer_quality.")) == 4

@@ -63,6 +63,8 @@ def test_public_api__is_pinned() -> None:
     assert set(rolltape.processors.__all__) == {
         "DeadLetter",
         "Emitted",
+        "JudgeRequest",
+        "JudgeResult",
         "Output",
         "ProcessorConfig",
         "Requested",
