@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
+from rolltape.infra.producing import chain_producer
 from rolltape.infra.settings import Settings
 from rolltape.infra.worker import judging_configs
 from rolltape.processors import ProcessorConfig
@@ -29,13 +28,7 @@ async def send_sessions(
     bootstrap: str, prefix: str, sessions: list[ImportedSession], producer: dict[str, str]
 ) -> int:
     """Send every session's chains (idempotent, acks=all); returns the records sent."""
-    sender = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        enable_idempotence=True,
-        acks="all",
-        linger_ms=10,
-        max_request_size=4 * 1024 * 1024,
-    )
+    sender = chain_producer(bootstrap)
     await sender.start()
     sent = 0
     try:

@@ -12,9 +12,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
+from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
 from rolltape.infra.worker import (
@@ -125,13 +125,7 @@ async def write_outputs(bootstrap: str, prefix: str, plan: WritePlan) -> int:
     """Send the planned outputs (idempotent, acks=all; one session's chain stays in order)."""
     if not plan.writes:
         return 0
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        enable_idempotence=True,
-        acks="all",
-        linger_ms=5,
-        max_request_size=4 * 1024 * 1024,
-    )
+    producer = chain_producer(bootstrap)
     await producer.start()
     try:
         futures = [
@@ -179,7 +173,7 @@ async def _run_llm_judges(
 ) -> None:
     """The LLM judges, as the worker runs them: each conversation recorded as an untrainable
     session linked to the judged one; verdicts chained by the replayer."""
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=True, acks="all")
+    producer = chain_producer(bootstrap)
     await producer.start()
     try:
         runner = JudgeRunner(

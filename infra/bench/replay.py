@@ -24,9 +24,9 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
+from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import delete_prefixed_topics, ensure_topics_sync
@@ -87,14 +87,7 @@ def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict
 
 async def _write_load(bootstrap: str, prefix: str, events: int, sessions: int) -> int:
     topic = topic_name(Stream.EVENTS, prefix)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        enable_idempotence=True,
-        acks="all",
-        linger_ms=20,
-        max_batch_size=512 * 1024,
-        max_request_size=2 * 1024 * 1024,
-    )
+    producer = chain_producer(bootstrap, linger_ms=20, max_batch_size=512 * 1024)
     await producer.start()
     written = 0
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import typer
@@ -11,7 +12,7 @@ from rich.console import Console
 from rolltape.infra.broker import BrokerError
 from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError
-from rolltape.schemas import SchemaError
+from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -29,3 +30,14 @@ def user_errors() -> Iterator[None]:
     except (BrokerError, RecorderError, SchemaError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
+
+
+def check_judge_version(label: str) -> str:
+    """A --judge-version value, or a usage error that says what a label may hold."""
+    if not re.fullmatch(JUDGE_VERSION_PATTERN, label):
+        raise typer.BadParameter(
+            f"{label!r}: a judge version is 1-40 lowercase letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+            param_hint="--judge-version",
+        )
+    return label

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -14,10 +13,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rolltape.infra.broker import require_bootstrap
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import (
+    check_judge_version,
+    console,
+    err_console,
+    settings,
+    user_errors,
+)
 from rolltape.infra.export import ExportError, collect, open_tokenizer, run_export
 from rolltape.projections import ExportOptions, Format, Selection
-from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION
 
 
 def parse_time(text: str | None, option: str) -> int | None:
@@ -84,12 +89,7 @@ def export(
     """
     if accepted_only and rejected_only:
         raise typer.BadParameter("choose one of --accepted-only and --rejected-only")
-    if not re.fullmatch(JUDGE_VERSION_PATTERN, judge_version):
-        raise typer.BadParameter(
-            f"{judge_version!r}: a judge version is 1-40 lowercase letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit",
-            param_hint="--judge-version",
-        )
+    check_judge_version(judge_version)
     with user_errors():
         try:
             options = ExportOptions(

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import signal
 from typing import Annotated
 
 import typer
 
 from rolltape.infra.broker import require_bootstrap
-from rolltape.infra.cli._common import err_console, settings, user_errors
+from rolltape.infra.cli._common import check_judge_version, err_console, settings, user_errors
 from rolltape.projections import run_projector
-from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION
 
 
 def project(
@@ -24,8 +23,7 @@ def project(
     """Fold every session once the judge version has decided on it and publish the trajectory to
     <prefix>.trajectories.v1 (compacted, keyed by session; `sid@V` for versions other than live).
     Runs until Ctrl-C or SIGTERM; restarts resume where the projector's group left off."""
-    if not re.fullmatch(JUDGE_VERSION_PATTERN, judge_version):
-        raise typer.BadParameter(f"{judge_version!r} is not a judge version label")
+    check_judge_version(judge_version)
     with user_errors():
         s = settings()
         bootstrap = require_bootstrap(s)

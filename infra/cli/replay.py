@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Annotated
 
 import typer
@@ -11,11 +10,16 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from rolltape.infra.broker import require_bootstrap
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import (
+    check_judge_version,
+    console,
+    err_console,
+    settings,
+    user_errors,
+)
 from rolltape.infra.cli.export import parse_time
 from rolltape.infra.replay import replay_config, run_replay
 from rolltape.infra.worker import WorkerSetupError
-from rolltape.schemas import JUDGE_VERSION_PATTERN
 
 
 def replay(
@@ -50,12 +54,7 @@ def replay(
     """
     if since is not None and from_beginning:
         raise typer.BadParameter("choose one of --since and --from-beginning")
-    if not re.fullmatch(JUDGE_VERSION_PATTERN, judge_version):
-        raise typer.BadParameter(
-            f"{judge_version!r}: a judge version is 1-40 lowercase letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit",
-            param_hint="--judge-version",
-        )
+    check_judge_version(judge_version)
     since_ns = parse_time(since, "--since")
     with user_errors():
         s = settings()

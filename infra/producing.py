@@ -1,0 +1,24 @@
+"""The one way infra's commands write records: idempotent, acknowledged by all replicas.
+
+Replay, imports and the benchmarks append to chains; a lost or duplicated-out-of-order record
+would break one, so every writer here is idempotent with acks=all (the recorder's sender has its
+own, tuned for the agent's hot path).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+
+def chain_producer(bootstrap: str, **overrides: Any) -> AIOKafkaProducer:
+    settings: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "enable_idempotence": True,
+        "acks": "all",
+        "linger_ms": 5,
+        "max_request_size": 4 * 1024 * 1024,
+    }
+    settings.update(overrides)
+    return AIOKafkaProducer(**settings)
