@@ -184,28 +184,28 @@ class TrajectoryFeed:
         if sid in self._done:
             return  # a late verdict or a redelivery of a session already decided
         env, problem = checked_envelope(value)
-        session = self._open.get(sid)
-        if session is None:
-            session = self._open[sid] = _Open()
-        session.offsets[tp] = min(session.offsets.get(tp, offset), offset)
         if env is None:
             self.skipped[f"{problem}_record"] += 1
             return
         stream = env["stream"]
+        if stream not in (Stream.EVENTS.value, self._verdicts, self._filtered):
+            return  # another judge version's chain: never holds this feed's commits back
+        session = self._open.get(sid)
+        if session is None:
+            session = self._open[sid] = _Open()
+        session.offsets[tp] = min(session.offsets.get(tp, offset), offset)
         if stream == Stream.EVENTS.value:
             session.events.append(env)
             if env["type"] == "session_started":
                 session.kind = env["payload"].get("kind", "agent")
             elif env["type"] == "session_ended":
                 session.ended = True
-        elif stream in (self._verdicts, self._filtered):
+        else:
             session.derived.append(env)
             if env["type"] == "filter_outcome":
                 session.filtered = True
             elif env["type"] == "verdict":
                 session.judges.add(str(env["payload"].get("judge")))
-        else:
-            return
         self._maybe_ready(sid, session)
 
     def _maybe_ready(self, sid: str, session: _Open) -> None:
