@@ -105,14 +105,15 @@ class TrajectoryFeed:
         self._topics = [
             topic_name(s, prefix) for s in (Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED)
         ]
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest" if from_beginning else "latest",
-            partition_assignment_strategy=(RangePartitionAssignor,),
-            fetch_max_wait_ms=100,
-        )
+        self._consumer_settings: dict[str, Any] = {
+            "bootstrap_servers": bootstrap,
+            "group_id": group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest" if from_beginning else "latest",
+            "partition_assignment_strategy": (RangePartitionAssignor,),
+            "fetch_max_wait_ms": 100,
+        }
+        self._consumer_instance: AIOKafkaConsumer | None = None
         self._open: dict[str, _Open] = {}
         self._done: OrderedDict[str, None] = OrderedDict()
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
@@ -124,7 +125,15 @@ class TrajectoryFeed:
         self.skipped: dict[str, int] = defaultdict(int)
         """Sessions decided on but not handed out, by reason (selection, unreadable records)."""
 
+    @property
+    def _consumer(self) -> AIOKafkaConsumer:
+        if self._consumer_instance is None:
+            raise RuntimeError("the feed is not started: use `async with TrajectoryFeed(...)`")
+        return self._consumer_instance
+
     async def start(self) -> Self:
+        # Made here, inside the running loop, not in __init__ (aiokafka binds to the loop).
+        self._consumer_instance = AIOKafkaConsumer(**self._consumer_settings)
         await self._consumer.start()
         self._consumer.subscribe(self._topics, listener=_Revoked(self))
         return self

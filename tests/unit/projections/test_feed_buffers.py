@@ -1,0 +1,45 @@
+"""The feed's bookkeeping without a broker: which records open a session buffer (and so hold
+their partition's commits back) and when a session is handed out."""
+
+from aiokafka import TopicPartition
+
+from rolltape.processors import Emitted, ProcessorConfig
+from rolltape.projections import TrajectoryFeed
+from rolltape.schemas import decode
+from tests.unit.processors.scripted import Tape, run
+from tests.unit.projections.sessions import CONFIG, record_sessions
+
+
+def _feed() -> TrajectoryFeed:
+    return TrajectoryFeed("127.0.0.1:9", group_id="g")  # never started: nothing connects
+
+
+def test_only_the_chosen_versions_chains_open_session_buffers_and_decided_sessions_are_ready() -> (
+    None
+):
+    tape = Tape()
+    records = record_sessions(tape)
+    outputs, _ = run(records, CONFIG)
+    feed = _feed()
+    events, derived = TopicPartition("e", 0), TopicPartition("d", 0)
+    v9, _ = run(records, ProcessorConfig(rewards=CONFIG.rewards, judge_version="v9"))
+    for offset, output in enumerate(o for o in v9 if isinstance(o, Emitted)):
+        feed._add(derived, offset, output.session_id.encode(), output.value)
+    assert feed._open == {}  # another version's chains never hold this feed's commits back
+    tampered = outputs[0].value.replace(b'"stream":"', b'"stream":"x', 1)  # type: ignore[union-attr]
+    feed._add(derived, 50, b"s-good", tampered)
+    assert feed._open == {} and feed.skipped["tampered_record"] == 1
+    for offset, record in enumerate(
+        r for r in records if decode(r.value)["session_id"] == "s-good"
+    ):
+        feed._add(events, offset, record.key, record.value)
+    assert feed._ready.empty() and feed._open["s-good"].offsets == {events: 0}
+    for offset, output in enumerate(
+        o for o in outputs if isinstance(o, Emitted) and o.session_id == "s-good"
+    ):
+        feed._add(derived, 100 + offset, output.session_id.encode(), output.value)
+    assert feed._ready.qsize() == 1
+    sid, trajectory = feed._ready.get_nowait()
+    assert sid == "s-good" and trajectory.accepted is True
+    feed._add(derived, 500, b"s-good", outputs[0].value)  # a late copy: ignored, no new buffer
+    assert feed._ready.empty()
