@@ -16,13 +16,14 @@ a crash or a rebalance re-reads every unfinished session whole. Items already ha
 dropped by trajectory id within the process (a bounded window); a restarted consumer can hand an
 item out again, with the same id, for the pipeline to drop.
 
-Not handled yet: a session that never ends (or is never judged) stays buffered and holds its
-partition's commits back.
+A session that never ends (or is never judged) stays buffered and holds its partition's commits
+back, unless `abandon_after_s` lets the feed give it up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator
@@ -38,6 +39,8 @@ from rolltape.projections._records import checked_envelope
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import openai_row, sharegpt_row, trl_row, turn_lines
 from rolltape.schemas import Stream, topic_name, versioned_stream
+
+_log = logging.getLogger(__name__)
 
 _ROWS = {
     "sharegpt": lambda t: [sharegpt_row(t)],
@@ -67,6 +70,10 @@ class _Open:
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     """The first offset of this session on each partition it was read from."""
     ended: bool = False
+    decided: bool = False
+    """Folded and queued to be handed out (never abandoned)."""
+    last_seen: float = 0.0
+    """Monotonic time of the session's latest record (for `abandon_after_s`)."""
     kind: str | None = None
     filtered: bool = False
     judges: set[str] = field(default_factory=set)
@@ -96,7 +103,12 @@ class TrajectoryFeed:
         from_beginning: bool = True,
         commit_interval_s: float = 1.0,
         dedupe_window: int = 100_000,
+        abandon_after_s: float | None = None,
     ) -> None:
+        """`abandon_after_s`: a session not decided and silent this long is dropped from the
+        buffer (counted in `skipped["abandoned"]`) so it stops holding its partition's commits
+        back; its later records are ignored. None (the default) waits forever: nothing is lost,
+        but a session that never ends holds commits until a restart."""
         self.selection = selection or Selection()
         self.wait_for = set(wait_for)
         version = self.selection.judge_version
@@ -118,6 +130,7 @@ class TrajectoryFeed:
         self._done: OrderedDict[str, None] = OrderedDict()
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
         self._window = dedupe_window
+        self._abandon_after_s = abandon_after_s
         self._ready: asyncio.Queue[tuple[str, Trajectory]] = asyncio.Queue()
         self._in_hand: str | None = None
         self._commit_every = commit_interval_s
@@ -203,6 +216,7 @@ class TrajectoryFeed:
         if session is None:
             session = self._open[sid] = _Open()
         session.offsets[tp] = min(session.offsets.get(tp, offset), offset)
+        session.last_seen = time.monotonic()
         if stream == Stream.EVENTS.value:
             session.events.append(env)
             if env["type"] == "session_started":
@@ -242,12 +256,26 @@ class TrajectoryFeed:
             self._open.pop(sid, None)
             return
         self._remember(self._seen_ids, trajectory.trajectory_id)
+        session.decided = True
         self._ready.put_nowait((sid, trajectory))
+
+    def _abandon_idle(self, now: float) -> None:
+        if self._abandon_after_s is None:
+            return
+        for sid, session in list(self._open.items()):
+            if not session.decided and now - session.last_seen > self._abandon_after_s:
+                del self._open[sid]
+                self._remember(self._done, sid)
+                self.skipped["abandoned"] += 1
+                _log.warning(
+                    "session %s undecided for %.0f s: abandoned", sid, now - session.last_seen
+                )
 
     async def _commit(self) -> None:
         """Commit, per partition, the first offset still needed by an open session (or the
         position when none is)."""
         self._last_commit = time.monotonic()
+        self._abandon_idle(self._last_commit)
         assignment = self._consumer.assignment()
         if not assignment:
             return

@@ -43,3 +43,24 @@ def test_only_the_chosen_versions_chains_open_session_buffers_and_decided_sessio
     assert sid == "s-good" and trajectory.accepted is True
     feed._add(derived, 500, b"s-good", outputs[0].value)  # a late copy: ignored, no new buffer
     assert feed._ready.empty()
+
+
+def test_an_undecided_session_is_abandoned_only_when_asked_and_decided_ones_never() -> None:
+    tape = Tape()
+    records = record_sessions(tape)
+    outputs, _ = run(records, CONFIG)
+    events = TopicPartition("e", 0)
+    patient, impatient = _feed(), TrajectoryFeed("127.0.0.1:9", group_id="g", abandon_after_s=5)
+    for feed in (patient, impatient):
+        for offset, record in enumerate(records):
+            if decode(record.value)["session_id"] in ("s-good", "s-bad"):
+                feed._add(events, offset, record.key, record.value)
+        for output in outputs:  # s-good is decided, s-bad never gets its filter outcome here
+            if isinstance(output, Emitted) and output.session_id == "s-good":
+                feed._add(TopicPartition("d", 0), 0, b"s-good", output.value)
+        far_future = feed._open["s-bad"].last_seen + 60
+        feed._abandon_idle(far_future)
+    assert set(patient._open) == {"s-good", "s-bad"}
+    assert set(impatient._open) == {"s-good"} and impatient.skipped["abandoned"] == 1
+    impatient._add(events, 999, b"s-bad", records[-1].value)  # later records are ignored
+    assert "s-bad" not in impatient._open
