@@ -112,3 +112,17 @@ def recorded() -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
 def trajectories() -> dict[str, Trajectory]:
     events, derived = recorded()
     return {sid: fold(envs, derived) for sid, envs in events.items()}
+
+
+def conversation(messages: list[Any]) -> Trajectory:
+    """A bare finished trajectory around hand-built messages (exporter and compression tests)."""
+    return Trajectory(
+        trajectory_id="x",
+        session_id="s",
+        judge_version="live",
+        kind="agent",
+        task="t",
+        started_ns=0,
+        status="completed",
+        messages=tuple(messages),
+    )

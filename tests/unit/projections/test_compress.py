@@ -1,5 +1,6 @@
 from rolltape.projections import Message, ToolCallRecord, ToolOutcome, Trajectory
 from rolltape.projections.exporters import compress, estimate_tokens, trajectory_tokens
+from tests.unit.projections.sessions import conversation
 
 
 def _long_session() -> Trajectory:
@@ -31,16 +32,7 @@ def _long_session() -> Trajectory:
             role="assistant", content="the final answer", reasoning="why", ts_ns=0, event_hash="h"
         )
     )
-    return Trajectory(
-        trajectory_id="x",
-        session_id="s",
-        judge_version="live",
-        kind="agent",
-        task="t",
-        started_ns=0,
-        status="completed",
-        messages=tuple(messages),
-    )
+    return conversation(messages)
 
 
 def test_compression_keeps_task_calls_with_results_and_the_outcome() -> None:

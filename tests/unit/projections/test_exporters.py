@@ -21,7 +21,7 @@ from rolltape.projections.exporters import (
     unescape,
 )
 from tests.support.golden import assert_golden
-from tests.unit.projections.sessions import HOSTILE, trajectories
+from tests.unit.projections.sessions import HOSTILE, conversation, trajectories
 
 atropos_server = pytest.importorskip("atroposlib.api.server")
 
@@ -223,16 +223,7 @@ def test_any_conversation_round_trips_through_sharegpt(
                 event_hash="h",
             )
         )
-    trajectory = Trajectory(
-        trajectory_id="x",
-        session_id="s",
-        judge_version="live",
-        kind="agent",
-        task="t",
-        started_ns=0,
-        status="completed",
-        messages=tuple(messages),
-    )
+    trajectory = conversation(messages)
     assert _parsed_back(trajectory) == _expected(trajectory)
 
 
