@@ -6,7 +6,7 @@ processor's committed offsets, and a scan has a natural end, the end offsets tak
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -28,6 +28,14 @@ async def _partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]
         if t["error_code"] == 0
         for p in sorted(t["partitions"], key=lambda p: p["partition"])
     ]
+
+
+async def partition_counts(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+    """topic -> number of partitions, for the topics that exist."""
+    counts: dict[str, int] = {}
+    for tp in await _partitions(bootstrap, list(topics)):
+        counts[tp.topic] = counts.get(tp.topic, 0) + 1
+    return counts
 
 
 @dataclass(frozen=True)
@@ -54,10 +62,13 @@ async def read_records(
     from_beginning: bool = True,
     follow: bool = False,
     bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
+    partitions: Collection[int] | None = None,
 ) -> AsyncIterator[RawRecord]:
     """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start.
     `bounds`, when given, is filled with topic -> partition -> (start, end) offsets of the scan
-    before the first record (progress bars, manifests)."""
+    before the first record (progress bars, manifests). `partitions` limits the scan to those
+    partition numbers of every topic (a session's records share one, when the topics have the
+    same partition count)."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -67,20 +78,22 @@ async def read_records(
     await consumer.start()
     try:
         topics = [topic_name(s, prefix) for s in streams]
-        partitions = await _partitions(bootstrap, topics)
-        if not partitions:
+        assigned = await _partitions(bootstrap, topics)
+        if partitions is not None:
+            assigned = [tp for tp in assigned if tp.partition in partitions]
+        if not assigned:
             return
-        consumer.assign(partitions)
+        consumer.assign(assigned)
         if from_beginning:
-            await consumer.seek_to_beginning(*partitions)
+            await consumer.seek_to_beginning(*assigned)
         else:
-            await consumer.seek_to_end(*partitions)
-        ends = await consumer.end_offsets(partitions)
+            await consumer.seek_to_end(*assigned)
+        ends = await consumer.end_offsets(assigned)
         if bounds is not None:
-            for tp in partitions:
+            for tp in assigned:
                 start = await consumer.position(tp)
                 bounds.setdefault(tp.topic, {})[tp.partition] = (start, ends[tp])
-        remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
+        remaining = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
         while follow or remaining:
             batch = await consumer.getmany(timeout_ms=200, max_records=5000)
             for tp, messages in batch.items():

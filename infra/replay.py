@@ -8,14 +8,14 @@ writes Kafka and builds the processor config from settings, like the worker does
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pydantic import BaseModel
 
 from rolltape.infra.producing import chain_producer
-from rolltape.infra.readback import read_records
+from rolltape.infra.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
 from rolltape.infra.worker import (
     WorkerSetupError,
@@ -27,6 +27,7 @@ from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker import JudgeRunner, software_version
 from rolltape.projections import (
+    Conflict,
     Replayer,
     ReplayRecord,
     ReplayResult,
@@ -67,11 +68,17 @@ def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
 
 
 async def read_raw(
-    bootstrap: str, prefix: str, on_record: Callable[[int], None] | None = None
+    bootstrap: str,
+    prefix: str,
+    on_record: Callable[[int], None] | None = None,
+    partitions: Collection[int] | None = None,
 ) -> list[ReplayRecord]:
-    """Every record of the events and metrics topics up to their current ends."""
+    """Every record of the events and metrics topics (or of those partitions) up to their
+    current ends."""
     records = []
-    async for raw in read_records(bootstrap, [Stream.EVENTS, Stream.METRICS], prefix=prefix):
+    async for raw in read_records(
+        bootstrap, [Stream.EVENTS, Stream.METRICS], prefix=prefix, partitions=partitions
+    ):
         records.append(
             ReplayRecord(
                 InputRecord(
@@ -96,13 +103,15 @@ def sessions_since(records: list[ReplayRecord], since_ms: int) -> list[ReplayRec
 
 
 async def read_version(
-    bootstrap: str, prefix: str, judge_version: str
+    bootstrap: str, prefix: str, judge_version: str, partitions: Collection[int] | None = None
 ) -> dict[tuple[str, str], list[bytes]]:
     """What the judge version's chains hold: (chain, session) -> record bytes by seq, up to the
     first missing seq (copies of one seq are redeliveries: the first is kept)."""
     wanted = {versioned_stream(s, judge_version) for s in DERIVED_STREAMS}
     by_seq: dict[tuple[str, str], dict[int, bytes]] = defaultdict(dict)
-    async for raw in read_records(bootstrap, list(DERIVED_STREAMS), prefix=prefix):
+    async for raw in read_records(
+        bootstrap, list(DERIVED_STREAMS), prefix=prefix, partitions=partitions
+    ):
         try:
             env = decode(raw.value)
         except ValueError:
@@ -188,6 +197,18 @@ async def _run_llm_judges(
         await producer.stop()
 
 
+async def replay_slices(bootstrap: str, prefix: str) -> list[frozenset[int] | None]:
+    """The partition numbers to replay one at a time, or [None] (everything at once) when the
+    raw and derived topics do not all have the same partition count (then a session's records
+    may sit on different partition numbers)."""
+    streams = [Stream.EVENTS, Stream.METRICS, *DERIVED_STREAMS]
+    counts = await partition_counts(bootstrap, [topic_name(s, prefix) for s in streams])
+    values = set(counts.values())
+    if len(counts) != len(streams) or len(values) != 1:
+        return [None]
+    return [frozenset({p}) for p in range(values.pop())]
+
+
 async def run_replay(
     settings: Settings,
     bootstrap: str,
@@ -199,36 +220,68 @@ async def run_replay(
 ) -> ReplaySummary:
     started = time.perf_counter()
     prefix = settings.topic_prefix
-    raw = await read_raw(bootstrap, prefix, on_record)
-    if since_ms is not None:
-        raw = sessions_since(raw, since_ms)
-    replayer = Replayer(config)
-    result = replayer.run(replay_order(raw))
-    held = await read_version(bootstrap, prefix, config.judge_version)
-    if result.requests:
-        if dry_run:
-            await replayer.judge(result, held, None)  # adopt what the version holds, ask nothing
-        else:
-            await _run_llm_judges(settings, bootstrap, replayer, result, held)
-    plan = plan_writes(result, held)
-    written = 0 if dry_run else await write_outputs(bootstrap, prefix, plan)
+    totals: dict[str, Any] = {
+        "records": 0,
+        "sessions": 0,
+        "outputs": 0,
+        "reproduced": 0,
+        "written": 0,
+        "llm_requests": 0,
+        "llm_adopted": 0,
+        "llm_called": 0,
+    }
+    conflicts: list[Conflict] = []
+    dead_letters: Counter[str] = Counter()
+    seen = 0
+
+    def progress(count: int) -> None:
+        if on_record is not None:
+            on_record(seen + count)
+
+    # One partition number at a time: a session's raw records and outputs all sit on it, so
+    # memory is bounded by the largest partition, not by the topic.
+    for part in await replay_slices(bootstrap, prefix):
+        raw = await read_raw(bootstrap, prefix, progress, part)
+        seen += len(raw)
+        if since_ms is not None:
+            raw = sessions_since(raw, since_ms)
+        replayer = Replayer(config)
+        result = replayer.run(replay_order(raw))
+        held = await read_version(bootstrap, prefix, config.judge_version, part)
+        if result.requests:
+            if dry_run:
+                await replayer.judge(result, held, None)  # adopt what V holds, ask nothing
+            else:
+                await _run_llm_judges(settings, bootstrap, replayer, result, held)
+        plan = plan_writes(result, held)
+        written = 0 if dry_run else await write_outputs(bootstrap, prefix, plan)
+        totals["records"] += len(raw)
+        totals["sessions"] += len(result.sessions)
+        totals["outputs"] += sum(len(chain) for chain in result.chains.values())
+        totals["reproduced"] += plan.reproduced
+        totals["written"] += written
+        totals["llm_requests"] += sum(len(r.judges) for r in result.requests)
+        totals["llm_adopted"] += result.llm_adopted
+        totals["llm_called"] += result.llm_called
+        conflicts += plan.conflicts
+        dead_letters.update(result.dead_letters)
     return ReplaySummary(
         judge_version=config.judge_version,
         rules=config.rules.label,
         filters=config.filters.label,
         rewards=config.rewards,
-        records_read=len(raw),
-        sessions=len(result.sessions),
-        outputs=sum(len(chain) for chain in result.chains.values()),
-        reproduced=plan.reproduced,
-        written=written,
+        records_read=totals["records"],
+        sessions=totals["sessions"],
+        outputs=totals["outputs"],
+        reproduced=totals["reproduced"],
+        written=totals["written"],
         conflicts=[
             {"session_id": c.session_id, "stream": c.stream, "seq": c.seq, "detail": c.detail}
-            for c in plan.conflicts
+            for c in sorted(conflicts, key=lambda c: c.session_id)
         ],
-        dead_letters=dict(sorted(result.dead_letters.items())),
-        llm_requests=sum(len(r.judges) for r in result.requests),
-        llm_adopted=result.llm_adopted,
-        llm_called=result.llm_called,
+        dead_letters=dict(sorted(dead_letters.items())),
+        llm_requests=totals["llm_requests"],
+        llm_adopted=totals["llm_adopted"],
+        llm_called=totals["llm_called"],
         seconds=round(time.perf_counter() - started, 3),
     )
