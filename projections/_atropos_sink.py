@@ -1,8 +1,10 @@
 """A sink that pushes judged trajectories to an Atropos API server as ScoredDataGroups.
 
     sink = AtroposSink("http://trainer:8000", group_size=8, tokenizer=tok)
-    async for item in feed:
-        await sink.add(item.trajectory)
+    async with TrajectoryFeed(..., auto_ack=False) as feed:
+        async for item in feed:
+            for settled in await sink.add(item.trajectory):
+                feed.ack(settled)              # committed only once its group was sent
     await sink.close()
 
 Trajectories are grouped by `group_id` (a session without one is its own group); a group is sent
@@ -53,19 +55,22 @@ class AtroposSink:
         self.retries = retries
         self._waiting: dict[str, list[Trajectory]] = {}
         self._queued: list[dict[str, Any]] = []
+        self._queued_members: list[Trajectory] = []
+        """Trajectories whose groups are queued or were left out, not yet settled."""
         self.sent_groups = 0
         self.skipped: Counter[str] = Counter()
         """Sessions left out of groups, by reason (no_score, equal_scores, needs_tokenizer...)."""
 
-    async def add(self, trajectory: Trajectory) -> int:
-        """Take one trajectory; returns how many groups were sent because of it."""
+    async def add(self, trajectory: Trajectory) -> list[Trajectory]:
+        """Take one trajectory; returns the trajectories settled because of it (their group was
+        sent, or they were left out), which a feed may now acknowledge. The rest wait."""
         key = trajectory.group_id or trajectory.session_id
         members = self._waiting.setdefault(key, [])
         if any(m.trajectory_id == trajectory.trajectory_id for m in members):
-            return 0  # the feed delivered it again
+            return []  # the feed delivered it again
         members.append(trajectory)
         if len(members) < self.group_size:
-            return 0
+            return []
         del self._waiting[key]
         export = atropos_groups(
             members, self.tokenizer, score=self.score, keep_equal_scores=self.keep_equal_scores
@@ -73,14 +78,16 @@ class AtroposSink:
         for _, reason, _ in export.skipped:
             self.skipped[reason] += 1
         self._queued.extend(line for _, _, line in export.groups)
-        if len(self._queued) >= self.batch_groups:
+        self._queued_members.extend(members)
+        if len(self._queued) >= self.batch_groups or not self._queued:
             return await self.flush()
-        return 0
+        return []
 
-    async def flush(self) -> int:
-        """Send every queued group; returns how many were sent."""
+    async def flush(self) -> list[Trajectory]:
+        """Send every queued group; returns the trajectories settled."""
         if not self._queued:
-            return 0
+            settled, self._queued_members = self._queued_members, []
+            return settled
         body = list(self._queued)
         delay = 0.5
         for attempt in range(self.retries + 1):
@@ -92,7 +99,8 @@ class AtroposSink:
                 if response.status_code < 300:
                     self._queued.clear()
                     self.sent_groups += len(body)
-                    return len(body)
+                    settled, self._queued_members = self._queued_members, []
+                    return settled
                 error = f"HTTP {response.status_code}: {response.text[:300]}"
                 if response.status_code < 500:
                     break  # the server refused the groups: retrying will not change that
@@ -106,8 +114,9 @@ class AtroposSink:
         """Groups still short of `group_size`: group key -> sessions arrived."""
         return {key: len(members) for key, members in self._waiting.items()}
 
-    async def close(self) -> None:
+    async def close(self) -> list[Trajectory]:
+        """Send what is queued (groups still short of `group_size` stay unsent) and close."""
         try:
-            await self.flush()
+            return await self.flush()
         finally:
             await self._client.aclose()

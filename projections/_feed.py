@@ -104,11 +104,16 @@ class TrajectoryFeed:
         commit_interval_s: float = 1.0,
         dedupe_window: int = 100_000,
         abandon_after_s: float | None = None,
+        auto_ack: bool = True,
     ) -> None:
         """`abandon_after_s`: a session not decided and silent this long is dropped from the
         buffer (counted in `skipped["abandoned"]`) so it stops holding its partition's commits
         back; its later records are ignored. None (the default) waits forever: nothing is lost,
-        but a session that never ends holds commits until a restart."""
+        but a session that never ends holds commits until a restart.
+
+        `auto_ack`: an item counts as processed when the next one is asked for. Pipelines that
+        hold items longer (a sink filling groups) pass False and call `ack` when an item's work
+        is durable; unacknowledged items hold commits back and come again after a restart."""
         self.selection = selection or Selection()
         self.wait_for = set(wait_for)
         version = self.selection.judge_version
@@ -131,6 +136,7 @@ class TrajectoryFeed:
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
         self._window = dedupe_window
         self._abandon_after_s = abandon_after_s
+        self._auto_ack = auto_ack
         self._ready: asyncio.Queue[tuple[str, Trajectory]] = asyncio.Queue()
         self._in_hand: str | None = None
         self._commit_every = commit_interval_s
@@ -155,7 +161,7 @@ class TrajectoryFeed:
         """Leave the group. With `commit` (the default) the item in hand counts as processed and
         the safe offsets are committed; without it nothing more is committed, as after a crash,
         so the next consumer of the group gets every uncommitted session again."""
-        if commit:
+        if commit and self._auto_ack:
             self._finish_in_hand()
         try:
             if commit:
@@ -172,8 +178,14 @@ class TrajectoryFeed:
     def __aiter__(self) -> AsyncIterator[FeedItem]:
         return self
 
+    def ack(self, item: FeedItem | Trajectory) -> None:
+        """Mark an item processed: its records no longer hold commits back."""
+        trajectory = item.trajectory if isinstance(item, FeedItem) else item
+        self._open.pop(trajectory.session_id, None)
+
     async def __anext__(self) -> FeedItem:
-        self._finish_in_hand()
+        if self._auto_ack:
+            self._finish_in_hand()
         while self._ready.empty():
             await self._poll()
         sid, trajectory = self._ready.get_nowait()

@@ -9,6 +9,7 @@ from rolltape.infra.cli import (
     broker,
     demo,
     export,
+    feed,
     importing,
     inspect,
     project,
@@ -27,6 +28,7 @@ app.add_typer(broker.app, name="broker")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
+app.add_typer(feed.app, name="feed")
 app.command()(inspect.tail)
 app.command()(inspect.verify)
 app.command()(demo.demo)

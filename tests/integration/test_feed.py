@@ -207,3 +207,73 @@ def test_sessions_not_processed_before_a_crash_are_delivered_again_with_the_same
     assert first[1] in rest  # in hand at the crash: delivered again, with the same trajectory id
     assert len(rest) in (3, 4) and len(set(rest)) == len(rest)
     assert sorted(set(sessions)) == ["c-0", "c-1", "c-2", "c-3"]
+
+
+def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_next_run(
+    topics: Topics, tmp_path: Path
+) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.support.atropos_server import AtroposServer
+
+    with Recorder(
+        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    ) as rec:
+        record_group(rec, "f", (1.0, 0.0))
+        record_group(rec, "lonely", (1.0,))
+    worker = WorkerProcess(topics, tmp_path).start()
+
+    def feed(server: AtroposServer, *extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rolltape.infra",
+                "feed",
+                "atropos",
+                "--url",
+                server.url,
+                *extra,
+            ],
+            env=topics.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def latest(server: AtroposServer, sequences: int, timeout_s: float = 60) -> dict:  # type: ignore[type-arg]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            group = httpx.get(f"{server.url}/latest_example", timeout=5).json()
+            if len(group.get("tokens") or ()) == sequences:
+                return group  # type: ignore[no-any-return]
+            time.sleep(0.5)
+        raise AssertionError("the group never reached the Atropos server")
+
+    def stop(process: subprocess.Popen[str]) -> str:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+        assert process.returncode == 0, err
+        return err
+
+    try:
+        with AtroposServer() as server:
+            server.register_trainer(batch_size=2)
+            first = feed(server, "--group-size", "2")
+            group = latest(server, 2)
+            assert group["scores"] == [1.0, 0.0] and group["tokens"][1] == [11, 12, 21, 31, 2]
+            time.sleep(2)  # let the feed commit what it acknowledged
+            assert "sent 1 group(s)" in stop(first)
+            # "lonely" never filled a group of 2: it was not acknowledged, so it comes again.
+            second = feed(server, "--group-size", "1", "--keep-equal-scores")
+            lonely = latest(server, 1)
+            assert lonely["scores"] == [1.0] and lonely["tokens"] == [[11, 12, 20, 30, 2]]
+            time.sleep(2)
+            assert "sent 1 group(s)" in stop(second)  # f-0 and f-1 were not sent again
+    finally:
+        worker.stop()

@@ -1,0 +1,108 @@
+"""`rolltape feed atropos`: push judged sessions to an Atropos API server as they are decided."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import check_judge_version, err_console, settings, user_errors
+from rolltape.infra.export import ExportError, open_tokenizer
+from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
+from rolltape.schemas import LIVE_JUDGE_VERSION
+
+app = typer.Typer(help="Stream judged sessions to training pipelines.", no_args_is_help=True)
+
+
+@app.command()
+def atropos(
+    url: Annotated[str, typer.Option(help="The Atropos API server, e.g. http://host:8000.")],
+    group_size: Annotated[
+        int, typer.Option(min=1, help="Sessions per group (the env's group_size).")
+    ],
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
+    ] = None,
+    score: Annotated[
+        str, typer.Option(help="reward, reward:NAME or verdict:JUDGE:KEY.")
+    ] = "reward",
+    keep_equal_scores: Annotated[
+        bool, typer.Option(help="Send groups whose scores are all equal.")
+    ] = False,
+    accepted_only: Annotated[
+        bool, typer.Option("--accepted-only", help="Only accepted sessions.")
+    ] = False,
+    judge_version: Annotated[str, typer.Option(help="Whose verdicts to use.")] = LIVE_JUDGE_VERSION,
+    group_id: Annotated[str, typer.Option(help="The feed's consumer group.")] = "rolltape-atropos",
+    batch_groups: Annotated[int, typer.Option(min=1, help="Groups per POST.")] = 1,
+) -> None:
+    """Follow the topics and POST ScoredDataGroups to /scored_data_list as groups fill up (at
+    least once: a restart resumes from the group's committed offsets). Ctrl-C or SIGTERM stops."""
+    check_judge_version(judge_version)
+    with user_errors():
+        try:
+            chat_tokenizer, _ = open_tokenizer(tokenizer)
+        except ExportError as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+        s = settings()
+        bootstrap = require_bootstrap(s)
+    selection = Selection(
+        judge_version=judge_version, accepted="accepted" if accepted_only else "any"
+    )
+
+    async def main() -> tuple[int, dict[str, int]]:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        sink = AtroposSink(
+            url,
+            group_size=group_size,
+            tokenizer=chat_tokenizer,
+            score=score,
+            keep_equal_scores=keep_equal_scores,
+            batch_groups=batch_groups,
+        )
+        async with TrajectoryFeed(
+            bootstrap,
+            group_id=group_id,
+            prefix=s.topic_prefix,
+            selection=selection,
+            auto_ack=False,  # a session is processed once its group reached the server
+        ) as feed:
+            err_console.print(f"feeding {url} from {bootstrap} (judge version {judge_version})")
+            items = feed.__aiter__()
+            try:
+                while not stop.is_set():
+                    waiter = asyncio.ensure_future(items.__anext__())
+                    stopper = asyncio.ensure_future(stop.wait())
+                    done, _ = await asyncio.wait(
+                        {waiter, stopper}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    stopper.cancel()
+                    if waiter not in done:
+                        waiter.cancel()
+                        break
+                    for settled in await sink.add(waiter.result().trajectory):
+                        feed.ack(settled)
+            finally:
+                for settled in await sink.close():
+                    feed.ack(settled)
+        return sink.sent_groups, dict(sink.skipped)
+
+    try:
+        sent, skipped = asyncio.run(main())
+    except AtroposSinkError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}; restart to resume")
+        raise typer.Exit(1) from exc
+    reasons = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items())) or "none"
+    err_console.print(f"sent {sent} group(s); sessions left out: {reasons}")
