@@ -192,6 +192,19 @@ class TrajectoryFeed:
         self._in_hand = sid
         return FeedItem(trajectory)
 
+    async def until(self, stop: asyncio.Event) -> AsyncIterator[FeedItem]:
+        """The items, until `stop` is set (a signal handler's event): a wait for the next item
+        is cancelled, not finished, when the stop comes first."""
+        while not stop.is_set():
+            waiter = asyncio.ensure_future(self.__anext__())
+            stopper = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
+            if waiter not in done:
+                waiter.cancel()
+                return
+            yield waiter.result()
+
     # -- internals ---------------------------------------------------------------------------------
     def _remember(self, seen: OrderedDict[str, None], key: str) -> None:
         seen[key] = None

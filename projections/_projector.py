@@ -57,17 +57,7 @@ async def run_projector(
             prefix=prefix,
             selection=selection,
         ) as feed:
-            items = feed.__aiter__()
-            while not stop.is_set():
-                waiter = asyncio.ensure_future(items.__anext__())
-                stopper = asyncio.ensure_future(stop.wait())
-                done, _ = await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                if waiter not in done:
-                    waiter.cancel()
-                    stopper.cancel()
-                    break
-                stopper.cancel()
-                item = waiter.result()
+            async for item in feed.until(stop):
                 key, value = trajectory_record(item.trajectory)
                 try:
                     await producer.send_and_wait(

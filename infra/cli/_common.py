@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
+import signal
 from collections.abc import Iterator
 
 import typer
@@ -41,3 +43,14 @@ def check_judge_version(label: str) -> str:
             param_hint="--judge-version",
         )
     return label
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event that Ctrl-C or SIGTERM sets (call inside the running loop): long-running
+    commands stop cleanly, committing what they finished."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop

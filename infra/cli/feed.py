@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +10,13 @@ import typer
 from rich.markup import escape
 
 from rolltape.infra.broker import require_bootstrap
-from rolltape.infra.cli._common import check_judge_version, err_console, settings, user_errors
+from rolltape.infra.cli._common import (
+    check_judge_version,
+    err_console,
+    settings,
+    stop_on_signals,
+    user_errors,
+)
 from rolltape.infra.export import ExportError, open_tokenizer
 from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
 from rolltape.schemas import LIVE_JUDGE_VERSION
@@ -59,11 +63,7 @@ def atropos(
     )
 
     async def main() -> tuple[int, dict[str, int]]:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         sink = AtroposSink(
             url,
             group_size=group_size,
@@ -80,19 +80,9 @@ def atropos(
             auto_ack=False,  # a session is processed once its group reached the server
         ) as feed:
             err_console.print(f"feeding {url} from {bootstrap} (judge version {judge_version})")
-            items = feed.__aiter__()
             try:
-                while not stop.is_set():
-                    waiter = asyncio.ensure_future(items.__anext__())
-                    stopper = asyncio.ensure_future(stop.wait())
-                    done, _ = await asyncio.wait(
-                        {waiter, stopper}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    stopper.cancel()
-                    if waiter not in done:
-                        waiter.cancel()
-                        break
-                    for settled in await sink.add(waiter.result().trajectory):
+                async for item in feed.until(stop):
+                    for settled in await sink.add(item.trajectory):
                         feed.ack(settled)
             finally:
                 for settled in await sink.close():

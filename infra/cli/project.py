@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import signal
 from typing import Annotated
 
 import typer
 
 from rolltape.infra.broker import require_bootstrap
-from rolltape.infra.cli._common import check_judge_version, err_console, settings, user_errors
+from rolltape.infra.cli._common import (
+    check_judge_version,
+    err_console,
+    settings,
+    stop_on_signals,
+    user_errors,
+)
 from rolltape.projections import run_projector
 from rolltape.schemas import LIVE_JUDGE_VERSION
 
@@ -29,11 +33,7 @@ def project(
         bootstrap = require_bootstrap(s)
 
     async def main() -> int:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError):
-                loop.add_signal_handler(sig, stop.set)
+        stop = stop_on_signals()
         err_console.print(f"projecting judge version {judge_version} from {bootstrap}")
         return await run_projector(
             bootstrap, prefix=s.topic_prefix, judge_version=judge_version, stop=stop
