@@ -29,10 +29,7 @@ from rolltape.projections.exporters import (
     compress,
     estimate_tokens,
     jsonl_line,
-    openai_row,
-    sharegpt_row,
-    trl_row,
-    turn_lines,
+    session_rows,
 )
 from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
 
@@ -226,15 +223,7 @@ def render(
     known_tools = sorted({tool.name for t, _ in chosen for tool in t.tools})
     for trajectory, report in chosen:
         source = _source(trajectory, report)
-        rows: Sequence[dict[str, Any]]
-        if options.format == "sharegpt":
-            rows = [sharegpt_row(trajectory, known_tools)]
-        elif options.format == "openai":
-            rows = [openai_row(trajectory)]
-        elif options.format == "trl":
-            rows = [trl_row(trajectory)]
-        else:
-            rows = turn_lines(trajectory)
+        rows = session_rows(options.format, trajectory, known_tools)
         if not rows:
             out.skipped["no_assistant_turns"] += 1
             continue

@@ -37,17 +37,10 @@ from rolltape.projections._export import Selection
 from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._records import checked_envelope
 from rolltape.projections._trajectory import Trajectory
-from rolltape.projections.exporters import openai_row, sharegpt_row, trl_row, turn_lines
+from rolltape.projections.exporters import session_rows
 from rolltape.schemas import Stream, topic_name, versioned_stream
 
 _log = logging.getLogger(__name__)
-
-_ROWS = {
-    "sharegpt": lambda t: [sharegpt_row(t)],
-    "openai": lambda t: [openai_row(t)],
-    "trl": lambda t: [trl_row(t)],
-    "turns": turn_lines,
-}
 
 
 @dataclass(frozen=True)
@@ -60,7 +53,7 @@ class FeedItem:
 
     def rows(self, format: str = "sharegpt") -> list[dict[str, Any]]:
         """The trajectory in an export format (sharegpt, openai, trl, turns)."""
-        return _ROWS[format](self.trajectory)
+        return session_rows(format, self.trajectory)
 
 
 @dataclass

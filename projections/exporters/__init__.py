@@ -4,6 +4,10 @@ Each module documents its format with an example line; `FORMATS` names what `rol
 offers.
 """
 
+from collections.abc import Iterable
+from typing import Any
+
+from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters._atropos import (
     IGNORE,
     AtroposExport,
@@ -41,6 +45,23 @@ from rolltape.projections.exporters._turns import turn_lines
 #: (turns: per assistant turn).
 FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl")
 
+
+def session_rows(
+    format: str, trajectory: Trajectory, known_tools: Iterable[str] = ()
+) -> list[dict[str, Any]]:
+    """The lines of one trajectory in a per-session format (sharegpt, openai, trl, turns);
+    atropos is per group (`atropos_groups`). `known_tools`: ShareGPT's zero-filled tool stats."""
+    if format == "sharegpt":
+        return [sharegpt_row(trajectory, known_tools)]
+    if format == "openai":
+        return [openai_row(trajectory)]
+    if format == "trl":
+        return [trl_row(trajectory)]
+    if format == "turns":
+        return turn_lines(trajectory)
+    raise ValueError(f"{format!r} is not a per-session format; use sharegpt, openai, trl or turns")
+
+
 __all__ = [
     "FORMATS",
     "IGNORE",
@@ -65,6 +86,7 @@ __all__ = [
     "parse_sharegpt_row",
     "parse_system_value",
     "parse_tool_value",
+    "session_rows",
     "sharegpt_row",
     "tokens_and_masks",
     "tools_json",
