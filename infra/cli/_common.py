@@ -7,6 +7,8 @@ import contextlib
 import re
 import signal
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -15,6 +17,18 @@ from rolltape.infra.broker import BrokerError
 from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError
 from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
+
+#: Options the Atropos paths share (`export -f atropos`, `feed atropos`).
+TokenizerOption = Annotated[
+    Path | None,
+    typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
+]
+ScoreOption = Annotated[
+    str, typer.Option(help="Atropos score: reward, reward:NAME or verdict:JUDGE:KEY.")
+]
+KeepEqualScoresOption = Annotated[
+    bool, typer.Option(help="Atropos: keep groups whose scores are all equal.")
+]
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)

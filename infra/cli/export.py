@@ -14,6 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import (
+    KeepEqualScoresOption,
+    ScoreOption,
+    TokenizerOption,
     check_judge_version,
     console,
     err_console,
@@ -69,16 +72,9 @@ def export(
     token_budget: Annotated[
         int | None, typer.Option(min=1, help="Compress trajectories to this many tokens.")
     ] = None,
-    tokenizer: Annotated[
-        Path | None,
-        typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
-    ] = None,
-    score: Annotated[
-        str, typer.Option(help="Atropos score: reward, reward:NAME or verdict:JUDGE:KEY.")
-    ] = "reward",
-    keep_equal_scores: Annotated[
-        bool, typer.Option(help="Atropos: keep groups whose scores are all equal.")
-    ] = False,
+    tokenizer: TokenizerOption = None,
+    score: ScoreOption = "reward",
+    keep_equal_scores: KeepEqualScoresOption = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an export already in --out.")] = False,
 ) -> None:
     """Write training data: ShareGPT, Atropos groups, per-turn traces, OpenAI or TRL chat JSONL.

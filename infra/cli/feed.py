@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,6 +10,9 @@ from rich.markup import escape
 
 from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import (
+    KeepEqualScoresOption,
+    ScoreOption,
+    TokenizerOption,
     check_judge_version,
     err_console,
     settings,
@@ -30,16 +32,9 @@ def atropos(
     group_size: Annotated[
         int, typer.Option(min=1, help="Sessions per group (the env's group_size).")
     ],
-    tokenizer: Annotated[
-        Path | None,
-        typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
-    ] = None,
-    score: Annotated[
-        str, typer.Option(help="reward, reward:NAME or verdict:JUDGE:KEY.")
-    ] = "reward",
-    keep_equal_scores: Annotated[
-        bool, typer.Option(help="Send groups whose scores are all equal.")
-    ] = False,
+    tokenizer: TokenizerOption = None,
+    score: ScoreOption = "reward",
+    keep_equal_scores: KeepEqualScoresOption = False,
     accepted_only: Annotated[
         bool, typer.Option("--accepted-only", help="Only accepted sessions.")
     ] = False,
