@@ -227,6 +227,13 @@ class SessionState:
         )
 
 
+def _llm_judge_version(name: str, reported: str) -> str:
+    """The version an LLM judge's verdict is chained under: the registered judge's, else what
+    its verdict reported (a judge no longer registered here)."""
+    spec = LLM_JUDGES.get(name)
+    return spec.version if spec else reported
+
+
 class SessionProcessor:
     """The pure per-session step; one instance serves every session of a worker."""
 
@@ -410,8 +417,7 @@ class SessionProcessor:
         state.last_offsets[record.topic] = record.offset
         if result.judge in state.judged:
             return []  # the judge ran twice (its agent restarted): the first verdict stands
-        judge_spec = LLM_JUDGES.get(result.judge)
-        version = judge_spec.version if judge_spec else result.verdict.judge_version
+        version = _llm_judge_version(result.judge, result.verdict.judge_version)
         emitted = self._emit_for(
             state,
             result.session_id,
@@ -428,8 +434,7 @@ class SessionProcessor:
 
     def llm_verdict_id(self, session_id: str, judge_name: str, causes: tuple[str, ...]) -> str:
         """The event id `judge_result` gives this judge's verdict on the session."""
-        spec = LLM_JUDGES.get(judge_name)
-        version = spec.version if spec else "unknown"
+        version = _llm_judge_version(judge_name, "unknown")
         stream = versioned_stream(Stream.VERDICTS, self.config.judge_version)
         return derived_event_id(stream, session_id, "verdict", version, causes, f"llm:{judge_name}")
 
