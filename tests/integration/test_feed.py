@@ -27,6 +27,12 @@ def record_group(rec: Recorder, group: str, rewards: tuple[float, ...]) -> None:
             s.reward(reward)
 
 
+def record_groups(topics: Topics, spool: Path, groups: dict[str, tuple[float, ...]]) -> None:
+    with Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=spool) as rec:
+        for group, rewards in groups.items():
+            record_group(rec, group, rewards)
+
+
 async def take(feed: TrajectoryFeed, count: int, timeout_s: float = 60) -> list[FeedItem]:
     items: list[FeedItem] = []
 
@@ -79,10 +85,7 @@ def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
         ) as again:
             assert await nothing_more(again)
             # ...and a session judged later arrives alone.
-            with Recorder(
-                topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "s2"
-            ) as rec:
-                record_group(rec, "q3", (1.0,))
+            record_groups(topics, tmp_path / "s2", {"q3": (1.0,)})
             late = await take(again, 1)
             assert [i.trajectory.session_id for i in late] == ["q3-0"]
         return items, sink
@@ -108,10 +111,7 @@ def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
 
 
 def test_a_second_consumer_group_gets_its_own_copy(topics: Topics, tmp_path: Path) -> None:
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
-        record_group(rec, "g", (1.0, 0.5))
+    record_groups(topics, tmp_path / "spool", {"g": (1.0, 0.5)})
     worker = WorkerProcess(topics, tmp_path).start()
 
     async def two_groups() -> tuple[set[str], set[str]]:
@@ -141,10 +141,7 @@ def test_the_projector_publishes_each_decided_session_to_the_compacted_topic(
     from rolltape.schemas import Stream, decode
     from tests.integration.workers import read_all, wait_for
 
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
-        record_group(rec, "p", (1.0, 0.0, 0.5))
+    record_groups(topics, tmp_path / "spool", {"p": (1.0, 0.0, 0.5)})
     worker = WorkerProcess(topics, tmp_path).start()
     projector = subprocess.Popen(
         [sys.executable, "-m", "rolltape.infra", "project"],
@@ -173,10 +170,7 @@ def test_the_projector_publishes_each_decided_session_to_the_compacted_topic(
 def test_sessions_not_processed_before_a_crash_are_delivered_again_with_the_same_ids(
     topics: Topics, tmp_path: Path
 ) -> None:
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
-        record_group(rec, "c", (1.0, 0.5, 0.25, 0.0))
+    record_groups(topics, tmp_path / "spool", {"c": (1.0, 0.5, 0.25, 0.0)})
     worker = WorkerProcess(topics, tmp_path).start()
 
     async def crash_then_resume() -> tuple[list[str], list[str], list[str]]:
@@ -221,11 +215,7 @@ def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_ne
 
     from tests.support.atropos_server import AtroposServer
 
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
-        record_group(rec, "f", (1.0, 0.0))
-        record_group(rec, "lonely", (1.0,))
+    record_groups(topics, tmp_path / "spool", {"f": (1.0, 0.0), "lonely": (1.0,)})
     worker = WorkerProcess(topics, tmp_path).start()
 
     def feed(server: AtroposServer, *extra: str) -> subprocess.Popen[str]:
