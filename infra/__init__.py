@@ -28,4 +28,16 @@ def open_recorder(settings: Settings | None = None, **overrides: Any) -> Recorde
     return Recorder(bootstrap, **kwargs)
 
 
-__all__ = ["Settings", "open_recorder"]
+def open_monitor_recorder(settings: Settings | None = None, **overrides: Any) -> Recorder:
+    """The training monitor's own recorder: the monitor principal (ROLLTAPE_MONITOR_PRINCIPAL)
+    and a spool folder of its own, so its records never travel under the agent's identity."""
+    settings = settings or Settings()
+    kwargs: dict[str, Any] = {
+        "principal": settings.monitor_principal,
+        "spool_dir": settings.resolved_spool_dir() / "monitor",
+    }
+    kwargs.update(overrides)
+    return open_recorder(settings, **kwargs)
+
+
+__all__ = ["Settings", "open_monitor_recorder", "open_recorder"]

@@ -1,20 +1,16 @@
-"""The main job: record agent sessions and a short training run, run the processors over them,
-verify every chain and show what the processors concluded.
+"""The main job: record agent sessions and monitored training runs, run the processors over
+them, verify every chain and show what the processors concluded.
 
-The agent's tool is real (a safe arithmetic evaluator); the training run is real too: SGD on a
-small linear-regression problem in plain Python, so the recorded losses are measured, not made up.
+The agent's tool is real (a safe arithmetic evaluator); the training runs are real too: two
+attempts of the decision harness (scripted playbook policy) training the reference CNN on
+scikit-learn's digits under the training monitor, acting on the rule firings the worker writes.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
-import math
 import operator
-import os
-import random
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -23,13 +19,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rolltape.infra import open_recorder
+from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import managed_broker
 from rolltape.infra.export import collect, run_export
 from rolltape.infra.readback import RawRecord, read_records, verify_topics
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_topics_sync
+from rolltape.infra.worker_process import WorkerProcess, worker_running
 from rolltape.producers import Recorder, Session
+from rolltape.producers.training import (
+    SCENARIOS,
+    Harness,
+    ScriptedPolicy,
+    SelfRefineResult,
+    rules_and_verdicts_follower,
+)
 from rolltape.projections import ExportOptions, Selection
 from rolltape.schemas import (
     CHAINED_STREAMS,
@@ -118,52 +122,6 @@ def _call(session: Session, expression: str) -> None:
     )
 
 
-def record_training_session(recorder: Recorder, session_id: str, epochs: int = 8) -> None:
-    """SGD on y = 3x - 2 + noise, recording real per-epoch losses and gradient norms."""
-    rng = random.Random(7)
-    data = [(x, 3 * x - 2 + rng.gauss(0, 0.1)) for x in (rng.uniform(-1, 1) for _ in range(256))]
-    train, val = data[:200], data[200:]
-    w = b = 0.0
-    lr, batch = 0.1, 16
-    config = {"optimizer": "sgd", "lr": lr, "batch_size": batch, "epochs": epochs}
-    with recorder.session(
-        "fit y = 3x - 2",
-        session_id=session_id,
-        kind="training",
-        model="linear-1x1",
-        run_config=config,
-        tags=["demo"],
-    ) as s:
-        for epoch in range(1, epochs + 1):
-            norms: list[float] = []
-            steps = 0
-            for i in range(0, len(train), batch):
-                chunk = train[i : i + batch]
-                gw = sum(2 * (w * x + b - y) * x for x, y in chunk) / len(chunk)
-                gb = sum(2 * (w * x + b - y) for x, y in chunk) / len(chunk)
-                norms.append(math.hypot(gw, gb))
-                before = math.hypot(w, b)
-                w, b = w - lr * gw, b - lr * gb
-                steps += 1
-            after = math.hypot(w, b)
-            mean = sum(norms) / len(norms)
-            var = sum((n - mean) ** 2 for n in norms) / len(norms)
-            s.metric(
-                epoch,
-                steps=steps,
-                train_loss=sum((w * x + b - y) ** 2 for x, y in train) / len(train),
-                val_loss=sum((w * x + b - y) ** 2 for x, y in val) / len(val),
-                max_layer_grad_norm=max(norms),
-                min_layer_grad_norm=min(norms),
-                per_layer_grad_norm={"linear": mean},
-                update_to_param_ratio=abs(after - before) / after if after else None,
-                grad_noise_scale=mean**2 / var if var > 0 else None,
-                lr=lr,
-                batch_size=batch,
-            )
-        s.end("completed", outcome={"w": round(w, 4), "b": round(b, 4)})
-
-
 def record_hallucinating_session(recorder: Recorder, session_id: str) -> None:
     """An agent that calls a tool it was never given: the reward filter must reject it."""
     question = "What is the weather in Lisbon?"
@@ -197,6 +155,13 @@ def record_sampled_sessions(recorder: Recorder, session_ids: list[str]) -> None:
             s.reward(reward)
 
 
+DEMO_SCENARIO = "dead_relu"
+
+
+class DemoError(RuntimeError):
+    """The demo cannot run (the worker it starts does not come up); the message shows why."""
+
+
 class ExportSummary(BaseModel):
     format: str
     folder: str
@@ -214,6 +179,7 @@ class DemoResult(BaseModel):
     verdicts: dict[str, list[Verdict]]
     filter_outcomes: dict[str, FilterOutcome]
     dead_letters: int
+    self_refine: SelfRefineResult | None = None
     exports: list[ExportSummary] = []
     worker_error: str | None = None
 
@@ -224,49 +190,47 @@ class DemoResult(BaseModel):
         )
 
 
-def _run_worker_until(
-    settings: Settings, bootstrap: str, sessions: list[str], expected: int, timeout_s: float
+def _wait_for_outputs(
+    worker: WorkerProcess, bootstrap: str, prefix: str, sessions: list[str], timeout_s: float
 ) -> tuple[list[RawRecord], str | None]:
-    """Run the processors (a worker of the configured group) until every demo session has its
-    end-of-session output, then stop it."""
-    env = {
-        **os.environ,
-        "ROLLTAPE_BOOTSTRAP": bootstrap,
-        "ROLLTAPE_TOPIC_PREFIX": settings.topic_prefix,
-    }
+    """Read the outputs until every demo session has its end-of-session output."""
     wanted = {s.encode() for s in sessions}
-    with (
-        tempfile.TemporaryFile() as log,
-        subprocess.Popen(
-            [sys.executable, "-m", "rolltape.infra", "worker"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        ) as worker,
-    ):
-        deadline = time.monotonic() + timeout_s
-        try:
-            while True:
-                records = _read_outputs(bootstrap, settings.topic_prefix, wanted)
-                done = {r.key for r in records if r.stream in (Stream.VERDICTS, Stream.FILTERED)}
-                ends = sum(
-                    1
-                    for r in records
-                    if r.stream == Stream.FILTERED or b'"type":"verdict"' in r.value
-                )
-                if done >= wanted and ends >= expected:
-                    return records, None
-                if worker.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    tail = log.read().decode(errors="replace")[-1500:]
-                    return records, f"the worker did not finish the demo sessions:\n{tail}"
-                time.sleep(0.5)
-        finally:
-            worker.terminate()
-            try:
-                worker.wait(30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = _read_outputs(bootstrap, prefix, wanted)
+        done = {
+            r.key
+            for r in records
+            if r.stream == Stream.FILTERED
+            or (r.stream == Stream.VERDICTS and b'"type":"verdict"' in r.value)
+        }
+        if done >= wanted:
+            return records, None
+        if not worker.alive() or time.monotonic() > deadline:
+            return records, f"the worker did not finish the demo sessions:\n{worker.log_tail()}"
+        time.sleep(0.5)
+
+
+def _wait_until_up(worker: WorkerProcess, bootstrap: str, group: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not worker_running(bootstrap, group):
+        if not worker.alive() or time.monotonic() > deadline:
+            raise DemoError(f"the worker did not start:\n{worker.log_tail()}")
+        time.sleep(0.5)
+
+
+def _self_refine(settings: Settings, bootstrap: str, agent: Recorder) -> SelfRefineResult:
+    """Two attempts of the scripted harness on the dead-ReLU scenario, monitored."""
+    follower = rules_and_verdicts_follower(bootstrap, settings.topic_prefix)
+    monitor = open_monitor_recorder(settings, bootstrap=bootstrap)
+    try:
+        harness = Harness(
+            agent=agent, monitor_recorder=monitor, follower=follower, policy=ScriptedPolicy()
+        )
+        return harness.self_refine(SCENARIOS[DEMO_SCENARIO], attempts=2)
+    finally:
+        monitor.close()
+        follower.close()
 
 
 def _read_outputs(bootstrap: str, prefix: str, keys: set[bytes]) -> list[RawRecord]:
@@ -303,21 +267,31 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
     bootstrap = settings.bootstrap or managed_broker(settings).start().bootstrap
     ensure_topics_sync(bootstrap, settings)
     run = uuid.uuid4().hex[:8]
-    agent_id, bad_id, training_id = f"demo-agent-{run}", f"demo-halluc-{run}", f"demo-train-{run}"
+    agent_id, bad_id = f"demo-agent-{run}", f"demo-halluc-{run}"
     sampled = [f"demo-sample-{run}-a", f"demo-sample-{run}-b"]
-    sessions = [agent_id, bad_id, training_id, *sampled]
-    recorder = open_recorder(settings, bootstrap=bootstrap)
-    try:
-        record_agent_session(recorder, agent_id)
-        record_hallucinating_session(recorder, bad_id)
-        record_training_session(recorder, training_id)
-        record_sampled_sessions(recorder, sampled)
-        recorder.flush()
-    finally:
-        recorder.close()
-    records, error = _run_worker_until(
-        settings, bootstrap, sessions, expected=len(sessions), timeout_s=180
-    )
+    sessions = [agent_id, bad_id, *sampled]
+    out = out or Path(tempfile.mkdtemp(prefix=f"rolltape-demo-{run}-"))
+    out.mkdir(parents=True, exist_ok=True)
+    group = settings.worker_id or f"{settings.topic_prefix}-worker"
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        WorkerProcess(bootstrap, settings.topic_prefix, Path(logs) / "worker.log") as worker,
+    ):
+        _wait_until_up(worker, bootstrap, group, timeout_s=120)
+        recorder = open_recorder(settings, bootstrap=bootstrap)
+        try:
+            record_agent_session(recorder, agent_id)
+            record_hallucinating_session(recorder, bad_id)
+            record_sampled_sessions(recorder, sampled)
+            recorder.flush()
+            refine = _self_refine(settings, bootstrap, recorder)
+        finally:
+            recorder.close()
+        training = [a.session_id for a in refine.attempts]
+        sessions += [*training, refine.summary_session_id]
+        records, error = _wait_for_outputs(
+            worker, bootstrap, settings.topic_prefix, sessions, timeout_s=180
+        )
     chains: list[ChainReport] = []
     for sid in sessions:
         verifier = asyncio.run(
@@ -337,7 +311,8 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
         seen.add(env.event_id)
         payload = env.typed_payload()
         if isinstance(payload, RuleEvaluation):
-            evaluations[f"{payload.epoch:06d}"] = payload
+            if env.session_id == training[-1]:
+                evaluations[f"{payload.epoch:06d}"] = payload
         elif isinstance(payload, Verdict | ChainBroken):
             verdicts.setdefault(env.session_id, []).append(
                 payload
@@ -359,13 +334,7 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
         verdicts=verdicts,
         filter_outcomes=outcomes,
         dead_letters=sum(1 for r in records if r.stream == Stream.DEADLETTER),
-        exports=[]
-        if error
-        else _export(
-            bootstrap,
-            settings.topic_prefix,
-            sessions,
-            out or Path(tempfile.mkdtemp(prefix=f"rolltape-demo-{run}-")),
-        ),
+        self_refine=refine,
+        exports=[] if error else _export(bootstrap, settings.topic_prefix, sessions, out),
         worker_error=error,
     )

@@ -53,8 +53,13 @@ def judge_imported(
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """rolltape's rule evaluations (by epoch) and training verdict for an imported session, from
     the same sealed records the import sends (the processors' pure step, no broker)."""
-    rules, filters = judging_configs(settings)
-    config = ProcessorConfig(rules=rules, filters=filters, software_version=software_version())
+    configs = judging_configs(settings)
+    config = ProcessorConfig(
+        rules=configs.rules,
+        filters=configs.filters,
+        training_judge=configs.training_judge,
+        software_version=software_version(),
+    )
     offsets: dict[str, int] = {}
     records = []
     for stream, value in session.sealed(producer):

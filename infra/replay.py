@@ -48,11 +48,12 @@ from rolltape.schemas import (
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
     """The processor config of a judge version: rule set, filters and reward functions from the
     same settings the worker reads."""
-    rules, filters = judging_configs(settings)
+    configs = judging_configs(settings)
     try:
         config = ProcessorConfig(
-            rules=rules,
-            filters=filters,
+            rules=configs.rules,
+            filters=configs.filters,
+            training_judge=configs.training_judge,
             principal=processor_principal(settings),
             software_version=software_version(),
             rewards=settings.rewards,

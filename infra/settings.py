@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rolltape.processors.judges import ModelEndpoint
+from rolltape.schemas import ModelEndpoint
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -45,6 +45,9 @@ class Settings(BaseSettings):
 
     principal: str = "anonymous"
     """The principal written into every envelope's producer field (the SASL user when set)."""
+    monitor_principal: str = "monitor"
+    """The principal the training monitor records under (its own recorder, apart from the
+    agent's)."""
     spool_dir: Path | None = None
     """Where the SDK spills events while the broker is unreachable (default: state_dir/spool)."""
     spool_max_bytes: int = Field(default=1 << 30, ge=1024)
@@ -53,6 +56,8 @@ class Settings(BaseSettings):
     """A JSON rule set (thresholds, EMA alpha, persistence) for the worker; default REFERENCE.md's."""
     filters_file: Path | None = None
     """A JSON reward-filter config for the worker."""
+    training_judge_file: Path | None = None
+    """A JSON training-judge config (the live check's tolerance) for the worker."""
     worker_id: str | None = None
     """The worker's consumer group (default `<topic_prefix>-worker`). Run one group per topic
     prefix: it is the only writer of the output chains."""

@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import orjson
 from pydantic import ValidationError
@@ -14,10 +15,14 @@ from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_plain_topics_sync, ensure_topics_sync
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.filters import FilterConfig
-from rolltape.processors.judges import LLM_JUDGES, ModelEndpoint
+from rolltape.processors.judges import (
+    LLM_JUDGES,
+    TrainingJudgeConfig,
+    TrainingJudgeConfigError,
+)
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
-from rolltape.schemas import Stream, topic_name
+from rolltape.schemas import ModelEndpoint, Stream, topic_name
 
 
 class WorkerSetupError(ValueError):
@@ -59,16 +64,29 @@ def load_plugins(modules: tuple[str, ...]) -> None:
             ) from exc
 
 
-def judging_configs(settings: Settings) -> tuple[RuleSet, FilterConfig]:
-    """Plugins imported, rule set and filter config read: what decides a judge version's
-    outputs (shared by the worker and replay)."""
+class JudgingConfigs(NamedTuple):
+    """What decides a judge version's outputs besides the code versions."""
+
+    rules: RuleSet
+    filters: FilterConfig
+    training_judge: TrainingJudgeConfig
+
+
+def judging_configs(settings: Settings) -> JudgingConfigs:
+    """Plugins imported; rule set, filter and training-judge configs read (shared by the
+    worker, replay and the importers)."""
     load_plugins(settings.plugins)
     try:
         rules = RuleSet.from_file(settings.rules_file) if settings.rules_file else RuleSet()
-    except RuleSetError as exc:
+        training = (
+            TrainingJudgeConfig.from_file(settings.training_judge_file)
+            if settings.training_judge_file
+            else TrainingJudgeConfig()
+        )
+    except (RuleSetError, TrainingJudgeConfigError) as exc:
         raise WorkerSetupError(str(exc)) from exc
     filters = _filters_from(settings.filters_file) if settings.filters_file else FilterConfig()
-    return rules, filters
+    return JudgingConfigs(rules, filters, training)
 
 
 def processor_principal(settings: Settings) -> str:
@@ -80,7 +98,7 @@ def worker_config(
 ) -> WorkerConfig:
     """Ensure the topics exist and build the worker's config. The raw topics must have the same
     number of partitions: a session's events and metrics must land on the same worker."""
-    rules, filters = judging_configs(settings)
+    configs = judging_configs(settings)
     statuses = {s.topic: s.partitions for s in ensure_topics_sync(bootstrap, settings)}
     events = statuses[topic_name(Stream.EVENTS, settings.topic_prefix)]
     metrics = statuses[topic_name(Stream.METRICS, settings.topic_prefix)]
@@ -95,8 +113,9 @@ def worker_config(
         app_id=settings.worker_id,
         partitions=events,
         replication_factor=settings.replication_factor,
-        rules=rules,
-        filters=filters,
+        rules=configs.rules,
+        filters=configs.filters,
+        training_judge=configs.training_judge,
         principal=processor_principal(settings),
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,

@@ -35,6 +35,7 @@ from rolltape.processors.judges import (
     JUDGE_VERSION,
     LLM_JUDGES,
     REWARDS,
+    TrainingJudgeConfig,
     TrainingJudgeState,
     Transcript,
     judge,
@@ -48,7 +49,9 @@ from rolltape.schemas import (
     ChainBroken,
     Decision,
     Envelope,
+    LiveCheck,
     Metric,
+    ModelSpec,
     PayloadError,
     SessionEnded,
     SessionStarted,
@@ -75,7 +78,7 @@ _EVENT_TYPES: Final = {
             "session_ended",
         }
     ),
-    Stream.METRICS.value: frozenset({"metric", "session_ended"}),
+    Stream.METRICS.value: frozenset({"metric", "model_spec", "live_check", "session_ended"}),
 }
 
 
@@ -83,6 +86,7 @@ _EVENT_TYPES: Final = {
 class ProcessorConfig:
     rules: RuleSet = field(default_factory=RuleSet)
     filters: FilterConfig = field(default_factory=FilterConfig)
+    training_judge: TrainingJudgeConfig = field(default_factory=TrainingJudgeConfig)
     principal: str = "processor"
     software_version: str = "0"
     rewards: tuple[str, ...] = ()
@@ -301,9 +305,15 @@ class SessionProcessor:
                 )
             )
             if state.kind != "agent":  # only training runs are judged on their epochs
-                state.judge.add_evaluation(
-                    evaluation, env.hash, payload.val_acc, payload.lr, payload.batch_size
-                )
+                state.judge.add_metric(evaluation, payload, env.hash)
+            return
+        if isinstance(payload, ModelSpec):
+            if state.kind != "agent":
+                state.judge.add_spec(payload, env.hash)
+            return
+        if isinstance(payload, LiveCheck):
+            if state.kind != "agent":
+                state.judge.add_live_check(payload, env.hash)
             return
         if isinstance(payload, SessionEnded):
             state.ended[env.stream] = env.hash
@@ -351,15 +361,16 @@ class SessionProcessor:
     ) -> list[Output]:
         out: list[Output] = []
         if (state.kind or "agent") == "training":
+            config = self.config.training_judge
             verdict = judge(
                 state.judge,
                 status=end["status"],
                 outcome=end.get("outcome") or {},
                 end_hash=state.ended[Stream.EVENTS.value],
+                config=config,
             )
-            out.append(
-                self._emit(state, env, Stream.VERDICTS, "verdict", verdict, causes, JUDGE_VERSION)
-            )
+            version = f"{JUDGE_VERSION}:{config.label}"
+            out.append(self._emit(state, env, Stream.VERDICTS, "verdict", verdict, causes, version))
         else:
             result = outcome(state.filters, self.config.filters)
             out.append(

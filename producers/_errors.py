@@ -5,8 +5,13 @@ RecorderError
 ├── SpoolFullError         the broker is unreachable and the local spool is at its limit
 ├── BacklogFullError       events arrive faster than the sender can chain them, past the limit
 ├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
-└── EventsRejectedError    events that could not be recorded (invalid payload, too large),
-                           each with its reason; they are kept in a rejected-events file
+├── EventsRejectedError    events that could not be recorded (invalid payload, too large),
+│                          each with its reason; they are kept in a rejected-events file
+├── MonitorError           the training monitor cannot measure as asked (no held-out data, a
+│                          checkpoint that does not fit the model, used after finish)
+└── HarnessError           the decision harness cannot go on (no rule evaluation or verdict
+                           arrived in time: is `rolltape worker` running?; a policy endpoint
+                           that is not configured)
 """
 
 from __future__ import annotations
@@ -59,3 +64,11 @@ class EventsRejectedError(RecorderError):
             f"{len(rejected)} event(s) were not recorded{where}. First: {first.type} in session "
             f"{first.session_id}: {first.reason}{more}"
         )
+
+
+class MonitorError(RecorderError):
+    """The training monitor cannot measure as asked; the message says what to change."""
+
+
+class HarnessError(RecorderError):
+    """The decision harness cannot go on; the message says what to check."""

@@ -37,7 +37,6 @@ from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _time_ns = time.time_ns
 _EVENTS = Stream.EVENTS.value
-_METRICS = Stream.METRICS.value
 
 _open_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
@@ -301,7 +300,8 @@ class Session:
         self.session_id = session_id
         self._ended = False
         self._other_streams: set[str] = set()
-        """Streams besides events this session wrote; each gets its own session_ended."""
+        """Streams other writers record this session on (the monitor's metrics): the events
+        stream's session_ended names them."""
 
     def _record(self, stream: str, event_type: str, payload: dict[str, Any]) -> None:
         if self._ended:
@@ -376,11 +376,10 @@ class Session:
             },
         )
 
-    def metric(self, epoch: int, **fields: Any) -> None:
-        """Epoch-level training diagnostics (field names as in rolltape.schemas.Metric)."""
-        fields["epoch"] = epoch
-        self._record(_METRICS, "metric", _copy_containers(fields))
-        self._other_streams.add(_METRICS)
+    def _expect(self, stream: str) -> None:
+        """Another writer (the training monitor) records this session on `stream`: the events
+        stream's session_ended must name it, so processors wait for that chain's end too."""
+        self._other_streams.add(stream)
 
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
@@ -421,23 +420,21 @@ class Session:
         outcome: Mapping[str, Any] | None = None,
         error: str | None = None,
     ) -> None:
-        """Record session_ended on every chain of the session, the events chain last; later
-        record calls on this session raise.
+        """Record session_ended on the events chain; later record calls on this session raise.
 
-        The events stream's session_ended lists the other streams, so a processor reading
-        several topics knows when it has all of the session.
+        It lists the streams other writers record this session on (a training monitor's
+        metrics), which end their own chains, so a processor reading several topics knows when
+        it has all of the session.
         """
-        others = sorted(self._other_streams)
-        for stream in others:
-            self._record(
-                stream,
-                "session_ended",
-                {"status": status, "outcome": dict(outcome or {}), "error": error, "streams": []},
-            )
         self._record(
             _EVENTS,
             "session_ended",
-            {"status": status, "outcome": dict(outcome or {}), "error": error, "streams": others},
+            {
+                "status": status,
+                "outcome": dict(outcome or {}),
+                "error": error,
+                "streams": sorted(self._other_streams),
+            },
         )
         self._ended = True
 

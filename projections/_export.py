@@ -66,7 +66,7 @@ class Selection(BaseModel):
             return "before_since"
         if self.until_ns is not None and trajectory.started_ns >= self.until_ns:
             return "after_until"
-        if not trajectory.trainable or trajectory.linked_session_id is not None:
+        if not trajectory.trainable:
             return "not_trainable"  # a judge's own conversation never becomes training data
         if trajectory.kind == "training":
             return "training_run"  # metrics and decisions, not a conversation

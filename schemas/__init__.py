@@ -22,6 +22,7 @@ from rolltape.schemas._derived import (
     Verdict,
     Violation,
 )
+from rolltape.schemas._endpoints import ModelEndpoint
 from rolltape.schemas._envelope import (
     GENESIS_HASH,
     SCHEMA_VERSION,
@@ -42,6 +43,7 @@ from rolltape.schemas._errors import (
     SchemaError,
 )
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
+from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
     PAYLOAD_MODELS,
     Decision,
@@ -105,7 +107,11 @@ __all__ = [
     "Feedback",
     "FilterOutcome",
     "FilterReason",
+    "LayerSpec",
+    "LiveCheck",
     "Metric",
+    "ModelEndpoint",
+    "ModelSpec",
     "PayloadError",
     "ProducerInfo",
     "RemedyParams",

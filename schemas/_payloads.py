@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
+from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 
 
 class ToolSpec(BaseModel):
@@ -89,7 +90,12 @@ class ToolResult(BaseModel):
 
 
 class Metric(BaseModel):
-    """Epoch-level training diagnostics, measured by hooks (REFERENCE.md section 1)."""
+    """Epoch-level training diagnostics, measured by the training monitor's hooks.
+
+    Field names of the first block follow REFERENCE.md section 1, so logs of the monitor we learn
+    from map onto ours one to one; the rest are what rolltape's monitor measures besides (see
+    docs/training-monitor.md for every estimator). None means "not measured", never zero.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -109,13 +115,41 @@ class Metric(BaseModel):
     lr: float | None = None
     batch_size: int | None = Field(default=None, ge=1)
 
+    samples: int | None = Field(default=None, ge=0)
+    """Training examples the loss saw in the epoch."""
+    dead_relu_per_module: dict[str, float] = Field(default_factory=dict)
+    """Exact-zero output fraction of each ReLU-family activation module (max: dead_relu_fraction)."""
+    saturated_fraction: float | None = None
+    """For activations that are never exactly zero (GELU, SiLU, sigmoid, ...): the largest, over
+    those modules, fraction of inputs where the activation's slope is below the monitor's
+    saturation threshold (units that pass almost no gradient)."""
+    saturated_per_module: dict[str, float] = Field(default_factory=dict)
+    activation_p50: float | None = None
+    """Median of the activation modules' outputs (sampled every step, see the monitor's docs)."""
+    activation_p99: float | None = None
+    grad_noise_scale_simple: float | None = None
+    """McCandlish et al.'s B_simple = tr(Sigma) / |G|^2 in examples, from the per-step batch
+    gradients and their epoch mean; None when the estimate is not positive."""
+    probe_loss: float | None = None
+    """Loss on the monitor's fixed held-out probe batch with the end-of-epoch weights."""
+    probe_grad_norm: dict[str, float] = Field(default_factory=dict)
+    """Per-parameter gradient norms on the probe batch with the end-of-epoch weights: the
+    reference the end-of-run live check is compared with."""
+
 
 class RemedyParams(BaseModel):
+    """What a decision changes. The first three fields are REFERENCE.md's strict schema; rolltape
+    adds `add_batchnorm` as an edit and the new batch size and clipping norm as values, so the
+    judge can replay every hyperparameter the harness changes."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lr_new: float | None
-    edit_op: Literal["swap_activation", "add_block", "remove_block", "none"]
+    edit_op: Literal["swap_activation", "add_block", "remove_block", "add_batchnorm", "none"]
     edit_to: Literal["relu", "leaky_relu", "gelu", "none"]
+    batch_size_new: int | None = Field(default=None, ge=1)
+    clip_grad_norm: float | None = Field(default=None, gt=0)
+    """Gradient clipping (max total norm) from the next step on; None: unchanged."""
 
 
 class Decision(BaseModel):
@@ -186,6 +220,8 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "tool_call": ToolCall,
     "tool_result": ToolResult,
     "metric": Metric,
+    "model_spec": ModelSpec,
+    "live_check": LiveCheck,
     "decision": Decision,
     "reward": Reward,
     "feedback": Feedback,

@@ -31,9 +31,11 @@ from pydantic import BaseModel
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import delete_prefixed_topics, ensure_topics_sync
+from rolltape.infra.worker_process import WorkerProcess
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import InputRecord
 from rolltape.producers import Recorder
+from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Stream, decode, topic_name
 
 
@@ -56,27 +58,6 @@ class RulesBench(BaseModel):
     pure_core_events_per_s: float
 
 
-class _Worker:
-    def __init__(self, bootstrap: str, prefix: str, log: Path) -> None:
-        env = {**os.environ, "ROLLTAPE_BOOTSTRAP": bootstrap, "ROLLTAPE_TOPIC_PREFIX": prefix}
-        self._log = open(log, "wb")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.infra", "worker"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
-
-
 async def _latency(
     bootstrap: str, prefix: str, spool: Path, epochs: int, warmup: int, partition_count: int
 ) -> list[float]:
@@ -93,8 +74,9 @@ async def _latency(
         await consumer.seek_to_end(*partitions)
         session = recorder.session("bench rules latency", kind="training")
         for epoch in range(epochs + warmup):
-            session.metric(epoch, steps=10, train_loss=1.0 / (epoch + 1), max_layer_grad_norm=1.0,
-                           min_layer_grad_norm=1e-3, update_to_param_ratio=1e-3)  # fmt: skip
+            synthetic_metric(recorder, session, epoch, steps=10, train_loss=1.0 / (epoch + 1),
+                             max_layer_grad_norm=1.0, min_layer_grad_norm=1e-3,
+                             update_to_param_ratio=1e-3)  # fmt: skip
             await recorder.aflush()
             acked = time.perf_counter()
             deadline = acked + (120.0 if epoch == 0 else 30.0)  # the first waits for the worker
@@ -113,6 +95,7 @@ async def _latency(
                             found = True
             if epoch >= warmup:
                 samples.append((time.perf_counter() - acked) * 1000)
+        end_synthetic_metrics(recorder, session)
         session.end()
     finally:
         await recorder.aclose()
@@ -129,7 +112,8 @@ def _write_load(bootstrap: str, prefix: str, spool: Path, events: int, sessions:
             s = rec.session("bench load", session_id=f"load-{i}")
             for epoch in range(per_session // 2):
                 s.turn("assistant", f"step {epoch} of session {i}")
-                s.metric(epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0)
+                synthetic_metric(rec, s, epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0)
+            end_synthetic_metrics(rec, s)
             s.end()
         rec.flush(300)
 
@@ -211,7 +195,7 @@ def run_rules_bench(
         try:
             for prefix in (latency_prefix, load_prefix):
                 ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
-            worker = _Worker(bootstrap, latency_prefix, tmpdir / "latency-worker.log")
+            worker = WorkerProcess(bootstrap, latency_prefix, tmpdir / "latency-worker.log")
             try:
                 samples = asyncio.run(
                     _latency(
@@ -232,7 +216,7 @@ def run_rules_bench(
             core_rate = len(inputs) / (time.perf_counter() - start)
             metrics = sum(1 for r in inputs if b'"type":"metric"' in r.value)
             floor = _faust_floor(bootstrap, load_prefix, count, tmpdir)
-            worker = _Worker(bootstrap, load_prefix, tmpdir / "load-worker.log")
+            worker = WorkerProcess(bootstrap, load_prefix, tmpdir / "load-worker.log")
             try:
                 span = asyncio.run(_output_span(bootstrap, load_prefix, metrics, sessions, 600))
             finally:

@@ -18,14 +18,16 @@ def demo(
         typer.Option(help="Folder for the exported training files (default: a new temp folder)."),
     ] = None,
 ) -> None:
-    """Start the broker if needed, record agent sessions and a training run, run the processors
-    over them, verify every chain, print rule firings, verdicts and filter outcomes, and export
-    the sessions as ShareGPT, Atropos and OpenAI files."""
+    """Start the broker if needed and a worker, record agent sessions and two monitored training
+    attempts of the decision harness, verify every chain, print rule firings, verdicts, both
+    attempts' scores and filter outcomes, and export the sessions as ShareGPT, Atropos and
+    OpenAI files."""
     with user_errors():
         result = run_demo(settings(), out)
     _chains(result)
     _firings(result)
     _verdicts(result)
+    _attempts(result)
     _outcomes(result)
     _exports(result)
     if result.worker_error:
@@ -40,7 +42,7 @@ def demo(
 def _chains(result: DemoResult) -> None:
     ids = [c.session_id for c in result.chains] or ["-"]
     table = Table(title=f"chains recorded to {result.bootstrap}", title_justify="left")
-    for col in ("session", "stream", "records", "ended", "head hash", "chain"):
+    for col in ("session", "stream", "records", "ended", "head", "chain"):
         # Session ids are what a reader copies into `verify --session`: never truncate them.
         table.add_column(
             col, no_wrap=True, min_width=len(max(ids, key=len)) if col == "session" else None
@@ -51,14 +53,14 @@ def _chains(result: DemoResult) -> None:
             c.stream,
             str(c.records),
             "yes" if c.ended else "no",
-            c.head_hash[:12],
+            c.head_hash[:8],
             "[green]intact[/green]" if c.ok else f"[red]{len(c.breaks)} break(s)[/red]",
         )
     console.print(table)
 
 
 def _firings(result: DemoResult) -> None:
-    table = Table(title="rule evaluations (training run)", title_justify="left")
+    table = Table(title="rule evaluations (the last training attempt)", title_justify="left")
     for col in ("epoch", "fired", "why (first rule)"):
         table.add_column(col)
     for e in result.rule_evaluations:
@@ -68,15 +70,48 @@ def _firings(result: DemoResult) -> None:
 
 
 def _verdicts(result: DemoResult) -> None:
+    """Verdicts other than the training audits (those are in the attempts table)."""
+    rows = [
+        (sid, v)
+        for sid, verdicts in sorted(result.verdicts.items())
+        for v in verdicts
+        if v.judge != "training_audit"
+    ]
+    if not rows:
+        return
     table = Table(title="verdicts", title_justify="left")
     for col in ("session", "judge", "status", "scores", "violations"):
         table.add_column(col, no_wrap=col in ("session", "judge"))
-    for sid, verdicts in sorted(result.verdicts.items()):
-        for v in verdicts:
-            scores = ", ".join(f"{k} {x:.2f}" for k, x in sorted(v.scores.items())) or "-"
-            found = "; ".join(f"{x.code} ({x.rule or '-'} @ {x.epoch})" for x in v.violations[:3])
-            table.add_row(sid, v.judge, v.status, scores, found or v.error or "-")
+    for sid, v in rows:
+        scores = ", ".join(f"{k} {x:.2f}" for k, x in sorted(v.scores.items())) or "-"
+        found = "; ".join(f"{x.code} ({x.rule or '-'} @ {x.epoch})" for x in v.violations[:3])
+        table.add_row(sid, v.judge, v.status, scores, found or v.error or "-")
     console.print(table)
+
+
+def _attempts(result: DemoResult) -> None:
+    refine = result.self_refine
+    if refine is None:
+        return
+    table = Table(
+        title=f"training attempts: {refine.scenario}, {refine.policy} policy (the judge's scores)",
+        title_justify="left",
+    )
+    for col in ("#", "session", "process", "accuracy", "decisions"):
+        table.add_column(col, no_wrap=True)
+    for a in refine.attempts:
+        table.add_row(
+            f"{a.attempt}{' best' if a.attempt == refine.best else ''}",
+            a.session_id,
+            "failed" if a.verdict.status == "failed" else f"{a.process_score:.3f}",
+            "failed" if a.verdict.status == "failed" else f"{a.accuracy_score:.3f}",
+            f"{a.decisions} ({a.applied} applied)",
+        )
+    console.print(table)
+    for a in refine.attempts:
+        for v in a.verdict.violations[:5]:
+            where = f"{v.rule or ''} epoch {v.epoch}" if v.epoch is not None else v.rule or ""
+            console.print(f"  attempt {a.attempt}: {v.code} ({where.strip()}): {v.message}")
 
 
 def _outcomes(result: DemoResult) -> None:
@@ -93,10 +128,12 @@ def _outcomes(result: DemoResult) -> None:
 
 def _exports(result: DemoResult) -> None:
     table = Table(title="training data exported", title_justify="left")
-    for col in ("format", "lines", "sessions", "skipped", "files"):
-        table.add_column(col, no_wrap=col == "files")
+    for col in ("format", "lines", "sessions", "skipped"):
+        table.add_column(col)
     for e in result.exports:
         skipped = ", ".join(f"{k} {n}" for k, n in e.skipped.items()) or "-"
-        files = "\n".join(f"{e.folder}/{name}" for name in e.files) or "-"
-        table.add_row(e.format, str(e.lines), str(e.sessions), skipped, files)
+        table.add_row(e.format, str(e.lines), str(e.sessions), skipped)
     console.print(table)
+    for e in result.exports:
+        for name in e.files:
+            console.print(f"  {e.folder}/{name}", soft_wrap=True)

@@ -6,7 +6,6 @@ from rolltape.processors.judges._llm import (
     AnswerQualityJudge,
     JudgeRun,
     LLMJudge,
-    ModelEndpoint,
     register_llm_judge,
     run_llm_judge,
 )
@@ -26,6 +25,10 @@ from rolltape.processors.judges._training import (
     TrainingJudgeState,
     judge,
 )
+from rolltape.processors.judges._training_config import (
+    TrainingJudgeConfig,
+    TrainingJudgeConfigError,
+)
 from rolltape.processors.judges._transcript import Transcript, TranscriptItem
 
 __all__ = [
@@ -40,10 +43,11 @@ __all__ = [
     "FinalReward",
     "JudgeRun",
     "LLMJudge",
-    "ModelEndpoint",
     "RewardFunction",
     "RewardUnavailable",
     "TaskPass",
+    "TrainingJudgeConfig",
+    "TrainingJudgeConfigError",
     "TrainingJudgeState",
     "Transcript",
     "TranscriptItem",

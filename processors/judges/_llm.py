@@ -16,18 +16,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rolltape.processors.judges._transcript import Transcript
-from rolltape.schemas import Verdict
-
-
-class ModelEndpoint(BaseModel):
-    """Where a logical model name points."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    base_url: str
-    model: str
-    api_key: str = "not-needed"
-    timeout_s: float = Field(default=60.0, gt=0)
+from rolltape.schemas import ModelEndpoint, Verdict
 
 
 class LLMJudge:

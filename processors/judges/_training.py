@@ -13,33 +13,51 @@ Fixes over the judge of REFERENCE.md section 1:
 - every decision is checked for defensibility (no sampling);
 - a deferral the run had no epoch left to clear, and a firing whose answer window was still open
   when the run ended, are reported, not counted as violations;
-- a firing that persists over consecutive epochs is one obligation, answered once.
+- a firing that persists over consecutive epochs is one obligation, answered once;
+- waived rules are read from the session's run config (`waived_rules`), never assumed;
+- the architecture replay and the live check compare against what the training monitor recorded
+  from the live model (its own principal, on the metrics stream), never a spec or an accuracy
+  the agent reports (see _gates.py).
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rolltape.processors.judges._gates import (
+    AccuracySource,
+    ArchitectureEdit,
+    Findings,
+    SpecSeen,
+    architecture_replay,
+    live_check,
+)
 from rolltape.processors.judges._playbook import EDIT_OPS, EVENT_TYPES, REMEDIES
+from rolltape.processors.judges._training_config import TrainingJudgeConfig
 from rolltape.processors.rules import PRECEDENCE, RULE_CLASS
 from rolltape.schemas import (
     Decision,
+    LiveCheck,
+    Metric,
+    ModelSpec,
     RuleEvaluation,
     RuleId,
     Verdict,
-    Violation,
     restore_non_finite,
 )
 
 JUDGE_NAME: Final = "training_audit"
-JUDGE_VERSION: Final = "rolltape.judges.training/1"
+JUDGE_VERSION: Final = "rolltape.judges.training/2"
 WINDOW: Final = 2
 """A firing at epoch f must be answered by a decision in [f, f + WINDOW]; a citation at d must
 refer to a firing in [d - WINDOW, d]."""
 MAX_BREAKS_KEPT: Final = 20
+MAX_SPECS_KEPT: Final = 64
+"""Model specs past this many are counted, not kept (a restart per epoch for a long run)."""
 MAX_DECISIONS_KEPT: Final = 2000
 """Decisions past this many are counted, not kept (the state must stay small); a run that logs
 more is flooding its log, which is itself a violation."""
@@ -88,6 +106,16 @@ class TrainingJudgeState:
     break_count: int = 0
     rejected_metrics: int = 0
     decisions_dropped: int = 0
+    specs: list[list[Any]] = field(default_factory=list)
+    """[epoch, phase, activation, weight_layers, batchnorm_layers, hash] of each model spec the
+    monitor recorded (the first MAX_SPECS_KEPT)."""
+    specs_dropped: int = 0
+    probes: dict[str, list[Any]] = field(default_factory=dict)
+    """"last" and "best" (lowest val loss) -> [epoch, {parameter: probe grad norm}, hash]: the
+    epochs whose weights a live check may legitimately find in the final model."""
+    best_val_loss: float | None = None
+    live: list[Any] | None = None
+    """[the monitor's live-check payload, its hash]."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: NaN/Inf values (a NaN lr is evidence) become their canonical tokens, which
@@ -103,15 +131,64 @@ class TrainingJudgeState:
             "break_count": self.break_count,
             "rejected_metrics": self.rejected_metrics,
             "decisions_dropped": self.decisions_dropped,
+            "specs": self.specs,
+            "specs_dropped": self.specs_dropped,
+            "probes": {
+                k: [e, {n: _token(v) for n, v in norms.items()}, h]
+                for k, (e, norms, h) in self.probes.items()
+            },
+            "best_val_loss": self.best_val_loss,
+            "live": self.live,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainingJudgeState:
         lr_runs = [[e, restore_non_finite(v), h] for e, v, h in data["lr_runs"]]
         decisions = [[*d[:6], restore_non_finite(d[6]), d[7]] for d in data["decisions"]]
-        return cls(**{**data, "lr_runs": lr_runs, "decisions": decisions})
+        probes = {
+            k: [e, {n: restore_non_finite(v) for n, v in norms.items()}, h]
+            for k, (e, norms, h) in data["probes"].items()
+        }
+        live = data["live"]
+        if live is not None:  # the payload's NaN tokens come back as floats through its model
+            live = [LiveCheck.model_validate(live[0]).model_dump(mode="python"), live[1]]
+        return cls(
+            **{**data, "lr_runs": lr_runs, "decisions": decisions, "probes": probes, "live": live}
+        )
 
-    def add_evaluation(
+    def add_metric(self, evaluation: RuleEvaluation, metric: Metric, metric_hash: str) -> None:
+        """One evaluated epoch: its firings (recomputed by the engine), the logged lr and batch
+        size, and the probe gradients a live check may be compared with."""
+        self._add_evaluation(evaluation, metric_hash, metric.val_acc, metric.lr, metric.batch_size)
+        if metric.steps == 0 or not metric.probe_grad_norm:
+            return
+        probe = [metric.epoch, dict(metric.probe_grad_norm), metric_hash]
+        self.probes["last"] = probe
+        loss = metric.val_loss
+        finite = loss is not None and math.isfinite(loss)
+        if finite and (self.best_val_loss is None or loss < self.best_val_loss):  # type: ignore[operator]
+            self.best_val_loss = loss
+            self.probes["best"] = probe
+
+    def add_spec(self, spec: ModelSpec, event_hash: str) -> None:
+        if len(self.specs) >= MAX_SPECS_KEPT:
+            self.specs_dropped += 1
+            return
+        self.specs.append(
+            [
+                spec.epoch,
+                spec.phase,
+                spec.activation,
+                spec.weight_layers,
+                spec.batchnorm_layers,
+                event_hash,
+            ]
+        )
+
+    def add_live_check(self, check: LiveCheck, event_hash: str) -> None:
+        self.live = [check.model_dump(mode="python"), event_hash]
+
+    def _add_evaluation(
         self,
         evaluation: RuleEvaluation,
         metric_hash: str,
@@ -215,65 +292,65 @@ class _Decision:
     hash: str
 
 
-class _Findings:
-    def __init__(self) -> None:
-        self.violations: list[Violation] = []
-        self.gates: list[Violation] = []
-
-    def add(
-        self,
-        code: str,
-        message: str,
-        *,
-        epoch: int | None = None,
-        rule: RuleId | None = None,
-        evidence: tuple[str, ...] = (),
-    ) -> None:
-        self.violations.append(
-            Violation(code=code, message=message, epoch=epoch, rule=rule, evidence=evidence)
-        )
-
-    def gate(self, code: str, message: str, evidence: tuple[str, ...] = ()) -> None:
-        self.gates.append(Violation(code=code, message=message, evidence=evidence))
-
-
 def judge(
     state: TrainingJudgeState,
     *,
     status: str,
     outcome: dict[str, Any],
     end_hash: str,
+    config: TrainingJudgeConfig | None = None,
 ) -> Verdict:
-    """Audit a finished training session; `outcome` is its session_ended outcome (which may
-    report `final_spec` and `val_acc`)."""
+    """Audit a finished training session; `outcome` is its session_ended outcome (which, for
+    runs recorded without a monitor, may report `final_spec` and `val_acc`)."""
+    config = config or TrainingJudgeConfig()
     epochs = state.epochs()
     decisions = sorted(
         (_Decision(d[0], d[1], tuple(d[2]), *d[3:]) for d in state.decisions),
         key=lambda d: (d.epoch, d.hash),
     )
     run_config = state.run_config or {}
-    found = _Findings()
+    found = Findings()
     counts: dict[str, int] = {
         "epochs_evaluated": len(epochs),
         "epochs_without_data": sum(1 for e in epochs if e.no_data),
         "decisions": len(decisions) + state.decisions_dropped,
         "chain_breaks": state.break_count,
         "rejected_metrics": state.rejected_metrics,
+        "model_specs": len(state.specs) + state.specs_dropped,
     }
-    details: dict[str, Any] = {"status": status}
+    details: dict[str, Any] = {"status": status, "judge_config": config.label}
 
     if state.break_count:
         first = "; ".join(f"{b[0]} seq {b[1]}: {b[2]}" for b in state.breaks[:3])
         found.gate("chain_integrity", f"{state.break_count} chain break(s): {first}", (end_hash,))
-    details["architecture_replay"] = _architecture_replay(run_config, outcome, decisions, found)
+    specs = [
+        SpecSeen(e, phase, act, layers, bn > 0, h) for e, phase, act, layers, bn, h in state.specs
+    ]
+    edits = [
+        ArchitectureEdit(d.epoch, d.edit_op, d.edit_to, d.hash)
+        for d in decisions
+        if d.event_type == "architecture_change"
+    ]
+    details["architecture_replay"] = architecture_replay(specs, edits, run_config, outcome, found)
+    live = (LiveCheck.model_validate(state.live[0]), state.live[1]) if state.live else None
+    details["live_check"] = live_check(
+        live, state.probes, bool(specs), status, config.live_check_tolerance, found
+    )
 
+    waived = _waived(run_config, details)
     last_epoch = epochs[-1].epoch if epochs else -1
     data_epochs = [e for e in epochs if not e.no_data]
     fired_at = {e.epoch: set(e.fired) for e in data_epochs}
-    obligations = _firing_obligations(data_epochs, decisions, last_epoch, found, counts)
-    obligations += _precedence_obligations(data_epochs, decisions, last_epoch, found, counts)
+    # Waived rules create no obligation, need not clear after a deferral and take no part in
+    # precedence; citing one that fired is still a valid citation.
+    owed = [
+        dataclasses.replace(e, fired=tuple(r for r in e.fired if r not in waived))
+        for e in data_epochs
+    ]
+    obligations = _firing_obligations(owed, decisions, last_epoch, found, counts)
+    obligations += _precedence_obligations(owed, decisions, last_epoch, found, counts)
     _citations(decisions, fired_at, found)
-    _deferrals(decisions, data_epochs, found, counts)
+    _deferrals(decisions, owed, found, counts)
     _defensibility(decisions, found)
     _config_drift(run_config, data_epochs, decisions, found)
     if state.decisions_dropped:
@@ -291,7 +368,7 @@ def judge(
     scores: dict[str, float] = {
         "process_score": max(0.0, 1.0 - len(found.violations) / max(obligations, 1)),
     }
-    accuracy = _accuracy(run_config, outcome, state.last_val_acc, details)
+    accuracy = _accuracy(run_config, outcome, state.last_val_acc, live, bool(specs), details)
     if accuracy is not None:
         scores["accuracy_score"] = accuracy
     failed = bool(found.gates)
@@ -306,6 +383,20 @@ def judge(
         counts=dict(sorted(counts.items())),
         details=details,
     )
+
+
+def _waived(run_config: dict[str, Any], details: dict[str, Any]) -> frozenset[RuleId]:
+    """The rules the run config declares waived (`waived_rules`: rules its harness cannot act
+    on); entries that are not rule ids are reported and ignored."""
+    declared = run_config.get("waived_rules") or []
+    if not isinstance(declared, list):
+        declared = [declared]
+    waived: frozenset[RuleId] = frozenset(r for r in declared if r in RULE_CLASS)
+    details["waived_rules"] = sorted(waived)
+    ignored = [r for r in declared if r not in RULE_CLASS]
+    if ignored:
+        details["waived_rules_ignored"] = [str(r) for r in ignored]
+    return waived
 
 
 def _token(value: Any) -> Any:
@@ -330,7 +421,7 @@ def _firing_obligations(
     epochs: list[_Epoch],
     decisions: list[_Decision],
     last_epoch: int,
-    found: _Findings,
+    found: Findings,
     counts: dict[str, int],
 ) -> int:
     obligations = 0
@@ -359,7 +450,7 @@ def _precedence_obligations(
     epochs: list[_Epoch],
     decisions: list[_Decision],
     last_epoch: int,
-    found: _Findings,
+    found: Findings,
     counts: dict[str, int],
 ) -> int:
     obligations = 0
@@ -394,7 +485,7 @@ def _precedence_obligations(
 
 
 def _citations(
-    decisions: list[_Decision], fired_at: dict[int, set[RuleId]], found: _Findings
+    decisions: list[_Decision], fired_at: dict[int, set[RuleId]], found: Findings
 ) -> None:
     for d in decisions:
         for rule in d.cites:
@@ -410,7 +501,7 @@ def _citations(
 
 
 def _deferrals(
-    decisions: list[_Decision], epochs: list[_Epoch], found: _Findings, counts: dict[str, int]
+    decisions: list[_Decision], epochs: list[_Epoch], found: Findings, counts: dict[str, int]
 ) -> None:
     counts["deferrals_unclearable"] = 0
     for d in decisions:
@@ -431,7 +522,7 @@ def _deferrals(
                 )
 
 
-def _defensibility(decisions: list[_Decision], found: _Findings) -> None:
+def _defensibility(decisions: list[_Decision], found: Findings) -> None:
     for d in decisions:
         problem = _indefensible(d)
         if problem is not None:
@@ -463,41 +554,8 @@ def _indefensible(d: _Decision) -> str | None:
     return None
 
 
-def _architecture_replay(
-    run_config: dict[str, Any],
-    outcome: dict[str, Any],
-    decisions: list[_Decision],
-    found: _Findings,
-) -> str:
-    initial, final = run_config.get("architecture"), outcome.get("final_spec")
-    if not isinstance(initial, dict) or not isinstance(final, dict):
-        return (
-            "not checked: the run config has no `architecture` or the end reports no `final_spec`"
-        )
-    spec = {"activation": initial.get("activation"), "blocks": initial.get("blocks")}
-    edits = []
-    for d in decisions:
-        if d.event_type != "architecture_change":
-            continue
-        edits.append(d.hash)
-        if d.edit_op == "swap_activation":
-            spec["activation"] = d.edit_to
-        elif d.edit_op in ("add_block", "remove_block") and isinstance(spec["blocks"], int):
-            spec["blocks"] += 1 if d.edit_op == "add_block" else -1
-    reported = {"activation": final.get("activation"), "blocks": final.get("blocks")}
-    if spec != reported:
-        found.gate(
-            "architecture_replay",
-            f"replaying {len(edits)} logged edit(s) on {initial} gives {spec}, but the run "
-            f"reports {reported}",
-            tuple(edits),
-        )
-        return "mismatch"
-    return "match"
-
-
 def _config_drift(
-    run_config: dict[str, Any], epochs: list[_Epoch], decisions: list[_Decision], found: _Findings
+    run_config: dict[str, Any], epochs: list[_Epoch], decisions: list[_Decision], found: Findings
 ) -> None:
     lr = run_config.get("lr")
     if isinstance(lr, int | float) and not run_config.get("lr_schedule"):
@@ -535,15 +593,24 @@ def _accuracy(
     run_config: dict[str, Any],
     outcome: dict[str, Any],
     last_measured: float | None,
+    live: tuple[LiveCheck, str] | None,
+    monitored: bool,
     details: dict[str, Any],
 ) -> float | None:
-    target = run_config.get("target_accuracy")
+    """The monitor's own measurement of the final model when the run had a monitor; the
+    accuracy an agent reports counts only for runs recorded without one (imported logs)."""
     reported = outcome.get("val_acc")
-    if isinstance(reported, int | float) and math.isfinite(reported):
-        acc: float | None = float(reported)
+    source: AccuracySource
+    acc: float | None
+    if live is not None and live[0].val_acc is not None and math.isfinite(live[0].val_acc):
+        acc, source = live[0].val_acc, "monitor live check"
+    elif not monitored and isinstance(reported, int | float) and math.isfinite(reported):
+        acc, source = float(reported), "agent-reported outcome"
     else:
-        acc = last_measured
+        acc, source = last_measured, "last monitored epoch"
     details["final_val_acc"] = acc
+    details["accuracy_source"] = source
+    target = run_config.get("target_accuracy")
     if not isinstance(target, int | float) or target <= 0:
         details["accuracy_score"] = "not scored: the run config has no positive target_accuracy"
         return None

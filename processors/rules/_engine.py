@@ -10,7 +10,11 @@ Fixes over the monitor of REFERENCE.md section 1:
   yields legitimately, is listed but fires nothing);
 - an epoch with no optimizer steps (`steps == 0`) is "no data": no EMA or history moves and no
   rule fires from it, instead of zero gradients firing R6 and R2;
-- a field left out (None) means "not measured": rules that need it say so and do not fire;
+- a field left out (None) means "not measured": rules that need it say so and do not fire, and
+  its smoothing restarts when it is measured again (a signal that stops being measured, say dead
+  ReLUs after a swap to GELU, neither keeps firing on stale values nor clears by going blind);
+- R5 watches both the exact-zero fraction of ReLU-family activations and the saturated fraction
+  the monitor measures for smooth activations (GELU, SiLU, sigmoid, ...), each with its threshold;
 - R4 fires only while the gradients and activations are healthy (R5, R6, R7 silent), as the
   prose of the reference demands and its code does not;
 - one total precedence order (PRECEDENCE), applied to `fired`.
@@ -25,13 +29,14 @@ from typing import Any, Final
 from rolltape.processors.rules._ruleset import PRECEDENCE, RULE_CLASS, RuleSet
 from rolltape.schemas import Metric, RuleEvaluation, RuleId, RuleOutcome
 
-RULES_VERSION: Final = "rolltape.rules/1"
+RULES_VERSION: Final = "rolltape.rules/2"
 
 #: Smoothed signals and the rule that watches each.
 EMA_SIGNALS: Final[tuple[str, ...]] = (
     "update_to_param_ratio",
     "grad_noise_scale",
     "dead_relu_fraction",
+    "saturated_fraction",
     "min_layer_grad_norm",
     "max_layer_grad_norm",
 )
@@ -51,6 +56,7 @@ _CHECKED_FIELDS: Final[tuple[str, ...]] = (
     "max_layer_grad_norm",
     "min_layer_grad_norm",
     "dead_relu_fraction",
+    "saturated_fraction",
     "update_to_param_ratio",
     "grad_noise_scale",
     "lr",
@@ -143,8 +149,13 @@ def evaluate(
     _push(state.recent, metric_hash, rules.history)
     for name in EMA_SIGNALS:
         value = values[name]
-        if value is None or not math.isfinite(value):
-            continue  # not measured, or non-finite: never enters the EMA
+        if value is None:
+            # not measured this epoch: smoothing restarts when it is measured again
+            state.ema.pop(name, None)
+            state.ema_window.pop(name, None)
+            continue
+        if not math.isfinite(value):
+            continue  # non-finite: never enters the EMA
         previous = state.ema.get(name)
         smoothed = value if previous is None else previous + rules.ema_alpha * (value - previous)
         state.ema[name] = smoothed
@@ -292,7 +303,13 @@ def _r4(rules: RuleSet, state: RuleState, unhealthy: list[RuleId]) -> RuleOutcom
 
 
 def _r5(rules: RuleSet, state: RuleState) -> RuleOutcome:
-    return _band_rule(rules, state, "dead_relu_fraction", None, rules.r5_dead_relu_high)
+    dead = _band_rule(rules, state, "dead_relu_fraction", None, rules.r5_dead_relu_high)
+    saturated = _band_rule(rules, state, "saturated_fraction", None, rules.r5_saturated_high)
+    signals = {**dead.signals, **saturated.signals}
+    fired = [o.reason for o in (dead, saturated) if o.fired]
+    if fired:
+        return RuleOutcome(fired=True, reason="; ".join(fired), signals=signals)
+    return RuleOutcome(fired=False, reason=f"{dead.reason}; {saturated.reason}", signals=signals)
 
 
 def _r6(rules: RuleSet, state: RuleState) -> RuleOutcome:

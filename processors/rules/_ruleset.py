@@ -60,6 +60,9 @@ class RuleSet(BaseModel):
     """R4 (capacity) fires only while R5, R6 and R7 do not: a net that is not learning because its
     gradients or activations are broken has a stability problem, not a capacity one."""
     r5_dead_relu_high: float = 0.40
+    r5_saturated_high: float = 0.40
+    """R5 for smooth activations: the monitor's saturated fraction (inputs where the slope is
+    below its threshold), the analogue of dead ReLUs for activations never exactly zero."""
     r6_min_grad_norm_low: float = 1e-5
     r7_max_grad_norm_high: float = 10.0
 

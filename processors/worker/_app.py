@@ -85,6 +85,7 @@ def create_app(config: WorkerConfig) -> faust.App:
         ProcessorConfig(
             rules=config.rules,
             filters=config.filters,
+            training_judge=config.training_judge,
             principal=config.principal,
             software_version=software_version(),
             rewards=config.rewards,

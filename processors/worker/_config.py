@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.processors.filters import FilterConfig
-from rolltape.processors.judges import ModelEndpoint
+from rolltape.processors.judges import TrainingJudgeConfig
 from rolltape.processors.rules import RuleSet
+from rolltape.schemas import ModelEndpoint
 
 
 class WorkerConfig(BaseModel):
@@ -23,6 +24,7 @@ class WorkerConfig(BaseModel):
     replication_factor: int = Field(default=1, ge=1)
     rules: RuleSet = Field(default_factory=RuleSet)
     filters: FilterConfig = Field(default_factory=FilterConfig)
+    training_judge: TrainingJudgeConfig = Field(default_factory=TrainingJudgeConfig)
     principal: str = "processor"
     rewards: tuple[str, ...] = ()
     """Reward functions to run on every finished agent session (e.g. task_pass, final_reward)."""

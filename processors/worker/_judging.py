@@ -21,10 +21,11 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from rolltape.processors._session import PRODUCER_NAME, JudgeRequest, JudgeResult
-from rolltape.processors.judges import LLM_JUDGES, JudgeRun, ModelEndpoint, run_llm_judge
+from rolltape.processors.judges import LLM_JUDGES, JudgeRun, run_llm_judge
 from rolltape.schemas import (
     GENESIS_HASH,
     PAYLOAD_MODELS,
+    ModelEndpoint,
     Stream,
     Verdict,
     canonical_bytes,
@@ -61,12 +62,7 @@ class JudgeRunner:
     def _client(self, logical: str, endpoint: ModelEndpoint) -> Any:
         client = self._clients.get(logical)
         if client is None:
-            import openai
-
-            client = openai.AsyncOpenAI(
-                base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=endpoint.timeout_s
-            )
-            self._clients[logical] = client
+            client = self._clients[logical] = endpoint.async_client()
         return client
 
     async def handle(self, requests: list[JudgeRequest]) -> None:

@@ -6,6 +6,7 @@ import sys
 import threading
 
 from rolltape.producers import Recorder
+from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 
 
 def main(bootstrap: str, prefix: str, spool: str, tag: str, sessions: int, events: int) -> None:
@@ -18,7 +19,8 @@ def main(bootstrap: str, prefix: str, spool: str, tag: str, sessions: int, event
                     s.tool_result(s.tool_call("lookup", {"n": n}), f"result {n}")
                 else:
                     s.turn("assistant", f"{tag} session {i} event {n}")
-                s.metric(n, train_loss=1.0 / (n + 1))
+                synthetic_metric(recorder, s, n, train_loss=1.0 / (n + 1))
+            end_synthetic_metrics(recorder, s)
 
     threads = [threading.Thread(target=agent, args=(i,)) for i in range(sessions)]
     for t in threads:

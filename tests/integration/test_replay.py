@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rolltape.producers import Recorder
+from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Stream, decode
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, chain_reports, payloads, read_all, wait_for
@@ -29,9 +30,11 @@ def record(topics: Topics, spool: Path) -> None:
         for sid, noise in (("train-noisy", 40.0), ("train-calm", 500.0)):
             with rec.session("fit", session_id=sid, kind="training", run_config={"lr": 0.1}) as s:
                 for epoch in range(6):
-                    s.metric(epoch, steps=10, train_loss=1 / (epoch + 1), val_loss=1 / (epoch + 1),
-                             grad_noise_scale=noise, max_layer_grad_norm=1.0,
-                             min_layer_grad_norm=0.1, val_acc=0.8)  # fmt: skip
+                    synthetic_metric(rec, s, epoch, steps=10, train_loss=1 / (epoch + 1),
+                                     val_loss=1 / (epoch + 1), grad_noise_scale=noise,
+                                     max_layer_grad_norm=1.0, min_layer_grad_norm=0.1,
+                                     val_acc=0.8)  # fmt: skip
+                end_synthetic_metrics(rec, s)
         with rec.session("2+2", session_id="agent-good", tools=[CALC]) as s:
             s.turn("user", "2+2?")
             s.tool_result(s.tool_call("calc", {"expr": "2+2"}), "4")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from rolltape.producers import Recorder
+from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Stream, decode
 from tests.integration.conftest import Topics
 from tests.integration.workers import (
@@ -37,8 +38,9 @@ def record_training(recorder: Recorder, sid: str, epochs: int = 7) -> None:
         for epoch in range(epochs):
             lr = 0.1 if epoch <= 2 else 0.01
             loss = math.nan if epoch == 2 else 1.0 / (epoch + 1)
-            s.metric(epoch, steps=10, train_loss=loss, max_layer_grad_norm=1.0,
-                     min_layer_grad_norm=1e-3, val_acc=0.5 + epoch / 20, lr=lr)  # fmt: skip
+            synthetic_metric(recorder, s, epoch, steps=10, train_loss=loss,
+                             max_layer_grad_norm=1.0, min_layer_grad_norm=1e-3,
+                             val_acc=0.5 + epoch / 20, lr=lr)  # fmt: skip
             if epoch == 2:
                 s.decision(
                     epoch=2,
@@ -48,6 +50,7 @@ def record_training(recorder: Recorder, sid: str, epochs: int = 7) -> None:
                     remedy_direction="decrease_lr",
                     remedy_params={"lr_new": 0.01, "edit_op": "none", "edit_to": "none"},
                 )
+        end_synthetic_metrics(recorder, s)
 
 
 CALC = {
@@ -116,7 +119,9 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
         for i in range(sessions):
             with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
                 for epoch in range(epochs):
-                    s.metric(epoch, steps=5, train_loss=1.0 / (epoch + 1), max_layer_grad_norm=2.0)
+                    synthetic_metric(recorder, s, epoch, steps=5, train_loss=1.0 / (epoch + 1),
+                                     max_layer_grad_norm=2.0)  # fmt: skip
+                end_synthetic_metrics(recorder, s)
             with recorder.session("ask", session_id=f"a{i}") as s:
                 s.turn("assistant", f"answer {i}")
             recorder.flush()

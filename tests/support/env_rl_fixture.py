@@ -64,6 +64,7 @@ def write_run(
                 "min_layer_grad_norm": 0.01,
                 "grad_noise_scale": noise,
                 "activation_p99": 3.2,
+                "weight_norm": 12.5,
                 "lr": 0.01,
             },
             ts,

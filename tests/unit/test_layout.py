@@ -10,6 +10,7 @@ import pytest
 import rolltape.infra
 import rolltape.processors
 import rolltape.producers
+import rolltape.producers.training
 import rolltape.schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,6 +52,8 @@ def test_public_api__is_pinned() -> None:
         "EventsRejectedError",
         "FlushResult",
         "FlushTimeoutError",
+        "HarnessError",
+        "MonitorError",
         "Recorder",
         "RecorderClosedError",
         "RecorderError",
@@ -59,7 +62,35 @@ def test_public_api__is_pinned() -> None:
         "SpoolFullError",
         "__version__",
     }
-    assert set(rolltape.infra.__all__) == {"Settings", "open_recorder"}
+    assert set(rolltape.infra.__all__) == {"Settings", "open_monitor_recorder", "open_recorder"}
+    assert set(rolltape.producers.training.__all__) == {
+        "PLAYBOOK",
+        "SCENARIOS",
+        "ArchitectureSpec",
+        "AttemptResult",
+        "AttemptStart",
+        "DecisionContext",
+        "DigitsData",
+        "DigitsNet",
+        "Harness",
+        "HarnessConfig",
+        "LLMPolicy",
+        "LogFollower",
+        "MonitorConfig",
+        "Policy",
+        "PolicyDecision",
+        "Scenario",
+        "ScriptedPolicy",
+        "SelfRefineResult",
+        "TrainingMonitor",
+        "TrainingRun",
+        "apply",
+        "build_model",
+        "carry_weights",
+        "feedback_text",
+        "rules_and_verdicts_follower",
+        "start_run",
+    }
     assert set(rolltape.processors.__all__) == {
         "DeadLetter",
         "Emitted",

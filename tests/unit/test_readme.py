@@ -1,5 +1,6 @@
 """The README's recording example runs as written (here without a broker, so it records to the
-spool) and leaves verifiable chains."""
+spools) and leaves verifiable chains: the agent session, and the training run's events and the
+metrics its monitor wrote."""
 
 from __future__ import annotations
 
@@ -23,13 +24,16 @@ def test_readme_example__runs_and_records_two_verifiable_sessions(tmp_path: Path
         [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
-    spool = Spool(tmp_path / "spool", 1 << 30)
     verifier = ChainVerifier()
-    while not spool.empty:
-        batch, token = spool.read(1000)
-        for _, _, value in batch:
-            verifier.add(value)
-        spool.commit(token)
-    spool.close()
+    for folder in (tmp_path / "spool", tmp_path / "spool" / "monitor"):  # the agent's, the monitor's
+        spool = Spool(folder, 1 << 30)
+        while not spool.empty:
+            batch, token = spool.read(1000)
+            for _, _, value in batch:
+                verifier.add(value)
+            spool.commit(token)
+        spool.close()
     reports = verifier.reports()
-    assert len(reports) == 3 and all(r.ok for r in reports)  # agent events, training events+metrics
+    assert len(reports) == 3 and all(r.ok and r.ended for r in reports)
+    # the agent's events, the training run's events, and its metrics chain written by the monitor
+    assert {(r.stream, r.records > 5) for r in reports if r.stream == "metrics"} == {("metrics", True)}

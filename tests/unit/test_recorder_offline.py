@@ -47,11 +47,11 @@ def test_recorder__an_invalid_event_is_rejected_by_name_and_the_chain_skips_no_s
     recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
     s = recorder.session("task", session_id="bad-1")
     s.turn("robot", "hi")  # type: ignore[arg-type]  # not a role
-    s.metric(1, train_loss="very high")
+    s.decision(epoch="very late")
     s.turn("user", "fine")
     with pytest.raises(EventsRejectedError) as info:
         recorder.flush(10)
-    assert [r.type for r in info.value.rejected] == ["turn", "metric"]
+    assert [r.type for r in info.value.rejected] == ["turn", "decision"]
     assert "role" in str(info.value) and info.value.path is not None and info.value.path.exists()
     s.end()
     recorder.close(5)
@@ -174,15 +174,22 @@ def test_session__records_arguments_as_they_were_at_the_call(tmp_path: Path) -> 
     recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
     s = recorder.session("mutation", session_id="mutate-1")
     args = {"q": "first"}
-    norms = {"layer1": 1.0}
+    params = {"lr_new": 0.1, "edit_op": "none", "edit_to": "none"}
     tokens = [1, 2, 3]
     s.tool_call("search", args, call_id="c1")
-    s.metric(1, per_layer_grad_norm=norms)
+    s.decision(
+        epoch=1,
+        event_type="hyperparameter_change",
+        cites=["R1"],
+        justification="lr",
+        remedy_direction="decrease_lr",
+        remedy_params=params,
+    )
     s.turn("assistant", "x", token_ids=tokens)
-    args["q"], norms["layer1"], tokens[0] = "changed", 99.0, 99  # the caller reuses its objects
+    args["q"], params["lr_new"], tokens[0] = "changed", 99.0, 99  # the caller reuses its objects
     s.end()
     recorder.close(5)
     payloads = {e.type: e.payload for e in map(parse_envelope, drain(tmp_path))}
     assert payloads["tool_call"]["arguments"] == {"q": "first"}
-    assert payloads["metric"]["per_layer_grad_norm"] == {"layer1": 1.0}
+    assert payloads["decision"]["remedy_params"]["lr_new"] == 0.1
     assert payloads["turn"]["token_ids"] == [1, 2, 3]

@@ -14,11 +14,11 @@ import pytest
 from rolltape.processors.judges import (
     AnswerQualityJudge,
     JudgeRun,
-    ModelEndpoint,
     Transcript,
     TranscriptItem,
     run_llm_judge,
 )
+from rolltape.schemas import ModelEndpoint
 from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
 
 

@@ -136,7 +136,10 @@ def test_judge__an_edit_logged_but_not_applied_fails_the_architecture_replay() -
     assert unapplied["status"] == "failed" and codes(unapplied)[0][0] == "architecture_replay"
     assert unapplied["scores"] == {"accuracy_score": 0.0, "process_score": 0.0}
     applied = training(metrics, [swap], config, final_spec={"activation": "gelu", "blocks": 2})
-    assert applied["status"] == "ok" and applied["details"]["architecture_replay"] == "match"
+    assert applied["status"] == "ok" and applied["details"]["architecture_replay"] == {
+        "result": "match",
+        "source": "agent-reported",
+    }
 
 
 def test_judge__the_top_class_must_be_acted_on_first() -> None:

@@ -150,7 +150,9 @@ def test_env_rl_runs_are_rejudged_and_disagreements_explained(tmp_path: Path) ->
     session = env_rl_session(run, source="run")
     kinds = [(stream, kind) for stream, kind, _, _ in session.events]
     assert kinds.count(("metrics", "metric")) == 6 and ("events", "decision") in kinds
-    assert any("activation_p99" in note for note in run.notes)
+    assert any("weight_norm" in note for note in run.notes)  # a field rolltape has no name for
+    metric = next(p for s, k, _, p in session.events if k == "metric")
+    assert metric["activation_p99"] == 3.2  # env_rl's percentiles map onto the monitor's fields
     result = replay(_records(session), ProcessorConfig())
     ours = sorted(
         (decode(o.value)["payload"] for o in result.chains[("rules", session.session_id)]),

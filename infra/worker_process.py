@@ -1,0 +1,82 @@
+"""A `rolltape worker` in a child process, and whether one is running against a cluster.
+
+The demo, the benchmarks and `rolltape harness run --start-worker` need the processors running
+while they record; they start the same worker a user starts by hand, as a child process with its
+log in a file, and stop it when done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Self
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+
+class WorkerProcess:
+    """`python -m rolltape.infra worker` on `prefix`'s topics of `bootstrap`."""
+
+    def __init__(self, bootstrap: str, prefix: str, log: Path, **env: str) -> None:
+        self.log_path = log
+        self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.infra", "worker"],
+            env={
+                **os.environ,
+                "ROLLTAPE_BOOTSTRAP": bootstrap,
+                "ROLLTAPE_TOPIC_PREFIX": prefix,
+                **env,
+            },
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, chars: int = 1500) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+async def _members(bootstrap: str, group_id: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        responses: list[Any] = await admin.describe_consumer_groups([group_id])
+    finally:
+        await admin.close()
+    return sum(
+        len(group[5])
+        for response in responses
+        for group in response.groups
+        if group[1] == group_id and group[0] == 0
+    )
+
+
+def worker_running(bootstrap: str, group_id: str) -> bool:
+    """Whether the worker's consumer group has members (a worker is up)."""
+    return asyncio.run(_members(bootstrap, group_id)) > 0

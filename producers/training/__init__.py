@@ -1,0 +1,70 @@
+"""rolltape.producers.training: training runs recorded by a monitor the training code cannot
+bypass, and the decision harness that acts on the rule firings the processors write back.
+
+Needs the `torch` extra: pip install 'rolltape[torch]'.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as exc:  # pragma: no cover - the message is the point
+    raise ImportError(
+        "rolltape.producers.training needs PyTorch: pip install 'rolltape[torch]'"
+    ) from exc
+
+from rolltape.producers.training._digits import (
+    ArchitectureSpec,
+    DigitsData,
+    DigitsNet,
+    build_model,
+    carry_weights,
+)
+from rolltape.producers.training._follow import LogFollower
+from rolltape.producers.training._harness import (
+    AttemptResult,
+    Harness,
+    HarnessConfig,
+    SelfRefineResult,
+    feedback_text,
+    rules_and_verdicts_follower,
+)
+from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor
+from rolltape.producers.training._policies import (
+    PLAYBOOK,
+    AttemptStart,
+    DecisionContext,
+    LLMPolicy,
+    Policy,
+    PolicyDecision,
+    ScriptedPolicy,
+)
+from rolltape.producers.training._remedies import TrainingRun, apply, start_run
+from rolltape.producers.training._scenarios import SCENARIOS, Scenario
+
+__all__ = [
+    "PLAYBOOK",
+    "SCENARIOS",
+    "ArchitectureSpec",
+    "AttemptResult",
+    "AttemptStart",
+    "DecisionContext",
+    "DigitsData",
+    "DigitsNet",
+    "Harness",
+    "HarnessConfig",
+    "LLMPolicy",
+    "LogFollower",
+    "MonitorConfig",
+    "Policy",
+    "PolicyDecision",
+    "Scenario",
+    "ScriptedPolicy",
+    "SelfRefineResult",
+    "TrainingMonitor",
+    "TrainingRun",
+    "apply",
+    "build_model",
+    "carry_weights",
+    "feedback_text",
+    "rules_and_verdicts_follower",
+    "start_run",
+]

@@ -1,0 +1,146 @@
+"""Reading the processors' outputs back while a run goes on: rule evaluations and verdicts.
+
+Why the harness reads them from the log: the firings a decision answers must be the canonical
+ones the worker computed from the monitor's metrics, never ones the harness computed itself,
+and an attempt's feedback must be the verdict the judge wrote. A follower assigns the topics'
+partitions directly (no consumer group: it never moves anyone's offsets), starts a little before
+the run began (LogAppendTime), keeps the records of the sessions it was asked to watch, and
+checks each record's hash before handing it out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from rolltape.producers._errors import HarnessError
+from rolltape.schemas import UnreadableRecord, content_hash, read_envelope
+
+Match = Callable[[dict[str, Any]], bool]
+
+
+class LogFollower:
+    """Follows `topics` from `since_ms` (broker time) in a background thread."""
+
+    def __init__(self, bootstrap: str, topics: Sequence[str], *, since_ms: int) -> None:
+        self.bootstrap = bootstrap
+        self.topics = list(topics)
+        self.since_ms = since_ms
+        self._watched: set[bytes] = set()
+        self._records: list[dict[str, Any]] = []
+        self._seen: set[str] = set()
+        self._cond = threading.Condition()
+        self._error: BaseException | None = None
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rolltape-follower", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(60):
+            raise HarnessError(f"could not start reading {', '.join(self.topics)} in 60 s")
+        if self._error is not None:
+            raise HarnessError(
+                f"cannot read the processors' outputs: {self._error}"
+            ) from self._error
+
+    def watch(self, session_id: str) -> None:
+        """Keep the records of this session (call before the session starts recording)."""
+        with self._cond:
+            self._watched.add(session_id.encode())
+
+    def wait(self, match: Match, timeout_s: float, what: str) -> dict[str, Any]:
+        """The first kept envelope `match` accepts; HarnessError naming `what` after
+        `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                for env in self._records:
+                    if match(env):
+                        return env
+                if self._error is not None:
+                    raise HarnessError(f"reading the processors' outputs failed: {self._error}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HarnessError(
+                        f"no {what} arrived within {timeout_s:.0f} s: is `rolltape worker` "
+                        "running against this broker and topic prefix?"
+                    )
+                self._cond.wait(min(left, 0.5))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(15)
+
+    # -- the background thread -------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._follow())
+        except BaseException as exc:  # reported to whoever waits
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+            self._ready.set()
+
+    async def _follow(self) -> None:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
+        )
+        await consumer.start()
+        try:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            await admin.start()
+            try:
+                described = await admin.describe_topics(self.topics)
+            finally:
+                await admin.close()
+            partitions = [
+                TopicPartition(t["topic"], p["partition"])
+                for t in described
+                if t["error_code"] == 0
+                for p in sorted(t["partitions"], key=lambda p: p["partition"])
+            ]
+            if not partitions:
+                raise HarnessError(f"the topics {', '.join(self.topics)} do not exist")
+            consumer.assign(partitions)
+            offsets = await consumer.offsets_for_times({tp: self.since_ms for tp in partitions})
+            for tp in partitions:
+                found = offsets.get(tp)
+                if found is None:
+                    await consumer.seek_to_end(tp)
+                else:
+                    consumer.seek(tp, found.offset)
+            for tp in partitions:
+                await consumer.position(tp)
+            self._ready.set()
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=100, max_records=2000)
+                kept = [
+                    env
+                    for messages in batch.values()
+                    for m in messages
+                    if m.key in self._watched and (env := _checked(m.value)) is not None
+                ]
+                if kept:
+                    with self._cond:
+                        for env in kept:
+                            if env["event_id"] not in self._seen:  # a redelivery: same id
+                                self._seen.add(env["event_id"])
+                                self._records.append(env)
+                        self._cond.notify_all()
+        finally:
+            await consumer.stop()
+
+
+def _checked(value: bytes) -> dict[str, Any] | None:
+    """The envelope when its content matches its hash; None for anything else."""
+    try:
+        env, _ = read_envelope(value)
+    except UnreadableRecord:
+        return None
+    checked = content_hash(env, value)
+    return env if checked is not None and checked[0] == env.get("hash") else None
