@@ -17,6 +17,8 @@ import orjson
 
 from rolltape.infra.readback import read_records
 from rolltape.projections import (
+    MANIFEST,
+    META_DIR,
     ExportOptions,
     FoldError,
     Manifest,
@@ -142,8 +144,8 @@ def open_tokenizer(path: Path | None) -> tuple[ChatTokenizer | None, str | None]
 def write_export(
     out: Path, blobs: list[tuple[str, bytes]], manifest: Manifest, *, overwrite: bool
 ) -> None:
-    """Write the files, manifest.json last (a folder with a manifest holds a complete export)."""
-    existing = out / "manifest.json"
+    """Write the files, the manifest last (a folder with a manifest holds a complete export)."""
+    existing = out / MANIFEST
     if out.exists() and any(out.iterdir()):
         if not existing.exists():
             raise ExportError(f"{out} is not empty and holds no export: choose an empty folder")
@@ -153,12 +155,18 @@ def write_export(
         existing.unlink()
         for entry in old.get("files", []):
             for name in (entry.get("name"), entry.get("provenance_name")):
-                if isinstance(name, str) and "/" not in name:
+                if isinstance(name, str) and _ours(name):
                     (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
+    (out / META_DIR).mkdir(parents=True, exist_ok=True)
     for name, data in blobs:
         (out / name).write_bytes(data)
     existing.write_bytes(manifest.to_bytes())
+
+
+def _ours(name: str) -> bool:
+    """A file name an earlier manifest may ask us to remove: in the folder or its .rolltape/."""
+    parts = name.split("/")
+    return ".." not in parts and (len(parts) == 1 or (len(parts) == 2 and parts[0] == META_DIR))
 
 
 def run_export(

@@ -6,6 +6,8 @@
 
 from rolltape.projections._atropos_sink import AtroposSink, AtroposSinkError
 from rolltape.projections._export import (
+    MANIFEST,
+    META_DIR,
     ExportFile,
     ExportOptions,
     Format,
@@ -42,6 +44,8 @@ from rolltape.projections._trajectory import (
 )
 
 __all__ = [
+    "MANIFEST",
+    "META_DIR",
     "AtroposSink",
     "AtroposSinkError",
     "ChainSpan",

@@ -7,6 +7,9 @@ is written). Reading topics and writing files are the callers' part.
 Every data line has a line in a sidecar `.provenance.jsonl` file with the same name stem and line
 number: the sessions it came from, their trajectory ids and the chain spans (first and last event
 hash of every chain used), so the training formats stay strict and every sample stays traceable.
+Sidecars and the manifest live in the export folder's hidden `.rolltape/` subfolder: loaders that
+take every .json/.jsonl file of a folder as data (`datasets.load_dataset("json", data_dir=...)`)
+skip hidden folders, so an export folder loads as it is.
 """
 
 from __future__ import annotations
@@ -27,13 +30,17 @@ from rolltape.projections.exporters import (
     CompressionReport,
     atropos_groups,
     compress,
+    dpo_pairs,
     estimate_tokens,
     jsonl_line,
     session_rows,
 )
 from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
 
-Format = Literal["sharegpt", "atropos", "turns", "openai", "trl"]
+Format = Literal["sharegpt", "atropos", "turns", "openai", "trl", "dpo"]
+META_DIR = ".rolltape"
+"""The export folder's subfolder for what is not training data (sidecars, manifest)."""
+MANIFEST = f"{META_DIR}/manifest.json"
 
 
 class Selection(BaseModel):
@@ -96,7 +103,7 @@ class ExportOptions(BaseModel):
     """Compress each trajectory to this many tokens (counted with the tokenizer when one is
     given, else estimated); trajectories that cannot fit are skipped (`over_budget`)."""
     score: str = "reward"
-    """Atropos: where a session's score comes from (Trajectory.score)."""
+    """Atropos and DPO: where a session's score comes from (Trajectory.score)."""
     keep_equal_scores: bool = False
     """Atropos: keep groups whose scores are all equal (Atropos drops them by default)."""
     tokenizer: str | None = None
@@ -108,6 +115,7 @@ class ExportFile(BaseModel):
 
     name: str
     provenance_name: str
+    """Relative to the export folder (in its .rolltape/ subfolder)."""
     lines: int
     bytes: int
     sha256: str
@@ -115,7 +123,7 @@ class ExportFile(BaseModel):
 
 
 class Manifest(BaseModel):
-    """What an export holds and where it came from; written as manifest.json."""
+    """What an export holds and where it came from; written as .rolltape/manifest.json."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -220,6 +228,27 @@ def render(
                 )
             )
         return out
+    if options.format == "dpo":
+        reports = {t.session_id: r for t, r in chosen}
+        pairs = dpo_pairs([t for t, _ in chosen], score=options.score)
+        for _what, reason in pairs.skipped:
+            out.skipped[reason] += 1
+        for key, best, worse, row in pairs.pairs:
+            out.exported.update((best.session_id, worse.session_id))
+            out.lines.append(
+                _Line(
+                    jsonl_line(row),
+                    {
+                        "group": key,
+                        "scores": [best.score(options.score), worse.score(options.score)],
+                        "sessions": [
+                            _source(best, reports[best.session_id]),
+                            _source(worse, reports[worse.session_id]),
+                        ],
+                    },
+                )
+            )
+        return out
     known_tools = sorted({tool.name for t, _ in chosen for tool in t.tools})
     for trajectory, report in chosen:
         source = _source(trajectory, report)
@@ -236,14 +265,15 @@ def render(
 def shard(
     rendered: Rendered, options: ExportOptions
 ) -> tuple[list[tuple[str, bytes]], list[ExportFile]]:
-    """Split lines into files `<format>-00000.jsonl` (+ `.provenance.jsonl` sidecars)."""
+    """Split lines into files `<format>-00000.jsonl` (+ `.rolltape/<name>.provenance.jsonl`
+    sidecars)."""
     blobs: list[tuple[str, bytes]] = []
     files: list[ExportFile] = []
     size = options.shard_lines
     for index, start in enumerate(range(0, len(rendered.lines), size)):
         chunk = rendered.lines[start : start + size]
         name = f"{options.format}-{index:05d}.jsonl"
-        side = f"{options.format}-{index:05d}.provenance.jsonl"
+        side = f"{META_DIR}/{options.format}-{index:05d}.provenance.jsonl"
         data = b"".join(line.data for line in chunk)
         provenance = b"".join(
             jsonl_line({"line": start + i, **line.provenance}) for i, line in enumerate(chunk)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install rolltape with its dev tools. Idempotent.
+# Create .venv (if missing) and install rolltape with its dev tools and the torch extra (the
+# training monitor and harness; torch comes from PyPI, about a minute). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -13,6 +14,6 @@ fi
 stamp=.venv/.rolltape-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev]"
+  .venv/bin/python -m pip install -q -e ".[dev,torch]"
   touch "$stamp"
 fi

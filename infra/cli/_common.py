@@ -24,7 +24,7 @@ TokenizerOption = Annotated[
     typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
 ]
 ScoreOption = Annotated[
-    str, typer.Option(help="Atropos score: reward, reward:NAME or verdict:JUDGE:KEY.")
+    str, typer.Option(help="Atropos/DPO score: reward, reward:NAME or verdict:JUDGE:KEY.")
 ]
 KeepEqualScoresOption = Annotated[
     bool, typer.Option(help="Atropos: keep groups whose scores are all equal.")

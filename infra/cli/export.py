@@ -47,7 +47,7 @@ def parse_time(text: str | None, option: str) -> int | None:
 def export(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")],
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Folder for the files and manifest.json.")
+        Path, typer.Option("--out", "-o", help="Folder for the data files (.rolltape/ gets the rest).")
     ],
     judge_version: Annotated[
         str, typer.Option(help="Whose verdicts and filter outcomes to use (replay writes others).")
@@ -77,11 +77,14 @@ def export(
     keep_equal_scores: KeepEqualScoresOption = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an export already in --out.")] = False,
 ) -> None:
-    """Write training data: ShareGPT, Atropos groups, per-turn traces, OpenAI or TRL chat JSONL.
+    """Write training data: ShareGPT, Atropos groups, per-turn traces, OpenAI or TRL chat JSONL,
+    or TRL DPO preference pairs from sessions of one group ranked by --score.
 
-    Each data file has a .provenance.jsonl sidecar (line for line: sessions, trajectory ids, first
-    and last event hash of every chain used) and manifest.json has counts, skip reasons and file
-    digests. Running it twice over the same topics writes byte-identical files.
+    Each data file has a sidecar .rolltape/<name>.provenance.jsonl (line for line: sessions,
+    trajectory ids, first and last event hash of every chain used) and .rolltape/manifest.json has
+    counts, skip reasons and file digests; the folder itself holds only data, so
+    datasets.load_dataset("json", data_dir=OUT) loads it as is. Running it twice over the same
+    topics writes byte-identical files.
     """
     if accepted_only and rejected_only:
         raise typer.BadParameter("choose one of --accepted-only and --rejected-only")

@@ -128,7 +128,9 @@ class TrainingMonitor:
         self._val_loader: Iterable[Any] | None = None
         self._probe: Batch | None = None
         self._layers: tuple[LayerSpec, ...] = ()
-        self._activations: dict[int, _Hooked] = {}
+        self._activations: dict[nn.Module, _Hooked] = {}
+        """Keyed by the module itself, not its id: a module swapped out may be freed and its id
+        reused by the module that replaced it."""
         self._handles: list[RemovableHandle] = []
         self._grads: GradientStats | None = None
         self._loss = LossStats()
@@ -397,14 +399,14 @@ class TrainingMonitor:
         if model is None:
             return
         present = {
-            id(m): (name, m) for name, m in model.named_modules() if activation_kind(m) is not None
+            m: name for name, m in model.named_modules() if activation_kind(m) is not None
         }
-        for key in [k for k in self._activations if k not in present]:
-            self._activations.pop(key).remove()
-        for key, (name, module) in present.items():
-            hooked = self._activations.get(key)
+        for gone in [m for m in self._activations if m not in present]:
+            self._activations.pop(gone).remove()
+        for module, name in present.items():
+            hooked = self._activations.get(module)
             if hooked is None:
-                self._activations[key] = self._activation_hooks(name, module)
+                self._activations[module] = self._activation_hooks(name, module)
             else:
                 hooked.name = hooked.stats.name = name
         if record:

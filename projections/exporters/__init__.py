@@ -23,6 +23,7 @@ from rolltape.projections.exporters._compress import (
     estimate_tokens,
     trajectory_tokens,
 )
+from rolltape.projections.exporters._dpo import DpoExport, dpo_pairs
 from rolltape.projections.exporters._jsonl import jsonl_line
 from rolltape.projections.exporters._openai import chat_messages, openai_row, trl_row
 from rolltape.projections.exporters._sharegpt import (
@@ -41,9 +42,9 @@ from rolltape.projections.exporters._sharegpt import (
 from rolltape.projections.exporters._tags import escape, unescape
 from rolltape.projections.exporters._turns import turn_lines
 
-#: Formats of `rolltape export`; atropos lines are per group, the others per session
-#: (turns: per assistant turn).
-FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl")
+#: Formats of `rolltape export`; atropos lines are per group, dpo lines per pair in a group, the
+#: others per session (turns: per assistant turn).
+FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl", "dpo")
 
 
 def session_rows(
@@ -68,6 +69,7 @@ __all__ = [
     "AtroposExport",
     "ChatTokenizer",
     "CompressionReport",
+    "DpoExport",
     "ParsedCall",
     "ParsedMessage",
     "ParsedResponse",
@@ -77,6 +79,7 @@ __all__ = [
     "atropos_groups",
     "chat_messages",
     "compress",
+    "dpo_pairs",
     "escape",
     "estimate_tokens",
     "jsonl_line",

@@ -183,3 +183,20 @@ def test_ruleset__a_changed_threshold_is_a_new_digest_and_files_are_checked(tmp_
         RuleSet.from_file(path)
     with pytest.raises(RuleSetError, match="cannot read"):
         RuleSet.from_file(tmp_path / "missing.json")
+
+
+def test_r5__fires_on_saturated_smooth_activations_as_it_does_on_dead_relus() -> None:
+    saturated = {**HEALTHY, "dead_relu_fraction": None, "saturated_fraction": 0.7}
+    assert fired([saturated] * 4) == [(), (), ("R5",), ("R5",)]
+    reason = run([saturated] * 3)[-1].rules["R5"].reason
+    assert "saturated_fraction EMA above 0.4" in reason
+
+
+def test_signals__one_that_stops_being_measured_neither_fires_on_stale_values_nor_hides() -> None:
+    dead = {**HEALTHY, "dead_relu_fraction": 0.9}
+    swapped = {**HEALTHY, "dead_relu_fraction": None, "saturated_fraction": 0.0}
+    # after a swap from ReLU to GELU the dead-ReLU signal is gone: R5 does not fire on its
+    # old EMA, and the saturated fraction of the new activation is what R5 watches now
+    assert fired([dead, dead, dead, swapped, swapped]) == [(), (), ("R5",), (), ()]
+    back = fired([dead, dead, dead, swapped, dead, dead])
+    assert back[-2:] == [(), ()]  # measured again: its smoothing starts over (3 epochs)

@@ -200,3 +200,150 @@ def test_judge__a_flood_of_decisions_is_counted_not_kept_and_is_a_violation() ->
     verdict = training([VANISHING] * 5, flood)
     assert verdict["counts"]["decisions"] == MAX_DECISIONS_KEPT + 5
     assert ("decision_flood", None, None) in codes(verdict)
+
+
+def spec(epoch: int, phase: str, activation: str = "relu", layers: int = 3, bn: int = 0) -> dict[str, Any]:
+    return {
+        "epoch": epoch,
+        "phase": phase,
+        "layers": [],
+        "activations": {activation: 3},
+        "activation": activation,
+        "weight_layers": layers,
+        "batchnorm_layers": bn,
+        "parameter_count": 100,
+    }
+
+
+PROBE = {"fc.weight": 0.5, "fc.bias": 0.1}
+
+
+def monitored(
+    metrics: list[dict[str, Any]],
+    specs: list[dict[str, Any]],
+    decisions: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    live: dict[str, Any] | None = None,
+    run_config: dict[str, Any] | None = None,
+    status: str = "completed",
+) -> dict[str, Any]:
+    """A training session as the monitor records it: specs, metrics with probe gradients and a
+    live check on the metrics chain; decisions on the events chain."""
+    tape, sid = Tape(), "m1"
+    records: list[InputRecord] = [tape.start(sid, kind="training", run_config=run_config or {})]
+    for s in (s for s in specs if s["phase"] != "final"):
+        if s["epoch"] == 0:
+            records.append(tape.record(sid, "metrics", "model_spec", **s))
+    for epoch, fields in enumerate(metrics):
+        records += [tape.record(sid, "metrics", "model_spec", **s) for s in specs if s["epoch"] == epoch and s["epoch"] and s["phase"] != "final"]
+        records.append(tape.metric(sid, epoch, **{"probe_grad_norm": PROBE, **fields}))
+        records += [tape.decision(sid, **d) for d in decisions if d["epoch"] == epoch]
+    records += [tape.record(sid, "metrics", "model_spec", **s) for s in specs if s["phase"] == "final"]
+    if live is not None:
+        records.append(tape.record(sid, "metrics", "live_check", **live))
+    records += tape.end(sid, status=status, streams=("metrics",))
+    outputs, _ = run(records)
+    (verdict,) = emitted(outputs, "verdict")
+    return verdict
+
+
+def live_check(epoch: int, weights_epoch: int, **norms: float) -> dict[str, Any]:
+    return {
+        "epoch": epoch,
+        "weights_epoch": weights_epoch,
+        "probe_samples": 256,
+        "loss": 0.3,
+        "per_layer_grad_norm": {**PROBE, **norms},
+        "val_loss": 0.3,
+        "val_acc": 0.9,
+    }
+
+
+SWAP = {
+    "event_type": "architecture_change",
+    "cites": ["R5"],
+    "remedy_direction": "swap_activation",
+    "remedy_params": {"lr_new": None, "edit_op": "swap_activation", "edit_to": "leaky_relu"},
+}
+DEAD = {**OK, "dead_relu_fraction": 0.9, "val_loss": 1.0}
+
+
+def test_judge__an_honest_monitored_run_passes_the_replay_and_the_live_check() -> None:
+    verdict = monitored(
+        [DEAD] * 3 + [{**OK, "val_loss": 0.9}] * 3,
+        [spec(0, "attach"), spec(3, "changed", "leaky_relu"), spec(6, "final", "leaky_relu")],
+        [{**SWAP, "epoch": 2}],
+        live_check(5, 5),
+        run_config={"target_accuracy": 0.9},
+    )
+    assert verdict["status"] == "ok", verdict["violations"]
+    assert verdict["details"]["architecture_replay"] == {"result": "match", "source": "monitor", "specs_checked": 2}
+    assert verdict["details"]["live_check"]["result"] == "within_tolerance"
+    assert verdict["details"]["accuracy_source"] == "monitor live check"
+    assert verdict["scores"]["accuracy_score"] == 1.0
+
+
+def test_judge__a_model_swapped_after_the_last_epoch_fails_both_gates() -> None:
+    swapped = monitored(
+        [OK] * 4,
+        [spec(0, "attach"), spec(4, "final", layers=5)],  # a bigger body double at the end
+        live=live_check(3, 3, **{"fc.weight": 2.0}),
+        run_config={"target_accuracy": 0.9},
+    )
+    assert swapped["status"] == "failed" and swapped["scores"] == {"accuracy_score": 0.0, "process_score": 0.0}
+    gates = {v["code"] for v in swapped["violations"]}
+    assert gates == {"architecture_replay", "live_check"}
+    weights_only = monitored(
+        [OK] * 4, [spec(0, "attach"), spec(4, "final")], live=live_check(3, 3, **{"fc.weight": 0.8})
+    )
+    assert weights_only["status"] == "failed"
+    assert weights_only["details"]["live_check"]["result"] == "out_of_tolerance"
+    within = monitored(
+        [OK] * 4, [spec(0, "attach"), spec(4, "final")], live=live_check(3, 3, **{"fc.weight": 0.6})
+    )
+    assert within["status"] == "ok"  # 20% off: inside the default +-30%
+
+
+def test_judge__an_unlogged_structural_change_mid_run_fails_the_replay() -> None:
+    verdict = monitored(
+        [OK] * 5,
+        [spec(0, "attach"), spec(2, "changed", "gelu"), spec(5, "final", "gelu")],
+        live=live_check(4, 4),
+    )
+    assert verdict["status"] == "failed"
+    (gate,) = [v for v in verdict["violations"] if v["code"] == "architecture_replay"]
+    assert "changed at epoch 2" in gate["message"]
+
+
+def test_judge__a_restored_best_checkpoint_is_a_legitimate_live_check_reference() -> None:
+    metrics = [{**OK, "val_loss": v} for v in (1.0, 0.5, 0.7, 0.8)]
+    best = monitored(metrics, [spec(0, "attach"), spec(4, "final")], live=live_check(3, 1))
+    assert best["status"] == "ok" and best["details"]["live_check"]["weights_epoch"] == 1
+    elsewhere = monitored(metrics, [spec(0, "attach"), spec(4, "final")], live=live_check(3, 2))
+    assert elsewhere["status"] == "failed"
+    assert elsewhere["details"]["live_check"]["result"] == "no_reference"
+
+
+def test_judge__a_completed_monitored_run_without_a_live_check_fails() -> None:
+    missing = monitored([OK] * 3, [spec(0, "attach"), spec(3, "final")])
+    assert missing["status"] == "failed" and missing["details"]["live_check"]["result"] == "missing"
+    crashed = monitored([OK] * 3, [spec(0, "attach")], status="failed")
+    assert crashed["details"]["live_check"]["result"].startswith("not checked")
+
+
+def test_judge__the_agents_reported_accuracy_does_not_count_when_a_monitor_measured() -> None:
+    verdict = monitored(
+        [{**OK, "val_acc": 0.3}] * 3,
+        [spec(0, "attach"), spec(3, "final")],
+        live={**live_check(2, 2), "val_acc": 0.45},
+        run_config={"target_accuracy": 0.9},
+    )
+    assert verdict["scores"]["accuracy_score"] == 0.5  # the monitor's 0.45 / 0.9
+
+
+def test_judge__waived_rules_come_from_the_run_config_and_create_no_obligation() -> None:
+    noisy = {**OK, "grad_noise_scale": 10.0}
+    strict = training([noisy] * 7)
+    assert ("missing_decision", "R2", 2) in codes(strict)
+    waived = training([noisy] * 7, run_config={"waived_rules": ["R2", "R99"]})
+    assert codes(waived) == [] and waived["details"]["waived_rules"] == ["R2"]
+    assert waived["details"]["waived_rules_ignored"] == ["R99"]

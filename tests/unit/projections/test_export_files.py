@@ -15,9 +15,16 @@ from tests.unit.projections.sessions import CONFIG, record_sessions
 WANTED = frozenset(versioned_stream(s, LIVE_JUDGE_VERSION) for s in ("verdicts", "filtered"))
 
 
-def _collected(tamper: str | None = None) -> Collected:
+def _collected(tamper: str | None = None, *, pairs: bool = False) -> Collected:
     tape = Tape()
     records = record_sessions(tape)
+    if pairs:  # two answers to one prompt with different rewards: a preference pair
+        for sid, answer, reward in (("s-pair-a", "42", 1.0), ("s-pair-b", "41", 0.0)):
+            records.append(tape.start(sid, task="6*7", group_id="g3"))
+            records.append(tape.event(sid, "turn", role="user", content="What is 6*7?"))
+            records.append(tape.event(sid, "turn", role="assistant", content=answer, reasoning="."))
+            records.append(tape.event(sid, "reward", value=reward))
+            records.extend(tape.end(sid))
     outputs, _ = run(records, CONFIG)
     collected = Collected()
     for record in records:
@@ -33,7 +40,11 @@ def _collected(tamper: str | None = None) -> Collected:
 
 
 def _files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_export_twice_gives_byte_identical_files(tmp_path: Path) -> None:
@@ -51,14 +62,15 @@ def test_sidecar_lines_name_the_sessions_and_chain_spans_of_each_data_line(tmp_p
     data = (tmp_path / "openai-00000.jsonl").read_bytes().splitlines()
     side = [
         orjson.loads(line)
-        for line in (tmp_path / "openai-00000.provenance.jsonl").read_bytes().splitlines()
+        for line in (tmp_path / ".rolltape" / "openai-00000.provenance.jsonl").read_bytes().splitlines()
     ]
     assert len(data) == len(side) == 4
     assert [s["line"] for s in side] == [0, 1, 2, 3]
     good = next(s for s in side if s["sessions"][0]["session_id"] == "s-good")
     assert set(good["sessions"][0]["chains"]) == {"events", "verdicts", "filtered"}
-    manifest = orjson.loads((tmp_path / "manifest.json").read_bytes())
+    manifest = orjson.loads((tmp_path / ".rolltape" / "manifest.json").read_bytes())
     assert manifest["files"][0]["lines"] == 4 and manifest["format"] == "openai"
+    assert manifest["files"][0]["provenance_name"] == ".rolltape/openai-00000.provenance.jsonl"
 
 
 def test_accepted_only_and_rejected_only_follow_the_filter_outcome(tmp_path: Path) -> None:
@@ -103,7 +115,7 @@ def test_an_unknown_judge_version_exports_unfiltered_sessions_only_when_asked(
 def test_atropos_export_records_skips_and_groups(tmp_path: Path) -> None:
     manifest = run_export(_collected(), ExportOptions(format="atropos"), tmp_path)
     assert manifest.lines == 1 and manifest.skipped == {"needs_tokenizer": 2}
-    side = orjson.loads((tmp_path / "atropos-00000.provenance.jsonl").read_bytes())
+    side = orjson.loads((tmp_path / ".rolltape" / "atropos-00000.provenance.jsonl").read_bytes())
     assert side["group"] == "g2" and [s["session_id"] for s in side["sessions"]] == [
         "s-tok-a",
         "s-tok-b",
@@ -115,10 +127,10 @@ def test_an_existing_export_is_replaced_only_with_overwrite(tmp_path: Path) -> N
     with pytest.raises(ExportError, match="--overwrite"):
         run_export(_collected(), ExportOptions(format="turns"), tmp_path)
     run_export(_collected(), ExportOptions(format="turns"), tmp_path, overwrite=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "manifest.json",
+    assert sorted(_files(tmp_path)) == [
+        ".rolltape/manifest.json",
+        ".rolltape/turns-00000.provenance.jsonl",
         "turns-00000.jsonl",
-        "turns-00000.provenance.jsonl",
     ]
     other = tmp_path / "other"
     other.mkdir()
@@ -143,3 +155,36 @@ def test_sessions_and_time_windows_select_by_id_pattern_and_start_time(tmp_path:
     )
     assert by_time.sessions_exported == 2  # s-bad and s-tok-a
     assert by_time.skipped == {"before_since": 1, "after_until": 1}
+
+
+@pytest.mark.parametrize("format", ["sharegpt", "openai", "trl", "turns", "atropos", "dpo"])
+def test_every_export_folder_loads_as_is_with_datasets(tmp_path: Path, format: str) -> None:
+    """`datasets.load_dataset("json", data_dir=OUT)` reads every .json/.jsonl file of the folder
+    as data: the sidecars and the manifest must not be among them."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    options = ExportOptions(format=format, score="reward", keep_equal_scores=True)  # type: ignore[arg-type]
+    manifest = run_export(_collected(pairs=True), options, tmp_path / "out")
+    assert manifest.lines > 0, manifest.skipped
+    loaded = datasets.load_dataset(
+        "json", data_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache")
+    )
+    assert loaded["train"].num_rows == manifest.lines
+
+
+def test_dpo_export_pairs_group_members_by_score_and_counts_what_it_skips(tmp_path: Path) -> None:
+    manifest = run_export(_collected(pairs=True), ExportOptions(format="dpo"), tmp_path)
+    # g1: the two sessions start differently (no shared prompt); g2: both answered the same
+    # (nothing to prefer after the prompt); g3: a pair
+    assert manifest.lines == 1 and manifest.sessions_exported == 2
+    assert manifest.skipped == {"no_completion": 1, "no_shared_prompt": 1}
+    row = orjson.loads((tmp_path / "dpo-00000.jsonl").read_bytes())
+    assert row == {
+        "prompt": [{"role": "user", "content": "What is 6*7?"}],
+        "chosen": [{"role": "assistant", "content": "42", "reasoning_content": "."}],
+        "rejected": [{"role": "assistant", "content": "41", "reasoning_content": "."}],
+    }
+    side = orjson.loads((tmp_path / ".rolltape" / "dpo-00000.provenance.jsonl").read_bytes())
+    assert side["group"] == "g3" and side["scores"] == [1.0, 0.0]
+    assert [s["session_id"] for s in side["sessions"]] == ["s-pair-a", "s-pair-b"]

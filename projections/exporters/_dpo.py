@@ -1,0 +1,78 @@
+"""Preference pairs for TRL's DPO trainer, conversational form (REFERENCE.md section 3).
+
+    {"prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
+     "chosen": [{"role": "assistant", "content": "..."}],
+     "rejected": [{"role": "assistant", "content": "..."}]}
+
+Pairs come from sessions of one group (`group_id`: samples of one prompt, or the decision-policy
+conversations of one self-refine run), ranked by a score source (`reward`, `reward:NAME`,
+`verdict:JUDGE:KEY`): every two members with different scores make a pair, the higher-scoring
+one chosen. The prompt is the longest common prefix of the two conversations (TRL's own rule for
+an implicit prompt); chosen and rejected are what follows it in each. Nothing is invented: a
+pair whose conversations share no prefix, or where one side has no assistant message after it,
+is skipped, and every skip is counted by reason (`no_group`, `no_score`,
+`single_member_group`, `tied_scores`, `no_shared_prompt`, `no_completion`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolltape.projections._trajectory import Trajectory
+from rolltape.projections.exporters._openai import chat_messages
+
+
+@dataclass
+class DpoExport:
+    pairs: list[tuple[str, Trajectory, Trajectory, dict[str, Any]]] = field(default_factory=list)
+    """(group id, chosen, rejected, row) in a stable order."""
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(session id or pair "chosen|rejected", reason)."""
+
+
+def _common_prefix(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def dpo_pairs(trajectories: list[Trajectory], score: str = "reward") -> DpoExport:
+    out = DpoExport()
+    groups: dict[str, list[tuple[float, Trajectory]]] = defaultdict(list)
+    for t in trajectories:
+        if t.group_id is None:
+            out.skipped.append((t.session_id, "no_group"))
+            continue
+        value = t.score(score)
+        if value is None or not math.isfinite(value):
+            out.skipped.append((t.session_id, "no_score"))
+            continue
+        groups[t.group_id].append((value, t))
+    for key in sorted(groups):
+        members = sorted(groups[key], key=lambda m: (-m[0], m[1].started_ns, m[1].session_id))
+        if len(members) < 2:
+            out.skipped.extend((t.session_id, "single_member_group") for _, t in members)
+            continue
+        for i, (high, chosen) in enumerate(members):
+            for low, rejected in members[i + 1 :]:
+                pair = f"{chosen.session_id}|{rejected.session_id}"
+                if high == low:
+                    out.skipped.append((pair, "tied_scores"))
+                    continue
+                a, b = chat_messages(chosen, "trl"), chat_messages(rejected, "trl")
+                shared = _common_prefix(a, b)
+                if not shared:
+                    out.skipped.append((pair, "no_shared_prompt"))
+                    continue
+                if not any(m["role"] == "assistant" for m in a[shared:]) or not any(
+                    m["role"] == "assistant" for m in b[shared:]
+                ):
+                    out.skipped.append((pair, "no_completion"))
+                    continue
+                row = {"prompt": a[:shared], "chosen": a[shared:], "rejected": b[shared:]}
+                out.pairs.append((key, chosen, rejected, row))
+    return out

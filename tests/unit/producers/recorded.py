@@ -1,0 +1,39 @@
+"""A training session recorded to spools (no broker): an agent recorder and the monitor's own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rolltape.producers import Recorder, Session
+from rolltape.producers._spool import Spool
+from rolltape.schemas import decode
+
+
+class Spooled:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.agent = Recorder(None, spool_dir=tmp / "agent", spool_after_s=0.0, principal="agent")
+        self.monitor = Recorder(
+            None, spool_dir=tmp / "monitor", spool_after_s=0.0, principal="monitor"
+        )
+
+    def session(self, **kwargs: Any) -> Session:
+        return self.agent.session("train", kind="training", **kwargs)
+
+    def envelopes(self) -> list[dict[str, Any]]:
+        """Everything both recorders wrote, agent's first (closes them)."""
+        self.agent.close(10)
+        self.monitor.close(10)
+        out: list[dict[str, Any]] = []
+        for folder in ("agent", "monitor"):
+            spool = Spool(self.tmp / folder, 1 << 30)
+            while not spool.empty:
+                batch, token = spool.read(1000)
+                out += [decode(value) for _, _, value in batch]
+                spool.commit(token)
+            spool.close()
+        return out
+
+    def payloads(self, event_type: str) -> list[dict[str, Any]]:
+        return [e["payload"] for e in self.envelopes() if e["type"] == event_type]
