@@ -10,10 +10,12 @@ from rolltape.infra.cli import (
     demo,
     export,
     feed,
+    harness,
     importing,
     inspect,
     project,
     replay,
+    report,
     schemas,
     worker,
 )
@@ -29,6 +31,7 @@ app.add_typer(schemas.app, name="schemas")
 app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
 app.add_typer(feed.app, name="feed")
+app.add_typer(harness.app, name="harness")
 app.command()(inspect.tail)
 app.command()(inspect.verify)
 app.command()(demo.demo)
@@ -36,6 +39,7 @@ app.command()(worker.worker)
 app.command()(export.export)
 app.command()(replay.replay)
 app.command()(project.project)
+app.command()(report.report)
 
 
 def main() -> None:

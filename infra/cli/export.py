@@ -47,7 +47,8 @@ def parse_time(text: str | None, option: str) -> int | None:
 def export(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")],
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Folder for the data files (.rolltape/ gets the rest).")
+        Path,
+        typer.Option("--out", "-o", help="Folder for the data files (.rolltape/ gets the rest)."),
     ],
     judge_version: Annotated[
         str, typer.Option(help="Whose verdicts and filter outcomes to use (replay writes others).")

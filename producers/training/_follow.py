@@ -72,6 +72,11 @@ class LogFollower:
                     )
                 self._cond.wait(min(left, 0.5))
 
+    def seen(self, session_id: str) -> list[dict[str, Any]]:
+        """The envelopes kept so far for a watched session, in arrival order."""
+        with self._cond:
+            return [env for env in self._records if env["session_id"] == session_id]
+
     def close(self) -> None:
         self._stop.set()
         self._thread.join(15)

@@ -398,9 +398,7 @@ class TrainingMonitor:
         model = self._model
         if model is None:
             return
-        present = {
-            m: name for name, m in model.named_modules() if activation_kind(m) is not None
-        }
+        present = {m: name for name, m in model.named_modules() if activation_kind(m) is not None}
         for gone in [m for m in self._activations if m not in present]:
             self._activations.pop(gone).remove()
         for module, name in present.items():

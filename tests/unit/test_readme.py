@@ -25,7 +25,10 @@ def test_readme_example__runs_and_records_two_verifiable_sessions(tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     verifier = ChainVerifier()
-    for folder in (tmp_path / "spool", tmp_path / "spool" / "monitor"):  # the agent's, the monitor's
+    for folder in (
+        tmp_path / "spool",
+        tmp_path / "spool" / "monitor",
+    ):  # the agent's, the monitor's
         spool = Spool(folder, 1 << 30)
         while not spool.empty:
             batch, token = spool.read(1000)
@@ -36,4 +39,6 @@ def test_readme_example__runs_and_records_two_verifiable_sessions(tmp_path: Path
     reports = verifier.reports()
     assert len(reports) == 3 and all(r.ok and r.ended for r in reports)
     # the agent's events, the training run's events, and its metrics chain written by the monitor
-    assert {(r.stream, r.records > 5) for r in reports if r.stream == "metrics"} == {("metrics", True)}
+    assert {(r.stream, r.records > 5) for r in reports if r.stream == "metrics"} == {
+        ("metrics", True)
+    }

@@ -202,7 +202,9 @@ def test_judge__a_flood_of_decisions_is_counted_not_kept_and_is_a_violation() ->
     assert ("decision_flood", None, None) in codes(verdict)
 
 
-def spec(epoch: int, phase: str, activation: str = "relu", layers: int = 3, bn: int = 0) -> dict[str, Any]:
+def spec(
+    epoch: int, phase: str, activation: str = "relu", layers: int = 3, bn: int = 0
+) -> dict[str, Any]:
     return {
         "epoch": epoch,
         "phase": phase,
@@ -234,10 +236,16 @@ def monitored(
         if s["epoch"] == 0:
             records.append(tape.record(sid, "metrics", "model_spec", **s))
     for epoch, fields in enumerate(metrics):
-        records += [tape.record(sid, "metrics", "model_spec", **s) for s in specs if s["epoch"] == epoch and s["epoch"] and s["phase"] != "final"]
+        records += [
+            tape.record(sid, "metrics", "model_spec", **s)
+            for s in specs
+            if s["epoch"] == epoch and s["epoch"] and s["phase"] != "final"
+        ]
         records.append(tape.metric(sid, epoch, **{"probe_grad_norm": PROBE, **fields}))
         records += [tape.decision(sid, **d) for d in decisions if d["epoch"] == epoch]
-    records += [tape.record(sid, "metrics", "model_spec", **s) for s in specs if s["phase"] == "final"]
+    records += [
+        tape.record(sid, "metrics", "model_spec", **s) for s in specs if s["phase"] == "final"
+    ]
     if live is not None:
         records.append(tape.record(sid, "metrics", "live_check", **live))
     records += tape.end(sid, status=status, streams=("metrics",))
@@ -276,7 +284,11 @@ def test_judge__an_honest_monitored_run_passes_the_replay_and_the_live_check() -
         run_config={"target_accuracy": 0.9},
     )
     assert verdict["status"] == "ok", verdict["violations"]
-    assert verdict["details"]["architecture_replay"] == {"result": "match", "source": "monitor", "specs_checked": 2}
+    assert verdict["details"]["architecture_replay"] == {
+        "result": "match",
+        "source": "monitor",
+        "specs_checked": 2,
+    }
     assert verdict["details"]["live_check"]["result"] == "within_tolerance"
     assert verdict["details"]["accuracy_source"] == "monitor live check"
     assert verdict["scores"]["accuracy_score"] == 1.0
@@ -289,7 +301,10 @@ def test_judge__a_model_swapped_after_the_last_epoch_fails_both_gates() -> None:
         live=live_check(3, 3, **{"fc.weight": 2.0}),
         run_config={"target_accuracy": 0.9},
     )
-    assert swapped["status"] == "failed" and swapped["scores"] == {"accuracy_score": 0.0, "process_score": 0.0}
+    assert swapped["status"] == "failed" and swapped["scores"] == {
+        "accuracy_score": 0.0,
+        "process_score": 0.0,
+    }
     gates = {v["code"] for v in swapped["violations"]}
     assert gates == {"architecture_replay", "live_check"}
     weights_only = monitored(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import itertools
 import math
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ def by_hand(model: nn.Module, lr: float, train_loader: Any, val_loader: Any) -> 
         samples += len(y)
     per_param = {n: sum(s[i] for s in grad_norms) / len(grad_norms) for i, n in enumerate(names)}
     mean = sum(totals) / len(totals)
-    var = sum((b - a) ** 2 for a, b in zip(totals, totals[1:], strict=False)) / (2 * (len(totals) - 1))
+    var = sum((b - a) ** 2 for a, b in itertools.pairwise(totals)) / (2 * (len(totals) - 1))
     quantiles = torch.quantile(torch.cat(outputs), torch.tensor([0.5, 0.99])).tolist()
     model.eval()
     vx, vy = next(iter(val_loader))
@@ -287,7 +288,17 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
         assert not parameters & fields, (name, parameters & fields)
     assert not hasattr(Session, "metric")
     public = {n for n in dir(Session) if not n.startswith("_")}
-    assert public == {"decision", "end", "ended", "feedback", "reward", "session_id", "tool_call", "tool_result", "turn"}
+    assert public == {
+        "decision",
+        "end",
+        "ended",
+        "feedback",
+        "reward",
+        "session_id",
+        "tool_call",
+        "tool_result",
+        "turn",
+    }
 
 
 def test_monitor__records_under_its_own_recorder_and_the_session_waits_for_its_chain(
@@ -352,9 +363,17 @@ def test_monitor__without_held_out_data_attach_says_what_it_needs(tmp_path: Path
     spooled = Spooled(tmp_path)
     train_loader, _ = data()
     model = tiny_model()
-    with spooled.session() as session, TrainingMonitor(spooled.monitor, session) as monitor:
-        with pytest.raises(MonitorError, match="val_loader"):
-            monitor.attach(model, torch.optim.SGD(model.parameters(), lr=0.1), nn.CrossEntropyLoss(), train_loader)
+    with (
+        spooled.session() as session,
+        TrainingMonitor(spooled.monitor, session) as monitor,
+        pytest.raises(MonitorError, match="val_loader"),
+    ):
+        monitor.attach(
+            model,
+            torch.optim.SGD(model.parameters(), lr=0.1),
+            nn.CrossEntropyLoss(),
+            train_loader,
+        )
 
 
 def test_step_hooks__never_read_a_tensor_back_to_the_host() -> None:
@@ -376,6 +395,11 @@ def test_step_hooks__never_read_a_tensor_back_to_the_host() -> None:
         relu.sample(out)
         gelu.count(out)
         gelu.sample(out)
-        losses.observe(torch.empty(16, 10, device=meta), torch.empty(16, dtype=torch.long, device=meta), torch.empty((), device=meta), "mean")
+        losses.observe(
+            torch.empty(16, 10, device=meta),
+            torch.empty(16, dtype=torch.long, device=meta),
+            torch.empty((), device=meta),
+            "mean",
+        )
     assert grads.steps == 3 and relu.calls == 3 and losses.samples == 48
     assert grads.readout().device == meta  # the epoch's arithmetic stays on the device too

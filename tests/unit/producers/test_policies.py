@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from rolltape.processors.rules import PRECEDENCE
 from rolltape.producers import HarnessError
 from rolltape.producers.training import (
     ArchitectureSpec,
@@ -18,7 +19,6 @@ from rolltape.producers.training import (
     ScriptedPolicy,
 )
 from rolltape.producers.training._harness import _Episodes, downgraded, feedback_text, plan
-from rolltape.processors.rules import PRECEDENCE
 from rolltape.schemas import Metric, ModelEndpoint, RuleEvaluation, RuleOutcome, Verdict, Violation
 from tests.support.openai_server import OpenAICompatibleServer
 from tests.unit.producers.recorded import Spooled
@@ -60,24 +60,54 @@ def context(rule: str, ev: RuleEvaluation, spec: ArchitectureSpec | None = None)
     [
         ("R7", None, {}, ("hyperparameter_change", "decrease_lr", "none")),
         ("R6", None, {}, ("architecture_change", "add_bn_or_residual", "add_batchnorm")),
-        ("R6", ArchitectureSpec(batchnorm=True), {}, ("hyperparameter_change", "increase_lr", "none")),
+        (
+            "R6",
+            ArchitectureSpec(batchnorm=True),
+            {},
+            ("hyperparameter_change", "increase_lr", "none"),
+        ),
         ("R5", None, {}, ("architecture_change", "swap_activation", "swap_activation")),
         ("R4", None, {}, ("architecture_change", "add_capacity", "add_block")),
-        ("R1", None, {"update_to_param_ratio.ema": 1e-6}, ("hyperparameter_change", "increase_lr", "none")),
-        ("R1", None, {"update_to_param_ratio.ema": 0.5}, ("hyperparameter_change", "decrease_lr", "none")),
-        ("R2", None, {"grad_noise_scale.ema": 10.0}, ("hyperparameter_change", "increase_batch_size", "none")),
-        ("R2", None, {"grad_noise_scale.ema": 9000.0}, ("hyperparameter_change", "decrease_batch_size", "none")),
+        (
+            "R1",
+            None,
+            {"update_to_param_ratio.ema": 1e-6},
+            ("hyperparameter_change", "increase_lr", "none"),
+        ),
+        (
+            "R1",
+            None,
+            {"update_to_param_ratio.ema": 0.5},
+            ("hyperparameter_change", "decrease_lr", "none"),
+        ),
+        (
+            "R2",
+            None,
+            {"grad_noise_scale.ema": 10.0},
+            ("hyperparameter_change", "increase_batch_size", "none"),
+        ),
+        (
+            "R2",
+            None,
+            {"grad_noise_scale.ema": 9000.0},
+            ("hyperparameter_change", "decrease_batch_size", "none"),
+        ),
         ("R3", None, {}, ("hyperparameter_change", "stop", "none")),
     ],
 )
 def test_scripted_policy__answers_each_rule_with_the_playbooks_remedy(
-    rule: str, spec: ArchitectureSpec | None, signals: dict[str, float], expected: tuple[str, str, str]
+    rule: str,
+    spec: ArchitectureSpec | None,
+    signals: dict[str, float],
+    expected: tuple[str, str, str],
 ) -> None:
     d = ScriptedPolicy().decide(context(rule, evaluation(3, rule, signals=signals), spec)).at(3)
     assert (d.event_type, d.remedy_direction, d.remedy_params.edit_op) == expected
     assert d.cites == (rule,) and d.epoch == 3 and f"{rule} reason" in d.justification
     if rule == "R7":
-        assert d.remedy_params.lr_new == pytest.approx(0.01) and d.remedy_params.clip_grad_norm == 1.0
+        assert (
+            d.remedy_params.lr_new == pytest.approx(0.01) and d.remedy_params.clip_grad_norm == 1.0
+        )
     if rule == "R2":
         assert d.remedy_params.batch_size_new in (16, 64)
 
@@ -105,7 +135,10 @@ def test_downgraded__records_no_action_with_the_reason() -> None:
     d = ScriptedPolicy().decide(context("R4", evaluation(2, "R4"))).at(2)
     down = downgraded(d, "the network already has the most blocks")
     assert down.event_type == "rule_triggered_no_action" and down.remedy_direction == "none"
-    assert down.cites == ("R4",) and "Not applied: the network already has the most blocks" in down.justification
+    assert (
+        down.cites == ("R4",)
+        and "Not applied: the network already has the most blocks" in down.justification
+    )
 
 
 def test_feedback_text__lists_violations_with_rules_epochs_and_both_scores() -> None:
@@ -119,8 +152,17 @@ def test_feedback_text__lists_violations_with_rules_epochs_and_both_scores() -> 
         violations=(Violation(code="missing_decision", message="R5 fired", rule="R5", epoch=3),),
     )
     text = feedback_text(
-        AttemptResult(attempt=1, session_id="s", policy_session_id=None, verdict=verdict, epochs_run=8,
-                      decisions=2, applied=1, downgraded=1, test_accuracy=0.7)  # fmt: skip
+        AttemptResult(
+            attempt=1,
+            session_id="s",
+            policy_session_id=None,
+            verdict=verdict,
+            epochs_run=8,
+            decisions=2,
+            applied=1,
+            downgraded=1,
+            test_accuracy=0.7,
+        )
     )
     assert "process_score 0.500" in text and "accuracy_score 0.800" in text
     assert "missing_decision (rule R5 epoch 3): R5 fired" in text
@@ -133,8 +175,13 @@ def _decide_r5(body: dict[str, Any]) -> str:
             "cites": ["R5"],
             "justification": "dead units: swap to leaky_relu",
             "remedy_direction": "swap_activation",
-            "remedy_params": {"lr_new": None, "edit_op": "swap_activation", "edit_to": "leaky_relu",
-                              "batch_size_new": None, "clip_grad_norm": None},  # fmt: skip
+            "remedy_params": {
+                "lr_new": None,
+                "edit_op": "swap_activation",
+                "edit_to": "leaky_relu",
+                "batch_size_new": None,
+                "clip_grad_norm": None,
+            },
         }
     )
 
@@ -144,8 +191,12 @@ def test_llm_policy__asks_with_strict_structured_output_and_records_the_conversa
 ) -> None:
     spooled = Spooled(tmp_path)
     with OpenAICompatibleServer(_decide_r5) as server:
-        policy = LLMPolicy(ModelEndpoint(base_url=server.base_url, model="local-policy"), spooled.agent)
-        policy.begin(AttemptStart(session_id="train-1", group_id="run-1", feedback=("Attempt 1: bad",)))
+        policy = LLMPolicy(
+            ModelEndpoint(base_url=server.base_url, model="local-policy"), spooled.agent
+        )
+        policy.begin(
+            AttemptStart(session_id="train-1", group_id="run-1", feedback=("Attempt 1: bad",))
+        )
         decision = policy.decide(context("R5", evaluation(2, "R5")))
         policy.end(0.75)
     assert decision.remedy_params.edit_to == "leaky_relu"
@@ -167,7 +218,9 @@ def test_llm_policy__asks_with_strict_structured_output_and_records_the_conversa
 def test_llm_policy__a_failed_call_is_an_error_never_a_made_up_decision(tmp_path: Path) -> None:
     spooled = Spooled(tmp_path)
     with OpenAICompatibleServer(lambda body: "not json at all") as server:
-        policy = LLMPolicy(ModelEndpoint(base_url=server.base_url, model="local-policy"), spooled.agent)
+        policy = LLMPolicy(
+            ModelEndpoint(base_url=server.base_url, model="local-policy"), spooled.agent
+        )
         policy.begin(AttemptStart(session_id="train-1", group_id="run-1"))
         with pytest.raises(HarnessError, match="no decision"):
             policy.decide(context("R5", evaluation(2, "R5")))

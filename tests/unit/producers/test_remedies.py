@@ -65,9 +65,18 @@ def train_epoch(run: TrainingRun, monitor: TrainingMonitor) -> None:
 
 def test_remedy__lr_and_clipping_change_the_optimizer(live: Any) -> None:
     run, monitor, _ = live
-    assert apply(decision("hyperparameter_change", "decrease_lr", lr_new=0.005, clip_grad_norm=1.0), run, monitor) is None
+    assert (
+        apply(
+            decision("hyperparameter_change", "decrease_lr", lr_new=0.005, clip_grad_norm=1.0),
+            run,
+            monitor,
+        )
+        is None
+    )
     assert [g["lr"] for g in run.optimizer.param_groups] == [0.005] and run.clip == 1.0
-    assert apply(decision("hyperparameter_change", "increase_lr", lr_new=0.05), run, monitor) is None
+    assert (
+        apply(decision("hyperparameter_change", "increase_lr", lr_new=0.05), run, monitor) is None
+    )
     assert run.lr == 0.05
 
 
@@ -91,38 +100,70 @@ def test_remedy__an_lr_change_that_does_not_fit_is_refused_with_the_reason(
 
 def test_remedy__a_batch_size_change_rebuilds_the_loader(live: Any) -> None:
     run, monitor, _ = live
-    assert apply(decision("hyperparameter_change", "increase_batch_size", batch_size_new=32), run, monitor) is None
+    assert (
+        apply(
+            decision("hyperparameter_change", "increase_batch_size", batch_size_new=32),
+            run,
+            monitor,
+        )
+        is None
+    )
     assert run.batch_size == 32 and [len(y) for _, y in run.loader] == [32, 32]
-    refused = apply(decision("hyperparameter_change", "increase_batch_size", batch_size_new=500), run, monitor)
+    refused = apply(
+        decision("hyperparameter_change", "increase_batch_size", batch_size_new=500), run, monitor
+    )
     assert refused is not None and "outside 1..64" in refused
     train_epoch(run, monitor)  # the monitor reads the new batch size from what the loss sees
-    _, _, spooled = live
 
 
 def test_remedy__a_restart_from_an_edited_spec_carries_the_trained_weights(live: Any) -> None:
     run, monitor, spooled = live
     train_epoch(run, monitor)
     old = {k: v.clone() for k, v in run.model.state_dict().items()}
-    assert apply(decision("architecture_change", "add_capacity", edit_op="add_block"), run, monitor) is None
+    assert (
+        apply(decision("architecture_change", "add_capacity", edit_op="add_block"), run, monitor)
+        is None
+    )
     assert isinstance(run.model, DigitsNet) and run.spec.blocks == 3
     new = run.model.state_dict()
     carried = [k for k in old if k in new and torch.equal(old[k], new[k])]
     assert carried == list(old)  # every old tensor kept its name and shape, and its values
     assert any(k.startswith("blocks.2.") for k in new)
     assert run.optimizer.param_groups[0]["lr"] == 0.05
-    assert {id(p) for p in run.optimizer.param_groups[0]["params"]} == {id(p) for p in run.model.parameters()}
-    assert apply(decision("architecture_change", "add_bn_or_residual", edit_op="add_batchnorm"), run, monitor) is None
+    assert {id(p) for p in run.optimizer.param_groups[0]["params"]} == {
+        id(p) for p in run.model.parameters()
+    }
+    assert (
+        apply(
+            decision("architecture_change", "add_bn_or_residual", edit_op="add_batchnorm"),
+            run,
+            monitor,
+        )
+        is None
+    )
     assert run.spec.batchnorm and any(isinstance(m, nn.BatchNorm2d) for m in run.model.modules())
     assert torch.equal(run.model.state_dict()["blocks.0.conv.weight"], old["blocks.0.conv.weight"])
     train_epoch(run, monitor)
     monitor.finish()
-    specs = [(s["phase"], s["weight_layers"], s["batchnorm_layers"]) for s in spooled.payloads("model_spec")]
+    specs = [
+        (s["phase"], s["weight_layers"], s["batchnorm_layers"])
+        for s in spooled.payloads("model_spec")
+    ]
     assert specs == [("attach", 3, 0), ("attach", 4, 0), ("attach", 4, 3), ("final", 4, 3)]
 
 
 def test_remedy__an_activation_swap_is_applied_in_place_and_measured(live: Any) -> None:
     run, monitor, spooled = live
-    assert apply(decision("architecture_change", "swap_activation", edit_op="swap_activation", edit_to="gelu"), run, monitor) is None
+    assert (
+        apply(
+            decision(
+                "architecture_change", "swap_activation", edit_op="swap_activation", edit_to="gelu"
+            ),
+            run,
+            monitor,
+        )
+        is None
+    )
     assert run.spec.activation == "gelu"
     train_epoch(run, monitor)
     monitor.finish()
@@ -148,11 +189,22 @@ def test_remedy__structural_edits_that_cannot_be_applied_are_refused(
 
 def test_remedy__batch_norm_twice_and_edits_of_a_foreign_network_are_refused(live: Any) -> None:
     run, monitor, _ = live
-    assert apply(decision("architecture_change", "add_bn_or_residual", edit_op="add_batchnorm"), run, monitor) is None
-    again = apply(decision("architecture_change", "add_bn_or_residual", edit_op="add_batchnorm"), run, monitor)
+    assert (
+        apply(
+            decision("architecture_change", "add_bn_or_residual", edit_op="add_batchnorm"),
+            run,
+            monitor,
+        )
+        is None
+    )
+    again = apply(
+        decision("architecture_change", "add_bn_or_residual", edit_op="add_batchnorm"), run, monitor
+    )
     assert again is not None and "already has batch norm" in again
     run.model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
-    foreign = apply(decision("architecture_change", "add_capacity", edit_op="add_block"), run, monitor)
+    foreign = apply(
+        decision("architecture_change", "add_capacity", edit_op="add_block"), run, monitor
+    )
     assert foreign is not None and "ArchitectureSpec" in foreign
 
 
@@ -168,6 +220,8 @@ def test_remedy__non_finite_weights_are_reinitialised_with_the_smaller_lr(live: 
     run, monitor, _ = live
     with torch.no_grad():
         next(run.model.parameters()).fill_(float("nan"))
-    assert apply(decision("hyperparameter_change", "decrease_lr", lr_new=0.005), run, monitor) is None
+    assert (
+        apply(decision("hyperparameter_change", "decrease_lr", lr_new=0.005), run, monitor) is None
+    )
     assert all(bool(torch.isfinite(p).all()) for p in run.model.parameters())
     assert run.lr == 0.005 and "re-initialised" in run.notes[-1]

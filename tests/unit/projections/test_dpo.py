@@ -7,7 +7,9 @@ from rolltape.projections.exporters import dpo_pairs
 from tests.unit.projections.sessions import conversation
 
 
-def session(sid: str, group: str | None, reward: float | None, *turns: tuple[str, str]) -> Trajectory:
+def session(
+    sid: str, group: str | None, reward: float | None, *turns: tuple[str, str]
+) -> Trajectory:
     messages = tuple(
         Message(role=r, content=c, ts_ns=0, event_hash="h")  # type: ignore[arg-type]
         for r, c in turns
@@ -68,8 +70,26 @@ def test_dpo__ties_lonely_members_and_missing_scores_are_skipped_with_a_reason()
 
 
 def test_dpo__the_prompt_is_the_shared_prefix_and_a_multi_turn_rest_is_kept() -> None:
-    a = session("s1", "g", 1.0, ("system", "sys"), Q, ("assistant", "x"), ("user", "more"), ("assistant", "y"))
-    b = session("s2", "g", 0.0, ("system", "sys"), Q, ("assistant", "x"), ("user", "more"), ("assistant", "z"))
+    a = session(
+        "s1",
+        "g",
+        1.0,
+        ("system", "sys"),
+        Q,
+        ("assistant", "x"),
+        ("user", "more"),
+        ("assistant", "y"),
+    )
+    b = session(
+        "s2",
+        "g",
+        0.0,
+        ("system", "sys"),
+        Q,
+        ("assistant", "x"),
+        ("user", "more"),
+        ("assistant", "z"),
+    )
     ((_, _, _, row),) = dpo_pairs([a, b]).pairs
     assert [m["content"] for m in row["prompt"]] == ["sys", "q", "x", "more"]
     assert row["chosen"] == [{"role": "assistant", "content": "y"}]
@@ -86,11 +106,19 @@ def test_dpo__scores_can_come_from_a_judges_verdict() -> None:
         return t.model_copy(
             update={
                 "verdicts": (
-                    VerdictRecord(judge="training_audit", judge_version="x", status="ok",
-                                  scores={"process_score": score}, event_id="e", event_hash="h"),  # fmt: skip
+                    VerdictRecord(
+                        judge="training_audit",
+                        judge_version="x",
+                        status="ok",
+                        scores={"process_score": score},
+                        event_id="e",
+                        event_hash="h",
+                    ),
                 )
             }
         )
 
-    out = dpo_pairs([judged("s1", 0.25), judged("s2", 0.75)], score="verdict:training_audit:process_score")
+    out = dpo_pairs(
+        [judged("s1", 0.25), judged("s2", 0.75)], score="verdict:training_audit:process_score"
+    )
     assert [(c.session_id, r.session_id) for _, c, r, _ in out.pairs] == [("s2", "s1")]

@@ -62,7 +62,9 @@ def test_sidecar_lines_name_the_sessions_and_chain_spans_of_each_data_line(tmp_p
     data = (tmp_path / "openai-00000.jsonl").read_bytes().splitlines()
     side = [
         orjson.loads(line)
-        for line in (tmp_path / ".rolltape" / "openai-00000.provenance.jsonl").read_bytes().splitlines()
+        for line in (tmp_path / ".rolltape" / "openai-00000.provenance.jsonl")
+        .read_bytes()
+        .splitlines()
     ]
     assert len(data) == len(side) == 4
     assert [s["line"] for s in side] == [0, 1, 2, 3]

@@ -1,0 +1,178 @@
+"""`rolltape harness`: monitored training attempts of the reference task with a decision policy."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from rolltape.infra import open_monitor_recorder, open_recorder
+from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import ensure_topics_sync
+from rolltape.infra.worker_process import WorkerProcess, worker_running
+
+app = typer.Typer(
+    help="Train the reference CNN under the monitor, act on the worker's rule firings.",
+    no_args_is_help=True,
+)
+
+
+class PolicyName(StrEnum):
+    scripted = "scripted"
+    llm = "llm"
+
+
+@app.command()
+def scenarios() -> None:
+    """List the named scenarios and the rules each is expected to fire."""
+    from rolltape.producers.training import SCENARIOS
+
+    table = Table(title="scenarios of the reference task (digits CNN)", title_justify="left")
+    for col in ("name", "fires", "epochs", "what it does"):
+        table.add_column(col, no_wrap=col == "name")
+    for s in SCENARIOS.values():
+        table.add_row(s.name, ", ".join(s.expected) or "-", str(s.epochs), s.description)
+    console.print(table)
+
+
+@app.command()
+def run(
+    attempts: Annotated[int, typer.Option(min=1, help="Self-refine attempts.")] = 2,
+    epochs: Annotated[
+        int | None, typer.Option(min=1, help="Epochs per attempt (default: the scenario's).")
+    ] = None,
+    policy: Annotated[
+        PolicyName,
+        typer.Option(help="scripted (the playbook) or llm (the model bound to 'policy')."),
+    ] = PolicyName.scripted,
+    scenario: Annotated[str, typer.Option(help="See `rolltape harness scenarios`.")] = "baseline",
+    waive: Annotated[
+        list[str] | None, typer.Option(help="A rule to declare waived (repeatable), e.g. R2.")
+    ] = None,
+    start_worker: Annotated[
+        bool, typer.Option(help="Run a `rolltape worker` for the duration (else one must run).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of the first attempt (+1 per attempt).")] = 0,
+) -> None:
+    """Self-refine attempts: each a monitored training session of the reference task linked to
+    the previous one; attempt k+1's policy sees attempt k's verdict. Needs a worker: the
+    harness waits for each epoch's rule evaluation on the rules topic."""
+    from rolltape.producers.training import (
+        SCENARIOS,
+        Harness,
+        HarnessConfig,
+        LLMPolicy,
+        Policy,
+        ScriptedPolicy,
+        rules_and_verdicts_follower,
+    )
+
+    if scenario not in SCENARIOS:
+        raise typer.BadParameter(
+            f"{scenario!r}; known: {', '.join(SCENARIOS)}", param_hint="--scenario"
+        )
+    bad = [r for r in waive or () if r not in {f"R{i}" for i in range(1, 8)}]
+    if bad:
+        raise typer.BadParameter(f"{', '.join(bad)}: rules are R1..R7", param_hint="--waive")
+    with user_errors():
+        s = settings()
+        bootstrap = require_bootstrap(s)
+        ensure_topics_sync(bootstrap, s)
+        if policy is PolicyName.llm and "policy" not in s.models:
+            err_console.print(
+                "[red]error:[/red] the llm policy needs an endpoint for the logical model "
+                "'policy': set ROLLTAPE_MODELS, e.g. "
+                '\'{"policy": {"base_url": "http://host:8000/v1", "model": "m"}}\''
+            )
+            raise typer.Exit(2)
+        with tempfile.TemporaryDirectory() as logs:
+            worker = _worker(s, bootstrap, Path(logs), start_worker)
+            try:
+                agent = open_recorder(s, bootstrap=bootstrap)
+                monitor = open_monitor_recorder(s, bootstrap=bootstrap)
+                follower = rules_and_verdicts_follower(bootstrap, s.topic_prefix)
+                try:
+                    chosen: Policy = (
+                        LLMPolicy(s.models["policy"], agent)
+                        if policy is PolicyName.llm
+                        else ScriptedPolicy()
+                    )
+                    harness = Harness(
+                        agent=agent,
+                        monitor_recorder=monitor,
+                        follower=follower,
+                        policy=chosen,
+                        config=HarnessConfig(
+                            epochs=epochs,
+                            seed=seed,
+                            waived_rules=tuple(waive or ()),
+                        ),
+                    )
+                    console.print(
+                        f"training {SCENARIOS[scenario].description} ({attempts} attempt(s), "
+                        f"{chosen.name} policy)"
+                    )
+                    result = harness.self_refine(SCENARIOS[scenario], attempts)
+                finally:
+                    follower.close()
+                    monitor.close()
+                    agent.close()
+            finally:
+                if worker is not None:
+                    worker.stop()
+    table = Table(
+        title=f"self-refine run {result.run_id}: the judge's scores", title_justify="left"
+    )
+    for col in ("#", "session", "process", "accuracy", "violations", "decisions", "test acc"):
+        table.add_column(col, no_wrap=col == "session")
+    for a in result.attempts:
+        table.add_row(
+            f"{a.attempt}{' best' if a.attempt == result.best else ''}",
+            a.session_id,
+            "failed" if a.verdict.status == "failed" else f"{a.process_score:.3f}",
+            "failed" if a.verdict.status == "failed" else f"{a.accuracy_score:.3f}",
+            str(len(a.verdict.violations)),
+            f"{a.decisions} ({a.applied} applied)",
+            f"{a.test_accuracy:.3f}",
+        )
+    console.print(table)
+    for a in result.attempts:
+        for v in a.verdict.violations:
+            where = " ".join(
+                x for x in (v.rule or "", "" if v.epoch is None else f"epoch {v.epoch}") if x
+            )
+            console.print(f"  attempt {a.attempt}: {v.code} ({where}): {escape(v.message)}")
+    console.print(
+        f"report: rolltape report --task {SCENARIOS[scenario].name and f'digits-cnn/{scenario}'} "
+        "-o report.html"
+    )
+
+
+def _worker(s: Settings, bootstrap: str, logs: Path, start: bool) -> WorkerProcess | None:
+    group = s.worker_id or f"{s.topic_prefix}-worker"
+    if not start:
+        if not worker_running(bootstrap, group):
+            err_console.print(
+                f"[red]error:[/red] no `rolltape worker` is running against {bootstrap} (its "
+                f"consumer group {group} has no members): start one in another shell, or pass "
+                "--start-worker"
+            )
+            raise typer.Exit(2)
+        return None
+    worker = WorkerProcess(bootstrap, s.topic_prefix, logs / "worker.log")
+    deadline = time.monotonic() + 120
+    while not worker_running(bootstrap, group):
+        if not worker.alive() or time.monotonic() > deadline:
+            worker.stop()
+            err_console.print(f"[red]error:[/red] the worker did not start:\n{worker.log_tail()}")
+            raise typer.Exit(2)
+        time.sleep(0.5)
+    return worker

@@ -1,0 +1,110 @@
+"""`rolltape report` wiring: read the topics, pick the sessions, fold them, write one HTML file.
+
+The pure parts (folds and the page) are rolltape.projections; this reads Kafka (hash-checked
+records of the live chains) and writes the file.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rolltape.infra.readback import read_records
+from rolltape.projections import FoldError, Trajectory, checked_envelope, fold
+from rolltape.projections.reports import (
+    RunView,
+    TrainingView,
+    fold_training,
+    group_runs,
+    render_report,
+)
+from rolltape.schemas import Stream
+
+_STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
+_LIVE = {s.value for s in _STREAMS}
+
+
+class ReportError(ValueError):
+    """The report cannot be drawn as asked; the message says what to change."""
+
+
+@dataclass
+class ReportResult:
+    path: Path
+    runs: list[RunView] = field(default_factory=list)
+    agents: list[Trajectory] = field(default_factory=list)
+
+
+async def read_sessions(bootstrap: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
+    """Every session's usable envelopes on the live chains (tampered records left out)."""
+    sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    async for record in read_records(bootstrap, _STREAMS, prefix=prefix):
+        env, _ = checked_envelope(record.value)
+        if env is not None and env["stream"] in _LIVE:
+            sessions[env["session_id"]].append(env)
+    return sessions
+
+
+def _started(envelopes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for env in envelopes:
+        if env["stream"] == Stream.EVENTS.value and env["seq"] == 0:
+            payload: dict[str, Any] = env["payload"]
+            return payload
+    return None
+
+
+def select(
+    sessions: dict[str, list[dict[str, Any]]],
+    *,
+    session: str | None,
+    task: str | None,
+    runs: int,
+) -> tuple[list[RunView], list[Trajectory]]:
+    """The training runs and agent sessions the report shows."""
+    if session is not None:
+        chosen = [session] if session in sessions else []
+        if not chosen:
+            raise ReportError(f"no session {session!r} on these topics (check --session)")
+    else:
+        chosen = sorted(
+            sid for sid, envs in sessions.items() if (_started(envs) or {}).get("task") == task
+        )
+        if not chosen:
+            raise ReportError(f"no session has the task {task!r} (the task text it started with)")
+    training: list[TrainingView] = []
+    agents: list[Trajectory] = []
+    for sid in chosen:
+        envs = sessions[sid]
+        started = _started(envs) or {}
+        if started.get("kind") == "training":
+            view = fold_training(envs)
+            if view is not None:
+                training.append(view)
+            continue
+        events = [e for e in envs if e["stream"] == Stream.EVENTS.value]
+        derived = [e for e in envs if e["stream"] != Stream.EVENTS.value]
+        try:
+            agents.append(fold(events, derived))
+        except FoldError:
+            continue
+    agents.sort(key=lambda t: (t.started_ns, t.session_id))
+    return group_runs(training)[:runs], agents
+
+
+def write_report(
+    sessions: dict[str, list[dict[str, Any]]],
+    out: Path,
+    *,
+    session: str | None = None,
+    task: str | None = None,
+    runs: int = 5,
+) -> ReportResult:
+    if (session is None) == (task is None):
+        raise ReportError("choose what to report on: --session ID or --task NAME")
+    chosen_runs, agents = select(sessions, session=session, task=task, runs=runs)
+    title = f"rolltape report: {session or task}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_report(chosen_runs, agents, title=title), encoding="utf-8")
+    return ReportResult(out, chosen_runs, agents)

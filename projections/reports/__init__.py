@@ -1,0 +1,25 @@
+"""Reports: HTML views of training runs (curves, rule heatmaps with decisions, scores,
+violations) and agent sessions (conversation, tool calls, filter outcome, verdicts).
+
+Needs the `report` extra (plotly): pip install 'rolltape[report]'.
+"""
+
+from rolltape.projections.reports._page import render_report
+from rolltape.projections.reports._run import (
+    DecisionView,
+    EpochView,
+    RunView,
+    TrainingView,
+    fold_training,
+    group_runs,
+)
+
+__all__ = [
+    "DecisionView",
+    "EpochView",
+    "RunView",
+    "TrainingView",
+    "fold_training",
+    "group_runs",
+    "render_report",
+]
