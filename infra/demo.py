@@ -23,6 +23,7 @@ from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import managed_broker
 from rolltape.infra.export import collect, run_export
 from rolltape.infra.readback import RawRecord, read_records, verify_topics
+from rolltape.infra.report import read_sessions, write_report
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_topics_sync
 from rolltape.infra.worker_process import WorkerProcess, worker_running
@@ -180,6 +181,8 @@ class DemoResult(BaseModel):
     filter_outcomes: dict[str, FilterOutcome]
     dead_letters: int
     self_refine: SelfRefineResult | None = None
+    report: str | None = None
+    """The HTML report of the training attempts."""
     exports: list[ExportSummary] = []
     worker_error: str | None = None
 
@@ -336,5 +339,14 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
         dead_letters=sum(1 for r in records if r.stream == Stream.DEADLETTER),
         self_refine=refine,
         exports=[] if error else _export(bootstrap, settings.topic_prefix, sessions, out),
+        report=None if error else _report(bootstrap, settings.topic_prefix, refine, out),
         worker_error=error,
     )
+
+
+def _report(bootstrap: str, prefix: str, refine: SelfRefineResult, out: Path) -> str:
+    sessions = asyncio.run(read_sessions(bootstrap, prefix))
+    path = out / "report.html"
+    mine = {sid: envs for sid, envs in sessions.items() if sid.startswith(refine.run_id)}
+    write_report(mine, path, task=f"digits-cnn/{refine.scenario}", runs=1)
+    return str(path)

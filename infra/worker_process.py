@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 
 class WorkerProcess:
@@ -67,6 +68,8 @@ async def _members(bootstrap: str, group_id: str) -> int:
     await admin.start()
     try:
         responses: list[Any] = await admin.describe_consumer_groups([group_id])
+    except GroupCoordinatorNotAvailableError:
+        return 0  # no group of that name has a coordinator yet: nobody joined it
     finally:
         await admin.close()
     return sum(

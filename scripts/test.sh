@@ -7,6 +7,17 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 PY=.venv/bin/python
 
+# The run report is checked in a real headless Chromium: Debian's package (tests never download a
+# browser of their own).
+if ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "== installing Debian's chromium (for the report test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "chromium is missing and cannot be installed here (needs root and apt-get): the report test will fail" >&2
+  fi
+fi
+
 echo "== ruff"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .

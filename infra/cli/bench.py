@@ -128,3 +128,32 @@ def replay(
         f"  stages: read {r.read_s:.2f} s, replay {r.replay_s:.2f} s, fold {r.fold_s:.2f} s, "
         f"export {r.export_s:.2f} s ({r.export_lines:,} lines, {r.export_bytes / 1e6:.1f} MB)"
     )
+
+
+@app.command()
+def monitor(
+    steps: int = typer.Option(2000, help="Training steps timed with and without the monitor."),
+    block: int = typer.Option(25, help="Steps per alternating block."),
+    width: list[int] = typer.Option([32, 64], help="Channel widths of the CNN to measure."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Training-step time with the monitor measuring every step vs the same loop without it
+    (same process, alternating blocks, medians), and the cost of an epoch's end."""
+    from rolltape.infra.bench.monitor import run_monitor_bench
+
+    r = run_monitor_bench(steps=steps, block=block, widths=tuple(width))
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; torch {r.torch}, {r.threads} threads")
+    console.print("the reference CNN on the digits data, batch 32, SGD; every step measured")
+    for f in r.results:
+        console.print(f"  {f.architecture}, {f.steps_each} steps each:")
+        console.print(
+            f"    step p50: plain {f.plain_step_ms:.3f} ms, monitored {f.monitored_step_ms:.3f} ms"
+            f" -> overhead {f.overhead:+.1%} (goal <= 10%)"
+        )
+        console.print(
+            f"    epoch end (validation, probe, one host copy, record): {f.epoch_end_ms:.1f} ms "
+            f"per epoch, beside {f.train_epoch_ms:.0f} ms of training steps"
+        )

@@ -36,6 +36,8 @@ def demo(
     if not result.ok:
         console.print("[red]demo: a chain did not verify[/red]")
         raise typer.Exit(1)
+    if result.report:
+        console.print(f"report of the training attempts: {result.report}", soft_wrap=True)
     console.print("demo: all chains verified")
 
 

@@ -319,6 +319,7 @@ class LLMPolicy:
             )
         self.session = self.recorder.session(
             "decide the training remedies of the digits CNN",
+            session_id=f"{attempt.session_id}-policy",
             kind="agent",
             model=self.endpoint.model,
             linked_session_id=attempt.session_id,

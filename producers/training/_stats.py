@@ -1,6 +1,8 @@
 """Per-epoch accumulators the monitor's hooks feed, kept on the tensors' device.
 
-Invariant: nothing here reads a tensor value on the host during an epoch (no `.item()`, no
+Invariant: the per-step methods run without autograd (`torch.no_grad`: nothing they compute
+is part of the model's graph, and view tracking alone would double their cost); nothing here
+reads a tensor value on the host during an epoch (no `.item()`, no
 `.tolist()`, no Python `bool` of a tensor): a step only launches a few device operations (their
 results are kept as device tensors) and updates Python integers taken from shapes. The epoch's
 statistics are computed from those at `end_epoch` and copied to the host once. So the monitor
@@ -22,6 +24,9 @@ import torch
 from torch import Tensor, nn
 
 from rolltape.producers.training._kinds import is_relu_family, saturation_bounds
+
+_OFFSETS = 4
+"""Sample offsets rotated through, so the sample is not always the same positions."""
 
 
 class ActivationStats:
@@ -49,30 +54,47 @@ class ActivationStats:
         """Per call, each unit's smallest input (smooth activations with a saturating right
         tail)."""
         self.ring: Tensor | None = None
+        self._slots: list[Tensor] = []
+        self._indices: dict[int, list[Tensor]] = {}
         self.calls = 0
 
+    @torch.no_grad()
     def count(self, tensor: Tensor) -> None:
         """Keep one call's per-unit extremes: `tensor` is the output for the ReLU family, the
         input for smooth activations."""
-        t = tensor.detach()
+        t = tensor
         dims = (0, *range(2, t.ndim)) if t.ndim >= 2 else ()
         if self.relu or self.lo > -math.inf:
             self.highs.append(t.amax(dim=dims) if dims else t)
         if not self.relu and self.hi < math.inf:
             self.lows.append(t.amin(dim=dims) if dims else t)
 
+    @torch.no_grad()
     def sample(self, output: Tensor) -> None:
-        """Copy a strided sample of the output into the ring (a different offset each call)."""
-        flat = output.detach().reshape(-1)
-        if self.ring is None or self.ring.device != flat.device:
+        """Copy a strided sample of the output into the ring: one `take` into a prepared slot
+        (the indices of a few offsets are built once per output size)."""
+        n = output.numel()
+        if self.ring is None or self.ring.device != output.device:
             # NaN marks unfilled places; percentiles are taken with nanquantile
-            self.ring = torch.full((self.sample_size * self.slots,), math.nan, device=flat.device)
-        n = flat.numel()
+            self.ring = torch.full((self.sample_size * self.slots,), math.nan, device=output.device)
+            size = self.sample_size
+            self._slots = [self.ring[i * size : (i + 1) * size] for i in range(self.slots)]
+            self._indices.clear()
         k = min(self.sample_size, n)
         if k:
-            stride = n // k
-            pos = (self.calls % self.slots) * self.sample_size
-            self.ring[pos : pos + k].copy_(flat[self.calls % stride :: stride][:k])
+            indices = self._indices.get(n)
+            if indices is None:
+                stride = n // k
+                indices = self._indices[n] = [
+                    torch.arange(offset, offset + stride * k, stride, device=output.device)
+                    for offset in range(min(stride, _OFFSETS))
+                ]
+            slot = self._slots[self.calls % self.slots]
+            torch.take(
+                output,
+                indices[self.calls % len(indices)],
+                out=slot[:k] if k < self.sample_size else slot,
+            )
         self.calls += 1
 
     def samples(self) -> Tensor | None:
@@ -128,9 +150,10 @@ class LossStats:
     def scored_samples(self) -> int:
         return sum(int(t.shape[0]) for t in self.targets)
 
+    @torch.no_grad()
     def observe(self, logits: Tensor, target: Tensor, loss: Tensor, reduction: str) -> None:
         n = int(target.shape[0]) if target.ndim else int(logits.shape[0])
-        value = loss.detach()
+        value = loss
         if value.ndim:
             value = value.sum() / n  # reduction="none": the per-sample losses
         elif reduction == "sum":
@@ -138,8 +161,8 @@ class LossStats:
         self.losses.append(value)
         self.sizes.append(n)
         if logits.ndim == 2 and target.ndim == 1 and not target.is_floating_point():
-            self.predicted.append(logits.detach().argmax(1))
-            self.targets.append(target.detach())
+            self.predicted.append(logits.argmax(1))
+            self.targets.append(target)
         self.largest_batch = max(self.largest_batch, n)
 
     def readout(self) -> Tensor | None:
@@ -187,6 +210,7 @@ class GradientStats:
     def steps(self) -> int:
         return len(self.update_rows)
 
+    @torch.no_grad()
     def before_step(self) -> None:
         params = self.params
         if self._before is None:
@@ -196,7 +220,7 @@ class GradientStats:
                 self._previous = [torch.zeros_like(p) for p in params]
         grads = [p.grad for p in params]
         if all(g is not None for g in grads):
-            used = [g.detach() for g in grads if g is not None]
+            used = [g for g in grads if g is not None]
             if self._previous is not None and self._previous_ok:
                 pairs = torch._foreach_add(self._previous, used)
                 self.grad_rows.append(torch.stack(torch._foreach_norm([*used, *pairs])))
@@ -214,16 +238,17 @@ class GradientStats:
             for i, g in enumerate(grads):
                 self.missing[i] += g is None
             if present:
-                found = torch._foreach_norm([g.detach() for g in grads if g is not None])
+                found = torch._foreach_norm([g for g in grads if g is not None])
                 row[torch.tensor(present, device=row.device)] = torch.stack(found).to(row.dtype)
             self.grad_rows.append(row)
             self._previous_ok = False
-        torch._foreach_copy_(self._before, [p.detach() for p in params])
+        torch._foreach_copy_(self._before, params)
 
+    @torch.no_grad()
     def after_step(self) -> None:
         if self._before is None:  # a step without our pre-step hook (attached mid-step)
             return
-        params = [p.detach() for p in self.params]
+        params = self.params
         torch._foreach_sub_(self._before, params)  # before - after: minus the update
         self.update_rows.append(torch.stack(torch._foreach_norm(self._before + params)))
 

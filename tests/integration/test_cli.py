@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,19 +56,27 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     out = run(["demo", "--out", str(tmp_path / "demo")], env)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "all chains verified" in out.stdout
-    # events x5, metrics, rules, verdicts, filtered x4: every chain, raw and derived
-    assert out.stdout.count("intact") == 12
+    # agent sessions x5 (events + filtered), two training attempts (events, metrics, rules,
+    # verdicts): every chain, raw and derived
+    assert out.stdout.count("intact") == 18
     assert "grad_noise_scale EMA below 50 for 3 epochs" in out.stdout
-    assert "training_audit" in out.stdout and "missing_decision" in out.stdout
+    assert "dead_relu_fraction EMA above 0.4" in out.stdout
+    attempts = re.findall(
+        r"^│ ([12])(?: best)?\s+│ (sr-dead_relu-\S+)\s+│ ([0-9.]+)", out.stdout, re.M
+    )
+    assert [a[0] for a in attempts] == ["1", "2"] and "best" in out.stdout
     assert "unknown_tool: called tool 'web_search'" in out.stdout
+    report = tmp_path / "demo" / "report.html"
+    assert f"report of the training attempts: {report}" in out.stdout
+    assert attempts[0][1] in report.read_text()
     # The demo's training data: every agent session as ShareGPT and OpenAI lines, the sampled
     # pair as one Atropos group from their recorded token ids.
     manifests = {
-        f: json.loads((tmp_path / "demo" / f / "manifest.json").read_text())
+        f: json.loads((tmp_path / "demo" / f / ".rolltape" / "manifest.json").read_text())
         for f in ("sharegpt", "atropos", "openai")
     }
     assert manifests["sharegpt"]["lines"] == manifests["openai"]["lines"] == 4
-    assert manifests["sharegpt"]["skipped"]["training_run"] == 1
+    assert manifests["sharegpt"]["skipped"]["training_run"] == 2
     assert manifests["atropos"]["lines"] == 1
     group = json.loads((tmp_path / "demo" / "atropos" / "atropos-00000.jsonl").read_text())
     assert group["scores"] == [1.0, 0.0] and group["tokens"][0][-7:] == list(b"1, 2, 3")
@@ -89,8 +98,8 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
             env,
         )
         assert export.returncode == 0, export.stdout + export.stderr
-    files_a = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
-    files_b = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    files_a = {p.name: p.read_bytes() for p in (tmp_path / "a").rglob("*") if p.is_file()}
+    files_b = {p.name: p.read_bytes() for p in (tmp_path / "b").rglob("*") if p.is_file()}
     assert files_a == files_b and "sharegpt-00001.jsonl" in files_a
     # A session with tool results and no token ids goes out through a local tokenizer.
     from tests.support.tokenizer import build_chat_tokenizer
@@ -104,14 +113,14 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     assert atropos.returncode == 0, atropos.stdout + atropos.stderr
     group = json.loads((tmp_path / "atr" / "atropos-00000.jsonl").read_text())
     assert group["scores"] == [1.0] and any(m != -100 for m in group["masks"][0])
-    manifest = json.loads((tmp_path / "atr" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "atr" / ".rolltape" / "manifest.json").read_text())
     assert manifest["options"]["tokenizer"].startswith("tok@sha256:")
     tail = run(["tail", "--from-beginning", "--no-follow"], topics.env())
     assert tail.returncode == 0
     assert (
         "session_started" in tail.stdout
         and "calculator" in tail.stdout
-        and "epoch 8" in tail.stdout
+        and "epoch 9" in tail.stdout
     )
 
 
@@ -287,3 +296,39 @@ def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
         and "hash mismatch" in broken.stdout
         and "not imported" in broken.stdout
     )
+
+
+def test_harness__lists_its_scenarios_and_refuses_to_run_without_a_worker(topics: Topics) -> None:
+    listed = run(["harness", "scenarios"], {**topics.env(), "COLUMNS": "200"})
+    assert listed.returncode == 0, listed.stderr
+    for name in ("baseline", "lr_too_high", "batch_of_two", "dead_relu", "deep_sigmoid", "plateau"):
+        assert name in listed.stdout
+    assert "R7" in listed.stdout and "R6" in listed.stdout
+    alone = run(["harness", "run", "--scenario", "baseline"], topics.env())
+    assert alone.returncode == 2
+    assert "no `rolltape worker` is running" in alone.stderr and "--start-worker" in alone.stderr
+    unknown = run(["harness", "run", "--scenario", "nope"], topics.env())
+    assert unknown.returncode == 2 and "dead_relu" in unknown.stderr
+    llm = run(["harness", "run", "--policy", "llm"], {**topics.env(), "ROLLTAPE_MODELS": "{}"})
+    assert llm.returncode == 2 and "ROLLTAPE_MODELS" in llm.stderr
+
+
+def test_report__without_a_selection_or_a_match_says_what_to_pass(
+    topics: Topics, tmp_path: Path
+) -> None:
+    neither = run(["report", "-o", str(tmp_path / "r.html")], topics.env())
+    assert neither.returncode == 2 and "--session ID or --task NAME" in neither.stderr
+    missing = run(["report", "--session", "nobody", "-o", str(tmp_path / "r.html")], topics.env())
+    assert missing.returncode == 2 and "no session 'nobody'" in missing.stderr
+
+
+def test_bench_monitor__runs_and_reports_every_figure() -> None:
+    out = run(
+        ["bench", "monitor", "--steps", "100", "--block", "10", "--width", "8", "--json"],
+        dict(os.environ),
+    )
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    (result,) = figures["results"]
+    assert result["steps_each"] == 100 and result["plain_step_ms"] > 0
+    assert result["monitored_step_ms"] > 0 and result["epoch_end_ms"] > 0

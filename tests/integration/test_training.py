@@ -246,10 +246,12 @@ def test_judge__passes_an_honest_run_and_hard_fails_a_model_swapped_after_the_la
     assert {v["code"] for v in swapped["violations"]} >= {"architecture_replay", "live_check"}
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
 def test_report__renders_its_charts_in_headless_chromium(rig: Rig, tmp_path: Path) -> None:
     from PIL import Image
     from playwright.sync_api import sync_playwright
+
+    if shutil.which("chromium") is None:
+        pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it (apt-get)")
 
     result = rig.harness(epochs=6).self_refine(SCENARIOS["dead_relu"], attempts=2)
     sessions = asyncio.run(read_sessions(rig.topics.bootstrap, rig.topics.prefix))
