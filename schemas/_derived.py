@@ -8,12 +8,27 @@ and the same event id (`derived_event_id`).
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 RuleId = Literal["R1", "R2", "R3", "R4", "R5", "R6", "R7"]
 RuleClass = Literal["stability", "capacity", "tuning", "process"]
+
+#: One total order, most urgent first: stability (R7 exploding before R6 vanishing: a NaN is
+#: unrecoverable), then capacity (R5 dead activations before R4 stalled accuracy: R5 names a cause,
+#: R4 only a symptom), then tuning (R1 learning rate before R2 batch size: the cheaper, more common
+#: fix), then process (R3 early stop).
+PRECEDENCE: Final[tuple[RuleId, ...]] = ("R7", "R6", "R5", "R4", "R1", "R2", "R3")
+RULE_CLASS: Final[dict[RuleId, RuleClass]] = {
+    "R7": "stability",
+    "R6": "stability",
+    "R5": "capacity",
+    "R4": "capacity",
+    "R1": "tuning",
+    "R2": "tuning",
+    "R3": "process",
+}
 
 
 class BreakKind(StrEnum):

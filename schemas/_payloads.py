@@ -137,6 +137,22 @@ class Metric(BaseModel):
     reference the end-of-run live check is compared with."""
 
 
+EventType = Literal["hyperparameter_change", "architecture_change", "rule_triggered_no_action"]
+RemedyDirection = Literal[
+    "decrease_lr",
+    "increase_lr",
+    "decrease_batch_size",
+    "increase_batch_size",
+    "add_capacity",
+    "swap_activation",
+    "add_bn_or_residual",
+    "stop",
+    "none",
+]
+EditOp = Literal["swap_activation", "add_block", "remove_block", "add_batchnorm", "none"]
+EditTarget = Literal["relu", "leaky_relu", "gelu", "none"]
+
+
 class RemedyParams(BaseModel):
     """What a decision changes. The first three fields are REFERENCE.md's strict schema; rolltape
     adds `add_batchnorm` as an edit and the new batch size and clipping norm as values, so the
@@ -145,8 +161,8 @@ class RemedyParams(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     lr_new: float | None
-    edit_op: Literal["swap_activation", "add_block", "remove_block", "add_batchnorm", "none"]
-    edit_to: Literal["relu", "leaky_relu", "gelu", "none"]
+    edit_op: EditOp
+    edit_to: EditTarget
     batch_size_new: int | None = Field(default=None, ge=1)
     clip_grad_norm: float | None = Field(default=None, gt=0)
     """Gradient clipping (max total norm) from the next step on; None: unchanged."""
@@ -158,20 +174,10 @@ class Decision(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     epoch: int = Field(ge=0)
-    event_type: Literal["hyperparameter_change", "architecture_change", "rule_triggered_no_action"]
+    event_type: EventType
     cites: tuple[RuleId, ...]
     justification: str
-    remedy_direction: Literal[
-        "decrease_lr",
-        "increase_lr",
-        "decrease_batch_size",
-        "increase_batch_size",
-        "add_capacity",
-        "swap_activation",
-        "add_bn_or_residual",
-        "stop",
-        "none",
-    ]
+    remedy_direction: RemedyDirection
     remedy_params: RemedyParams
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from rolltape.infra.cli._common import console, settings, user_errors
-from rolltape.infra.demo import DemoResult, run_demo
+from rolltape.infra.cli.harness import print_attempts
+
+if TYPE_CHECKING:  # the demo trains with torch: imported when the command runs
+    from rolltape.infra.demo import DemoResult
 
 
 def demo(
@@ -22,8 +25,14 @@ def demo(
     attempts of the decision harness, verify every chain, print rule firings, verdicts, both
     attempts' scores and filter outcomes, and export the sessions as ShareGPT, Atropos and
     OpenAI files."""
+    from rolltape.infra.demo import DemoError, run_demo
+
     with user_errors():
-        result = run_demo(settings(), out)
+        try:
+            result = run_demo(settings(), out)
+        except DemoError as exc:
+            console.print(f"[red]demo: {exc}[/red]", markup=True)
+            raise typer.Exit(1) from exc
     _chains(result)
     _firings(result)
     _verdicts(result)
@@ -92,28 +101,8 @@ def _verdicts(result: DemoResult) -> None:
 
 
 def _attempts(result: DemoResult) -> None:
-    refine = result.self_refine
-    if refine is None:
-        return
-    table = Table(
-        title=f"training attempts: {refine.scenario}, {refine.policy} policy (the judge's scores)",
-        title_justify="left",
-    )
-    for col in ("#", "session", "process", "accuracy", "decisions"):
-        table.add_column(col, no_wrap=True)
-    for a in refine.attempts:
-        table.add_row(
-            f"{a.attempt}{' best' if a.attempt == refine.best else ''}",
-            a.session_id,
-            "failed" if a.verdict.status == "failed" else f"{a.process_score:.3f}",
-            "failed" if a.verdict.status == "failed" else f"{a.accuracy_score:.3f}",
-            f"{a.decisions} ({a.applied} applied)",
-        )
-    console.print(table)
-    for a in refine.attempts:
-        for v in a.verdict.violations[:5]:
-            where = f"{v.rule or ''} epoch {v.epoch}" if v.epoch is not None else v.rule or ""
-            console.print(f"  attempt {a.attempt}: {v.code} ({where.strip()}): {v.message}")
+    if result.self_refine is not None:
+        print_attempts(result.self_refine)
 
 
 def _outcomes(result: DemoResult) -> None:

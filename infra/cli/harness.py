@@ -6,7 +6,7 @@ import tempfile
 import time
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -18,6 +18,9 @@ from rolltape.infra.cli._common import console, err_console, settings, user_erro
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_topics_sync
 from rolltape.infra.worker_process import WorkerProcess, worker_running
+
+if TYPE_CHECKING:  # the training package needs torch: imported where a command runs
+    from rolltape.producers.training import SelfRefineResult
 
 app = typer.Typer(
     help="Train the reference CNN under the monitor, act on the worker's rule firings.",
@@ -128,18 +131,25 @@ def run(
             finally:
                 if worker is not None:
                     worker.stop()
+    print_attempts(result)
+    console.print(f"report: rolltape report --task digits-cnn/{scenario} -o report.html")
+
+
+def print_attempts(result: SelfRefineResult) -> None:
+    """The attempts of a self-refine run with the judge's scores, then every violation."""
     table = Table(
-        title=f"self-refine run {result.run_id}: the judge's scores", title_justify="left"
+        title=f"self-refine run {result.run_id} ({result.policy} policy): the judge's scores",
+        title_justify="left",
     )
-    for col in ("#", "session", "process", "accuracy", "violations", "decisions", "test acc"):
+    for col in ("#", "session", "process", "accuracy", "decisions", "test acc"):
         table.add_column(col, no_wrap=col == "session")
     for a in result.attempts:
+        failed = a.verdict.status == "failed"
         table.add_row(
             f"{a.attempt}{' best' if a.attempt == result.best else ''}",
             a.session_id,
-            "failed" if a.verdict.status == "failed" else f"{a.process_score:.3f}",
-            "failed" if a.verdict.status == "failed" else f"{a.accuracy_score:.3f}",
-            str(len(a.verdict.violations)),
+            "failed" if failed else f"{a.process_score:.3f}",
+            "failed" if failed else f"{a.accuracy_score:.3f}",
             f"{a.decisions} ({a.applied} applied)",
             f"{a.test_accuracy:.3f}",
         )
@@ -150,10 +160,6 @@ def run(
                 x for x in (v.rule or "", "" if v.epoch is None else f"epoch {v.epoch}") if x
             )
             console.print(f"  attempt {a.attempt}: {v.code} ({where}): {escape(v.message)}")
-    console.print(
-        f"report: rolltape report --task {SCENARIOS[scenario].name and f'digits-cnn/{scenario}'} "
-        "-o report.html"
-    )
 
 
 def _worker(s: Settings, bootstrap: str, logs: Path, start: bool) -> WorkerProcess | None:

@@ -38,8 +38,9 @@ from rolltape.processors.judges._gates import (
 )
 from rolltape.processors.judges._playbook import EDIT_OPS, EVENT_TYPES, REMEDIES
 from rolltape.processors.judges._training_config import TrainingJudgeConfig
-from rolltape.processors.rules import PRECEDENCE, RULE_CLASS
 from rolltape.schemas import (
+    PRECEDENCE,
+    RULE_CLASS,
     Decision,
     LiveCheck,
     Metric,

@@ -7,18 +7,11 @@ from rolltape.processors.rules._engine import (
     RuleState,
     evaluate,
 )
-from rolltape.processors.rules._ruleset import (
-    PRECEDENCE,
-    RULE_CLASS,
-    RuleSet,
-    RuleSetError,
-)
+from rolltape.processors.rules._ruleset import RuleSet, RuleSetError
 
 __all__ = [
     "EMA_SIGNALS",
-    "PRECEDENCE",
     "RULES_VERSION",
-    "RULE_CLASS",
     "EpochOrderError",
     "RuleSet",
     "RuleSetError",

@@ -26,8 +26,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from rolltape.processors.rules._ruleset import PRECEDENCE, RULE_CLASS, RuleSet
-from rolltape.schemas import Metric, RuleEvaluation, RuleId, RuleOutcome
+from rolltape.processors.rules._ruleset import RuleSet
+from rolltape.schemas import PRECEDENCE, RULE_CLASS, Metric, RuleEvaluation, RuleId, RuleOutcome
 
 RULES_VERSION: Final = "rolltape.rules/2"
 

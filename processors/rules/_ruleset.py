@@ -9,27 +9,11 @@ from __future__ import annotations
 import functools
 import hashlib
 from pathlib import Path
-from typing import Final
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rolltape.schemas import RuleClass, RuleId, canonical_bytes
-
-#: One total order, most urgent first: stability (R7 exploding before R6 vanishing: a NaN is
-#: unrecoverable), then capacity (R5 dead activations before R4 stalled accuracy: R5 names a cause,
-#: R4 only a symptom), then tuning (R1 learning rate before R2 batch size: the cheaper, more common
-#: fix), then process (R3 early stop).
-PRECEDENCE: Final[tuple[RuleId, ...]] = ("R7", "R6", "R5", "R4", "R1", "R2", "R3")
-RULE_CLASS: Final[dict[RuleId, RuleClass]] = {
-    "R7": "stability",
-    "R6": "stability",
-    "R5": "capacity",
-    "R4": "capacity",
-    "R1": "tuning",
-    "R2": "tuning",
-    "R3": "process",
-}
+from rolltape.schemas import canonical_bytes
 
 
 class RuleSetError(ValueError):

@@ -39,6 +39,7 @@ from rolltape.producers.training._policies import (
 from rolltape.producers.training._remedies import TrainingRun, apply, start_run
 from rolltape.producers.training._scenarios import Scenario
 from rolltape.schemas import (
+    RULE_CLASS,
     Decision,
     RuleEvaluation,
     RuleId,
@@ -50,15 +51,6 @@ from rolltape.schemas import (
 
 TASK = "digits-cnn"
 MODE = "iterative_self_refine"
-_CLASS: dict[str, str] = {
-    "R7": "stability",
-    "R6": "stability",
-    "R5": "capacity",
-    "R4": "capacity",
-    "R1": "tuning",
-    "R2": "tuning",
-    "R3": "process",
-}
 
 
 class HarnessConfig(BaseModel):
@@ -125,8 +117,8 @@ def plan(
     epoch = evaluation.epoch
     fired = [r for r in evaluation.fired if r not in waived]
     started = [r for r in fired if r not in episodes.previous]
-    classes = {_CLASS[r] for r in fired}
-    conflict = _CLASS[fired[0]] if len(classes) >= 2 else None
+    classes = {RULE_CLASS[r] for r in fired}
+    conflict = RULE_CLASS[fired[0]] if len(classes) >= 2 else None
     new_conflict = conflict is not None and conflict != episodes.conflict_top
     top: RuleId | None = fired[0] if fired else None
     act = top is not None and (
@@ -146,30 +138,28 @@ def plan(
     return None, deferrals
 
 
-def deferral(rule: RuleId, to: RuleId, epoch: int, why: str) -> Decision:
+def no_action(cites: tuple[RuleId, ...], epoch: int, justification: str) -> Decision:
+    """A `rule_triggered_no_action` decision: a deferral, or what was decided and not done."""
     return Decision.model_validate(
         {
             "epoch": epoch,
             "event_type": "rule_triggered_no_action",
-            "cites": [rule],
-            "justification": f"deferred_to_{to}: {why}",
+            "cites": list(cites),
+            "justification": justification,
             "remedy_direction": "none",
             "remedy_params": {"lr_new": None, "edit_op": "none", "edit_to": "none"},
         }
     )
 
 
+def deferral(rule: RuleId, to: RuleId, epoch: int, why: str) -> Decision:
+    return no_action((rule,), epoch, f"deferred_to_{to}: {why}")
+
+
 def downgraded(decision: Decision, reason: str) -> Decision:
     """A decision that could not be carried out, recorded as what happened: no action."""
-    return Decision.model_validate(
-        {
-            "epoch": decision.epoch,
-            "event_type": "rule_triggered_no_action",
-            "cites": list(decision.cites),
-            "justification": f"{decision.justification} Not applied: {reason}.",
-            "remedy_direction": "none",
-            "remedy_params": {"lr_new": None, "edit_op": "none", "edit_to": "none"},
-        }
+    return no_action(
+        decision.cites, decision.epoch, f"{decision.justification} Not applied: {reason}."
     )
 
 
@@ -442,7 +432,7 @@ class Harness:
             choice: PolicyDecision = self.policy.decide(context)
         except HarnessError as exc:
             counts["downgraded"] += 1
-            return _no_decision(rule, evaluation.epoch, str(exc))
+            return no_action((rule,), evaluation.epoch, f"No decision: {exc}")
         decision = choice.at(evaluation.epoch)
         if decision.event_type == "rule_triggered_no_action":
             return decision
@@ -503,19 +493,6 @@ class Harness:
             )
         self.agent.flush()
         return sid
-
-
-def _no_decision(rule: RuleId, epoch: int, why: str) -> Decision:
-    return Decision.model_validate(
-        {
-            "epoch": epoch,
-            "event_type": "rule_triggered_no_action",
-            "cites": [rule],
-            "justification": f"No decision: {why}",
-            "remedy_direction": "none",
-            "remedy_params": {"lr_new": None, "edit_op": "none", "edit_to": "none"},
-        }
-    )
 
 
 def _train_epoch(run: TrainingRun, monitor: TrainingMonitor) -> None:

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolltape.producers._errors import HarnessError
 from rolltape.producers._recorder import Recorder, Session
 from rolltape.producers.training._digits import ArchitectureSpec
-from rolltape.schemas import Decision, Metric, ModelEndpoint, RuleEvaluation, RuleId
+from rolltape.schemas import (
+    Decision,
+    EditOp,
+    EditTarget,
+    EventType,
+    Metric,
+    ModelEndpoint,
+    RemedyDirection,
+    RuleEvaluation,
+    RuleId,
+)
 
 PRECEDENCE_TEXT = "R7, R6 (stability) > R5, R4 (capacity) > R1, R2 (tuning) > R3 (process)"
 
@@ -58,8 +68,8 @@ class PolicyRemedy(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lr_new: float | None
-    edit_op: Literal["swap_activation", "add_block", "remove_block", "add_batchnorm", "none"]
-    edit_to: Literal["relu", "leaky_relu", "gelu", "none"]
+    edit_op: EditOp
+    edit_to: EditTarget
     batch_size_new: int | None
     clip_grad_norm: float | None
 
@@ -70,20 +80,10 @@ class PolicyDecision(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    event_type: Literal["hyperparameter_change", "architecture_change", "rule_triggered_no_action"]
+    event_type: EventType
     cites: list[RuleId]
     justification: str
-    remedy_direction: Literal[
-        "decrease_lr",
-        "increase_lr",
-        "decrease_batch_size",
-        "increase_batch_size",
-        "add_capacity",
-        "swap_activation",
-        "add_bn_or_residual",
-        "stop",
-        "none",
-    ]
+    remedy_direction: RemedyDirection
     remedy_params: PolicyRemedy
 
     def at(self, epoch: int) -> Decision:

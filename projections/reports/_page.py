@@ -20,9 +20,10 @@ from plotly.subplots import make_subplots
 
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.reports._run import RunView, TrainingView
+from rolltape.schemas import PRECEDENCE
 
-RULES = ("R7", "R6", "R5", "R4", "R1", "R2", "R3")
-"""Precedence order, most urgent first (the heatmap's rows, top to bottom)."""
+RULES = PRECEDENCE
+"""The heatmap's rows, top to bottom: the precedence order, most urgent first."""
 ACTIONS = ("hyperparameter_change", "architecture_change")
 
 _STYLE = """

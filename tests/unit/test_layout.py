@@ -108,3 +108,12 @@ def test_public_api__is_pinned() -> None:
     assert {"Envelope", "seal", "canonical_bytes", "ChainVerifier", "Metric", "Decision"} <= set(
         rolltape.schemas.__all__
     )
+
+
+def test_cli__starts_without_importing_torch() -> None:
+    """Only the commands that train import the torch extra; the rest start fast without it."""
+    import subprocess
+    import sys
+
+    code = "import sys, rolltape.infra.cli; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from rolltape.processors.rules import PRECEDENCE
 from rolltape.producers import HarnessError
 from rolltape.producers.training import (
     ArchitectureSpec,
@@ -19,7 +18,15 @@ from rolltape.producers.training import (
     ScriptedPolicy,
 )
 from rolltape.producers.training._harness import _Episodes, downgraded, feedback_text, plan
-from rolltape.schemas import Metric, ModelEndpoint, RuleEvaluation, RuleOutcome, Verdict, Violation
+from rolltape.schemas import (
+    PRECEDENCE,
+    Metric,
+    ModelEndpoint,
+    RuleEvaluation,
+    RuleOutcome,
+    Verdict,
+    Violation,
+)
 from tests.support.openai_server import OpenAICompatibleServer
 from tests.unit.producers.recorded import Spooled
 
