@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 import time
 from enum import StrEnum
@@ -89,6 +90,12 @@ def run(
         s = settings()
         bootstrap = require_bootstrap(s)
         ensure_topics_sync(bootstrap, s)
+        if policy is PolicyName.llm and importlib.util.find_spec("openai") is None:
+            err_console.print(
+                "[red]error:[/red] the llm policy needs the openai client: "
+                "pip install 'rolltape[openai]'"
+            )
+            raise typer.Exit(2)
         if policy is PolicyName.llm and "policy" not in s.models:
             err_console.print(
                 "[red]error:[/red] the llm policy needs an endpoint for the logical model "

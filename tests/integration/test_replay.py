@@ -131,9 +131,11 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
         env,
     )
     assert exported.returncode == 0, exported.stdout + exported.stderr
-    manifest = json.loads((tmp_path / "v2" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "v2" / ".rolltape" / "manifest.json").read_text())
     assert manifest["sessions_exported"] == 1 and manifest["skipped"]["not_accepted"] == 1
-    side = json.loads((tmp_path / "v2" / "sharegpt-00000.provenance.jsonl").read_text())
+    side = json.loads(
+        (tmp_path / "v2" / ".rolltape" / "sharegpt-00000.provenance.jsonl").read_text()
+    )
     assert set(side["sessions"][0]["chains"]) == {"events", "filtered@v2", "verdicts@v2"}
 
 
