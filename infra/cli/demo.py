@@ -53,7 +53,7 @@ def demo(
 def _chains(result: DemoResult) -> None:
     ids = [c.session_id for c in result.chains] or ["-"]
     table = Table(title=f"chains recorded to {result.bootstrap}", title_justify="left")
-    for col in ("session", "stream", "records", "ended", "head", "chain"):
+    for col in ("session", "stream", "recs", "ended", "head", "chain"):
         # Session ids are what a reader copies into `verify --session`: never truncate them.
         table.add_column(
             col, no_wrap=True, min_width=len(max(ids, key=len)) if col == "session" else None

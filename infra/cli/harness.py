@@ -148,19 +148,22 @@ def print_attempts(result: SelfRefineResult) -> None:
         title=f"self-refine run {result.run_id} ({result.policy} policy): the judge's scores",
         title_justify="left",
     )
-    for col in ("#", "session", "process", "accuracy", "decisions", "test acc"):
-        table.add_column(col, no_wrap=col == "session")
+    for col in ("#", "session", "process", "accuracy", "decisions"):
+        table.add_column(col, no_wrap=True)
     for a in result.attempts:
         failed = a.verdict.status == "failed"
         table.add_row(
-            f"{a.attempt}{' best' if a.attempt == result.best else ''}",
+            f"{a.attempt}{'*' if a.attempt == result.best else ''}",
             a.session_id,
             "failed" if failed else f"{a.process_score:.3f}",
             "failed" if failed else f"{a.accuracy_score:.3f}",
-            f"{a.decisions} ({a.applied} applied)",
-            f"{a.test_accuracy:.3f}",
+            f"{a.decisions}, {a.applied} applied",
         )
     console.print(table)
+    tests = ", ".join(f"{a.attempt}: {a.test_accuracy:.3f}" for a in result.attempts)
+    console.print(
+        f"* best by (process_score, accuracy_score); test accuracy measured by the harness: {tests}"
+    )
     for a in result.attempts:
         for v in a.verdict.violations:
             where = " ".join(

@@ -35,5 +35,5 @@ EVENT_TYPES: Final[dict[str, frozenset[str]]] = {
 EDIT_OPS: Final[dict[str, frozenset[str]]] = {
     "add_capacity": frozenset({"add_block"}),
     "swap_activation": frozenset({"swap_activation"}),
-    "add_bn_or_residual": frozenset({"add_block"}),
+    "add_bn_or_residual": frozenset({"add_block", "add_batchnorm"}),
 }

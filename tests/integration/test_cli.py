@@ -61,10 +61,8 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     assert out.stdout.count("intact") == 18
     assert "grad_noise_scale EMA below 50 for 3 epochs" in out.stdout
     assert "dead_relu_fraction EMA above 0.4" in out.stdout
-    attempts = re.findall(
-        r"^│ ([12])(?: best)?\s+│ (sr-dead_relu-\S+)\s+│ ([0-9.]+)", out.stdout, re.M
-    )
-    assert [a[0] for a in attempts] == ["1", "2"] and "best" in out.stdout
+    attempts = re.findall(r"^│ ([12])\*?\s+│ (sr-dead_relu-\S+)\s+│ ([0-9.]+)", out.stdout, re.M)
+    assert [a[0] for a in attempts] == ["1", "2"] and "best by (process_score" in out.stdout
     assert "unknown_tool: called tool 'web_search'" in out.stdout
     report = tmp_path / "demo" / "report.html"
     assert f"report of the training attempts: {report}" in out.stdout

@@ -92,6 +92,9 @@ def test_scenarios__each_fires_its_expected_rules_from_real_hooks(rig: Rig) -> N
         # the harness answered what fired, and recorded nothing it did not apply
         assert result.verdict.judge == "training_audit" and result.decisions >= 1
         assert result.verdict.details["architecture_replay"]["result"] == "match", name
+        # the playbook's remedies are defensible answers to the rules they cite
+        codes = {v.code for v in result.verdict.violations}
+        assert not codes & {"indefensible_decision", "spurious_citation"}, (name, codes)
     assert "R7" not in fired["baseline"] and "R5" not in fired["baseline"]
 
 

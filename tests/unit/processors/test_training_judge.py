@@ -362,3 +362,13 @@ def test_judge__waived_rules_come_from_the_run_config_and_create_no_obligation()
     waived = training([noisy] * 7, run_config={"waived_rules": ["R2", "R99"]})
     assert codes(waived) == [] and waived["details"]["waived_rules"] == ["R2"]
     assert waived["details"]["waived_rules_ignored"] == ["R99"]
+
+
+def test_judge__inserting_batch_norm_is_a_defensible_answer_to_vanishing_gradients() -> None:
+    add_bn = {
+        **ADD_BN,
+        "epoch": 2,
+        "remedy_params": {"lr_new": None, "edit_op": "add_batchnorm", "edit_to": "none"},
+    }
+    verdict = training([VANISHING] * 3 + [OK] * 3, [add_bn])
+    assert "indefensible_decision" not in {c[0] for c in codes(verdict)}
