@@ -185,14 +185,7 @@ class TrainingMonitor:
         self._reduction = str(getattr(self._loss_module, "reduction", "mean"))
         if self._probe is None:
             self._probe = probe or self._take_probe()
-        names = {id(p): n for n, p in model.named_parameters()}
-        params = [p for group in optimizer.param_groups for p in group["params"]]
-        labels = [
-            names.get(id(p), f"param_groups[{g}][{i}]")
-            for g, group in enumerate(optimizer.param_groups)
-            for i, p in enumerate(group["params"])
-        ]
-        self._grads = GradientStats(params, labels, self.config.noise_scale_simple)
+        self._grads = self._gradient_stats()
         self._loss.reset()
         self._handles = [
             model.register_forward_pre_hook(self._before_forward),
@@ -205,6 +198,19 @@ class TrainingMonitor:
         spec = model_spec(model, self._epoch, "attach", with_digest=True)
         self._layers = spec.layers
         self._record("model_spec", spec)
+
+    def _gradient_stats(self) -> GradientStats:
+        """Accumulators over the optimizer's parameters, named as the model names them."""
+        assert self._model is not None and self._optimizer is not None
+        names = {id(p): n for n, p in self._model.named_parameters()}
+        groups = self._optimizer.param_groups
+        params = [p for group in groups for p in group["params"]]
+        labels = [
+            names.get(id(p), f"param_groups[{g}][{i}]")
+            for g, group in enumerate(groups)
+            for i, p in enumerate(group["params"])
+        ]
+        return GradientStats(params, labels, self.config.noise_scale_simple)
 
     def end_epoch(self) -> Metric:
         """Measure the epoch that just ended, record it, and start the next one. Returns the
@@ -256,6 +262,10 @@ class TrainingMonitor:
         self._weights_epoch = self._epoch
         self._record("metric", metric)
         grads.reset()
+        if [id(p) for g in self._optimizer.param_groups for p in g["params"]] != [  # type: ignore[union-attr]
+            id(p) for p in grads.params
+        ]:
+            self._grads = self._gradient_stats()  # a parameter group was added: measure it too
         loss.reset()
         for hooked in self._activations.values():
             hooked.stats.reset()
