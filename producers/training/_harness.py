@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from rolltape.producers._errors import HarnessError
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers._recorder import Recorder
 from rolltape.producers.training._digits import DigitsData
 from rolltape.producers.training._follow import LogFollower
 from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor
@@ -295,7 +295,7 @@ class Harness:
             linked_session_id=previous.session_id if previous else None,
             group_id=run_id,
         )
-        self.policy.begin(
+        policy_session_id = self.policy.begin(
             AttemptStart(
                 session_id=session_id,
                 group_id=run_id,
@@ -303,7 +303,6 @@ class Harness:
                 waived=config.waived_rules,
             )
         )
-        policy_session = getattr(self.policy, "session", None)
         counts = {"decisions": 0, "applied": 0, "downgraded": 0}
         epochs_run = 0
         try:
@@ -331,7 +330,8 @@ class Harness:
                                 counts=counts,
                             )
                         )
-                    to = top or (evaluation.fired[0] if evaluation.fired else None)
+                    owed = [r for r in evaluation.fired if r not in config.waived_rules]
+                    to = top or (owed[0] if owed else None)
                     for rule in later:
                         assert to is not None
                         decisions.append(
@@ -365,9 +365,7 @@ class Harness:
         return AttemptResult(
             attempt=attempt,
             session_id=session_id,
-            policy_session_id=policy_session.session_id
-            if isinstance(policy_session, Session)
-            else None,
+            policy_session_id=policy_session_id,
             verdict=verdict,
             epochs_run=epochs_run,
             decisions=counts["decisions"],

@@ -158,8 +158,9 @@ class AttemptStart(BaseModel):
 class Policy(Protocol):
     name: str
 
-    def begin(self, attempt: AttemptStart) -> None:
-        """A new attempt starts."""
+    def begin(self, attempt: AttemptStart) -> str | None:
+        """A new attempt starts; returns the id of the session that records the policy's own
+        conversation, if it keeps one."""
 
     def decide(self, context: DecisionContext) -> PolicyDecision:
         """A decision for `context.rule`; HarnessError when none can be had."""
@@ -173,8 +174,8 @@ class ScriptedPolicy:
 
     name = "scripted"
 
-    def begin(self, attempt: AttemptStart) -> None:
-        pass
+    def begin(self, attempt: AttemptStart) -> str | None:
+        return None  # nothing to record: the playbook is the policy
 
     def end(self, process_score: float | None) -> None:
         pass
@@ -295,7 +296,7 @@ class LLMPolicy:
         self.messages: list[dict[str, str]] = []
         self.session: Session | None = None
 
-    def begin(self, attempt: AttemptStart) -> None:
+    def begin(self, attempt: AttemptStart) -> str | None:
         waived_text = (
             f"\nWaived (the harness cannot act on them; answer rule_triggered_no_action): "
             f"{', '.join(attempt.waived)}."
@@ -329,6 +330,7 @@ class LLMPolicy:
         )
         for message in self.messages:
             self.session.turn("system", message["content"])
+        return self.session.session_id
 
     def decide(self, context: DecisionContext) -> PolicyDecision:
         assert self.session is not None
