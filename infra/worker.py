@@ -123,6 +123,7 @@ def worker_config(
         llm_judges=settings.llm_judges,
         models=settings.models,
         log_level=log_level,
+        data_dir=settings.state_dir / "worker",
     )
     try:
         ProcessorConfig(rewards=config.rewards, llm_judges=config.llm_judges)

@@ -26,6 +26,7 @@ def main(bootstrap: str, prefix: str, records: int, out: Path) -> None:
         f"{prefix}-floor-{uuid.uuid4().hex[:6]}",
         broker=f"kafka://{bootstrap}",
         store="memory://",
+        datadir=str(out.parent / "faust-floor-data"),
         web_enabled=False,
         consumer_auto_offset_reset="earliest",
     )

@@ -54,6 +54,7 @@ def create_app(config: WorkerConfig) -> faust.App:
         config.group_id,
         broker=f"kafka://{config.bootstrap}",
         store="memory://",
+        datadir=_data_dir(config),
         topic_partitions=config.partitions,
         topic_replication_factor=config.replication_factor,
         topic_allow_declare=True,
@@ -295,6 +296,14 @@ def _bytes_topic(app: faust.App, *names: str) -> Any:
         value_serializer="raw",
         internal=False,
     )
+
+
+def _data_dir(config: WorkerConfig) -> str:
+    name = f"{config.group_id}-data"
+    if config.data_dir is None:
+        return name
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    return str(config.data_dir / name)
 
 
 def _output_producer(config: WorkerConfig) -> AIOKafkaProducer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.processors.filters import FilterConfig
@@ -43,6 +45,9 @@ class WorkerConfig(BaseModel):
     """A worker whose partitions have unprocessed records but which processed nothing for this
     long restarts itself (faust can stop fetching after a rebalance: faust-streaming #175)."""
     log_level: str = "warning"
+    data_dir: Path | None = None
+    """Where faust keeps its local folder (`<group>-data`); None: the current directory, as
+    faust does. The table lives in memory and its changelog, so nothing in it must survive."""
 
     @property
     def group_id(self) -> str:

@@ -162,6 +162,7 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     ]
     # copies after the restart are byte-identical redeliveries, never forks
     assert broken == [], forked
+    assert payloads(records, "chain_broken") == []  # no state was lost with the process
     assert dead_letters(records) == []
 
 

@@ -87,3 +87,38 @@ def test_outbox__is_empty_once_a_batch_is_sent() -> None:
     table: dict[bytes, Any] = {}
     asyncio.run(shell(table, Producer()).process([*events, *metrics]))
     assert b'"outbox":[]' in table[b"t1"]
+
+
+class ChangelogTable(dict[bytes, Any]):
+    """A state table whose writes become durable only when the changelog is flushed, as faust's
+    buffered changelog producer behaves; `after_crash()` is what a restarted worker restores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.durable: dict[bytes, Any] = {}
+
+    async def flush(self) -> None:
+        self.durable = dict(self)
+
+    def after_crash(self) -> dict[bytes, Any]:
+        return dict(self.durable)
+
+
+def test_state__of_a_batch_without_outputs_is_durable_before_its_offsets_can_be_committed() -> None:
+    # faust commits a batch's offsets after the agent returns, flushing its producer for at most
+    # 0.1 s first: the state a batch produced must already be durable, or a crash after the
+    # commit loses it for good (the records are never read again).
+    tape = Tape()
+    started = tape.start("a1")
+    said = tape.event("a1", "turn", role="assistant", content="done")
+    (events_end,) = tape.end("a1")
+    table = ChangelogTable()
+    first = Shell(SessionProcessor(ProcessorConfig()), Producer(), table, "t",  # type: ignore[arg-type]
+                  flush_state=table.flush)  # fmt: skip
+    asyncio.run(first.process([started]))  # produces no output, only state
+
+    restored = table.after_crash()
+    producer = Producer()
+    asyncio.run(shell(restored, producer).process([said, events_end]))
+    types = [decode(value)["type"] for _, value, _ in producer.sent]
+    assert types == ["filter_outcome"]  # lost state: ["chain_broken", "filter_outcome"]
