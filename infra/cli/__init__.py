@@ -13,6 +13,7 @@ from rolltape.infra.cli import (
     harness,
     importing,
     inspect,
+    parse,
     project,
     replay,
     report,
@@ -40,6 +41,7 @@ app.command()(export.export)
 app.command()(replay.replay)
 app.command()(project.project)
 app.command()(report.report)
+app.command(name="parse")(parse.parse_command)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import pytest
 import rolltape.infra
 import rolltape.processors
 import rolltape.producers
+import rolltape.producers.parsing
 import rolltape.producers.training
 import rolltape.schemas
 
@@ -90,6 +91,15 @@ def test_public_api__is_pinned() -> None:
         "feedback_text",
         "rules_and_verdicts_follower",
         "start_run",
+    }
+    assert set(rolltape.producers.parsing.__all__) == {
+        "FAMILIES",
+        "ParseProblem",
+        "ParsedCompletion",
+        "UnknownFamilyError",
+        "parse",
+        "split_reasoning",
+        "structured_calls",
     }
     assert set(rolltape.processors.__all__) == {
         "DeadLetter",

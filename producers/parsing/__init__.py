@@ -1,0 +1,160 @@
+"""Tool calls in raw completions of open models, per model family.
+
+`parse(text, family)` splits a completion into content, reasoning, tool calls (id, name,
+arguments) and problems. Where it does better than the parsers of the serving engines and agents
+we learn from (REFERENCE.md section 2):
+
+- a malformed block costs only itself: the good calls around it are returned and the bad block
+  is kept as a `ParseProblem` (raw text, offset and why);
+- text before, between and after the calls is content (no cut at the first call or brace);
+- `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks are reasoning, never content, and
+  call markup inside them is not a call;
+- formats without ids get deterministic ones (`call_` + a hash of the text and the call's
+  position), so parsing the same completion twice gives the same calls;
+- arguments that are not a JSON object are kept as `raw_arguments` with a problem, the call
+  itself is still returned (its name is known).
+
+`content` is the text around the calls, each piece stripped of surrounding whitespace and the
+pieces joined by one newline (a call block no longer separates them). Offsets count characters of the text after the
+reasoning blocks were taken out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from rolltape.producers.parsing._blocks import Scan
+from rolltape.producers.parsing._json_calls import (
+    parse_hermes,
+    parse_llama_json,
+    parse_longcat,
+    parse_mistral,
+)
+from rolltape.producers.parsing._keyed_calls import (
+    ParamTypes,
+    parse_glm45,
+    parse_glm47,
+    parse_qwen3_coder,
+)
+from rolltape.producers.parsing._reasoning import split_reasoning
+from rolltape.producers.parsing._result import ParsedCompletion, ParseProblem, decode_arguments
+from rolltape.producers.parsing._token_calls import (
+    parse_deepseek_v3,
+    parse_deepseek_v3_1,
+    parse_kimi_k2,
+)
+from rolltape.schemas import ToolCall, ToolSpec
+
+_Parser = Callable[[str, str, ParamTypes], Scan]
+
+
+def _untyped(parser: Callable[[str, str], Scan]) -> _Parser:
+    return lambda text, seed, _types: parser(text, seed)
+
+
+def _no_text_calls(text: str, seed: str, _types: ParamTypes) -> Scan:
+    """OpenAI-style servers return calls as structured `tool_calls`; the text is content."""
+    return Scan(content=[text])
+
+
+FAMILIES: dict[str, _Parser] = {
+    "hermes": _untyped(parse_hermes),
+    "qwen": _untyped(parse_hermes),
+    "qwen3_coder": parse_qwen3_coder,
+    "deepseek_v3": _untyped(parse_deepseek_v3),
+    "deepseek_v3_1": _untyped(parse_deepseek_v3_1),
+    "glm45": parse_glm45,
+    "glm47": parse_glm47,
+    "kimi_k2": _untyped(parse_kimi_k2),
+    "llama3_json": _untyped(parse_llama_json),
+    "llama4_json": _untyped(parse_llama_json),
+    "mistral": _untyped(parse_mistral),
+    "longcat": _untyped(parse_longcat),
+    "openai": _no_text_calls,
+}
+"""Family name -> parser. Names follow the serving engines' tool-parser names."""
+
+
+class UnknownFamilyError(ValueError):
+    """The family is not one of FAMILIES."""
+
+
+def parse(
+    text: str,
+    family: str,
+    *,
+    tools: Sequence[ToolSpec] = (),
+    seed: str | None = None,
+) -> ParsedCompletion:
+    """Split a raw completion of `family`. `tools` (the session's declared tools) type the
+    arguments of formats that write values as text; `seed` makes generated ids unique across a
+    session (default: the text itself)."""
+    parser = FAMILIES.get(family)
+    if parser is None:
+        raise UnknownFamilyError(
+            f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
+        )
+    rest, reasoning = split_reasoning(text)
+    seed = seed if seed is not None else hashlib.sha256(text.encode()).hexdigest()
+    scan = parser(rest, seed, _parameter_types(tools))
+    return ParsedCompletion(
+        family=family,
+        content="\n".join(piece.strip() for piece in scan.content if piece.strip()),
+        reasoning=reasoning,
+        tool_calls=tuple(scan.calls),
+        problems=tuple(scan.problems),
+    )
+
+
+def structured_calls(
+    tool_calls: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[ToolCall, ...], tuple[ParseProblem, ...]]:
+    """OpenAI structured `tool_calls` (`{id, type, function: {name, arguments}}`) as calls; the
+    argument string is decoded, and kept raw with a problem when it is not a JSON object."""
+    calls: list[ToolCall] = []
+    problems: list[ParseProblem] = []
+    for index, item in enumerate(tool_calls):
+        function = item.get("function") or {}
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not isinstance(name, str) or not name:
+            problems.append(
+                ParseProblem(raw=repr(dict(item)), error="no function name", offset=index)
+            )
+            continue
+        arguments, raw, error = decode_arguments(function.get("arguments"))
+        given = item.get("id")
+        cid = given if isinstance(given, str) and given else f"call_{index}"
+        calls.append(ToolCall(id=cid, name=name, arguments=arguments, raw_arguments=raw))
+        if error is not None:
+            problems.append(
+                ParseProblem(
+                    raw=str(function.get("arguments")), error=f"{name}: {error}", offset=index
+                )
+            )
+    return tuple(calls), tuple(problems)
+
+
+def _parameter_types(tools: Sequence[ToolSpec]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for tool in tools:
+        props = tool.parameters.get("properties")
+        if isinstance(props, Mapping):
+            out[tool.name] = {
+                key: spec["type"]
+                for key, spec in props.items()
+                if isinstance(spec, Mapping) and isinstance(spec.get("type"), str)
+            }
+    return out
+
+
+__all__ = [
+    "FAMILIES",
+    "ParseProblem",
+    "ParsedCompletion",
+    "UnknownFamilyError",
+    "parse",
+    "split_reasoning",
+    "structured_calls",
+]

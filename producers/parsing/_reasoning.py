@@ -1,0 +1,49 @@
+"""Reasoning blocks, separated from the answer before tool calls are looked for.
+
+Recognised: `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks anywhere in the text, an
+unclosed block at the end (generation stopped while thinking), and a leading `...</think>` with no
+opening tag (Qwen3 and DeepSeek-R1 chat templates put `<think>` in the prompt). Tool-call markup
+inside a reasoning block is thought, not a call.
+"""
+
+from __future__ import annotations
+
+import re
+
+_TAGS = ("think", "reasoning", "REASONING_SCRATCHPAD")
+_OPEN = re.compile("<(" + "|".join(_TAGS) + ")>")
+
+
+def split_reasoning(text: str) -> tuple[str, str | None]:
+    """(text without reasoning blocks, their contents joined by blank lines or None)."""
+    parts: list[str] = []
+    kept: list[str] = []
+    first_open = _OPEN.search(text)
+    head_close = text.find("</think>")
+    if head_close != -1 and (first_open is None or head_close < first_open.start()):
+        parts.append(text[:head_close])
+        text = text[head_close + len("</think>") :]
+    pos = 0
+    while (match := _OPEN.search(text, pos)) is not None:
+        kept.append(text[pos : match.start()])
+        close = f"</{match.group(1)}>"
+        end = text.find(close, match.end())
+        if end == -1:
+            parts.append(text[match.end() :])
+            pos = len(text)
+            break
+        parts.append(text[match.end() : end])
+        pos = end + len(close)
+    kept.append(text[pos:])
+    if not parts:
+        return text, None
+    reasoning = "\n\n".join(p.strip("\n") for p in parts)
+    return _join(kept), reasoning
+
+
+def _join(pieces: list[str]) -> str:
+    """Glue the text around removed blocks; the newline that followed a block goes with it."""
+    out = pieces[0]
+    for piece in pieces[1:]:
+        out += piece[1:] if piece.startswith("\n") and (not out or out.endswith("\n")) else piece
+    return out
