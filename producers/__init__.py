@@ -12,6 +12,7 @@ from rolltape.producers._errors import (
     SpoolFullError,
 )
 from rolltape.producers._recorder import FlushResult, Recorder, Session
+from rolltape.producers._tools import ToolRun, current_session, record_tool
 
 __version__ = "0.1.0"
 
@@ -28,5 +29,8 @@ __all__ = [
     "RejectedEvent",
     "Session",
     "SpoolFullError",
+    "ToolRun",
     "__version__",
+    "current_session",
+    "record_tool",
 ]

@@ -12,6 +12,7 @@ import asyncio
 import atexit
 import collections
 import concurrent.futures
+import contextvars
 import os
 import re
 import time
@@ -32,6 +33,7 @@ from rolltape.producers._errors import (
     SpoolFullError,
 )
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
+from rolltape.producers._tools import ToolRun, _current
 from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
@@ -293,12 +295,22 @@ def _copy_containers(fields: dict[str, Any]) -> dict[str, Any]:
 class Session:
     """One run or episode. Record calls are cheap and never block; see Recorder."""
 
-    __slots__ = ("_ended", "_other_streams", "_recorder", "session_id")
+    __slots__ = (
+        "_context_tokens",
+        "_ended",
+        "_open_calls",
+        "_other_streams",
+        "_recorder",
+        "session_id",
+    )
 
     def __init__(self, recorder: Recorder, session_id: str) -> None:
         self._recorder = recorder
         self.session_id = session_id
         self._ended = False
+        self._open_calls: list[tuple[str, str, dict[str, Any]]] = []
+        """(call id, name, arguments) of recorded calls without a result yet, oldest first."""
+        self._context_tokens: list[contextvars.Token[Session | None]] = []
         self._other_streams: set[str] = set()
         """Streams other writers record this session on (the monitor's metrics): the events
         stream's session_ended names them."""
@@ -343,6 +355,7 @@ class Session:
     ) -> str:
         """Record a tool call; returns its id (generated when not given) for `tool_result`."""
         cid = call_id or f"call_{uuid.uuid4().hex[:16]}"
+        self._open_calls.append((cid, name, dict(arguments or {})))
         self._record(
             _EVENTS,
             "tool_call",
@@ -364,6 +377,7 @@ class Session:
         error: str | None = None,
         duration_ms: float | None = None,
     ) -> None:
+        self._open_calls = [c for c in self._open_calls if c[0] != call_id]
         self._record(
             _EVENTS,
             "tool_result",
@@ -375,6 +389,21 @@ class Session:
                 "duration_ms": duration_ms,
             },
         )
+
+    def tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, call_id: str | None = None
+    ) -> ToolRun:
+        """Time one run of a tool and record its result: `with s.tool("calc", args) as run:
+        run.result = ...`. See `rolltape.producers.record_tool` for the rule and call linking."""
+        return ToolRun(self, name, arguments, call_id=call_id)
+
+    def _claim_call(self, name: str, arguments: Mapping[str, Any]) -> str | None:
+        """The oldest recorded call of `name` with these arguments that has no result yet."""
+        for i, (cid, called, args) in enumerate(self._open_calls):
+            if called == name and args == arguments:
+                del self._open_calls[i]
+                return cid
+        return None
 
     def _expect(self, stream: str) -> None:
         """Another writer (the training monitor) records this session on `stream`: the events
@@ -454,18 +483,34 @@ class Session:
         else:
             self.end("failed", error=f"{type(exc).__name__}: {exc}")
 
+    # Inside the block the session is current: decorated tools and captured clients record there.
+    def _enter(self) -> None:
+        self._context_tokens.append(_current.set(self))
+
+    def _leave(self) -> None:
+        if self._context_tokens:
+            token = self._context_tokens.pop()
+            try:
+                _current.reset(token)
+            except ValueError:  # left in another context (a generator finished elsewhere)
+                _current.set(None)
+
     def __enter__(self) -> Self:
+        self._enter()
         return self
 
     def __exit__(
         self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._leave()
         self._end_from(exc)
 
     async def __aenter__(self) -> Self:
+        self._enter()
         return self
 
     async def __aexit__(
         self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        self._leave()
         self._end_from(exc)

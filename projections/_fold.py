@@ -23,8 +23,6 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
-
 from rolltape.projections._trajectory import (
     ChainSpan,
     FeedbackRecord,
@@ -51,6 +49,7 @@ from rolltape.schemas import (
     Verdict,
     canonical_bytes,
     parse_payload,
+    result_failed,
     versioned_stream,
 )
 
@@ -86,18 +85,8 @@ def _span(chain: list[Mapping[str, Any]]) -> ChainSpan:
 
 
 def tool_failed(result: ToolResult) -> bool:
-    """REFERENCE.md section 2's failure test, on top of what the recorder said."""
-    if not result.success or result.error is not None:
-        return True
-    text = result.content
-    try:
-        body = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        stripped = text.strip()
-        return not stripped or stripped.lower().startswith("error:")
-    if isinstance(body, dict):
-        return body.get("error") is not None or body.get("success") is False
-    return False
+    """What the recorder said, then REFERENCE.md section 2's rule on the result text."""
+    return not result.success or result.error is not None or result_failed(result.content)
 
 
 class _Builder:

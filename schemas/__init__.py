@@ -65,6 +65,7 @@ from rolltape.schemas._payloads import (
     Turn,
     parse_payload,
 )
+from rolltape.schemas._tool_outcome import result_failed
 from rolltape.schemas._topics import (
     CHAINED_STREAMS,
     DEFAULT_PREFIX,
@@ -157,6 +158,7 @@ __all__ = [
     "raw_event_id",
     "read_envelope",
     "restore_non_finite",
+    "result_failed",
     "seal",
     "split_stream",
     "stream_of_topic",

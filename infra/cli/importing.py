@@ -40,7 +40,7 @@ def hermes(
         raise typer.Exit(2)
     sessions: list[ImportedSession] = []
     errors: list[RowError] = []
-    for item in hermes_sessions(file.read_bytes().splitlines(), source=file.name):
+    for item in hermes_sessions(file.read_bytes().splitlines()):
         (errors if isinstance(item, RowError) else sessions).append(item)  # type: ignore[arg-type]
     with user_errors():
         s = settings()

@@ -1,8 +1,10 @@
 """Importing Hermes-agent trajectories: ShareGPT / batch-runner JSONL rows into sessions.
 
 A row becomes one agent session on the events stream, marked as imported (tag `imported:hermes`,
-`run_config.imported_from` with the file name, line and the row's sha256), then chained like any
-recorded session, so the processors audit, filter and judge it like the rest.
+`run_config.imported_from` with the row's sha256), then chained like any recorded session, so the
+processors audit, filter and judge it like the rest. The session is a function of the row's bytes
+alone: the file name and line are not in it, so importing the same row again from a renamed or
+reordered file writes the same records (redeliveries readers drop), never a fork of its chain.
 
 Mapping: the first system turn gives the system message and the declared tools (`<tools>`);
 `human` turns are user turns, `gpt` turns assistant turns with their reasoning and tool calls,
@@ -71,7 +73,7 @@ def _tools(declared: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return tools
 
 
-def hermes_session(row: dict[str, Any], *, source: str, line: int) -> ImportedSession:
+def hermes_session(row: dict[str, Any]) -> ImportedSession:
     """One row as a session; raises ShareGPTFormatError or ValueError saying what is wrong."""
     parsed = parse_sharegpt_row(row)
     digest = hashlib.sha256(canonical_bytes(row)).hexdigest()
@@ -96,8 +98,6 @@ def hermes_session(row: dict[str, Any], *, source: str, line: int) -> ImportedSe
             "run_config": {
                 "imported_from": {
                     "format": "hermes",
-                    "file": source,
-                    "line": line,
                     "row_sha256": digest,
                     "prompt_index": row.get("prompt_index"),
                 }
@@ -171,9 +171,7 @@ def _results(
         add("tool_result", {"call_id": call_id, "content": text})
 
 
-def hermes_sessions(
-    lines: Iterator[bytes] | list[bytes], *, source: str
-) -> Iterator[ImportedSession | RowError]:
+def hermes_sessions(lines: Iterator[bytes] | list[bytes]) -> Iterator[ImportedSession | RowError]:
     """Every line of a Hermes JSONL file as a session or as the reason it cannot be one."""
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
@@ -187,6 +185,6 @@ def hermes_sessions(
             yield RowError(number, "a row must be a JSON object with 'conversations'")
             continue
         try:
-            yield hermes_session(row, source=source, line=number)
+            yield hermes_session(row)
         except (ShareGPTFormatError, ValidationError, ValueError, KeyError, TypeError) as exc:
             yield RowError(number, str(exc).splitlines()[0][:300])

@@ -274,6 +274,9 @@ def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
     assert "line 2" in first.stdout
     again = run(["import", "hermes", str(rows)], env)  # the same bytes again: redeliveries
     assert again.returncode == 1
+    moved = tmp_path / "renamed.jsonl"  # the same row from another file, at another line
+    moved.write_text("\n" + json.dumps(HERMES_ROW) + "\n")
+    assert run(["import", "hermes", str(moved)], env).returncode == 0
     verify = run(["verify"], env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     tail = run(["tail", "--from-beginning", "--no-follow"], env)

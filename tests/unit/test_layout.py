@@ -61,7 +61,10 @@ def test_public_api__is_pinned() -> None:
         "RejectedEvent",
         "Session",
         "SpoolFullError",
+        "ToolRun",
         "__version__",
+        "current_session",
+        "record_tool",
     }
     assert set(rolltape.infra.__all__) == {"Settings", "open_monitor_recorder", "open_recorder"}
     assert set(rolltape.producers.training.__all__) == {

@@ -63,7 +63,7 @@ def _folded(session):  # type: ignore[no-untyped-def]
 
 
 def test_hermes_rows_become_chained_imported_sessions_with_results_matched_by_name() -> None:
-    (session,) = hermes_sessions([orjson.dumps(HERMES_ROW)], source="runs.jsonl")
+    (session,) = hermes_sessions([orjson.dumps(HERMES_ROW)])
     assert not isinstance(session, RowError)
     verifier = ChainVerifier()
     for record in _records(session):
@@ -71,7 +71,7 @@ def test_hermes_rows_become_chained_imported_sessions_with_results_matched_by_na
     assert all(report.ok for report in verifier.reports())
     trajectory = _folded(session)
     assert "imported:hermes" in trajectory.tags and trajectory.model == "hermes-4"
-    assert trajectory.run_config["imported_from"]["line"] == 1
+    assert trajectory.run_config["imported_from"]["format"] == "hermes"
     assert [t.name for t in trajectory.tools] == ["terminal", "web_search"]
     assert trajectory.task == "list files" and trajectory.status == "completed"
     calls = {c.name: c for c in trajectory.messages[2].tool_calls}
@@ -83,16 +83,17 @@ def test_hermes_rows_become_chained_imported_sessions_with_results_matched_by_na
     assert trajectory.started_ns == 1767323045 * 10**9
 
 
-def test_importing_a_row_twice_gives_the_same_session_and_bytes() -> None:
-    first = next(iter(hermes_sessions([orjson.dumps(HERMES_ROW)], source="a.jsonl")))
-    again = next(iter(hermes_sessions([orjson.dumps(HERMES_ROW)], source="a.jsonl")))
+def test_importing_a_row_again_from_another_file_and_line_gives_the_same_bytes_not_a_fork() -> None:
+    first = next(iter(hermes_sessions([orjson.dumps(HERMES_ROW)])))
+    moved = hermes_sessions([b"", b"not json", orjson.dumps(HERMES_ROW)])  # line 3 elsewhere
+    again = next(s for s in moved if not isinstance(s, RowError))
     assert first.sealed(PRODUCER) == again.sealed(PRODUCER)  # type: ignore[union-attr]
 
 
 def test_rows_exported_by_rolltape_import_back_to_the_same_conversation() -> None:
     for original in trajectories().values():
         line = jsonl_line(sharegpt_row(original))
-        (session,) = hermes_sessions([line.rstrip()], source="export.jsonl")
+        (session,) = hermes_sessions([line.rstrip()])
         assert not isinstance(session, RowError)
         back = _folded(session)
         strip = lambda t: [  # noqa: E731
@@ -125,7 +126,7 @@ def test_bad_rows_are_reported_by_line_and_the_rest_imported() -> None:
         b"",
         orjson.dumps(HERMES_ROW),
     ]
-    items = list(hermes_sessions(lines, source="x.jsonl"))
+    items = list(hermes_sessions(lines))
     errors = [i for i in items if isinstance(i, RowError)]
     assert [e.line for e in errors] == [1, 2, 3]
     assert "unknown 'from'" in errors[2].reason
