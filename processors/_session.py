@@ -72,6 +72,8 @@ _EVENT_TYPES: Final = {
             "turn",
             "tool_call",
             "tool_result",
+            "model_error",
+            "tool_parse_error",
             "decision",
             "reward",
             "feedback",

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel
 
@@ -41,6 +41,7 @@ _time_ns = time.time_ns
 _EVENTS = Stream.EVENTS.value
 
 _open_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+C = TypeVar("C")
 
 
 def _disown_after_fork() -> None:
@@ -296,6 +297,7 @@ class Session:
     """One run or episode. Record calls are cheap and never block; see Recorder."""
 
     __slots__ = (
+        "_answered",
         "_context_tokens",
         "_ended",
         "_open_calls",
@@ -311,6 +313,8 @@ class Session:
         self._open_calls: list[tuple[str, str, dict[str, Any]]] = []
         """(call id, name, arguments) of recorded calls without a result yet, oldest first."""
         self._context_tokens: list[contextvars.Token[Session | None]] = []
+        self._answered: set[str] = set()
+        """Call ids whose result is recorded (a captured client skips the agent's echo)."""
         self._other_streams: set[str] = set()
         """Streams other writers record this session on (the monitor's metrics): the events
         stream's session_ended names them."""
@@ -329,20 +333,29 @@ class Session:
         token_ids: Sequence[int] | None = None,
         prompt_tokens: int | None = None,
         completion_tokens: int | None = None,
+        prompt_token_ids: Sequence[int] | None = None,
+        logprobs: Sequence[float] | None = None,
+        finish_reason: str | None = None,
+        model: str | None = None,
+        latency_ms: float | None = None,
     ) -> None:
-        """Record one message. `token_ids` are the reply's ids as the serving engine produced
-        them; `prompt_tokens` / `completion_tokens` its usage report (written only when known, so
-        turns recorded without them hash as before)."""
+        """Record one message. For a model's reply: `token_ids` and `prompt_token_ids` as the
+        serving engine produced them, `logprobs` of the sampled tokens, the usage report
+        (`prompt_tokens` / `completion_tokens`), why it stopped, which model answered and how
+        long it took. The client capture fills these in."""
         payload: dict[str, Any] = {
             "role": role,
             "content": content,
             "reasoning": reasoning,
             "token_ids": tuple(token_ids) if token_ids is not None else None,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_token_ids": tuple(prompt_token_ids) if prompt_token_ids is not None else None,
+            "logprobs": tuple(logprobs) if logprobs is not None else None,
+            "finish_reason": finish_reason,
+            "model": model,
+            "latency_ms": latency_ms,
         }
-        if prompt_tokens is not None:
-            payload["prompt_tokens"] = prompt_tokens
-        if completion_tokens is not None:
-            payload["completion_tokens"] = completion_tokens
         self._record(_EVENTS, "turn", payload)
 
     def tool_call(
@@ -378,6 +391,7 @@ class Session:
         duration_ms: float | None = None,
     ) -> None:
         self._open_calls = [c for c in self._open_calls if c[0] != call_id]
+        self._answered.add(call_id)
         self._record(
             _EVENTS,
             "tool_result",
@@ -396,6 +410,13 @@ class Session:
         """Time one run of a tool and record its result: `with s.tool("calc", args) as run:
         run.result = ...`. See `rolltape.producers.record_tool` for the rule and call linking."""
         return ToolRun(self, name, arguments, call_id=call_id)
+
+    def capture(self, client: C, *, family: str | None = None) -> C:
+        """A copy of an `openai.OpenAI` / `AsyncOpenAI` client whose `chat.completions.create`
+        records into this session (the `openai` extra); see `rolltape.producers.capture`."""
+        from rolltape.producers.capture import capture
+
+        return capture(client, session=self, family=family)
 
     def _claim_call(self, name: str, arguments: Mapping[str, Any]) -> str | None:
         """The oldest recorded call of `name` with these arguments that has no result yet."""

@@ -106,6 +106,8 @@ class _Builder:
                 "reasoning": turn.reasoning,
                 "tool_calls": [],
                 "token_ids": turn.token_ids,
+                "prompt_token_ids": turn.prompt_token_ids,
+                "logprobs": turn.logprobs,
                 "prompt_tokens": turn.prompt_tokens,
                 "completion_tokens": turn.completion_tokens,
                 "ts_ns": env["ts_ns"],

@@ -53,6 +53,9 @@ class Message(BaseModel):
     reasoning: str | None = None
     tool_calls: tuple[ToolCallRecord, ...] = ()
     token_ids: tuple[int, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    """The prompt of the call that produced this reply, as the serving engine tokenised it."""
+    logprobs: tuple[float, ...] | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     ts_ns: int

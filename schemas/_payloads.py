@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
@@ -63,6 +70,31 @@ class Turn(BaseModel):
     """Prompt size the serving engine reported for this reply (usage), when known."""
     completion_tokens: int | None = Field(default=None, ge=0)
     """Reply size the serving engine reported (usage), when known."""
+    prompt_token_ids: tuple[int, ...] | None = None
+    """The prompt's token ids as the serving engine saw them (vLLM `return_token_ids`): with
+    `token_ids`, the exact sequence a trainer needs, no re-tokenising."""
+    logprobs: tuple[float, ...] | None = None
+    """The sampled tokens' log-probabilities, one per token of the reply, when returned."""
+    finish_reason: str | None = None
+    model: str | None = None
+    """The model that answered, as the server named it."""
+    latency_ms: float | None = Field(default=None, ge=0)
+    """From the request to the complete reply (the last chunk of a stream)."""
+
+    @model_serializer(mode="wrap")
+    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Fields added after turns were first written are left out while unset, so a turn
+        # without them is written, and hashes, exactly as an older version wrote it (an
+        # importer re-run after an upgrade repeats its records instead of forking the chain).
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in _TURN_FIELDS_ADDED:
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
+
+
+_TURN_FIELDS_ADDED = ("prompt_token_ids", "logprobs", "finish_reason", "model", "latency_ms")
 
 
 class ToolCall(BaseModel):
@@ -87,6 +119,35 @@ class ToolResult(BaseModel):
     success: bool = True
     error: str | None = None
     duration_ms: float | None = Field(default=None, ge=0)
+
+
+class ModelError(BaseModel):
+    """A model call that failed: what the caller got instead of a reply (re-raised to it)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    error_type: str
+    """The exception's class name (e.g. InternalServerError, APIConnectionError)."""
+    message: str
+    status: int | None = None
+    """The HTTP status, when the server answered."""
+    model: str | None = None
+    """The model that was asked."""
+    latency_ms: float | None = Field(default=None, ge=0)
+    partial_content: str | None = None
+    """What a stream delivered before it broke."""
+
+
+class ToolParseError(BaseModel):
+    """A block of a reply that looked like a tool call in the model family's format but could
+    not be read as one; the calls around it were still recorded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    family: str
+    raw: str
+    error: str
+    offset: int = Field(ge=0)
 
 
 class Metric(BaseModel):
@@ -225,6 +286,8 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "turn": Turn,
     "tool_call": ToolCall,
     "tool_result": ToolResult,
+    "model_error": ModelError,
+    "tool_parse_error": ToolParseError,
     "metric": Metric,
     "model_spec": ModelSpec,
     "live_check": LiveCheck,

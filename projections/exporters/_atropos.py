@@ -5,6 +5,12 @@ answered the same prompt (`group_id`), validated by atroposlib's own `ScoredData
      "messages": [[{"role": "user", "content": "..."}, ...], ...], "group_overrides": {}}
 
 Tokens and masks:
+- sampled: when the session's last reply was recorded with the prompt's and the reply's token
+  ids (a captured client against vLLM with `return_token_ids`), the sequence is that prompt
+  plus that reply, exactly as the engine saw and sampled it; every recorded reply whose ids sit
+  in that sequence right after its own prompt is trained (mask = id), all else is -100. An
+  earlier reply the agent re-rendered differently (say, its reasoning dropped from the history)
+  stays untrained context rather than being trained on tokens it was not sampled as;
 - exact: when every message of a session carries token ids recorded at generation time and the
   session has no tool results (which never have ids), the sequence is those ids, concatenated;
   assistant ids are trained (mask = id), all others are -100. Exact ids beat re-tokenized text;
@@ -73,6 +79,26 @@ class SkipSession(Exception):
         self.reason = reason
 
 
+def _sampled(trajectory: Trajectory) -> tuple[list[int], list[int]] | None:
+    replies = [m for m in trajectory.messages if m.role == "assistant"]
+    prompt = replies[-1].prompt_token_ids if replies else None
+    sampled = replies[-1].token_ids if replies else None
+    if prompt is None or sampled is None:
+        return None
+    tokens = [*prompt, *sampled]
+    masks = [IGNORE] * len(tokens)
+    for reply in replies:
+        if reply.prompt_token_ids is None or reply.token_ids is None:
+            continue
+        start, end = len(reply.prompt_token_ids), len(reply.prompt_token_ids) + len(reply.token_ids)
+        if (
+            tuple(tokens[:start]) == reply.prompt_token_ids
+            and tuple(tokens[start:end]) == reply.token_ids
+        ):
+            masks[start:end] = reply.token_ids
+    return tokens, masks
+
+
 def _exact(trajectory: Trajectory) -> tuple[list[int], list[int]] | None:
     if not trajectory.messages:
         return None
@@ -131,7 +157,7 @@ def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[i
 def tokens_and_masks(
     trajectory: Trajectory, tokenizer: ChatTokenizer | None
 ) -> tuple[list[int], list[int]]:
-    exact = _exact(trajectory)
+    exact = _sampled(trajectory) or _exact(trajectory)
     if exact is not None:
         return exact
     if tokenizer is None:

@@ -10,6 +10,7 @@ import pytest
 import rolltape.infra
 import rolltape.processors
 import rolltape.producers
+import rolltape.producers.capture
 import rolltape.producers.parsing
 import rolltape.producers.training
 import rolltape.schemas
@@ -95,6 +96,7 @@ def test_public_api__is_pinned() -> None:
         "rules_and_verdicts_follower",
         "start_run",
     }
+    assert rolltape.producers.capture.__all__ == ["capture"]
     assert set(rolltape.producers.parsing.__all__) == {
         "FAMILIES",
         "ParseProblem",

@@ -289,12 +289,14 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
     assert not hasattr(Session, "metric")
     public = {n for n in dir(Session) if not n.startswith("_")}
     assert public == {
+        "capture",
         "decision",
         "end",
         "ended",
         "feedback",
         "reward",
         "session_id",
+        "tool",
         "tool_call",
         "tool_result",
         "turn",
