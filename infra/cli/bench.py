@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import typer
 
 from rolltape.infra.broker import require_bootstrap
@@ -157,3 +159,36 @@ def monitor(
             f"    epoch end (validation, probe, one host copy, record): {f.epoch_end_ms:.1f} ms "
             f"per epoch, beside {f.train_epoch_ms:.0f} ms of training steps"
         )
+
+
+@app.command()
+def capture(
+    calls: int = typer.Option(3000, help="Timed calls for each of the bare and captured client."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Latency a captured `chat.completions.create` adds over the bare client, against a local
+    server that answers at once (no broker needed: the capture records to a spool)."""
+    from rolltape.infra.bench.capture import run_capture_bench
+
+    runs = [run_capture_bench(calls=calls), run_capture_bench(calls=calls // 2, gap_ms=5.0)]
+    if json_out:
+        console.print(json.dumps([r.model_dump() for r in runs], indent=2), markup=False)
+        return
+    console.print(f"machine: {runs[0].machine}")
+    console.print("bare and captured clients take turns call by call against a local server")
+    console.print("that answers at once; added = median of the paired differences")
+    for r in runs:
+        when = "back to back" if not r.gap_ms else f"{r.gap_ms:.0f} ms pause between calls"
+        console.print(f"({when}, {r.calls_each} calls each)")
+        console.print(
+            f"    bare openai client   p50 {r.bare_p50_us:8.1f} us  p99 {r.bare_p99_us:8.1f} us"
+        )
+        console.print(
+            f"    captured             p50 {r.captured_p50_us:8.1f} us  p99 {r.captured_p99_us:8.1f} us"
+        )
+        console.print(f"    added, end to end    p50 {r.added_p50_us:8.1f} us")
+        console.print(
+            f"    recording in call    p50 {r.in_call_p50_us:8.1f} us  p99 {r.in_call_p99_us:8.1f} us"
+        )
+        console.print(f"    recording code alone p50 {r.code_alone_p50_us:8.1f} us (no HTTP)")
+    console.print(f"goal: added p50 <= {runs[0].goal_added_p50_us:.0f} us")

@@ -99,23 +99,34 @@ class Conversation:
         self.family = family
         self.recorded: list[Fingerprint] = []
         self.replies = 0
+        self._sent: list[tuple[Any, Fingerprint]] = []
+        """The last request's message objects and their fingerprints: an agent appends to one
+        list, so a message object at the same place is not fingerprinted again."""
+
+    def _fingerprints(self, messages: Sequence[Any]) -> list[Fingerprint]:
+        sent = self._sent
+        prints = [
+            sent[i][1] if i < len(sent) and sent[i][0] is message else fingerprint(as_dict(message))
+            for i, message in enumerate(messages)
+        ]
+        self._sent = list(zip(messages, prints, strict=True))
+        return prints
 
     def request(self, messages: Sequence[Any]) -> None:
         """Record the request's messages the session does not hold yet."""
-        plain = [as_dict(m) for m in messages]
-        prints = [fingerprint(m) for m in plain]
+        prints = self._fingerprints(messages)
         if prints[: len(self.recorded)] == self.recorded:
-            new = plain[len(self.recorded) :]
+            new = list(messages[len(self.recorded) :])
         else:
             seen = Counter(self.recorded)
             new = []
-            for message, mark in zip(plain, prints, strict=True):
+            for message, mark in zip(messages, prints, strict=True):
                 if seen[mark]:
                     seen[mark] -= 1
                 else:
                     new.append(message)
         for message in new:
-            self._message(message)
+            self._message(as_dict(message))
         self.recorded = prints
 
     def _message(self, message: Mapping[str, Any]) -> None:

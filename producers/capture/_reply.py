@@ -15,12 +15,11 @@ def extra(obj: Any, name: str) -> Any:
     """A field that may be declared by the openai types or only present as an extra."""
     if obj is None:
         return None
-    value = getattr(obj, name, None)
-    if value is None:
-        extras = getattr(obj, "model_extra", None)
-        if isinstance(extras, dict):
-            value = extras.get(name)
-    return value
+    fields = getattr(type(obj), "model_fields", None)
+    if fields is not None and name not in fields:  # an extra: no getattr (pydantic raises)
+        extras = obj.model_extra
+        return extras.get(name) if extras else None
+    return getattr(obj, name, None)
 
 
 def _ints(value: Any) -> list[int] | None:

@@ -339,3 +339,13 @@ def test_capture__the_atropos_export_uses_the_token_ids_the_server_sampled(
     assert line["tokens"][0] == [*prompt, *first, 7, 8, *second]
     assert line["masks"][0] == [-100] * 4 + first + [-100, -100] + second
     assert line["masks"][1] == line["masks"][0] and sorted(line["scores"]) == [0.0, 1.0]
+
+
+def test_bench_capture__runs_at_a_small_size_and_times_both_clients() -> None:
+    from rolltape.infra.bench.capture import run_capture_bench
+
+    figures = run_capture_bench(calls=16, turns_per_session=4)
+    assert figures.calls_each == 16
+    assert 0 < figures.bare_p50_us <= figures.bare_p99_us
+    assert 0 < figures.captured_p50_us <= figures.captured_p99_us
+    assert figures.code_alone_p50_us > 0

@@ -1,0 +1,222 @@
+"""`rolltape bench capture`: what recording adds to a `chat.completions.create` call.
+
+A local OpenAI-compatible server (its own process) answers every request at once with the same reply (HTTP/1.1,
+keep-alive). The same agent loop runs with a bare `openai.OpenAI` client and with a captured copy
+of it, call by call in turn (this machine's drift is far larger than the figure sought); each
+call is timed from the caller's side, and the added latency is the median of the paired
+differences. The loop is realistic: every call sends the conversation so far (system, user, the earlier
+replies) and the session ends every `turns_per_session` calls. The captured client records to a
+spool in a temporary folder (no broker; the sender thread runs as it would in production).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import tempfile
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+REPLY = {
+    "id": "chatcmpl-bench",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "bench",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "The answer is 4.5, from 342 / 76."},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {"prompt_tokens": 60, "completion_tokens": 12, "total_tokens": 72},
+}
+
+
+class CaptureFigures(BaseModel):
+    machine: str
+    gap_ms: float
+    calls_each: int
+    bare_p50_us: float
+    bare_p99_us: float
+    captured_p50_us: float
+    captured_p99_us: float
+    added_p50_us: float
+    """End to end: median of the paired differences (captured call minus its bare partner)."""
+    in_call_p50_us: float
+    """Time a captured call spends outside the openai client's own `create` (recording the
+    request and the reply), minus the same for a bare call: precise where the end-to-end figure
+    drowns in the client's own milliseconds of jitter."""
+    in_call_p99_us: float
+    code_alone_p50_us: float
+    """The recording code alone per call (request + reply into a session, no HTTP), measured
+    on its own in the same run: what the caller's thread executes, without waiting for the
+    interpreter while the recorder's sender thread chains and writes."""
+    goal_added_p50_us: float = 50.0
+
+
+_BODY = json.dumps(REPLY).encode()
+_ANSWER = REPLY["choices"][0]["message"]["content"]  # type: ignore[index]
+_RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+    + f"Content-Length: {len(_BODY)}\r\n\r\n".encode()
+    + _BODY
+)
+
+
+class _AtOnce(BaseHTTPRequestHandler):
+    """Answers with one write and TCP_NODELAY: no Nagle / delayed-ACK stall in the figures."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.wfile.write(_RESPONSE)
+        self.wfile.flush()
+
+
+def _serve(ports: multiprocessing.Queue[int]) -> None:
+    """The server, in its own process: its threads must not share the client's interpreter."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AtOnce)
+    ports.put(server.server_address[1])
+    server.serve_forever()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_capture_bench(
+    calls: int = 3000, turns_per_session: int = 8, gap_ms: float = 0.0
+) -> CaptureFigures:
+    """`gap_ms`: an untimed pause after each pair of calls, as a real model's seconds give the
+    recorder's background thread time to chain and write what the last call recorded."""
+    import openai
+    from openai.resources.chat.completions import Completions
+    from openai.types.chat import ChatCompletion
+
+    from rolltape.producers import Recorder
+    from rolltape.producers.capture import capture
+
+    ports: multiprocessing.Queue[int] = multiprocessing.Queue()
+    server = multiprocessing.Process(target=_serve, args=(ports,), daemon=True)
+    server.start()
+    base_url = f"http://127.0.0.1:{ports.get(timeout=30)}/v1"
+    bare = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    clock = time.perf_counter
+    inner = {"s": 0.0}
+    real_create = Completions.create
+
+    def timed_create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        t0 = clock()
+        try:
+            return real_create(self, *args, **kwargs)
+        finally:
+            inner["s"] += clock() - t0
+
+    total: dict[str, list[float]] = {"bare": [], "captured": []}
+    outside: dict[str, list[float]] = {"bare": [], "captured": []}
+    Completions.create = timed_create  # type: ignore[method-assign]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            recorder = Recorder(None, spool_dir=Path(tmp), spool_after_s=0.0)
+            try:
+                made = -40  # the first calls warm up connections and caches, untimed
+                while made < calls:
+                    session = recorder.session("bench")
+                    clients = {"bare": bare, "captured": capture(bare, session=session)}
+                    conversations = {"bare": _conversation(), "captured": _conversation()}
+                    for _ in range(turns_per_session):
+                        # Call by call in turn, in alternating order, so drift and the cost of
+                        # going first after a pause hit both alike.
+                        order = ("bare", "captured") if made % 2 else ("captured", "bare")
+                        for name in order:
+                            messages = conversations[name]
+                            inner["s"] = 0.0
+                            t0 = clock()
+                            reply = clients[name].chat.completions.create(
+                                model="bench", messages=messages
+                            )
+                            elapsed = clock() - t0
+                            if made >= 0:
+                                total[name].append(elapsed * 1e6)
+                                outside[name].append((elapsed - inner["s"]) * 1e6)
+                            messages.append(
+                                {"role": "assistant", "content": reply.choices[0].message.content}
+                            )
+                            messages.append({"role": "user", "content": "And doubled?"})
+                        made += 1
+                        if gap_ms:
+                            time.sleep(gap_ms / 1000)
+                    session.end()
+                recorder.flush(60)
+            finally:
+                recorder.close(60)
+    finally:
+        Completions.create = real_create  # type: ignore[method-assign]
+        server.terminate()
+        server.join(10)
+    bare_us, captured_us = total["bare"], total["captured"]
+    added = [c - b for b, c in zip(bare_us, captured_us, strict=True)]
+    shim = statistics.median(outside["bare"])
+    return CaptureFigures(
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        gap_ms=gap_ms,
+        calls_each=len(bare_us),
+        bare_p50_us=statistics.median(bare_us),
+        bare_p99_us=_percentile(bare_us, 0.99),
+        captured_p50_us=statistics.median(captured_us),
+        captured_p99_us=_percentile(captured_us, 0.99),
+        added_p50_us=statistics.median(added),
+        in_call_p50_us=statistics.median(outside["captured"]) - shim,
+        in_call_p99_us=_percentile(outside["captured"], 0.99) - shim,
+        code_alone_p50_us=_code_alone(ChatCompletion.model_validate(REPLY), turns_per_session),
+    )
+
+
+def _code_alone(canned: Any, turns_per_session: int, sessions: int = 200) -> float:
+    """Median per-call time of the capture's request and reply recording on a canned reply."""
+    from rolltape.producers import Recorder
+    from rolltape.producers.capture._conversation import Conversation
+    from rolltape.producers.capture._reply import Reply
+
+    clock = time.perf_counter
+    times: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        recorder = Recorder(None, spool_dir=Path(tmp), spool_after_s=0.0)
+        try:
+            for _ in range(sessions):
+                session = recorder.session("bench")
+                conversation = Conversation(session, None)
+                messages = _conversation()
+                for _ in range(turns_per_session):
+                    t0 = clock()
+                    conversation.request(messages)
+                    conversation.reply(Reply.from_completion(canned), 1.0, None)
+                    times.append((clock() - t0) * 1e6)
+                    messages.append({"role": "assistant", "content": _ANSWER})
+                    messages.append({"role": "user", "content": "And doubled?"})
+                session.end()
+            recorder.flush(60)  # spooled before close: nothing left for a later recorder
+        finally:
+            recorder.close(60)
+    return statistics.median(times)
+
+
+def _conversation() -> list[Any]:
+    return [
+        {"role": "system", "content": "You are a calculator."},
+        {"role": "user", "content": "What is 342/76?"},
+    ]
