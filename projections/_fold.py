@@ -108,6 +108,7 @@ class _Builder:
                 "token_ids": turn.token_ids,
                 "prompt_token_ids": turn.prompt_token_ids,
                 "logprobs": turn.logprobs,
+                "summary": bool(turn.summary),
                 "prompt_tokens": turn.prompt_tokens,
                 "completion_tokens": turn.completion_tokens,
                 "ts_ns": env["ts_ns"],

@@ -56,6 +56,8 @@ class Message(BaseModel):
     prompt_token_ids: tuple[int, ...] | None = None
     """The prompt of the call that produced this reply, as the serving engine tokenised it."""
     logprobs: tuple[float, ...] | None = None
+    summary: bool = False
+    """A compressor's summary standing for earlier turns (see schemas.Turn.summary)."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     ts_ns: int

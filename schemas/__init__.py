@@ -67,6 +67,7 @@ from rolltape.schemas._payloads import (
     Turn,
     parse_payload,
 )
+from rolltape.schemas._reasoning import split_reasoning
 from rolltape.schemas._tool_outcome import result_failed
 from rolltape.schemas._topics import (
     CHAINED_STREAMS,
@@ -164,6 +165,7 @@ __all__ = [
     "restore_non_finite",
     "result_failed",
     "seal",
+    "split_reasoning",
     "split_stream",
     "stream_of_topic",
     "topic_name",

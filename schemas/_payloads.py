@@ -80,6 +80,9 @@ class Turn(BaseModel):
     """The model that answered, as the server named it."""
     latency_ms: float | None = Field(default=None, ge=0)
     """From the request to the complete reply (the last chunk of a stream)."""
+    summary: bool | None = None
+    """True for a turn that stands for earlier turns a context compressor replaced (the Hermes
+    compressor's `[CONTEXT SUMMARY]:` turn): not something the user said."""
 
     @model_serializer(mode="wrap")
     def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -94,7 +97,14 @@ class Turn(BaseModel):
         return data
 
 
-_TURN_FIELDS_ADDED = ("prompt_token_ids", "logprobs", "finish_reason", "model", "latency_ms")
+_TURN_FIELDS_ADDED = (
+    "prompt_token_ids",
+    "logprobs",
+    "finish_reason",
+    "model",
+    "latency_ms",
+    "summary",
+)
 
 
 class ToolCall(BaseModel):

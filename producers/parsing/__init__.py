@@ -38,14 +38,13 @@ from rolltape.producers.parsing._keyed_calls import (
     parse_glm47,
     parse_qwen3_coder,
 )
-from rolltape.producers.parsing._reasoning import split_reasoning
 from rolltape.producers.parsing._result import ParsedCompletion, ParseProblem, decode_arguments
 from rolltape.producers.parsing._token_calls import (
     parse_deepseek_v3,
     parse_deepseek_v3_1,
     parse_kimi_k2,
 )
-from rolltape.schemas import ToolCall, ToolSpec
+from rolltape.schemas import ToolCall, ToolSpec, split_reasoning
 
 _Parser = Callable[[str, str, ParamTypes], Scan]
 

@@ -19,6 +19,9 @@ A row:
   `<tool_response>\\n{"tool_call_id", "name", "content"}\\n</tool_response>` blocks, in call order;
 - call ids stay out of the trained text (a model would learn to emit random ids); the row keeps
   them in `tool_call_ids`, one list per gpt turn, and each response names its call's id;
+- `text_escaping: "rolltape-tags-v1"` marks the row's text as escaped by the rule above, so a
+  reader un-escapes it (and leaves the text of rows without the mark, such as Hermes rows, as it
+  stands);
 - `tool_stats` / `tool_error_counts` list every declared tool (and every tool of the export),
   zeros when unused, and every name the model called, declared or not.
 """
@@ -26,7 +29,7 @@ A row:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import orjson
@@ -34,6 +37,7 @@ from pydantic import BaseModel
 
 from rolltape.projections._trajectory import Message, Trajectory
 from rolltape.projections.exporters._tags import escape, unescape
+from rolltape.schemas import split_reasoning
 
 
 def _json(value: Any) -> str:
@@ -122,6 +126,7 @@ def sharegpt_row(trajectory: Trajectory, known_tools: Iterable[str] = ()) -> dic
         "reward": trajectory.reward,
         "accepted": trajectory.accepted,
         "tool_call_ids": call_ids,
+        "text_escaping": ESCAPING_MARK,
         "metadata": {
             "model": trajectory.model,
             "task": trajectory.task,
@@ -136,20 +141,33 @@ def sharegpt_row(trajectory: Trajectory, known_tools: Iterable[str] = ()) -> dic
 
 # -- reading rows back (round trip, importers) -----------------------------------------------------
 
-# The think block is optional on reading (rows of other writers may lack it).
+# The think block is optional on reading (rows of other writers may lack it), and Hermes writes
+# it as `<think>\n...\n</think>\n`, `<think>\n</think>\n` (no reasoning) or `<think>...</think>`
+# (scratchpad reasoning, no newlines): one newline on each side belongs to the tags.
 _GPT = re.compile(
-    r"\A(?:<think>\n(.*?)\n</think>\n)?(.*?)((?:\n?<tool_call>\n.*?\n</tool_call>)*)\Z", re.S
+    r"\A(?:<think>\n?(.*?)\n?</think>\n?)?(.*?)((?:\n?<tool_call>\n.*?\n</tool_call>)*)\Z", re.S
 )
 _CALL = re.compile(r"\n?<tool_call>\n(.*?)\n</tool_call>", re.S)
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
-_TOOLS = re.compile(r"(?:\A|\n\n)<tools>\n(.*?)\n</tools>\Z", re.S)
+# rolltape puts the block last after a blank line; Hermes between its preamble and more text.
+_TOOLS = re.compile(r"(\A|\n\n|\n)<tools>\n(.*?)\n</tools>", re.S)
+
+ESCAPING_MARK = "rolltape-tags-v1"
+"""The `text_escaping` value of rows rolltape writes: only their text is un-escaped on reading
+(Hermes escapes nothing, so `&amp;` in a Hermes row is the tool's own text)."""
+
+
+def _identity(text: str) -> str:
+    return text
 
 
 class ShareGPTFormatError(ValueError):
     """A row does not follow the conventions above."""
 
 
-def parse_gpt_value(value: str) -> tuple[str, str, list[tuple[str, Any]]]:
+def parse_gpt_value(
+    value: str, unescape: Callable[[str], str] = unescape
+) -> tuple[str, str, list[tuple[str, Any]]]:
     """(reasoning, content, [(tool name, arguments)]) of one gpt turn."""
     match = _GPT.match(value)
     if match is None:  # pragma: no cover - the pattern matches any text
@@ -166,7 +184,7 @@ def parse_gpt_value(value: str) -> tuple[str, str, list[tuple[str, Any]]]:
     return unescape(match.group(1) or ""), unescape(match.group(2)), calls
 
 
-def parse_tool_value(value: str) -> list[dict[str, Any]]:
+def parse_tool_value(value: str, unescape: Callable[[str], str] = unescape) -> list[dict[str, Any]]:
     """The {tool_call_id, name, content} blocks of one tool turn."""
     try:
         blocks = [orjson.loads(unescape(body)) for body in _RESPONSE.findall(value)]
@@ -179,15 +197,22 @@ def parse_tool_value(value: str) -> list[dict[str, Any]]:
     return blocks
 
 
-def parse_system_value(value: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """(system text, declared tools) of a system turn."""
+def parse_system_value(
+    value: str, unescape: Callable[[str], str] = unescape
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """(system text, declared tools) of a system turn. The `<tools>` block is taken out of the
+    text wherever it stands (Hermes puts more text after it); None when nothing else is left."""
     match = _TOOLS.search(value)
     if match is None:
         return unescape(value), []
-    tools = orjson.loads(unescape(match.group(1)))
-    if not match.group(0).startswith("\n\n"):
-        return None, tools  # a tools-only system turn: the session had no system message
-    return unescape(value[: match.start()]), tools
+    try:
+        tools = orjson.loads(unescape(match.group(2)))
+    except orjson.JSONDecodeError as exc:
+        raise ShareGPTFormatError(f"the <tools> block is not JSON: {exc}") from exc
+    if not isinstance(tools, list):
+        raise ShareGPTFormatError("the <tools> block is not a JSON list")
+    rest = value[: match.start()] + value[match.end() :]
+    return (unescape(rest) if rest else None), tools
 
 
 class ParsedCall(BaseModel):
@@ -230,14 +255,17 @@ _FROM_ROLES: dict[str, Literal["system", "user", "assistant", "tool"]] = {
 
 
 def parse_sharegpt_row(row: dict[str, Any]) -> ParsedRow:
-    """Read a row written by `sharegpt_row` (or by a Hermes batch runner) back into messages.
+    """Read a row written by `sharegpt_row`, or by the Hermes agent (batch runner or
+    interactive), back into messages.
 
-    Call ids come from the row's `tool_call_ids` when present; otherwise they are None and a
-    caller must match responses to calls by their own `tool_call_id` or name."""
+    Text is un-escaped only in rows rolltape wrote (`text_escaping`); Hermes text is taken as
+    it stands. Call ids come from the row's `tool_call_ids` when present; otherwise they are
+    None and a caller must match responses to calls by their own `tool_call_id` or name."""
     turns = row.get("conversations")
     if not isinstance(turns, list):
         raise ShareGPTFormatError("a ShareGPT row needs a 'conversations' list")
     ids: list[list[str]] = list(row.get("tool_call_ids") or [])
+    text = unescape if row.get("text_escaping") == ESCAPING_MARK else _identity
     system: str | None = None
     tools: list[dict[str, Any]] = []
     messages: list[ParsedMessage] = []
@@ -250,9 +278,13 @@ def parse_sharegpt_row(row: dict[str, Any]) -> ParsedRow:
             raise ShareGPTFormatError(f"turn {position}: unknown 'from' {turn.get('from')!r}")
         value = turn["value"]
         if role == "system" and position == 0:
-            system, tools = parse_system_value(value)
+            system, tools = parse_system_value(value, text)
         elif role == "assistant":
-            reasoning, content, calls = parse_gpt_value(value)
+            reasoning, content, calls = parse_gpt_value(value, text)
+            if text is _identity:  # a Hermes row: its text may carry the model's own reasoning
+                rest, more = split_reasoning(content)
+                content = rest.lstrip("\n") if rest != content else content
+                reasoning = "\n\n".join(r for r in (reasoning, more) if r)
             turn_ids = ids[gpt_index] if gpt_index < len(ids) else []
             gpt_index += 1
             parsed_calls = [
@@ -271,9 +303,9 @@ def parse_sharegpt_row(row: dict[str, Any]) -> ParsedRow:
                     name=block.get("name"),
                     content=block.get("content"),
                 )
-                for block in parse_tool_value(value)
+                for block in parse_tool_value(value, text)
             ]
             messages.append(ParsedMessage(role="tool", responses=responses))
         else:
-            messages.append(ParsedMessage(role=role, content=unescape(value)))
+            messages.append(ParsedMessage(role=role, content=text(value)))
     return ParsedRow(system=system, tools=tools, messages=messages)

@@ -1,4 +1,4 @@
-"""Importing Hermes-agent trajectories: ShareGPT / batch-runner JSONL rows into sessions.
+"""Importing Hermes-agent trajectories: batch-runner and interactive JSONL rows into sessions.
 
 A row becomes one agent session on the events stream, marked as imported (tag `imported:hermes`,
 `run_config.imported_from` with the row's sha256), then chained like any recorded session, so the
@@ -6,14 +6,21 @@ processors audit, filter and judge it like the rest. The session is a function o
 alone: the file name and line are not in it, so importing the same row again from a renamed or
 reordered file writes the same records (redeliveries readers drop), never a fork of its chain.
 
-Mapping: the first system turn gives the system message and the declared tools (`<tools>`);
-`human` turns are user turns, `gpt` turns assistant turns with their reasoning and tool calls,
-`tool` turns the results. Hermes rows carry no call ids on the calls: results are matched by
-their `tool_call_id` when it names a call of the preceding turn (rows written by rolltape keep
-ids in `tool_call_ids`), else by tool name and order within the preceding turn, since the row has
-nothing better; a result that matches no call is still recorded (with its own id) and the fold
-lists it as unmatched. `completed` gives the end status (a row without it is `interrupted`),
-`reward` (when present) a reward event, `metadata.timestamp` the event times (else the epoch).
+Mapping: the first system turn gives the system message and the declared tools (the `<tools>`
+block, wherever it stands: Hermes writes more text after it); `human` turns are user turns, `gpt`
+turns assistant turns with their reasoning (the `<think>` block, empty or without newlines, plus
+reasoning the model closed with its own `</think>` in the text) and tool calls, `tool` turns the
+results. Text is taken as Hermes wrote it (Hermes escapes nothing); only rows rolltape wrote
+(`text_escaping`) are un-escaped. Hermes rows carry no call ids on the calls: results are matched
+by their `tool_call_id` when it names a call of the preceding turn (rows written by rolltape keep
+ids in `tool_call_ids`), else by tool name and order within the preceding turn; a result that
+matches no call is still recorded (with its own id) and the fold lists it as unmatched. A result
+fails by Hermes' rule (`rolltape.schemas.result_failed`); when the row has `tool_stats`, the
+counts are checked against them (`imported_from.tool_stats_agree`, and the disagreements).
+The compressor's `[CONTEXT SUMMARY]:` turn is a user turn marked `summary`. `completed` gives
+the end status (a row without it is `interrupted`), `reward` (when present) a
+reward event, `metadata.timestamp` or the interactive format's top-level `timestamp` the event
+times (else the epoch), `metadata.model` or the top-level `model` the model.
 """
 
 from __future__ import annotations
@@ -27,11 +34,18 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from rolltape.projections.exporters import ParsedMessage, ShareGPTFormatError, parse_sharegpt_row
+from rolltape.projections.exporters import (
+    ParsedMessage,
+    ParsedRow,
+    ShareGPTFormatError,
+    parse_sharegpt_row,
+)
 from rolltape.projections.importers._imported import ImportedSession
-from rolltape.schemas import PAYLOAD_MODELS, canonical_bytes
+from rolltape.schemas import PAYLOAD_MODELS, canonical_bytes, result_failed
 
 IMPORT_TAG = "imported:hermes"
+SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
+"""How the Hermes compressor starts the human turn that replaces the middle of a conversation."""
 
 
 @dataclass(frozen=True)
@@ -44,8 +58,15 @@ def _payload(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
     return PAYLOAD_MODELS[event_type].model_validate(data).model_dump(mode="python")
 
 
+def _field(row: dict[str, Any], name: str) -> Any:
+    """`metadata.NAME` (batch runner) or the top-level NAME (interactive agent)."""
+    metadata = row.get("metadata")
+    value = metadata.get(name) if isinstance(metadata, dict) else None
+    return value if value is not None else row.get(name)
+
+
 def _start_ns(row: dict[str, Any]) -> int:
-    stamp = (row.get("metadata") or {}).get("timestamp")
+    stamp = _field(row, "timestamp")
     if isinstance(stamp, str):
         try:
             moment = dt.datetime.fromisoformat(stamp)
@@ -85,23 +106,27 @@ def hermes_session(row: dict[str, Any]) -> ImportedSession:
         session.add("events", event_type, clock, _payload(event_type, data))
         clock += 1000
 
-    raw_metadata = row.get("metadata")
-    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
     task = next((m.content for m in parsed.messages if m.role == "user"), "")
+    model = _field(row, "model")
+    stats = _tool_stats(parsed)
+    imported_from: dict[str, Any] = {
+        "format": "hermes",
+        "row_sha256": digest,
+        "prompt_index": row.get("prompt_index"),
+    }
+    if isinstance(row.get("tool_stats"), dict):
+        disagree = _disagreements(stats, row["tool_stats"])
+        imported_from["tool_stats_agree"] = not disagree
+        if disagree:
+            imported_from["tool_stats_disagreements"] = disagree
     add(
         "session_started",
         {
             "task": task,
             "kind": "agent",
             "tools": _tools(parsed.tools),
-            "model": metadata.get("model") if isinstance(metadata.get("model"), str) else None,
-            "run_config": {
-                "imported_from": {
-                    "format": "hermes",
-                    "row_sha256": digest,
-                    "prompt_index": row.get("prompt_index"),
-                }
-            },
+            "model": model if isinstance(model, str) else None,
+            "run_config": {"imported_from": imported_from},
             "tags": [IMPORT_TAG],
         },
     )
@@ -114,7 +139,10 @@ def hermes_session(row: dict[str, Any]) -> ImportedSession:
             previous_calls = []
             continue
         if message.role != "assistant":
-            add("turn", {"role": message.role, "content": message.content})
+            turn: dict[str, Any] = {"role": message.role, "content": message.content}
+            if message.role == "user" and message.content.startswith(SUMMARY_PREFIX):
+                turn["summary"] = True
+            add("turn", turn)
             continue
         add(
             "turn",
@@ -166,9 +194,46 @@ def _results(
             call_id = match[0]
         else:
             call_id = response.tool_call_id or f"result_{index}_{number}"
-        content = response.content
-        text = content if isinstance(content, str) else orjson.dumps(content).decode()
-        add("tool_result", {"call_id": call_id, "content": text})
+        text = _result_text(response.content)
+        add(
+            "tool_result", {"call_id": call_id, "content": text, "success": not result_failed(text)}
+        )
+
+
+def _result_text(content: Any) -> str:
+    """Hermes parses a result into JSON when its text started with `{` or `[`; the rest is text."""
+    return content if isinstance(content, str) else orjson.dumps(content).decode()
+
+
+def _tool_stats(parsed: ParsedRow) -> dict[str, dict[str, int]]:
+    """Per tool: calls, and results that succeeded or failed by Hermes' rule (a call without a
+    result counts as neither, as in Hermes' own tool_stats)."""
+    stats: dict[str, dict[str, int]] = {}
+    for message in parsed.messages:
+        for call in message.tool_calls:
+            stats.setdefault(call.name, {"count": 0, "success": 0, "failure": 0})["count"] += 1
+        for response in message.responses:
+            if response.name is None:
+                continue
+            entry = stats.setdefault(response.name, {"count": 0, "success": 0, "failure": 0})
+            entry["failure" if result_failed(_result_text(response.content)) else "success"] += 1
+    return stats
+
+
+def _disagreements(
+    ours: dict[str, dict[str, int]], theirs: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Tools whose counts differ from the row's own tool_stats (zero rows Hermes fills in for
+    unused tools agree with an absent tool)."""
+    zero = {"count": 0, "success": 0, "failure": 0}
+    out = {}
+    for name in sorted(set(ours) | set(theirs)):
+        mine = ours.get(name, zero)
+        row = theirs.get(name, zero)
+        row = {k: row.get(k, 0) for k in zero} if isinstance(row, dict) else row
+        if mine != row:
+            out[name] = {"imported": mine, "row": row}
+    return out
 
 
 def hermes_sessions(lines: Iterator[bytes] | list[bytes]) -> Iterator[ImportedSession | RowError]:

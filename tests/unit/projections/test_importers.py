@@ -173,3 +173,23 @@ def test_env_rl_runs_are_rejudged_and_disagreements_explained(tmp_path: Path) ->
     assert "missing_decision" in {v["code"] for v in verdict["violations"]}
     metric_nan = next(p for s, k, _, p in session.events if k == "metric" and p["epoch"] == 4)
     assert metric_nan["train_loss"] != metric_nan["train_loss"]  # NaN kept as NaN
+
+
+def test_hermes_compressor_summary_turn_is_marked_as_a_summary() -> None:
+    compressed = {
+        "conversations": [
+            {"from": "human", "value": "fix the bug"},
+            {"from": "gpt", "value": "<think>\n</think>\nlooking"},
+            {"from": "human", "value": "[CONTEXT SUMMARY]: read 3 files, found the typo"},
+            {"from": "gpt", "value": "<think>\n</think>\nfixed"},
+        ],
+        "completed": True,
+        "model": "m",
+        "timestamp": "2026-05-01T10:00:00",
+    }
+    (session,) = hermes_sessions([orjson.dumps(compressed)])
+    trajectory = _folded(session)
+    users = [m for m in trajectory.messages if m.role == "user"]
+    assert [m.summary for m in users] == [False, True]
+    assert users[1].content == "[CONTEXT SUMMARY]: read 3 files, found the typo"
+    assert trajectory.model == "m" and trajectory.started_ns == 1777629600 * 10**9

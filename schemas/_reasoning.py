@@ -2,8 +2,10 @@
 
 Recognised: `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks anywhere in the text, an
 unclosed block at the end (generation stopped while thinking), and a leading `...</think>` with no
-opening tag (Qwen3 and DeepSeek-R1 chat templates put `<think>` in the prompt). Tool-call markup
-inside a reasoning block is thought, not a call.
+opening tag (Qwen3 and DeepSeek-R1 chat templates put `<think>` in the prompt; real Hermes rows
+repeat that closing tag, so everything up to the last closing tag before any opening one is
+reasoning). Tool-call markup inside a reasoning block is thought, not a call. One rule, used by
+the tool-call parsers, the client capture and the Hermes importer.
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ def split_reasoning(text: str) -> tuple[str, str | None]:
     parts: list[str] = []
     kept: list[str] = []
     first_open = _OPEN.search(text)
-    head_close = text.find("</think>")
-    if head_close != -1 and (first_open is None or head_close < first_open.start()):
-        parts.append(text[:head_close])
+    head = text if first_open is None else text[: first_open.start()]
+    head_close = head.rfind("</think>")
+    if head_close != -1:  # the last of the closing tags before any opening one
+        thought = text[:head_close].replace("</think>", "").strip("\n")
+        if thought.strip():
+            parts.append(thought)
+        else:
+            kept.append("")  # only stray closing tags: no reasoning, nothing to keep
         text = text[head_close + len("</think>") :]
     pos = 0
     while (match := _OPEN.search(text, pos)) is not None:
@@ -36,7 +43,7 @@ def split_reasoning(text: str) -> tuple[str, str | None]:
         pos = end + len(close)
     kept.append(text[pos:])
     if not parts:
-        return text, None
+        return (_join(kept) if len(kept) > 1 else text), None
     reasoning = "\n\n".join(p.strip("\n") for p in parts)
     return _join(kept), reasoning
 
