@@ -116,17 +116,9 @@ def _sync_create(original: Callable[..., Any], state: _Recorder) -> Callable[...
         try:
             result = original(*args, **kwargs)
         except Exception as exc:
-            if conversation is not None:
-                _safely("error", conversation.failure, exc, kwargs.get("model"), _ms(t0))
+            _failed(conversation, exc, kwargs, t0)
             raise
-        if conversation is None:
-            return result
-        if kwargs.get("stream"):
-            return CapturedStream(result, _Finisher(conversation, kwargs, t0))
-        _safely(
-            "reply", conversation.reply, Reply.from_completion(result), _ms(t0), kwargs.get("tools")
-        )
-        return result
+        return _answered(conversation, result, kwargs, t0, CapturedStream)
 
     return create
 
@@ -138,19 +130,38 @@ def _async_create(original: Callable[..., Any], state: _Recorder) -> Callable[..
         try:
             result = await original(*args, **kwargs)
         except Exception as exc:
-            if conversation is not None:
-                _safely("error", conversation.failure, exc, kwargs.get("model"), _ms(t0))
+            _failed(conversation, exc, kwargs, t0)
             raise
-        if conversation is None:
-            return result
-        if kwargs.get("stream"):
-            return AsyncCapturedStream(result, _Finisher(conversation, kwargs, t0))
-        _safely(
-            "reply", conversation.reply, Reply.from_completion(result), _ms(t0), kwargs.get("tools")
-        )
-        return result
+        return _answered(conversation, result, kwargs, t0, AsyncCapturedStream)
 
     return create
+
+
+def _failed(
+    conversation: Conversation | None, exc: Exception, kwargs: dict[str, Any], t0: float
+) -> None:
+    if conversation is not None:
+        _safely("error", conversation.failure, exc, kwargs.get("model"), _ms(t0))
+
+
+def _answered(
+    conversation: Conversation | None,
+    result: Any,
+    kwargs: dict[str, Any],
+    t0: float,
+    stream: type[CapturedStream] | type[AsyncCapturedStream],
+) -> Any:
+    """What the caller gets: the result itself, or its stream wrapped to record as it ends."""
+    if conversation is None:
+        return result
+    if kwargs.get("stream"):
+        return stream(result, _Finisher(conversation, kwargs, t0))
+    latency_ms = _ms(t0)
+    _safely(
+        "reply",
+        lambda: conversation.reply(Reply.from_completion(result), latency_ms, kwargs.get("tools")),
+    )
+    return result
 
 
 def _ms(t0: float) -> float:
@@ -174,25 +185,21 @@ class _Finisher:
     def complete(self) -> None:
         if not self.done:
             self.done = True
+            latency_ms, tools = _ms(self.t0), self.kwargs.get("tools")
             _safely(
                 "reply",
-                self.conversation.reply,
-                self.assembler.result(),
-                _ms(self.t0),
-                self.kwargs.get("tools"),
+                lambda: self.conversation.reply(self.assembler.result(), latency_ms, tools),
             )
 
     def fail(self, exc: BaseException) -> None:
         if not self.done:
             self.done = True
-            partial = self.assembler.result().content
+            latency_ms, model = _ms(self.t0), self.kwargs.get("model")
             _safely(
                 "error",
-                self.conversation.failure,
-                exc,
-                self.kwargs.get("model"),
-                _ms(self.t0),
-                partial,
+                lambda: self.conversation.failure(
+                    exc, model, latency_ms, self.assembler.result().content
+                ),
             )
 
 

@@ -301,12 +301,16 @@ def test_capture__a_recording_error_never_reaches_the_agent(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     from rolltape.producers.capture._conversation import Conversation
+    from rolltape.producers.capture._reply import Reply, StreamAssembler
 
     def broken(*args: Any) -> None:
         raise RuntimeError("recorder bug")
 
     monkeypatch.setattr(Conversation, "reply", broken)
     monkeypatch.setattr(Conversation, "request", broken)
+    monkeypatch.setattr(Reply, "from_completion", broken)
+    monkeypatch.setattr(StreamAssembler, "add", broken)
+    monkeypatch.setattr(StreamAssembler, "result", broken)
     spooled = Spooled(tmp_path)
     with spooled.agent.session("one") as s:
         llm = s.capture(client(server))
