@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import typer
 
 from rolltape.infra.cli import (
@@ -33,15 +36,33 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
 app.add_typer(feed.app, name="feed")
 app.add_typer(harness.app, name="harness")
-app.command()(inspect.tail)
-app.command()(inspect.verify)
-app.command()(demo.demo)
-app.command()(worker.worker)
-app.command()(export.export)
-app.command()(replay.replay)
-app.command()(project.project)
-app.command()(report.report)
-app.command(name="parse")(parse.parse_command)
+
+
+def _summary(command: Callable[..., Any]) -> str:
+    """The first sentence of a command's docstring, on one line, for `rolltape --help`'s list
+    (the whole docstring stays the command's own --help)."""
+    text = " ".join((command.__doc__ or "").split())
+    end = text.find(". ")
+    return text if end == -1 else text[: end + 1]
+
+
+for name, command in (
+    ("tail", inspect.tail),
+    ("verify", inspect.verify),
+    ("demo", demo.demo),
+    ("worker", worker.worker),
+    ("export", export.export),
+    ("replay", replay.replay),
+    ("project", project.project),
+    ("report", report.report),
+    ("parse", parse.parse_command),
+):
+    app.command(name=name, short_help=_summary(command))(command)
+for group in app.registered_groups:
+    if group.typer_instance is not None:
+        for info in group.typer_instance.registered_commands:
+            if info.short_help is None and info.callback is not None:
+                info.short_help = _summary(info.callback)
 
 
 def main() -> None:

@@ -163,7 +163,9 @@ def monitor(
 
 @app.command()
 def capture(
-    calls: int = typer.Option(3000, help="Timed calls for each of the bare and captured client."),
+    calls: int = typer.Option(
+        3000, help="Timed calls per client back to back (half as many in the paused run)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Latency a captured `chat.completions.create` adds over the bare client, against a local
