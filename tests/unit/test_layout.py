@@ -132,3 +132,17 @@ def test_cli__starts_without_importing_torch() -> None:
 
     code = "import sys, rolltape.infra.cli; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_packaging__every_package_folder_is_listed_for_the_wheel() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {
+        "rolltape." + ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ALLOWED
+        for init in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert set(config["packages"]) == folders
+    assert set(config["package-dir"]) == folders
