@@ -5,7 +5,7 @@ arguments) and problems. Where it does better than the parsers of the serving en
 we learn from (REFERENCE.md section 2):
 
 - a malformed block costs only itself: the good calls around it are returned and the bad block
-  is kept as a `ParseProblem` (raw text, offset and why);
+  is kept as a `ToolParseError` (family, raw text, offset and why: the event capture records);
 - text before, between and after the calls is content (no cut at the first call or brace);
 - `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks are reasoning, never content, and
   call markup inside them is not a call;
@@ -38,13 +38,13 @@ from rolltape.producers.parsing._keyed_calls import (
     parse_glm47,
     parse_qwen3_coder,
 )
-from rolltape.producers.parsing._result import ParsedCompletion, ParseProblem, decode_arguments
+from rolltape.producers.parsing._result import ParsedCompletion, decode_arguments
 from rolltape.producers.parsing._token_calls import (
     parse_deepseek_v3,
     parse_deepseek_v3_1,
     parse_kimi_k2,
 )
-from rolltape.schemas import ToolCall, ToolSpec, split_reasoning
+from rolltape.schemas import ToolCall, ToolParseError, ToolSpec, split_reasoning
 
 _Parser = Callable[[str, str, ParamTypes], Scan]
 
@@ -103,23 +103,28 @@ def parse(
         content="\n".join(piece.strip() for piece in scan.content if piece.strip()),
         reasoning=reasoning,
         tool_calls=tuple(scan.calls),
-        problems=tuple(scan.problems),
+        problems=tuple(
+            ToolParseError(family=family, raw=p.raw, error=p.error, offset=p.offset)
+            for p in scan.problems
+        ),
     )
 
 
 def structured_calls(
     tool_calls: Sequence[Mapping[str, Any]],
-) -> tuple[tuple[ToolCall, ...], tuple[ParseProblem, ...]]:
+) -> tuple[tuple[ToolCall, ...], tuple[ToolParseError, ...]]:
     """OpenAI structured `tool_calls` (`{id, type, function: {name, arguments}}`) as calls; the
     argument string is decoded, and kept raw with a problem when it is not a JSON object."""
     calls: list[ToolCall] = []
-    problems: list[ParseProblem] = []
+    problems: list[ToolParseError] = []
     for index, item in enumerate(tool_calls):
         function = item.get("function") or {}
         name = function.get("name") if isinstance(function, Mapping) else None
         if not isinstance(name, str) or not name:
             problems.append(
-                ParseProblem(raw=repr(dict(item)), error="no function name", offset=index)
+                ToolParseError(
+                    family="openai", raw=repr(dict(item)), error="no function name", offset=index
+                )
             )
             continue
         arguments, raw, error = decode_arguments(function.get("arguments"))
@@ -128,8 +133,11 @@ def structured_calls(
         calls.append(ToolCall(id=cid, name=name, arguments=arguments, raw_arguments=raw))
         if error is not None:
             problems.append(
-                ParseProblem(
-                    raw=str(function.get("arguments")), error=f"{name}: {error}", offset=index
+                ToolParseError(
+                    family="openai",
+                    raw=str(function.get("arguments")),
+                    error=f"{name}: {error}",
+                    offset=index,
                 )
             )
     return tuple(calls), tuple(problems)
@@ -150,7 +158,6 @@ def _parameter_types(tools: Sequence[ToolSpec]) -> dict[str, dict[str, str]]:
 
 __all__ = [
     "FAMILIES",
-    "ParseProblem",
     "ParsedCompletion",
     "UnknownFamilyError",
     "parse",

@@ -1,7 +1,7 @@
 """What a parser returns, and the helpers every family shares (ids, argument decoding).
 
 A parse never throws away text it could not read: a block that is not a valid call is kept as a
-`ParseProblem` with its raw text and why, and the calls around it are still returned.
+problem (`rolltape.schemas.ToolParseError`) with its raw text and why, and the calls around it are still returned.
 """
 
 from __future__ import annotations
@@ -9,22 +9,23 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
-from rolltape.schemas import ToolCall
+from rolltape.schemas import ToolCall, ToolParseError
 
 
-class ParseProblem(BaseModel):
-    """A block that looked like a tool call but could not be read as one."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass(frozen=True)
+class ParseProblem:
+    """A block that looked like a tool call but could not be read as one (inside a parser; the
+    result carries it as a `rolltape.schemas.ToolParseError`, the event capture records)."""
 
     raw: str
     """The block's text exactly as the model wrote it."""
     error: str
-    offset: int = Field(ge=0)
+    offset: int
     """Where the block starts in the parsed text (characters)."""
 
 
@@ -39,7 +40,7 @@ class ParsedCompletion(BaseModel):
     reasoning: str | None = None
     """The text of `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks; None if none."""
     tool_calls: tuple[ToolCall, ...] = ()
-    problems: tuple[ParseProblem, ...] = ()
+    problems: tuple[ToolParseError, ...] = ()
 
 
 def call_id(seed: str, index: int) -> str:

@@ -99,7 +99,6 @@ def test_public_api__is_pinned() -> None:
     assert rolltape.producers.capture.__all__ == ["capture"]
     assert set(rolltape.producers.parsing.__all__) == {
         "FAMILIES",
-        "ParseProblem",
         "ParsedCompletion",
         "UnknownFamilyError",
         "parse",
