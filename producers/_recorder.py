@@ -348,14 +348,18 @@ class Session:
             "content": content,
             "reasoning": reasoning,
             "token_ids": tuple(token_ids) if token_ids is not None else None,
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "prompt_token_ids": tuple(prompt_token_ids) if prompt_token_ids is not None else None,
-            "logprobs": tuple(logprobs) if logprobs is not None else None,
-            "finish_reason": finish_reason,
-            "model": model,
-            "latency_ms": latency_ms,
         }
+        for key, value in (  # a reply's facts, written when known (a typed turn is four keys)
+            ("prompt_tokens", prompt_tokens),
+            ("completion_tokens", completion_tokens),
+            ("prompt_token_ids", prompt_token_ids),
+            ("logprobs", logprobs),
+            ("finish_reason", finish_reason),
+            ("model", model),
+            ("latency_ms", latency_ms),
+        ):
+            if value is not None:
+                payload[key] = tuple(value) if isinstance(value, list | tuple) else value
         self._record(_EVENTS, "turn", payload)
 
     def tool_call(

@@ -54,6 +54,10 @@ class _Recorder:
         key = id(session)
         found = self.conversations.get(key)
         if found is None or found.session is not session:
+            # a new session: forget the ended ones, so a client captured once for a long-lived
+            # program does not keep every session it ever recorded
+            for old in [k for k, c in self.conversations.items() if c.session.ended]:
+                del self.conversations[old]
             found = self.conversations[key] = Conversation(session, self.family)
         return found
 
