@@ -204,7 +204,7 @@ def _code_alone(canned: Any, turns_per_session: int, sessions: int = 200) -> flo
                 for _ in range(turns_per_session):
                     t0 = clock()
                     conversation.request(messages)
-                    conversation.reply(Reply.from_completion(canned), 1.0, None)
+                    conversation.reply(Reply.from_completion(canned), 1.0)
                     times.append((clock() - t0) * 1e6)
                     messages.append({"role": "assistant", "content": _ANSWER})
                     messages.append({"role": "user", "content": "And doubled?"})

@@ -16,6 +16,7 @@ from rolltape.infra.cli import (
     harness,
     importing,
     inspect,
+    otlp,
     parse,
     project,
     replay,
@@ -36,6 +37,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
 app.add_typer(feed.app, name="feed")
 app.add_typer(harness.app, name="harness")
+app.add_typer(otlp.app, name="otlp")
 
 
 def _summary(command: Callable[..., Any]) -> str:

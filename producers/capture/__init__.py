@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from rolltape.producers._recorder import Session
 from rolltape.producers._tools import current_session
-from rolltape.producers.capture._conversation import Conversation
+from rolltape.producers.capture._conversation import Conversation, declared_tools
 from rolltape.producers.capture._reply import Reply, StreamAssembler
 from rolltape.producers.capture._stream import AsyncCapturedStream, CapturedStream
 from rolltape.producers.parsing import FAMILIES, UnknownFamilyError
@@ -163,7 +163,9 @@ def _answered(
     latency_ms = _ms(t0)
     _safely(
         "reply",
-        lambda: conversation.reply(Reply.from_completion(result), latency_ms, kwargs.get("tools")),
+        lambda: conversation.reply(
+            Reply.from_completion(result), latency_ms, declared_tools(kwargs.get("tools"))
+        ),
     )
     return result
 
@@ -192,7 +194,9 @@ class _Finisher:
             latency_ms, tools = _ms(self.t0), self.kwargs.get("tools")
             _safely(
                 "reply",
-                lambda: self.conversation.reply(self.assembler.result(), latency_ms, tools),
+                lambda: self.conversation.reply(
+                    self.assembler.result(), latency_ms, declared_tools(tools)
+                ),
             )
 
     def fail(self, exc: BaseException) -> None:

@@ -154,8 +154,9 @@ class Conversation:
         else:
             log.warning("capture: a message with role %r was not recorded", role)
 
-    def reply(self, reply: Reply, latency_ms: float, tools: Any) -> None:
-        """Record the assistant's reply: the turn with its token ids, then its calls."""
+    def reply(self, reply: Reply, latency_ms: float, tools: Sequence[ToolSpec] = ()) -> None:
+        """Record the assistant's reply: the turn with its token ids, then its calls (`tools`,
+        the request's declared tools, type the arguments of calls written as text)."""
         s = self.session
         self.replies += 1
         content, reasoning = reply.content, reply.reasoning
@@ -164,7 +165,7 @@ class Conversation:
             parsed = parse(
                 content,
                 self.family or "openai",
-                tools=declared_tools(tools),
+                tools=tools,
                 seed=f"{s.session_id}:{self.replies}",
             )
             content, calls, problems = parsed.content, parsed.tool_calls, parsed.problems
@@ -198,14 +199,34 @@ class Conversation:
     ) -> None:
         status = getattr(exc, "status_code", None)
         message = getattr(exc, "message", None) or str(exc)
+        self.error(
+            type(exc).__name__,
+            str(message),
+            status=status if isinstance(status, int) else None,
+            model=model if isinstance(model, str) else None,
+            latency_ms=latency_ms,
+            partial=partial,
+        )
+
+    def error(
+        self,
+        error_type: str,
+        message: str,
+        *,
+        status: int | None,
+        model: str | None,
+        latency_ms: float,
+        partial: str | None = None,
+    ) -> None:
+        """Record a failed model call as a `model_error` event."""
         self.session._record(
             "events",
             "model_error",
             {
-                "error_type": type(exc).__name__,
-                "message": str(message)[:4000],
-                "status": status if isinstance(status, int) else None,
-                "model": model if isinstance(model, str) else None,
+                "error_type": error_type,
+                "message": message[:4000],
+                "status": status,
+                "model": model,
                 "latency_ms": round(latency_ms, 3),
                 "partial_content": partial,
             },

@@ -1,0 +1,102 @@
+"""`rolltape otlp serve`: receive OpenTelemetry GenAI traces over OTLP/HTTP as sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from rolltape.infra.broker import current_bootstrap
+from rolltape.infra.cli._common import err_console, settings, stop_on_signals, user_errors
+from rolltape.infra.otlp import (
+    ReceiverBusyError,
+    ReceiverConfig,
+    open_receiver,
+    otlp_dir,
+    state_lock,
+)
+from rolltape.infra.otlp import (
+    serve as serve_receiver,
+)
+from rolltape.infra.settings import Settings
+from rolltape.producers.parsing import FAMILIES
+
+app = typer.Typer(help="Receive OpenTelemetry traces.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 4318,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    family: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Parse tool calls written as text by this model family: {', '.join(sorted(FAMILIES))}."
+        ),
+    ] = None,
+    linger: Annotated[
+        float, typer.Option(min=0, help="Seconds a session stays open after its root span.")
+    ] = 5.0,
+    idle: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="Seconds without spans after which a trace whose root span never came ends as interrupted.",
+        ),
+    ] = 300.0,
+) -> None:
+    """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON, gzip) and record every trace
+    with GenAI spans as a session: inference spans as turns, execute_tool spans as tool calls and
+    results, evaluation events as feedback. A batch is acknowledged once its records are on the
+    broker or spooled. Point an agent's exporter at it with
+    OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT. Ctrl-C or SIGTERM stops."""
+    if family is not None and family not in FAMILIES:
+        err_console.print(
+            f"[red]error:[/red] unknown family {escape(family)!r}; one of {', '.join(sorted(FAMILIES))}"
+        )
+        raise typer.Exit(2)
+    with user_errors():
+        s = settings()
+        bootstrap = current_bootstrap(s)
+    config = ReceiverConfig(family=family, linger_s=linger, idle_s=idle)
+    try:
+        with state_lock(otlp_dir(s)):
+            _run(s, bootstrap, config, host, port)
+    except ReceiverBusyError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+
+
+def _run(s: Settings, bootstrap: str | None, config: ReceiverConfig, host: str, port: int) -> None:
+    receiver = open_receiver(s, config)
+    target = bootstrap or f"the spool only (no broker is running; {s.resolved_spool_dir()})"
+
+    def ready(bound: int) -> None:
+        err_console.print(
+            f"receiving OTLP/HTTP traces on http://{host}:{bound}/v1/traces, recording to "
+            f"{escape(target)} (topic prefix {s.topic_prefix}); Ctrl-C stops",
+            highlight=False,
+        )
+
+    async def main() -> None:
+        await serve_receiver(receiver, host, port, stop_on_signals(), ready)
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        receiver.shutdown()
+        err_console.print(
+            f"[red]error:[/red] cannot listen on {host}:{port}: {escape(str(exc))}; "
+            "pick another --port (0 for a free one)"
+        )
+        raise typer.Exit(2) from exc
+    ended = receiver.shutdown()
+    st = receiver.stats
+    err_console.print(
+        f"stopped: {st.requests} request(s), {st.spans} span(s): {st.recorded} recorded, "
+        f"{st.redelivered} redelivered, {st.not_genai} not GenAI, {st.rejected} rejected; "
+        f"{len(st.sessions)} session(s) started, {len(ended)} ended at stop",
+        highlight=False,
+    )

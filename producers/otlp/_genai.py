@@ -1,0 +1,368 @@
+"""What a span says in the OpenTelemetry GenAI conventions, as rolltape reads it (pure).
+
+- An **inference** span (`gen_ai.operation.name` chat / text_completion / generate_content, or
+  any span carrying GenAI messages): the request messages, the reply, the declared tools, model,
+  usage, finish reason, latency, or the error when the span failed. Messages come from, in order
+  of preference: `gen_ai.input.messages` / `gen_ai.output.messages` / `gen_ai.system_instructions`
+  / `gen_ai.tool.definitions` on the span or on its `gen_ai.client.inference.operation.details`
+  event (JSON strings or structured values), then the older indexed `gen_ai.prompt.N.*` /
+  `gen_ai.completion.N.*` / `llm.request.functions.N.*` attributes (OpenLLMetry).
+- An **execute_tool** span: tool name, call id, arguments, result, duration, failure.
+- `gen_ai.evaluation.result` events on any span: evaluations (name, score, label, explanation).
+
+Messages are turned into OpenAI chat messages, the form the client capture records, so a trace
+and a captured client record a conversation the same way (one recorder of conversations).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from rolltape.producers.capture._reply import Reply
+from rolltape.producers.otlp._wire import STATUS_ERROR, Span
+from rolltape.schemas import ToolSpec, split_reasoning
+
+INFERENCE_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+_MESSAGE_KEYS = (
+    "gen_ai.input.messages",
+    "gen_ai.output.messages",
+    "gen_ai.system_instructions",
+    "gen_ai.tool.definitions",
+)
+
+
+@dataclass
+class Inference:
+    messages: list[dict[str, Any]]
+    """The request as OpenAI chat messages (system instructions first)."""
+    reply: Reply | None
+    """Choice 0 of the output; None when the span failed."""
+    tools: list[ToolSpec]
+    model: str | None
+    latency_ms: float
+    error: tuple[str, str] | None = None
+    """(error type, message) of a failed call."""
+    status: int | None = None
+    """The HTTP status of a failed call, when the span has it."""
+    content_captured: bool = True
+    """False when the span carried no messages at all (content capture off in the agent)."""
+    unreadable: list[str] = field(default_factory=list)
+    """Message attributes that were present but could not be read, with why."""
+
+
+@dataclass
+class ToolExecution:
+    name: str
+    call_id: str | None
+    arguments: Any
+    result: str | None
+    failed: bool
+    error: str | None
+    duration_ms: float
+
+
+@dataclass
+class Evaluation:
+    name: str
+    score: float | None
+    label: str | None
+    explanation: str | None
+    response_id: str | None
+
+
+def operation(span: Span) -> str | None:
+    op = span.attributes.get("gen_ai.operation.name")
+    if isinstance(op, str):
+        return op
+    if span.name.startswith("execute_tool") and "gen_ai.tool.name" in span.attributes:
+        return "execute_tool"
+    if span.attributes.get("llm.request.type") in ("chat", "completion"):
+        return "chat"
+    if any(k.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for k in span.attributes):
+        return "chat"
+    if "gen_ai.input.messages" in span.attributes or "gen_ai.output.messages" in span.attributes:
+        return "chat"
+    return None
+
+
+def is_genai(span: Span) -> bool:
+    """Whether the span belongs to the GenAI conventions (spans of other libraries in the same
+    trace, HTTP or database spans, are not recorded)."""
+    if operation(span) is not None:
+        return True
+    return any(e.name == EVALUATION_EVENT for e in span.events) or any(
+        k.startswith("gen_ai.") for k in span.attributes
+    )
+
+
+def _duration_ms(span: Span) -> float:
+    return round(max(span.end_ns - span.start_ns, 0) / 1e6, 3)
+
+
+def _structured(value: Any) -> Any:
+    """An attribute that holds JSON: decoded when it is a string, as it is when structured."""
+    if isinstance(value, str):
+        return orjson.loads(value)
+    return value
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- the current conventions: messages made of parts ----------------------------------------------
+def _openai_messages(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    role = str(message.get("role", "user"))
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict[str, Any]] = []
+    responses: list[dict[str, Any]] = []
+    for part in message.get("parts") or []:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(_text(part.get("content", part.get("text"))))
+        elif kind in ("reasoning", "thinking"):
+            reasoning.append(_text(part.get("content", part.get("text"))))
+        elif kind == "tool_call":
+            calls.append(
+                {
+                    "id": part.get("id"),
+                    "type": "function",
+                    "function": {"name": part.get("name"), "arguments": part.get("arguments")},
+                }
+            )
+        elif kind == "tool_call_response":
+            response = part.get("response", part.get("result"))
+            responses.append(
+                {"role": "tool", "tool_call_id": part.get("id") or "", "content": _text(response)}
+            )
+        else:  # images, files, audio: named so the turn shows they were there
+            texts.append(f"[{kind or 'part'}]")
+    if role == "tool" or (responses and not calls and not texts):
+        return responses
+    out: dict[str, Any] = {"role": role, "content": "".join(texts)}
+    if reasoning:
+        out["content"] = f"<think>{''.join(reasoning)}</think>{out['content']}"
+    if calls:
+        out["tool_calls"] = calls
+    return [out, *responses]
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for message in _structured(value) or []:
+        if isinstance(message, Mapping):
+            out.extend(_openai_messages(message))
+    return out
+
+
+def _system(value: Any) -> dict[str, Any] | None:
+    parts = _structured(value)
+    if isinstance(parts, str):
+        return {"role": "system", "content": parts}
+    message = _openai_messages({"role": "system", "parts": parts or []})
+    return message[0] if message else None
+
+
+def _tool_specs(value: Any) -> list[ToolSpec]:
+    out = []
+    for tool in _structured(value) or []:
+        if not isinstance(tool, Mapping):
+            continue
+        function = tool.get("function")
+        spec: Mapping[str, Any] = function if isinstance(function, Mapping) else tool
+        name = spec.get("name")
+        if isinstance(name, str) and name:
+            parameters = _structured(spec.get("parameters")) or {}
+            out.append(
+                ToolSpec(
+                    name=name,
+                    description=str(spec.get("description") or ""),
+                    parameters=dict(parameters) if isinstance(parameters, Mapping) else {},
+                )
+            )
+    return out
+
+
+# -- the older indexed attributes (gen_ai.prompt.0.role, ...) -------------------------------------
+def _indexed(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """`prefix.N.key[.M.key]` attributes as a list of nested dicts, by index."""
+    tree: dict[int, dict[str, Any]] = {}
+    for key, value in attributes.items():
+        if not key.startswith(prefix):
+            continue
+        path = key[len(prefix) :].split(".")
+        if not path[0].isdigit() or len(path) < 2:
+            continue
+        node: dict[Any, Any] = tree.setdefault(int(path[0]), {})
+        rest = path[1:]
+        for step in rest[:-1]:  # lists are dicts by index here, made lists by _lists
+            node = node.setdefault(int(step) if step.isdigit() else step, {})
+        node[rest[-1]] = value
+    return [_lists(tree[i]) for i in sorted(tree)]
+
+
+def _lists(node: dict[Any, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if isinstance(value, dict) and value and all(isinstance(k, int) for k in value):
+            items = [value[i] for i in sorted(value)]
+            out[key] = [_lists(v) if isinstance(v, dict) else v for v in items]
+        else:
+            out[key] = _lists(value) if isinstance(value, dict) else value
+    return out
+
+
+def _legacy_message(entry: Mapping[str, Any]) -> dict[str, Any]:
+    role = str(entry.get("role") or "user")
+    message: dict[str, Any] = {"role": role, "content": _text(entry.get("content"))}
+    calls = entry.get("tool_calls") or []
+    if isinstance(entry.get("function_call"), Mapping):
+        calls = [*calls, entry["function_call"]]
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": call.get("name"), "arguments": call.get("arguments")},
+            }
+            for call in calls
+            if isinstance(call, Mapping)
+        ]
+    if role == "tool":
+        message["tool_call_id"] = str(entry.get("tool_call_id") or "")
+    return message
+
+
+def _first(attributes: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        value = attributes.get(key)
+        if value is not None:
+            return value
+    return None
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def inference(span: Span) -> Inference:
+    attributes = dict(span.attributes)
+    for event in span.events:
+        if event.name == DETAILS_EVENT:
+            attributes.update({k: v for k, v in event.attributes.items() if k in _MESSAGE_KEYS})
+    unreadable: list[str] = []
+
+    def read(key: str, reader: Any) -> Any:
+        if key not in attributes:
+            return None
+        try:
+            return reader(attributes[key])
+        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+            unreadable.append(f"{key}: {type(exc).__name__}: {exc}")
+            return None
+
+    messages: list[dict[str, Any]] = read("gen_ai.input.messages", _messages) or []
+    outputs: list[dict[str, Any]] = read("gen_ai.output.messages", _messages) or []
+    output_finish = None
+    raw_output = attributes.get("gen_ai.output.messages")
+    if outputs:
+        try:
+            first = (_structured(raw_output) or [{}])[0]
+            output_finish = first.get("finish_reason") if isinstance(first, Mapping) else None
+        except (orjson.JSONDecodeError, TypeError):
+            pass
+    system = read("gen_ai.system_instructions", _system)
+    tools: list[ToolSpec] = read("gen_ai.tool.definitions", _tool_specs) or []
+    if not messages and not outputs:
+        messages = [_legacy_message(m) for m in _indexed(attributes, "gen_ai.prompt.")]
+        completions = _indexed(attributes, "gen_ai.completion.")
+        outputs = [_legacy_message(completions[0])] if completions else []
+        output_finish = completions[0].get("finish_reason") if completions else None
+    if not tools:
+        tools = _tool_specs(_indexed(attributes, "llm.request.functions."))
+    if system is not None and not any(m["role"] in ("system", "developer") for m in messages):
+        messages.insert(0, system)
+    model = _first(attributes, "gen_ai.response.model", "gen_ai.request.model")
+    model = model if isinstance(model, str) else None
+    latency = _duration_ms(span)
+    captured = bool(messages or outputs)
+    if span.status_code == STATUS_ERROR:
+        error_type = attributes.get("error.type") or "error"
+        error = (str(error_type), span.status_message or str(error_type))
+        status = attributes.get("http.response.status_code")
+        return Inference(
+            messages, None, tools, model, latency, error, _int(status), captured, unreadable
+        )
+    reply = Reply(model=model)
+    if outputs:
+        out = outputs[0]
+        reply.content, reply.reasoning = split_reasoning(str(out.get("content") or ""))
+        reply.tool_calls = list(out.get("tool_calls") or [])
+    finishes = attributes.get("gen_ai.response.finish_reasons")
+    if output_finish is None and isinstance(finishes, Sequence) and not isinstance(finishes, str):
+        output_finish = finishes[0] if finishes else None
+    reply.finish_reason = str(output_finish) if output_finish is not None else None
+    reply.prompt_tokens = _int(
+        _first(attributes, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+    )
+    reply.completion_tokens = _int(
+        _first(attributes, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
+    )
+    return Inference(messages, reply, tools, model, latency, None, None, captured, unreadable)
+
+
+def tool_execution(span: Span) -> ToolExecution:
+    a = span.attributes
+    call_id = a.get("gen_ai.tool.call.id")
+    arguments = a.get("gen_ai.tool.call.arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(orjson.JSONDecodeError):  # else kept as the raw arguments
+            arguments = orjson.loads(arguments)
+    result = a.get("gen_ai.tool.call.result")
+    failed = span.status_code == STATUS_ERROR
+    return ToolExecution(
+        name=str(a.get("gen_ai.tool.name") or span.name.removeprefix("execute_tool ").strip()),
+        call_id=str(call_id) if call_id else None,
+        arguments=arguments,
+        result=None if result is None else _text(result),
+        failed=failed,
+        error=(span.status_message or str(a.get("error.type") or "error")) if failed else None,
+        duration_ms=_duration_ms(span),
+    )
+
+
+def evaluations(span: Span) -> list[Evaluation]:
+    out = []
+    for event in span.events:
+        if event.name != EVALUATION_EVENT:
+            continue
+        a = event.attributes
+        score = a.get("gen_ai.evaluation.score.value")
+        label = a.get("gen_ai.evaluation.score.label")
+        explanation = a.get("gen_ai.evaluation.explanation")
+        response_id = a.get("gen_ai.response.id")
+        out.append(
+            Evaluation(
+                name=str(a.get("gen_ai.evaluation.name") or "evaluation"),
+                score=float(score) if isinstance(score, int | float) else None,
+                label=str(label) if label is not None else None,
+                explanation=str(explanation) if explanation is not None else None,
+                response_id=str(response_id) if response_id is not None else None,
+            )
+        )
+    return out

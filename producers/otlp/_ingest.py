@@ -1,0 +1,329 @@
+"""Traces into sessions: one session per trace, written as the trace's spans arrive.
+
+A trace becomes a session (`otel-<trace id>`) when its first GenAI span arrives; spans of other
+libraries in the same trace (HTTP, databases) are not recorded. Within a batch a trace's spans
+are applied in the order they ended, which is the conversation's order: an inference span
+records the request messages the session does not hold yet and the reply, an `execute_tool`
+span the result of the call it ran (recording the call first when no reply named it), and
+evaluation events feedback. The session ends `linger_s` after its root span arrived (spans of
+other processes may come a little later), as failed when the root span failed; a trace whose
+root never comes ends as interrupted after `idle_s` without spans.
+
+Spans are deduplicated by id, so a batch sent again is a redelivery. A span that arrives after
+its trace's session ended (or after a receiver restart, which loses the chain's head) starts a
+continuation session `otel-<trace id>.<n>` linked to the previous one: a chain is never
+reopened or forked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers.capture._conversation import Conversation
+from rolltape.producers.otlp._genai import (
+    INFERENCE_OPERATIONS,
+    Inference,
+    evaluations,
+    inference,
+    is_genai,
+    operation,
+    tool_execution,
+)
+from rolltape.producers.otlp._journal import Journal
+from rolltape.producers.otlp._wire import STATUS_ERROR, Span
+from rolltape.schemas import result_failed
+
+TAG = "otlp"
+
+
+def session_id_for(trace_id: str, generation: int) -> str:
+    return f"otel-{trace_id}" if generation == 1 else f"otel-{trace_id}.{generation}"
+
+
+@dataclass
+class _Trace:
+    trace_id: str
+    generation: int
+    session: Session | None = None
+    conversation: Conversation | None = None
+    seen: set[str] = field(default_factory=set)
+    """Span ids applied (in this process or, per the journal, before)."""
+    last_span_at: float = 0.0
+    root_at: float | None = None
+    root_error: str | None = None
+    ended_at: float | None = None
+
+
+@dataclass
+class Applied:
+    """What one batch did; `recorded` is journaled once the records are durable."""
+
+    spans: int = 0
+    recorded: list[tuple[str, str]] = field(default_factory=list)
+    redelivered: int = 0
+    not_genai: int = 0
+    sessions_started: list[str] = field(default_factory=list)
+    without_content: int = 0
+    unreadable: list[str] = field(default_factory=list)
+
+    def warning(self) -> str:
+        """The note for the sender's partial_success (empty when all went as expected)."""
+        notes = []
+        if self.without_content:
+            notes.append(
+                f"{self.without_content} inference span(s) carried no messages: turn on message "
+                "content capture in the instrumentation "
+                "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)"
+            )
+        notes.extend(f"unreadable attribute {u}" for u in self.unreadable[:5])
+        return "; ".join(notes)
+
+
+class TraceIngest:
+    """Applies span batches to sessions through one Recorder (the caller flushes it before
+    acknowledging) and ends sessions when their traces are done (`end_due`)."""
+
+    def __init__(
+        self,
+        recorder: Recorder,
+        journal: Journal,
+        *,
+        family: str | None = None,
+        linger_s: float = 5.0,
+        idle_s: float = 300.0,
+        forget_after_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.recorder = recorder
+        self.journal = journal
+        self.family = family
+        self.linger_s = linger_s
+        self.idle_s = idle_s
+        self.forget_after_s = forget_after_s
+        self.clock = clock
+        self._traces: dict[str, _Trace] = {}
+
+    @property
+    def open_sessions(self) -> int:
+        return sum(1 for t in self._traces.values() if t.session and not t.session.ended)
+
+    # -- a batch ---------------------------------------------------------------------------------
+    def apply(self, spans: Sequence[Span]) -> Applied:
+        done = Applied(spans=len(spans))
+        by_trace: dict[str, list[Span]] = {}
+        for span in spans:
+            by_trace.setdefault(span.trace_id, []).append(span)
+        now = self.clock()
+        fresh: dict[str, list[Span]] = {}
+        for trace_id, group in by_trace.items():
+            trace = self._trace(trace_id)
+            new = []
+            for span in group:
+                if span.span_id in trace.seen:
+                    done.redelivered += 1
+                else:
+                    trace.seen.add(span.span_id)
+                    new.append(span)
+            if new:
+                trace.last_span_at = now
+                fresh[trace_id] = sorted(new, key=lambda s: (s.end_ns, s.start_ns))
+        starting = [
+            t
+            for t, group in fresh.items()
+            if self._needs_session(self._traces[t]) and any(is_genai(s) for s in group)
+        ]
+        if starting:  # journaled before the first record: a restart never starts them again
+            entries = []
+            for trace_id in starting:
+                trace = self._traces[trace_id]
+                if trace.session is not None:  # its session ended: continue in a new one
+                    trace.generation += 1
+                entries.append(
+                    (trace_id, trace.generation, session_id_for(trace_id, trace.generation))
+                )
+            self.journal.open_sessions(entries)
+        for trace_id, group in fresh.items():
+            trace = self._traces[trace_id]
+            if trace_id in starting:
+                self._start(trace, group)
+                done.sessions_started.append(trace.session.session_id)  # type: ignore[union-attr]
+            for span in group:
+                if trace.session is None or trace.session.ended:
+                    done.not_genai += 1
+                    continue
+                if self._apply(trace, span, done):
+                    done.recorded.append((trace_id, span.span_id))
+                else:
+                    done.not_genai += 1
+                if not span.parent_span_id:
+                    trace.root_at = now
+                    if span.status_code == STATUS_ERROR:
+                        trace.root_error = span.status_message or span.name
+        return done
+
+    def _trace(self, trace_id: str) -> _Trace:
+        trace = self._traces.get(trace_id)
+        if trace is None:
+            known = self.journal.trace(trace_id)
+            if known is None:
+                trace = _Trace(trace_id, generation=1)
+            else:  # seen by an earlier run of the receiver: its chain's head is gone
+                trace = _Trace(trace_id, generation=known[0] + 1)
+                trace.seen = self.journal.recorded_spans(trace_id)
+                trace.ended_at = self.clock()
+            self._traces[trace_id] = trace
+        return trace
+
+    def _needs_session(self, trace: _Trace) -> bool:
+        return trace.session is None or trace.session.ended
+
+    def _start(self, trace: _Trace, group: Sequence[Span]) -> None:
+        previous = trace.session.session_id if trace.session is not None else None
+        if previous is None and trace.generation > 1:
+            previous = session_id_for(trace.trace_id, trace.generation - 1)
+        first = next((inference(s) for s in group if operation(s) in INFERENCE_OPERATIONS), None)
+        resource = group[0].resource
+        service = resource.get("service.name")
+        task = _task(first, group, trace.trace_id)
+        run_config: dict[str, Any] = {"otel": {"trace_id": trace.trace_id}}
+        if isinstance(service, str):
+            run_config["otel"]["service.name"] = service
+        if trace.generation > 1:
+            run_config["otel"]["continues"] = previous
+        trace.session = self.recorder.session(
+            task,
+            session_id=session_id_for(trace.trace_id, trace.generation),
+            tools=first.tools if first else (),
+            model=first.model if first else None,
+            run_config=run_config,
+            tags=[TAG] if trace.generation == 1 else [TAG, "continuation"],
+            linked_session_id=previous,
+        )
+        trace.conversation = Conversation(trace.session, self.family)
+        trace.root_at = None
+        trace.root_error = None
+        trace.ended_at = None
+
+    def _apply(self, trace: _Trace, span: Span, done: Applied) -> bool:
+        """Record one span; False when it holds nothing GenAI (kept out of the session)."""
+        session, conversation = trace.session, trace.conversation
+        assert session is not None and conversation is not None
+        recorded = False
+        op = operation(span)
+        if op in INFERENCE_OPERATIONS:
+            self._inference(conversation, inference(span), done)
+            recorded = True
+        elif op == "execute_tool":
+            self._tool(session, span)
+            recorded = True
+        for evaluation in evaluations(span):
+            text = " - ".join(x for x in (evaluation.label, evaluation.explanation) if x)
+            session.feedback(
+                source=f"evaluation:{evaluation.name}", score=evaluation.score, text=text or None
+            )
+            recorded = True
+        return recorded or is_genai(span)
+
+    def _inference(self, conversation: Conversation, call: Inference, done: Applied) -> None:
+        done.unreadable.extend(call.unreadable)
+        if not call.content_captured:
+            done.without_content += 1
+        conversation.request(call.messages)
+        if call.error is not None:
+            conversation.error(
+                call.error[0],
+                call.error[1],
+                status=call.status,
+                model=call.model,
+                latency_ms=call.latency_ms,
+            )
+        elif call.reply is not None:
+            conversation.reply(call.reply, call.latency_ms, call.tools)
+
+    def _tool(self, session: Session, span: Span) -> None:
+        run = tool_execution(span)
+        arguments = run.arguments if isinstance(run.arguments, dict) else {}
+        raw = run.arguments if isinstance(run.arguments, str) else None
+        call_id = run.call_id
+        known = {c[0] for c in session._open_calls} | session._answered
+        if call_id is None:
+            call_id = session._claim_call(run.name, arguments)
+        if call_id is not None and call_id in session._answered:
+            return  # its result came with a request already
+        if call_id is None or call_id not in known:
+            call_id = session.tool_call(
+                run.name, arguments, call_id=call_id or f"call_{span.span_id}", raw_arguments=raw
+            )
+        content = run.result if run.result is not None else ""
+        success = not run.failed and (run.result is None or not result_failed(content))
+        session.tool_result(
+            call_id, content, success=success, error=run.error, duration_ms=run.duration_ms
+        )
+
+    # -- ending ----------------------------------------------------------------------------------
+    def end_due(self) -> list[str]:
+        """End the sessions whose traces are done; forget traces ended long ago (the journal
+        still knows them). Returns the ended session ids."""
+        now = self.clock()
+        ended = []
+        for trace_id, trace in list(self._traces.items()):
+            session = trace.session
+            if session is not None and not session.ended:
+                if trace.root_at is not None and now - trace.last_span_at >= self.linger_s:
+                    self._end(trace, now)
+                    ended.append(session.session_id)
+                elif now - trace.last_span_at >= self.idle_s:
+                    self._end(trace, now, idle=True)
+                    ended.append(session.session_id)
+            else:  # ended long ago, or never a GenAI trace: the journal remembers it
+                since = trace.ended_at if trace.ended_at is not None else trace.last_span_at
+                if now - since >= self.forget_after_s:
+                    del self._traces[trace_id]
+        return ended
+
+    def _end(self, trace: _Trace, now: float, *, idle: bool = False, reason: str = "") -> None:
+        session = trace.session
+        assert session is not None
+        if idle or reason:
+            session.end(
+                "interrupted",
+                error=reason
+                or f"no span for {self.idle_s:g}s and the trace's root span never arrived",
+            )
+        elif trace.root_error is not None:
+            session.end("failed", error=trace.root_error)
+        else:
+            session.end("completed")
+        trace.ended_at = now
+
+    def end_all(self, reason: str) -> list[str]:
+        """At shutdown: traces whose root arrived end as usual, the others as interrupted."""
+        now = self.clock()
+        ended = []
+        for trace in self._traces.values():
+            session = trace.session
+            if session is not None and not session.ended:
+                if trace.root_at is not None:
+                    self._end(trace, now)
+                else:
+                    self._end(trace, now, reason=reason)
+                ended.append(session.session_id)
+        return ended
+
+
+def _task(first: Inference | None, group: Sequence[Span], trace_id: str) -> str:
+    """What the session was asked: the first user message, else the agent's or root's name."""
+    if first is not None:
+        for message in first.messages:
+            if message.get("role") == "user" and message.get("content"):
+                return str(message["content"])
+    for span in group:
+        agent = span.attributes.get("gen_ai.agent.name")
+        if isinstance(agent, str) and agent:
+            return agent
+    roots = [s.name for s in group if not s.parent_span_id]
+    return roots[0] if roots else f"trace {trace_id}"

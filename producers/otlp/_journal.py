@@ -1,0 +1,87 @@
+"""The receiver's memory across restarts: which traces have sessions, which spans are recorded.
+
+A trace's session chain is written by one receiver process, which holds the chain's head in
+memory. After a restart that head is gone, so a trace seen before must never start its session
+again (a second chain from seq 0 under the same session id is a fork): the journal knows every
+trace's last session, and a trace that comes back continues in a new, linked session. It also
+knows the span ids recorded lately, so a batch the exporter sends again after a restart is a
+redelivery, not a duplicate.
+
+A trace is journaled (and fsynced) before its session's first record is sent; span ids after
+their records are durable and before the batch is acknowledged. SQLite (WAL, synchronous=FULL)
+keeps both; span ids older than the redelivery window are pruned at start.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS traces (
+    trace_id TEXT PRIMARY KEY,
+    generation INTEGER NOT NULL,
+    session_id TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS spans (
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    recorded_at REAL NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+) WITHOUT ROWID;
+"""
+
+
+class Journal:
+    def __init__(self, path: Path, redelivery_window_s: float = 86_400.0) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(_SCHEMA)
+        self._db.execute(
+            "DELETE FROM spans WHERE recorded_at < ?", (time.time() - redelivery_window_s,)
+        )
+
+    def trace(self, trace_id: str) -> tuple[int, str] | None:
+        """(generation, session id) of the trace's last session, if it ever had one."""
+        row = self._db.execute(
+            "SELECT generation, session_id FROM traces WHERE trace_id = ?", (trace_id,)
+        ).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def recorded_spans(self, trace_id: str) -> set[str]:
+        rows = self._db.execute("SELECT span_id FROM spans WHERE trace_id = ?", (trace_id,))
+        return {str(r[0]) for r in rows}
+
+    def open_sessions(self, entries: Iterable[tuple[str, int, str]]) -> None:
+        """Journal (trace, generation, session id) durably, before the sessions start."""
+        with self._transaction():
+            self._db.executemany("INSERT OR REPLACE INTO traces VALUES (?, ?, ?)", list(entries))
+
+    def spans_recorded(self, spans: Iterable[tuple[str, str]]) -> None:
+        """Journal (trace, span) pairs whose records are durable."""
+        now = time.time()
+        with self._transaction():
+            self._db.executemany(
+                "INSERT OR IGNORE INTO spans VALUES (?, ?, ?)", [(t, s, now) for t, s in spans]
+            )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def close(self) -> None:
+        self._db.close()
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    def __enter__(self) -> None:
+        self._db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, et: object, exc: object, tb: object) -> None:
+        self._db.execute("COMMIT" if exc is None else "ROLLBACK")

@@ -1,0 +1,409 @@
+"""The OTLP GenAI receiver: traces sent by the real OpenTelemetry SDK exporter over HTTP become
+sessions (recorded here to a spool, which is what a broker outage looks like; the broker case is
+an integration test); resent batches are redeliveries; bad requests get OTLP error answers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from google.rpc.status_pb2 import Status
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceResponse,
+)
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
+from opentelemetry.trace import Status as SpanStatus
+
+from rolltape.infra.otlp import OtlpReceiver, ReceiverConfig
+from rolltape.producers import Recorder
+from rolltape.producers._spool import Spool
+from rolltape.producers.otlp import Journal, TraceIngest
+from rolltape.schemas import decode
+from tests.support.otlp import (
+    ReceiverThread,
+    agent_tracer,
+    as_otlp_json,
+    failed_call,
+    parts,
+    recorded_request,
+    text,
+    weather_agent,
+)
+
+PB = {"Content-Type": "application/x-protobuf"}
+JS = {"Content-Type": "application/json"}
+
+
+class Rig:
+    """A receiver recording to a spool, with its journal, in `folder`."""
+
+    def __init__(self, folder: Path, **config: Any) -> None:
+        self.folder = folder
+        self.recorder = Recorder(None, spool_dir=folder / "spool", spool_after_s=0.0)
+        self.receiver = OtlpReceiver(
+            self.recorder, Journal(folder / "journal.sqlite"), ReceiverConfig(**config)
+        )
+        self.thread = ReceiverThread(self.receiver)
+        self.stopped = False
+
+    def __enter__(self) -> Rig:
+        self.thread.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.thread.__exit__()
+            self.receiver.shutdown()
+
+    def recorded(self) -> list[dict[str, Any]]:
+        """Stop the receiver (it closes its recorder) and read what it spooled."""
+        self.__exit__()
+        return envelopes(self.folder)
+
+    def post(self, body: bytes, headers: dict[str, str] = PB) -> httpx.Response:
+        return httpx.post(self.thread.url, content=body, headers=headers, timeout=30)
+
+
+def envelopes(folder: Path) -> list[dict[str, Any]]:
+    """Everything spooled in `folder`, in order (reading consumes it: read once)."""
+    spool = Spool(folder / "spool", 1 << 30)
+    out: list[dict[str, Any]] = []
+    while not spool.empty:
+        batch, token = spool.read(1000)
+        out += [decode(value) for _, _, value in batch]
+        spool.commit(token)
+    spool.close()
+    return out
+
+
+def by_session(source: Path | list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in envelopes(source) if isinstance(source, Path) else source:
+        out.setdefault(e["session_id"], []).append(e)
+    return out
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    with Rig(tmp_path, linger_s=0.0) as running:
+        yield running
+
+
+def test_sdk_exporter__an_agent_trace_becomes_one_session_in_conversation_order(
+    tmp_path: Path,
+) -> None:
+    with Rig(tmp_path, linger_s=0.0) as rig, agent_tracer(rig.thread.url, gzip=True) as tracer:
+        weather_agent(tracer)
+    sessions = by_session(tmp_path)
+    assert len(sessions) == 1
+    (sid, events), = sessions.items()  # fmt: skip
+    assert sid.startswith("otel-") and len(sid) == 5 + 32
+    assert [e["type"] for e in events] == [
+        "session_started", "turn", "turn", "turn", "tool_call", "tool_result", "turn",
+        "feedback", "session_ended",
+    ]  # fmt: skip
+    started, system, user, asked, call, result, answer, feedback, ended = (
+        e["payload"] for e in events
+    )
+    assert started["task"] == "Weather in Paris?" and started["model"] == "qwen3-8b"
+    assert started["tools"][0]["name"] == "weather" and started["tags"] == ["otlp"]
+    assert started["run_config"]["otel"] == {
+        "trace_id": sid.removeprefix("otel-"),
+        "service.name": "weather-agent",
+    }
+    assert (system["role"], system["content"]) == ("system", "You are a weather bot.")
+    assert (user["role"], user["content"]) == ("user", "Weather in Paris?")
+    assert asked["role"] == "assistant" and asked["reasoning"] == "look it up"
+    assert (asked["prompt_tokens"], asked["completion_tokens"]) == (40, 12)
+    assert asked["finish_reason"] == "tool_calls" and asked["model"] == "qwen3-8b"
+    assert call == {
+        "id": "call_w1",
+        "name": "weather",
+        "arguments": {"city": "Paris"},
+        "raw_arguments": None,
+    }
+    assert result["call_id"] == "call_w1" and result["success"] is True
+    assert json.loads(result["content"]) == {"sky": "sunny"}
+    assert answer["content"] == "Sunny in Paris." and answer["finish_reason"] == "stop"
+    assert feedback == {
+        "source": "evaluation:correctness",
+        "score": 0.9,
+        "text": "pass - matches the forecast",
+        "about_seq": None,
+    }
+    assert ended["status"] == "completed"
+
+
+def test_a_failed_inference_span_is_a_model_error_and_a_failed_root_fails_the_session(
+    tmp_path: Path,
+) -> None:
+    with Rig(tmp_path, linger_s=0.0) as rig, agent_tracer(rig.thread.url) as tracer:
+        failed_call(tracer)
+    (events,) = by_session(tmp_path).values()
+    assert [e["type"] for e in events] == [
+        "session_started",
+        "turn",
+        "model_error",
+        "session_ended",
+    ]
+    error = events[2]["payload"]
+    assert error["error_type"] == "RateLimitError" and error["message"] == "429 too many requests"
+    assert events[-1]["payload"]["status"] == "failed"
+
+
+def test_a_tool_that_failed_counts_as_failed_by_its_status_or_by_the_hermes_rule(
+    tmp_path: Path,
+) -> None:
+    def broken_tool(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("execute_tool shell", attributes={
+            "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "shell",
+            "gen_ai.tool.call.arguments": '{"cmd": "ls"}',
+        }) as span:  # fmt: skip
+            span.set_status(SpanStatus(StatusCode.ERROR, "exit 2"))
+
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(recorded_request(lambda t: weather_agent(t, fail_tool=True))).is_success
+        assert rig.post(recorded_request(broken_tool)).is_success
+    recorded = envelopes(tmp_path)
+    results = {e["session_id"]: e["payload"] for e in recorded if e["type"] == "tool_result"}
+    by_status, by_rule = sorted(results.values(), key=lambda r: r["error"] is None)
+    assert (by_status["success"], by_status["error"]) == (False, "exit 2")  # the span's status
+    assert by_rule["success"] is False  # the result's text, by Hermes' rule
+    assert json.loads(by_rule["content"]) == {"error": "service down"}
+    calls = [e["payload"] for e in recorded if e["type"] == "tool_call"]
+    shell = next(c for c in calls if c["name"] == "shell")  # no reply named it: recorded first
+    assert shell["arguments"] == {"cmd": "ls"} and shell["id"].startswith("call_")
+
+
+def test_json_and_protobuf_bodies_of_the_same_spans_record_the_same_session(
+    tmp_path: Path,
+) -> None:
+    request = recorded_request(weather_agent)
+    with Rig(tmp_path / "pb", linger_s=0.0) as rig:
+        assert rig.post(gzip.compress(request), {**PB, "Content-Encoding": "gzip"}).is_success
+    with Rig(tmp_path / "json", linger_s=0.0) as rig:
+        answer = rig.post(as_otlp_json(request), JS)
+        assert answer.is_success and answer.json() == {}
+
+    def content(folder: Path) -> list[tuple[str, str, int, Any]]:
+        return [(e["session_id"], e["type"], e["seq"], e["payload"]) for e in envelopes(folder)]
+
+    recorded = content(tmp_path / "pb")
+    assert len(recorded) == 9 and recorded == content(tmp_path / "json")
+
+
+def test_a_resent_batch_is_a_redelivery_also_after_a_receiver_restart(tmp_path: Path) -> None:
+    request = recorded_request(weather_agent)
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(request).is_success
+        assert rig.post(request).is_success  # the exporter did not get our answer: again
+        assert rig.receiver.stats.redelivered == 4
+    with Rig(tmp_path, linger_s=0.0) as rig:  # a new process, the same journal
+        assert rig.post(request).is_success
+        assert rig.receiver.stats.redelivered == 4 and rig.receiver.stats.recorded == 0
+    (events,) = by_session(tmp_path).values()
+    assert [e["seq"] for e in events] == list(range(9))
+
+
+def test_spans_after_a_restart_continue_the_trace_in_a_linked_session_never_a_fork(
+    tmp_path: Path,
+) -> None:
+    def first_chat(tracer: Tracer) -> None:  # the root span comes later
+        with tracer.start_as_current_span("chat qwen3", attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps([parts("user", text("hello"))]),
+            "gen_ai.output.messages": json.dumps([parts("assistant", text("hi!"))]),
+        }):  # fmt: skip
+            pass
+
+    whole = recorded_request(lambda t: _under_root(t, first_chat))
+    # The batch processor would send the child first and the root in a later batch: split.
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    request = ExportTraceServiceRequest.FromString(whole)
+    spans = request.resource_spans[0].scope_spans[0].spans
+    root = next(s for s in spans if not s.parent_span_id)
+    child_only, root_only = ExportTraceServiceRequest(), ExportTraceServiceRequest()
+    child_only.CopyFrom(request)
+    root_only.CopyFrom(request)
+    for message, keep_root in ((child_only, False), (root_only, True)):
+        kept = [s for s in message.resource_spans[0].scope_spans[0].spans
+                if (s.span_id == root.span_id) == keep_root]  # fmt: skip
+        del message.resource_spans[0].scope_spans[0].spans[:]
+        message.resource_spans[0].scope_spans[0].spans.extend(kept)
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(child_only.SerializeToString()).is_success
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(root_only.SerializeToString()).is_success
+    sessions = by_session(tmp_path)
+    first, second = sorted(sessions)
+    assert second == f"{first}.2"
+    assert sessions[first][-1]["payload"]["status"] == "interrupted"
+    assert "stopped before" in sessions[first][-1]["payload"]["error"]
+    continued = sessions[second][0]["payload"]
+    assert continued["linked_session_id"] == first and "continuation" in continued["tags"]
+    assert [e["seq"] for e in sessions[first]] == list(range(len(sessions[first])))
+
+
+def _under_root(tracer: Tracer, inner: Any) -> None:
+    with tracer.start_as_current_span("invoke_agent", attributes={"gen_ai.operation.name": "invoke_agent"}):  # fmt: skip
+        inner(tracer)
+
+
+def test_older_indexed_prompt_and_completion_attributes_become_turns_and_calls(rig: Rig) -> None:
+    def openllmetry(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("openai.chat", kind=SpanKind.CLIENT, attributes={
+            "llm.request.type": "chat", "gen_ai.system": "openai",
+            "gen_ai.request.model": "gpt-4o",
+            "gen_ai.prompt.0.role": "system", "gen_ai.prompt.0.content": "Be brief.",
+            "gen_ai.prompt.1.role": "user", "gen_ai.prompt.1.content": "2+2 and 3+3?",
+            "gen_ai.completion.0.role": "assistant",
+            "gen_ai.completion.0.finish_reason": "tool_calls",
+            "gen_ai.completion.0.tool_calls.0.id": "c1",
+            "gen_ai.completion.0.tool_calls.0.name": "add",
+            "gen_ai.completion.0.tool_calls.0.arguments": '{"a": 2, "b": 2}',
+            "gen_ai.completion.0.tool_calls.1.id": "c2",
+            "gen_ai.completion.0.tool_calls.1.name": "add",
+            "gen_ai.completion.0.tool_calls.1.arguments": '{"a": 3, "b": 3}',
+            "gen_ai.usage.prompt_tokens": 20, "gen_ai.usage.completion_tokens": 9,
+            "llm.request.functions.0.name": "add",
+            "llm.request.functions.0.parameters": '{"type": "object"}',
+        }):  # fmt: skip
+            pass
+
+    assert rig.post(recorded_request(openllmetry)).is_success
+    (events,) = by_session(rig.recorded()).values()
+    kinds = [(e["type"], e["payload"].get("role") or e["payload"].get("id")) for e in events]
+    assert kinds[1:6] == [
+        ("turn", "system"), ("turn", "user"), ("turn", "assistant"),
+        ("tool_call", "c1"), ("tool_call", "c2"),
+    ]  # fmt: skip
+    assert events[0]["payload"]["tools"][0]["name"] == "add"
+    assert events[3]["payload"]["prompt_tokens"] == 20
+    assert events[5]["payload"]["arguments"] == {"a": 3, "b": 3}
+
+
+def test_messages_on_the_operation_details_event_are_read_like_attributes(rig: Rig) -> None:
+    def details(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}) as span:  # fmt: skip
+            span.add_event("gen_ai.client.inference.operation.details", {
+                "gen_ai.input.messages": json.dumps([parts("user", text("ping"))]),
+                "gen_ai.output.messages": json.dumps([parts("assistant", text("pong"))]),
+            })  # fmt: skip
+
+    assert rig.post(recorded_request(details)).is_success
+    (events,) = by_session(rig.recorded()).values()
+    turns = [e["payload"]["content"] for e in events if e["type"] == "turn"]
+    assert turns == ["ping", "pong"]
+
+
+def test_traces_without_genai_spans_are_not_sessions(rig: Rig, tmp_path: Path) -> None:
+    def web_request(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("GET /health", attributes={"http.method": "GET"}):
+            pass
+
+    answer = rig.post(recorded_request(web_request))
+    assert answer.is_success
+    assert rig.receiver.stats.not_genai == 1
+    assert rig.recorded() == []
+
+
+def test_spans_without_message_content_are_recorded_with_a_warning_to_the_sender(rig: Rig) -> None:
+    def no_content(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("chat m", attributes={
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+            "gen_ai.usage.input_tokens": 7, "gen_ai.usage.output_tokens": 3,
+        }):  # fmt: skip
+            pass
+
+    answer = rig.post(recorded_request(no_content))
+    response = ExportTraceServiceResponse.FromString(answer.content)
+    assert response.partial_success.rejected_spans == 0
+    assert "CAPTURE_MESSAGE_CONTENT" in response.partial_success.error_message
+    turn = next(e["payload"] for e in rig.recorded() if e["type"] == "turn")
+    assert (turn["content"], turn["prompt_tokens"], turn["completion_tokens"]) == ("", 7, 3)
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "says"),
+    [
+        (b"\xff\x00garbage", PB, 400, "not an ExportTraceServiceRequest in protobuf"),
+        (b"{not json", JS, 400, "not JSON"),
+        (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"attributes": 5}]}]}]}', JS, 400,
+         "resourceSpans[0].scopeSpans[0].spans[0]"),
+        (b"{}", {"Content-Type": "text/plain"}, 415, "application/x-protobuf"),
+        (b"not gzip", {**PB, "Content-Encoding": "gzip"}, 400, "not valid gzip"),
+        (b"", {**PB, "Content-Encoding": "br"}, 415, "gzip, deflate or none"),
+    ],
+)  # fmt: skip
+def test_a_bad_request_gets_an_otlp_error_status_saying_what_was_wrong(
+    rig: Rig, body: bytes, headers: dict[str, str], status: int, says: str
+) -> None:
+    answer = rig.post(body, headers)
+    assert answer.status_code == status
+    if headers["Content-Type"] == PB["Content-Type"]:
+        message = Status.FromString(answer.content).message
+    else:
+        message = answer.json()["message"]
+    assert says in message
+
+
+def test_an_oversized_body_is_refused_before_it_is_inflated(tmp_path: Path) -> None:
+    with Rig(tmp_path, max_body_bytes=1000) as rig:
+        answer = rig.post(gzip.compress(b"\x00" * 5000), {**PB, "Content-Encoding": "gzip"})
+        assert answer.status_code == 413
+        assert "smaller batches" in Status.FromString(answer.content).message
+
+
+def test_wrong_method_or_path_is_answered_with_what_to_do(rig: Rig) -> None:
+    assert httpx.get(rig.thread.url).status_code == 405
+    other = httpx.post(rig.thread.url.replace("/v1/traces", "/v1/logs"), content=b"")
+    assert other.status_code == 404 and "/v1/traces" in other.json()["message"]
+
+
+def test_spans_with_unusable_ids_are_rejected_and_the_rest_recorded(rig: Rig) -> None:
+    body = json.loads(as_otlp_json(recorded_request(failed_call)))
+    span = body["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    body["resourceSpans"][0]["scopeSpans"][0]["spans"].append({**span, "traceId": "0" * 32})
+    answer = rig.post(json.dumps(body).encode(), JS)
+    assert answer.status_code == 200
+    partial = answer.json()["partialSuccess"]
+    assert partial["rejectedSpans"] == "1" and "16 non-zero bytes" in partial["errorMessage"]
+    assert len(by_session(rig.recorded())) == 1
+
+
+def test_a_trace_ends_after_linger_once_its_root_came_or_after_idle_without_it(
+    tmp_path: Path,
+) -> None:
+    from rolltape.producers.otlp import decode
+
+    now = [0.0]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0)
+    ingest = TraceIngest(
+        recorder, Journal(tmp_path / "j.sqlite"), linger_s=5, idle_s=60, clock=lambda: now[0]
+    )
+    rooted = decode(recorded_request(failed_call), "protobuf").spans
+    whole = decode(recorded_request(weather_agent), "protobuf").spans
+    children = [s for s in whole if s.parent_span_id]
+    ingest.apply(rooted)
+    ingest.apply(children)
+    now[0] = 4.0
+    assert ingest.end_due() == []
+    now[0] = 5.0
+    assert ingest.end_due() == [f"otel-{rooted[0].trace_id}"]
+    now[0] = 59.0
+    assert ingest.end_due() == []
+    now[0] = 60.0
+    assert ingest.end_due() == [f"otel-{children[0].trace_id}"]
+    recorder.close()
+    ended = [e["payload"] for e in envelopes(tmp_path) if e["type"] == "session_ended"]
+    assert [e["status"] for e in ended] == ["failed", "interrupted"]
+    assert "root span never arrived" in ended[1]["error"]
