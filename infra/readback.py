@@ -38,6 +38,22 @@ async def partition_counts(bootstrap: str, topics: Sequence[str]) -> dict[str, i
     return counts
 
 
+async def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+    """topic -> the sum of its partitions' end offsets (records ever written, on topics that
+    are never compacted or trimmed)."""
+    assigned = await _partitions(bootstrap, list(topics))
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(assigned) if assigned else {}
+    finally:
+        await consumer.stop()
+    totals: dict[str, int] = {}
+    for tp, end in ends.items():
+        totals[tp.topic] = totals.get(tp.topic, 0) + end
+    return totals
+
+
 @dataclass(frozen=True)
 class RawRecord:
     stream: Stream

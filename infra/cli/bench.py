@@ -194,3 +194,49 @@ def capture(
         )
         console.print(f"    recording code alone p50 {r.code_alone_p50_us:8.1f} us (no HTTP)")
     console.print(f"goal: added p50 <= {runs[0].goal_added_p50_us:.0f} us")
+
+
+@app.command()
+def otlp(
+    spans: int = typer.Option(100_000, help="Spans per timed run."),
+    batch: int = typer.Option(512, help="Spans per request (the SDK exporter's default)."),
+    connections: int = typer.Option(4, help="Concurrent keep-alive connections."),
+    repeats: int = typer.Option(3, help="Runs; medians are reported."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Spans/s through `rolltape otlp serve` into Kafka, against a receiver that only decodes."""
+    from rolltape.infra.bench.otlp import run_otlp_bench
+
+    cfg = settings()
+    with user_errors():
+        bootstrap = require_bootstrap(cfg)
+    r = run_otlp_bench(
+        bootstrap,
+        partitions=cfg.partitions,
+        spans=spans,
+        spans_per_batch=batch,
+        connections=connections,
+        repeats=repeats,
+    )
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    runs = ", ".join(f"{v:,.0f}" for v in r.receiver_runs)
+    console.print(
+        f"machine: {r.machine}; {r.repeats} repeats of {r.spans:,} spans in requests of "
+        f"{r.spans_per_batch} over {r.connections} connections (agent traces: chat and "
+        "execute_tool spans with their messages)"
+    )
+    console.print(
+        f"    rolltape otlp serve, acknowledged into Kafka: {r.receiver_spans_per_s:,.0f} "
+        f"spans/s (runs {runs}; {r.events_per_span:.2f} records per span)"
+    )
+    console.print(
+        f"    baseline receiver that only decodes:        {r.decode_only_spans_per_s:,.0f} spans/s"
+    )
+    console.print(f"    ratio (rolltape / baseline): {r.ratio:.2f}")
+    verdict = "met" if r.receiver_spans_per_s >= r.goal_spans_per_s else "MISSED"
+    console.print(
+        f"    goal >= {r.goal_spans_per_s:,.0f} spans/s on one process: {verdict} (anchor: the "
+        f"OpenTelemetry Collector, ~{r.anchor_collector_spans_per_s_per_core:,.0f} spans/s per core)"
+    )

@@ -129,6 +129,14 @@ class Conversation:
             self._message(as_dict(message))
         self.recorded = prints
 
+    def extend(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Record messages that follow exactly what the session holds (the caller compared the
+        request's prefix itself, more cheaply than by fingerprints: the OTLP ingest)."""
+        for message in messages:
+            self._message(message)
+        self.recorded.extend(fingerprint(m) for m in messages)
+        self._sent = []
+
     def _message(self, message: Mapping[str, Any]) -> None:
         s = self.session
         role = message.get("role")

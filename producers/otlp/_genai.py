@@ -41,8 +41,13 @@ _MESSAGE_KEYS = (
 
 @dataclass
 class Inference:
-    messages: list[dict[str, Any]]
-    """The request as OpenAI chat messages (system instructions first)."""
+    raw_input: list[Any]
+    """The input messages as the span holds them (current conventions; [] for the older ones)."""
+    head: list[dict[str, Any]]
+    """OpenAI messages before those: the system instructions when the input has no system
+    message, or the whole request of the older indexed attributes."""
+    raw_output: dict[str, Any] | None
+    """Choice 0 as the span holds it, without `finish_reason`: as the next request echoes it."""
     reply: Reply | None
     """Choice 0 of the output; None when the span failed."""
     tools: list[ToolSpec]
@@ -56,6 +61,15 @@ class Inference:
     """False when the span carried no messages at all (content capture off in the agent)."""
     unreadable: list[str] = field(default_factory=list)
     """Message attributes that were present but could not be read, with why."""
+
+    def messages(self, skip: int = 0) -> list[dict[str, Any]]:
+        """The request as OpenAI chat messages; `skip` > 0 leaves out the head and that many
+        input messages (known to be recorded already)."""
+        out = [] if skip else list(self.head)
+        for message in self.raw_input[skip:]:
+            if isinstance(message, dict):
+                out.extend(_openai_messages(message))
+        return out
 
 
 @dataclass
@@ -130,7 +144,7 @@ def _openai_messages(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     responses: list[dict[str, Any]] = []
     for part in message.get("parts") or []:
-        if not isinstance(part, Mapping):
+        if not isinstance(part, dict):
             continue
         kind = part.get("type")
         if kind == "text":
@@ -160,14 +174,6 @@ def _openai_messages(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     if calls:
         out["tool_calls"] = calls
     return [out, *responses]
-
-
-def _messages(value: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for message in _structured(value) or []:
-        if isinstance(message, Mapping):
-            out.extend(_openai_messages(message))
-    return out
 
 
 def _system(value: Any) -> dict[str, Any] | None:
@@ -260,10 +266,24 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _list(value: Any) -> list[Any]:
+    decoded = _structured(value)
+    if decoded is None:
+        return []
+    if not isinstance(decoded, list):
+        raise TypeError(f"expected a JSON array, got {type(decoded).__name__}")
+    return decoded
+
+
+def _has_indexed(attributes: Mapping[str, Any]) -> bool:
+    return any(k.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for k in attributes)
+
+
 def inference(span: Span) -> Inference:
-    attributes = dict(span.attributes)
+    attributes = span.attributes
     for event in span.events:
         if event.name == DETAILS_EVENT:
+            attributes = dict(attributes)
             attributes.update({k: v for k, v in event.attributes.items() if k in _MESSAGE_KEYS})
     unreadable: list[str] = []
 
@@ -276,43 +296,56 @@ def inference(span: Span) -> Inference:
             unreadable.append(f"{key}: {type(exc).__name__}: {exc}")
             return None
 
-    messages: list[dict[str, Any]] = read("gen_ai.input.messages", _messages) or []
-    outputs: list[dict[str, Any]] = read("gen_ai.output.messages", _messages) or []
+    raw_input: list[Any] = read("gen_ai.input.messages", _list) or []
+    raw_outputs: list[Any] = read("gen_ai.output.messages", _list) or []
+    head: list[dict[str, Any]] = []
+    output: dict[str, Any] | None = None
     output_finish = None
-    raw_output = attributes.get("gen_ai.output.messages")
-    if outputs:
-        try:
-            first = (_structured(raw_output) or [{}])[0]
-            output_finish = first.get("finish_reason") if isinstance(first, Mapping) else None
-        except (orjson.JSONDecodeError, TypeError):
-            pass
+    raw_output = None
+    if raw_outputs and isinstance(raw_outputs[0], dict):
+        first = raw_outputs[0]
+        output_finish = first.get("finish_reason")
+        raw_output = {k: v for k, v in first.items() if k != "finish_reason"}
+        converted = _openai_messages(first)
+        output = converted[0] if converted else None
     system = read("gen_ai.system_instructions", _system)
     tools: list[ToolSpec] = read("gen_ai.tool.definitions", _tool_specs) or []
-    if not messages and not outputs:
-        messages = [_legacy_message(m) for m in _indexed(attributes, "gen_ai.prompt.")]
+    if not raw_input and not raw_outputs and _has_indexed(attributes):
+        head = [_legacy_message(m) for m in _indexed(attributes, "gen_ai.prompt.")]
         completions = _indexed(attributes, "gen_ai.completion.")
-        outputs = [_legacy_message(completions[0])] if completions else []
+        output = _legacy_message(completions[0]) if completions else None
         output_finish = completions[0].get("finish_reason") if completions else None
-    if not tools:
-        tools = _tool_specs(_indexed(attributes, "llm.request.functions."))
-    if system is not None and not any(m["role"] in ("system", "developer") for m in messages):
-        messages.insert(0, system)
+    if not tools and "llm.request.functions.0.name" in attributes:
+        try:
+            tools = _tool_specs(_indexed(attributes, "llm.request.functions."))
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            unreadable.append(f"llm.request.functions: {type(exc).__name__}: {exc}")
+    roles = [m.get("role") for m in head] + [
+        m.get("role") for m in raw_input if isinstance(m, dict)
+    ]
+    if system is not None and not any(r in ("system", "developer") for r in roles):
+        head.insert(0, system)
     model = _first(attributes, "gen_ai.response.model", "gen_ai.request.model")
-    model = model if isinstance(model, str) else None
-    latency = _duration_ms(span)
-    captured = bool(messages or outputs)
+    call = Inference(
+        raw_input=raw_input,
+        head=head,
+        raw_output=raw_output,
+        reply=None,
+        tools=tools,
+        model=model if isinstance(model, str) else None,
+        latency_ms=_duration_ms(span),
+        content_captured=bool(head or raw_input or output),
+        unreadable=unreadable,
+    )
     if span.status_code == STATUS_ERROR:
         error_type = attributes.get("error.type") or "error"
-        error = (str(error_type), span.status_message or str(error_type))
-        status = attributes.get("http.response.status_code")
-        return Inference(
-            messages, None, tools, model, latency, error, _int(status), captured, unreadable
-        )
-    reply = Reply(model=model)
-    if outputs:
-        out = outputs[0]
-        reply.content, reply.reasoning = split_reasoning(str(out.get("content") or ""))
-        reply.tool_calls = list(out.get("tool_calls") or [])
+        call.error = (str(error_type), span.status_message or str(error_type))
+        call.status = _int(attributes.get("http.response.status_code"))
+        return call
+    reply = Reply(model=call.model)
+    if output is not None:
+        reply.content, reply.reasoning = split_reasoning(str(output.get("content") or ""))
+        reply.tool_calls = list(output.get("tool_calls") or [])
     finishes = attributes.get("gen_ai.response.finish_reasons")
     if output_finish is None and isinstance(finishes, Sequence) and not isinstance(finishes, str):
         output_finish = finishes[0] if finishes else None
@@ -323,7 +356,8 @@ def inference(span: Span) -> Inference:
     reply.completion_tokens = _int(
         _first(attributes, "gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens")
     )
-    return Inference(messages, reply, tools, model, latency, None, None, captured, unreadable)
+    call.reply = reply
+    return call
 
 
 def tool_execution(span: Span) -> ToolExecution:

@@ -56,6 +56,10 @@ class _Trace:
     root_at: float | None = None
     root_error: str | None = None
     ended_at: float | None = None
+    history: list[Any] | None = None
+    """The GenAI messages the session holds, as spans write them (the last request and its
+    reply): a request that starts with them records only its tail, without fingerprinting the
+    whole conversation again (agents resend all of it on every call)."""
 
 
 @dataclass
@@ -106,6 +110,8 @@ class TraceIngest:
         self.forget_after_s = forget_after_s
         self.clock = clock
         self._traces: dict[str, _Trace] = {}
+        self._read_ahead: dict[str, Inference] = {}
+        """Inference spans already read to start their session (read once)."""
 
     @property
     def open_sessions(self) -> int:
@@ -185,7 +191,10 @@ class TraceIngest:
         previous = trace.session.session_id if trace.session is not None else None
         if previous is None and trace.generation > 1:
             previous = session_id_for(trace.trace_id, trace.generation - 1)
-        first = next((inference(s) for s in group if operation(s) in INFERENCE_OPERATIONS), None)
+        first_span = next((s for s in group if operation(s) in INFERENCE_OPERATIONS), None)
+        first = None
+        if first_span is not None:
+            first = self._read_ahead[first_span.span_id] = inference(first_span)
         resource = group[0].resource
         service = resource.get("service.name")
         task = _task(first, group, trace.trace_id)
@@ -215,7 +224,8 @@ class TraceIngest:
         recorded = False
         op = operation(span)
         if op in INFERENCE_OPERATIONS:
-            self._inference(conversation, inference(span), done)
+            call = self._read_ahead.pop(span.span_id, None) or inference(span)
+            self._inference(trace, conversation, call, done)
             recorded = True
         elif op == "execute_tool":
             self._tool(session, span)
@@ -228,11 +238,19 @@ class TraceIngest:
             recorded = True
         return recorded or is_genai(span)
 
-    def _inference(self, conversation: Conversation, call: Inference, done: Applied) -> None:
+    def _inference(
+        self, trace: _Trace, conversation: Conversation, call: Inference, done: Applied
+    ) -> None:
         done.unreadable.extend(call.unreadable)
         if not call.content_captured:
             done.without_content += 1
-        conversation.request(call.messages)
+        known = trace.history
+        raw = call.raw_input
+        if known and len(raw) >= len(known) and _same_messages(raw[: len(known)], known):
+            conversation.extend(call.messages(skip=len(known)))
+        else:
+            conversation.request(call.messages())
+        trace.history = list(raw) if raw else None
         if call.error is not None:
             conversation.error(
                 call.error[0],
@@ -243,6 +261,11 @@ class TraceIngest:
             )
         elif call.reply is not None:
             conversation.reply(call.reply, call.latency_ms, call.tools)
+            if trace.history is not None:
+                if call.raw_output is None:
+                    trace.history = None
+                else:
+                    trace.history.append(call.raw_output)
 
     def _tool(self, session: Session, span: Span) -> None:
         run = tool_execution(span)
@@ -315,10 +338,21 @@ class TraceIngest:
         return ended
 
 
+def _same_messages(sent: list[Any], known: list[Any]) -> bool:
+    """Whether messages a request starts with are the ones recorded (an echoed reply may carry
+    its `finish_reason` again)."""
+    for a, b in zip(sent, known, strict=True):
+        if a != b and not (
+            isinstance(a, dict) and {k: v for k, v in a.items() if k != "finish_reason"} == b
+        ):
+            return False
+    return True
+
+
 def _task(first: Inference | None, group: Sequence[Span], trace_id: str) -> str:
     """What the session was asked: the first user message, else the agent's or root's name."""
     if first is not None:
-        for message in first.messages:
+        for message in first.messages():
             if message.get("role") == "user" and message.get("content"):
                 return str(message["content"])
     for span in group:
