@@ -17,6 +17,7 @@ reopened or forked.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -110,12 +111,16 @@ class TraceIngest:
         self.forget_after_s = forget_after_s
         self.clock = clock
         self._traces: dict[str, _Trace] = {}
+        self._open: dict[str, _Trace] = {}
+        """Traces whose session is open: the ones `end_due` looks at."""
+        self._idle: collections.deque[tuple[float, str]] = collections.deque()
+        """(when, trace) of traces without an open session, oldest first, to forget them."""
         self._read_ahead: dict[str, Inference] = {}
         """Inference spans already read to start their session (read once)."""
 
     @property
     def open_sessions(self) -> int:
-        return sum(1 for t in self._traces.values() if t.session and not t.session.ended)
+        return len(self._open)
 
     # -- a batch ---------------------------------------------------------------------------------
     def apply(self, spans: Sequence[Span]) -> Applied:
@@ -182,6 +187,7 @@ class TraceIngest:
                 trace.seen = self.journal.recorded_spans(trace_id)
                 trace.ended_at = self.clock()
             self._traces[trace_id] = trace
+            self._idle.append((self.clock(), trace_id))
         return trace
 
     def _needs_session(self, trace: _Trace) -> bool:
@@ -213,6 +219,7 @@ class TraceIngest:
             linked_session_id=previous,
         )
         trace.conversation = Conversation(trace.session, self.family)
+        self._open[trace.trace_id] = trace
         trace.root_at = None
         trace.root_error = None
         trace.ended_at = None
@@ -293,19 +300,26 @@ class TraceIngest:
         still knows them). Returns the ended session ids."""
         now = self.clock()
         ended = []
-        for trace_id, trace in list(self._traces.items()):
+        for trace in list(self._open.values()):
             session = trace.session
-            if session is not None and not session.ended:
-                if trace.root_at is not None and now - trace.last_span_at >= self.linger_s:
-                    self._end(trace, now)
-                    ended.append(session.session_id)
-                elif now - trace.last_span_at >= self.idle_s:
-                    self._end(trace, now, idle=True)
-                    ended.append(session.session_id)
-            else:  # ended long ago, or never a GenAI trace: the journal remembers it
-                since = trace.ended_at if trace.ended_at is not None else trace.last_span_at
-                if now - since >= self.forget_after_s:
-                    del self._traces[trace_id]
+            assert session is not None
+            if trace.root_at is not None and now - trace.last_span_at >= self.linger_s:
+                self._end(trace, now)
+                ended.append(session.session_id)
+            elif now - trace.last_span_at >= self.idle_s:
+                self._end(trace, now, idle=True)
+                ended.append(session.session_id)
+        idle = self._idle
+        while idle and now - idle[0][0] >= self.forget_after_s:
+            _, trace_id = idle.popleft()
+            trace = self._traces.get(trace_id)
+            if trace is None or trace_id in self._open:
+                continue
+            since = trace.ended_at if trace.ended_at is not None else trace.last_span_at
+            if now - since >= self.forget_after_s:
+                del self._traces[trace_id]
+            else:  # active again since: look later
+                idle.append((since, trace_id))
         return ended
 
     def _end(self, trace: _Trace, now: float, *, idle: bool = False, reason: str = "") -> None:
@@ -322,12 +336,14 @@ class TraceIngest:
         else:
             session.end("completed")
         trace.ended_at = now
+        self._open.pop(trace.trace_id, None)
+        self._idle.append((now, trace.trace_id))
 
     def end_all(self, reason: str) -> list[str]:
         """At shutdown: traces whose root arrived end as usual, the others as interrupted."""
         now = self.clock()
         ended = []
-        for trace in self._traces.values():
+        for trace in list(self._open.values()):
             session = trace.session
             if session is not None and not session.ended:
                 if trace.root_at is not None:
