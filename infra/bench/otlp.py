@@ -85,11 +85,16 @@ def _trace(spans: list[Any], trace_id: bytes, turns: int) -> None:
         }
         spans.append(
             Span(
-                trace_id=trace_id, span_id=os.urandom(8), parent_span_id=root_id,
-                name="chat qwen3-8b", kind=3, start_time_unix_nano=t, end_time_unix_nano=t + 1000,
+                trace_id=trace_id,
+                span_id=os.urandom(8),
+                parent_span_id=root_id,
+                name="chat qwen3-8b",
+                kind=Span.SPAN_KIND_CLIENT,
+                start_time_unix_nano=t,
+                end_time_unix_nano=t + 1000,
                 attributes=[_attr(k, v) for k, v in attributes.items()],
             )
-        )  # fmt: skip
+        )
         result = json.dumps({"value": 4.5, "turn": turn})
         tool = {
             "gen_ai.operation.name": "execute_tool",
@@ -100,24 +105,36 @@ def _trace(spans: list[Any], trace_id: bytes, turns: int) -> None:
         }
         spans.append(
             Span(
-                trace_id=trace_id, span_id=os.urandom(8), parent_span_id=root_id,
-                name="execute_tool calc", kind=1, start_time_unix_nano=t + 2000,
-                end_time_unix_nano=t + 3000, attributes=[_attr(k, v) for k, v in tool.items()],
+                trace_id=trace_id,
+                span_id=os.urandom(8),
+                parent_span_id=root_id,
+                name="execute_tool calc",
+                kind=Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=t + 2000,
+                end_time_unix_nano=t + 3000,
+                attributes=[_attr(k, v) for k, v in tool.items()],
             )
-        )  # fmt: skip
+        )
         history = [
             *history,
             out,
-            {"role": "tool", "parts": [{"type": "tool_call_response", "id": call_id, "response": result}]},
-        ]  # fmt: skip
+            {
+                "role": "tool",
+                "parts": [{"type": "tool_call_response", "id": call_id, "response": result}],
+            },
+        ]
         t += 10_000
     spans.append(
         Span(
-            trace_id=trace_id, span_id=root_id, name="invoke_agent calc", kind=1,
-            start_time_unix_nano=1_700_000_000_000_000_000, end_time_unix_nano=t,
+            trace_id=trace_id,
+            span_id=root_id,
+            name="invoke_agent calc",
+            kind=Span.SPAN_KIND_INTERNAL,
+            start_time_unix_nano=1_700_000_000_000_000_000,
+            end_time_unix_nano=t,
             attributes=[_attr("gen_ai.operation.name", "invoke_agent")],
         )
-    )  # fmt: skip
+    )
 
 
 def build_batches(spans: int, spans_per_batch: int, turns: int = 3) -> list[bytes]:

@@ -71,12 +71,18 @@ def serve(
 
 def _run(s: Settings, bootstrap: str | None, config: ReceiverConfig, host: str, port: int) -> None:
     receiver = open_receiver(s, config)
-    target = bootstrap or f"the spool only (no broker is running; {s.resolved_spool_dir()})"
+    if bootstrap:
+        target = f"recording to {bootstrap} (topic prefix {s.topic_prefix})"
+    else:
+        target = (
+            f"no broker is running: recording to the spool ({s.resolved_spool_dir() / 'otlp'}), "
+            "which the next `rolltape otlp serve` with a broker sends"
+        )
 
     def ready(bound: int) -> None:
         err_console.print(
-            f"receiving OTLP/HTTP traces on http://{host}:{bound}/v1/traces, recording to "
-            f"{escape(target)} (topic prefix {s.topic_prefix}); Ctrl-C stops",
+            f"receiving OTLP/HTTP traces on http://{host}:{bound}/v1/traces; {escape(target)}; "
+            "Ctrl-C stops",
             highlight=False,
         )
 

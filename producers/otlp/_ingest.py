@@ -312,10 +312,12 @@ class TraceIngest:
         idle = self._idle
         while idle and now - idle[0][0] >= self.forget_after_s:
             _, trace_id = idle.popleft()
-            trace = self._traces.get(trace_id)
-            if trace is None or trace_id in self._open:
+            remembered = self._traces.get(trace_id)
+            if remembered is None or trace_id in self._open:
                 continue
-            since = trace.ended_at if trace.ended_at is not None else trace.last_span_at
+            since = (
+                remembered.ended_at if remembered.ended_at is not None else remembered.last_span_at
+            )
             if now - since >= self.forget_after_s:
                 del self._traces[trace_id]
             else:  # active again since: look later
