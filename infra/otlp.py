@@ -66,7 +66,9 @@ class ReceiverConfig:
     family: str | None = None
     linger_s: float = 5.0
     idle_s: float = 300.0
-    flush_timeout_s: float = 10.0
+    flush_timeout_s: float = 5.0
+    """Under the exporters' own deadline (10 s in the Python SDK), so they get the 503 and
+    send the batch again."""
     max_body_bytes: int = 64 * 1024 * 1024
 
 
@@ -147,20 +149,28 @@ class OtlpReceiver:
         except RecorderError as exc:
             self.stats.failed_requests += 1
             log.error("could not make a batch durable: %s", exc)
-            return _status(encoding, 503, f"the batch is not recorded yet ({exc}); send it again")
-        self.journal.spans_recorded(applied.recorded)
+            answer = _status(encoding, 503, f"the batch is not recorded yet ({exc}); send it again")
+            answer.headers["Retry-After"] = "2"
+            return answer
+        except Exception as exc:  # a bug of ours: say so in OTLP's terms, keep serving
+            self.stats.failed_requests += 1
+            log.exception("failed on a batch")
+            return _status(encoding, 500, f"the receiver failed: {type(exc).__name__}: {exc}")
+        self.journal.spans_recorded(applied.recorded + applied.again)
         s = self.stats
         s.spans += applied.spans
         s.recorded += len(applied.recorded)
         s.redelivered += applied.redelivered
         s.not_genai += applied.not_genai
-        s.rejected += len(decoded.rejected)
+        rejected = len(decoded.rejected) + len(applied.rejected)
+        s.rejected += rejected
         s.sessions.update(applied.sessions_started)
         notes = [f"span {r.span_id or '?'}: {r.reason}" for r in decoded.rejected[:5]]
+        notes += applied.rejected[:5]
         if applied.warning():
             notes.append(applied.warning())
         return web.Response(
-            body=success_body(encoding, len(decoded.rejected), "; ".join(notes)),
+            body=success_body(encoding, rejected, "; ".join(notes)),
             content_type=PROTOBUF if encoding == "protobuf" else JSON,
         )
 

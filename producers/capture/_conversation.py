@@ -157,6 +157,8 @@ class Conversation:
                 )
         elif role == "tool":
             call_id = str(message.get("tool_call_id", ""))
+            if not call_id and s._open_calls:  # a result without an id answers the oldest call
+                call_id = s._open_calls[0][0]
             if call_id and call_id not in s._answered:
                 s.tool_result(call_id, text)
         else:

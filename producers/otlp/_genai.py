@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from rolltape.producers.capture._conversation import text_of
 from rolltape.producers.capture._reply import Reply
 from rolltape.producers.otlp._wire import STATUS_ERROR, Span
 from rolltape.schemas import ToolSpec, split_reasoning
@@ -61,6 +63,10 @@ class Inference:
     """False when the span carried no messages at all (content capture off in the agent)."""
     unreadable: list[str] = field(default_factory=list)
     """Message attributes that were present but could not be read, with why."""
+    response_id: str | None = None
+    starts_with: bytes = b""
+    """The request's first message (system instructions or the first input message): which
+    agent's conversation this call belongs to, when a trace holds several."""
 
     def messages(self, skip: int = 0) -> list[dict[str, Any]]:
         """The request as OpenAI chat messages; `skip` > 0 leaves out the head and that many
@@ -98,13 +104,20 @@ def operation(span: Span) -> str | None:
         return op
     if span.name.startswith("execute_tool") and "gen_ai.tool.name" in span.attributes:
         return "execute_tool"
-    if span.attributes.get("llm.request.type") in ("chat", "completion"):
-        return "chat"
+    request_type = span.attributes.get("llm.request.type")
+    if isinstance(request_type, str):  # OpenLLMetry: chat, completion, embedding, rerank
+        return "chat" if request_type in ("chat", "completion") else request_type
     if any(k.startswith(("gen_ai.prompt.", "gen_ai.completion.")) for k in span.attributes):
         return "chat"
     if "gen_ai.input.messages" in span.attributes or "gen_ai.output.messages" in span.attributes:
         return "chat"
     return None
+
+
+def is_local_root(span: Span) -> bool:
+    """The trace's root in this service: no parent, or a parent in another process (the agent
+    was called with a remote `traceparent`)."""
+    return not span.parent_span_id or span.parent_is_remote
 
 
 def is_genai(span: Span) -> bool:
@@ -133,7 +146,13 @@ def _text(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return json.dumps(value, ensure_ascii=False, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else repr(value)
 
 
 # -- the current conventions: messages made of parts ----------------------------------------------
@@ -143,7 +162,12 @@ def _openai_messages(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
     responses: list[dict[str, Any]] = []
-    for part in message.get("parts") or []:
+    parts = message.get("parts")
+    if parts is None and "content" in message:  # the OpenAI form, still written by some
+        parts = [{"type": "text", "content": text_of(message["content"])}]
+    if not isinstance(parts, list):
+        raise TypeError(f"a message's parts must be a list, not {type(parts).__name__}")
+    for part in parts:
         if not isinstance(part, dict):
             continue
         kind = part.get("type")
@@ -212,12 +236,14 @@ def _indexed(attributes: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]
         if not key.startswith(prefix):
             continue
         path = key[len(prefix) :].split(".")
-        if not path[0].isdigit() or len(path) < 2:
+        if not (path[0].isascii() and path[0].isdigit()) or len(path) < 2:
             continue
         node: dict[Any, Any] = tree.setdefault(int(path[0]), {})
         rest = path[1:]
         for step in rest[:-1]:  # lists are dicts by index here, made lists by _lists
-            node = node.setdefault(int(step) if step.isdigit() else step, {})
+            node = node.setdefault(int(step) if step.isascii() and step.isdigit() else step, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{key}: {step} is both a value and a group")
         node[rest[-1]] = value
     return [_lists(tree[i]) for i in sorted(tree)]
 
@@ -235,8 +261,14 @@ def _lists(node: dict[Any, Any]) -> dict[str, Any]:
 
 def _legacy_message(entry: Mapping[str, Any]) -> dict[str, Any]:
     role = str(entry.get("role") or "user")
-    message: dict[str, Any] = {"role": role, "content": _text(entry.get("content"))}
+    content = entry.get("content")
+    if isinstance(content, str) and content.startswith("[{"):  # parts written as JSON
+        with contextlib.suppress(orjson.JSONDecodeError):
+            content = text_of(orjson.loads(content))
+    message: dict[str, Any] = {"role": role, "content": _text(content)}
     calls = entry.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise TypeError(f"tool_calls must be a list, not {type(calls).__name__}")
     if isinstance(entry.get("function_call"), Mapping):
         calls = [*calls, entry["function_call"]]
     if calls:
@@ -263,7 +295,12 @@ def _first(attributes: Mapping[str, Any], *keys: str) -> Any:
 
 
 def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A count: a finite, non-negative number, else unknown."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return int(value) if value >= 0 else None
 
 
 def _list(value: Any) -> list[Any]:
@@ -325,7 +362,12 @@ def inference(span: Span) -> Inference:
     ]
     if system is not None and not any(r in ("system", "developer") for r in roles):
         head.insert(0, system)
+    for index, tool_call in enumerate((output or {}).get("tool_calls") or []):
+        if not tool_call.get("id"):  # unique in the session, so its result finds it
+            tool_call["id"] = f"call_{span.span_id}_{index}"
     model = _first(attributes, "gen_ai.response.model", "gen_ai.request.model")
+    response_id = attributes.get("gen_ai.response.id")
+    opening = head[0] if head else raw_input[0] if raw_input else None
     call = Inference(
         raw_input=raw_input,
         head=head,
@@ -336,6 +378,8 @@ def inference(span: Span) -> Inference:
         latency_ms=_duration_ms(span),
         content_captured=bool(head or raw_input or output),
         unreadable=unreadable,
+        response_id=str(response_id) if response_id else None,
+        starts_with=orjson.dumps(opening, option=orjson.OPT_SORT_KEYS, default=_jsonable),
     )
     if span.status_code == STATUS_ERROR:
         error_type = attributes.get("error.type") or "error"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolltape.producers._errors import RecorderError
 from rolltape.producers._recorder import Recorder, Session
 from rolltape.producers.capture._conversation import Conversation
 from rolltape.producers.otlp._genai import (
@@ -31,6 +32,7 @@ from rolltape.producers.otlp._genai import (
     evaluations,
     inference,
     is_genai,
+    is_local_root,
     operation,
     tool_execution,
 )
@@ -46,21 +48,31 @@ def session_id_for(trace_id: str, generation: int) -> str:
 
 
 @dataclass
+class _Thread:
+    conversation: Conversation
+    history: list[Any] | None = None
+    """The GenAI messages this conversation holds, as spans write them (the last request and
+    its reply): a request that starts with them records only its tail, without fingerprinting
+    the whole conversation again (agents resend all of it on every call)."""
+
+
+@dataclass
 class _Trace:
     trace_id: str
     generation: int
     session: Session | None = None
-    conversation: Conversation | None = None
+    conversations: dict[bytes, _Thread] = field(default_factory=dict)
+    """The session's conversations, one per agent (a trace may hold several agents, each
+    sending its own history), keyed by how each request starts."""
+    nested: set[str] = field(default_factory=set)
+    """Span ids that wrap an inference span already recorded (a framework's span around the
+    provider's), and response ids already recorded: the same call is not recorded twice."""
     seen: set[str] = field(default_factory=set)
     """Span ids applied (in this process or, per the journal, before)."""
     last_span_at: float = 0.0
     root_at: float | None = None
     root_error: str | None = None
     ended_at: float | None = None
-    history: list[Any] | None = None
-    """The GenAI messages the session holds, as spans write them (the last request and its
-    reply): a request that starts with them records only its tail, without fingerprinting the
-    whole conversation again (agents resend all of it on every call)."""
 
 
 @dataclass
@@ -70,6 +82,11 @@ class Applied:
     spans: int = 0
     recorded: list[tuple[str, str]] = field(default_factory=list)
     redelivered: int = 0
+    again: list[tuple[str, str]] = field(default_factory=list)
+    """(trace, span) of redelivered spans: journaled again once the batch is durable (the
+    first delivery may have failed before its ids were journaled)."""
+    rejected: list[str] = field(default_factory=list)
+    """Spans whose content could not be mapped, with why."""
     not_genai: int = 0
     sessions_started: list[str] = field(default_factory=list)
     without_content: int = 0
@@ -124,6 +141,10 @@ class TraceIngest:
 
     # -- a batch ---------------------------------------------------------------------------------
     def apply(self, spans: Sequence[Span]) -> Applied:
+        """Record a batch. A span is marked seen only once applied, so when the recorder
+        refuses records midway (RecorderError, answered 503) the rest of the batch is applied
+        when it is sent again. A span whose content breaks the mapping is rejected with why
+        (what it recorded before that stays)."""
         done = Applied(spans=len(spans))
         by_trace: dict[str, list[Span]] = {}
         for span in spans:
@@ -132,16 +153,16 @@ class TraceIngest:
         fresh: dict[str, list[Span]] = {}
         for trace_id, group in by_trace.items():
             trace = self._trace(trace_id)
-            new = []
+            new: dict[str, Span] = {}
             for span in group:
-                if span.span_id in trace.seen:
+                if span.span_id in trace.seen or span.span_id in new:
                     done.redelivered += 1
+                    done.again.append((trace_id, span.span_id))
                 else:
-                    trace.seen.add(span.span_id)
-                    new.append(span)
+                    new[span.span_id] = span
             if new:
                 trace.last_span_at = now
-                fresh[trace_id] = sorted(new, key=lambda s: (s.end_ns, s.start_ns))
+                fresh[trace_id] = sorted(new.values(), key=lambda s: (s.end_ns, s.start_ns))
         starting = [
             t
             for t, group in fresh.items()
@@ -163,18 +184,29 @@ class TraceIngest:
                 self._start(trace, group)
                 done.sessions_started.append(trace.session.session_id)  # type: ignore[union-attr]
             for span in group:
-                if trace.session is None or trace.session.ended:
-                    done.not_genai += 1
-                    continue
-                if self._apply(trace, span, done):
-                    done.recorded.append((trace_id, span.span_id))
-                else:
-                    done.not_genai += 1
-                if not span.parent_span_id:
-                    trace.root_at = now
-                    if span.status_code == STATUS_ERROR:
-                        trace.root_error = span.status_message or span.name
+                self._one(trace, span, done, now)
+                trace.seen.add(span.span_id)
         return done
+
+    def _one(self, trace: _Trace, span: Span, done: Applied, now: float) -> None:
+        if trace.session is None or trace.session.ended:
+            done.not_genai += 1
+            return
+        try:
+            recorded = self._apply(trace, span, done)
+        except RecorderError:
+            raise
+        except Exception as exc:  # the span's content broke the mapping: reject it, say why
+            done.rejected.append(f"span {span.span_id}: {type(exc).__name__}: {exc}")
+            return
+        if recorded:
+            done.recorded.append((trace.trace_id, span.span_id))
+        else:
+            done.not_genai += 1
+        if is_local_root(span):
+            trace.root_at = now
+            if span.status_code == STATUS_ERROR:
+                trace.root_error = span.status_message or span.name
 
     def _trace(self, trace_id: str) -> _Trace:
         trace = self._traces.get(trace_id)
@@ -199,11 +231,14 @@ class TraceIngest:
             previous = session_id_for(trace.trace_id, trace.generation - 1)
         first_span = next((s for s in group if operation(s) in INFERENCE_OPERATIONS), None)
         first = None
-        if first_span is not None:
-            first = self._read_ahead[first_span.span_id] = inference(first_span)
+        try:
+            if first_span is not None:
+                first = self._read_ahead[first_span.span_id] = inference(first_span)
+            task = _task(first, group, trace.trace_id)
+        except Exception:  # the span is rejected with why when it is applied
+            first, task = None, _task(None, group, trace.trace_id)
         resource = group[0].resource
         service = resource.get("service.name")
-        task = _task(first, group, trace.trace_id)
         run_config: dict[str, Any] = {"otel": {"trace_id": trace.trace_id}}
         if isinstance(service, str):
             run_config["otel"]["service.name"] = service
@@ -218,7 +253,8 @@ class TraceIngest:
             tags=[TAG] if trace.generation == 1 else [TAG, "continuation"],
             linked_session_id=previous,
         )
-        trace.conversation = Conversation(trace.session, self.family)
+        trace.conversations = {}
+        trace.nested = set()
         self._open[trace.trace_id] = trace
         trace.root_at = None
         trace.root_error = None
@@ -226,13 +262,20 @@ class TraceIngest:
 
     def _apply(self, trace: _Trace, span: Span, done: Applied) -> bool:
         """Record one span; False when it holds nothing GenAI (kept out of the session)."""
-        session, conversation = trace.session, trace.conversation
-        assert session is not None and conversation is not None
+        session = trace.session
+        assert session is not None
         recorded = False
         op = operation(span)
         if op in INFERENCE_OPERATIONS:
             call = self._read_ahead.pop(span.span_id, None) or inference(span)
-            self._inference(trace, conversation, call, done)
+            if span.span_id not in trace.nested and (
+                call.response_id is None or call.response_id not in trace.nested
+            ):
+                self._inference(trace, call, done)
+            if span.parent_span_id:
+                trace.nested.add(span.parent_span_id)
+            if call.response_id is not None:
+                trace.nested.add(call.response_id)
             recorded = True
         elif op == "execute_tool":
             self._tool(session, span)
@@ -245,19 +288,21 @@ class TraceIngest:
             recorded = True
         return recorded or is_genai(span)
 
-    def _inference(
-        self, trace: _Trace, conversation: Conversation, call: Inference, done: Applied
-    ) -> None:
+    def _inference(self, trace: _Trace, call: Inference, done: Applied) -> None:
+        assert trace.session is not None
         done.unreadable.extend(call.unreadable)
         if not call.content_captured:
             done.without_content += 1
-        known = trace.history
-        raw = call.raw_input
+        thread = trace.conversations.get(call.starts_with)
+        if thread is None:
+            thread = _Thread(Conversation(trace.session, self.family))
+            trace.conversations[call.starts_with] = thread
+        conversation, known, raw = thread.conversation, thread.history, call.raw_input
         if known and len(raw) >= len(known) and _same_messages(raw[: len(known)], known):
             conversation.extend(call.messages(skip=len(known)))
         else:
             conversation.request(call.messages())
-        trace.history = list(raw) if raw else None
+        thread.history = list(raw) if raw else None
         if call.error is not None:
             conversation.error(
                 call.error[0],
@@ -268,11 +313,11 @@ class TraceIngest:
             )
         elif call.reply is not None:
             conversation.reply(call.reply, call.latency_ms, call.tools)
-            if trace.history is not None:
+            if thread.history is not None:
                 if call.raw_output is None:
-                    trace.history = None
+                    thread.history = None
                 else:
-                    trace.history.append(call.raw_output)
+                    thread.history.append(call.raw_output)
 
     def _tool(self, session: Session, span: Span) -> None:
         run = tool_execution(span)
@@ -282,7 +327,7 @@ class TraceIngest:
         known = {c[0] for c in session._open_calls} | session._answered
         if call_id is None:
             call_id = session._claim_call(run.name, arguments)
-        if call_id is not None and call_id in session._answered:
+        elif call_id in session._answered:
             return  # its result came with a request already
         if call_id is None or call_id not in known:
             call_id = session.tool_call(

@@ -24,6 +24,9 @@ Encoding = Literal["protobuf", "json"]
 
 STATUS_ERROR = 2
 """`Status.code` of a span that failed (STATUS_CODE_ERROR)."""
+_PARENT_IS_REMOTE = 0x300
+"""SpanFlags: the remote bit is known (0x100) and set (0x200)."""
+_HEX = frozenset("0123456789abcdef")
 
 
 class OtlpRequestError(ValueError):
@@ -58,6 +61,8 @@ class Span:
     status_code: int = 0
     status_message: str = ""
     resource: Mapping[str, Any] = field(default_factory=dict)
+    parent_is_remote: bool = False
+    """From the span's flags: its parent lives in another process."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,8 @@ def decode(body: bytes, encoding: Encoding) -> Decoded:
 
 
 def _check_ids(trace_id: str, span_id: str, parent: str) -> str | None:
+    if not _HEX.issuperset(trace_id + span_id + parent):
+        return f"ids must be hex: trace {trace_id!r}, span {span_id!r}, parent {parent!r}"
     if len(trace_id) != 32 or trace_id == "0" * 32:
         return f"trace id {trace_id!r} is not 16 non-zero bytes"
     if len(span_id) != 16 or span_id == "0" * 16:
@@ -192,6 +199,7 @@ def _from_protobuf(body: bytes) -> Decoded:
                         status_code=s.status.code,
                         status_message=s.status.message,
                         resource=resource,
+                        parent_is_remote=s.flags & _PARENT_IS_REMOTE == _PARENT_IS_REMOTE,
                     )
                 )
     return Decoded(spans, rejected)
@@ -256,6 +264,7 @@ def _json_span(s: Mapping[str, Any], resource: Mapping[str, Any]) -> Span:
         status_code=int(status.get("code") or 0),
         status_message=str(status.get("message") or ""),
         resource=resource,
+        parent_is_remote=int(s.get("flags") or 0) & _PARENT_IS_REMOTE == _PARENT_IS_REMOTE,
     )
 
 
@@ -318,7 +327,7 @@ def success_body(encoding: Encoding, rejected: int = 0, message: str = "") -> by
 
 def status_body(encoding: Encoding, http_status: int, message: str) -> bytes:
     """A google.rpc.Status for a failed request (its code: the gRPC code of the HTTP status)."""
-    code = {400: 3, 413: 8, 415: 3, 429: 8, 503: 14}.get(http_status, 13)
+    code = {400: 3, 404: 5, 405: 12, 413: 8, 415: 3, 429: 8, 503: 14}.get(http_status, 13)
     if encoding == "json":
         return orjson.dumps({"code": code, "message": message})
     from google.rpc.status_pb2 import Status

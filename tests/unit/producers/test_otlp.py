@@ -407,3 +407,138 @@ def test_a_trace_ends_after_linger_once_its_root_came_or_after_idle_without_it(
     ended = [e["payload"] for e in envelopes(tmp_path) if e["type"] == "session_ended"]
     assert [e["status"] for e in ended] == ["failed", "interrupted"]
     assert "root span never arrived" in ended[1]["error"]
+
+
+def _chat(tracer: Tracer, inputs: list[Any], output: dict[str, Any], **extra: Any) -> None:
+    attributes = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.input.messages": json.dumps(inputs),
+        "gen_ai.output.messages": json.dumps([output]),
+        **extra,
+    }
+    with tracer.start_as_current_span("chat m", attributes=attributes):
+        pass
+
+
+def test_a_span_that_breaks_the_mapping_is_rejected_with_why_and_costs_only_itself(
+    tmp_path: Path,
+) -> None:
+    def agent(tracer: Tracer) -> None:
+        _chat(tracer, [parts("user", text("first"))], parts("assistant", text("one")))
+        bad = {"role": "user", "parts": 5}
+        _chat(tracer, [bad], parts("assistant", text("never")))
+        _chat(tracer, [parts("user", text("third"))], parts("assistant", text("three")))
+
+    request = recorded_request(lambda t: _under_root(t, agent))
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        answer = ExportTraceServiceResponse.FromString(rig.post(request).content)
+        assert answer.partial_success.rejected_spans == 1
+        assert "parts must be a list" in answer.partial_success.error_message
+        assert rig.post(request).is_success  # sent again: nothing more, nothing lost
+        events = rig.recorded()
+    turns = [e["payload"]["content"] for e in events if e["type"] == "turn"]
+    assert turns == ["first", "one", "third", "three"]
+
+
+def test_calls_without_ids_get_unique_ids_and_every_result_finds_its_call(
+    tmp_path: Path,
+) -> None:
+    def agent(tracer: Tracer) -> None:
+        def call(city: str) -> dict[str, Any]:
+            return {"type": "tool_call", "name": "weather", "arguments": {"city": city}}
+
+        def run(city: str, sky: str) -> None:
+            with tracer.start_as_current_span("execute_tool weather", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "weather",
+                "gen_ai.tool.call.arguments": json.dumps({"city": city}),
+                "gen_ai.tool.call.result": sky,
+            }):  # fmt: skip
+                pass
+
+        user = parts("user", text("Paris, then Oslo"))
+        first = parts("assistant", call("Paris"))
+        _chat(tracer, [user], first)
+        run("Paris", "sunny")
+        second = parts("assistant", call("Oslo"))
+        _chat(tracer, [user, first, parts("tool", {"type": "tool_call_response", "response": "sunny"})], second)  # fmt: skip
+        run("Oslo", "rainy")
+
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(recorded_request(lambda t: _under_root(t, agent))).is_success
+        events = rig.recorded()
+    calls = [e["payload"] for e in events if e["type"] == "tool_call"]
+    results = [e["payload"] for e in events if e["type"] == "tool_result"]
+    assert len({c["id"] for c in calls}) == 2
+    assert [(r["call_id"], r["content"]) for r in results] == [
+        (calls[0]["id"], "sunny"),
+        (calls[1]["id"], "rainy"),
+    ]
+
+
+def test_agents_taking_turns_in_one_trace_are_each_recorded_once(tmp_path: Path) -> None:
+    def agents(tracer: Tracer) -> None:
+        a_sys = {"gen_ai.system_instructions": json.dumps([text("You are A.")])}
+        b_sys = {"gen_ai.system_instructions": json.dumps([text("You are B.")])}
+        a1, a_out1 = parts("user", text("plan a trip")), parts("assistant", text("asking B"))
+        b1, b_out1 = parts("user", text("find hotels")), parts("assistant", text("Hotel X"))
+        _chat(tracer, [a1], a_out1, **a_sys)
+        _chat(tracer, [b1], b_out1, **b_sys)
+        a2 = parts("user", text("B says Hotel X"))
+        _chat(tracer, [a1, a_out1, a2], parts("assistant", text("booked")), **a_sys)
+
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(recorded_request(lambda t: _under_root(t, agents))).is_success
+        events = rig.recorded()
+    turns = [e["payload"]["content"] for e in events if e["type"] == "turn"]
+    assert sorted(turns) == sorted(
+        ["You are A.", "plan a trip", "asking B", "You are B.", "find hotels", "Hotel X",
+         "B says Hotel X", "booked"]
+    )  # fmt: skip
+
+
+def test_a_framework_span_around_the_provider_span_records_the_call_once(
+    tmp_path: Path,
+) -> None:
+    def wrapped(tracer: Tracer) -> None:
+        question, answer = [parts("user", text("hi"))], parts("assistant", text("hello"))
+        with tracer.start_as_current_span("chat framework", attributes={
+            "gen_ai.operation.name": "chat",
+            "gen_ai.input.messages": json.dumps(question),
+            "gen_ai.output.messages": json.dumps([answer]),
+        }):  # fmt: skip
+            _chat(tracer, question, answer, **{"gen_ai.usage.output_tokens": -1})
+
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        assert rig.post(recorded_request(wrapped)).is_success
+        events = rig.recorded()
+    turns = [e["payload"] for e in events if e["type"] == "turn"]
+    assert [t["content"] for t in turns] == ["hi", "hello"]
+    assert turns[1]["completion_tokens"] is None  # -1 is not a count: unknown, not a lost turn
+
+
+def test_ids_that_are_not_hex_are_rejected(rig: Rig) -> None:
+    body = json.loads(as_otlp_json(recorded_request(failed_call)))
+    span = body["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["traceId"] = "a b/" * 8
+    answer = rig.post(json.dumps(body).encode(), JS)
+    assert answer.json()["partialSuccess"]["rejectedSpans"] == "1"
+    assert "must be hex" in answer.json()["partialSuccess"]["errorMessage"]
+    assert rig.recorded() == []
+
+
+def test_a_span_whose_parent_is_remote_is_the_root_that_ends_the_session(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from rolltape.producers.otlp import decode
+
+    now = [0.0]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0)
+    ingest = TraceIngest(recorder, Journal(tmp_path / "j.sqlite"), linger_s=1, clock=lambda: now[0])
+    (span,) = decode(recorded_request(failed_call), "protobuf").spans
+    called = dataclasses.replace(span, parent_span_id="ab" * 8, parent_is_remote=True)
+    ingest.apply([called])
+    now[0] = 1.0
+    assert ingest.end_due() == [f"otel-{span.trace_id}"]
+    recorder.close()
