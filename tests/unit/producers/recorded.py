@@ -10,6 +10,19 @@ from rolltape.producers._spool import Spool
 from rolltape.schemas import decode
 
 
+def spooled(folder: Path) -> list[dict[str, Any]]:
+    """Every envelope a closed recorder left in its spool folder, in order (reading consumes
+    the spool: read once)."""
+    spool = Spool(folder, 1 << 30)
+    out: list[dict[str, Any]] = []
+    while not spool.empty:
+        batch, token = spool.read(1000)
+        out += [decode(value) for _, _, value in batch]
+        spool.commit(token)
+    spool.close()
+    return out
+
+
 class Spooled:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
@@ -25,15 +38,7 @@ class Spooled:
         """Everything both recorders wrote, agent's first (closes them)."""
         self.agent.close(10)
         self.monitor.close(10)
-        out: list[dict[str, Any]] = []
-        for folder in ("agent", "monitor"):
-            spool = Spool(self.tmp / folder, 1 << 30)
-            while not spool.empty:
-                batch, token = spool.read(1000)
-                out += [decode(value) for _, _, value in batch]
-                spool.commit(token)
-            spool.close()
-        return out
+        return spooled(self.tmp / "agent") + spooled(self.tmp / "monitor")
 
     def payloads(self, event_type: str) -> list[dict[str, Any]]:
         return [e["payload"] for e in self.envelopes() if e["type"] == event_type]

@@ -21,9 +21,7 @@ from opentelemetry.trace import Status as SpanStatus
 
 from rolltape.infra.otlp import OtlpReceiver, ReceiverConfig
 from rolltape.producers import Recorder
-from rolltape.producers._spool import Spool
 from rolltape.producers.otlp import Journal, TraceIngest
-from rolltape.schemas import decode
 from tests.support.otlp import (
     ReceiverThread,
     agent_tracer,
@@ -34,6 +32,7 @@ from tests.support.otlp import (
     text,
     weather_agent,
 )
+from tests.unit.producers.recorded import spooled
 
 PB = {"Content-Type": "application/x-protobuf"}
 JS = {"Content-Type": "application/json"}
@@ -71,15 +70,7 @@ class Rig:
 
 
 def envelopes(folder: Path) -> list[dict[str, Any]]:
-    """Everything spooled in `folder`, in order (reading consumes it: read once)."""
-    spool = Spool(folder / "spool", 1 << 30)
-    out: list[dict[str, Any]] = []
-    while not spool.empty:
-        batch, token = spool.read(1000)
-        out += [decode(value) for _, _, value in batch]
-        spool.commit(token)
-    spool.close()
-    return out
+    return spooled(folder / "spool")
 
 
 def by_session(source: Path | list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
