@@ -18,7 +18,7 @@ import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -58,7 +58,7 @@ class ReceiverStats:
     not_genai: int = 0
     rejected: int = 0
     failed_requests: int = 0
-    sessions: set[str] = field(default_factory=set)
+    sessions_started: int = 0
 
 
 @dataclass
@@ -164,7 +164,7 @@ class OtlpReceiver:
         s.not_genai += applied.not_genai
         rejected = len(decoded.rejected) + len(applied.rejected)
         s.rejected += rejected
-        s.sessions.update(applied.sessions_started)
+        s.sessions_started += len(applied.sessions_started)
         notes = [f"span {r.span_id or '?'}: {r.reason}" for r in decoded.rejected[:5]]
         notes += applied.rejected[:5]
         if applied.warning():

@@ -266,7 +266,8 @@ def run_otlp_bench(
     from rolltape.infra.topics import delete_topics, ensure_topics_sync
 
     batches = build_batches(spans + 2 * spans_per_batch, spans_per_batch)
-    timed_spans = sum(_count_spans(b) for b in batches[2:])
+    counts = [_count_spans(b) for b in batches]
+    timed_spans = sum(counts[2:])
     runs, baseline, per_span = [], [], []
     for _ in range(repeats):
         prefix = f"bench{uuid.uuid4().hex[:10]}"
@@ -276,7 +277,7 @@ def run_otlp_bench(
             with tempfile.TemporaryDirectory() as state:
                 scoped = settings.model_copy(update={"state_dir": Path(state)})
                 runs.append(timed_spans / _measure(scoped, batches, connections, False))
-            per_span.append(_events_written(bootstrap, prefix) / sum(map(_count_spans, batches)))
+            per_span.append(_events_written(bootstrap, prefix) / sum(counts))
         finally:
             asyncio.run(delete_topics(bootstrap, prefix))
         baseline.append(timed_spans / _measure(settings, batches, connections, True))

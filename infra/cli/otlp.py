@@ -103,6 +103,6 @@ def _run(s: Settings, bootstrap: str | None, config: ReceiverConfig, host: str, 
     err_console.print(
         f"stopped: {st.requests} request(s), {st.spans} span(s): {st.recorded} recorded, "
         f"{st.redelivered} redelivered, {st.not_genai} not GenAI, {st.rejected} rejected; "
-        f"{len(st.sessions)} session(s) started, {len(ended)} ended at stop",
+        f"{st.sessions_started} session(s) started, {len(ended)} ended at stop",
         highlight=False,
     )

@@ -135,10 +135,6 @@ class TraceIngest:
         self._read_ahead: dict[str, Inference] = {}
         """Inference spans already read to start their session (read once)."""
 
-    @property
-    def open_sessions(self) -> int:
-        return len(self._open)
-
     # -- a batch ---------------------------------------------------------------------------------
     def apply(self, spans: Sequence[Span]) -> Applied:
         """Record a batch. A span is marked seen only once applied, so when the recorder
@@ -324,15 +320,16 @@ class TraceIngest:
         arguments = run.arguments if isinstance(run.arguments, dict) else {}
         raw = run.arguments if isinstance(run.arguments, str) else None
         call_id = run.call_id
-        known = {c[0] for c in session._open_calls} | session._answered
-        if call_id is None:
+        if call_id is None:  # the oldest open call of this name and arguments, if any
             call_id = session._claim_call(run.name, arguments)
+            if call_id is None:
+                call_id = session.tool_call(
+                    run.name, arguments, call_id=f"call_{span.span_id}", raw_arguments=raw
+                )
         elif call_id in session._answered:
             return  # its result came with a request already
-        if call_id is None or call_id not in known:
-            call_id = session.tool_call(
-                run.name, arguments, call_id=call_id or f"call_{span.span_id}", raw_arguments=raw
-            )
+        elif all(open_id != call_id for open_id, _, _ in session._open_calls):
+            session.tool_call(run.name, arguments, call_id=call_id, raw_arguments=raw)
         content = run.result if run.result is not None else ""
         success = not run.failed and (run.result is None or not result_failed(content))
         session.tool_result(
