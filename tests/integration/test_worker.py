@@ -394,7 +394,16 @@ def test_worker__that_stops_making_progress_restarts_itself_and_loses_nothing(
             for i in range(12):
                 record_training(rec, f"train-{i}")
                 rec.flush()
-        records = wait_for(topics, lambda rs: len(payloads(rs, "verdict")) == 12, worker=process)
+        records = wait_for(
+            topics,
+            # every output, not just the verdicts: a batch's outputs land on several topics, and
+            # a read may see a session's verdict before its last rule evaluation
+            lambda rs: (
+                len(payloads(rs, "verdict")) == 12
+                and len(payloads(rs, "rule_evaluation")) >= 12 * 7
+            ),
+            worker=process,
+        )
     finally:
         process.stop()
     assert marker.exists(), "the plugin never stalled the worker"

@@ -93,9 +93,27 @@ def wait_for(
         if time.monotonic() > deadline or (worker is not None and not worker.alive()):
             log = worker.log() if worker else ""
             raise AssertionError(
-                f"outputs incomplete after {timeout_s}s ({len(records)} read)\n{log}"
+                f"outputs incomplete after {timeout_s}s ({len(records)} read; "
+                f"{_outputs_summary(records)})\n{log}"
             )
         time.sleep(0.5)
+
+
+def _outputs_summary(records: list[RawRecord]) -> str:
+    """Distinct outputs by type, and the sessions holding two different outputs of a type that
+    a session gets once (a restart that recomputed something differently): what a failed wait
+    was missing or had too much of."""
+    kinds: dict[str, set[str]] = {}
+    once: dict[tuple[str, str], set[str]] = {}
+    for r in records:
+        env = decode(r.value)
+        kinds.setdefault(str(env["type"]), set()).add(str(env["event_id"]))
+        if env["type"] in ("verdict", "filter_outcome"):
+            key = (str(env["type"]), str(env["session_id"]))
+            once.setdefault(key, set()).add(str(env["event_id"]))
+    counts = ", ".join(f"{kind} {len(ids)}" for kind, ids in sorted(kinds.items()))
+    doubled = sorted(f"{t}:{sid}" for (t, sid), ids in once.items() if len(ids) > 1)
+    return f"distinct: {counts}; differing copies: {', '.join(doubled) or 'none'}"
 
 
 def payloads(
