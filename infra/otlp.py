@@ -110,6 +110,9 @@ class OtlpReceiver:
             idle_s=config.idle_s,
         )
         self.stats = ReceiverStats()
+        self._told: set[str] = set()
+        """Kinds of problems already logged: exporters do not show partial_success to the
+        agent's author, so the receiver says it on its own console, once per kind."""
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes)
@@ -169,6 +172,11 @@ class OtlpReceiver:
         notes += applied.rejected[:5]
         if applied.warning():
             notes.append(applied.warning())
+        if notes:
+            kind = "content" if applied.without_content else "rejected" if rejected else "other"
+            if kind not in self._told:
+                self._told.add(kind)
+                log.warning("told the sender (shown once): %s", "; ".join(notes))
         return web.Response(
             body=success_body(encoding, rejected, "; ".join(notes)),
             content_type=PROTOBUF if encoding == "protobuf" else JSON,
