@@ -9,35 +9,40 @@ from typing import Any
 
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
+from rolltape.schemas import Role
 
 
-def open_recorder(settings: Settings | None = None, **overrides: Any) -> Recorder:
+def open_recorder(
+    settings: Settings | None = None, *, role: Role = Role.AGENT, **overrides: Any
+) -> Recorder:
     """A Recorder configured from ROLLTAPE_* settings: the explicit bootstrap, else the running
-    managed broker (else spool-only until one is configured); `overrides` win."""
-    from rolltape.infra.broker import current_bootstrap
+    managed broker (else spool-only until one is configured), authenticated as the principal of
+    `role`; `overrides` (Recorder's keyword arguments, `connection` too) win."""
+    from rolltape.infra.broker import current_connection
 
     settings = settings or Settings()
     kwargs: dict[str, Any] = {
         "topic_prefix": settings.topic_prefix,
         "spool_dir": settings.resolved_spool_dir(),
         "spool_max_bytes": settings.spool_max_bytes,
-        "principal": settings.principal,
     }
-    bootstrap = overrides.pop("bootstrap", None) or current_bootstrap(settings)
+    connection = overrides.pop("connection", None) or current_connection(settings, role)
+    if connection is None or connection.principal is None:
+        # Unauthenticated: the envelope names the configured principal.
+        kwargs["principal"] = (
+            settings.monitor_principal if role == Role.MONITOR else settings.principal
+        )
     kwargs.update(overrides)
-    return Recorder(bootstrap, **kwargs)
+    return Recorder(connection, **kwargs)
 
 
 def open_monitor_recorder(settings: Settings | None = None, **overrides: Any) -> Recorder:
-    """The training monitor's own recorder: the monitor principal (ROLLTAPE_MONITOR_PRINCIPAL)
-    and a spool folder of its own, so its records never travel under the agent's identity."""
+    """The training monitor's own recorder: the monitor principal and a spool folder of its own,
+    so its records never travel under the agent's identity."""
     settings = settings or Settings()
-    kwargs: dict[str, Any] = {
-        "principal": settings.monitor_principal,
-        "spool_dir": settings.resolved_spool_dir() / "monitor",
-    }
+    kwargs: dict[str, Any] = {"spool_dir": settings.resolved_spool_dir() / "monitor"}
     kwargs.update(overrides)
-    return open_recorder(settings, **kwargs)
+    return open_recorder(settings, role=Role.MONITOR, **kwargs)
 
 
 __all__ = ["Settings", "open_monitor_recorder", "open_recorder"]

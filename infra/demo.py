@@ -20,12 +20,13 @@ from typing import Any
 from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
-from rolltape.infra.broker import managed_broker
+from rolltape.infra.broker import managed_broker, require_connection
 from rolltape.infra.export import collect, run_export
 from rolltape.infra.readback import RawRecord, read_records, verify_topics
 from rolltape.infra.report import read_sessions, write_report
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import ensure_topics_sync
+from rolltape.infra.topics import provision
+from rolltape.infra.worker import can_provision
 from rolltape.infra.worker_process import WorkerProcess, worker_running
 from rolltape.producers import Recorder, Session
 from rolltape.producers.training import (
@@ -42,6 +43,8 @@ from rolltape.schemas import (
     ChainBroken,
     ChainReport,
     FilterOutcome,
+    KafkaConnection,
+    Role,
     RuleEvaluation,
     Stream,
     ToolSpec,
@@ -194,13 +197,17 @@ class DemoResult(BaseModel):
 
 
 def _wait_for_outputs(
-    worker: WorkerProcess, bootstrap: str, prefix: str, sessions: list[str], timeout_s: float
+    worker: WorkerProcess,
+    connection: KafkaConnection,
+    prefix: str,
+    sessions: list[str],
+    timeout_s: float,
 ) -> tuple[list[RawRecord], str | None]:
     """Read the outputs until every demo session has its end-of-session output."""
     wanted = {s.encode() for s in sessions}
     deadline = time.monotonic() + timeout_s
     while True:
-        records = _read_outputs(bootstrap, prefix, wanted)
+        records = _read_outputs(connection, prefix, wanted)
         done = {
             r.key
             for r in records
@@ -214,18 +221,20 @@ def _wait_for_outputs(
         time.sleep(0.5)
 
 
-def _wait_until_up(worker: WorkerProcess, bootstrap: str, group: str, timeout_s: float) -> None:
+def _wait_until_up(worker: WorkerProcess, settings: Settings, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
-    while not worker_running(bootstrap, group):
+    while not worker_running(settings):
         if not worker.alive() or time.monotonic() > deadline:
             raise DemoError(f"the worker did not start:\n{worker.log_tail()}")
         time.sleep(0.5)
 
 
-def _self_refine(settings: Settings, bootstrap: str, agent: Recorder) -> SelfRefineResult:
+def _self_refine(settings: Settings, agent: Recorder) -> SelfRefineResult:
     """Two attempts of the scripted harness on the dead-ReLU scenario, monitored."""
-    follower = rules_and_verdicts_follower(bootstrap, settings.topic_prefix)
-    monitor = open_monitor_recorder(settings, bootstrap=bootstrap)
+    follower = rules_and_verdicts_follower(
+        require_connection(settings, Role.MONITOR), settings.topic_prefix
+    )
+    monitor = open_monitor_recorder(settings)
     try:
         harness = Harness(
             agent=agent, monitor_recorder=monitor, follower=follower, policy=ScriptedPolicy()
@@ -236,17 +245,19 @@ def _self_refine(settings: Settings, bootstrap: str, agent: Recorder) -> SelfRef
         follower.close()
 
 
-def _read_outputs(bootstrap: str, prefix: str, keys: set[bytes]) -> list[RawRecord]:
+def _read_outputs(connection: KafkaConnection, prefix: str, keys: set[bytes]) -> list[RawRecord]:
     async def read() -> list[RawRecord]:
         streams = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.DEADLETTER)
-        return [r async for r in read_records(bootstrap, streams, prefix=prefix) if r.key in keys]
+        return [r async for r in read_records(connection, streams, prefix=prefix) if r.key in keys]
 
     return asyncio.run(read())
 
 
-def _export(bootstrap: str, prefix: str, sessions: list[str], out: Path) -> list[ExportSummary]:
+def _export(
+    connection: KafkaConnection, prefix: str, sessions: list[str], out: Path
+) -> list[ExportSummary]:
     """The demo's sessions as ShareGPT, Atropos and OpenAI files, one folder per format."""
-    collected = asyncio.run(collect(bootstrap, prefix=prefix, judge_version=LIVE_JUDGE_VERSION))
+    collected = asyncio.run(collect(connection, prefix=prefix, judge_version=LIVE_JUDGE_VERSION))
     summaries = []
     for format in ("sharegpt", "atropos", "openai"):
         options = ExportOptions(format=format, selection=Selection(sessions=tuple(sessions)))
@@ -267,38 +278,40 @@ def _export(bootstrap: str, prefix: str, sessions: list[str], out: Path) -> list
 
 
 def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
-    bootstrap = settings.bootstrap or managed_broker(settings).start().bootstrap
-    ensure_topics_sync(bootstrap, settings)
+    if not settings.bootstrap:
+        managed_broker(settings).start()
+    if can_provision(settings):
+        provision(settings)
+    connection = require_connection(settings, Role.READER)
     run = uuid.uuid4().hex[:8]
     agent_id, bad_id = f"demo-agent-{run}", f"demo-halluc-{run}"
     sampled = [f"demo-sample-{run}-a", f"demo-sample-{run}-b"]
     sessions = [agent_id, bad_id, *sampled]
     out = out or Path(tempfile.mkdtemp(prefix=f"rolltape-demo-{run}-"))
     out.mkdir(parents=True, exist_ok=True)
-    group = settings.worker_id or f"{settings.topic_prefix}-worker"
     with (
         tempfile.TemporaryDirectory() as logs,
-        WorkerProcess(bootstrap, settings.topic_prefix, Path(logs) / "worker.log") as worker,
+        WorkerProcess(settings, Path(logs) / "worker.log") as worker,
     ):
-        _wait_until_up(worker, bootstrap, group, timeout_s=120)
-        recorder = open_recorder(settings, bootstrap=bootstrap)
+        _wait_until_up(worker, settings, timeout_s=120)
+        recorder = open_recorder(settings)
         try:
             record_agent_session(recorder, agent_id)
             record_hallucinating_session(recorder, bad_id)
             record_sampled_sessions(recorder, sampled)
             recorder.flush()
-            refine = _self_refine(settings, bootstrap, recorder)
+            refine = _self_refine(settings, recorder)
         finally:
             recorder.close()
         training = [a.session_id for a in refine.attempts]
         sessions += [*training, refine.summary_session_id]
         records, error = _wait_for_outputs(
-            worker, bootstrap, settings.topic_prefix, sessions, timeout_s=180
+            worker, connection, settings.topic_prefix, sessions, timeout_s=180
         )
     chains: list[ChainReport] = []
     for sid in sessions:
         verifier = asyncio.run(
-            verify_topics(bootstrap, CHAINED_STREAMS, prefix=settings.topic_prefix, session_id=sid)
+            verify_topics(connection, CHAINED_STREAMS, prefix=settings.topic_prefix, session_id=sid)
         )
         chains += verifier.reports()
     evaluations: dict[str, RuleEvaluation] = {}
@@ -330,7 +343,7 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
         elif isinstance(payload, FilterOutcome):
             outcomes[env.session_id] = payload
     return DemoResult(
-        bootstrap=bootstrap,
+        bootstrap=connection.bootstrap,
         sessions=sessions,
         chains=chains,
         rule_evaluations=[evaluations[k] for k in sorted(evaluations)],
@@ -338,14 +351,14 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
         filter_outcomes=outcomes,
         dead_letters=sum(1 for r in records if r.stream == Stream.DEADLETTER),
         self_refine=refine,
-        exports=[] if error else _export(bootstrap, settings.topic_prefix, sessions, out),
-        report=None if error else _report(bootstrap, settings.topic_prefix, refine, out),
+        exports=[] if error else _export(connection, settings.topic_prefix, sessions, out),
+        report=None if error else _report(connection, settings.topic_prefix, refine, out),
         worker_error=error,
     )
 
 
-def _report(bootstrap: str, prefix: str, refine: SelfRefineResult, out: Path) -> str:
-    sessions = asyncio.run(read_sessions(bootstrap, prefix))
+def _report(connection: KafkaConnection, prefix: str, refine: SelfRefineResult, out: Path) -> str:
+    sessions = asyncio.run(read_sessions(connection, prefix))
     path = out / "report.html"
     mine = {sid: envs for sid, envs in sessions.items() if sid.startswith(refine.run_id)}
     write_report(mine, path, task=f"digits-cnn/{refine.scenario}", runs=1)

@@ -28,7 +28,7 @@ from rolltape.projections import (
     fold,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import Stream, versioned_stream
+from rolltape.schemas import KafkaConnection, Stream, versioned_stream
 
 
 class ExportError(ValueError):
@@ -78,7 +78,7 @@ def add_record(collected: Collected, value: bytes, wanted: frozenset[str]) -> No
 
 
 async def collect(
-    bootstrap: str,
+    connection: KafkaConnection,
     *,
     prefix: str,
     judge_version: str,
@@ -91,7 +91,7 @@ async def collect(
     )
     total = 0
     async for record in read_records(
-        bootstrap,
+        connection,
         [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
         prefix=prefix,
         bounds=collected.bounds,

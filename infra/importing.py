@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import BaseModel
+
+from rolltape.infra.broker import current_connection, require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.settings import Settings
 from rolltape.infra.worker import judging_configs
@@ -12,31 +15,57 @@ from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker import software_version
 from rolltape.projections import replay
 from rolltape.projections.importers import ImportedSession
-from rolltape.schemas import Stream, decode, topic_name
+from rolltape.schemas import Role, Stream, decode, topic_name
 
 
-def importer_producer(settings: Settings, format: str) -> dict[str, str]:
-    principal = settings.principal if settings.principal != "anonymous" else "importer"
-    return {
-        "name": f"rolltape.importers.{format}",
-        "version": software_version(),
-        "principal": principal,
-    }
+class ImportIdentity(BaseModel):
+    """Who writes an import: the producer named in its envelopes and, per stream, the principal
+    of the role that owns the stream's topic (events: agent, metrics: monitor)."""
+
+    producer: dict[str, str]
+    principals: dict[str, str]
+
+
+_WRITERS = {Stream.EVENTS.value: Role.AGENT, Stream.METRICS.value: Role.MONITOR}
+
+
+def import_identity(settings: Settings, format: str) -> ImportIdentity:
+    """The identity an import is sealed under (a dry run, without a broker, too)."""
+    fallback = settings.principal if settings.principal != "anonymous" else "importer"
+    connections = {stream: current_connection(settings, role) for stream, role in _WRITERS.items()}
+    return ImportIdentity(
+        producer={
+            "name": f"rolltape.importers.{format}",
+            "version": software_version(),
+            "principal": fallback,
+        },
+        principals={
+            stream: c.principal
+            for stream, c in connections.items()
+            if c is not None and c.principal is not None
+        },
+    )
 
 
 async def send_sessions(
-    bootstrap: str, prefix: str, sessions: list[ImportedSession], producer: dict[str, str]
+    settings: Settings, identity: ImportIdentity, sessions: list[ImportedSession]
 ) -> int:
-    """Send every session's chains (idempotent, acks=all); returns the records sent."""
-    sender = chain_producer(bootstrap)
-    await sender.start()
+    """Send every session's chains (idempotent, acks=all), each stream on its role's
+    connection; returns the records sent."""
+    prefix = settings.topic_prefix
+    senders = {
+        stream: chain_producer(require_connection(settings, role))
+        for stream, role in _WRITERS.items()
+    }
+    for sender in senders.values():
+        await sender.start()
     sent = 0
     try:
         futures = []
         for session in sessions:
-            for stream, value in session.sealed(producer):
+            for stream, value in session.sealed(identity.producer, identity.principals):
                 futures.append(
-                    await sender.send(
+                    await senders[stream].send(
                         topic_name(Stream(stream), prefix), value, key=session.session_id.encode()
                     )
                 )
@@ -44,12 +73,13 @@ async def send_sessions(
         for future in futures:
             await future
     finally:
-        await sender.stop()
+        for sender in senders.values():
+            await sender.stop()
     return sent
 
 
 def judge_imported(
-    session: ImportedSession, producer: dict[str, str], settings: Settings
+    session: ImportedSession, identity: ImportIdentity, settings: Settings
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """rolltape's rule evaluations (by epoch) and training verdict for an imported session, from
     the same sealed records the import sends (the processors' pure step, no broker)."""
@@ -62,7 +92,7 @@ def judge_imported(
     )
     offsets: dict[str, int] = {}
     records = []
-    for stream, value in session.sealed(producer):
+    for stream, value in session.sealed(identity.producer, identity.principals):
         offset = offsets.get(stream, 0)
         offsets[stream] = offset + 1
         records.append(

@@ -11,14 +11,15 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from rolltape.schemas import KafkaConnection
 
-def chain_producer(bootstrap: str, **overrides: Any) -> AIOKafkaProducer:
+
+def chain_producer(connection: KafkaConnection, **overrides: Any) -> AIOKafkaProducer:
     settings: dict[str, Any] = {
-        "bootstrap_servers": bootstrap,
         "enable_idempotence": True,
         "acks": "all",
         "linger_ms": 5,
         "max_request_size": 4 * 1024 * 1024,
     }
     settings.update(overrides)
-    return AIOKafkaProducer(**settings)
+    return connection.producer(**settings)

@@ -9,14 +9,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 
-from rolltape.schemas import ChainVerifier, Stream, stream_of_topic, topic_name
+from rolltape.schemas import ChainVerifier, KafkaConnection, Stream, stream_of_topic, topic_name
 
 
-async def _partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def _partitions(connection: KafkaConnection, topics: list[str]) -> list[TopicPartition]:
+    admin = connection.admin()
     await admin.start()
     try:
         described = await admin.describe_topics(topics)
@@ -30,19 +29,19 @@ async def _partitions(bootstrap: str, topics: list[str]) -> list[TopicPartition]
     ]
 
 
-async def partition_counts(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+async def partition_counts(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
     """topic -> number of partitions, for the topics that exist."""
     counts: dict[str, int] = {}
-    for tp in await _partitions(bootstrap, list(topics)):
+    for tp in await _partitions(connection, list(topics)):
         counts[tp.topic] = counts.get(tp.topic, 0) + 1
     return counts
 
 
-async def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[str, int]:
+async def end_offsets(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
     """topic -> the sum of its partitions' end offsets (records ever written, on topics that
     are never compacted or trimmed)."""
-    assigned = await _partitions(bootstrap, list(topics))
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    assigned = await _partitions(connection, list(topics))
+    consumer = connection.consumer(enable_auto_commit=False)
     await consumer.start()
     try:
         ends = await consumer.end_offsets(assigned) if assigned else {}
@@ -71,7 +70,7 @@ class RawRecord:
 
 
 async def read_records(
-    bootstrap: str,
+    connection: KafkaConnection,
     streams: Sequence[Stream],
     *,
     prefix: str = "rolltape",
@@ -85,8 +84,7 @@ async def read_records(
     before the first record (progress bars, manifests). `partitions` limits the scan to those
     partition numbers of every topic (a session's records share one, when the topics have the
     same partition count)."""
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap,
+    consumer = connection.consumer(
         enable_auto_commit=False,
         fetch_max_wait_ms=100,
         max_partition_fetch_bytes=4 * 1024 * 1024,
@@ -94,7 +92,7 @@ async def read_records(
     await consumer.start()
     try:
         topics = [topic_name(s, prefix) for s in streams]
-        assigned = await _partitions(bootstrap, topics)
+        assigned = await _partitions(connection, topics)
         if partitions is not None:
             assigned = [tp for tp in assigned if tp.partition in partitions]
         if not assigned:
@@ -135,7 +133,7 @@ async def read_records(
 
 
 async def verify_topics(
-    bootstrap: str,
+    connection: KafkaConnection,
     streams: Sequence[Stream],
     *,
     prefix: str = "rolltape",
@@ -144,7 +142,7 @@ async def verify_topics(
     """Read every record of `streams` up to the current end and check the chains."""
     verifier = ChainVerifier()
     needle = session_id.encode() if session_id else None
-    async for record in read_records(bootstrap, streams, prefix=prefix):
+    async for record in read_records(connection, streams, prefix=prefix):
         if needle is not None and record.key != needle:
             continue
         verifier.add(

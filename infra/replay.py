@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.broker import current_connection, require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
@@ -25,7 +26,7 @@ from rolltape.infra.worker import (
 )
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
-from rolltape.processors.worker import JudgeRunner, software_version
+from rolltape.processors.worker import JudgeRunner, OutputProducer, software_version
 from rolltape.projections import (
     Conflict,
     Replayer,
@@ -37,12 +38,19 @@ from rolltape.projections import (
 )
 from rolltape.schemas import (
     DERIVED_STREAMS,
+    KafkaConnection,
+    Role,
     Stream,
     decode,
     split_stream,
     topic_name,
     versioned_stream,
 )
+
+
+def _principal(settings: Settings, role: Role) -> str | None:
+    connection = current_connection(settings, role)
+    return connection.principal if connection is not None else None
 
 
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
@@ -54,7 +62,8 @@ def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
             rules=configs.rules,
             filters=configs.filters,
             training_judge=configs.training_judge,
-            principal=processor_principal(settings),
+            principal=_principal(settings, Role.PROCESSOR) or processor_principal(settings),
+            judge_principal=_principal(settings, Role.JUDGE) or "judge",
             software_version=software_version(),
             rewards=settings.rewards,
             llm_judges=settings.llm_judges,
@@ -69,7 +78,7 @@ def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
 
 
 async def read_raw(
-    bootstrap: str,
+    connection: KafkaConnection,
     prefix: str,
     on_record: Callable[[int], None] | None = None,
     partitions: Collection[int] | None = None,
@@ -78,7 +87,7 @@ async def read_raw(
     current ends."""
     records = []
     async for raw in read_records(
-        bootstrap, [Stream.EVENTS, Stream.METRICS], prefix=prefix, partitions=partitions
+        connection, [Stream.EVENTS, Stream.METRICS], prefix=prefix, partitions=partitions
     ):
         records.append(
             ReplayRecord(
@@ -104,14 +113,17 @@ def sessions_since(records: list[ReplayRecord], since_ms: int) -> list[ReplayRec
 
 
 async def read_version(
-    bootstrap: str, prefix: str, judge_version: str, partitions: Collection[int] | None = None
+    connection: KafkaConnection,
+    prefix: str,
+    judge_version: str,
+    partitions: Collection[int] | None = None,
 ) -> dict[tuple[str, str], list[bytes]]:
     """What the judge version's chains hold: (chain, session) -> record bytes by seq, up to the
     first missing seq (copies of one seq are redeliveries: the first is kept)."""
     wanted = {versioned_stream(s, judge_version) for s in DERIVED_STREAMS}
     by_seq: dict[tuple[str, str], dict[int, bytes]] = defaultdict(dict)
     async for raw in read_records(
-        bootstrap, list(DERIVED_STREAMS), prefix=prefix, partitions=partitions
+        connection, list(DERIVED_STREAMS), prefix=prefix, partitions=partitions
     ):
         try:
             env = decode(raw.value)
@@ -131,11 +143,27 @@ async def read_version(
     return held
 
 
-async def write_outputs(bootstrap: str, prefix: str, plan: WritePlan) -> int:
+def output_producer(settings: Settings) -> OutputProducer:
+    """Replay writes as the worker does: rules and filter outcomes as the processor, verdicts and
+    the LLM judges' conversations as the judge (idempotent, acks=all)."""
+    processor = require_connection(settings, Role.PROCESSOR)
+    judge = require_connection(settings, Role.JUDGE)
+    return OutputProducer(
+        chain_producer(processor),
+        chain_producer(judge) if judge != processor else None,
+        judge_topics=(
+            topic_name(Stream.VERDICTS, settings.topic_prefix),
+            topic_name(Stream.EVENTS, settings.topic_prefix),
+        ),
+    )
+
+
+async def write_outputs(settings: Settings, plan: WritePlan) -> int:
     """Send the planned outputs (idempotent, acks=all; one session's chain stays in order)."""
     if not plan.writes:
         return 0
-    producer = chain_producer(bootstrap)
+    prefix = settings.topic_prefix
+    producer = output_producer(settings)
     await producer.start()
     try:
         futures = [
@@ -176,14 +204,13 @@ class ReplaySummary(BaseModel):
 
 async def _run_llm_judges(
     settings: Settings,
-    bootstrap: str,
     replayer: Replayer,
     result: ReplayResult,
     held: dict[tuple[str, str], list[bytes]],
 ) -> None:
     """The LLM judges, as the worker runs them: each conversation recorded as an untrainable
     session linked to the judged one; verdicts chained by the replayer."""
-    producer = chain_producer(bootstrap)
+    producer = output_producer(settings)
     await producer.start()
     try:
         runner = JudgeRunner(
@@ -192,18 +219,19 @@ async def _run_llm_judges(
             topic_prefix=settings.topic_prefix,
             results_topic="",
             software_version=software_version(),
+            principal=require_connection(settings, Role.JUDGE).principal or "judge",
         )
         await replayer.judge(result, held, runner.judge)
     finally:
         await producer.stop()
 
 
-async def replay_slices(bootstrap: str, prefix: str) -> list[frozenset[int] | None]:
+async def replay_slices(connection: KafkaConnection, prefix: str) -> list[frozenset[int] | None]:
     """The partition numbers to replay one at a time, or [None] (everything at once) when the
     raw and derived topics do not all have the same partition count (then a session's records
     may sit on different partition numbers)."""
     streams = [Stream.EVENTS, Stream.METRICS, *DERIVED_STREAMS]
-    counts = await partition_counts(bootstrap, [topic_name(s, prefix) for s in streams])
+    counts = await partition_counts(connection, [topic_name(s, prefix) for s in streams])
     values = set(counts.values())
     if len(counts) != len(streams) or len(values) != 1:
         return [None]
@@ -212,7 +240,6 @@ async def replay_slices(bootstrap: str, prefix: str) -> list[frozenset[int] | No
 
 async def run_replay(
     settings: Settings,
-    bootstrap: str,
     config: ProcessorConfig,
     *,
     since_ms: int | None = None,
@@ -221,6 +248,7 @@ async def run_replay(
 ) -> ReplaySummary:
     started = time.perf_counter()
     prefix = settings.topic_prefix
+    connection = require_connection(settings, Role.READER)
     totals: dict[str, Any] = {
         "records": 0,
         "sessions": 0,
@@ -241,21 +269,21 @@ async def run_replay(
 
     # One partition number at a time: a session's raw records and outputs all sit on it, so
     # memory is bounded by the largest partition, not by the topic.
-    for part in await replay_slices(bootstrap, prefix):
-        raw = await read_raw(bootstrap, prefix, progress, part)
+    for part in await replay_slices(connection, prefix):
+        raw = await read_raw(connection, prefix, progress, part)
         seen += len(raw)
         if since_ms is not None:
             raw = sessions_since(raw, since_ms)
         replayer = Replayer(config)
         result = replayer.run(replay_order(raw))
-        held = await read_version(bootstrap, prefix, config.judge_version, part)
+        held = await read_version(connection, prefix, config.judge_version, part)
         if result.requests:
             if dry_run:
                 await replayer.judge(result, held, None)  # adopt what V holds, ask nothing
             else:
-                await _run_llm_judges(settings, bootstrap, replayer, result, held)
+                await _run_llm_judges(settings, replayer, result, held)
         plan = plan_writes(result, held)
-        written = 0 if dry_run else await write_outputs(bootstrap, prefix, plan)
+        written = 0 if dry_run else await write_outputs(settings, plan)
         totals["records"] += len(raw)
         totals["sessions"] += len(result.sessions)
         totals["outputs"] += sum(len(chain) for chain in result.chains.values())

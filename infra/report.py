@@ -20,7 +20,7 @@ from rolltape.projections.reports import (
     group_runs,
     render_report,
 )
-from rolltape.schemas import Stream
+from rolltape.schemas import KafkaConnection, Stream
 
 _STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
 _LIVE = {s.value for s in _STREAMS}
@@ -37,10 +37,12 @@ class ReportResult:
     agents: list[Trajectory] = field(default_factory=list)
 
 
-async def read_sessions(bootstrap: str, prefix: str) -> dict[str, list[dict[str, Any]]]:
+async def read_sessions(
+    connection: KafkaConnection, prefix: str
+) -> dict[str, list[dict[str, Any]]]:
     """Every session's usable envelopes on the live chains (tampered records left out)."""
     sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    async for record in read_records(bootstrap, _STREAMS, prefix=prefix):
+    async for record in read_records(connection, _STREAMS, prefix=prefix):
         env, _ = checked_envelope(record.value)
         if env is not None and env["stream"] in _LIVE:
             sessions[env["session_id"]].append(env)

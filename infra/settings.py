@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas import ModelEndpoint, SaslMechanism, SecurityProtocol
 
 
 def _xdg(var: str, fallback: str) -> Path:
@@ -27,6 +27,22 @@ class Settings(BaseSettings):
 
     bootstrap: str | None = None
     """An existing Kafka cluster (host:port[,host:port]); when unset rolltape runs its own broker."""
+    security_protocol: SecurityProtocol | None = None
+    """PLAINTEXT, SASL_PLAINTEXT, SASL_SSL or SSL; default: SASL_PLAINTEXT when credentials are
+    known (the managed broker always has them), else PLAINTEXT (SASL_SSL/SSL with a CA file)."""
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    sasl_username: str | None = None
+    """Authenticate as this principal, whatever the command's role (an external cluster's operator
+    hands each process its own credentials)."""
+    sasl_password: SecretStr | None = None
+    """The password of `sasl_username` (default: looked up in the principals file)."""
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    principals_file: Path | None = None
+    """Credentials per role (0600, written by `broker up` and `principal add`); each command
+    authenticates as the principal of its role (agent, monitor, processor, judge, projector,
+    reader, admin). Default: the managed broker's, in state_dir/broker/principals.json."""
     topic_prefix: str = "rolltape"
     partitions: int = Field(default=6, ge=1)
     """Partitions per topic when `broker up` creates topics; sessions spread across them by key."""
@@ -78,6 +94,44 @@ class Settings(BaseSettings):
     models: dict[str, ModelEndpoint] = Field(default_factory=dict)
     """Logical model names bound to OpenAI-compatible endpoints, as JSON:
     '{"grader": {"base_url": "http://host:8000/v1", "model": "qwen2.5-7b"}}'."""
+
+    @property
+    def worker_group(self) -> str:
+        """The worker's consumer group; its internal topics start with `<group>-`."""
+        return self.worker_id or f"{self.topic_prefix}-worker"
+
+    def child_env(self) -> dict[str, str]:
+        """ROLLTAPE_* variables that give a child process (a worker, a benchmark's recorder) the
+        same cluster, credentials and topics as these settings."""
+        fields = (
+            "bootstrap",
+            "security_protocol",
+            "sasl_mechanism",
+            "sasl_username",
+            "sasl_password",
+            "ssl_cafile",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "principals_file",
+            "topic_prefix",
+            "state_dir",
+            "cache_dir",
+            "kafka_version",
+        )
+        env = {}
+        for name in fields:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            env[f"ROLLTAPE_{name.upper()}"] = str(value)
+        return env
+
+    def resolved_principals_file(self) -> Path:
+        if self.principals_file is not None:
+            return self.principals_file
+        return self.state_dir / "broker" / "principals.json"
 
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir if self.spool_dir is not None else self.state_dir / "spool"

@@ -7,14 +7,24 @@ partitions and break their total order, so a mismatch is reported, never "fixed"
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterator
 from enum import StrEnum
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from pydantic import BaseModel
 
+from rolltape.infra.broker import (
+    PrincipalStore,
+    create_acls,
+    principal_store,
+    require_connection,
+    role_acls,
+)
 from rolltape.infra.settings import Settings
-from rolltape.schemas import TOPIC_SPECS, topic_name
+from rolltape.schemas import TOPIC_SPECS, KafkaConnection, Role, topic_name
 
 _ALREADY_EXISTS = 36
 
@@ -33,12 +43,10 @@ class TopicStatus(BaseModel):
 
 
 async def ensure_topics(
-    bootstrap: str, settings: Settings, *, timeout_s: float = 30.0
+    connection: KafkaConnection, settings: Settings, *, timeout_s: float = 30.0
 ) -> list[TopicStatus]:
     """Create missing topics and align configs of existing ones; returns what was done."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
-    )
+    admin = connection.admin(request_timeout_ms=int(timeout_s * 1000))
     await admin.start()
     try:
         existing = {t["topic"]: t for t in await admin.describe_topics()}
@@ -106,16 +114,16 @@ async def ensure_topics(
         await admin.close()
 
 
-def ensure_topics_sync(bootstrap: str, settings: Settings) -> list[TopicStatus]:
-    return asyncio.run(ensure_topics(bootstrap, settings))
+def ensure_topics_sync(connection: KafkaConnection, settings: Settings) -> list[TopicStatus]:
+    return asyncio.run(ensure_topics(connection, settings))
 
 
-async def delete_topics(bootstrap: str, prefix: str, *, timeout_s: float = 30.0) -> list[str]:
+async def delete_topics(
+    connection: KafkaConnection, prefix: str, *, timeout_s: float = 30.0
+) -> list[str]:
     """Delete every rolltape topic under `prefix` (benchmarks and scratch runs clean up after
     themselves); returns the names deleted. Never call it on a prefix that holds real sessions."""
-    admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000)
-    )
+    admin = connection.admin(request_timeout_ms=int(timeout_s * 1000))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -129,11 +137,11 @@ async def delete_topics(bootstrap: str, prefix: str, *, timeout_s: float = 30.0)
 
 
 async def ensure_plain_topics(
-    bootstrap: str, names: list[str], *, partitions: int, replication_factor: int
+    connection: KafkaConnection, names: list[str], *, partitions: int, replication_factor: int
 ) -> None:
     """Create internal topics (the worker's judge requests and results) if missing. They must
     have as many partitions as the raw topics: results return to their session's partition."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = connection.admin()
     await admin.start()
     try:
         existing = {t["topic"]: t for t in await admin.describe_topics()}
@@ -158,19 +166,19 @@ async def ensure_plain_topics(
 
 
 def ensure_plain_topics_sync(
-    bootstrap: str, names: list[str], *, partitions: int, replication_factor: int
+    connection: KafkaConnection, names: list[str], *, partitions: int, replication_factor: int
 ) -> None:
     asyncio.run(
         ensure_plain_topics(
-            bootstrap, names, partitions=partitions, replication_factor=replication_factor
+            connection, names, partitions=partitions, replication_factor=replication_factor
         )
     )
 
 
-async def delete_prefixed_topics(bootstrap: str, prefix: str) -> list[str]:
+async def delete_prefixed_topics(connection: KafkaConnection, prefix: str) -> list[str]:
     """Delete every topic whose name starts with `prefix.` or `prefix-` (a scratch run's raw
     topics and its worker's internal ones). Only for prefixes made up for one run."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    admin = connection.admin()
     await admin.start()
     try:
         doomed = [
@@ -183,3 +191,51 @@ async def delete_prefixed_topics(bootstrap: str, prefix: str) -> list[str]:
         return doomed
     finally:
         await admin.close()
+
+
+def provision(settings: Settings) -> list[TopicStatus]:
+    """Make `settings.topic_prefix` ready to record to: its topics, and where rolltape keeps the
+    cluster's principals (the managed broker, or ROLLTAPE_PRINCIPALS_FILE), every principal's ACLs
+    on them. Idempotent; `broker up`, the demo and the worker's setup call it."""
+    admin = require_connection(settings, Role.ADMIN)
+    statuses = ensure_topics_sync(admin, settings)
+    store = principal_store(settings)
+    if store is not None and admin.principal is not None:
+        asyncio.run(grant_prefix(admin, store, settings.topic_prefix, settings.worker_group))
+    return statuses
+
+
+async def grant_prefix(
+    admin: KafkaConnection, store: PrincipalStore, prefix: str, worker_group: str
+) -> int:
+    """Install every known principal's ACLs on `prefix`'s topics and remember the prefix (a
+    principal added later gets its ACLs on every remembered prefix)."""
+    grants = {p.name: role_acls(p.role, prefix, worker_group) for p in store.principals()}
+    created = await create_acls(admin, grants)
+    store.remember_prefix(prefix, worker_group)
+    return created
+
+
+@contextlib.contextmanager
+def scratch_prefix(settings: Settings, stem: str, *, partitions: int) -> Iterator[Settings]:
+    """Settings for a fresh topic prefix `<stem><random>`, provisioned like a real one (topics,
+    and every principal's ACLs where rolltape keeps principals) and deleted afterwards, with the
+    worker's internal topics: benchmarks never mix their records with real sessions."""
+    prefix = f"{stem}{uuid.uuid4().hex[:10]}"
+    # Pinned to the cluster and principals file in use now, so the scratch settings also work
+    # with another state folder (a receiver's) and in child processes.
+    store = principal_store(settings)
+    scratch = settings.model_copy(
+        update={
+            "topic_prefix": prefix,
+            "partitions": partitions,
+            "worker_id": None,
+            "bootstrap": require_connection(settings, Role.ADMIN).bootstrap,
+            "principals_file": store.path if store is not None else None,
+        }
+    )
+    provision(scratch)
+    try:
+        yield scratch
+    finally:
+        asyncio.run(delete_prefixed_topics(require_connection(scratch, Role.ADMIN), prefix))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 from collections.abc import Mapping
@@ -11,8 +12,10 @@ from typing import NamedTuple
 import orjson
 from pydantic import ValidationError
 
+from rolltape.infra.broker import principal_store, require_connection
+from rolltape.infra.readback import partition_counts
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import ensure_plain_topics_sync, ensure_topics_sync
+from rolltape.infra.topics import ensure_plain_topics_sync, provision
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import (
@@ -22,7 +25,7 @@ from rolltape.processors.judges import (
 )
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
-from rolltape.schemas import ModelEndpoint, Stream, topic_name
+from rolltape.schemas import ModelEndpoint, Role, Stream, topic_name
 
 
 class WorkerSetupError(ValueError):
@@ -93,22 +96,42 @@ def processor_principal(settings: Settings) -> str:
     return settings.principal if settings.principal != "anonymous" else "processor"
 
 
-def worker_config(
-    settings: Settings, bootstrap: str, *, log_level: str = "warning"
-) -> WorkerConfig:
+def can_provision(settings: Settings) -> bool:
+    """Whether this process may create topics and ACLs: the cluster has no principals rolltape
+    keeps (an unsecured cluster), or rolltape keeps them and holds an admin. A process given
+    credentials of its own (ROLLTAPE_SASL_USERNAME) never provisions."""
+    if settings.sasl_username:
+        return False
+    store = principal_store(settings)
+    return store is None or any(p.role == Role.ADMIN for p in store.principals())
+
+
+def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerConfig:
     """Ensure the topics exist and build the worker's config. The raw topics must have the same
     number of partitions: a session's events and metrics must land on the same worker."""
     configs = judging_configs(settings)
-    statuses = {s.topic: s.partitions for s in ensure_topics_sync(bootstrap, settings)}
-    events = statuses[topic_name(Stream.EVENTS, settings.topic_prefix)]
-    metrics = statuses[topic_name(Stream.METRICS, settings.topic_prefix)]
+    connection = require_connection(settings, Role.PROCESSOR)
+    judge = require_connection(settings, Role.JUDGE)
+    if can_provision(settings):
+        provision(settings)
+    raw = [topic_name(Stream.EVENTS, settings.topic_prefix)]
+    raw.append(topic_name(Stream.METRICS, settings.topic_prefix))
+    counts = asyncio.run(partition_counts(connection, raw))
+    if len(counts) < len(raw):
+        raise WorkerSetupError(
+            f"the topics {', '.join(t for t in raw if t not in counts)} do not exist or are not "
+            f"readable by {connection.principal or 'this client'}; create them with "
+            "`rolltape broker up` as an admin"
+        )
+    events, metrics = counts[raw[0]], counts[raw[1]]
     if events != metrics:
         raise WorkerSetupError(
             f"the events topic has {events} partitions and the metrics topic {metrics}; they "
             "must match so that a session's streams meet on one worker. Recreate one of them."
         )
     config = WorkerConfig(
-        bootstrap=bootstrap,
+        connection=connection,
+        judge_connection=judge,
         topic_prefix=settings.topic_prefix,
         app_id=settings.worker_id,
         partitions=events,
@@ -116,7 +139,8 @@ def worker_config(
         rules=configs.rules,
         filters=configs.filters,
         training_judge=configs.training_judge,
-        principal=processor_principal(settings),
+        principal=connection.principal or processor_principal(settings),
+        judge_principal=judge.principal or "judge",
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
         rewards=settings.rewards,
@@ -131,7 +155,7 @@ def worker_config(
         raise WorkerSetupError(f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES)") from exc
     check_llm_judges(config.llm_judges, config.models)
     ensure_plain_topics_sync(
-        bootstrap,
+        connection,
         [config.judge_requests_topic, config.judge_results_topic],
         partitions=events,
         replication_factor=settings.replication_factor,

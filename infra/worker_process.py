@@ -15,22 +15,23 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+from rolltape.infra.settings import Settings
+from rolltape.schemas import KafkaConnection, Role
 
 
 class WorkerProcess:
-    """`python -m rolltape.infra worker` on `prefix`'s topics of `bootstrap`."""
+    """`python -m rolltape.infra worker` with `settings` (cluster, credentials, topic prefix)."""
 
-    def __init__(self, bootstrap: str, prefix: str, log: Path, **env: str) -> None:
+    def __init__(self, settings: Settings, log: Path, **env: str) -> None:
         self.log_path = log
         self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rolltape.infra", "worker"],
             env={
                 **os.environ,
-                "ROLLTAPE_BOOTSTRAP": bootstrap,
-                "ROLLTAPE_TOPIC_PREFIX": prefix,
+                **settings.child_env(),
                 **env,
             },
             stdout=self._log,
@@ -63,8 +64,8 @@ class WorkerProcess:
         self.stop()
 
 
-async def _members(bootstrap: str, group_id: str) -> int:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+async def _members(connection: KafkaConnection, group_id: str) -> int:
+    admin = connection.admin()
     await admin.start()
     try:
         responses: list[Any] = await admin.describe_consumer_groups([group_id])
@@ -80,6 +81,10 @@ async def _members(bootstrap: str, group_id: str) -> int:
     )
 
 
-def worker_running(bootstrap: str, group_id: str) -> bool:
-    """Whether the worker's consumer group has members (a worker is up)."""
-    return asyncio.run(_members(bootstrap, group_id)) > 0
+def worker_running(settings: Settings) -> bool:
+    """Whether the worker group of `settings` has members (a worker is up). Asked as the
+    processor, whose group it is."""
+    from rolltape.infra.broker import require_connection
+
+    connection = require_connection(settings, Role.PROCESSOR)
+    return asyncio.run(_members(connection, settings.worker_group)) > 0

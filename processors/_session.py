@@ -90,6 +90,9 @@ class ProcessorConfig:
     filters: FilterConfig = field(default_factory=FilterConfig)
     training_judge: TrainingJudgeConfig = field(default_factory=TrainingJudgeConfig)
     principal: str = "processor"
+    """The principal named in the rules, filtered and dead-letter chains."""
+    judge_principal: str = "judge"
+    """The principal named in the verdicts chain (the judge's trust domain)."""
     software_version: str = "0"
     rewards: tuple[str, ...] = ()
     """Reward functions (rolltape.processors.judges.REWARDS) run on every finished agent session."""
@@ -250,6 +253,7 @@ class SessionProcessor:
             "version": config.software_version,
             "principal": config.principal,
         }
+        self._judge_producer = {**self._producer, "principal": config.judge_principal}
 
     def step(self, state: SessionState, record: InputRecord, parsed: Parsed) -> list[Output]:
         """Process one record whose envelope parsed and whose key is its session id."""
@@ -535,7 +539,7 @@ class SessionProcessor:
             type=event_type,
             payload=payload.model_dump(mode="python"),
             prev_hash=prev,
-            producer=self._producer,
+            producer=self._judge_producer if stream == Stream.VERDICTS else self._producer,
             event_id=event_id,
             causes=causes,
         )

@@ -34,7 +34,7 @@ from rolltape.producers._errors import (
 )
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
 from rolltape.producers._tools import ToolRun, _current
-from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
+from rolltape.schemas import SESSION_ID_PATTERN, KafkaConnection, Stream, ToolSpec
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _time_ns = time.time_ns
@@ -82,8 +82,10 @@ class FlushResult(BaseModel):
 class Recorder:
     """Records sessions to Kafka. One per process is typical; it is safe to share across threads.
 
-    `bootstrap=None` records to the spool only (the broker is configured later or elsewhere).
-    `rolltape.infra.open_recorder()` builds one from the ROLLTAPE_* settings.
+    `connection` is where and as whom to record: a `KafkaConnection` (SASL credentials, TLS), a
+    bare "host:port" for an unauthenticated cluster, or None to record to the spool only (the
+    broker is configured later or elsewhere). `rolltape.infra.open_recorder()` builds one from the
+    ROLLTAPE_* settings. Envelopes name the connection's SASL user as their principal.
 
     Values are read on the sender thread, shortly after the call: the top level of every mapping
     and sequence argument is copied, but do not mutate nested containers after recording them.
@@ -91,18 +93,27 @@ class Recorder:
 
     def __init__(
         self,
-        bootstrap: str | None,
+        connection: KafkaConnection | str | None,
         *,
         topic_prefix: str = "rolltape",
         spool_dir: str | os.PathLike[str] | None = None,
         spool_max_bytes: int = 1 << 30,
         producer_name: str = "rolltape.producers",
         producer_version: str | None = None,
-        principal: str = "anonymous",
+        principal: str | None = None,
         max_backlog: int = 1_000_000,
         spool_after_s: float = 2.0,
     ) -> None:
         from rolltape.producers import __version__
+
+        if isinstance(connection, str):
+            connection = KafkaConnection.plaintext(connection)
+        authenticated = connection.principal if connection is not None else None
+        if principal is not None and authenticated is not None and principal != authenticated:
+            raise ValueError(
+                f"principal={principal!r} but the connection authenticates as {authenticated!r}: "
+                "envelopes name the principal the broker authorised, so leave `principal` unset"
+            )
 
         self._queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
         self._max_backlog = max_backlog
@@ -111,12 +122,12 @@ class Recorder:
         self._forked_from: int | None = None
         self._sender = Sender(
             SenderConfig(
-                bootstrap=bootstrap,
+                connection=connection,
                 topic_prefix=topic_prefix,
                 producer_info={
                     "name": producer_name,
                     "version": producer_version or __version__,
-                    "principal": principal,
+                    "principal": principal or authenticated or "anonymous",
                 },
                 spool_dir=Path(spool_dir) if spool_dir is not None else default_spool_dir(),
                 spool_max_bytes=spool_max_bytes,

@@ -31,6 +31,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
@@ -40,6 +41,7 @@ from rolltape.schemas import (
     GENESIS_HASH,
     PAYLOAD_MODELS,
     CanonicalEncodingError,
+    KafkaConnection,
     ProducerInfo,
     Stream,
     seal,
@@ -80,7 +82,7 @@ class SenderStats:
 
 @dataclass
 class SenderConfig:
-    bootstrap: str | None
+    connection: KafkaConnection | None
     topic_prefix: str
     producer_info: dict[str, str]
     spool_dir: Path
@@ -306,7 +308,7 @@ class Sender:
             # Nothing owed to the broker: an idle spell is not an outage.
             self._last_progress = now
             return
-        if self.config.bootstrap is None:
+        if self.config.connection is None:
             log.info("no broker configured; recording to the spool at %s", self.spool.directory)
         elif now - self._last_progress > self.config.spool_after_s:
             log.warning(
@@ -343,7 +345,7 @@ class Sender:
             self.error = SpoolFullError(
                 f"the spool in {self.spool.directory} holds {self.spool.unread_bytes} bytes, its "
                 f"limit (ROLLTAPE_SPOOL_MAX_BYTES={self.spool.max_bytes}); the broker at "
-                f"{self.config.bootstrap} has not acknowledged for "
+                f"{self.config.connection} has not acknowledged for "
                 f"{time.monotonic() - self._last_progress:.0f}s. Restore the broker or raise "
                 "the limit; the events recorded so far are kept."
             )
@@ -375,10 +377,9 @@ class Sender:
 
     # -- feeder ----------------------------------------------------------------------------------
     async def _start_producer(self) -> bool:
-        if self.config.bootstrap is None:
+        if self.config.connection is None:
             return False
-        producer = AIOKafkaProducer(
-            bootstrap_servers=self.config.bootstrap,
+        producer = self.config.connection.producer(
             enable_idempotence=True,
             acks="all",
             linger_ms=self.config.linger_ms,
@@ -391,7 +392,7 @@ class Sender:
         try:
             await producer.start()
         except Exception as exc:  # connection refused, DNS: retried until the broker is back
-            log.info("broker at %s not reachable yet: %s", self.config.bootstrap, exc)
+            log.info("broker at %s not reachable yet: %s", self.config.connection, exc)
             with contextlib.suppress(Exception):
                 await producer.stop()
             return False
@@ -407,7 +408,7 @@ class Sender:
                 if (
                     self._stopping
                     and not self._outbox
-                    and (self.spool.empty or not self.config.bootstrap)
+                    and (self.spool.empty or self.config.connection is None)
                 ):
                     break
                 if not await self._start_producer():
@@ -509,7 +510,13 @@ class Sender:
         groups: dict[tuple[str, int], list[Record]] = {}
         try:
             for record in records:
-                tp = (record[0], await self._partition(record[0], record[1]))
+                try:
+                    tp = (record[0], await self._partition(record[0], record[1]))
+                except TopicAuthorizationFailedError:
+                    # Not an outage: this principal may not write that trust domain. Retrying
+                    # would spool forever; say so on the record instead.
+                    self._reject_record(record, self._unauthorized(record[0]))
+                    continue
                 groups.setdefault(tp, []).append(record)
         except Exception as exc:  # metadata unavailable: the broker is away
             log.info("no partition metadata yet (%r)", exc)
@@ -539,6 +546,15 @@ class Sender:
                 start = end
         return []
 
+    def _unauthorized(self, topic: str) -> str:
+        who = self.config.connection.principal if self.config.connection else None
+        return (
+            f"the broker does not let {who or 'this client'} write {topic} "
+            "(TopicAuthorizationFailed): each principal writes only its own trust domain; record "
+            "this stream with a recorder of the principal that owns it (e.g. the monitor's for "
+            "metrics: rolltape.infra.open_monitor_recorder())"
+        )
+
     def _acked(self, fut: asyncio.Future[Any]) -> None:
         records = self._inflight.pop(fut, [])
         if fut.cancelled():
@@ -551,7 +567,10 @@ class Sender:
         # Not retriable (the idempotent producer retries everything else): keep the records.
         log.error("the broker refused %d record(s): %r", len(records), exc)
         for record in records:
-            self._reject_record(record, f"broker refused the record: {exc!r}")
+            if isinstance(exc, TopicAuthorizationFailedError):
+                self._reject_record(record, self._unauthorized(record[0]))
+            else:
+                self._reject_record(record, f"broker refused the record: {exc!r}")
 
     async def _drain_spool_chunk(self) -> None:
         records, token = self.spool.read(self.config.send_chunk)

@@ -1,6 +1,6 @@
 """The live feed: judged trajectories as an async iterator, for training pipelines.
 
-    async with TrajectoryFeed(bootstrap, group_id="trainer-1",
+    async with TrajectoryFeed(connection, group_id="trainer-1",
                               selection=Selection(accepted="accepted")) as feed:
         async for item in feed:
             train_on(item.trajectory)          # or item.rows("sharegpt")
@@ -38,7 +38,7 @@ from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._records import checked_envelope
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import session_rows
-from rolltape.schemas import Stream, topic_name, versioned_stream
+from rolltape.schemas import KafkaConnection, Stream, topic_name, versioned_stream
 
 _log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class _Revoked(ConsumerRebalanceListener):  # type: ignore[misc]
 class TrajectoryFeed:
     def __init__(
         self,
-        bootstrap: str,
+        connection: KafkaConnection | str,
         *,
         group_id: str,
         prefix: str = "rolltape",
@@ -107,6 +107,9 @@ class TrajectoryFeed:
         `auto_ack`: an item counts as processed when the next one is asked for. Pipelines that
         hold items longer (a sink filling groups) pass False and call `ack` when an item's work
         is durable; unacknowledged items hold commits back and come again after a restart."""
+        if isinstance(connection, str):
+            connection = KafkaConnection.plaintext(connection)
+        self._connection = connection
         self.selection = selection or Selection()
         self.wait_for = set(wait_for)
         version = self.selection.judge_version
@@ -116,7 +119,6 @@ class TrajectoryFeed:
             topic_name(s, prefix) for s in (Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED)
         ]
         self._consumer_settings: dict[str, Any] = {
-            "bootstrap_servers": bootstrap,
             "group_id": group_id,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest" if from_beginning else "latest",
@@ -145,7 +147,7 @@ class TrajectoryFeed:
 
     async def start(self) -> Self:
         # Made here, inside the running loop, not in __init__ (aiokafka binds to the loop).
-        self._consumer_instance = AIOKafkaConsumer(**self._consumer_settings)
+        self._consumer_instance = self._connection.consumer(**self._consumer_settings)
         await self._consumer.start()
         self._consumer.subscribe(self._topics, listener=_Revoked(self))
         return self

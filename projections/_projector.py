@@ -12,13 +12,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 
 from rolltape.projections._export import Selection
 from rolltape.projections._feed import TrajectoryFeed
 from rolltape.projections._trajectory import Trajectory
-from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, canonical_bytes, topic_name
+from rolltape.schemas import (
+    LIVE_JUDGE_VERSION,
+    KafkaConnection,
+    Stream,
+    canonical_bytes,
+    topic_name,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -32,7 +37,7 @@ def trajectory_record(trajectory: Trajectory) -> tuple[bytes, bytes]:
 
 
 async def run_projector(
-    bootstrap: str,
+    connection: KafkaConnection,
     *,
     prefix: str = "rolltape",
     judge_version: str = LIVE_JUDGE_VERSION,
@@ -41,18 +46,15 @@ async def run_projector(
 ) -> int:
     """Publish trajectories until `stop` is set; returns how many were published."""
     selection = Selection(judge_version=judge_version, include_unfinished=True, include_broken=True)
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        enable_idempotence=True,
-        acks="all",
-        max_request_size=4 * 1024 * 1024,
+    producer = connection.producer(
+        enable_idempotence=True, acks="all", max_request_size=4 * 1024 * 1024
     )
     stop = stop or asyncio.Event()
     published = 0
     await producer.start()
     try:
         async with TrajectoryFeed(
-            bootstrap,
+            connection,
             group_id=group_id or f"{prefix}-projector-{judge_version}",
             prefix=prefix,
             selection=selection,

@@ -10,6 +10,7 @@ from rolltape.schemas._canonical import (
     decode,
     restore_non_finite,
 )
+from rolltape.schemas._connection import KafkaConnection, SaslMechanism, SecurityProtocol
 from rolltape.schemas._derived import (
     PRECEDENCE,
     RULE_CLASS,
@@ -76,6 +77,7 @@ from rolltape.schemas._topics import (
     JUDGE_VERSION_PATTERN,
     LIVE_JUDGE_VERSION,
     TOPIC_SPECS,
+    Role,
     Stream,
     TopicSpec,
     split_stream,
@@ -122,6 +124,7 @@ __all__ = [
     "Feedback",
     "FilterOutcome",
     "FilterReason",
+    "KafkaConnection",
     "LayerSpec",
     "LiveCheck",
     "Metric",
@@ -133,11 +136,14 @@ __all__ = [
     "RemedyDirection",
     "RemedyParams",
     "Reward",
+    "Role",
     "RuleClass",
     "RuleEvaluation",
     "RuleId",
     "RuleOutcome",
+    "SaslMechanism",
     "SchemaError",
+    "SecurityProtocol",
     "SessionEnded",
     "SessionStarted",
     "Stream",

@@ -38,14 +38,29 @@ CHAINED_STREAMS: tuple[Stream, ...] = (
 )
 
 
+class Role(StrEnum):
+    """Who a principal is (DESIGN.md's table): it decides which topics the principal may write
+    and read. A principal has exactly one role; several principals may share one."""
+
+    ADMIN = "admin"
+    AGENT = "agent"
+    MONITOR = "monitor"
+    PROCESSOR = "processor"
+    JUDGE = "judge"
+    PROJECTOR = "projector"
+    READER = "reader"
+
+
 class TopicSpec(BaseModel):
     """What `broker up` provisions for one stream."""
 
     model_config = ConfigDict(frozen=True)
 
     stream: Stream
-    writer: str
-    """The principal allowed to append (enforced with ACLs where the cluster has them)."""
+    writers: tuple[Role, ...]
+    """The roles allowed to append (enforced with ACLs where the cluster has them; admin may
+    always). The events topic has two: agents, and the judge recording its own conversations
+    (an LLM judge is an agent whose sessions are training data too)."""
     configs: dict[str, str]
 
 
@@ -57,19 +72,19 @@ _RAW = {
 }
 
 TOPIC_SPECS: tuple[TopicSpec, ...] = (
-    TopicSpec(stream=Stream.EVENTS, writer="agent", configs=_RAW),
-    TopicSpec(stream=Stream.METRICS, writer="monitor", configs=_RAW),
-    TopicSpec(stream=Stream.RULES, writer="processor", configs=_RAW),
-    TopicSpec(stream=Stream.VERDICTS, writer="judge", configs=_RAW),
-    TopicSpec(stream=Stream.FILTERED, writer="processor", configs=_RAW),
+    TopicSpec(stream=Stream.EVENTS, writers=(Role.AGENT, Role.JUDGE), configs=_RAW),
+    TopicSpec(stream=Stream.METRICS, writers=(Role.MONITOR,), configs=_RAW),
+    TopicSpec(stream=Stream.RULES, writers=(Role.PROCESSOR,), configs=_RAW),
+    TopicSpec(stream=Stream.VERDICTS, writers=(Role.JUDGE,), configs=_RAW),
+    TopicSpec(stream=Stream.FILTERED, writers=(Role.PROCESSOR,), configs=_RAW),
     TopicSpec(
         stream=Stream.TRAJECTORIES,
-        writer="projector",
+        writers=(Role.PROJECTOR,),
         configs={"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
     ),
     TopicSpec(
         stream=Stream.DEADLETTER,
-        writer="any",
+        writers=(Role.PROCESSOR,),
         # Carries the original bytes plus a reason, so it needs headroom over a normal record.
         configs={**_RAW, "max.message.bytes": str(4 * 1024 * 1024)},
     ),

@@ -1,7 +1,7 @@
 """The faust floor: a faust agent that consumes the raw topics like the worker and does nothing.
 
-Run as `python -m rolltape.infra.bench.faust_floor BOOTSTRAP PREFIX RECORDS OUT` by the rules
-benchmark: it writes the records/s it reached to OUT and exits. The worker's throughput over
+Run as `python -m rolltape.infra.bench.faust_floor RECORDS OUT` by the rules benchmark, with the
+cluster, credentials and topic prefix in ROLLTAPE_* variables (as the processor): it writes the records/s it reached to OUT and exits. The worker's throughput over
 this is the cost of rolltape's processing; this over a plain consumer is the cost of faust.
 """
 
@@ -16,15 +16,22 @@ from typing import Any
 
 import faust
 
+from rolltape.infra.broker import require_connection
+from rolltape.infra.settings import Settings
 from rolltape.processors.worker import WorkerConfig
-from rolltape.schemas import Stream, topic_name
+from rolltape.schemas import Role, Stream, topic_name
 
 
-def main(bootstrap: str, prefix: str, records: int, out: Path) -> None:
-    config = WorkerConfig(bootstrap=bootstrap, topic_prefix=prefix)
+def main(records: int, out: Path) -> None:
+    settings = Settings()
+    prefix = settings.topic_prefix
+    connection = require_connection(settings, Role.PROCESSOR)
+    config = WorkerConfig(connection=connection, topic_prefix=prefix)
     app = faust.App(
-        f"{prefix}-floor-{uuid.uuid4().hex[:6]}",
-        broker=f"kafka://{bootstrap}",
+        # Inside the worker group's namespace: the processor may use groups and topics there.
+        f"{settings.worker_group}-floor-{uuid.uuid4().hex[:6]}",
+        broker=connection.faust_broker(),
+        broker_credentials=connection.faust_credentials(),
         store="memory://",
         datadir=str(out.parent / "faust-floor-data"),
         web_enabled=False,
@@ -54,4 +61,4 @@ def main(bootstrap: str, prefix: str, records: int, out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]))
+    main(int(sys.argv[1]), Path(sys.argv[2]))

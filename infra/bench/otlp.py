@@ -20,13 +20,13 @@ import platform
 import statistics
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from rolltape.infra.settings import Settings
+from rolltape.schemas import KafkaConnection, Role
 
 
 class OtlpFigures(BaseModel):
@@ -246,16 +246,16 @@ def _measure(
         receiver.join(30)
 
 
-def _events_written(bootstrap: str, prefix: str) -> int:
+def _events_written(connection: KafkaConnection, prefix: str) -> int:
     from rolltape.infra.readback import end_offsets
     from rolltape.schemas import topic_name
 
     topic = topic_name("events", prefix)
-    return asyncio.run(end_offsets(bootstrap, [topic])).get(topic, 0)
+    return asyncio.run(end_offsets(connection, [topic])).get(topic, 0)
 
 
 def run_otlp_bench(
-    bootstrap: str,
+    settings: Settings,
     *,
     partitions: int,
     spans: int = 100_000,
@@ -263,24 +263,23 @@ def run_otlp_bench(
     connections: int = 4,
     repeats: int = 3,
 ) -> OtlpFigures:
-    from rolltape.infra.topics import delete_topics, ensure_topics_sync
+    from rolltape.infra.broker import require_connection
+    from rolltape.infra.topics import scratch_prefix
 
     batches = build_batches(spans + 2 * spans_per_batch, spans_per_batch)
     counts = [_count_spans(b) for b in batches]
     timed_spans = sum(counts[2:])
     runs, baseline, per_span = [], [], []
     for _ in range(repeats):
-        prefix = f"bench{uuid.uuid4().hex[:10]}"
-        settings = Settings(bootstrap=bootstrap, topic_prefix=prefix, partitions=partitions)
-        ensure_topics_sync(bootstrap, settings)
-        try:
+        with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
             with tempfile.TemporaryDirectory() as state:
-                scoped = settings.model_copy(update={"state_dir": Path(state)})
+                scoped = scratch.model_copy(update={"state_dir": Path(state)})
                 runs.append(timed_spans / _measure(scoped, batches, connections, False))
-            per_span.append(_events_written(bootstrap, prefix) / sum(counts))
-        finally:
-            asyncio.run(delete_topics(bootstrap, prefix))
-        baseline.append(timed_spans / _measure(settings, batches, connections, True))
+            reader = require_connection(scratch, Role.READER)
+            per_span.append(_events_written(reader, scratch.topic_prefix) / sum(counts))
+            with tempfile.TemporaryDirectory() as state:
+                scoped = scratch.model_copy(update={"state_dir": Path(state)})
+                baseline.append(timed_spans / _measure(scoped, batches, connections, True))
     receiver = statistics.median(runs)
     decode_only = statistics.median(baseline)
     return OtlpFigures(

@@ -25,10 +25,11 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
+from rolltape.infra.broker import require_connection
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import delete_topics, ensure_topics_sync
+from rolltape.infra.topics import scratch_prefix
 from rolltape.producers import Recorder
-from rolltape.schemas import topic_name
+from rolltape.schemas import KafkaConnection, Role, topic_name
 
 CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
 
@@ -118,10 +119,10 @@ def _jsonl_writer(path: Path, calls: int) -> list[int]:
 
 
 def _sustained(
-    bootstrap: str, prefix: str, spool: Path, events: int, sessions: int = 8
+    connection: KafkaConnection, prefix: str, spool: Path, events: int, sessions: int = 8
 ) -> tuple[float, float]:
     """(seconds to enqueue every event, seconds until every event is acknowledged)"""
-    recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10)
+    recorder = Recorder(connection, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10)
     try:
         handles = [recorder.session("bench sustained") for _ in range(sessions)]
         recorder.flush(120)
@@ -136,11 +137,10 @@ def _sustained(
     return t1 - t0, t2 - t0
 
 
-def _baseline_producer(bootstrap: str) -> AIOKafkaProducer:
+def _baseline_producer(connection: KafkaConnection) -> AIOKafkaProducer:
     """The producer settings the recorder itself uses, so the baselines differ only in the work
     done per record."""
-    return AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+    return connection.producer(
         enable_idempotence=True,
         acks="all",
         linger_ms=5,
@@ -149,8 +149,8 @@ def _baseline_producer(bootstrap: str) -> AIOKafkaProducer:
     )
 
 
-async def _raw_aiokafka(bootstrap: str, topic: str, events: int, size: int) -> float:
-    producer = _baseline_producer(bootstrap)
+async def _raw_aiokafka(connection: KafkaConnection, topic: str, events: int, size: int) -> float:
+    producer = _baseline_producer(connection)
     await producer.start()
     try:
         value = os.urandom(size // 2).hex().encode()
@@ -163,9 +163,11 @@ async def _raw_aiokafka(bootstrap: str, topic: str, events: int, size: int) -> f
         await producer.stop()
 
 
-async def _raw_aiokafka_batches(bootstrap: str, topic: str, events: int, size: int) -> float:
+async def _raw_aiokafka_batches(
+    connection: KafkaConnection, topic: str, events: int, size: int
+) -> float:
     """The ceiling of the Python client here: pre-encoded values packed with create_batch."""
-    producer = _baseline_producer(bootstrap)
+    producer = _baseline_producer(connection)
     await producer.start()
     try:
         value = os.urandom(size // 2).hex().encode()
@@ -188,7 +190,7 @@ async def _raw_aiokafka_batches(bootstrap: str, topic: str, events: int, size: i
 
 
 def run_producer_bench(
-    bootstrap: str,
+    settings: Settings,
     *,
     partitions: int = 6,
     calls: int = 200_000,
@@ -197,16 +199,15 @@ def run_producer_bench(
 ) -> ProducerBench:
     """Run on scratch topics of its own (a fresh prefix, deleted afterwards), so benchmark and
     baseline records never mix with real sessions."""
-    prefix = f"bench{uuid.uuid4().hex[:10]}"
-    ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
-    try:
-        report = _run(bootstrap, prefix, calls=calls, events=events, repeats=repeats)
-    finally:
-        asyncio.run(delete_topics(bootstrap, prefix))
+    with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
+        agent = require_connection(scratch, Role.AGENT)
+        report = _run(agent, scratch.topic_prefix, calls=calls, events=events, repeats=repeats)
     return report.model_copy(update={"partitions": partitions})
 
 
-def _run(bootstrap: str, prefix: str, *, calls: int, events: int, repeats: int) -> ProducerBench:
+def _run(
+    connection: KafkaConnection, prefix: str, *, calls: int, events: int, repeats: int
+) -> ProducerBench:
     overhead = _timer_overhead_ns()
     rec_samples: list[int] = []
     jsonl_samples: list[int] = []
@@ -217,7 +218,7 @@ def _run(bootstrap: str, prefix: str, *, calls: int, events: int, repeats: int) 
         spool = Path(tmp) / "spool"
         for _ in range(repeats):
             recorder = Recorder(
-                bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=calls + 10
+                connection, topic_prefix=prefix, spool_dir=spool, max_backlog=calls + 10
             )
             try:
                 rec_samples += _hot_path(recorder, calls // repeats)
@@ -225,10 +226,10 @@ def _run(bootstrap: str, prefix: str, *, calls: int, events: int, repeats: int) 
             finally:
                 recorder.close()
             jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
-            sustained.append(_sustained(bootstrap, prefix, spool, events))
+            sustained.append(_sustained(connection, prefix, spool, events))
             topic = topic_name("events", prefix)
-            raw.append(asyncio.run(_raw_aiokafka(bootstrap, topic, events, 1024)))
-            raw_batches.append(asyncio.run(_raw_aiokafka_batches(bootstrap, topic, events, 1024)))
+            raw.append(asyncio.run(_raw_aiokafka(connection, topic, events, 1024)))
+            raw_batches.append(asyncio.run(_raw_aiokafka_batches(connection, topic, events, 1024)))
     rec, jl = _pct(rec_samples, overhead), _pct(jsonl_samples, overhead)
     until_acked = statistics.median(s[1] for s in sustained)
     raw_s = statistics.median(raw)

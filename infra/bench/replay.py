@@ -20,21 +20,21 @@ import os
 import platform
 import statistics
 import time
-import uuid
 from collections import defaultdict
 from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.broker import require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import delete_prefixed_topics, ensure_topics_sync
+from rolltape.infra.topics import scratch_prefix
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
 from rolltape.projections import ReplayRecord, fold, replay, replay_order
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
-from rolltape.schemas import GENESIS_HASH, Stream, decode, seal, topic_name
+from rolltape.schemas import GENESIS_HASH, KafkaConnection, Role, Stream, decode, seal, topic_name
 
 _PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 _TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "object"}}]
@@ -85,9 +85,9 @@ def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict
     return events
 
 
-async def _write_load(bootstrap: str, prefix: str, events: int, sessions: int) -> int:
+async def _write_load(connection: KafkaConnection, prefix: str, events: int, sessions: int) -> int:
     topic = topic_name(Stream.EVENTS, prefix)
-    producer = chain_producer(bootstrap, linger_ms=20, max_batch_size=512 * 1024)
+    producer = chain_producer(connection, linger_ms=20, max_batch_size=512 * 1024)
     await producer.start()
     written = 0
     try:
@@ -120,27 +120,29 @@ async def _write_load(bootstrap: str, prefix: str, events: int, sessions: int) -
     return written
 
 
-async def _raw(bootstrap: str, prefix: str) -> float:
+async def _raw(connection: KafkaConnection, prefix: str) -> float:
     start = time.perf_counter()
     count = 0
-    async for _ in read_records(bootstrap, [Stream.EVENTS], prefix=prefix):
+    async for _ in read_records(connection, [Stream.EVENTS], prefix=prefix):
         count += 1
     return count / (time.perf_counter() - start)
 
 
-async def _read(bootstrap: str, prefix: str) -> list[ReplayRecord]:
+async def _read(connection: KafkaConnection, prefix: str) -> list[ReplayRecord]:
     return [
         ReplayRecord(
             InputRecord(r.stream.value, r.topic, r.partition, r.offset, r.key, r.value),
             r.broker_ts_ms,
         )
-        async for r in read_records(bootstrap, [Stream.EVENTS], prefix=prefix)
+        async for r in read_records(connection, [Stream.EVENTS], prefix=prefix)
     ]
 
 
-def _pipeline(bootstrap: str, prefix: str, config: ProcessorConfig) -> dict[str, float]:
+def _pipeline(
+    connection: KafkaConnection, prefix: str, config: ProcessorConfig
+) -> dict[str, float]:
     t0 = time.perf_counter()
-    raw = asyncio.run(_read(bootstrap, prefix))
+    raw = asyncio.run(_read(connection, prefix))
     t1 = time.perf_counter()
     result = replay(replay_order(raw), config)
     t2 = time.perf_counter()
@@ -167,26 +169,26 @@ def _pipeline(bootstrap: str, prefix: str, config: ProcessorConfig) -> dict[str,
 
 
 def run_replay_bench(
-    bootstrap: str,
+    settings: Settings,
     *,
     partitions: int,
     events: int = 1_000_000,
     sessions: int = 10_000,
     passes: int = 3,
 ) -> ReplayBench:
-    prefix = f"benchreplay{uuid.uuid4().hex[:8]}"
     config = ProcessorConfig(rewards=("final_reward",))
-    try:
-        ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
+    with scratch_prefix(settings, "benchreplay", partitions=partitions) as scratch:
+        prefix = scratch.topic_prefix
+        reader = require_connection(scratch, Role.READER)
         start = time.perf_counter()
-        written = asyncio.run(_write_load(bootstrap, prefix, events, sessions))
+        written = asyncio.run(
+            _write_load(require_connection(scratch, Role.AGENT), prefix, events, sessions)
+        )
         load_s = time.perf_counter() - start
         raw_rates, runs = [], []
         for _ in range(passes):
-            raw_rates.append(asyncio.run(_raw(bootstrap, prefix)))
-            runs.append(_pipeline(bootstrap, prefix, config))
-    finally:
-        asyncio.run(delete_prefixed_topics(bootstrap, prefix))
+            raw_rates.append(asyncio.run(_raw(reader, prefix)))
+            runs.append(_pipeline(reader, prefix, config))
 
     def median(key: str) -> float:
         return statistics.median(run[key] for run in runs)

@@ -22,21 +22,21 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from pydantic import BaseModel
 
+from rolltape.infra import open_monitor_recorder, open_recorder
+from rolltape.infra.broker import require_connection
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import delete_prefixed_topics, ensure_topics_sync
+from rolltape.infra.topics import scratch_prefix
 from rolltape.infra.worker_process import WorkerProcess
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import InputRecord
-from rolltape.producers import Recorder
 from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
-from rolltape.schemas import Stream, decode, topic_name
+from rolltape.schemas import KafkaConnection, Role, Stream, decode, topic_name
 
 
 class RulesBench(BaseModel):
@@ -59,20 +59,23 @@ class RulesBench(BaseModel):
 
 
 async def _latency(
-    bootstrap: str, prefix: str, spool: Path, epochs: int, warmup: int, partition_count: int
+    settings: Settings, spool: Path, epochs: int, warmup: int, partition_count: int
 ) -> list[float]:
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, fetch_max_wait_ms=5, enable_auto_commit=False
+    prefix = settings.topic_prefix
+    consumer = require_connection(settings, Role.MONITOR).consumer(
+        fetch_max_wait_ms=5, enable_auto_commit=False
     )
     await consumer.start()
-    recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool)
+    # The session is the agent's (its events chain); the metrics are the monitor's.
+    agent = open_recorder(settings, spool_dir=spool / "agent")
+    recorder = open_monitor_recorder(settings, spool_dir=spool / "monitor")
     samples: list[float] = []
     try:
         topic = topic_name(Stream.RULES, prefix)
         partitions = [TopicPartition(topic, p) for p in range(partition_count)]
         consumer.assign(partitions)
         await consumer.seek_to_end(*partitions)
-        session = recorder.session("bench rules latency", kind="training")
+        session = agent.session("bench rules latency", kind="training")
         for epoch in range(epochs + warmup):
             synthetic_metric(recorder, session, epoch, steps=10, train_loss=1.0 / (epoch + 1),
                              max_layer_grad_norm=1.0, min_layer_grad_norm=1e-3,
@@ -99,49 +102,54 @@ async def _latency(
         session.end()
     finally:
         await recorder.aclose()
+        await agent.aclose()
         await consumer.stop()
     return samples
 
 
-def _write_load(bootstrap: str, prefix: str, spool: Path, events: int, sessions: int) -> None:
+def _write_load(settings: Settings, spool: Path, events: int, sessions: int) -> None:
     per_session = events // sessions
     backlog = events + 4 * sessions + 10  # plus each session's start and ends
-    with Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool, max_backlog=backlog) as rec:
+    with (
+        open_recorder(settings, spool_dir=spool / "agent", max_backlog=backlog) as rec,
+        open_monitor_recorder(settings, spool_dir=spool / "monitor", max_backlog=backlog) as mon,
+    ):
         for i in range(sessions):
             # agent sessions that also log metrics: each epoch is one turn and one metric
             s = rec.session("bench load", session_id=f"load-{i}")
             for epoch in range(per_session // 2):
                 s.turn("assistant", f"step {epoch} of session {i}")
-                synthetic_metric(rec, s, epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0)
-            end_synthetic_metrics(rec, s)
+                synthetic_metric(mon, s, epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0)
+            end_synthetic_metrics(mon, s)
             s.end()
         rec.flush(300)
+        mon.flush(300)
 
 
-async def _read_inputs(bootstrap: str, prefix: str) -> list[InputRecord]:
+async def _read_inputs(connection: KafkaConnection, prefix: str) -> list[InputRecord]:
     return [
         InputRecord(r.stream.value, r.topic, r.partition, r.offset, r.key, r.value)
-        async for r in read_records(bootstrap, (Stream.EVENTS, Stream.METRICS), prefix=prefix)
+        async for r in read_records(connection, (Stream.EVENTS, Stream.METRICS), prefix=prefix)
     ]
 
 
-async def _raw_consume(bootstrap: str, prefix: str) -> tuple[int, float]:
+async def _raw_consume(connection: KafkaConnection, prefix: str) -> tuple[int, float]:
     start = time.perf_counter()
     count = 0
-    async for _ in read_records(bootstrap, (Stream.EVENTS, Stream.METRICS), prefix=prefix):
+    async for _ in read_records(connection, (Stream.EVENTS, Stream.METRICS), prefix=prefix):
         count += 1
     return count, count / (time.perf_counter() - start)
 
 
 async def _output_span(
-    bootstrap: str, prefix: str, expected_rules: int, sessions: int, timeout_s: float
+    connection: KafkaConnection, prefix: str, expected_rules: int, sessions: int, timeout_s: float
 ) -> float:
     """Wait until every output exists; the seconds between the first and last (broker time)."""
     deadline = time.monotonic() + timeout_s
     while True:
         stamps: list[int] = []
         rules = outcomes = 0
-        async for r in read_records(bootstrap, (Stream.RULES, Stream.FILTERED), prefix=prefix):
+        async for r in read_records(connection, (Stream.RULES, Stream.FILTERED), prefix=prefix):
             stamps.append(r.broker_ts_ms)
             rules += r.stream == Stream.RULES
             outcomes += r.stream == Stream.FILTERED
@@ -154,19 +162,12 @@ async def _output_span(
         await asyncio.sleep(0.5)
 
 
-def _faust_floor(bootstrap: str, prefix: str, records: int, tmpdir: Path) -> float:
+def _faust_floor(settings: Settings, records: int, tmpdir: Path) -> float:
     out = tmpdir / "floor.txt"
     with open(tmpdir / "floor.log", "wb") as log:
         subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "rolltape.infra.bench.faust_floor",
-                bootstrap,
-                prefix,
-                str(records),
-                str(out),
-            ],
+            [sys.executable, "-m", "rolltape.infra.bench.faust_floor", str(records), str(out)],
+            env={**os.environ, **settings.child_env()},
             stdout=log,
             stderr=subprocess.STDOUT,
             timeout=600,
@@ -180,7 +181,7 @@ def _faust_floor(bootstrap: str, prefix: str, records: int, tmpdir: Path) -> flo
 
 
 def run_rules_bench(
-    bootstrap: str,
+    settings: Settings,
     *,
     partitions: int,
     epochs: int = 1000,
@@ -188,42 +189,36 @@ def run_rules_bench(
     events: int = 100_000,
     sessions: int = 100,
 ) -> RulesBench:
-    run = uuid.uuid4().hex[:8]
-    latency_prefix, load_prefix = f"benchlat{run}", f"benchload{run}"
-    with tempfile.TemporaryDirectory(prefix="rolltape-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="rolltape-bench-") as tmp,
+        scratch_prefix(settings, "benchlat", partitions=partitions) as latency,
+        scratch_prefix(settings, "benchload", partitions=partitions) as load,
+    ):
         tmpdir = Path(tmp)
+        reader = require_connection(load, Role.READER)
+        load_prefix = load.topic_prefix
+        worker = WorkerProcess(latency, tmpdir / "latency-worker.log")
         try:
-            for prefix in (latency_prefix, load_prefix):
-                ensure_topics_sync(bootstrap, Settings(topic_prefix=prefix, partitions=partitions))
-            worker = WorkerProcess(bootstrap, latency_prefix, tmpdir / "latency-worker.log")
-            try:
-                samples = asyncio.run(
-                    _latency(
-                        bootstrap, latency_prefix, tmpdir / "spool-a", epochs, warmup, partitions
-                    )
-                )
-            finally:
-                worker.stop()
-
-            _write_load(bootstrap, load_prefix, tmpdir / "spool-b", events, sessions)
-            inputs = asyncio.run(_read_inputs(bootstrap, load_prefix))
-            count, raw_rate = asyncio.run(_raw_consume(bootstrap, load_prefix))
-            processor = SessionProcessor(ProcessorConfig())
-            states: dict[str, SessionState] = {}
-            start = time.perf_counter()
-            for record in inputs:
-                handle(processor, states, record)
-            core_rate = len(inputs) / (time.perf_counter() - start)
-            metrics = sum(1 for r in inputs if b'"type":"metric"' in r.value)
-            floor = _faust_floor(bootstrap, load_prefix, count, tmpdir)
-            worker = WorkerProcess(bootstrap, load_prefix, tmpdir / "load-worker.log")
-            try:
-                span = asyncio.run(_output_span(bootstrap, load_prefix, metrics, sessions, 600))
-            finally:
-                worker.stop()
+            samples = asyncio.run(_latency(latency, tmpdir / "spool-a", epochs, warmup, partitions))
         finally:
-            for prefix in (latency_prefix, load_prefix):
-                asyncio.run(delete_prefixed_topics(bootstrap, prefix))
+            worker.stop()
+
+        _write_load(load, tmpdir / "spool-b", events, sessions)
+        inputs = asyncio.run(_read_inputs(reader, load_prefix))
+        count, raw_rate = asyncio.run(_raw_consume(reader, load_prefix))
+        processor = SessionProcessor(ProcessorConfig())
+        states: dict[str, SessionState] = {}
+        start = time.perf_counter()
+        for record in inputs:
+            handle(processor, states, record)
+        core_rate = len(inputs) / (time.perf_counter() - start)
+        metrics = sum(1 for r in inputs if b'"type":"metric"' in r.value)
+        floor = _faust_floor(load, count, tmpdir)
+        worker = WorkerProcess(load, tmpdir / "load-worker.log")
+        try:
+            span = asyncio.run(_output_span(reader, load_prefix, metrics, sessions, 600))
+        finally:
+            worker.stop()
     samples.sort()
     worker_rate = count / span if span > 0 else float("inf")
     return RulesBench(

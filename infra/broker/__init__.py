@@ -1,24 +1,42 @@
-"""Broker provisioning: a real Apache Kafka for the CLI, the demo and the tests."""
+"""Broker provisioning: a real Apache Kafka for the CLI, the demo and the tests, with its
+principals (SASL/SCRAM) and ACLs per trust domain."""
 
+from rolltape.infra.broker._acls import Acl, AclError, create_acls, describe_acls, role_acls
 from rolltape.infra.broker._containers import docker_engine_available, start_container_broker
 from rolltape.infra.broker._errors import BrokerError, BrokerStartError, BrokerUnavailable
 from rolltape.infra.broker._kraft import BrokerState, ManagedBroker
 from rolltape.infra.broker._maven import kafka_classpath
-from rolltape.infra.broker._provision import current_bootstrap, managed_broker, require_bootstrap
+from rolltape.infra.broker._principals import Principal, PrincipalError, PrincipalStore, new_secret
+from rolltape.infra.broker._provision import (
+    current_connection,
+    managed_broker,
+    principal_store,
+    require_connection,
+)
 from rolltape.infra.broker._ready import broker_answers, broker_answers_sync
 
 __all__ = [
+    "Acl",
+    "AclError",
     "BrokerError",
     "BrokerStartError",
     "BrokerState",
     "BrokerUnavailable",
     "ManagedBroker",
+    "Principal",
+    "PrincipalError",
+    "PrincipalStore",
     "broker_answers",
     "broker_answers_sync",
-    "current_bootstrap",
+    "create_acls",
+    "current_connection",
+    "describe_acls",
     "docker_engine_available",
     "kafka_classpath",
     "managed_broker",
-    "require_bootstrap",
+    "new_secret",
+    "principal_store",
+    "require_connection",
+    "role_acls",
     "start_container_broker",
 ]

@@ -1,8 +1,17 @@
 """A single-node Apache Kafka (KRaft) broker run from Maven jars, under rolltape's control.
 
 Invariant: the broker's whole state lives under one folder (`state_dir/broker`): server.properties,
-data, logs and `broker.json` (pid, ports, version). A restart reuses the folder and the ports, so
-clients reconnect to the same address and find their data.
+data, logs, `broker.json` (pid, ports, version) and `principals.json` (the SASL secrets, 0600).
+A restart reuses the folder and the ports, so clients reconnect to the same address and find their
+data.
+
+Security: clients connect over SASL_PLAINTEXT with SCRAM-SHA-512; every principal's credentials
+are written into the metadata log when the storage is formatted (KRaft reads SCRAM credentials from
+there, so they exist before the first client connects). The standard KRaft authorizer denies what
+no ACL allows; `admin` is the super user and the identity the broker uses to talk to itself (SCRAM
+on the client listener, PLAIN on the controller listener: KRaft's controller cannot use SCRAM,
+whose credentials live in the log it serves). A state folder formatted before SASL existed keeps
+running PLAINTEXT until it is recreated, with a warning on every start.
 """
 
 from __future__ import annotations
@@ -13,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +31,11 @@ from pydantic import BaseModel
 
 from rolltape.infra.broker._errors import BrokerStartError
 from rolltape.infra.broker._maven import kafka_classpath, uses_log4j2
+from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.broker._ready import broker_answers_sync
+from rolltape.schemas import KafkaConnection, Role
+
+SCRAM = "SCRAM-SHA-512"
 
 
 class BrokerState(BaseModel):
@@ -32,6 +46,8 @@ class BrokerState(BaseModel):
     controller_port: int
     kafka_version: str
     cluster_id: str
+    secure: bool = False
+    """SASL/SCRAM with ACLs; False only for state formatted before rolltape provisioned them."""
 
     @property
     def bootstrap(self) -> str:
@@ -70,12 +86,17 @@ class ManagedBroker:
         scala_version: str = "2.13",
         cache_dir: Path,
         heap: str = "512m",
+        secure: bool = True,
     ) -> None:
         self.home = home
         self.kafka_version = kafka_version
         self.scala_version = scala_version
         self.cache_dir = cache_dir
         self.heap = heap
+        self.secure = secure
+        """Provision SASL/SCRAM and ACLs when formatting (False: a PLAINTEXT broker, for the
+        benchmarks that measure what authentication costs)."""
+        self.principals = PrincipalStore(home / "principals.json")
         self._proc: subprocess.Popen[bytes] | None = None
 
     # -- paths ---------------------------------------------------------------------------
@@ -99,6 +120,28 @@ class ManagedBroker:
     @property
     def _state_file(self) -> Path:
         return self.home / "broker.json"
+
+    # -- connections ---------------------------------------------------------------------------
+    def connection(self, role: Role = Role.ADMIN) -> KafkaConnection:
+        """How a client of `role` reaches the running broker (its principal's credentials)."""
+        state = self.state()
+        if state is None:
+            raise BrokerStartError(f"no broker was started in {self.home}")
+        if not state.secure:
+            return KafkaConnection.plaintext(state.bootstrap)
+        principal = self.principals.for_role(role)
+        if principal is None:
+            raise PrincipalError(
+                f"no principal of role {role.value} in {self.principals.path}; add one with "
+                f"`rolltape principal add NAME --role {role.value}`"
+            )
+        return KafkaConnection(
+            bootstrap=state.bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism=SCRAM,
+            username=principal.name,
+            password=principal.password,
+        )
 
     # -- state ---------------------------------------------------------------------------
     def state(self) -> BrokerState | None:
@@ -133,7 +176,12 @@ class ManagedBroker:
             cluster_id = _new_cluster_id()
         self.home.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        props = self._write_config(port, cport)
+        formatted = (self.data_dir / "meta.properties").exists()
+        # Security is decided when the storage is formatted and kept for its life.
+        secure = self.principals.exists() if formatted else self.secure
+        if secure and not formatted:
+            self.principals.create_defaults()
+        props = self._write_config(port, cport, secure)
         log_props = self._write_log_config()
         classpath = f"{libs}/*"
         java = [
@@ -148,7 +196,15 @@ class ManagedBroker:
             java.append(f"-Dlog4j2.configurationFile={log_props}")
         else:
             java.append(f"-Dlog4j.configuration=file:{log_props}")
-        if not (self.data_dir / "meta.properties").exists():
+        if not formatted:
+            scram = [
+                arg
+                for p in (self.principals.principals() if secure else [])
+                for arg in (
+                    "--add-scram",
+                    f"{SCRAM}=[name={p.name},password={p.password.get_secret_value()}]",
+                )
+            ]
             fmt = subprocess.run(
                 [
                     *java,
@@ -161,6 +217,7 @@ class ManagedBroker:
                     "-c",
                     str(props),
                     "--ignore-formatted",
+                    *scram,
                 ],
                 capture_output=True,
                 text=True,
@@ -185,8 +242,10 @@ class ManagedBroker:
             controller_port=cport,
             kafka_version=self.kafka_version,
             cluster_id=cluster_id,
+            secure=secure,
         )
         self._state_file.write_text(state.model_dump_json())
+        admin = self.connection(Role.ADMIN)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -194,7 +253,7 @@ class ManagedBroker:
                     f"the broker exited with code {proc.returncode} while starting. "
                     f"Last lines of {self.stdout_file}:\n{self.tail_log(30)}"
                 )
-            if broker_answers_sync(state.bootstrap, timeout_s=2.0):
+            if broker_answers_sync(admin, timeout_s=2.0):
                 return state
             time.sleep(0.2)
         self.kill()
@@ -221,6 +280,63 @@ class ManagedBroker:
         os.kill(state.pid, signal.SIGKILL)
         self._wait_exit(state.pid, 10.0)
         return True
+
+    def add_scram_user(self, name: str, password: str) -> None:
+        """Create SCRAM credentials for `name` on the running broker, with Kafka's own
+        `kafka-configs` (ConfigCommand) authenticated as admin; secrets travel in files that only
+        the owner can read, never on a command line."""
+        state = self.running()
+        if state is None or not state.secure:
+            raise BrokerStartError(
+                "the managed broker is not running with SASL; `rolltape broker up`"
+            )
+        admin = self.principals.get(Role.ADMIN.value)
+        libs = kafka_classpath(self.kafka_version, self.scala_version, self.cache_dir)
+        with tempfile.TemporaryDirectory(dir=self.home) as tmp:
+            client = Path(tmp) / "admin.properties"
+            entity = Path(tmp) / "user.properties"
+            for path, text in (
+                (
+                    client,
+                    "security.protocol=SASL_PLAINTEXT\n"
+                    f"sasl.mechanism={SCRAM}\n"
+                    "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
+                    f'required username="{admin.name}" '
+                    f'password="{admin.password.get_secret_value()}";\n',
+                ),
+                (entity, f"{SCRAM}=iterations=8192,password={password}\n"),
+            ):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as out:
+                    out.write(text)
+            done = subprocess.run(
+                [
+                    "java",
+                    "-Xmx256m",
+                    "-cp",
+                    f"{libs}/*",
+                    "kafka.admin.ConfigCommand",
+                    "--bootstrap-server",
+                    state.bootstrap,
+                    "--command-config",
+                    str(client),
+                    "--alter",
+                    "--add-config-file",
+                    str(entity),
+                    "--entity-type",
+                    "users",
+                    "--entity-name",
+                    name,
+                ],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=120,
+            )
+        if done.returncode != 0:
+            raise BrokerStartError(
+                f"creating SCRAM credentials for {name} failed:\n{done.stdout}{done.stderr}"
+            )
 
     def tail_log(self, lines: int = 50) -> str:
         parts = []
@@ -251,7 +367,7 @@ class ManagedBroker:
             time.sleep(0.05)
         return False
 
-    def _write_config(self, port: int, cport: int) -> Path:
+    def _write_config(self, port: int, cport: int, secure: bool) -> Path:
         lines = {
             "process.roles": "broker,controller",
             "node.id": "1",
@@ -278,9 +394,42 @@ class ManagedBroker:
         if int(self.kafka_version.split(".")[0]) < 4:
             del lines["share.coordinator.state.topic.replication.factor"]
             del lines["share.coordinator.state.topic.min.isr"]
+        if secure:
+            lines.update(self._sasl_config(port, cport))
         path = self.home / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        # It holds the admin secret when secure: readable by its owner only, from creation on.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("".join(f"{k}={v}\n" for k, v in lines.items()))
+        os.chmod(path, 0o600)
         return path
+
+    def _sasl_config(self, port: int, cport: int) -> dict[str, str]:
+        admin = self.principals.get(Role.ADMIN.value)
+        secret = admin.password.get_secret_value()
+        return {
+            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": (
+                "CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+            ),
+            "sasl.enabled.mechanisms": SCRAM,
+            "sasl.mechanism.inter.broker.protocol": SCRAM,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f'username="{admin.name}" password="{secret}";'
+            ),
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{admin.name}" password="{secret}" user_{admin.name}="{secret}";'
+            ),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{admin.name}",
+            "allow.everyone.if.no.acl.found": "false",
+        }
 
     def _write_log_config(self) -> Path:
         log = self.log_file

@@ -1,38 +1,121 @@
-"""Where is the broker? DESIGN.md's order: explicit address, then the managed broker from Maven
-jars, then testcontainers when a Docker engine answers."""
+"""Where is the broker, and who are we on it? DESIGN.md's order: explicit address, then the
+managed broker from Maven jars, then testcontainers when a Docker engine answers. Every command
+asks for the connection of its role; the credentials come from settings, never from its caller.
+"""
 
 from __future__ import annotations
 
+from pydantic import SecretStr
+
 from rolltape.infra.broker._errors import BrokerUnavailable
 from rolltape.infra.broker._kraft import ManagedBroker
+from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.settings import Settings
+from rolltape.schemas import KafkaConnection, Role
 
 
-def managed_broker(settings: Settings) -> ManagedBroker:
+def managed_broker(settings: Settings, *, secure: bool = True) -> ManagedBroker:
     return ManagedBroker(
         settings.state_dir / "broker",
         kafka_version=settings.kafka_version,
         scala_version=settings.scala_version,
         cache_dir=settings.cache_dir,
         heap=settings.broker_heap,
+        secure=secure,
     )
 
 
-def current_bootstrap(settings: Settings) -> str | None:
-    """The address to use now without starting anything: ROLLTAPE_BOOTSTRAP, else the running
-    managed broker, else None."""
+def current_connection(settings: Settings, role: Role) -> KafkaConnection | None:
+    """The connection a command of `role` uses now, without starting anything: ROLLTAPE_BOOTSTRAP
+    with the configured security, else the running managed broker, else None.
+
+    Credentials, first found: ROLLTAPE_SASL_USERNAME (+ ROLLTAPE_SASL_PASSWORD, else its entry in
+    the principals file); else the principal of `role` in ROLLTAPE_PRINCIPALS_FILE; for the
+    managed broker, the principal of `role` in its own principals file.
+    """
     if settings.bootstrap:
-        return settings.bootstrap
-    state = managed_broker(settings).running()
-    return state.bootstrap if state is not None else None
+        store = PrincipalStore(settings.principals_file) if settings.principals_file else None
+        return _connection(settings, settings.bootstrap, role, store)
+    broker = managed_broker(settings)
+    state = broker.running()
+    if state is None:
+        return None
+    if not state.secure:
+        return KafkaConnection.plaintext(state.bootstrap)
+    if settings.sasl_username or settings.principals_file:
+        store = PrincipalStore(settings.principals_file or broker.principals.path)
+        return _connection(settings, state.bootstrap, role, store)
+    return broker.connection(role)
 
 
-def require_bootstrap(settings: Settings) -> str:
-    """Like `current_bootstrap` but a clear error when there is none."""
-    bootstrap = current_bootstrap(settings)
-    if bootstrap is None:
+def principal_store(settings: Settings) -> PrincipalStore | None:
+    """Where the cluster's principals are kept, when rolltape keeps them: ROLLTAPE_PRINCIPALS_FILE,
+    else the running managed broker's (None for a PLAINTEXT or foreign cluster)."""
+    if settings.principals_file is not None:
+        return PrincipalStore(settings.principals_file)
+    if settings.bootstrap:
+        return None
+    broker = managed_broker(settings)
+    state = broker.running()
+    return broker.principals if state is not None and state.secure else None
+
+
+def require_connection(settings: Settings, role: Role) -> KafkaConnection:
+    """Like `current_connection` but a clear error when there is no broker."""
+    connection = current_connection(settings, role)
+    if connection is None:
         raise BrokerUnavailable(
             "no Kafka broker is configured or running. Start one with `rolltape broker up`, "
             "or set ROLLTAPE_BOOTSTRAP=host:port to use an existing cluster."
         )
-    return bootstrap
+    return connection
+
+
+def _connection(
+    settings: Settings, bootstrap: str, role: Role, store: PrincipalStore | None
+) -> KafkaConnection:
+    username: str | None = None
+    password: SecretStr | None = None
+    if settings.sasl_username:
+        username, password = settings.sasl_username, settings.sasl_password
+        if password is None:
+            if store is None or not store.exists():
+                raise PrincipalError(
+                    f"ROLLTAPE_SASL_USERNAME={username} is set without ROLLTAPE_SASL_PASSWORD "
+                    "and no principals file holds it; set the password (or "
+                    "ROLLTAPE_PRINCIPALS_FILE)"
+                )
+            password = store.get(username).password
+    elif store is not None:
+        if not store.exists():
+            raise PrincipalError(
+                f"ROLLTAPE_PRINCIPALS_FILE={store.path} does not exist; `rolltape broker up` "
+                "writes it for the managed broker"
+            )
+        principal = store.for_role(role)
+        if principal is None:
+            raise PrincipalError(
+                f"no principal of role {role.value} in {store.path}; add one with "
+                f"`rolltape principal add NAME --role {role.value}`"
+            )
+        username, password = principal.name, principal.password
+    protocol = settings.security_protocol
+    if protocol is None:
+        tls = settings.ssl_cafile is not None
+        if username is not None:
+            protocol = "SASL_SSL" if tls else "SASL_PLAINTEXT"
+        else:
+            protocol = "SSL" if tls else "PLAINTEXT"
+    try:
+        return KafkaConnection(
+            bootstrap=bootstrap,
+            security_protocol=protocol,
+            sasl_mechanism=settings.sasl_mechanism,
+            username=username,
+            password=password,
+            ssl_cafile=settings.ssl_cafile,
+            ssl_certfile=settings.ssl_certfile,
+            ssl_keyfile=settings.ssl_keyfile,
+        )
+    except ValueError as exc:
+        raise PrincipalError(f"the Kafka security settings do not fit together: {exc}") from exc

@@ -7,12 +7,13 @@ import asyncio
 import contextlib
 import logging
 
-from aiokafka import AIOKafkaClient
+from rolltape.schemas import KafkaConnection
 
 
-async def broker_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    """True when a metadata request to `bootstrap` gets a reply within `timeout_s`."""
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+async def broker_answers(connection: KafkaConnection, timeout_s: float = 3.0) -> bool:
+    """True when a metadata request over `connection` (authenticated, when it has credentials)
+    gets a reply within `timeout_s`."""
+    client = connection.client(request_timeout_ms=int(timeout_s * 1000))
     quiet = logging.getLogger("aiokafka")
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)
@@ -27,5 +28,5 @@ async def broker_answers(bootstrap: str, timeout_s: float = 3.0) -> bool:
         quiet.setLevel(level)
 
 
-def broker_answers_sync(bootstrap: str, timeout_s: float = 3.0) -> bool:
-    return asyncio.run(broker_answers(bootstrap, timeout_s))
+def broker_answers_sync(connection: KafkaConnection, timeout_s: float = 3.0) -> bool:
+    return asyncio.run(broker_answers(connection, timeout_s))

@@ -18,6 +18,7 @@ from rolltape.infra.cli import (
     inspect,
     otlp,
     parse,
+    principal,
     project,
     replay,
     report,
@@ -32,6 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(broker.app, name="broker")
+app.add_typer(principal.app, name="principal")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")

@@ -6,8 +6,9 @@ import json
 
 import typer
 
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.schemas import Role
 
 app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
 
@@ -24,9 +25,9 @@ def producer(
 
     cfg = settings()
     with user_errors():
-        bootstrap = require_bootstrap(cfg)
+        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_producer_bench(
-        bootstrap, partitions=cfg.partitions, calls=calls, events=events, repeats=repeats
+        cfg, partitions=cfg.partitions, calls=calls, events=events, repeats=repeats
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -68,9 +69,9 @@ def rules(
 
     cfg = settings()
     with user_errors():
-        bootstrap = require_bootstrap(cfg)
+        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_rules_bench(
-        bootstrap, partitions=cfg.partitions, epochs=epochs, events=events, sessions=sessions
+        cfg, partitions=cfg.partitions, epochs=epochs, events=events, sessions=sessions
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -109,9 +110,9 @@ def replay(
 
     cfg = settings()
     with user_errors():
-        bootstrap = require_bootstrap(cfg)
+        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_replay_bench(
-        bootstrap, partitions=cfg.partitions, events=events, sessions=sessions, passes=passes
+        cfg, partitions=cfg.partitions, events=events, sessions=sessions, passes=passes
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -209,9 +210,9 @@ def otlp(
 
     cfg = settings()
     with user_errors():
-        bootstrap = require_bootstrap(cfg)
+        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_otlp_bench(
-        bootstrap,
+        cfg,
         partitions=cfg.partitions,
         spans=spans,
         spans_per_batch=batch,

@@ -7,42 +7,58 @@ import typer
 from rolltape.infra.broker import (
     BrokerUnavailable,
     broker_answers_sync,
-    current_bootstrap,
+    current_connection,
     managed_broker,
+    principal_store,
+    require_connection,
 )
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
-from rolltape.infra.topics import ensure_topics_sync
+from rolltape.infra.topics import provision
+from rolltape.schemas import Role
 
 app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", no_args_is_help=True)
 
 
 @app.command()
 def up() -> None:
-    """Start the managed broker (unless ROLLTAPE_BOOTSTRAP names one) and create the topics."""
+    """Start the managed broker (unless ROLLTAPE_BOOTSTRAP names one) and create the topics.
+
+    The managed broker authenticates every client (SASL/SCRAM-SHA-512) and lets each principal
+    write only its own trust domain; `rolltape principal list` shows who exists."""
     cfg = settings()
     with user_errors():
         if cfg.bootstrap:
-            bootstrap = cfg.bootstrap
-            if not broker_answers_sync(bootstrap):
+            admin = require_connection(cfg, Role.ADMIN)
+            if not broker_answers_sync(admin):
                 raise BrokerUnavailable(
-                    f"ROLLTAPE_BOOTSTRAP={bootstrap} does not answer; start that cluster or unset "
-                    "the variable to let rolltape run its own broker"
+                    f"ROLLTAPE_BOOTSTRAP={cfg.bootstrap} does not answer as {admin}; start that "
+                    "cluster, check its security settings, or unset the variable to let rolltape "
+                    "run its own broker"
                 )
-            console.print(f"using the cluster at {bootstrap}")
+            console.print(f"using the cluster at {admin}")
         else:
             broker = managed_broker(cfg)
             state = broker.start()
-            bootstrap = state.bootstrap
             console.print(
-                f"Kafka {state.kafka_version} (KRaft) is up at {bootstrap} (pid {state.pid}); "
+                f"Kafka {state.kafka_version} (KRaft) is up at {state.bootstrap} (pid {state.pid}); "
                 f"logs in {broker.log_dir}"
             )
-        for status in ensure_topics_sync(bootstrap, cfg):
+            if not state.secure:
+                err_console.print(
+                    "[yellow]warning:[/yellow] this broker's storage was formatted before rolltape "
+                    "provisioned principals: it runs PLAINTEXT and enforces no ACLs. To secure "
+                    f"it, stop it and remove {broker.home} (its records go with it)."
+                )
+        for status in provision(cfg):
             note = f"  [yellow]{status.note}[/yellow]" if status.note else ""
             console.print(
                 f"  {status.topic:<32} {status.action.value:<15} {status.partitions} partitions{note}"
             )
-        console.print(f"bootstrap: {bootstrap}")
+        store = principal_store(cfg)
+        if store is not None:
+            names = ", ".join(f"{p.name} ({p.role.value})" for p in store.principals())
+            console.print(f"principals: {names}; secrets in {store.path} (mode 0600)")
+        console.print(f"bootstrap: {require_connection(cfg, Role.ADMIN).bootstrap}")
 
 
 @app.command()
@@ -61,14 +77,15 @@ def down() -> None:
 def status() -> None:
     """Exit 0 and print the bootstrap address only when a broker answers."""
     cfg = settings()
-    bootstrap = current_bootstrap(cfg)
-    if bootstrap is None:
+    with user_errors():
+        connection = current_connection(cfg, Role.READER)
+    if connection is None:
         err_console.print("no broker: run `rolltape broker up` or set ROLLTAPE_BOOTSTRAP")
         raise typer.Exit(1)
-    if not broker_answers_sync(bootstrap):
-        err_console.print(f"the broker at {bootstrap} does not answer")
+    if not broker_answers_sync(connection):
+        err_console.print(f"the broker at {connection} does not answer")
         raise typer.Exit(1)
-    console.print(bootstrap)
+    console.print(connection.bootstrap)
 
 
 @app.command()

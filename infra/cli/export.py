@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
     ScoreOption,
@@ -25,7 +25,7 @@ from rolltape.infra.cli._common import (
 )
 from rolltape.infra.export import ExportError, collect, open_tokenizer, run_export
 from rolltape.projections import ExportOptions, Format, Selection
-from rolltape.schemas import LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 
 
 def parse_time(text: str | None, option: str) -> int | None:
@@ -118,7 +118,7 @@ def export(
             raise typer.Exit(2) from exc
         options = options.model_copy(update={"tokenizer": label})
         s = settings()
-        bootstrap = require_bootstrap(s)
+        connection = require_connection(s, Role.READER)
         with Progress(
             TextColumn("reading topics"),
             BarColumn(),
@@ -135,7 +135,7 @@ def export(
 
             collected = asyncio.run(
                 collect(
-                    bootstrap,
+                    connection,
                     prefix=s.topic_prefix,
                     judge_version=judge_version,
                     on_record=advance,

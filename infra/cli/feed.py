@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
     ScoreOption,
@@ -21,7 +21,7 @@ from rolltape.infra.cli._common import (
 )
 from rolltape.infra.export import ExportError, open_tokenizer
 from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
-from rolltape.schemas import LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 
 app = typer.Typer(help="Stream judged sessions to training pipelines.", no_args_is_help=True)
 
@@ -52,7 +52,7 @@ def atropos(
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
         s = settings()
-        bootstrap = require_bootstrap(s)
+        connection = require_connection(s, Role.READER)
     selection = Selection(
         judge_version=judge_version, accepted="accepted" if accepted_only else "any"
     )
@@ -68,13 +68,15 @@ def atropos(
             batch_groups=batch_groups,
         )
         async with TrajectoryFeed(
-            bootstrap,
+            connection,
             group_id=group_id,
             prefix=s.topic_prefix,
             selection=selection,
             auto_ack=False,  # a session is processed once its group reached the server
         ) as feed:
-            err_console.print(f"feeding {url} from {bootstrap} (judge version {judge_version})")
+            err_console.print(
+                f"feeding {url} from {connection.bootstrap} (judge version {judge_version})"
+            )
             try:
                 async for item in feed.until(stop):
                     for settled in await sink.add(item.trajectory):

@@ -14,11 +14,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra import open_monitor_recorder, open_recorder
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import ensure_topics_sync
+from rolltape.infra.topics import provision
+from rolltape.infra.worker import can_provision
 from rolltape.infra.worker_process import WorkerProcess, worker_running
+from rolltape.schemas import Role
 
 if TYPE_CHECKING:  # the training package needs torch: imported where a command runs
     from rolltape.producers.training import SelfRefineResult
@@ -88,8 +90,8 @@ def run(
         raise typer.BadParameter(f"{', '.join(bad)}: rules are R1..R7", param_hint="--waive")
     with user_errors():
         s = settings()
-        bootstrap = require_bootstrap(s)
-        ensure_topics_sync(bootstrap, s)
+        if can_provision(s):
+            provision(s)
         if policy is PolicyName.llm and importlib.util.find_spec("openai") is None:
             err_console.print(
                 "[red]error:[/red] the llm policy needs the openai client: "
@@ -104,11 +106,13 @@ def run(
             )
             raise typer.Exit(2)
         with tempfile.TemporaryDirectory() as logs:
-            worker = _worker(s, bootstrap, Path(logs), start_worker)
+            worker = _worker(s, Path(logs), start_worker)
             try:
-                agent = open_recorder(s, bootstrap=bootstrap)
-                monitor = open_monitor_recorder(s, bootstrap=bootstrap)
-                follower = rules_and_verdicts_follower(bootstrap, s.topic_prefix)
+                agent = open_recorder(s)
+                monitor = open_monitor_recorder(s)
+                follower = rules_and_verdicts_follower(
+                    require_connection(s, Role.MONITOR), s.topic_prefix
+                )
                 try:
                     chosen: Policy = (
                         LLMPolicy(s.models["policy"], agent)
@@ -172,20 +176,20 @@ def print_attempts(result: SelfRefineResult) -> None:
             console.print(f"  attempt {a.attempt}: {v.code} ({where}): {escape(v.message)}")
 
 
-def _worker(s: Settings, bootstrap: str, logs: Path, start: bool) -> WorkerProcess | None:
-    group = s.worker_id or f"{s.topic_prefix}-worker"
+def _worker(s: Settings, logs: Path, start: bool) -> WorkerProcess | None:
     if not start:
-        if not worker_running(bootstrap, group):
+        if not worker_running(s):
             err_console.print(
-                f"[red]error:[/red] no `rolltape worker` is running against {bootstrap} (its "
-                f"consumer group {group} has no members): start one in another shell, or pass "
+                "[red]error:[/red] no `rolltape worker` is running against "
+                f"{require_connection(s, Role.PROCESSOR).bootstrap} (its consumer group "
+                f"{s.worker_group} has no members): start one in another shell, or pass "
                 "--start-worker"
             )
             raise typer.Exit(2)
         return None
-    worker = WorkerProcess(bootstrap, s.topic_prefix, logs / "worker.log")
+    worker = WorkerProcess(s, logs / "worker.log")
     deadline = time.monotonic() + 120
-    while not worker_running(bootstrap, group):
+    while not worker_running(s):
         if not worker.alive() or time.monotonic() > deadline:
             worker.stop()
             err_console.print(f"[red]error:[/red] the worker did not start:\n{worker.log_tail()}")

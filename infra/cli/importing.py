@@ -10,9 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
-from rolltape.infra.importing import importer_producer, judge_imported, send_sessions
+from rolltape.infra.importing import import_identity, judge_imported, send_sessions
 from rolltape.infra.worker import WorkerSetupError
 from rolltape.projections.importers import (
     ImportedSession,
@@ -46,11 +45,7 @@ def hermes(
         s = settings()
         sent = 0
         if sessions and not dry_run:
-            sent = asyncio.run(
-                send_sessions(
-                    require_bootstrap(s), s.topic_prefix, sessions, importer_producer(s, "hermes")
-                )
-            )
+            sent = asyncio.run(send_sessions(s, import_identity(s, "hermes"), sessions))
     verb = "checked" if dry_run else f"imported ({sent} events)"
     console.print(f"{len(sessions)} session(s) {verb} from {escape(file.name)}")
     for session in sessions[:20]:
@@ -89,17 +84,15 @@ def env_rl(
     session = env_rl_session(run, source=folder.name)
     with user_errors():
         s = settings()
-        producer = importer_producer(s, "env_rl")
+        identity = import_identity(s, "env_rl")
         try:
-            ours, verdict = judge_imported(session, producer, s)
+            ours, verdict = judge_imported(session, identity, s)
         except WorkerSetupError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
         sent = 0
         if not dry_run:
-            sent = asyncio.run(
-                send_sessions(require_bootstrap(s), s.topic_prefix, [session], producer)
-            )
+            sent = asyncio.run(send_sessions(s, identity, [session]))
     counts = {name: len(records) for name, records in run.records.items()}
     console.print(
         "env_rl chains verified: " + ", ".join(f"{name} {n} lines" for name, n in counts.items())

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.readback import read_records, verify_topics
 from rolltape.schemas import (
@@ -20,6 +20,7 @@ from rolltape.schemas import (
     ChainBreak,
     ChainReport,
     EnvelopeError,
+    Role,
     Stream,
     parse_envelope,
 )
@@ -70,12 +71,16 @@ def tail(
     """Show records as they arrive, one line each."""
     cfg = settings()
     with user_errors():
-        bootstrap = require_bootstrap(cfg)
+        connection = require_connection(cfg, Role.READER)
 
     async def run() -> None:
         needle = session.encode() if session else None
         async for record in read_records(
-            bootstrap, stream, prefix=cfg.topic_prefix, from_beginning=from_beginning, follow=follow
+            connection,
+            stream,
+            prefix=cfg.topic_prefix,
+            from_beginning=from_beginning,
+            follow=follow,
         ):
             if needle is not None and record.key != needle:
                 continue
@@ -123,9 +128,9 @@ def verify(
         raise typer.Exit(2)
     cfg = settings()
     with user_errors():
-        bootstrap = require_bootstrap(cfg)
+        connection = require_connection(cfg, Role.READER)
         verifier = asyncio.run(
-            verify_topics(bootstrap, stream, prefix=cfg.topic_prefix, session_id=session)
+            verify_topics(connection, stream, prefix=cfg.topic_prefix, session_id=session)
         )
     reports = verifier.reports()
     broken = [r for r in reports if not r.ok]

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from rolltape.infra.broker import current_bootstrap
+from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import err_console, settings, stop_on_signals, user_errors
 from rolltape.infra.otlp import (
     ReceiverBusyError,
@@ -22,6 +22,7 @@ from rolltape.infra.otlp import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.producers.parsing import FAMILIES
+from rolltape.schemas import KafkaConnection, Role
 
 app = typer.Typer(help="Receive OpenTelemetry traces.", no_args_is_help=True)
 
@@ -59,20 +60,22 @@ def serve(
         raise typer.Exit(2)
     with user_errors():
         s = settings()
-        bootstrap = current_bootstrap(s)
+        connection = current_connection(s, Role.AGENT)
     config = ReceiverConfig(family=family, linger_s=linger, idle_s=idle)
     try:
         with state_lock(otlp_dir(s)):
-            _run(s, bootstrap, config, host, port)
+            _run(s, connection, config, host, port)
     except ReceiverBusyError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
 
 
-def _run(s: Settings, bootstrap: str | None, config: ReceiverConfig, host: str, port: int) -> None:
+def _run(
+    s: Settings, connection: KafkaConnection | None, config: ReceiverConfig, host: str, port: int
+) -> None:
     receiver = open_receiver(s, config)
-    if bootstrap:
-        target = f"recording to {bootstrap} (topic prefix {s.topic_prefix})"
+    if connection is not None:
+        target = f"recording to {connection} (topic prefix {s.topic_prefix})"
     else:
         target = (
             f"no broker is running: recording to the spool ({s.resolved_spool_dir() / 'otlp'}), "

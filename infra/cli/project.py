@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
     check_judge_version,
     err_console,
@@ -16,7 +16,7 @@ from rolltape.infra.cli._common import (
     user_errors,
 )
 from rolltape.projections import run_projector
-from rolltape.schemas import LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 
 
 def project(
@@ -30,13 +30,13 @@ def project(
     check_judge_version(judge_version)
     with user_errors():
         s = settings()
-        bootstrap = require_bootstrap(s)
+        connection = require_connection(s, Role.PROJECTOR)
 
     async def main() -> int:
         stop = stop_on_signals()
-        err_console.print(f"projecting judge version {judge_version} from {bootstrap}")
+        err_console.print(f"projecting judge version {judge_version} from {connection.bootstrap}")
         return await run_projector(
-            bootstrap, prefix=s.topic_prefix, judge_version=judge_version, stop=stop
+            connection, prefix=s.topic_prefix, judge_version=judge_version, stop=stop
         )
 
     published = asyncio.run(main())

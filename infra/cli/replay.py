@@ -9,7 +9,6 @@ import typer
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import (
     check_judge_version,
     console,
@@ -63,7 +62,6 @@ def replay(
         except WorkerSetupError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
-        bootstrap = require_bootstrap(s)
         with Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),
@@ -80,7 +78,6 @@ def replay(
             summary = asyncio.run(
                 run_replay(
                     s,
-                    bootstrap,
                     config,
                     since_ms=None if since_ns is None else since_ns // 1_000_000,
                     dry_run=dry_run,

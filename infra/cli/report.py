@@ -9,8 +9,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from rolltape.infra.broker import require_bootstrap
+from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.schemas import Role
 
 
 def report(
@@ -40,8 +41,8 @@ def report(
         if (session is None) == (task is None):
             raise typer.BadParameter("choose what to report on: --session ID or --task NAME")
         s = settings()
-        bootstrap = require_bootstrap(s)
-        sessions = asyncio.run(read_sessions(bootstrap, s.topic_prefix))
+        connection = require_connection(s, Role.READER)
+        sessions = asyncio.run(read_sessions(connection, s.topic_prefix))
         try:
             result = write_report(sessions, out, session=session, task=task, runs=runs)
         except ReportError as exc:

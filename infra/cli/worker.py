@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.broker import require_bootstrap
 from rolltape.infra.cli._common import err_console, settings, user_errors
 from rolltape.infra.worker import WorkerSetupError, worker_config
 from rolltape.processors.worker import run_worker
@@ -26,12 +25,12 @@ def worker(
     with user_errors():
         s = settings()
         try:
-            config = worker_config(s, require_bootstrap(s), log_level=log_level)
+            config = worker_config(s, log_level=log_level)
         except WorkerSetupError as exc:
             err_console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
         err_console.print(
-            f"worker {config.group_id} on {config.bootstrap}: rules {config.rules.label}, "
+            f"worker {config.group_id} on {config.connection}: rules {config.rules.label}, "
             f"filters {config.filters.label}, {config.partitions} partitions"
         )
     run_worker(config)

@@ -3,10 +3,12 @@
 from rolltape.processors.worker._app import create_app, run_worker, software_version
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
+from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._shell import Shell, dead_letter_headers
 
 __all__ = [
     "JudgeRunner",
+    "OutputProducer",
     "Shell",
     "WorkerConfig",
     "create_app",

@@ -20,8 +20,7 @@ import time
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
@@ -34,6 +33,7 @@ from rolltape.processors._session import (
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
+from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._shell import Shell
 from rolltape.schemas import Stream, topic_name
 
@@ -52,7 +52,8 @@ def software_version() -> str:
 def create_app(config: WorkerConfig) -> faust.App:
     app = faust.App(
         config.group_id,
-        broker=f"kafka://{config.bootstrap}",
+        broker=config.connection.faust_broker(),
+        broker_credentials=config.connection.faust_credentials(),
         store="memory://",
         datadir=_data_dir(config),
         topic_partitions=config.partitions,
@@ -88,6 +89,7 @@ def create_app(config: WorkerConfig) -> faust.App:
             filters=config.filters,
             training_judge=config.training_judge,
             principal=config.principal,
+            judge_principal=config.judge_principal,
             software_version=software_version(),
             rewards=config.rewards,
             llm_judges=config.llm_judges,
@@ -157,6 +159,7 @@ def create_app(config: WorkerConfig) -> faust.App:
             results_topic=config.judge_results_topic,
             software_version=software_version(),
             max_concurrent=config.max_concurrent_judges,
+            principal=config.judge_principal,
         )
         try:
             async for events in stream.take_events(config.max_concurrent_judges, 0.05):
@@ -192,7 +195,7 @@ class _Runtime:
     ) -> None:
         self.config, self.processor, self.table, self.app = config, processor, table, app
         self._shell: Shell | None = None
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: OutputProducer | None = None
         self._events_topic = topic_name(Stream.EVENTS, config.topic_prefix)
         self._metrics_topic = topic_name(Stream.METRICS, config.topic_prefix)
         self._last_progress = time.monotonic()
@@ -215,8 +218,8 @@ class _Runtime:
         ]
         if not tps:
             return 0
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.config.bootstrap)
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.config.bootstrap)
+        admin = self.config.connection.admin()
+        consumer = self.config.connection.consumer()
         await admin.start()
         await consumer.start()
         try:
@@ -306,14 +309,22 @@ def _data_dir(config: WorkerConfig) -> str:
     return str(config.data_dir / name)
 
 
-def _output_producer(config: WorkerConfig) -> AIOKafkaProducer:
-    return AIOKafkaProducer(
-        bootstrap_servers=config.bootstrap,
-        enable_idempotence=True,
-        acks="all",
-        linger_ms=1,
-        max_batch_size=1 << 20,
-        max_request_size=4 << 20,
+def _output_producer(config: WorkerConfig) -> OutputProducer:
+    settings: dict[str, Any] = {
+        "enable_idempotence": True,
+        "acks": "all",
+        "linger_ms": 1,
+        "max_batch_size": 1 << 20,
+        "max_request_size": 4 << 20,
+    }
+    judge = config.judge_connection
+    return OutputProducer(
+        config.connection.producer(**settings),
+        judge.producer(**settings) if judge is not None and judge != config.connection else None,
+        judge_topics=(
+            topic_name(Stream.VERDICTS, config.topic_prefix),
+            topic_name(Stream.EVENTS, config.topic_prefix),
+        ),
     )
 
 

@@ -9,13 +9,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import TrainingJudgeConfig
 from rolltape.processors.rules import RuleSet
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas import KafkaConnection, ModelEndpoint
 
 
 class WorkerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bootstrap: str
+    connection: KafkaConnection
+    """The processor principal's connection: the consumer group, its internal topics and the
+    rules, filtered and dead-letter chains."""
+    judge_connection: KafkaConnection | None = None
+    """The judge principal's connection, for the verdicts chain and the LLM judges' own
+    conversations (None: the processor's, on clusters that do not separate them)."""
     topic_prefix: str = "rolltape"
     app_id: str | None = None
     """The consumer group and the prefix of the changelog topics (default `<prefix>-worker`).
@@ -28,6 +33,9 @@ class WorkerConfig(BaseModel):
     filters: FilterConfig = Field(default_factory=FilterConfig)
     training_judge: TrainingJudgeConfig = Field(default_factory=TrainingJudgeConfig)
     principal: str = "processor"
+    """Named in the envelopes the processor role writes (its connection's SASL user when set)."""
+    judge_principal: str = "judge"
+    """Named in the envelopes the judge role writes (verdicts, judge conversations)."""
     rewards: tuple[str, ...] = ()
     """Reward functions to run on every finished agent session (e.g. task_pass, final_reward)."""
     llm_judges: tuple[str, ...] = ()

@@ -18,10 +18,9 @@ import time
 import uuid
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
 from rolltape.processors._session import PRODUCER_NAME, JudgeRequest, JudgeResult
 from rolltape.processors.judges import LLM_JUDGES, JudgeRun, run_llm_judge
+from rolltape.processors.worker._producers import OutputProducer
 from rolltape.schemas import (
     GENESIS_HASH,
     PAYLOAD_MODELS,
@@ -39,13 +38,14 @@ log = logging.getLogger("rolltape.processors.worker")
 class JudgeRunner:
     def __init__(
         self,
-        producer: AIOKafkaProducer,
+        producer: OutputProducer,
         *,
         models: dict[str, ModelEndpoint],
         topic_prefix: str,
         results_topic: str,
         software_version: str,
         max_concurrent: int = 8,
+        principal: str = "judge",
     ) -> None:
         self.producer = producer
         self.models = models
@@ -54,7 +54,7 @@ class JudgeRunner:
         self._producer_info = {
             "name": PRODUCER_NAME,
             "version": software_version,
-            "principal": "judge",
+            "principal": principal,
         }
         self._clients: dict[str, Any] = {}
         self._limit = asyncio.Semaphore(max_concurrent)

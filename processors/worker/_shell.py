@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
@@ -32,6 +31,7 @@ from rolltape.processors._session import (
     handle,
 )
 from rolltape.processors.audit import InputRecord
+from rolltape.processors.worker._producers import OutputProducer
 from rolltape.schemas import Stream, canonical_bytes, split_stream, stream_of_topic, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
@@ -89,7 +89,7 @@ class Shell:
     def __init__(
         self,
         processor: SessionProcessor,
-        producer: AIOKafkaProducer,
+        producer: OutputProducer,
         table: MutableMapping[bytes, Any],
         topic_prefix: str,
         *,

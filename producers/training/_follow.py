@@ -16,11 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka import TopicPartition
 
 from rolltape.producers._errors import HarnessError
-from rolltape.schemas import UnreadableRecord, content_hash, read_envelope
+from rolltape.schemas import KafkaConnection, UnreadableRecord, content_hash, read_envelope
 
 Match = Callable[[dict[str, Any]], bool]
 
@@ -28,8 +27,10 @@ Match = Callable[[dict[str, Any]], bool]
 class LogFollower:
     """Follows `topics` from `since_ms` (broker time) in a background thread."""
 
-    def __init__(self, bootstrap: str, topics: Sequence[str], *, since_ms: int) -> None:
-        self.bootstrap = bootstrap
+    def __init__(
+        self, connection: KafkaConnection, topics: Sequence[str], *, since_ms: int
+    ) -> None:
+        self.connection = connection
         self.topics = list(topics)
         self.since_ms = since_ms
         self._watched: set[bytes] = set()
@@ -92,12 +93,10 @@ class LogFollower:
             self._ready.set()
 
     async def _follow(self) -> None:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=20
-        )
+        consumer = self.connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=20)
         await consumer.start()
         try:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+            admin = self.connection.admin()
             await admin.start()
             try:
                 described = await admin.describe_topics(self.topics)

@@ -41,6 +41,7 @@ from rolltape.producers.training._scenarios import Scenario
 from rolltape.schemas import (
     RULE_CLASS,
     Decision,
+    KafkaConnection,
     RuleEvaluation,
     RuleId,
     Stream,
@@ -505,11 +506,11 @@ def _train_epoch(run: TrainingRun, monitor: TrainingMonitor) -> None:
         run.optimizer.step()
 
 
-def rules_and_verdicts_follower(bootstrap: str, prefix: str) -> LogFollower:
+def rules_and_verdicts_follower(connection: KafkaConnection, prefix: str) -> LogFollower:
     """A follower of the live rules and verdicts topics from a few seconds ago."""
     since = int(time.time() * 1000) - 5_000
     return LogFollower(
-        bootstrap,
+        connection,
         [topic_name(Stream.RULES, prefix), topic_name(Stream.VERDICTS, prefix)],
         since_ms=since,
     )

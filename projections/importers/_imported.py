@@ -7,6 +7,7 @@ never as a fork.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +23,16 @@ class ImportedSession:
     def add(self, stream: str, event_type: str, ts_ns: int, payload: dict[str, Any]) -> None:
         self.events.append((stream, event_type, ts_ns, payload))
 
-    def sealed(self, producer: dict[str, str]) -> list[tuple[str, bytes]]:
-        """(stream, record bytes), each stream its own chain, in the order to send."""
+    def sealed(
+        self, producer: dict[str, str], principals: Mapping[str, str] | None = None
+    ) -> list[tuple[str, bytes]]:
+        """(stream, record bytes), each stream its own chain, in the order to send.
+        `principals` names the principal of a stream's writer where it differs from
+        `producer`'s (events by the agent, metrics by the monitor)."""
+        by_stream = {
+            stream: {**producer, "principal": principal}
+            for stream, principal in (principals or {}).items()
+        }
         heads: dict[str, tuple[int, str]] = {}
         out = []
         for stream, event_type, ts_ns, payload in self.events:
@@ -36,7 +45,7 @@ class ImportedSession:
                 type=event_type,
                 payload=payload,
                 prev_hash=prev,
-                producer=producer,
+                producer=by_stream.get(stream, producer),
             )
             heads[stream] = (seq + 1, digest)
             out.append((stream, value))

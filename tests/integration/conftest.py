@@ -1,8 +1,10 @@
 """A real Apache Kafka broker for the integration tests.
 
-ROLLTAPE_BOOTSTRAP set: use that cluster. Otherwise start rolltape's managed KRaft broker from
-Maven jars in a temporary folder for the test session (jars cached in ROLLTAPE_CACHE_DIR). Each
-test gets its own topic prefix, so tests never see each other's records.
+ROLLTAPE_BOOTSTRAP set: use that cluster (with ROLLTAPE_PRINCIPALS_FILE or ROLLTAPE_SASL_* when
+it is secured). Otherwise start rolltape's managed KRaft broker from Maven jars in a temporary
+folder for the test session (jars cached in ROLLTAPE_CACHE_DIR): SASL/SCRAM with ACLs, as users
+get it. Each test gets its own topic prefix, provisioned like a real one (topics and every
+principal's ACLs), so tests never see each other's records.
 """
 
 from __future__ import annotations
@@ -17,39 +19,63 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.infra.broker import ManagedBroker, docker_engine_available, start_container_broker
+from rolltape.infra.broker import (
+    ManagedBroker,
+    docker_engine_available,
+    require_connection,
+    start_container_broker,
+)
 from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import ensure_topics_sync
-from rolltape.schemas import CHAINED_STREAMS, ChainVerifier
+from rolltape.infra.topics import provision
+from rolltape.schemas import CHAINED_STREAMS, ChainVerifier, KafkaConnection, Role
 
 pytestmark = pytest.mark.integration
 
 
 @dataclass
 class Cluster:
-    bootstrap: str
+    settings: Settings
+    """The cluster's address and credentials (bootstrap and principals file pinned)."""
     managed: ManagedBroker | None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.connection(Role.ADMIN).bootstrap
+
+    def connection(self, role: Role) -> KafkaConnection:
+        return require_connection(self.settings, role)
 
 
 @dataclass
 class Topics:
-    bootstrap: str
     prefix: str
     settings: Settings
 
+    @property
+    def bootstrap(self) -> str:
+        return self.connection(Role.ADMIN).bootstrap
+
+    def connection(self, role: Role) -> KafkaConnection:
+        return require_connection(self.settings, role)
+
+    @property
+    def writer(self) -> KafkaConnection:
+        """For tests that write several trust domains through one recorder (a synthetic
+        training session: events and metrics) or write foreign bytes: the admin. What each
+        principal may write is pinned by test_trust."""
+        return self.connection(Role.ADMIN)
+
+    @property
+    def reader(self) -> KafkaConnection:
+        return self.connection(Role.READER)
+
     def env(self) -> dict[str, str]:
-        return {
-            **os.environ,
-            "ROLLTAPE_BOOTSTRAP": self.bootstrap,
-            "ROLLTAPE_TOPIC_PREFIX": self.prefix,
-        }
+        return {**os.environ, **self.settings.child_env()}
 
     def verify(self, session_id: str | None = None) -> ChainVerifier:
         return asyncio.run(
-            verify_topics(
-                self.bootstrap, CHAINED_STREAMS, prefix=self.prefix, session_id=session_id
-            )
+            verify_topics(self.reader, CHAINED_STREAMS, prefix=self.prefix, session_id=session_id)
         )
 
 
@@ -70,32 +96,42 @@ def start_managed(home: Path) -> ManagedBroker:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     external = os.environ.get("ROLLTAPE_BOOTSTRAP")
     if external:
-        yield Cluster(external, None)
+        yield Cluster(Settings(), None)
         return
     if shutil.which("java") is None and docker_engine_available():
         # DESIGN.md's last resort, for machines with Docker but no Java.
         bootstrap, container = start_container_broker()
         try:
-            yield Cluster(bootstrap, None)
+            yield Cluster(Settings(bootstrap=bootstrap), None)
         finally:
             container.stop()
         return
-    broker = start_managed(tmp_path_factory.mktemp("broker"))
-    state = broker.state()
-    assert state is not None
+    state_dir = tmp_path_factory.mktemp("state")
+    broker = start_managed(state_dir / "broker")
     try:
-        yield Cluster(state.bootstrap, broker)
+        yield managed_cluster(broker, state_dir)
     finally:
         broker.stop()
 
 
-def make_topics(bootstrap: str) -> Topics:
+def managed_cluster(broker: ManagedBroker, state_dir: Path) -> Cluster:
+    """The cluster of a managed broker started by a test, with its address and principals file
+    pinned (so child processes and other state folders reach it too)."""
+    state = broker.state()
+    assert state is not None
+    settings = Settings(
+        bootstrap=state.bootstrap, principals_file=broker.principals.path, state_dir=state_dir
+    )
+    return Cluster(settings, broker)
+
+
+def make_topics(cluster: Cluster) -> Topics:
     prefix = f"t{uuid.uuid4().hex[:10]}"
-    settings = Settings(bootstrap=bootstrap, topic_prefix=prefix, partitions=3)
-    ensure_topics_sync(bootstrap, settings)
-    return Topics(bootstrap, prefix, settings)
+    settings = cluster.settings.model_copy(update={"topic_prefix": prefix, "partitions": 3})
+    provision(settings)
+    return Topics(prefix, settings)
 
 
 @pytest.fixture
 def topics(cluster: Cluster) -> Topics:
-    return make_topics(cluster.bootstrap)
+    return make_topics(cluster)

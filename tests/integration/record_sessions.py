@@ -1,16 +1,21 @@
-"""Run as a separate process by the tests: record N sessions concurrently from threads."""
+"""Run as a separate process by the tests: record N sessions concurrently from threads.
+
+The cluster, credentials and topic prefix come from ROLLTAPE_* variables; one recorder writes
+events and metrics, so it records as the admin (test_trust pins what each principal may write).
+"""
 
 from __future__ import annotations
 
 import sys
 import threading
 
-from rolltape.producers import Recorder
+from rolltape.infra import Settings, open_recorder
 from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
+from rolltape.schemas import Role
 
 
-def main(bootstrap: str, prefix: str, spool: str, tag: str, sessions: int, events: int) -> None:
-    recorder = Recorder(bootstrap, topic_prefix=prefix, spool_dir=spool)
+def main(spool: str, tag: str, sessions: int, events: int) -> None:
+    recorder = open_recorder(Settings(), role=Role.ADMIN, spool_dir=spool)
 
     def agent(i: int) -> None:
         with recorder.session(f"task {i}", session_id=f"{tag}-{i}") as s:
@@ -32,4 +37,4 @@ def main(bootstrap: str, prefix: str, spool: str, tag: str, sessions: int, event
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

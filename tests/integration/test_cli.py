@@ -170,7 +170,7 @@ def test_tail__follows_new_records_live_and_filters_by_session(
         import time
 
         time.sleep(2.0)  # let it reach the end of the (empty) topics before we record
-        recorder = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path)
+        recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path)
         with recorder.session("watched live", session_id="live-1") as s:
             s.turn("user", "are you there?")
         with recorder.session("not watched", session_id="other-1") as s:

@@ -28,7 +28,7 @@ def record_group(rec: Recorder, group: str, rewards: tuple[float, ...]) -> None:
 
 
 def record_groups(topics: Topics, spool: Path, groups: dict[str, tuple[float, ...]]) -> None:
-    with Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=spool) as rec:
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=spool) as rec:
         for group, rewards in groups.items():
             record_group(rec, group, rewards)
 
@@ -57,9 +57,7 @@ async def nothing_more(feed: TrajectoryFeed, wait_s: float = 4) -> bool:
 def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
     topics: Topics, tmp_path: Path
 ) -> None:
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
         record_group(rec, "q1", (1.0, 0.0))
         record_group(rec, "q2", (0.5, 0.5))
         with rec.session("2+2", session_id="halluc", tools=[CALC]) as s:
@@ -70,7 +68,7 @@ def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
     async def scenario(server_url: str) -> tuple[list[FeedItem], AtroposSink]:
         accepted = Selection(accepted="accepted")
         async with TrajectoryFeed(
-            topics.bootstrap, group_id="trainer", prefix=topics.prefix, selection=accepted
+            topics.reader, group_id="trainer", prefix=topics.prefix, selection=accepted
         ) as feed:
             items = await take(feed, 4)
             sink = AtroposSink(server_url, group_size=2)
@@ -81,7 +79,7 @@ def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
             assert feed.skipped["not_accepted"] == 1
         # Everything handed out was committed: the same group gets nothing again...
         async with TrajectoryFeed(
-            topics.bootstrap, group_id="trainer", prefix=topics.prefix, selection=accepted
+            topics.reader, group_id="trainer", prefix=topics.prefix, selection=accepted
         ) as again:
             assert await nothing_more(again)
             # ...and a session judged later arrives alone.
@@ -117,9 +115,7 @@ def test_a_second_consumer_group_gets_its_own_copy(topics: Topics, tmp_path: Pat
     async def two_groups() -> tuple[set[str], set[str]]:
         results = []
         for group in ("a", "b"):
-            async with TrajectoryFeed(
-                topics.bootstrap, group_id=group, prefix=topics.prefix
-            ) as feed:
+            async with TrajectoryFeed(topics.reader, group_id=group, prefix=topics.prefix) as feed:
                 results.append({i.trajectory.session_id for i in await take(feed, 2)})
         return results[0], results[1]
 
@@ -175,13 +171,13 @@ def test_sessions_not_processed_before_a_crash_are_delivered_again_with_the_same
 
     async def crash_then_resume() -> tuple[list[str], list[str], list[str]]:
         feed = await TrajectoryFeed(
-            topics.bootstrap, group_id="t", prefix=topics.prefix, commit_interval_s=0
+            topics.reader, group_id="t", prefix=topics.prefix, commit_interval_s=0
         ).start()
         first = await take(feed, 2)
         # The first item counts as processed once the second is asked for; the second does not.
         await feed._commit()
         await feed.stop(commit=False)  # a crash: nothing more committed
-        async with TrajectoryFeed(topics.bootstrap, group_id="t", prefix=topics.prefix) as again:
+        async with TrajectoryFeed(topics.reader, group_id="t", prefix=topics.prefix) as again:
             rest = await take(again, 3)
             while True:  # sessions processed before the crash may come again too (at least once)
                 try:

@@ -61,7 +61,7 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
     async def events() -> list[dict[str, object]]:
         return [
             decode(r.value)
-            async for r in read_records(topics.bootstrap, [Stream.EVENTS], prefix=topics.prefix)
+            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
         ]
 
     recorded = asyncio.run(events())

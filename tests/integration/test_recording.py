@@ -10,12 +10,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from rolltape.producers import Recorder
-from rolltape.schemas import decode, parse_envelope, seal, topic_name
+from rolltape.schemas import Role, decode, parse_envelope, seal, topic_name
 
-from .conftest import Topics, make_topics, start_managed
+from .conftest import Topics, make_topics, managed_cluster, start_managed
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).parent
@@ -30,13 +29,12 @@ def test_two_producer_processes__record_concurrent_sessions_that_read_back_in_or
             [
                 sys.executable,
                 str(HERE / "record_sessions.py"),
-                topics.bootstrap,
-                topics.prefix,
                 str(tmp_path / f"spool-{tag}"),
                 tag,
                 str(sessions),
                 str(events),
             ],
+            env=topics.env(),
         )
         for tag in ("proc-a", "proc-b")
     ]
@@ -63,9 +61,9 @@ def test_broker_killed_mid_session__every_event_arrives_exactly_once_and_in_orde
     try:
         state = broker.state()
         assert state is not None
-        topics = make_topics(state.bootstrap)
+        topics = make_topics(managed_cluster(broker, tmp_path))
         recorder = Recorder(
-            state.bootstrap,
+            topics.connection(Role.AGENT),
             topic_prefix=topics.prefix,
             spool_dir=tmp_path / "spool",
             spool_after_s=1.0,
@@ -103,7 +101,7 @@ def test_broker_killed_mid_session__every_event_arrives_exactly_once_and_in_orde
 def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
     topics: Topics, tmp_path: Path
 ) -> None:
-    recorder = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path)
+    recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path)
     for sid in ("honest-1", "victim-1"):
         with recorder.session("task", session_id=sid) as s:
             s.turn("user", "what is the capital of France?")
@@ -125,7 +123,7 @@ def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
     )
 
     async def forge() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=topics.bootstrap)
+        producer = topics.writer.producer()
         await producer.start()
         topic = topic_name("events", topics.prefix)
         await producer.send_and_wait(
@@ -162,7 +160,7 @@ def _read(topics: Topics, session_id: str) -> list:
     async def collect() -> list:
         return [
             r
-            async for r in read_records(topics.bootstrap, [Stream.EVENTS], prefix=topics.prefix)
+            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
             if r.key == session_id.encode()
         ]
 
@@ -182,7 +180,7 @@ def test_spool_left_by_a_recorder_without_broker__is_drained_in_order_by_the_nex
     assert result.acked == 0 and result.spooled == 202
     assert list(tmp_path.glob("*.spool")), "the unsent records stay on disk"
 
-    online = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path)
+    online = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path)
     with online.session("recorded later", session_id="online-9") as s:
         s.turn("user", "hello")
     online.flush(60)
@@ -198,15 +196,16 @@ def test_interpreter_exit__flushes_what_was_recorded_without_close(
 ) -> None:
     script = (
         "import sys\n"
-        "from rolltape.producers import Recorder\n"
-        "r = Recorder(sys.argv[1], topic_prefix=sys.argv[2], spool_dir=sys.argv[3])\n"
+        "from rolltape.infra import open_recorder\n"
+        "r = open_recorder(spool_dir=sys.argv[1])\n"
         "s = r.session('exit without close', session_id='atexit-1')\n"
         "for n in range(500):\n"
         "    s.turn('assistant', f'step {n}')\n"
         "s.end()\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, topics.bootstrap, topics.prefix, str(tmp_path)],
+        [sys.executable, "-c", script, str(tmp_path)],
+        env=topics.env(),
         capture_output=True,
         text=True,
         timeout=120,

@@ -26,7 +26,7 @@ def cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
 
 
 def record(topics: Topics, spool: Path) -> None:
-    with Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=spool) as rec:
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=spool) as rec:
         for sid, noise in (("train-noisy", 40.0), ("train-calm", 500.0)):
             with rec.session("fit", session_id=sid, kind="training", run_config={"lr": 0.1}) as s:
                 for epoch in range(6):
@@ -144,9 +144,7 @@ def test_replay__llm_judges_keep_held_verdicts_and_judge_anew_under_a_new_versio
 ) -> None:
     from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
 
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
         for sid, answer in (("right", "4"), ("wrong", "5")):
             with rec.session("2+2", session_id=sid) as s:
                 s.turn("user", "2+2?")

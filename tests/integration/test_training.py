@@ -33,7 +33,7 @@ from rolltape.producers.training import (
     build_model,
     rules_and_verdicts_follower,
 )
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas import ModelEndpoint, Role
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess
 from tests.support.openai_server import OpenAICompatibleServer
@@ -61,12 +61,12 @@ class Rig:
 def rig(topics: Topics, tmp_path: Path) -> Iterator[Rig]:
     worker = WorkerProcess(topics, tmp_path).start()
     agent = Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "a", principal="agent"
+        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=tmp_path / "a"
     )
     monitor = Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "m", principal="monitor"
+        topics.connection(Role.MONITOR), topic_prefix=topics.prefix, spool_dir=tmp_path / "m"
     )
-    follower = rules_and_verdicts_follower(topics.bootstrap, topics.prefix)
+    follower = rules_and_verdicts_follower(topics.connection(Role.MONITOR), topics.prefix)
     try:
         yield Rig(topics, agent, monitor, follower, worker)
     finally:
@@ -158,7 +158,7 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
     assert result.best == 2
     # each attempt links to the previous one; the policy's conversations are agent sessions of
     # the run, rewarded with their attempt's process score (training data for policies)
-    sessions = asyncio.run(read_sessions(rig.topics.bootstrap, rig.topics.prefix))
+    sessions = asyncio.run(read_sessions(rig.topics.reader, rig.topics.prefix))
     starts = {
         sid: next(e for e in envs if e["type"] == "session_started")["payload"]
         for sid, envs in sessions.items()
@@ -184,7 +184,7 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
     from rolltape.projections import ExportOptions, Selection
 
     collected = asyncio.run(
-        collect(rig.topics.bootstrap, prefix=rig.topics.prefix, judge_version="live")
+        collect(rig.topics.reader, prefix=rig.topics.prefix, judge_version="live")
     )
     manifest = run_export(
         collected,
@@ -257,7 +257,7 @@ def test_report__renders_its_charts_in_headless_chromium(rig: Rig, tmp_path: Pat
         pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it (apt-get)")
 
     result = rig.harness(epochs=6).self_refine(SCENARIOS["dead_relu"], attempts=2)
-    sessions = asyncio.run(read_sessions(rig.topics.bootstrap, rig.topics.prefix))
+    sessions = asyncio.run(read_sessions(rig.topics.reader, rig.topics.prefix))
     page_path = tmp_path / "report.html"
     report = write_report(sessions, page_path, task="digits-cnn/dead_relu")
     assert [len(r.attempts) for r in report.runs] == [2]

@@ -62,9 +62,7 @@ CALC = {
 def test_worker__sdk_sessions_produce_rule_evaluations_verdicts_and_filter_outcomes(
     topics: Topics, worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
         record_training(rec, "train-1")
         with rec.session("2+2", session_id="good", tools=[CALC]) as s:
             s.turn("user", "2+2?")
@@ -113,7 +111,7 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     import time
 
     sessions, epochs = 24, 40
-    recorder = Recorder(topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
+    recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
 
     def record() -> None:
         for i in range(sessions):
@@ -172,8 +170,6 @@ def test_worker__a_thousand_bad_records_are_dead_lettered_or_judged_and_good_one
     import asyncio
     import random
 
-    from aiokafka import AIOKafkaProducer
-
     from rolltape.schemas import GENESIS_HASH, seal, topic_name
 
     rng = random.Random(11)
@@ -207,7 +203,7 @@ def test_worker__a_thousand_bad_records_are_dead_lettered_or_judged_and_good_one
     bad_records = 300 + 250 + 250 + 100 + 50 * 4
 
     async def send_bad() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=topics.bootstrap, enable_idempotence=True)
+        producer = topics.writer.producer(enable_idempotence=True)
         await producer.start()
         try:
             for topic, key, value in bad:
@@ -216,9 +212,7 @@ def test_worker__a_thousand_bad_records_are_dead_lettered_or_judged_and_good_one
         finally:
             await producer.stop()
 
-    with Recorder(
-        topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
-    ) as rec:
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
         for i in range(5):
             record_training(rec, f"train-{i}")
         rec.flush()
@@ -271,7 +265,7 @@ def test_worker__llm_judge_and_reward_verdicts_through_a_local_openai_compatible
         ).start()
         try:
             with Recorder(
-                topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+                topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
             ) as rec:
                 for sid, answer in (("right", "4"), ("wrong", "5"), ("garbled", "garble")):
                     with rec.session("What is 2+2?", session_id=sid) as s:
@@ -348,7 +342,7 @@ def test_worker__runs_a_reward_function_registered_by_a_plugin_module(
     try:
         with (
             Recorder(
-                topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+                topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
             ) as rec,
             rec.session("say hello", session_id="hello") as s,
         ):
@@ -389,7 +383,7 @@ def test_worker__that_stops_making_progress_restarts_itself_and_loses_nothing(
     ).start()
     try:
         with Recorder(
-            topics.bootstrap, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+            topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
         ) as rec:
             for i in range(12):
                 record_training(rec, f"train-{i}")

@@ -71,7 +71,7 @@ class WorkerProcess:
 
 def read_all(topics: Topics, streams: tuple[Stream, ...] = OUTPUT_STREAMS) -> list[RawRecord]:
     async def go() -> list[RawRecord]:
-        return [r async for r in read_records(topics.bootstrap, streams, prefix=topics.prefix)]
+        return [r async for r in read_records(topics.reader, streams, prefix=topics.prefix)]
 
     return asyncio.run(go())
 

@@ -1,0 +1,130 @@
+"""`rolltape principal list | show NAME | add NAME --role ROLE`: who may write what."""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from rolltape.infra.broker import (
+    PrincipalError,
+    PrincipalStore,
+    create_acls,
+    managed_broker,
+    new_secret,
+    principal_store,
+    require_connection,
+    role_acls,
+)
+from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.settings import Settings
+from rolltape.schemas import Role
+
+app = typer.Typer(
+    help="The principals of the managed broker: list them, show one's credentials, add one.",
+    no_args_is_help=True,
+)
+
+
+class Format(StrEnum):
+    env = "env"
+    properties = "properties"
+
+
+def _store(s: Settings) -> PrincipalStore:
+    store = principal_store(s)
+    if store is None or not store.exists():
+        raise PrincipalError(
+            "no principals are kept here: start the managed broker with `rolltape broker up` "
+            "(or point ROLLTAPE_PRINCIPALS_FILE at a principals file)"
+        )
+    return store
+
+
+@app.command("list")
+def list_() -> None:
+    """Every principal with its role and what it may write (never its secret)."""
+    with user_errors():
+        store = _store(settings())
+        principals = store.principals()
+    table = Table(title=f"principals in {store.path}", title_justify="left")
+    for column in ("name", "role", "writes"):
+        table.add_column(column)
+    writes = {
+        Role.ADMIN: "everything (super user; the only one that deletes)",
+        Role.AGENT: "events",
+        Role.MONITOR: "metrics",
+        Role.PROCESSOR: "rules, filtered, deadletter, the worker's internal topics",
+        Role.JUDGE: "verdicts, events (its own conversations)",
+        Role.PROJECTOR: "trajectories",
+        Role.READER: "nothing (reads every topic)",
+    }
+    for p in principals:
+        table.add_row(p.name, p.role.value, writes[p.role])
+    console.print(table)
+    console.print("credentials of one: rolltape principal show NAME --format env")
+
+
+@app.command()
+def show(
+    name: Annotated[str, typer.Argument(help="The principal, e.g. agent.")],
+    format: Annotated[
+        Format, typer.Option("--format", help="env: ROLLTAPE_* lines; properties: Kafka client.")
+    ] = Format.env,
+) -> None:
+    """Print NAME's credentials (including its secret) for another process or machine."""
+    with user_errors():
+        s = settings()
+        principal = _store(s).get(name)
+        bootstrap = require_connection(s, Role.ADMIN).bootstrap
+    secret = principal.password.get_secret_value()
+    if format is Format.env:
+        lines = [
+            f"ROLLTAPE_BOOTSTRAP={bootstrap}",
+            "ROLLTAPE_SECURITY_PROTOCOL=SASL_PLAINTEXT",
+            "ROLLTAPE_SASL_MECHANISM=SCRAM-SHA-512",
+            f"ROLLTAPE_SASL_USERNAME={principal.name}",
+            f"ROLLTAPE_SASL_PASSWORD={secret}",
+        ]
+    else:
+        lines = [
+            f"bootstrap.servers={bootstrap}",
+            "security.protocol=SASL_PLAINTEXT",
+            "sasl.mechanism=SCRAM-SHA-512",
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{principal.name}" password="{secret}";',
+        ]
+    print("\n".join(lines))
+
+
+@app.command()
+def add(
+    name: Annotated[str, typer.Argument(help="A new principal name, e.g. agent-2.")],
+    role: Annotated[Role, typer.Option("--role", help="What it may do (DESIGN.md's table).")],
+) -> None:
+    """Create a principal on the running managed broker: SCRAM credentials, and its role's ACLs
+    on every topic prefix provisioned so far. Its secret is stored, not printed."""
+    with user_errors():
+        s = settings()
+        store = _store(s)
+        store.check_new(name)
+        if role == Role.ADMIN:
+            raise PrincipalError(
+                "admin is the broker's super user and is not added; give a process the role it "
+                "needs (agent, monitor, processor, judge, projector, reader)"
+            )
+        secret = new_secret()
+        managed_broker(s).add_scram_user(name, secret)
+        admin = require_connection(s, Role.ADMIN)
+        prefixes = store.prefixes()
+        grants = [a for prefix, group in prefixes.items() for a in role_acls(role, prefix, group)]
+        created = asyncio.run(create_acls(admin, {name: grants}))
+        store.add(name, role, secret)
+    err_console.print(
+        f"added {escape(name)} ({role.value}): {created} ACLs on "
+        f"{len(prefixes)} topic prefix(es); credentials: rolltape principal show {escape(name)}"
+    )

@@ -1,0 +1,63 @@
+"""The worker's outputs leave under two identities: the processor's and the judge's.
+
+Why two producers: topics are trust domains. In a cluster with ACLs the processor principal may
+write rules, filtered, dead letters and its internal topics, and only the judge principal may
+write verdicts (and the LLM judges' own conversations on the events topic). The worker runs both
+roles, so each record goes out on the producer of the role that owns its topic. Both are
+idempotent with acks=all; each topic is written by exactly one of them, so per-partition order
+holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+
+class OutputProducer:
+    """`send` routes by topic: `judge_topics` to the judge's producer (when there is one)."""
+
+    def __init__(
+        self,
+        processor: AIOKafkaProducer,
+        judge: AIOKafkaProducer | None,
+        *,
+        judge_topics: Collection[str] = (),
+    ) -> None:
+        self._processor = processor
+        self._judge = judge
+        self._judge_topics = frozenset(judge_topics)
+
+    @property
+    def _all(self) -> Sequence[AIOKafkaProducer]:
+        return [self._processor] if self._judge is None else [self._processor, self._judge]
+
+    async def start(self) -> None:
+        for producer in self._all:
+            await producer.start()
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(p.stop() for p in self._all))
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(p.flush() for p in self._all))
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Any]:
+        """Hand the record over; the returned future resolves on acknowledgement."""
+        producer = (
+            self._judge
+            if self._judge is not None and topic in self._judge_topics
+            else self._processor
+        )
+        future: asyncio.Future[Any] = await producer.send(topic, value, key=key, headers=headers)
+        return future

@@ -1,0 +1,152 @@
+"""How to reach and authenticate to a Kafka cluster, and the one place Kafka clients are built.
+
+Why here: the recorder (producers), the worker (processors), feeds (projections) and the CLI
+(infra) all open Kafka clients; a security setting must apply to every one of them at once, so the
+connection model and the factory live at the bottom of the dependency order, as `ModelEndpoint`
+does for model clients. aiokafka is imported only when a client is built.
+
+Every client takes its connection from here:
+
+    KafkaConnection            bootstrap, security protocol, SASL credentials, TLS files
+      .producer(**settings)    AIOKafkaProducer
+      .consumer(*topics, ...)  AIOKafkaConsumer
+      .admin(**settings)       AIOKafkaAdminClient
+      .client(**settings)      AIOKafkaClient (a bare metadata client: "does it answer?")
+      .faust_credentials()     what faust.App(broker_credentials=...) takes
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.admin import AIOKafkaAdminClient
+
+SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
+SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
+
+
+class KafkaConnection(BaseModel):
+    """One cluster address plus who we are on it. `str()` never shows the password."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str
+    """host:port[,host:port]"""
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "SCRAM-SHA-512"
+    username: str | None = None
+    """The SASL user: the principal the broker authorises (and the one written into envelopes)."""
+    password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    """CA bundle that signed the brokers' certificates (default: the system's)."""
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+
+    @model_validator(mode="after")
+    def _credentials_match_protocol(self) -> KafkaConnection:
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and (self.username is None or self.password is None):
+            raise ValueError(
+                f"security protocol {self.security_protocol} needs a SASL username and password"
+            )
+        if not sasl and self.username is not None:
+            raise ValueError(
+                f"a SASL username was given but the security protocol is {self.security_protocol}"
+                "; use SASL_PLAINTEXT or SASL_SSL"
+            )
+        return self
+
+    @classmethod
+    def plaintext(cls, bootstrap: str) -> KafkaConnection:
+        """An unauthenticated connection (a cluster without security, e.g. a developer's)."""
+        return cls(bootstrap=bootstrap)
+
+    @property
+    def principal(self) -> str | None:
+        """The SASL user, or None when the connection is unauthenticated."""
+        return self.username
+
+    def __str__(self) -> str:
+        who = f"{self.username}@" if self.username else ""
+        return f"{who}{self.bootstrap} ({self.security_protocol})"
+
+    def __repr__(self) -> str:
+        return f"KafkaConnection({self})"
+
+    # -- the factory ---------------------------------------------------------------------------
+    def client_settings(self) -> dict[str, Any]:
+        """The keyword arguments every aiokafka client takes for address and security."""
+        settings: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap,
+            "security_protocol": self.security_protocol,
+        }
+        if self.security_protocol.startswith("SASL"):
+            assert self.password is not None  # checked by the validator
+            settings.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.username,
+                sasl_plain_password=self.password.get_secret_value(),
+            )
+        context = self.ssl_context()
+        if context is not None:
+            settings["ssl_context"] = context
+        return settings
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context for SSL/SASL_SSL, built from the configured files."""
+        if not self.security_protocol.endswith("SSL"):
+            return None
+        context = ssl.create_default_context(
+            cafile=str(self.ssl_cafile) if self.ssl_cafile else None
+        )
+        if self.ssl_certfile is not None:
+            context.load_cert_chain(
+                str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
+            )
+        return context
+
+    def producer(self, **settings: Any) -> AIOKafkaProducer:
+        from aiokafka import AIOKafkaProducer
+
+        return AIOKafkaProducer(**{**self.client_settings(), **settings})
+
+    def consumer(self, *topics: str, **settings: Any) -> AIOKafkaConsumer:
+        from aiokafka import AIOKafkaConsumer
+
+        return AIOKafkaConsumer(*topics, **{**self.client_settings(), **settings})
+
+    def admin(self, **settings: Any) -> AIOKafkaAdminClient:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        return AIOKafkaAdminClient(**{**self.client_settings(), **settings})
+
+    def client(self, **settings: Any) -> AIOKafkaClient:
+        from aiokafka import AIOKafkaClient
+
+        return AIOKafkaClient(**{**self.client_settings(), **settings})
+
+    def faust_credentials(self) -> Any:
+        """faust's credentials object for `faust.App(broker_credentials=...)` (None: plaintext)."""
+        import faust
+
+        if self.security_protocol.startswith("SASL"):
+            assert self.password is not None
+            return faust.SASLCredentials(
+                username=self.username,
+                password=self.password.get_secret_value(),
+                mechanism=self.sasl_mechanism,
+                ssl_context=self.ssl_context(),
+            )
+        if self.security_protocol == "SSL":
+            return faust.SSLCredentials(self.ssl_context())
+        return None
+
+    def faust_broker(self) -> str:
+        """The broker URL faust takes: one `kafka://` URL per bootstrap address."""
+        return ";".join(f"kafka://{address}" for address in self.bootstrap.split(","))
