@@ -33,31 +33,29 @@ from rolltape.schemas import CHAINED_STREAMS, ChainVerifier, KafkaConnection, Ro
 pytestmark = pytest.mark.integration
 
 
-@dataclass
-class Cluster:
+class _Connected:
+    """Settings with the cluster's address and principals file pinned."""
+
     settings: Settings
-    """The cluster's address and credentials (bootstrap and principals file pinned)."""
+
+    @property
+    def bootstrap(self) -> str:
+        return self.connection(Role.ADMIN).bootstrap
+
+    def connection(self, role: Role) -> KafkaConnection:
+        return require_connection(self.settings, role)
+
+
+@dataclass
+class Cluster(_Connected):
+    settings: Settings
     managed: ManagedBroker | None
 
-    @property
-    def bootstrap(self) -> str:
-        return self.connection(Role.ADMIN).bootstrap
-
-    def connection(self, role: Role) -> KafkaConnection:
-        return require_connection(self.settings, role)
-
 
 @dataclass
-class Topics:
+class Topics(_Connected):
     prefix: str
     settings: Settings
-
-    @property
-    def bootstrap(self) -> str:
-        return self.connection(Role.ADMIN).bootstrap
-
-    def connection(self, role: Role) -> KafkaConnection:
-        return require_connection(self.settings, role)
 
     @property
     def writer(self) -> KafkaConnection:

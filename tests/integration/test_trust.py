@@ -41,6 +41,12 @@ async def _write(connection: KafkaConnection, topic: str) -> str | None:
         await producer.stop()
 
 
+def _cli(*args: str, topics: Topics) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=topics.env(), capture_output=True, text=True, timeout=180
+    )
+
+
 def _managed(cluster: Cluster) -> None:
     if cluster.managed is None:
         pytest.skip("needs rolltape's managed broker (its principals)")
@@ -182,19 +188,13 @@ def test_principals__secrets_are_owner_only_and_printed_only_when_asked(
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
     server_props = cluster.managed.home / "server.properties"
     assert stat.S_IMODE(os.stat(server_props).st_mode) == 0o600
-    env = topics.env()
-    listed = subprocess.run([*CLI, "principal", "list"], env=env, capture_output=True, text=True)
+    listed = _cli("principal", "list", topics=topics)
     assert listed.returncode == 0, listed.stderr
     secrets = [p.password.get_secret_value() for p in store.principals()]
     assert all(secret not in listed.stdout + listed.stderr for secret in secrets)
     for role in Role:
         assert role.value in listed.stdout
-    shown = subprocess.run(
-        [*CLI, "principal", "show", "agent", "--format", "env"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
+    shown = _cli("principal", "show", "agent", "--format", "env", topics=topics)
     assert shown.returncode == 0, shown.stderr
     assert f"ROLLTAPE_SASL_PASSWORD={store.get('agent').password.get_secret_value()}" in (
         shown.stdout
@@ -207,13 +207,7 @@ def test_principal_add__a_second_agent_gets_the_agent_acls_on_every_provisioned_
     _managed(cluster)
     assert cluster.managed is not None
     name = f"agent-{topics.prefix}"
-    added = subprocess.run(
-        [*CLI, "principal", "add", name, "--role", "agent"],
-        env=topics.env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    added = _cli("principal", "add", name, "--role", "agent", topics=topics)
     assert added.returncode == 0, added.stdout + added.stderr
     principal = PrincipalStore(cluster.managed.principals.path).get(name)
     connection = topics.connection(Role.AGENT).model_copy(
@@ -224,13 +218,7 @@ def test_principal_add__a_second_agent_gets_the_agent_acls_on_every_provisioned_
     assert refused == "TopicAuthorizationFailedError"
     acls = asyncio.run(describe_acls(topics.connection(Role.ADMIN), name))
     assert any(a.name == topic_name(Stream.EVENTS, topics.prefix) for a in acls)
-    again = subprocess.run(
-        [*CLI, "principal", "add", name, "--role", "agent"],
-        env=topics.env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    again = _cli("principal", "add", name, "--role", "agent", topics=topics)
     assert again.returncode == 2 and "exists already" in again.stderr
 
 
