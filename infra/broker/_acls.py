@@ -21,6 +21,8 @@ while one CreateAcls request installs a whole prefix's table in one round trip.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from enum import IntEnum
 from typing import Any
 
@@ -223,6 +225,14 @@ async def create_acls(admin_connection: KafkaConnection, grants: dict[str, list[
     ]
     if failures:
         raise AclError("the broker refused some ACLs:\n  " + "\n  ".join(failures))
+    # The controller commits them; the broker applies them from the metadata log a moment later.
+    # Wait until the broker describes them, so a client starting right away is not refused.
+    deadline = time.monotonic() + 30
+    for name, acls in grants.items():
+        while not set(acls) <= set(await describe_acls(admin_connection, name)):
+            if time.monotonic() > deadline:
+                raise AclError(f"the broker did not apply the ACLs of {name} within 30 s")
+            await asyncio.sleep(0.05)
     return len(creations)
 
 
