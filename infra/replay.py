@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rolltape.infra.broker import current_connection, require_connection
+from rolltape.infra.broker import require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
@@ -22,7 +22,7 @@ from rolltape.infra.worker import (
     WorkerSetupError,
     check_llm_judges,
     judging_configs,
-    processor_principal,
+    role_principal,
 )
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
@@ -48,11 +48,6 @@ from rolltape.schemas import (
 )
 
 
-def _principal(settings: Settings, role: Role) -> str | None:
-    connection = current_connection(settings, role)
-    return connection.principal if connection is not None else None
-
-
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
     """The processor config of a judge version: rule set, filters and reward functions from the
     same settings the worker reads."""
@@ -62,8 +57,8 @@ def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
             rules=configs.rules,
             filters=configs.filters,
             training_judge=configs.training_judge,
-            principal=_principal(settings, Role.PROCESSOR) or processor_principal(settings),
-            judge_principal=_principal(settings, Role.JUDGE) or "judge",
+            principal=role_principal(settings, Role.PROCESSOR),
+            judge_principal=role_principal(settings, Role.JUDGE),
             software_version=software_version(),
             rewards=settings.rewards,
             llm_judges=settings.llm_judges,
@@ -146,15 +141,11 @@ async def read_version(
 def output_producer(settings: Settings) -> OutputProducer:
     """Replay writes as the worker does: rules and filter outcomes as the processor, verdicts and
     the LLM judges' conversations as the judge (idempotent, acks=all)."""
-    processor = require_connection(settings, Role.PROCESSOR)
-    judge = require_connection(settings, Role.JUDGE)
-    return OutputProducer(
-        chain_producer(processor),
-        chain_producer(judge) if judge != processor else None,
-        judge_topics=(
-            topic_name(Stream.VERDICTS, settings.topic_prefix),
-            topic_name(Stream.EVENTS, settings.topic_prefix),
-        ),
+    return OutputProducer.for_roles(
+        require_connection(settings, Role.PROCESSOR),
+        require_connection(settings, Role.JUDGE),
+        settings.topic_prefix,
+        chain_producer,
     )
 
 
@@ -219,7 +210,7 @@ async def _run_llm_judges(
             topic_prefix=settings.topic_prefix,
             results_topic="",
             software_version=software_version(),
-            principal=require_connection(settings, Role.JUDGE).principal or "judge",
+            principal=role_principal(settings, Role.JUDGE),
         )
         await replayer.judge(result, held, runner.judge)
     finally:

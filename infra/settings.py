@@ -128,10 +128,5 @@ class Settings(BaseSettings):
             env[f"ROLLTAPE_{name.upper()}"] = str(value)
         return env
 
-    def resolved_principals_file(self) -> Path:
-        if self.principals_file is not None:
-            return self.principals_file
-        return self.state_dir / "broker" / "principals.json"
-
     def resolved_spool_dir(self) -> Path:
         return self.spool_dir if self.spool_dir is not None else self.state_dir / "spool"

@@ -12,7 +12,7 @@ from typing import NamedTuple
 import orjson
 from pydantic import ValidationError
 
-from rolltape.infra.broker import principal_store, require_connection
+from rolltape.infra.broker import current_connection, principal_store, require_connection
 from rolltape.infra.readback import partition_counts
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_plain_topics_sync, provision
@@ -92,8 +92,15 @@ def judging_configs(settings: Settings) -> JudgingConfigs:
     return JudgingConfigs(rules, filters, training)
 
 
-def processor_principal(settings: Settings) -> str:
-    return settings.principal if settings.principal != "anonymous" else "processor"
+def role_principal(settings: Settings, role: Role) -> str:
+    """The principal named in the envelopes a role writes: the SASL user it authenticates as,
+    else (an unsecured cluster) the role's name; the processor's is ROLLTAPE_PRINCIPAL when set."""
+    connection = current_connection(settings, role)
+    if connection is not None and connection.principal is not None:
+        return connection.principal
+    if role == Role.PROCESSOR and settings.principal != "anonymous":
+        return settings.principal
+    return role.value
 
 
 def can_provision(settings: Settings) -> bool:
@@ -139,8 +146,8 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         rules=configs.rules,
         filters=configs.filters,
         training_judge=configs.training_judge,
-        principal=connection.principal or processor_principal(settings),
-        judge_principal=judge.principal or "judge",
+        principal=role_principal(settings, Role.PROCESSOR),
+        judge_principal=role_principal(settings, Role.JUDGE),
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
         rewards=settings.rewards,

@@ -17,6 +17,7 @@ from typing import IO, Any, Self
 
 from aiokafka.errors import GroupCoordinatorNotAvailableError
 
+from rolltape.infra.broker import require_connection
 from rolltape.infra.settings import Settings
 from rolltape.schemas import KafkaConnection, Role
 
@@ -84,7 +85,5 @@ async def _members(connection: KafkaConnection, group_id: str) -> int:
 def worker_running(settings: Settings) -> bool:
     """Whether the worker group of `settings` has members (a worker is up). Asked as the
     processor, whose group it is."""
-    from rolltape.infra.broker import require_connection
-
     connection = require_connection(settings, Role.PROCESSOR)
     return asyncio.run(_members(connection, settings.worker_group)) > 0

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import faust
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
@@ -35,7 +35,7 @@ from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._shell import Shell
-from rolltape.schemas import Stream, topic_name
+from rolltape.schemas import KafkaConnection, Stream, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -310,21 +310,17 @@ def _data_dir(config: WorkerConfig) -> str:
 
 
 def _output_producer(config: WorkerConfig) -> OutputProducer:
-    settings: dict[str, Any] = {
-        "enable_idempotence": True,
-        "acks": "all",
-        "linger_ms": 1,
-        "max_batch_size": 1 << 20,
-        "max_request_size": 4 << 20,
-    }
-    judge = config.judge_connection
-    return OutputProducer(
-        config.connection.producer(**settings),
-        judge.producer(**settings) if judge is not None and judge != config.connection else None,
-        judge_topics=(
-            topic_name(Stream.VERDICTS, config.topic_prefix),
-            topic_name(Stream.EVENTS, config.topic_prefix),
-        ),
+    def make(connection: KafkaConnection) -> AIOKafkaProducer:
+        return connection.producer(
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=1,
+            max_batch_size=1 << 20,
+            max_request_size=4 << 20,
+        )
+
+    return OutputProducer.for_roles(
+        config.connection, config.judge_connection, config.topic_prefix, make
     )
 
 

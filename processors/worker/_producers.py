@@ -11,10 +11,12 @@ holds.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+
+from rolltape.schemas import KafkaConnection, Stream, topic_name
 
 
 class OutputProducer:
@@ -30,6 +32,26 @@ class OutputProducer:
         self._processor = processor
         self._judge = judge
         self._judge_topics = frozenset(judge_topics)
+
+    @classmethod
+    def for_roles(
+        cls,
+        processor: KafkaConnection,
+        judge: KafkaConnection | None,
+        topic_prefix: str,
+        make: Callable[[KafkaConnection], AIOKafkaProducer],
+    ) -> OutputProducer:
+        """The processor's producer, plus the judge's for verdicts and the judges' own
+        conversations when the judge authenticates as someone else. `make` builds a producer
+        with the caller's settings (the worker's, replay's)."""
+        return cls(
+            make(processor),
+            make(judge) if judge is not None and judge != processor else None,
+            judge_topics=(
+                topic_name(Stream.VERDICTS, topic_prefix),
+                topic_name(Stream.EVENTS, topic_prefix),
+            ),
+        )
 
     @property
     def _all(self) -> Sequence[AIOKafkaProducer]:
