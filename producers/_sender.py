@@ -101,6 +101,22 @@ class SenderConfig:
 _Outgoing = Record | Barrier
 
 
+class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs what the sender's loop hands to an executor (aiokafka's SASL steps, DNS lookups) on
+    the sender thread itself. The process-wide thread pools refuse work once the interpreter
+    is shutting down, which is exactly when the recorder's exit hook must still connect and
+    flush; the work is a few milliseconds per connection, on the sender's thread, never the
+    agent's."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the awaiting coroutine, as a pool would
+            future.set_exception(exc)
+        return future
+
+
 class Sender:
     """Owns the background thread. `wake`, `stop` and the fields are used from recording threads."""
 
@@ -117,6 +133,7 @@ class Sender:
         self.idle = False
         self.stop_grace_s = 10.0
         self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(_InlineExecutor())
         self._wake = asyncio.Event()
         self._feed = asyncio.Event()
         self._chains: dict[tuple[str, str], tuple[int, str]] = {}
