@@ -105,15 +105,19 @@ def _outputs_summary(records: list[RawRecord]) -> str:
     was missing or had too much of."""
     kinds: dict[str, set[str]] = {}
     once: dict[tuple[str, str], set[str]] = {}
+    breaks: dict[str, str] = {}
     for r in records:
         env = decode(r.value)
         kinds.setdefault(str(env["type"]), set()).add(str(env["event_id"]))
+        if env["type"] == "chain_broken":
+            breaks[str(env["event_id"])] = f"{env['session_id']}: {env['payload']}"
         if env["type"] in ("verdict", "filter_outcome"):
             key = (str(env["type"]), str(env["session_id"]))
             once.setdefault(key, set()).add(str(env["event_id"]))
     counts = ", ".join(f"{kind} {len(ids)}" for kind, ids in sorted(kinds.items()))
     doubled = sorted(f"{t}:{sid}" for (t, sid), ids in once.items() if len(ids) > 1)
-    return f"distinct: {counts}; differing copies: {', '.join(doubled) or 'none'}"
+    found = "".join(f"\n  chain break {b}" for b in breaks.values())
+    return f"distinct: {counts}; differing copies: {', '.join(doubled) or 'none'}{found}"
 
 
 def payloads(
