@@ -113,8 +113,14 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     sessions, epochs = 24, 40
     recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
 
+    killed = threading.Event()
+
     def record() -> None:
         for i in range(sessions):
+            if i == sessions // 2:
+                # The second half waits for the kill, so the kill is mid-stream however fast the
+                # worker keeps up with the first half.
+                killed.wait(300)
             with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
                 for epoch in range(epochs):
                     synthetic_metric(recorder, s, epoch, steps=5, train_loss=1.0 / (epoch + 1),
@@ -125,11 +131,12 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
             recorder.flush()
             time.sleep(0.15)
 
-    recording = threading.Thread(target=record)
+    recording = threading.Thread(target=record, daemon=True)
     recording.start()
     wait_for(topics, lambda rs: len(payloads(rs, "rule_evaluation")) >= 150, worker=worker)
     worker.kill()
     killed_at = len(payloads(wait_for(topics, lambda rs: True), "rule_evaluation"))
+    killed.set()
     worker.start()
     recording.join()
     recorder.close()
