@@ -23,6 +23,7 @@ from rolltape.infra.worker import (
     check_llm_judges,
     judging_configs,
     role_principal,
+    stream_writers,
 )
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
@@ -59,6 +60,7 @@ def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
             training_judge=configs.training_judge,
             principal=role_principal(settings, Role.PROCESSOR),
             judge_principal=role_principal(settings, Role.JUDGE),
+            writers=stream_writers(settings),
             software_version=software_version(),
             rewards=settings.rewards,
             llm_judges=settings.llm_judges,

@@ -25,7 +25,7 @@ from rolltape.processors.judges import (
 )
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
-from rolltape.schemas import ModelEndpoint, Role, Stream, topic_name
+from rolltape.schemas import TOPIC_SPECS, ModelEndpoint, Role, Stream, topic_name
 
 
 class WorkerSetupError(ValueError):
@@ -103,6 +103,22 @@ def role_principal(settings: Settings, role: Role) -> str:
     return role.value
 
 
+def stream_writers(settings: Settings) -> dict[str, frozenset[str]]:
+    """For each raw stream, the principals rolltape keeps that may write it: those of its topic's
+    writer roles, and admins. Empty when rolltape keeps no principals for this cluster."""
+    store = principal_store(settings)
+    if store is None:
+        return {}
+    principals = store.principals()
+    return {
+        spec.stream.value: frozenset(
+            p.name for p in principals if p.role in spec.writers or p.role == Role.ADMIN
+        )
+        for spec in TOPIC_SPECS
+        if spec.stream in (Stream.EVENTS, Stream.METRICS)
+    }
+
+
 def can_provision(settings: Settings) -> bool:
     """Whether this process may create topics and ACLs: the cluster has no principals rolltape
     keeps (an unsecured cluster), or rolltape keeps them and holds an admin. A process given
@@ -148,6 +164,7 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         training_judge=configs.training_judge,
         principal=role_principal(settings, Role.PROCESSOR),
         judge_principal=role_principal(settings, Role.JUDGE),
+        writers=stream_writers(settings),
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
         rewards=settings.rewards,

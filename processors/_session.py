@@ -13,7 +13,7 @@ outputs (the same seq, hash and event id), which readers count as redeliveries.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -78,9 +78,12 @@ _EVENT_TYPES: Final = {
             "reward",
             "feedback",
             "session_ended",
+            "session_resumed",
         }
     ),
-    Stream.METRICS.value: frozenset({"metric", "model_spec", "live_check", "session_ended"}),
+    Stream.METRICS.value: frozenset(
+        {"metric", "model_spec", "live_check", "session_ended", "session_resumed"}
+    ),
 }
 
 
@@ -99,6 +102,10 @@ class ProcessorConfig:
     llm_judges: tuple[str, ...] = ()
     """LLM judges (LLM_JUDGES) requested for every finished agent session."""
     transcript_max_chars: int = 32_000
+    writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """stream -> the principals that may name themselves its writer (those of the roles the
+    stream's topic lets write, and admins). A record naming another is flagged and not used;
+    a stream not listed is not checked (a cluster whose principals rolltape does not keep)."""
     judge_version: str = LIVE_JUDGE_VERSION
     """The label the outputs are written under: the live worker writes the plain chains
     (`verdicts`), a replay under version V writes `verdicts@V` beside them."""
@@ -271,6 +278,18 @@ class SessionProcessor:
             out.append(self._chain_broken(state, record, env, brk.kind, brk.seq, brk.detail))
         if not result.usable:
             return out
+        writers = self.config.writers.get(env.stream)
+        if writers is not None and env.producer.principal not in writers:
+            # The broker authenticated whoever wrote it, but the envelope names someone else:
+            # either a principal of another trust domain, or a writer lying about itself. The
+            # flag makes the session fail its audit and filters; the record still counts for
+            # the session's course (its end), so the session is judged, not left open.
+            detail = (
+                f"the envelope names principal {env.producer.principal!r}, which does not write "
+                f"the {env.stream} stream (its writers: {', '.join(sorted(writers))})"
+            )
+            kind = BreakKind.FOREIGN_PRINCIPAL
+            out.append(self._chain_broken(state, record, env, kind, env.seq, detail))
         if env.type not in _EVENT_TYPES.get(env.stream, frozenset()):
             out.append(
                 DeadLetter(

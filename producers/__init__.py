@@ -2,6 +2,7 @@
 
 from rolltape.producers._errors import (
     BacklogFullError,
+    ChainConflictError,
     EventsRejectedError,
     FlushTimeoutError,
     HarnessError,
@@ -9,6 +10,7 @@ from rolltape.producers._errors import (
     RecorderClosedError,
     RecorderError,
     RejectedEvent,
+    ResumeError,
     SpoolFullError,
 )
 from rolltape.producers._recorder import FlushResult, Recorder, Session
@@ -18,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BacklogFullError",
+    "ChainConflictError",
     "EventsRejectedError",
     "FlushResult",
     "FlushTimeoutError",
@@ -27,6 +30,7 @@ __all__ = [
     "RecorderClosedError",
     "RecorderError",
     "RejectedEvent",
+    "ResumeError",
     "Session",
     "SpoolFullError",
     "ToolRun",

@@ -7,6 +7,9 @@ RecorderError
 ├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
 ├── EventsRejectedError    events that could not be recorded (invalid payload, too large),
 │                          each with its reason; they are kept in a rejected-events file
+├── ResumeError            a session's chain cannot be taken over (no broker, records still
+│   │                      in the spool, the session ended, the log took too long to read)
+│   └── ChainConflictError another writer appended to the chain while this one took it over
 ├── MonitorError           the training monitor cannot measure as asked (no held-out data, a
 │                          checkpoint that does not fit the model, used after finish)
 └── HarnessError           the decision harness cannot go on (no rule evaluation or verdict
@@ -64,6 +67,15 @@ class EventsRejectedError(RecorderError):
             f"{len(rejected)} event(s) were not recorded{where}. First: {first.type} in session "
             f"{first.session_id}: {first.reason}{more}"
         )
+
+
+class ResumeError(RecorderError):
+    """A session's chain cannot be taken over from its head in the log; the message says why."""
+
+
+class ChainConflictError(ResumeError):
+    """Another writer reached the chain first: this writer's claim is set aside by every reader.
+    Resume again to continue from the new head, or stop the other writer."""
 
 
 class MonitorError(RecorderError):

@@ -15,6 +15,7 @@ import concurrent.futures
 import contextvars
 import os
 import re
+import socket
 import time
 import uuid
 import weakref
@@ -119,6 +120,8 @@ class Recorder:
         self._max_backlog = max_backlog
         self._closed = False
         self._pid = os.getpid()
+        self._writer = f"{socket.gethostname()}/{self._pid}/{uuid.uuid4().hex[:12]}"
+        """Names this recorder in the session_resumed records it writes."""
         self._forked_from: int | None = None
         self._sender = Sender(
             SenderConfig(
@@ -181,8 +184,20 @@ class Recorder:
         trainable: bool = True,
         linked_session_id: str | None = None,
         group_id: str | None = None,
+        resume: bool = False,
+        resume_timeout_s: float = 30.0,
     ) -> Session:
-        """Open a session and record its session_started event."""
+        """Open a session and record its session_started event.
+
+        A session has one writer per chain. To continue a session that already has records (a
+        restarted agent, another process), pass its `session_id` and `resume=True`: the recorder
+        reads the chain's head from the log, appends a `session_resumed` record linked to it and
+        reads it back; the other arguments then describe nothing new and are not recorded. This
+        blocks for the read (Kafka has no index by key: it reads the session's partition) and
+        raises `ChainConflictError` if another writer got there first, `ResumeError` when the
+        session ended or cannot be read. Without `resume`, a second writer of a session is set
+        aside by every reader (flagged as a fork on the verdicts stream), never merged into it.
+        """
         sid = session_id or uuid.uuid4().hex
         if not _SESSION_ID.match(sid):
             raise ValueError(
@@ -199,8 +214,27 @@ class Recorder:
             "linked_session_id": linked_session_id,
             "group_id": group_id,
         }
-        self._enqueue(sid, _EVENTS, "session_started", payload)
+        if resume:
+            if session_id is None:
+                raise ValueError("resume=True continues an existing session: pass its session_id")
+            self._check_open()
+            self._sender.resume(
+                _EVENTS, sid, ("session_started", payload), self._writer, resume_timeout_s
+            )
+        else:
+            self._enqueue(sid, _EVENTS, "session_started", payload)
         return Session(self, sid)
+
+    def resume(self, session_id: str, stream: str, timeout_s: float = 30.0) -> None:
+        """Take over `session_id`'s chain on another `stream` this recorder writes (a restarted
+        training process's monitor on metrics), as `session(resume=True)` does on events.
+        Records nothing when the chain has no record yet."""
+        self._check_open()
+        self._sender.resume(Stream(stream).value, session_id, None, self._writer, timeout_s)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RecorderClosedError(self._closed_message())
 
     # -- flushing and closing --------------------------------------------------------------------
     def _barrier(self) -> concurrent.futures.Future[None]:

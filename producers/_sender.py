@@ -30,12 +30,19 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import TopicAuthorizationFailedError
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
-from rolltape.producers._errors import RejectedEvent, SpoolFullError
+from rolltape.producers._client_log import keep_client_logs_in
+from rolltape.producers._errors import (
+    ChainConflictError,
+    RejectedEvent,
+    ResumeError,
+    SpoolFullError,
+)
+from rolltape.producers._resume import first_record_from, read_head
 from rolltape.producers._spool import Spool, SpooledRecord
 from rolltape.schemas import (
     GENESIS_HASH,
@@ -154,6 +161,9 @@ class Sender:
         self._producer: AIOKafkaProducer | None = None
         self._feeder_task: asyncio.Task[None]
         self.spool = Spool(config.spool_dir, config.spool_max_bytes)
+        self.client_log = keep_client_logs_in(config.spool_dir)
+        self._spooled_before_outage = 0
+        self._outage_started = time.monotonic()
         self.rejected_path = config.spool_dir / "rejected.jsonl"
         self._thread = threading.Thread(target=self._run, name="rolltape-sender", daemon=True)
         self._done = threading.Event()
@@ -178,6 +188,116 @@ class Sender:
             with contextlib.suppress(RuntimeError):
                 self._loop.call_soon_threadsafe(begin)
             self._thread.join(timeout_s + 30)
+
+    def resume(
+        self,
+        stream: str,
+        session_id: str,
+        first: tuple[str, dict[str, Any]] | None,
+        writer: str,
+        timeout_s: float,
+    ) -> int:
+        """Take over the chain of (`stream`, `session_id`) from its head in the log: append
+        `first` when the chain has no record yet (if given), else a `session_resumed` record, and
+        make sure it stands (see _resume.py). Blocks the calling thread; returns the seq of the
+        next record this recorder will seal on the chain."""
+        if self._done.is_set():
+            raise ResumeError("the recorder is closed; create a new Recorder")
+        future = asyncio.run_coroutine_threadsafe(
+            self._resume(stream, session_id, first, writer, time.monotonic() + timeout_s),
+            self._loop,
+        )
+        try:
+            return future.result(timeout_s + 10)
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise ResumeError(f"resuming {session_id} took over {timeout_s:.0f}s") from exc
+
+    async def _resume(
+        self,
+        stream: str,
+        session_id: str,
+        first: tuple[str, dict[str, Any]] | None,
+        writer: str,
+        deadline: float,
+    ) -> int:
+        chain = (stream, session_id)
+        if chain in self._chains:  # this recorder is its writer already
+            return self._chains[chain][0]
+        connection = self.config.connection
+        if connection is None:
+            raise ResumeError(
+                "resume reads the session's head from the broker, and this recorder has no "
+                "broker configured (ROLLTAPE_BOOTSTRAP)"
+            )
+        # The head in the log is the head only once this machine's spool has been delivered:
+        # it may hold the end of the very chain (a restart after an outage).
+        while self._producer is None or not self.spool.empty or self._overflow:
+            if time.monotonic() > deadline:
+                raise ResumeError(
+                    f"cannot resume {session_id}: the broker at {connection} has not taken "
+                    f"this machine's spooled records yet ({self.spool.directory}); the head of "
+                    "the chain may be among them. Resume once the broker is back."
+                )
+            await asyncio.sleep(0.05)
+        producer = self._producer
+        topic = self._topics[stream]
+        key = session_id.encode()
+        tp = TopicPartition(topic, await self._partition(topic, key))
+        consumer = connection.consumer(enable_auto_commit=False, client_id="rolltape-resume")
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            head = await read_head(consumer, tp, session_id, stream, deadline)
+            if head.ended:
+                raise ResumeError(
+                    f"session {session_id} ended at seq {head.seq} on {stream}; record a new "
+                    f"session linked to it (linked_session_id={session_id!r}) instead"
+                )
+            if head.report is not None and not head.report.ok:
+                log.warning(
+                    "resuming %s on %s from seq %d; its chain has breaks: %s",
+                    session_id,
+                    stream,
+                    head.seq,
+                    head.report.break_counts,
+                )
+            if head.seq >= 0:
+                event_type, payload = "session_resumed", {"writer": writer, "head_seq": head.seq}
+            elif first is not None:
+                event_type, payload = first
+            else:
+                return 0  # nothing to take over: the chain starts at its genesis
+            self._chains[chain] = (head.seq + 1, head.hash)
+            record = self._seal((session_id, stream, event_type, payload, time.time_ns()))
+            if record is None:
+                self._chains.pop(chain, None)
+                raise ResumeError(f"the first record of the resumed {session_id} was rejected")
+            try:
+                sent = await producer.send_and_wait(
+                    topic, record[2], key=key, partition=tp.partition
+                )
+            except Exception as exc:
+                self._chains.pop(chain, None)
+                raise ResumeError(
+                    f"the broker did not take the record resuming {session_id}: {exc!r}; "
+                    "resume again (a record that did land is set aside or becomes the head)"
+                ) from exc
+            self.stats.acked += 1
+            self._last_progress = time.monotonic()
+            landed = await first_record_from(
+                consumer, tp, head.end_offset, sent.offset, session_id, deadline
+            )
+        finally:
+            await consumer.stop()
+        if landed != record[2]:
+            self._chains.pop(chain, None)
+            raise ChainConflictError(
+                f"another writer appended to session {session_id} on {stream} while this "
+                "recorder took it over; its records stand and this one's are set aside by every "
+                "reader. Stop the other writer, or resume again to continue after its records."
+            )
+        return head.seq + 2
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -328,13 +448,19 @@ class Sender:
         if self.config.connection is None:
             log.info("no broker configured; recording to the spool at %s", self.spool.directory)
         elif now - self._last_progress > self.config.spool_after_s:
+            # One line for the whole outage (the client's own lines go to the debug log).
             log.warning(
-                "the broker has not acknowledged for %.1fs; spooling records to %s",
+                "rolltape: the broker at %s has not acknowledged for %.1fs; spooling records to "
+                "%s until it is back (client details: %s)",
+                self.config.connection,
                 now - self._last_progress,
                 self.spool.directory,
+                self.client_log,
             )
         else:
             return
+        self._spooled_before_outage = self.stats.spooled
+        self._outage_started = now
         self._spool_mode = True
         self.stats.mode = "spool"
         pending = list(self._outbox)
@@ -447,7 +573,13 @@ class Sender:
                 self.stats.mode = "direct"
                 if isinstance(self.error, SpoolFullError):
                     self.error = None
-                log.info("spool drained; recording directly to the broker again")
+                if self.config.connection is not None:
+                    log.warning(
+                        "rolltape: the broker is back; %d spooled records delivered after %.0fs, "
+                        "recording directly again",
+                        self.stats.spooled - self._spooled_before_outage,
+                        time.monotonic() - self._outage_started,
+                    )
                 continue
             if self._stopping and not self._inflight and not self.queue:
                 break

@@ -46,6 +46,8 @@ class BreakKind(StrEnum):
     BAD_GENESIS = "bad_genesis"
     BROKEN_LINK = "broken_link"
     AFTER_END = "after_end"
+    FOREIGN_PRINCIPAL = "foreign_principal"
+    """The envelope names a principal that does not write this stream's trust domain."""
 
 
 class RuleOutcome(BaseModel):

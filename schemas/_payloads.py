@@ -290,6 +290,20 @@ class SessionEnded(BaseModel):
     streams: tuple[str, ...] = ()
 
 
+class SessionResumed(BaseModel):
+    """A writer takes over a session's chain on this stream from the head it read in the log (a
+    restarted agent, another process). It is written first and read back: the new writer goes on
+    only if no other record reached the chain in between, and every reader sets aside what the
+    old writer appends afterwards (one writer per chain, decided by log order)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    writer: str
+    """Who resumed: the recording process (host, pid) and a random id of its recorder."""
+    head_seq: int = Field(ge=0)
+    """The seq of the head it read (this record's prev_hash is that head's hash)."""
+
+
 #: event type -> payload model. The envelope's `type` selects the model.
 PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "session_started": SessionStarted,
@@ -305,6 +319,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "reward": Reward,
     "feedback": Feedback,
     "session_ended": SessionEnded,
+    "session_resumed": SessionResumed,
     **DERIVED_PAYLOAD_MODELS,
 }
 

@@ -14,6 +14,12 @@ unattributed break; nothing is dropped silently. Checks, in the order a reader m
   (BROKEN_LINK), checked as soon as both are known; seqs missing below the highest are GAPs;
   nothing follows session_ended on its chain (AFTER_END).
 
+One writer per chain, decided by log order: the chain is what was written first. A record that
+repeats a seq with another hash (FORK), or that does not link to the record already at seq-1
+(BROKEN_LINK), is set aside, and so is every record that links to a set-aside one: a second
+writer (a zombie of a restarted agent, a partitioned writer's spool drained late) never becomes
+part of the chain it competed with, whatever it writes next. It is reported once and counted.
+
 A forged record whose content was edited is TAMPERED; one whose hash was recomputed breaks the
 link to its successor; one appended after the end is AFTER_END. A forger who appends to an open
 chain with a correct link is stopped by ACLs on the topic, not by the hash alone (DESIGN.md).
@@ -114,6 +120,9 @@ class ChainReport(BaseModel):
     """Every break by kind, including those past MAX_DETAILED."""
     redelivered: int = 0
     """Byte-identical copies of records already seen (not breaks)."""
+    set_aside: int = 0
+    """Records that did not extend the chain (a second writer's, or ones continuing a broken
+    link): the chain is what was written first, in log order; these are reported, not used."""
 
     @property
     def ok(self) -> bool:
@@ -148,6 +157,9 @@ class _Chain:
     redelivered: int = 0
     ended_at: int | None = None
     after_end_seen: set[int] = field(default_factory=set)
+    aside: set[bytes] = field(default_factory=set)
+    """Hashes of records that did not extend the chain: a record linking to one is set aside too."""
+    set_aside_count: int = 0
     findings: _Findings = field(default_factory=_Findings)
 
     def report(self, kind: BreakKind, seq: int | None, detail: str, position: str | None) -> None:
@@ -161,6 +173,10 @@ class _Chain:
                 position=position,
             )
         )
+
+    def set_aside(self, digest: bytes) -> None:
+        self.aside.add(digest)
+        self.set_aside_count += 1
 
     def has(self, seq: int) -> bool:
         return 0 <= seq < len(self.present) and self.present[seq] == 1
@@ -258,11 +274,28 @@ class ChainVerifier:
             )
 
         digest = bytes.fromhex(env.hash)
+        prev = bytes.fromhex(env.prev_hash)
+        if prev in chain.aside:
+            # The same second writer going on: counted with its first record's break.
+            chain.set_aside(digest)
+            return
         if chain.has(seq):
             if chain.hash_at(seq) == digest and content_digest == env.hash and canonical:
                 chain.redelivered += 1
             else:
                 chain.report(BreakKind.FORK, seq, f"seq {seq} with another hash", position)
+                chain.set_aside(digest)
+            return
+        if seq > 0 and chain.has(seq - 1) and chain.hash_at(seq - 1) != prev:
+            chain.report(
+                BreakKind.BROKEN_LINK,
+                seq,
+                f"prev_hash {prev.hex()[:16]}… is not the hash of seq {seq - 1}: set aside with "
+                "the records that continue it (a second writer, or seq "
+                f"{seq - 1} was altered)",
+                position,
+            )
+            chain.set_aside(digest)
             return
         if seq < chain.max_seq:
             chain.report(
@@ -271,15 +304,12 @@ class ChainVerifier:
         chain.store(seq, digest)
         chain.max_seq = max(chain.max_seq, seq)
 
-        prev = bytes.fromhex(env.prev_hash)
         if seq == 0:
             if prev != _GENESIS:
                 chain.report(
                     BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash", position
                 )
-        elif chain.has(seq - 1):
-            _check_link(chain, seq, prev, position)
-        else:
+        elif not chain.has(seq - 1):
             chain.waiting_links[seq] = (prev, position)
         successor = chain.waiting_links.pop(seq + 1, None)
         if successor is not None:
@@ -371,4 +401,5 @@ def _finish(chain: _Chain) -> ChainReport:
         breaks=tuple(findings.detailed),
         break_counts=dict(findings.counts),
         redelivered=chain.redelivered,
+        set_aside=chain.set_aside_count,
     )

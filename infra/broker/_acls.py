@@ -1,11 +1,12 @@
 """DESIGN.md's trust domains as Kafka ACLs, and the one request that installs them.
 
     role        writes                                 reads
-    agent       events                                 -
-    monitor     metrics                                rules, verdicts (the harness waits for them)
-    processor   rules, filtered, deadletter, the       events, metrics, its internal topics
-                worker's internal topics, its group
-    judge       verdicts, events (its conversations)   events, metrics, rules, filtered
+    agent       events                                 events (to resume a session's chain)
+    monitor     metrics                                metrics, rules, verdicts (the harness
+                                                       waits for them)
+    processor   rules, filtered, deadletter, the       events, metrics, what it writes, its
+                worker's internal topics, its group    internal topics
+    judge       verdicts, events (its conversations)   events, metrics, rules, filtered, verdicts
     projector   trajectories                           every topic of the prefix
     reader      -                                      every topic of the prefix, any group but
                                                        the worker's
@@ -120,7 +121,10 @@ def role_acls(role: Role, prefix: str, worker_group: str) -> list[Acl]:
         _topic(spec.stream, prefix, Operation.WRITE) for spec in TOPIC_SPECS if role in spec.writers
     ]
     if role in _READS:
-        acls += [_topic(stream, prefix, Operation.READ) for stream in _READS[role]]
+        # A writer reads its own domain too: taking over a chain (resume) reads its head.
+        written = [spec.stream for spec in TOPIC_SPECS if role in spec.writers]
+        reads = dict.fromkeys([*_READS[role], *written])
+        acls += [_topic(stream, prefix, Operation.READ) for stream in reads]
     else:  # projector, reader: everything of the prefix
         acls.append(
             Acl(

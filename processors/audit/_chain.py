@@ -26,6 +26,10 @@ from rolltape.schemas import (
 
 AUDITOR_VERSION: Final = "rolltape.audit/1"
 RECENT: Final = 8
+_SECOND_WRITER = (
+    "set aside as a second writer's (the chain is what was written first); a writer that "
+    "continues a session opens it with resume=True"
+)
 
 
 @dataclass(frozen=True)
@@ -55,14 +59,20 @@ class ChainHead:
     head: str = GENESIS_HASH
     recent: dict[int, str] = field(default_factory=dict)
     ended_seq: int | None = None
+    aside: list[str] = field(default_factory=list)
+    """Hashes of the last `RECENT` records set aside (a second writer's): what links to one of
+    them is that writer going on, and is set aside too."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "next_seq": self.next_seq,
             "head": self.head,
             "recent": [[seq, h] for seq, h in sorted(self.recent.items())],
             "ended_seq": self.ended_seq,
         }
+        if self.aside:  # absent when empty: states written before fencing read back the same
+            data["aside"] = list(self.aside)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ChainHead:
@@ -71,7 +81,12 @@ class ChainHead:
             head=data["head"],
             recent={int(seq): h for seq, h in data["recent"]},
             ended_seq=data["ended_seq"],
+            aside=list(data.get("aside", ())),
         )
+
+    def set_aside(self, digest: str) -> None:
+        self.aside.append(digest)
+        del self.aside[:-RECENT]
 
 
 @dataclass(frozen=True)
@@ -154,11 +169,30 @@ def audit(chain: ChainHead, record: InputRecord, parsed: Parsed) -> AuditResult:
         if known == env.hash and not breaks:
             return Redelivered("redelivered")
         if known is not None:
-            detail = f"seq {seq} again with another hash"
+            detail = f"seq {seq} again with another hash: {_SECOND_WRITER}"
             breaks.append(Break(BreakKind.FORK, seq, detail))
+            chain.set_aside(env.hash)
+        elif env.prev_hash in chain.aside:
+            detail = f"seq {seq} continues a record set aside: {_SECOND_WRITER}"
+            breaks.append(Break(BreakKind.FORK, seq, detail))
+            chain.set_aside(env.hash)
         else:
             detail = f"seq {seq} arrived after seq {chain.next_seq - 1}"
             breaks.append(Break(BreakKind.REORDERED, seq, detail))
+        return Admitted("admitted", env, tuple(breaks), usable=False)
+    if env.prev_hash in chain.aside or (
+        seq == chain.next_seq and seq > 0 and env.prev_hash != chain.head
+    ):
+        # One writer per chain, by log order: what was written first is the chain. A record that
+        # does not link to its head (or continues one that did not) never moves it, so a zombie
+        # writer cannot interleave with the one that resumed the session.
+        if env.prev_hash in chain.aside:
+            kind, detail = BreakKind.FORK, f"seq {seq} continues a record set aside"
+        else:
+            kind = BreakKind.BROKEN_LINK
+            detail = f"prev_hash {env.prev_hash[:16]}… is not the hash of seq {seq - 1}"
+        breaks.append(Break(kind, seq, f"{detail}: {_SECOND_WRITER}"))
+        chain.set_aside(env.hash)
         return Admitted("admitted", env, tuple(breaks), usable=False)
 
     if chain.ended_seq is not None:
@@ -170,9 +204,6 @@ def audit(chain: ChainHead, record: InputRecord, parsed: Parsed) -> AuditResult:
         breaks.append(Break(BreakKind.GAP, chain.next_seq, f"seq {missing} missing"))
     elif seq == 0 and env.prev_hash != GENESIS_HASH:
         breaks.append(Break(BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash"))
-    elif seq > 0 and env.prev_hash != chain.head:
-        detail = f"prev_hash {env.prev_hash[:16]}… is not the hash of seq {seq - 1}"
-        breaks.append(Break(BreakKind.BROKEN_LINK, seq, detail))
 
     chain.next_seq = seq + 1
     chain.head = env.hash

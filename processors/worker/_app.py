@@ -90,6 +90,7 @@ def create_app(config: WorkerConfig) -> faust.App:
             training_judge=config.training_judge,
             principal=config.principal,
             judge_principal=config.judge_principal,
+            writers=config.writers,
             software_version=software_version(),
             rewards=config.rewards,
             llm_judges=config.llm_judges,

@@ -36,6 +36,8 @@ class WorkerConfig(BaseModel):
     """Named in the envelopes the processor role writes (its connection's SASL user when set)."""
     judge_principal: str = "judge"
     """Named in the envelopes the judge role writes (verdicts, judge conversations)."""
+    writers: dict[str, frozenset[str]] = Field(default_factory=dict)
+    """stream -> principals that may write it (see ProcessorConfig.writers); empty: unchecked."""
     rewards: tuple[str, ...] = ()
     """Reward functions to run on every finished agent session (e.g. task_pass, final_reward)."""
     llm_judges: tuple[str, ...] = ()

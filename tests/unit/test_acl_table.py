@@ -31,8 +31,11 @@ def test_role_acls__never_grant_delete_alter_or_all(role: Role) -> None:
     assert not granted & {Operation.DELETE, Operation.ALTER, Operation.ALL}
 
 
-def test_role_acls__agent_reads_nothing_and_reader_may_not_join_the_worker_group() -> None:
-    assert [a for a in role_acls(Role.AGENT, "p", "g") if a.operation == Operation.READ] == []
+def test_role_acls__agent_reads_only_its_own_domain_and_reader_may_not_join_the_worker_group() -> (
+    None
+):
+    reads = [a for a in role_acls(Role.AGENT, "p", "g") if a.operation == Operation.READ]
+    assert [(a.resource, a.name) for a in reads] == [(ResourceType.TOPIC, "p.events.v1")]
     denied = [a for a in role_acls(Role.READER, "p", "g") if a.permission == Permission.DENY]
     assert [(a.resource, a.name) for a in denied] == [(ResourceType.GROUP, "g")]
 

@@ -236,3 +236,54 @@ def test_verify__links_are_checked_whichever_of_two_neighbours_arrives_first() -
         BreakKind.BROKEN_LINK,
         BreakKind.REORDERED,
     ]
+
+
+def _continue(chain: list[bytes], seq: int, content: str) -> bytes:
+    """A record another writer appends at `seq`, linked to the record at seq-1 of `chain`."""
+    record, _ = seal(
+        stream="events",
+        session_id="s1",
+        seq=seq,
+        ts_ns=10**18 + seq,
+        type="turn",
+        payload={"role": "assistant", "content": content},
+        prev_hash=decode(chain[seq - 1])["hash"],
+        producer=PRODUCER,
+    )
+    return record
+
+
+def test_verify__a_second_writer_is_set_aside_and_the_first_written_chain_stands() -> None:
+    first = make_chain(3, end=False)
+    resumed = [*first, _continue(first, 3, "resumed writer")]
+    zombie = [*first, _continue(first, 3, "zombie writer")]
+    zombie.append(_continue(zombie, 4, "zombie goes on"))
+    resumed.append(_continue(resumed, 4, "resumed goes on"))
+    verifier = ChainVerifier()
+    # Log order: the resumed writer's seq 3, then the zombie's 3 and 4, then the resumed 4.
+    for record in [*first, resumed[3], zombie[3], zombie[4], resumed[4]]:
+        verifier.add(record)
+    (report,) = verifier.reports()
+    assert [(b.kind, b.seq) for b in report.breaks] == [(BreakKind.FORK, 3)]
+    assert report.set_aside == 2 and report.records == 7
+    assert report.last_seq == 4 and report.head_hash == decode(resumed[4])["hash"]
+
+
+def test_verify__a_record_not_linking_to_the_head_does_not_move_it() -> None:
+    first = make_chain(3, end=False)
+    stranger, _ = seal(
+        stream="events",
+        session_id="s1",
+        seq=3,
+        ts_ns=1,
+        type="turn",
+        payload={"role": "assistant", "content": "unlinked"},
+        prev_hash="ab" * 32,
+        producer=PRODUCER,
+    )
+    verifier = ChainVerifier()
+    for record in [*first, stranger, _continue(first, 3, "the writer")]:
+        verifier.add(record)
+    (report,) = verifier.reports()
+    assert [b.kind for b in report.breaks] == [BreakKind.BROKEN_LINK]
+    assert report.set_aside == 1 and report.last_seq == 3

@@ -51,6 +51,8 @@ def test_layering__each_package_imports_only_the_packages_below_it(folder: str) 
 def test_public_api__is_pinned() -> None:
     assert set(rolltape.producers.__all__) == {
         "BacklogFullError",
+        "ChainConflictError",
+        "ResumeError",
         "EventsRejectedError",
         "FlushResult",
         "FlushTimeoutError",

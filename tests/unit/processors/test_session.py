@@ -231,3 +231,32 @@ def test_event_ids__are_stable_and_distinct_per_output() -> None:
     ids = [o.event_id for o in outputs if isinstance(o, Emitted)]
     assert len(set(ids)) == len(ids)
     assert all(decode(o.value)["event_id"] == o.event_id for o in outputs if isinstance(o, Emitted))
+
+
+def test_second_writer__a_zombie_cannot_interleave_with_the_writer_that_resumed() -> None:
+    tape = Tape()
+    records = [tape.start("a1"), tape.event("a1", "turn", role="user", content="2+2?")]
+    zombie = Tape()
+    zombie.heads = dict(tape.heads)
+    resumed = tape.event("a1", "session_resumed", writer="host/2/new", head_seq=1)
+    late = [zombie.event("a1", "turn", role="assistant", content=str(n)) for n in (5, 6)]
+    rest = [tape.event("a1", "turn", role="assistant", content="4"), *tape.end("a1")]
+    outputs, _ = run(in_log_order([*records, resumed, *late, *rest]))
+    breaks = [(b["reason"], b["seq"]) for b in emitted(outputs, "chain_broken")]
+    assert breaks == [("fork", 2), ("fork", 3)]
+    (result,) = emitted(outputs, "filter_outcome")
+    assert result["turns"] == 1  # the zombie's answers are not part of the session
+
+
+def test_foreign_principal__a_record_naming_another_domain_s_writer_is_flagged() -> None:
+    config = ProcessorConfig(writers={"events": frozenset({"agent-7", "admin"})})
+    outputs, _ = run(agent_session(Tape()), config)  # the tape's envelopes name "agent"
+    flags = emitted(outputs, "chain_broken")
+    assert len(flags) == 6 and {f["reason"] for f in flags} == {"foreign_principal"}
+    assert "names principal 'agent'" in flags[0]["detail"]
+    (result,) = emitted(outputs, "filter_outcome")  # judged all the same, and rejected
+    assert not result["accepted"]
+    allowed, _ = run(
+        agent_session(Tape()), ProcessorConfig(writers={"events": frozenset({"agent"})})
+    )
+    assert emitted(allowed, "chain_broken") == []

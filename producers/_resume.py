@@ -1,0 +1,102 @@
+"""Reading a session's chain head from the log, for a writer that takes the chain over.
+
+Kafka has no conditional append, so a takeover is decided by log order, the rule every reader
+applies (`rolltape.schemas.ChainVerifier`, the worker's live audit): the chain is what was written
+first, and a record that does not link to it is set aside with everything that continues it.
+A resuming writer therefore
+
+1. reads the session's records on its partition up to the end offset E (the head; `read_head`),
+2. appends its first record linked to that head and waits for the broker's acknowledgement,
+3. reads back from E (`first_record_from`): if another record of the session landed before its
+   own, it lost the race; its record is set aside by every reader, and it is refused.
+
+Once its record stands, what an older writer appends (a zombie, or a spool drained late) does not
+link to the new head and is set aside too: the two never interleave (fencing by log order).
+
+Step 1 reads the session's partition from its start, since Kafka has no index by key: its cost
+grows with the partition, which is why only an explicit `resume=True` pays it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from rolltape.producers._errors import ResumeError
+from rolltape.schemas import GENESIS_HASH, ChainReport, ChainVerifier
+
+
+@dataclass(frozen=True)
+class HeadInLog:
+    """Where a chain stands in the log, read up to `end_offset` (exclusive)."""
+
+    seq: int
+    """The head's seq; -1 when the session has no record on this stream."""
+    hash: str
+    ended: bool
+    end_offset: int
+    report: ChainReport | None
+
+
+async def _read(
+    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, stop: int, deadline: float
+) -> list[tuple[bytes | None, bytes]]:
+    """(key, value) of the records at offsets [start, stop) of one partition."""
+    out: list[tuple[bytes | None, bytes]] = []
+    if start >= stop:
+        return out
+    consumer.seek(tp, start)
+    while True:
+        if time.monotonic() > deadline:
+            raise ResumeError(
+                f"reading {tp.topic}[{tp.partition}] up to offset {stop} took too long; "
+                "the broker is slow or the partition is large: retry with a longer timeout_s"
+            )
+        batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
+        for message in batch.get(tp, []):
+            if message.offset >= stop:
+                return out
+            if message.value is not None:
+                out.append((message.key, message.value))
+        if await consumer.position(tp) >= stop:
+            return out
+
+
+async def read_head(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    session_id: str,
+    stream: str,
+    deadline: float,
+) -> HeadInLog:
+    """The chain of (`stream`, `session_id`) as every reader sees it, up to the partition's end."""
+    end = (await consumer.end_offsets([tp]))[tp]
+    start = (await consumer.beginning_offsets([tp]))[tp]
+    key = session_id.encode()
+    verifier = ChainVerifier()
+    for record_key, value in await _read(consumer, tp, start, end, deadline):
+        if record_key == key:
+            verifier.add(value, key=record_key, expected_stream=stream)
+    reports = [r for r in verifier.reports() if r.stream == stream and r.session_id == session_id]
+    if not reports or reports[0].last_seq < 0:
+        return HeadInLog(-1, GENESIS_HASH, False, end, None)
+    report = reports[0]
+    return HeadInLog(report.last_seq, report.head_hash, report.ended, end, report)
+
+
+async def first_record_from(
+    consumer: AIOKafkaConsumer,
+    tp: TopicPartition,
+    start: int,
+    through: int,
+    session_id: str,
+    deadline: float,
+) -> bytes | None:
+    """The value of the first record of `session_id` at offsets [start, through]."""
+    key = session_id.encode()
+    for record_key, value in await _read(consumer, tp, start, through + 1, deadline):
+        if record_key == key:
+            return value
+    return None
