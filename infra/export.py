@@ -16,19 +16,23 @@ from typing import Any
 import orjson
 
 from rolltape.infra.readback import read_records
+from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
     MANIFEST,
     META_DIR,
+    Checkpoints,
     ExportOptions,
     FoldError,
     Manifest,
+    SessionEvidence,
     Trajectory,
     build_export,
     checked_envelope,
     fold,
+    session_evidence,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import KafkaConnection, Stream, versioned_stream
+from rolltape.schemas import LIVE_JUDGE_VERSION, KafkaConnection, Stream, versioned_stream
 
 
 class ExportError(ValueError):
@@ -153,10 +157,10 @@ def write_export(
             raise ExportError(f"{out} already holds an export: pass --overwrite to replace it")
         old = orjson.loads(existing.read_bytes())
         existing.unlink()
-        for entry in old.get("files", []):
-            for name in (entry.get("name"), entry.get("provenance_name")):
-                if isinstance(name, str) and _ours(name):
-                    (out / name).unlink(missing_ok=True)
+        names = [n for e in old.get("files", []) for n in (e.get("name"), e.get("provenance_name"))]
+        for name in [*names, *old.get("evidence", [])]:
+            if isinstance(name, str) and _ours(name):
+                (out / name).unlink(missing_ok=True)
     (out / META_DIR).mkdir(parents=True, exist_ok=True)
     for name, data in blobs:
         (out / name).write_bytes(data)
@@ -169,6 +173,31 @@ def _ours(name: str) -> bool:
     return ".." not in parts and (len(parts) == 1 or (len(parts) == 2 and parts[0] == META_DIR))
 
 
+def render_export(
+    trajectories: list[Trajectory],
+    options: ExportOptions,
+    *,
+    source: dict[str, Any],
+    tokenizer: ChatTokenizer | None,
+    skipped: dict[str, int],
+) -> tuple[list[tuple[str, bytes]], Manifest]:
+    """The export's files and manifest: what `export` writes and `verify-export` reproduces."""
+    count = None
+    if tokenizer is not None and options.token_budget is not None:
+
+        def count(text: str) -> int:
+            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return build_export(
+        trajectories,
+        options,
+        source=source,
+        tokenizer=tokenizer,
+        count_tokens=count,
+        extra_skipped=skipped,
+    )
+
+
 def run_export(
     collected: Collected,
     options: ExportOptions,
@@ -176,21 +205,82 @@ def run_export(
     *,
     tokenizer: ChatTokenizer | None = None,
     overwrite: bool = False,
+    evidence: bool = False,
 ) -> Manifest:
-    trajectories, unfoldable = fold_all(collected, options.selection.judge_version)
-    count = None
-    if tokenizer is not None and options.token_budget is not None:
-
-        def count(text: str) -> int:
-            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    blobs, manifest = build_export(
-        trajectories,
-        options,
-        source=collected.source(),
-        tokenizer=tokenizer,
-        count_tokens=count,
-        extra_skipped=unfoldable,
+    trajectories, skipped = fold_all(collected, options.selection.judge_version)
+    proofs: dict[str, SessionEvidence] = {}
+    if evidence:
+        trajectories, proofs, uncovered = _with_evidence(collected, options, trajectories)
+        if uncovered:
+            skipped = {**skipped, "no_checkpoint": uncovered}
+    blobs, manifest = render_export(
+        trajectories, options, source=collected.source(), tokenizer=tokenizer, skipped=skipped
     )
+    if evidence:
+        files = _evidence_files(blobs, manifest, proofs)
+        blobs += files
+        manifest = manifest.model_copy(update={"evidence": tuple(name for name, _ in files)})
     write_export(out, blobs, manifest, overwrite=overwrite)
     return manifest
+
+
+def _with_evidence(
+    collected: Collected, options: ExportOptions, trajectories: list[Trajectory]
+) -> tuple[list[Trajectory], dict[str, SessionEvidence], int]:
+    """The trajectories an evidence export may use (the selected ones need every chain head
+    committed to by a signed checkpoint), their evidence, and how many were left out."""
+    if options.selection.judge_version != LIVE_JUDGE_VERSION:
+        raise ExportError(
+            "--evidence proves the live judge's chains; a replayed judge version is not "
+            "checkpointed: export without --evidence, or from the live version"
+        )
+    logs = {
+        sid: envs
+        for sid, envs in collected.derived.items()
+        if sid.startswith(CHECKPOINT_LOG_PREFIX)
+    }
+    checkpoints = Checkpoints(logs)
+    kept, proofs, uncovered = [], {}, 0
+    for trajectory in trajectories:
+        sid = trajectory.session_id
+        if options.selection.reason_to_skip(trajectory) is None:
+            found = session_evidence(
+                trajectory, collected.events[sid], collected.derived.get(sid, []), checkpoints
+            )
+            if found is None:
+                uncovered += 1
+                continue
+            proofs[sid] = found
+        kept.append(trajectory)
+    return kept, proofs, uncovered
+
+
+def _evidence_files(
+    blobs: list[tuple[str, bytes]], manifest: Manifest, proofs: dict[str, SessionEvidence]
+) -> list[tuple[str, bytes]]:
+    """`.rolltape/<data file stem>.evidence.jsonl` per data file with the sessions first used
+    there, and `.rolltape/selected.evidence.jsonl` with the selected sessions no line used."""
+    data = dict(blobs)
+    written: set[str] = set()
+    files = []
+    for entry in manifest.files:
+        sessions = []
+        for line in data[entry.provenance_name].splitlines():
+            for source in orjson.loads(line)["sessions"]:
+                sid = source["session_id"]
+                if sid not in written:
+                    written.add(sid)
+                    sessions.append(sid)
+        name = f"{META_DIR}/{entry.name.removesuffix('.jsonl')}.evidence.jsonl"
+        files.append((name, b"".join(_evidence_line(proofs[sid]) for sid in sessions)))
+    rest = sorted(set(proofs) - written)
+    if rest:
+        blob = b"".join(_evidence_line(proofs[sid]) for sid in rest)
+        files.append((f"{META_DIR}/selected.evidence.jsonl", blob))
+    return files
+
+
+def _evidence_line(evidence: SessionEvidence) -> bytes:
+    return orjson.dumps(
+        evidence.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+    )

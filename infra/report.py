@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra.readback import read_records
+from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import FoldError, Trajectory, checked_envelope, fold
 from rolltape.projections.reports import (
     RunView,
@@ -44,7 +45,9 @@ async def read_sessions(
     sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
     async for record in read_records(connection, _STREAMS, prefix=prefix):
         env, _ = checked_envelope(record.value)
-        if env is not None and env["stream"] in _LIVE:
+        if env is None or env["stream"] not in _LIVE:
+            continue
+        if not env["session_id"].startswith(CHECKPOINT_LOG_PREFIX):  # a log, not a session
             sessions[env["session_id"]].append(env)
     return sessions
 

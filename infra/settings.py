@@ -43,6 +43,11 @@ class Settings(BaseSettings):
     """Credentials per role (0600, written by `broker up` and `principal add`); each command
     authenticates as the principal of its role (agent, monitor, processor, judge, projector,
     reader, admin). Default: the managed broker's, in state_dir/broker/principals.json."""
+    judge_key_file: Path | None = None
+    """The judge's Ed25519 private key (PEM, 0600) that signs checkpoints, created by `broker
+    up` or `rolltape keys init`. Default: state_dir/keys/judge.ed25519.pem."""
+    checkpoint_interval_s: float = Field(default=30.0, gt=0)
+    """How often the worker commits the heads of sessions still running (ended ones: at once)."""
     topic_prefix: str = "rolltape"
     partitions: int = Field(default=6, ge=1)
     """Partitions per topic when `broker up` creates topics; sessions spread across them by key."""
@@ -113,6 +118,7 @@ class Settings(BaseSettings):
             "ssl_certfile",
             "ssl_keyfile",
             "principals_file",
+            "judge_key_file",
             "topic_prefix",
             "state_dir",
             "cache_dir",

@@ -13,6 +13,7 @@ import orjson
 from pydantic import ValidationError
 
 from rolltape.infra.broker import current_connection, principal_store, require_connection
+from rolltape.infra.keys import judge_key
 from rolltape.infra.readback import partition_counts
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import ensure_plain_topics_sync, provision
@@ -152,6 +153,7 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
             f"the events topic has {events} partitions and the metrics topic {metrics}; they "
             "must match so that a session's streams meet on one worker. Recreate one of them."
         )
+    key = judge_key(settings)
     config = WorkerConfig(
         connection=connection,
         judge_connection=judge,
@@ -165,6 +167,8 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         principal=role_principal(settings, Role.PROCESSOR),
         judge_principal=role_principal(settings, Role.JUDGE),
         writers=stream_writers(settings),
+        checkpoint_key_file=key.path if key.exists() else None,
+        checkpoint_interval_s=settings.checkpoint_interval_s,
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
         rewards=settings.rewards,

@@ -13,7 +13,7 @@ outputs (the same seq, hash and event id), which readers count as redeliveries.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -21,8 +21,11 @@ from pydantic import BaseModel
 
 from rolltape.processors.audit import (
     AUDITOR_VERSION,
+    CHECKPOINT_LOG_PREFIX,
+    CHECKPOINT_VERSION,
     Admitted,
     ChainHead,
+    CheckpointSigner,
     DeadLettered,
     InputRecord,
     Parsed,
@@ -47,8 +50,11 @@ from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
     BreakKind,
     ChainBroken,
+    ChainHeadLeaf,
+    Checkpoint,
     Decision,
     Envelope,
+    Frontier,
     LiveCheck,
     Metric,
     ModelSpec,
@@ -56,11 +62,14 @@ from rolltape.schemas import (
     SessionEnded,
     SessionStarted,
     Stream,
+    TreeHead,
     Verdict,
     canonical_bytes,
+    consistency_from_frontier,
     decode,
     derived_event_id,
     seal,
+    sign_tree_head,
     versioned_stream,
 )
 
@@ -102,6 +111,9 @@ class ProcessorConfig:
     llm_judges: tuple[str, ...] = ()
     """LLM judges (LLM_JUDGES) requested for every finished agent session."""
     transcript_max_chars: int = 32_000
+    signer: CheckpointSigner | None = None
+    """The judge's key: with it, the worker commits the chain heads it verified to signed
+    checkpoint logs; None, no checkpoints (replays never write them)."""
     writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """stream -> the principals that may name themselves its writer (those of the roles the
     stream's topic lets write, and admins). A record naming another is flagged and not used;
@@ -202,6 +214,8 @@ class SessionState:
     """[stream, type, event id, record] of chained outputs saved before they are sent: after a
     crash they are resent byte for byte instead of being derived again, because the raw topics
     may interleave differently on the second read and the output chains must not change."""
+    tree: dict[str, Any] | None = None
+    """A checkpoint log's tree ({"size", "frontier": hex hashes}); None for sessions."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -219,6 +233,7 @@ class SessionState:
             "transcript": self.transcript.model_dump(mode="json") if self.transcript else None,
             "judged": self.judged,
             "outbox": self.outbox,
+            **({"tree": self.tree} if self.tree is not None else {}),
         }
 
     @classmethod
@@ -240,6 +255,7 @@ class SessionState:
             else None,
             judged=data["judged"],
             outbox=data["outbox"],
+            tree=data.get("tree"),
         )
 
 
@@ -520,6 +536,48 @@ class SessionProcessor:
             part=f"{kind.value}|{record.position}",
         )
 
+    def checkpoint(
+        self, state: SessionState, log: str, leaves: Sequence[ChainHeadLeaf], timestamp_ms: int
+    ) -> Emitted:
+        """Append `leaves` to the checkpoint log whose state is `state` and emit the signed
+        tree head, with the proof that it extends the previous one."""
+        signer = self.config.signer
+        if signer is None:
+            raise ValueError("checkpoints need the judge's key (ProcessorConfig.signer)")
+        tree = state.tree or {"size": 0, "frontier": []}
+        frontier = Frontier(tree["size"], [bytes.fromhex(h) for h in tree["frontier"]])
+        hashes = [leaf.leaf_hash() for leaf in leaves]
+        proof = consistency_from_frontier(frontier, hashes)
+        previous = frontier.size
+        for digest in hashes:
+            frontier.append(digest)
+        head = TreeHead(
+            log=log,
+            tree_size=frontier.size,
+            root_hash=frontier.root().hex(),
+            timestamp_ms=timestamp_ms,
+            key_id=signer.key_id,
+        )
+        payload = Checkpoint(
+            tree_head=head,
+            signature=sign_tree_head(signer.key, head),
+            previous_size=previous,
+            consistency=tuple(h.hex() for h in proof),
+            leaves=tuple(leaves),
+        )
+        state.tree = {"size": frontier.size, "frontier": [n.hex() for n in frontier.nodes]}
+        return self._emit_for(
+            state,
+            log,
+            timestamp_ms * 1_000_000,
+            Stream.VERDICTS,
+            "checkpoint",
+            payload,
+            tuple(leaf.hash for leaf in leaves),
+            CHECKPOINT_VERSION,
+            part=str(frontier.size),
+        )
+
     def _emit(
         self,
         state: SessionState,
@@ -579,6 +637,9 @@ def handle(
     if isinstance(parsed, DeadLettered):
         return None, [DeadLetter(record, parsed.reason.value, parsed.detail)]
     sid = parsed.envelope.session_id
+    if sid.startswith(CHECKPOINT_LOG_PREFIX):
+        detail = f"session ids starting {CHECKPOINT_LOG_PREFIX!r} name the judge's checkpoint logs"
+        return None, [DeadLetter(record, "reserved_session_id", detail)]
     state = states.get(sid)
     if state is None:
         state = states[sid] = load(sid)

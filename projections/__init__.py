@@ -5,6 +5,13 @@
 """
 
 from rolltape.projections._atropos_sink import AtroposSink, AtroposSinkError
+from rolltape.projections._evidence import (
+    Checkpoints,
+    InclusionProof,
+    SessionEvidence,
+    evidence_problems,
+    session_evidence,
+)
 from rolltape.projections._export import (
     MANIFEST,
     META_DIR,
@@ -49,6 +56,7 @@ __all__ = [
     "AtroposSink",
     "AtroposSinkError",
     "ChainSpan",
+    "Checkpoints",
     "Conflict",
     "ExportFile",
     "ExportOptions",
@@ -56,6 +64,7 @@ __all__ = [
     "FeedbackRecord",
     "FoldError",
     "Format",
+    "InclusionProof",
     "Manifest",
     "Message",
     "ReplayRecord",
@@ -63,6 +72,7 @@ __all__ = [
     "Replayer",
     "RewardRecord",
     "Selection",
+    "SessionEvidence",
     "ToolCallRecord",
     "ToolOutcome",
     "ToolStats",
@@ -72,6 +82,7 @@ __all__ = [
     "WritePlan",
     "build_export",
     "checked_envelope",
+    "evidence_problems",
     "fold",
     "order_key",
     "plan_writes",
@@ -79,6 +90,7 @@ __all__ = [
     "replay",
     "replay_order",
     "run_projector",
+    "session_evidence",
     "tool_failed",
     "trajectory_record",
 ]

@@ -138,6 +138,10 @@ class Manifest(BaseModel):
     unanswered_calls: int
     compressed: int
     files: tuple[ExportFile, ...]
+    evidence: tuple[str, ...] = ()
+    """Evidence files (`export --evidence`): per data file, the envelopes and signed inclusion
+    proofs of the sessions its lines were folded from; `selected.evidence.jsonl` holds the
+    selected sessions no line came from (they still shape the others, e.g. a tool list)."""
 
     def to_bytes(self) -> bytes:
         return orjson.dumps(

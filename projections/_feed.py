@@ -33,6 +33,7 @@ from typing import Any, Self
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
+from rolltape.projections._evidence import CHECKPOINT_TYPE
 from rolltape.projections._export import Selection
 from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._records import checked_envelope
@@ -232,6 +233,8 @@ class TrajectoryFeed:
         stream = env["stream"]
         if stream not in (Stream.EVENTS.value, self._verdicts, self._filtered):
             return  # another judge version's chain: never holds this feed's commits back
+        if env["type"] == CHECKPOINT_TYPE:
+            return  # the judge's checkpoint logs are no session
         session = self._open.get(sid)
         if session is None:
             session = self._open[sid] = _Open()

@@ -10,6 +10,18 @@ from rolltape.schemas._canonical import (
     decode,
     restore_non_finite,
 )
+from rolltape.schemas._checkpoint import (
+    ChainHeadLeaf,
+    Checkpoint,
+    LogTree,
+    TreeHead,
+    consistency_from_frontier,
+    key_id,
+    load_private_key,
+    load_public_key,
+    sign_tree_head,
+    tree_head_signed_by,
+)
 from rolltape.schemas._connection import KafkaConnection, SaslMechanism, SecurityProtocol
 from rolltape.schemas._derived import (
     PRECEDENCE,
@@ -46,6 +58,7 @@ from rolltape.schemas._errors import (
     SchemaError,
 )
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
+from rolltape.schemas._merkle import Frontier
 from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
     PAYLOAD_MODELS,
@@ -114,8 +127,10 @@ __all__ = [
     "CanonicalEncodingError",
     "ChainBreak",
     "ChainBroken",
+    "ChainHeadLeaf",
     "ChainReport",
     "ChainVerifier",
+    "Checkpoint",
     "Decision",
     "EditOp",
     "EditTarget",
@@ -125,9 +140,11 @@ __all__ = [
     "Feedback",
     "FilterOutcome",
     "FilterReason",
+    "Frontier",
     "KafkaConnection",
     "LayerSpec",
     "LiveCheck",
+    "LogTree",
     "Metric",
     "ModelEndpoint",
     "ModelError",
@@ -154,11 +171,13 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "TopicSpec",
+    "TreeHead",
     "Turn",
     "UnreadableRecord",
     "Verdict",
     "Violation",
     "canonical_bytes",
+    "consistency_from_frontier",
     "content_hash",
     "decode",
     "derived_event_id",
@@ -166,6 +185,9 @@ __all__ = [
     "export_json_schemas",
     "hash_of",
     "json_schemas",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
     "parse_envelope",
     "parse_payload",
     "raw_event_id",
@@ -173,9 +195,11 @@ __all__ = [
     "restore_non_finite",
     "result_failed",
     "seal",
+    "sign_tree_head",
     "split_reasoning",
     "split_stream",
     "stream_of_topic",
     "topic_name",
+    "tree_head_signed_by",
     "versioned_stream",
 ]

@@ -20,6 +20,7 @@ from pydantic import (
     model_serializer,
 )
 
+from rolltape.schemas._checkpoint import Checkpoint
 from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
@@ -321,6 +322,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "session_ended": SessionEnded,
     "session_resumed": SessionResumed,
     **DERIVED_PAYLOAD_MODELS,
+    "checkpoint": Checkpoint,
 }
 
 

@@ -16,6 +16,7 @@ from rolltape.infra.cli import (
     harness,
     importing,
     inspect,
+    keys,
     otlp,
     parse,
     principal,
@@ -34,6 +35,7 @@ app = typer.Typer(
 )
 app.add_typer(broker.app, name="broker")
 app.add_typer(principal.app, name="principal")
+app.add_typer(keys.app, name="keys")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
@@ -56,6 +58,7 @@ for name, command in (
     ("demo", demo.demo),
     ("worker", worker.worker),
     ("export", export.export),
+    ("verify-export", export.verify_export),
     ("replay", replay.replay),
     ("project", project.project),
     ("report", report.report),

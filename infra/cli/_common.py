@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from rolltape.infra.broker import BrokerError
+from rolltape.infra.keys import JudgeKeyError
 from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError
 from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
@@ -43,7 +44,7 @@ def user_errors() -> Iterator[None]:
     """Turn our errors into one red line and exit code 2; the message says what to do."""
     try:
         yield
-    except (BrokerError, RecorderError, SchemaError, OSError) as exc:
+    except (BrokerError, RecorderError, SchemaError, JudgeKeyError, OSError) as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
 

@@ -13,6 +13,7 @@ from rolltape.infra.broker import (
     require_connection,
 )
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.keys import judge_key
 from rolltape.infra.topics import provision
 from rolltape.schemas import Role
 
@@ -58,6 +59,12 @@ def up() -> None:
         if store is not None:
             names = ", ".join(f"{p.name} ({p.role.value})" for p in store.principals())
             console.print(f"principals: {names}; secrets in {store.path} (mode 0600)")
+        key = judge_key(cfg)
+        if key.exists():
+            console.print(f"judge key {key.key_id()}: public key in {key.public_path}")
+        else:
+            kid = key.create()
+            console.print(f"new judge key {kid}: public key in {key.public_path}")
         console.print(f"bootstrap: {require_connection(cfg, Role.ADMIN).bootstrap}")
 
 

@@ -24,8 +24,9 @@ from rolltape.infra.cli._common import (
     user_errors,
 )
 from rolltape.infra.export import ExportError, collect, open_tokenizer, run_export
-from rolltape.projections import ExportOptions, Format, Selection
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role
+from rolltape.infra.verify_export import verify_export as check_export
+from rolltape.projections import META_DIR, ExportOptions, Format, Selection
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role, load_public_key
 
 
 def parse_time(text: str | None, option: str) -> int | None:
@@ -77,6 +78,13 @@ def export(
     score: ScoreOption = "reward",
     keep_equal_scores: KeepEqualScoresOption = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an export already in --out.")] = False,
+    evidence: Annotated[
+        bool,
+        typer.Option(
+            help="Also write the envelopes behind every line and the signed proofs of their "
+            "chain heads (.rolltape/*.evidence.jsonl), for `rolltape verify-export`."
+        ),
+    ] = False,
 ) -> None:
     """Write training data: ShareGPT, Atropos groups, per-turn traces, OpenAI or TRL chat JSONL,
     or TRL DPO preference pairs from sessions of one group ranked by --score.
@@ -143,7 +151,12 @@ def export(
             )
         try:
             manifest = run_export(
-                collected, options, out, tokenizer=chat_tokenizer, overwrite=overwrite
+                collected,
+                options,
+                out,
+                tokenizer=chat_tokenizer,
+                overwrite=overwrite,
+                evidence=evidence,
             )
         except ExportError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
@@ -157,3 +170,50 @@ def export(
     if manifest.skipped:
         reasons = ", ".join(f"{reason} {n}" for reason, n in manifest.skipped.items())
         console.print(f"  skipped: {reasons}")
+    if manifest.evidence:
+        console.print(
+            f"  evidence: {len(manifest.evidence)} file(s) in {out / META_DIR}; check with "
+            f"`rolltape verify-export {out} --public-key judge.pub.pem`"
+        )
+    if manifest.skipped.get("no_checkpoint"):
+        console.print(
+            f"  {manifest.skipped['no_checkpoint']} session(s) were left out because no signed "
+            "checkpoint covers them yet: is `rolltape worker` running with the judge key?"
+        )
+
+
+def verify_export(
+    folder: Annotated[Path, typer.Argument(help="The export folder (with its .rolltape/).")],
+    public_key: Annotated[
+        Path, typer.Option(help="The judge's public key, PEM (`rolltape keys export FILE`).")
+    ],
+    tokenizer: TokenizerOption = None,
+) -> None:
+    """Check an export offline with the judge's public key: every line must re-fold, byte for
+    byte, from envelopes whose chains are intact and whose heads the judge signed. Needs no
+    Kafka. Exit 1 naming each file and line that does not check out."""
+    with user_errors():
+        try:
+            key = load_public_key(public_key.read_bytes())
+        except ValueError as exc:
+            err_console.print(f"[red]error:[/red] {public_key}: {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+        try:
+            chat_tokenizer, _ = open_tokenizer(tokenizer)
+            result = check_export(folder, key, chat_tokenizer)
+        except ExportError as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+    for problem in result.problems:
+        console.print(escape(str(problem)), highlight=False)
+    what = (
+        f"{result.lines} lines in {result.files} file(s) from {result.sessions} sessions, "
+        f"judge key {result.key_id}"
+    )
+    if result.problems:
+        err_console.print(f"[red]{len(result.problems)} problem(s)[/red] in {what}")
+        raise typer.Exit(1)
+    console.print(
+        f"verified {what}: every line re-folds byte for byte from intact chains whose heads "
+        "the judge signed"
+    )

@@ -13,17 +13,27 @@ from rolltape.processors.audit._chain import (
     audit,
     parse_record,
 )
+from rolltape.processors.audit._checkpoints import (
+    CHECKPOINT_LOG_PREFIX,
+    CHECKPOINT_VERSION,
+    CheckpointSigner,
+    log_for_partition,
+)
 
 __all__ = [
     "AUDITOR_VERSION",
+    "CHECKPOINT_LOG_PREFIX",
+    "CHECKPOINT_VERSION",
     "Admitted",
     "AuditResult",
     "Break",
     "ChainHead",
+    "CheckpointSigner",
     "DeadLettered",
     "InputRecord",
     "Parsed",
     "Redelivered",
     "audit",
+    "log_for_partition",
     "parse_record",
 ]

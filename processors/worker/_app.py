@@ -30,12 +30,12 @@ from rolltape.processors._session import (
     ProcessorConfig,
     SessionProcessor,
 )
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import CheckpointSigner, InputRecord
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._shell import Shell
-from rolltape.schemas import KafkaConnection, Stream, topic_name
+from rolltape.schemas import KafkaConnection, Stream, load_private_key, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -91,6 +91,7 @@ def create_app(config: WorkerConfig) -> faust.App:
             principal=config.principal,
             judge_principal=config.judge_principal,
             writers=config.writers,
+            signer=_signer(config),
             software_version=software_version(),
             rewards=config.rewards,
             llm_judges=config.llm_judges,
@@ -187,6 +188,13 @@ def create_app(config: WorkerConfig) -> faust.App:
     return app
 
 
+def _signer(config: WorkerConfig) -> CheckpointSigner | None:
+    if config.checkpoint_key_file is None:
+        return None
+    key = load_private_key(config.checkpoint_key_file.read_bytes())
+    return CheckpointSigner(key, interval_s=config.checkpoint_interval_s)
+
+
 class _Runtime:
     """The session agent's producer and shell, shared with the table's recovery callback (which
     may run before the agent's first batch)."""
@@ -245,6 +253,7 @@ class _Runtime:
                 requests_topic=self.config.judge_requests_topic,
                 results_topic=self.config.judge_results_topic,
                 flush_state=self.flush_changelog,
+                partitions=self.config.partitions,
             )
         return self._shell
 

@@ -36,6 +36,11 @@ class WorkerConfig(BaseModel):
     """Named in the envelopes the processor role writes (its connection's SASL user when set)."""
     judge_principal: str = "judge"
     """Named in the envelopes the judge role writes (verdicts, judge conversations)."""
+    checkpoint_key_file: Path | None = None
+    """The judge's Ed25519 private key (PEM): with it the worker writes signed checkpoints of
+    the chain heads it verified; None, no checkpoints."""
+    checkpoint_interval_s: float = Field(default=30.0, gt=0)
+    """How often the heads of sessions still running are committed (ended sessions: at once)."""
     writers: dict[str, frozenset[str]] = Field(default_factory=dict)
     """stream -> principals that may write it (see ProcessorConfig.writers); empty: unchecked."""
     rewards: tuple[str, ...] = ()

@@ -30,9 +30,16 @@ from rolltape.processors._session import (
     SessionState,
     handle,
 )
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, log_for_partition
 from rolltape.processors.worker._producers import OutputProducer
-from rolltape.schemas import Stream, canonical_bytes, split_stream, stream_of_topic, topic_name
+from rolltape.schemas import (
+    ChainHeadLeaf,
+    Stream,
+    canonical_bytes,
+    split_stream,
+    stream_of_topic,
+    topic_name,
+)
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -96,6 +103,7 @@ class Shell:
         requests_topic: str = "",
         results_topic: str = "",
         flush_state: Callable[[], Awaitable[None]] | None = None,
+        partitions: int = 0,
     ) -> None:
         self.processor = processor
         self.producer = producer
@@ -109,6 +117,13 @@ class Shell:
         self.flush_state = flush_state
         """Waits until saved state is durable (the changelog producer's flush)."""
         self._pending: list[Output] = []
+        self.partitions = partitions
+        """Of the raw topics: names the checkpoint logs (0: no checkpoints)."""
+        self._logs: dict[int, str] = {}
+        self._last_checkpoint: dict[int, float] = {}
+        self._was_finished: dict[str, bool] = {}
+        self._touched: dict[str, int] = {}
+        """Sessions the batch's raw records touched -> their partition."""
 
     def to_input(
         self,
@@ -135,9 +150,12 @@ class Shell:
         t0 = clock()
         states: dict[str, SessionState] = {}
         outputs: list[Output] = []
+        self._was_finished.clear()
+        self._touched.clear()
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
+        outputs.extend(self._checkpoints(states))
         outputs = [*self._pending, *outputs]
         self._pending = []
         t1 = clock()
@@ -194,9 +212,49 @@ class Shell:
             self._save(states)
         return len(outputs)
 
+    def _checkpoints(self, states: dict[str, SessionState]) -> list[Output]:
+        """Commit the chain heads of the sessions that ended in this batch, and, once the
+        signer's interval has passed on a partition, of every session the batch advanced
+        there: one signed checkpoint per partition and batch. (An LLM judge's verdict, which
+        arrives after its session ended, is committed when the session is next advanced.)"""
+        signer = self.processor.config.signer
+        if signer is None or not self.partitions:
+            return []
+        now = time.time()
+        leaves: dict[int, list[ChainHeadLeaf]] = {}
+        for sid, partition in sorted(self._touched.items()):
+            state = states[sid]
+            ended_now = state.finished and not self._was_finished.get(sid, False)
+            due = now - self._last_checkpoint.get(partition, 0.0) >= signer.interval_s
+            if ended_now or due:
+                # The raw chains it audited and the chains it wrote (filter outcome, verdicts):
+                # an export's line is folded from both.
+                chains = {s: (c.next_seq, c.head) for s, c in state.chains.items()}
+                chains.update({s: (int(o[0]), str(o[1])) for s, o in state.outputs.items()})
+                leaves.setdefault(partition, []).extend(
+                    ChainHeadLeaf(stream=stream, session_id=sid, seq=next_seq - 1, hash=head)
+                    for stream, (next_seq, head) in sorted(chains.items())
+                    if next_seq > 0
+                )
+        out: list[Output] = []
+        for partition, new in sorted(leaves.items()):
+            if not new:
+                continue
+            log_name = self._logs.get(partition)
+            if log_name is None:
+                log_name = self._logs[partition] = log_for_partition(partition, self.partitions)
+            out.append(
+                self.processor.checkpoint(
+                    self._state(states, log_name), log_name, new, int(now * 1000)
+                )
+            )
+            self._last_checkpoint[partition] = now
+        return out
+
     def _load(self, sid: str) -> SessionState:
         stored = self.table.get(sid.encode())
         state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
+        self._was_finished[sid] = state.finished
         if state.outbox:  # saved but perhaps never sent: send it first, as it was
             self._pending += _outbox_outputs(sid, state.outbox)
             state.outbox = []
@@ -216,7 +274,10 @@ class Shell:
                     return [DeadLetter(record, "invalid_judge_result", str(exc)[:500])]
                 state = self._state(states, result.session_id)
                 return self.processor.judge_result(state, record, result)
-            return handle(self.processor, states, record, self._load)[1]
+            sid, outputs = handle(self.processor, states, record, self._load)
+            if sid is not None:
+                self._touched[sid] = record.partition
+            return outputs
         except Exception as exc:  # a bug must not stop the worker: the record is kept with why
             log.exception("processing %s failed; dead-lettered", record.position)
             detail = "".join(traceback.format_exception_only(exc)).strip()

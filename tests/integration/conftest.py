@@ -25,6 +25,7 @@ from rolltape.infra.broker import (
     require_connection,
     start_container_broker,
 )
+from rolltape.infra.keys import judge_key
 from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import provision
@@ -120,6 +121,9 @@ def managed_cluster(broker: ManagedBroker, state_dir: Path) -> Cluster:
     settings = Settings(
         bootstrap=state.bootstrap, principals_file=broker.principals.path, state_dir=state_dir
     )
+    key = judge_key(settings)  # as `broker up` creates it: the worker signs checkpoints
+    if not key.exists():
+        key.create()
     return Cluster(settings, broker)
 
 

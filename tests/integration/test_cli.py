@@ -126,10 +126,10 @@ def test_schemas_export__writes_a_json_schema_per_payload_type(tmp_path: Path) -
     out = run(["schemas", "export", str(tmp_path)], dict(os.environ))
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert "envelope.schema.json" in names and "metric.schema.json" in names and len(names) == 19
+    assert "envelope.schema.json" in names and "metric.schema.json" in names and len(names) == 20
     assert "model_spec.schema.json" in names and "live_check.schema.json" in names
     assert "model_error.schema.json" in names and "tool_parse_error.schema.json" in names
-    assert "session_resumed.schema.json" in names
+    assert "session_resumed.schema.json" in names and "checkpoint.schema.json" in names
     turn = json.loads((tmp_path / "turn.schema.json").read_text())
     assert {"prompt_token_ids", "logprobs", "summary"} <= set(turn["properties"])
     metric = json.loads((tmp_path / "metric.schema.json").read_text())
@@ -143,10 +143,12 @@ def test_broker_up_and_down__manage_a_broker_of_its_own(tmp_path: Path) -> None:
         up = run(["broker", "up"], env)
         assert up.returncode == 0, up.stdout + up.stderr
         assert up.stdout.count("created") == 7 and "KRaft" in up.stdout
+        assert "new judge key" in up.stdout
         status = run(["broker", "status"], env)
         assert status.returncode == 0 and status.stdout.strip().startswith("127.0.0.1:")
         again = run(["broker", "up"], env)
         assert again.returncode == 0 and again.stdout.count("unchanged") == 7
+        assert "judge key" in again.stdout and "new judge key" not in again.stdout
         logs = run(["broker", "logs", "-n", "200"], env)
         assert "Kafka Server started" in logs.stdout
     finally:

@@ -46,9 +46,13 @@ def record(topics: Topics, spool: Path) -> None:
 
 
 def by_chain(topics: Topics) -> dict[tuple[str, str], list[bytes]]:
+    """The output chains a replay reproduces (not the judge's checkpoint logs: replays sign
+    nothing)."""
     chains: dict[tuple[str, str], dict[int, bytes]] = {}
     for r in read_all(topics, (Stream.RULES, Stream.VERDICTS, Stream.FILTERED)):
         env = decode(r.value)
+        if env["type"] == "checkpoint":
+            continue
         chains.setdefault((env["stream"], env["session_id"]), {}).setdefault(env["seq"], r.value)
     return {k: [v[i] for i in sorted(v)] for k, v in chains.items()}
 

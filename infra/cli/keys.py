@@ -1,0 +1,51 @@
+"""`rolltape keys init | show | export FILE`: the judge's checkpoint signing key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.infra.keys import judge_key
+
+app = typer.Typer(
+    help="The judge's Ed25519 key, which signs checkpoints: create it, show its public half.",
+    no_args_is_help=True,
+)
+
+
+@app.command()
+def init(
+    replace: Annotated[
+        bool, typer.Option(help="Replace an existing key (earlier checkpoints stay signed by it).")
+    ] = False,
+) -> None:
+    """Create the judge's key pair (`broker up` does this when there is none)."""
+    with user_errors():
+        key = judge_key(settings())
+        kid = key.create(replace=replace)
+    console.print(f"judge key {kid}: private {key.path} (mode 0600), public {key.public_path}")
+
+
+@app.command()
+def show() -> None:
+    """The key id and the public key (PEM): what a verifier of exports needs."""
+    with user_errors():
+        key = judge_key(settings())
+        kid, pem = key.key_id(), key.public_pem().decode()
+    console.print(f"key id {kid} ({key.path})", highlight=False)
+    console.print(pem.rstrip(), highlight=False, markup=False)
+
+
+@app.command()
+def export(
+    path: Annotated[Path, typer.Argument(help="Where to write the public key (PEM).")],
+) -> None:
+    """Write the public key to a file, to hand to whoever verifies exports."""
+    with user_errors():
+        key = judge_key(settings())
+        path.write_bytes(key.public_pem())
+        kid = key.key_id()
+    console.print(f"public key {kid} written to {path}")

@@ -1,0 +1,83 @@
+"""The judge's Ed25519 key pair on disk: created once, private half 0600, public half shareable.
+
+The private key signs the worker's checkpoints; the public key (PEM, with its key id) is what a
+third party needs to verify an export offline (`rolltape verify-export DIR --public-key FILE`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from rolltape.infra.settings import Settings
+from rolltape.schemas import key_id, load_private_key
+
+
+class JudgeKeyError(Exception):
+    """The judge's key cannot be created or read; the message says what to do."""
+
+
+class JudgeKey:
+    """The key pair at `path` (private, PEM PKCS #8) and `public_path` (PEM SubjectPublicKeyInfo)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.public_path = path.with_name(path.name.removesuffix(".pem") + ".pub.pem")
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def create(self, *, replace: bool = False) -> str:
+        """Generate a new pair and return its key id. Refuses to replace an existing key unless
+        asked: checkpoints signed with it could no longer be verified with the new one."""
+        if self.path.exists() and not replace:
+            raise JudgeKeyError(
+                f"a judge key exists already at {self.path} (key id {self.key_id()}); replacing "
+                "it makes earlier checkpoints unverifiable with the new public key: pass "
+                "--replace only if that is what you want, and keep the old public key"
+            )
+        key = Ed25519PrivateKey.generate()
+        private = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # 0600 from creation on
+        with os.fdopen(fd, "wb") as f:
+            f.write(private)
+        os.replace(tmp, self.path)
+        self.public_path.write_bytes(self._public_pem(key))
+        return key_id(key.public_key())
+
+    def private_key(self) -> Ed25519PrivateKey:
+        try:
+            return load_private_key(self.path.read_bytes())
+        except FileNotFoundError as exc:
+            raise JudgeKeyError(
+                f"no judge key at {self.path}: create one with `rolltape keys init`"
+            ) from exc
+        except ValueError as exc:
+            raise JudgeKeyError(f"{self.path} holds no Ed25519 private key: {exc}") from exc
+
+    def public_pem(self) -> bytes:
+        return self._public_pem(self.private_key())
+
+    def key_id(self) -> str:
+        return key_id(self.private_key().public_key())
+
+    @staticmethod
+    def _public_pem(key: Ed25519PrivateKey) -> bytes:
+        return key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+
+def judge_key(settings: Settings) -> JudgeKey:
+    """ROLLTAPE_JUDGE_KEY_FILE, else `<state dir>/keys/judge.ed25519.pem`."""
+    path = settings.judge_key_file or settings.state_dir / "keys" / "judge.ed25519.pem"
+    return JudgeKey(path)

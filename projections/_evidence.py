@@ -1,0 +1,193 @@
+"""Evidence for an export: what lets someone outside the cluster trust each line.
+
+For every session an export uses, the evidence holds the envelopes of each chain the line was
+folded from (events, and the judge version's filter outcome and verdicts) and, for each chain's
+last envelope, its inclusion proof in a tree head the judge signed (see
+rolltape.schemas._checkpoint). Checking it needs only the judge's public key:
+
+1. each envelope hashes to its `hash`, and each chain runs from seq 0 without a gap or a broken
+   link (so the last hash commits to every envelope before it);
+2. each chain's last envelope is a leaf of a signed tree head: the signature is the judge key's
+   and the inclusion proof leads from the leaf to the signed root;
+3. the lines, re-folded and re-exported from the evidence alone, are byte for byte the lines of
+   the export (done by the caller, with the export's own options).
+
+Pure: the caller reads the topics or the files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict
+
+from rolltape.projections._records import checked_envelope
+from rolltape.projections._trajectory import Trajectory
+from rolltape.schemas import (
+    ChainHeadLeaf,
+    ChainVerifier,
+    Checkpoint,
+    LogTree,
+    TreeHead,
+    canonical_bytes,
+    decode,
+    tree_head_signed_by,
+)
+from rolltape.schemas._merkle import verify_inclusion
+
+CHECKPOINT_TYPE = "checkpoint"
+
+
+class InclusionProof(BaseModel):
+    """A chain head (`leaf`) is leaf `index` of the tree the judge signed in `tree_head`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    leaf: ChainHeadLeaf
+    index: int
+    path: tuple[str, ...]
+    """RFC 9162 audit path, hex hashes."""
+    tree_head: TreeHead
+    signature: str
+
+
+class SessionEvidence(BaseModel):
+    """One line of an evidence file: a session's envelopes per chain and the proofs of their
+    heads."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str
+    envelopes: dict[str, tuple[str, ...]]
+    """stream -> the chain's envelopes in seq order, as their canonical JSON text."""
+    proofs: tuple[InclusionProof, ...]
+
+    def decoded(self) -> dict[str, list[dict[str, Any]]]:
+        return {
+            stream: [decode(e.encode()) for e in texts] for stream, texts in self.envelopes.items()
+        }
+
+
+class Checkpoints:
+    """The judge's logs as read from the verdicts stream, indexed by chain head. A log is taken
+    up to its first checkpoint that does not continue it (the rest cannot be proven)."""
+
+    def __init__(self, envelopes: Mapping[str, Iterable[Mapping[str, Any]]]) -> None:
+        self.trees: dict[str, LogTree] = {}
+        self._where: dict[tuple[str, str, int, str], tuple[str, int]] = {}
+        for log, envs in sorted(envelopes.items()):
+            by_seq: dict[int, Mapping[str, Any]] = {}
+            for env in envs:
+                if env["type"] == CHECKPOINT_TYPE:
+                    by_seq.setdefault(env["seq"], env)
+            tree = LogTree(log)
+            for seq in sorted(by_seq):
+                if tree.add(Checkpoint.model_validate(by_seq[seq]["payload"])):
+                    break
+            if tree.heads:
+                self.trees[log] = tree
+                for index, leaf in enumerate(tree.leaves):
+                    key = (leaf.stream, leaf.session_id, leaf.seq, leaf.hash)
+                    self._where.setdefault(key, (log, index))
+
+    def prove(self, leaf: ChainHeadLeaf) -> InclusionProof | None:
+        """The leaf's inclusion in its log's latest tree head, if the judge committed to it."""
+        found = self._where.get((leaf.stream, leaf.session_id, leaf.seq, leaf.hash))
+        if found is None:
+            return None
+        log, index = found
+        tree = self.trees[log]
+        head, signature = tree.heads[-1]
+        path = tree.inclusion(index, head.tree_size)
+        return InclusionProof(
+            leaf=leaf,
+            index=index,
+            path=tuple(h.hex() for h in path),
+            tree_head=head,
+            signature=signature,
+        )
+
+
+def session_evidence(
+    trajectory: Trajectory,
+    events: Sequence[Mapping[str, Any]],
+    derived: Sequence[Mapping[str, Any]],
+    checkpoints: Checkpoints,
+) -> SessionEvidence | None:
+    """The evidence of one folded session, or None when a chain head it was folded from is in no
+    checkpoint (the judge has not committed to it yet)."""
+    envelopes: dict[str, tuple[str, ...]] = {}
+    proofs = []
+    for stream, span in sorted(trajectory.provenance.items()):
+        source = events if stream == "events" else derived
+        by_seq: dict[int, Mapping[str, Any]] = {}
+        for env in source:
+            if env["stream"] == stream and env["session_id"] == trajectory.session_id:
+                by_seq.setdefault(env["seq"], env)
+        envelopes[stream] = tuple(canonical_bytes(by_seq[s]).decode() for s in sorted(by_seq))
+        leaf = ChainHeadLeaf(
+            stream=stream, session_id=trajectory.session_id, seq=span.last_seq, hash=span.last_hash
+        )
+        proof = checkpoints.prove(leaf)
+        if proof is None:
+            return None
+        proofs.append(proof)
+    return SessionEvidence(
+        session_id=trajectory.session_id, envelopes=envelopes, proofs=tuple(proofs)
+    )
+
+
+def evidence_problems(evidence: SessionEvidence, public_key: Ed25519PublicKey) -> list[str]:
+    """What is wrong with a session's evidence (nothing: it proves its chains)."""
+    problems: list[str] = []
+    sid = evidence.session_id
+    verifier = ChainVerifier()
+    heads: dict[str, ChainHeadLeaf] = {}
+    for stream, texts in sorted(evidence.envelopes.items()):
+        if not texts:
+            problems.append(f"the {stream} chain has no envelopes")
+            continue
+        for n, text in enumerate(texts):
+            env, problem = checked_envelope(text.encode())
+            if env is None:
+                problems.append(f"{stream} envelope {n}: {problem} (its content does not hash)")
+                continue
+            if env["stream"] != stream or env["session_id"] != sid:
+                problems.append(
+                    f"{stream} envelope {n} belongs to {env['session_id']}/{env['stream']}"
+                )
+                continue
+            verifier.add(text.encode(), expected_stream=stream)
+            heads[stream] = ChainHeadLeaf(
+                stream=stream, session_id=sid, seq=env["seq"], hash=env["hash"]
+            )
+    for report in verifier.reports():
+        for brk in report.breaks:
+            problems.append(f"{report.stream} seq {brk.seq}: {brk.kind.value}: {brk.detail}")
+    proven = set()
+    for proof in evidence.proofs:
+        head = proof.tree_head
+        if not tree_head_signed_by(public_key, head, proof.signature):
+            problems.append(
+                f"the tree head of {head.log} (size {head.tree_size}) is not signed by this "
+                f"public key (it names key {head.key_id})"
+            )
+            continue
+        path = [bytes.fromhex(h) for h in proof.path]
+        root = bytes.fromhex(head.root_hash)
+        if not verify_inclusion(proof.leaf.leaf_hash(), proof.index, head.tree_size, path, root):
+            problems.append(
+                f"the proof of {proof.leaf.stream} seq {proof.leaf.seq} does not lead to the "
+                f"signed root of {head.log}"
+            )
+            continue
+        proven.add(proof.leaf)
+    for stream, leaf in sorted(heads.items()):
+        if leaf not in proven:
+            problems.append(
+                f"the {stream} chain's last envelope (seq {leaf.seq}) has no valid proof in a "
+                "signed tree head"
+            )
+    return problems
