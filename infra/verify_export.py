@@ -91,6 +91,7 @@ def verify_export(
         )
     problems: list[ExportProblem] = []
     failed: dict[str, str] = {}
+    signatures: dict[tuple[str, str], bool] = {}
     trajectories: list[Trajectory] = []
     judge_version = manifest.options.selection.judge_version
     for name in manifest.evidence:
@@ -106,7 +107,7 @@ def verify_export(
                 problems.append(ExportProblem(file=name, line=number, detail=detail))
                 continue
             sid = evidence.session_id
-            for found in evidence_problems(evidence, public_key):
+            for found in evidence_problems(evidence, public_key, signatures):
                 problems.append(ExportProblem(file=name, line=number, detail=f"{sid}: {found}"))
                 failed.setdefault(sid, found)
             chains = evidence.decoded()

@@ -23,7 +23,6 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict
 
-from rolltape.projections._records import checked_envelope
 from rolltape.projections._trajectory import Trajectory
 from rolltape.schemas import (
     ChainHeadLeaf,
@@ -139,37 +138,41 @@ def session_evidence(
     )
 
 
-def evidence_problems(evidence: SessionEvidence, public_key: Ed25519PublicKey) -> list[str]:
-    """What is wrong with a session's evidence (nothing: it proves its chains)."""
+def evidence_problems(
+    evidence: SessionEvidence,
+    public_key: Ed25519PublicKey,
+    signatures: dict[tuple[str, str], bool] | None = None,
+) -> list[str]:
+    """What is wrong with a session's evidence (nothing: it proves its chains). `signatures`
+    remembers tree heads already checked (an export's sessions share a few tree heads)."""
     problems: list[str] = []
     sid = evidence.session_id
     verifier = ChainVerifier()
-    heads: dict[str, ChainHeadLeaf] = {}
     for stream, texts in sorted(evidence.envelopes.items()):
         if not texts:
             problems.append(f"the {stream} chain has no envelopes")
-            continue
         for n, text in enumerate(texts):
-            env, problem = checked_envelope(text.encode())
-            if env is None:
-                problems.append(f"{stream} envelope {n}: {problem} (its content does not hash)")
-                continue
-            if env["stream"] != stream or env["session_id"] != sid:
-                problems.append(
-                    f"{stream} envelope {n} belongs to {env['session_id']}/{env['stream']}"
-                )
-                continue
-            verifier.add(text.encode(), expected_stream=stream)
-            heads[stream] = ChainHeadLeaf(
-                stream=stream, session_id=sid, seq=env["seq"], hash=env["hash"]
-            )
+            where = f"{stream} envelope {n}"
+            verifier.add(text.encode(), position=where, expected_stream=stream, key=sid.encode())
+    for brk in verifier.unattributed:
+        problems.append(f"{brk.position}: {brk.kind.value}: {brk.detail}")
+    heads: dict[str, ChainHeadLeaf] = {}
     for report in verifier.reports():
         for brk in report.breaks:
-            problems.append(f"{report.stream} seq {brk.seq}: {brk.kind.value}: {brk.detail}")
+            where = brk.position or f"{report.stream} seq {brk.seq}"
+            problems.append(f"{where}: {brk.kind.value}: {brk.detail}")
+        if report.session_id == sid and report.stream in evidence.envelopes and report.ok:
+            heads[report.stream] = ChainHeadLeaf(
+                stream=report.stream, session_id=sid, seq=report.last_seq, hash=report.head_hash
+            )
+    checked = {} if signatures is None else signatures
     proven = set()
     for proof in evidence.proofs:
         head = proof.tree_head
-        if not tree_head_signed_by(public_key, head, proof.signature):
+        key = (head.model_dump_json(), proof.signature)
+        if key not in checked:
+            checked[key] = tree_head_signed_by(public_key, head, proof.signature)
+        if not checked[key]:
             problems.append(
                 f"the tree head of {head.log} (size {head.tree_size}) is not signed by this "
                 f"public key (it names key {head.key_id})"
@@ -184,8 +187,9 @@ def evidence_problems(evidence: SessionEvidence, public_key: Ed25519PublicKey) -
             )
             continue
         proven.add(proof.leaf)
-    for stream, leaf in sorted(heads.items()):
-        if leaf not in proven:
+    for stream in sorted(evidence.envelopes):
+        leaf = heads.get(stream)
+        if leaf is not None and leaf not in proven:
             problems.append(
                 f"the {stream} chain's last envelope (seq {leaf.seq}) has no valid proof in a "
                 "signed tree head"

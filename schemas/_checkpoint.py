@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rolltape.schemas._canonical import canonical_bytes
 from rolltape.schemas._merkle import (
     Frontier,
-    inclusion_proof,
+    ProofTree,
     leaf_hash,
     tree_root,
     verify_consistency,
@@ -168,6 +168,8 @@ class LogTree:
         self.heads: list[tuple[TreeHead, str]] = []
         """Every (tree head, signature) that checked out, in order."""
         self._index: dict[tuple[str, str, int, str], int] = {}
+        self._proofs: dict[int, ProofTree] = {}
+        self._frontier = Frontier()
 
     def add(self, checkpoint: Checkpoint) -> list[str]:
         """Append a checkpoint; returns what is wrong with it (nothing: it is good)."""
@@ -188,8 +190,10 @@ class LogTree:
         ):
             problems.append(f"{where}: the signature is not the judge key's ({head.key_id})")
         new_hashes = [leaf.leaf_hash() for leaf in checkpoint.leaves]
-        hashes = [*self.hashes, *new_hashes]
-        if tree_root(hashes).hex() != head.root_hash:
+        frontier = Frontier(self._frontier.size, self._frontier.nodes)
+        for digest in new_hashes:
+            frontier.append(digest)
+        if frontier.root().hex() != head.root_hash:
             problems.append(f"{where}: the root is not the root of the log's leaves")
         if self.heads and self.heads[-1][0].tree_size > 0:
             previous = self.heads[-1][0]
@@ -204,6 +208,7 @@ class LogTree:
                 problems.append(f"{where}: it is not consistent with the tree head before it")
         if problems:
             return problems
+        self._frontier = frontier
         for leaf, digest in zip(checkpoint.leaves, new_hashes, strict=True):
             self._index.setdefault(
                 (leaf.stream, leaf.session_id, leaf.seq, leaf.hash), len(self.hashes)
@@ -219,4 +224,7 @@ class LogTree:
 
     def inclusion(self, index: int, tree_size: int) -> list[bytes]:
         """The audit path of leaf `index` in the tree of the first `tree_size` leaves."""
-        return inclusion_proof(self.hashes[:tree_size], index)
+        proofs = self._proofs.get(tree_size)
+        if proofs is None:
+            proofs = self._proofs[tree_size] = ProofTree(self.hashes[:tree_size])
+        return proofs.inclusion(index)

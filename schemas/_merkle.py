@@ -58,6 +58,45 @@ def inclusion_proof(leaves: Sequence[bytes], index: int) -> list[bytes]:
     return [*inclusion_proof(leaves[k:], index - k), tree_root(leaves[:k])]
 
 
+class ProofTree:
+    """Inclusion proofs of many leaves of one tree: each subtree root is computed once (an
+    export proves thousands of leaves of the same tree head; `inclusion_proof` alone would
+    rehash the tree for each)."""
+
+    def __init__(self, leaves: Sequence[bytes]) -> None:
+        self.leaves = leaves
+        self._roots: dict[tuple[int, int], bytes] = {}
+
+    def root(self, lo: int = 0, hi: int | None = None) -> bytes:
+        hi = len(self.leaves) if hi is None else hi
+        if hi - lo == 1:
+            return self.leaves[lo]
+        if hi == lo:
+            return EMPTY_ROOT
+        found = self._roots.get((lo, hi))
+        if found is None:
+            k = _split(hi - lo)
+            found = self._roots[(lo, hi)] = node_hash(self.root(lo, lo + k), self.root(lo + k, hi))
+        return found
+
+    def inclusion(self, index: int) -> list[bytes]:
+        """PATH(index, D[n]), as `inclusion_proof`."""
+        if not 0 <= index < len(self.leaves):
+            raise ValueError(f"leaf {index} is not in a tree of {len(self.leaves)}")
+        path: list[bytes] = []
+        lo, hi = 0, len(self.leaves)
+        while hi - lo > 1:
+            k = _split(hi - lo)
+            if index < lo + k:
+                path.append(self.root(lo + k, hi))
+                hi = lo + k
+            else:
+                path.append(self.root(lo, lo + k))
+                lo += k
+        path.reverse()
+        return path
+
+
 def consistency_proof(leaves: Sequence[bytes], old_size: int) -> list[bytes]:
     """PROOF(old_size, D[n]): shows the tree of the first `old_size` leaves is a prefix."""
     if not 0 < old_size <= len(leaves):

@@ -241,3 +241,31 @@ def otlp(
         f"    goal >= {r.goal_spans_per_s:,.0f} spans/s on one process: {verdict} (anchor: the "
         f"OpenTelemetry Collector, ~{r.anchor_collector_spans_per_s_per_core:,.0f} spans/s per core)"
     )
+
+
+@app.command()
+def evidence(
+    sessions: int = typer.Option(2000, help="Agent sessions in the export that is verified."),
+    repeats: int = typer.Option(3, help="Runs; medians are reported."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Checkpoint signing and `verify-export` throughput (no broker: the code's own cost)."""
+    from rolltape.infra.bench.evidence import run_evidence_bench
+
+    r = run_evidence_bench(sessions=sessions, repeats=repeats)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; {r.repeats} repeats (medians)")
+    console.print("(a) checkpoint signing (the worker, per partition and batch)")
+    console.print(f"    Ed25519 signature alone         {r.sign_only_per_s:10,.0f} /s")
+    console.print(f"    checkpoint of 2 leaves          {r.checkpoints_per_s_2_leaves:10,.0f} /s")
+    console.print(
+        f"    checkpoint of 100 leaves        {r.checkpoints_per_s_100_leaves:10,.0f} /s "
+        f"({r.leaves_per_s_100_leaves:,.0f} leaves/s)"
+    )
+    console.print(f"(b) an export of {r.sessions} sessions with evidence (ShareGPT, one line each)")
+    console.print(f"    export --evidence (no Kafka)    {r.export_lines_per_s:10,.0f} lines/s")
+    console.print(f"    verify-export                   {r.verify_lines_per_s:10,.0f} lines/s")
+    console.print(f"    hashing the evidence alone      {r.hash_only_lines_per_s:10,.0f} lines/s")
+    console.print(f"    ratio (verify / hashing alone): {r.verify_ratio:.2f}")

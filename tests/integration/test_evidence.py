@@ -128,7 +128,7 @@ def test_verify_export__an_edited_envelope_is_named_with_the_lines_built_from_it
     done = verify(exported, folder)
     assert done.returncode == 1
     out = done.stdout
-    assert f"{EVIDENCE}:2: ev-1: events envelope 1: tampered" in out
+    assert f"{EVIDENCE}:2: ev-1: events envelope 1: tampered: content hashes to" in out
     assert f"{DATA}:2: folded from ev-1, whose evidence fails" in out
 
 

@@ -10,6 +10,7 @@ from rolltape.schemas._checkpoint import consistency_from_frontier
 from rolltape.schemas._merkle import (
     EMPTY_ROOT,
     Frontier,
+    ProofTree,
     consistency_proof,
     inclusion_proof,
     leaf_hash,
@@ -100,3 +101,13 @@ def test_consistency_from_frontier__equals_the_proof_from_all_leaves() -> None:
             assert consistency_from_frontier(frontier, hashes[old:]) == (
                 consistency_proof(hashes, old) if old < new else []
             ), (old, new)
+
+
+def test_proof_tree__gives_the_same_paths_and_root_as_the_recursive_definition() -> None:
+    for size in range(1, 40):
+        hashes = leaves(size)
+        tree = ProofTree(hashes)
+        assert tree.root() == tree_root(hashes)
+        assert [tree.inclusion(i) for i in range(size)] == [
+            inclusion_proof(hashes, i) for i in range(size)
+        ]

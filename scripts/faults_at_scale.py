@@ -1,0 +1,407 @@
+"""Faults at scale: record from several processes while the broker and the worker are SIGKILLed
+twice each, then check that nothing was lost, doubled, forked or left unjudged.
+
+    .venv/bin/python scripts/faults_at_scale.py                      # 100,000 events, 4 processes
+    .venv/bin/python scripts/faults_at_scale.py --events 6000 --processes 3 --seconds 50
+
+It starts its own managed broker (SASL, principals, ACLs, the judge's key) in a temporary folder,
+one `rolltape worker`, and N recording processes. Each records agent sessions (as the agent
+principal) and training sessions (events as the agent, metrics as the monitor) at a steady pace
+for --seconds. Meanwhile, one after the other: broker SIGKILL (down --downtime s, then
+restarted), worker SIGKILL (restarted once its group has dropped the dead member, as a supervisor
+would after the session timeout), broker again, worker again. When the recorders are done and
+the worker has caught up, it checks:
+
+- every event present once: each chain holds exactly the events its recorder sealed, seq 0..n-1;
+- every chain intact: no break on any raw or output chain (rules, verdicts, filtered, checkpoint
+  logs), nothing set aside, no fork, no `chain_broken` output, no dead letter;
+- every output present: one filter outcome per agent session, one verdict and one rule
+  evaluation per epoch per training session, every session's raw chain heads in a signed
+  checkpoint whose log verifies with the judge's public key;
+
+and prints the figures. Exit 0 when every check holds, 1 otherwise (each failure named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from rolltape.infra import Settings, open_monitor_recorder, open_recorder
+from rolltape.infra.broker import ManagedBroker
+from rolltape.infra.keys import judge_key
+from rolltape.infra.readback import RawRecord, read_records
+from rolltape.infra.topics import provision
+from rolltape.infra.worker_process import worker_running
+from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
+from rolltape.schemas import ChainVerifier, Checkpoint, LogTree, Role, Stream, decode
+
+PREFIX = "faults"
+EPOCHS = 5
+ALL_STREAMS = (
+    Stream.EVENTS,
+    Stream.METRICS,
+    Stream.RULES,
+    Stream.VERDICTS,
+    Stream.FILTERED,
+    Stream.DEADLETTER,
+)
+
+
+# -- a recording process --------------------------------------------------------------------------
+def record(index: int, events: int, seconds: float, out: Path) -> None:
+    """Record about `events` events over `seconds`, alternating agent and training sessions."""
+    settings = Settings()
+    agent = open_recorder(settings, spool_dir=settings.state_dir / f"spool-{index}")
+    monitor = open_monitor_recorder(settings, spool_dir=settings.state_dir / f"spool-m{index}")
+    sessions: dict[str, dict[str, Any]] = {}
+    pace = events / seconds
+    started = time.monotonic()
+    done = 0
+    n = 0
+    while done < events:
+        sid = f"p{index}-s{n}"
+        if n % 2 == 0:
+            turns = 8
+            with agent.session(
+                "add", session_id=sid, tools=[{"name": "calc", "parameters": {"type": "object"}}]
+            ) as s:
+                for t in range(turns):
+                    s.turn("user", f"{t}+{t}?")
+                    s.turn("assistant", str(2 * t), reasoning="adding")
+            sessions[sid] = {"kind": "agent", "events": 2 + 2 * turns}
+            done += 2 + 2 * turns
+        else:
+            with agent.session("fit", session_id=sid, kind="training") as s:
+                for epoch in range(EPOCHS):
+                    synthetic_metric(monitor, s, epoch, steps=10, train_loss=1.0 / (epoch + 1),
+                                     max_layer_grad_norm=1.0, min_layer_grad_norm=1e-3,
+                                     val_acc=0.5 + epoch / 20, lr=0.01)  # fmt: skip
+                end_synthetic_metrics(monitor, s)
+            sessions[sid] = {"kind": "training", "events": 2, "metrics": EPOCHS + 1}
+            done += 2 + EPOCHS + 1
+        n += 1
+        ahead = done / pace - (time.monotonic() - started)
+        if ahead > 0:
+            time.sleep(ahead)
+    results = [rec.close(300) for rec in (monitor, agent)]
+    out.write_bytes(
+        orjson.dumps(
+            {
+                "sessions": sessions,
+                "sealed": sum(r.sealed for r in results),
+                "spooled": sum(r.spooled for r in results),
+                "seconds": time.monotonic() - started,
+            }
+        )
+    )
+
+
+# -- the run ------------------------------------------------------------------------------------
+class Worker:
+    def __init__(self, env: dict[str, str], home: Path) -> None:
+        self.env, self.home, self.starts = env, home, 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.starts += 1
+        log = open(self.home / f"worker-{self.starts}.log", "wb")  # noqa: SIM115 (the child keeps it)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rolltape.infra", "worker", "--log-level", "info"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def read_all(settings: Settings) -> list[RawRecord]:
+    async def go() -> list[RawRecord]:
+        from rolltape.infra.broker import require_connection
+
+        reader = require_connection(settings, Role.READER)
+        return [r async for r in read_records(reader, ALL_STREAMS, prefix=PREFIX)]
+
+    return asyncio.run(go())
+
+
+class Outputs:
+    """What the worker wrote, by session (distinct event ids)."""
+
+    def __init__(self, records: list[RawRecord]) -> None:
+        self.by_type: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+        self.committed: set[tuple[str, str, str]] = set()
+        self.dead_letters = 0
+        self.logs: dict[str, dict[int, Checkpoint]] = defaultdict(dict)
+        for r in records:
+            if r.stream == Stream.DEADLETTER:
+                self.dead_letters += 1
+                continue
+            if r.stream in (Stream.EVENTS, Stream.METRICS):
+                continue
+            env = decode(r.value)
+            self.by_type[env["type"]][env["session_id"]].add(env["event_id"])
+            if env["type"] == "checkpoint":
+                checkpoint = Checkpoint.model_validate(env["payload"])
+                self.logs[env["session_id"]].setdefault(env["seq"], checkpoint)
+                for leaf in checkpoint.leaves:
+                    self.committed.add((leaf.stream, leaf.session_id, leaf.hash))
+
+    def complete(
+        self, sessions: dict[str, dict[str, Any]], heads: dict[tuple[str, str], str]
+    ) -> bool:
+        filtered = self.by_type["filter_outcome"]
+        verdicts = self.by_type["verdict"]
+        for sid, info in sessions.items():
+            done = verdicts.get(sid) if info["kind"] == "training" else filtered.get(sid)
+            if not done:
+                return False
+        return all((stream, sid, h) in self.committed for (stream, sid), h in heads.items())
+
+
+def run(args: argparse.Namespace) -> int:
+    home = Path(tempfile.mkdtemp(prefix="rolltape-faults-", dir=args.state_dir))
+    cfg = Settings()
+    broker = ManagedBroker(
+        home / "broker",
+        kafka_version=cfg.kafka_version,
+        scala_version=cfg.scala_version,
+        cache_dir=cfg.cache_dir,
+        heap="512m",
+    )
+    t0 = time.monotonic()
+    state = broker.start()
+    settings = Settings(
+        bootstrap=state.bootstrap,
+        principals_file=broker.principals.path,
+        state_dir=home,
+        topic_prefix=PREFIX,
+        partitions=6,
+    )
+    provision(settings)
+    key = judge_key(settings)
+    key.create()
+    env = {**os.environ, **settings.child_env(), "ROLLTAPE_CHECKPOINT_INTERVAL_S": "5"}
+    worker = Worker(env, home)
+    worker.start()
+    faults: list[str] = []
+    per = args.events // args.processes
+    recorders = [
+        subprocess.Popen(
+            [
+                *(sys.executable, __file__, "record", "--index", str(i)),
+                *("--events", str(per), "--seconds", str(args.seconds)),
+                *("--out", str(home / f"recorder-{i}.json")),
+            ],
+            env=env,
+        )
+        for i in range(args.processes)
+    ]
+    rec_start = time.monotonic()
+
+    def at(fraction: float) -> None:
+        wait = rec_start + fraction * args.seconds - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def note(what: str) -> None:
+        faults.append(f"{time.monotonic() - rec_start:6.1f}s  {what}")
+        print(faults[-1], flush=True)
+
+    def worker_back() -> None:
+        """Until the worker is a member of its group again (it is working, not only alive)."""
+        deadline = time.monotonic() + 120
+        while not worker_running(settings) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        note("worker is a group member")
+
+    try:
+        worker_back()
+        for round_, fraction in enumerate((0.1, 0.5)):
+            at(fraction)
+            broker.kill()
+            note(f"broker SIGKILLed ({round_ + 1}/2)")
+            time.sleep(args.downtime)
+            broker.start()
+            note("broker restarted")
+            worker_back()
+            at(fraction + 0.2)
+            worker.kill()
+            note(f"worker SIGKILLed ({round_ + 1}/2)")
+            while worker_running(settings):  # the group drops the dead member (session timeout)
+                time.sleep(0.5)
+            worker.start()
+            note("worker restarted")
+            worker_back()
+        codes = [p.wait() for p in recorders]
+        rec_end = time.monotonic()
+        note("recorders done")
+        if any(codes):
+            print(f"FAILED: recorder exit codes {codes}")
+            return 1
+        manifests = [
+            orjson.loads((home / f"recorder-{i}.json").read_bytes()) for i in range(args.processes)
+        ]
+        sessions = {sid: info for m in manifests for sid, info in m["sessions"].items()}
+        expected = {
+            (stream, sid): info[stream]
+            for sid, info in sessions.items()
+            for stream in ("events", "metrics")
+            if stream in info
+        }
+        # Wait until the worker has judged every session and committed every raw head.
+        deadline = time.monotonic() + args.catch_up
+        while True:
+            records = read_all(settings)
+            verifier = ChainVerifier()
+            for r in records:
+                if r.stream != Stream.DEADLETTER:
+                    verifier.add(r.value, key=r.key, expected_stream=r.stream.value)
+            reports = {(rep.stream, rep.session_id): rep for rep in verifier.reports()}
+            heads = {chain: reports[chain].head_hash for chain in expected if chain in reports}
+            outputs = Outputs(records)
+            if outputs.complete(sessions, heads) and len(heads) == len(expected):
+                break
+            if time.monotonic() > deadline:
+                print(f"the worker did not catch up within {args.catch_up}s")
+                break
+            time.sleep(3)
+        caught_up = time.monotonic()
+        failures = check(expected, sessions, reports, verifier, outputs, key)
+        raw = sum(expected.values())
+        recorded_s = max(m["seconds"] for m in manifests)
+        print()
+        print(f"events recorded        {raw:,} in {len(sessions):,} sessions by "
+              f"{args.processes} processes over {recorded_s:.0f}s "
+              f"({raw / recorded_s:,.0f} events/s)")  # fmt: skip
+        print(f"spooled during outages {sum(m['spooled'] for m in manifests):,} records")
+        copies = sum(rep.redelivered for rep in reports.values())
+        print(f"records in the topics  {len(records):,} ({copies:,} redelivered copies dropped)")
+        print(f"outputs                {sum(len(v) for v in outputs.by_type['filter_outcome'].values()):,} "
+              f"filter outcomes, {sum(len(v) for v in outputs.by_type['verdict'].values()):,} verdicts, "
+              f"{sum(len(v) for v in outputs.by_type['rule_evaluation'].values()):,} rule evaluations, "
+              f"{sum(len(v) for v in outputs.by_type['checkpoint'].values()):,} checkpoints "
+              f"in {len(outputs.logs)} logs")  # fmt: skip
+        print(f"worker caught up       {caught_up - rec_end:.1f}s after the last recorder ended; "
+              f"total run {caught_up - t0:.0f}s")  # fmt: skip
+        print("faults:")
+        for line in faults:
+            print(f"  {line}")
+        if failures:
+            print(f"\nFAILED ({len(failures)}):")
+            for failure in failures[:50]:
+                print(f"  {failure}")
+            return 1
+        print("\nOK: every event once, every chain intact, every output present, no fork")
+        return 0
+    finally:
+        for p in recorders:
+            if p.poll() is None:
+                p.kill()
+        worker.stop()
+        broker.stop()
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def check(
+    expected: dict[tuple[str, str], int],
+    sessions: dict[str, dict[str, Any]],
+    reports: dict[tuple[str, str], Any],
+    verifier: ChainVerifier,
+    outputs: Outputs,
+    key: Any,
+) -> list[str]:
+    failures: list[str] = []
+    for chain, count in sorted(expected.items()):
+        report = reports.get(chain)
+        if report is None:
+            failures.append(f"{chain}: no record at all")
+        elif report.last_seq + 1 != count or not report.ok:
+            failures.append(
+                f"{chain}: {report.last_seq + 1} of {count} events, breaks {report.break_counts}"
+            )
+    for (stream, sid), report in sorted(reports.items()):
+        if not report.ok or report.set_aside:
+            failures.append(f"{stream}/{sid}: {report.break_counts}, {report.set_aside} set aside")
+    if verifier.unattributed:
+        failures.append(f"{len(verifier.unattributed)} records belong to no chain")
+    for kind in ("chain_broken",):
+        if outputs.by_type.get(kind):
+            failures.append(f"{sum(len(v) for v in outputs.by_type[kind].values())} {kind} outputs")
+    if outputs.dead_letters:
+        failures.append(f"{outputs.dead_letters} dead letters")
+    for sid, info in sorted(sessions.items()):
+        if info["kind"] == "agent":
+            got = len(outputs.by_type["filter_outcome"].get(sid, ()))
+            if got != 1:
+                failures.append(f"{sid}: {got} filter outcomes")
+        else:
+            verdicts = len(outputs.by_type["verdict"].get(sid, ()))
+            rules = len(outputs.by_type["rule_evaluation"].get(sid, ()))
+            if verdicts != 1 or rules != EPOCHS:
+                failures.append(f"{sid}: {verdicts} verdicts, {rules} rule evaluations")
+    public = key.private_key().public_key()
+    for log, checkpoints in sorted(outputs.logs.items()):
+        tree = LogTree(log, public)
+        for seq in sorted(checkpoints):
+            problems = tree.add(checkpoints[seq])
+            if problems:
+                failures.append(f"{log}: {problems[0]}")
+                break
+    for stream, sid in sorted(expected):
+        report = reports.get((stream, sid))
+        if report is not None and (stream, sid, report.head_hash) not in outputs.committed:
+            failures.append(f"{stream}/{sid}: its head is in no checkpoint")
+    return failures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    rec = sub.add_parser("record", help="(internal) one recording process")
+    rec.add_argument("--index", type=int, required=True)
+    rec.add_argument("--events", type=int, required=True)
+    rec.add_argument("--seconds", type=float, required=True)
+    rec.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--events", type=int, default=100_000, help="events in all")
+    parser.add_argument("--processes", type=int, default=4, help="recording processes")
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long they record")
+    parser.add_argument("--downtime", type=float, default=5.0, help="broker down per kill (s)")
+    parser.add_argument("--catch-up", type=float, default=600.0, help="max wait for the worker")
+    parser.add_argument("--state-dir", type=Path, default=None, help="where the temp folder goes")
+    parser.add_argument("--keep", action="store_true", help="keep the folder (logs) afterwards")
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args.index, args.events, args.seconds, args.out)
+        return 0
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
