@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from rolltape.infra.cli._common import err_console, settings, user_errors
+from rolltape.infra.keys import judge_key
 from rolltape.infra.worker import WorkerSetupError, worker_config
 from rolltape.processors.worker import run_worker
 
@@ -33,4 +34,12 @@ def worker(
             f"worker {config.group_id} on {config.connection}: rules {config.rules.label}, "
             f"filters {config.filters.label}, {config.partitions} partitions"
         )
+        key = judge_key(s)
+        if config.checkpoint_key_file is not None:
+            err_console.print(f"checkpoints signed with judge key {key.key_id()}")
+        else:
+            err_console.print(
+                f"[yellow]no judge key at {key.path}: no signed checkpoints[/yellow] (exports "
+                "cannot carry evidence); create it with `rolltape keys init`"
+            )
     run_worker(config)
