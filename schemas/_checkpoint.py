@@ -32,7 +32,7 @@ from rolltape.schemas._merkle import (
 )
 
 TREE_HEAD_CONTEXT = b"rolltape.tree_head.v1\n"
-HASH_PATTERN = r"^[0-9a-f]{64}$"
+HASH_PATTERN = r"^[0-9a-f]{64}$"  # as _envelope's (which imports the payloads, hence this)
 
 
 class ChainHeadLeaf(BaseModel):

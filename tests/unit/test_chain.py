@@ -238,8 +238,9 @@ def test_verify__links_are_checked_whichever_of_two_neighbours_arrives_first() -
     ]
 
 
-def _continue(chain: list[bytes], seq: int, content: str) -> bytes:
-    """A record another writer appends at `seq`, linked to the record at seq-1 of `chain`."""
+def _continue(chain: list[bytes], seq: int, content: str, prev_hash: str | None = None) -> bytes:
+    """A record another writer appends at `seq`, linked to the record at seq-1 of `chain`
+    (or to `prev_hash`)."""
     record, _ = seal(
         stream="events",
         session_id="s1",
@@ -247,7 +248,7 @@ def _continue(chain: list[bytes], seq: int, content: str) -> bytes:
         ts_ns=10**18 + seq,
         type="turn",
         payload={"role": "assistant", "content": content},
-        prev_hash=decode(chain[seq - 1])["hash"],
+        prev_hash=prev_hash or decode(chain[seq - 1])["hash"],
         producer=PRODUCER,
     )
     return record
@@ -271,16 +272,7 @@ def test_verify__a_second_writer_is_set_aside_and_the_first_written_chain_stands
 
 def test_verify__a_record_not_linking_to_the_head_does_not_move_it() -> None:
     first = make_chain(3, end=False)
-    stranger, _ = seal(
-        stream="events",
-        session_id="s1",
-        seq=3,
-        ts_ns=1,
-        type="turn",
-        payload={"role": "assistant", "content": "unlinked"},
-        prev_hash="ab" * 32,
-        producer=PRODUCER,
-    )
+    stranger = _continue(first, 3, "unlinked", prev_hash="ab" * 32)
     verifier = ChainVerifier()
     for record in [*first, stranger, _continue(first, 3, "the writer")]:
         verifier.add(record)
