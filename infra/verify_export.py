@@ -10,7 +10,7 @@ bad session does not shift the report of the lines after it.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import orjson
@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from rolltape.infra.export import ExportError, render_export
 from rolltape.projections import (
     MANIFEST,
+    META_DIR,
     FoldError,
     Manifest,
     SessionEvidence,
@@ -28,7 +29,7 @@ from rolltape.projections import (
     fold,
 )
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import key_id
+from rolltape.schemas import LIVE_JUDGE_VERSION, SchemaError, key_id
 
 
 class ExportProblem(BaseModel):
@@ -54,20 +55,22 @@ class ExportVerification(BaseModel):
 LineKey = tuple[tuple[str, ...], int]
 
 
-def _keyed(data: bytes, provenance: bytes) -> dict[LineKey, tuple[int, bytes]]:
-    """Data lines by (sessions they came from, occurrence): the line number and bytes."""
-    out: dict[LineKey, tuple[int, bytes]] = {}
-    seen: Counter[tuple[str, ...]] = Counter()
-    for number, (line, side) in enumerate(
-        zip(data.splitlines(keepends=True), provenance.splitlines(), strict=False), start=1
-    ):
-        try:
-            sessions = tuple(s["session_id"] for s in orjson.loads(side)["sessions"])
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            sessions = (f"<unreadable provenance line {number}>",)
-        out[(sessions, seen[sessions])] = (number, line)
-        seen[sessions] += 1
-    return out
+class _Lines:
+    """A data file and its provenance sidecar, lines matched by (sessions, occurrence)."""
+
+    def __init__(self, data: bytes, provenance: bytes) -> None:
+        self.data = data.splitlines(keepends=True)
+        self.provenance = provenance.splitlines(keepends=True)
+        self.keys: list[LineKey] = []
+        seen: Counter[tuple[str, ...]] = Counter()
+        for number, side in enumerate(self.provenance, start=1):
+            try:
+                sessions = tuple(s["session_id"] for s in orjson.loads(side)["sessions"])
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                sessions = (f"<unreadable provenance line {number}>",)
+            self.keys.append((sessions, seen[sessions]))
+            seen[sessions] += 1
+        self.index = {key: n for n, key in enumerate(self.keys)}
 
 
 def verify_export(
@@ -89,12 +92,18 @@ def verify_export(
             f"the export was rendered with the tokenizer {manifest.options.tokenizer}: pass the "
             "same one with --tokenizer"
         )
+    judge_version = manifest.options.selection.judge_version
+    if judge_version != LIVE_JUDGE_VERSION:
+        raise ExportError(
+            f"the manifest names judge version {judge_version!r}; evidence exists only for the "
+            "live judge (replayed versions are not checkpointed): the manifest was edited"
+        )
     problems: list[ExportProblem] = []
     failed: dict[str, str] = {}
     signatures: dict[tuple[str, str], bool] = {}
     trajectories: list[Trajectory] = []
-    judge_version = manifest.options.selection.judge_version
-    for name in manifest.evidence:
+    seen: dict[str, str] = {}
+    for name in dict.fromkeys(manifest.evidence):
         path = folder / name
         if not path.exists():
             problems.append(ExportProblem(file=name, line=None, detail="evidence file missing"))
@@ -107,6 +116,12 @@ def verify_export(
                 problems.append(ExportProblem(file=name, line=number, detail=detail))
                 continue
             sid = evidence.session_id
+            if sid in seen:  # a session counted twice would weigh twice in the data
+                detail = f"{sid}: a second evidence line for this session (first: {seen[sid]})"
+                problems.append(ExportProblem(file=name, line=number, detail=detail))
+                failed.setdefault(sid, "its evidence is given twice")
+                continue
+            seen[sid] = f"{name}:{number}"
             for found in evidence_problems(evidence, public_key, signatures):
                 problems.append(ExportProblem(file=name, line=number, detail=f"{sid}: {found}"))
                 failed.setdefault(sid, found)
@@ -115,14 +130,24 @@ def verify_export(
             try:
                 events = chains.get("events", [])
                 trajectories.append(fold(events, derived, judge_version=judge_version))
-            except (FoldError, KeyError, TypeError) as exc:
+            except (FoldError, SchemaError, ValueError, KeyError, TypeError) as exc:
                 detail = f"{sid}: the evidence does not fold into a session: {exc}"
                 problems.append(ExportProblem(file=name, line=number, detail=detail))
                 failed.setdefault(sid, str(exc))
-    blobs, _ = render_export(
+    blobs, rendered = render_export(
         trajectories, manifest.options, source=manifest.source, tokenizer=tokenizer, skipped={}
     )
     expected = dict(blobs)
+    listed = {entry.name for entry in manifest.files}
+    for entry in rendered.files:
+        if entry.name not in listed:
+            detail = "the evidence folds to this file, but the manifest does not list it"
+            problems.append(ExportProblem(file=entry.name, line=None, detail=detail))
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if path.is_file() and relative.parts[0] != META_DIR and str(relative) not in listed:
+            detail = "not in the manifest: a loader reading the folder would train on it"
+            problems.append(ExportProblem(file=str(relative), line=None, detail=detail))
     lines = 0
     for entry in manifest.files:
         data_path, side_path = folder / entry.name, folder / entry.provenance_name
@@ -130,26 +155,10 @@ def verify_export(
             missing = entry.name if not data_path.exists() else entry.provenance_name
             problems.append(ExportProblem(file=missing, line=None, detail="file missing"))
             continue
-        actual = _keyed(data_path.read_bytes(), side_path.read_bytes())
-        wanted = _keyed(expected.get(entry.name, b""), expected.get(entry.provenance_name, b""))
-        lines += len(actual)
-        for key, (number, line) in sorted(actual.items(), key=lambda kv: kv[1][0]):
-            bad = [sid for sid in key[0] if sid in failed]
-            if bad:
-                detail = f"folded from {', '.join(bad)}, whose evidence fails: {failed[bad[0]]}"
-            elif key not in wanted:
-                detail = "no session of the evidence folds to this line (or its provenance)"
-            elif wanted[key][1] != line:
-                detail = "differs from the line its evidence folds to"
-            else:
-                continue
-            problems.append(ExportProblem(file=entry.name, line=number, detail=detail))
-        by_number: defaultdict[str, int] = defaultdict(int)
-        for key in wanted.keys() - actual.keys():
-            by_number[", ".join(key[0])] += 1
-        for sessions, count in sorted(by_number.items()):
-            detail = f"{count} line(s) folded from {sessions} are missing"
-            problems.append(ExportProblem(file=entry.name, line=None, detail=detail))
+        actual = _Lines(data_path.read_bytes(), side_path.read_bytes())
+        wanted = _Lines(expected.get(entry.name, b""), expected.get(entry.provenance_name, b""))
+        lines += len(actual.data)
+        problems += _compare(entry.name, entry.provenance_name, actual, wanted, failed)
     return ExportVerification(
         key_id=key_id(public_key),
         files=len(manifest.files),
@@ -157,3 +166,42 @@ def verify_export(
         sessions=len(trajectories),
         problems=problems,
     )
+
+
+def _compare(
+    name: str, side: str, actual: _Lines, wanted: _Lines, failed: dict[str, str]
+) -> list[ExportProblem]:
+    """Each data line and its provenance line against what the evidence folds to."""
+    problems: list[ExportProblem] = []
+    if len(actual.data) != len(actual.provenance):
+        detail = f"{len(actual.data)} data lines but {len(actual.provenance)} provenance lines"
+        problems.append(ExportProblem(file=name, line=None, detail=detail))
+    for n, key in enumerate(actual.keys):
+        bad = [sid for sid in key[0] if sid in failed]
+        at = wanted.index.get(key)
+        line = actual.data[n] if n < len(actual.data) else b""
+        if bad:
+            detail = f"folded from {', '.join(bad)}, whose evidence fails: {failed[bad[0]]}"
+        elif at is None:
+            detail = "no session of the evidence folds to this line (or its provenance)"
+        elif wanted.data[at] != line:
+            detail = "differs from the line its evidence folds to"
+        elif wanted.provenance[at] != actual.provenance[n]:
+            problems.append(
+                ExportProblem(
+                    file=side, line=n + 1, detail="differs from the provenance its evidence gives"
+                )
+            )
+            continue
+        elif at != n:
+            detail = f"is line {at + 1} of what the evidence folds to (lines were reordered)"
+        else:
+            continue
+        problems.append(ExportProblem(file=name, line=n + 1, detail=detail))
+    missing: Counter[str] = Counter(
+        ", ".join(key[0]) for key in wanted.keys if key not in actual.index
+    )
+    for sessions, count in sorted(missing.items()):
+        detail = f"{count} line(s) folded from {sessions} are missing"
+        problems.append(ExportProblem(file=name, line=None, detail=detail))
+    return problems

@@ -32,6 +32,7 @@ from rolltape.schemas import (
     TreeHead,
     canonical_bytes,
     decode,
+    session_binding,
     tree_head_signed_by,
 )
 from rolltape.schemas._merkle import verify_inclusion
@@ -133,6 +134,13 @@ def session_evidence(
         if proof is None:
             return None
         proofs.append(proof)
+    heads = {
+        stream: (span.last_seq, span.last_hash) for stream, span in trajectory.provenance.items()
+    }
+    binding = checkpoints.prove(session_binding(trajectory.session_id, dict(sorted(heads.items()))))
+    if binding is None:
+        return None  # the judge has not decided on the session as these chains show it
+    proofs.append(binding)
     return SessionEvidence(
         session_id=trajectory.session_id, envelopes=envelopes, proofs=tuple(proofs)
     )
@@ -161,7 +169,14 @@ def evidence_problems(
         for brk in report.breaks:
             where = brk.position or f"{report.stream} seq {brk.seq}"
             problems.append(f"{where}: {brk.kind.value}: {brk.detail}")
-        if report.session_id == sid and report.stream in evidence.envelopes and report.ok:
+        if report.session_id != sid or report.stream not in evidence.envelopes:
+            # Filed under another chain's name (a versioned judge's chain under `verdicts`):
+            # every chain must be proven as what it is.
+            problems.append(
+                f"envelopes of {report.session_id}/{report.stream} are filed as this session's "
+                f"{', '.join(sorted(evidence.envelopes))}"
+            )
+        elif report.ok:
             heads[report.stream] = ChainHeadLeaf(
                 stream=report.stream, session_id=sid, seq=report.last_seq, hash=report.head_hash
             )
@@ -193,5 +208,12 @@ def evidence_problems(
             problems.append(
                 f"the {stream} chain's last envelope (seq {leaf.seq}) has no valid proof in a "
                 "signed tree head"
+            )
+    if not problems:
+        binding = session_binding(sid, {s: (h.seq, h.hash) for s, h in sorted(heads.items())})
+        if binding not in proven:
+            problems.append(
+                "these chains are not the session as the judge decided on it (a chain is "
+                "missing, or stops before the head the judge signed): no proof of its binding"
             )
     return problems

@@ -19,6 +19,7 @@ from rolltape.schemas._checkpoint import (
     key_id,
     load_private_key,
     load_public_key,
+    session_binding,
     sign_tree_head,
     tree_head_signed_by,
 )
@@ -195,6 +196,7 @@ __all__ = [
     "restore_non_finite",
     "result_failed",
     "seal",
+    "session_binding",
     "sign_tree_head",
     "split_reasoning",
     "split_stream",

@@ -15,7 +15,7 @@ keeps a signature made for something else from ever passing as a tree head.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -47,6 +47,23 @@ class ChainHeadLeaf(BaseModel):
 
     def leaf_hash(self) -> bytes:
         return leaf_hash(canonical_bytes(self.model_dump()))
+
+
+SESSION_LEAF_STREAM = "session"
+"""The stream name of a session's binding leaf (see `session_binding`)."""
+
+
+def session_binding(session_id: str, heads: Mapping[str, tuple[int, str]]) -> ChainHeadLeaf:
+    """The leaf that binds all of a session's chains as the judge held them when it decided on
+    the session: `seq` is the number of chains, `hash` the SHA-256 of the canonical
+    {stream: [seq, hash]} of their heads. Proving it shows that no chain is missing from a
+    set of envelopes and that none stops short of where the judge saw it end."""
+    digest = hashlib.sha256(
+        canonical_bytes({stream: [seq, head] for stream, (seq, head) in heads.items()})
+    ).hexdigest()
+    return ChainHeadLeaf(
+        stream=SESSION_LEAF_STREAM, session_id=session_id, seq=len(heads), hash=digest
+    )
 
 
 class TreeHead(BaseModel):

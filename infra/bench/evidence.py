@@ -26,7 +26,14 @@ from rolltape.infra.verify_export import verify_export
 from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import CheckpointSigner, InputRecord
 from rolltape.projections import ExportOptions, SessionEvidence
-from rolltape.schemas import GENESIS_HASH, ChainHeadLeaf, content_hash, decode, seal
+from rolltape.schemas import (
+    GENESIS_HASH,
+    ChainHeadLeaf,
+    content_hash,
+    decode,
+    seal,
+    session_binding,
+)
 
 PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 TOOLS = [{"name": "calc", "parameters": {"type": "object"}}]
@@ -94,6 +101,7 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
             ChainHeadLeaf(stream=s, session_id=sid, seq=int(o[0]) - 1, hash=str(o[1]))
             for s, o in state.outputs.items()
         ]
+        leaves.append(session_binding(sid, {leaf.stream: (leaf.seq, leaf.hash) for leaf in leaves}))
         outputs.append(processor.checkpoint(log_state, "checkpoints.p0.0", leaves, 1_000 + n))
         for out in outputs:
             if isinstance(out, Emitted):

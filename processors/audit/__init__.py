@@ -18,6 +18,7 @@ from rolltape.processors.audit._checkpoints import (
     CHECKPOINT_VERSION,
     CheckpointSigner,
     log_for_partition,
+    raw_partition,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "audit",
     "log_for_partition",
     "parse_record",
+    "raw_partition",
 ]

@@ -34,13 +34,20 @@ class CheckpointSigner:
         object.__setattr__(self, "key_id", key_id(self.key.public_key()))
 
 
+def raw_partition(session_id: str, partitions: int) -> int:
+    """The partition of a session on the raw topics (the Java client's partitioner)."""
+    every = list(range(partitions))
+    return int(_partitioner(session_id.encode(), every, every))
+
+
 def log_for_partition(partition: int, partitions: int) -> str:
     """The checkpoint log of a raw partition: `checkpoints.p<N>.<k>` with the smallest k whose
     key the Java client's partitioner puts on partition N (where its state must live)."""
-    every = list(range(partitions))
+    if not 0 <= partition < partitions:
+        raise ValueError(f"partition {partition} of {partitions}")
     k = 0
     while True:
         name = f"{CHECKPOINT_LOG_PREFIX}{partition}.{k}"
-        if _partitioner(name.encode(), every, every) == partition:
+        if raw_partition(name, partitions) == partition:
             return name
         k += 1

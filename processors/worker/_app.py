@@ -118,6 +118,11 @@ def create_app(config: WorkerConfig) -> faust.App:
             os.execv(sys.executable, [sys.executable, "-m", "rolltape.infra", *sys.argv[1:]])
         runtime.touch()  # idle with nothing to do: fine
 
+    @app.timer(interval=min(config.checkpoint_interval_s, 30.0))  # type: ignore[untyped-decorator]
+    async def commit_idle_sessions() -> None:
+        if config.checkpoint_key_file is not None and runtime.has_shell():
+            await (await runtime.shell()).commit_due()
+
     @app.task  # type: ignore[untyped-decorator]
     async def install_stack_dump() -> None:
         # `kill -USR1 <worker pid>` logs every asyncio task's stack: what a stuck worker awaits.
@@ -241,6 +246,9 @@ class _Runtime:
             max(0, ends[tp] - (committed[tp].offset if tp in committed else 0)) for tp in tps
         )
 
+    def has_shell(self) -> bool:
+        return self._shell is not None
+
     async def shell(self) -> Shell:
         if self._shell is None:
             self._producer = _output_producer(self.config)
@@ -254,6 +262,7 @@ class _Runtime:
                 results_topic=self.config.judge_results_topic,
                 flush_state=self.flush_changelog,
                 partitions=self.config.partitions,
+                owned=self.owned_partitions,
             )
         return self._shell
 

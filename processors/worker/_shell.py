@@ -30,12 +30,13 @@ from rolltape.processors._session import (
     SessionState,
     handle,
 )
-from rolltape.processors.audit import InputRecord, log_for_partition
+from rolltape.processors.audit import InputRecord, log_for_partition, raw_partition
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.schemas import (
     ChainHeadLeaf,
     Stream,
     canonical_bytes,
+    session_binding,
     split_stream,
     stream_of_topic,
     topic_name,
@@ -66,6 +67,18 @@ class ShellStats:
             f"{self.emitted} emitted, {self.dead_letters} dead letters; "
             f"step {self.step_s:.2f}s send {self.send_s:.2f}s save {self.save_s:.2f}s"
         )
+
+
+def _head_leaves(sid: str, state: SessionState, *, binding: bool = False) -> list[ChainHeadLeaf]:
+    """The heads of the raw chains the worker audited and of the chains it wrote (an export's
+    line is folded from both); with `binding`, the leaf that binds them all."""
+    chains = {s: (c.next_seq - 1, c.head) for s, c in state.chains.items()}
+    chains.update({s: (int(o[0]) - 1, str(o[1])) for s, o in state.outputs.items()})
+    heads = {s: head for s, head in sorted(chains.items()) if head[0] >= 0}
+    leaves = [ChainHeadLeaf(stream=s, session_id=sid, seq=q, hash=h) for s, (q, h) in heads.items()]
+    if binding:
+        leaves.append(session_binding(sid, heads))
+    return leaves
 
 
 def _outbox_outputs(sid: str, outbox: list[list[str]]) -> list[Output]:
@@ -104,6 +117,7 @@ class Shell:
         results_topic: str = "",
         flush_state: Callable[[], Awaitable[None]] | None = None,
         partitions: int = 0,
+        owned: Callable[[], set[int]] | None = None,
     ) -> None:
         self.processor = processor
         self.producer = producer
@@ -123,6 +137,12 @@ class Shell:
         self._last_checkpoint: dict[int, float] = {}
         self._was_finished: dict[str, bool] = {}
         self._touched: dict[str, int] = {}
+        self._rejudged: set[str] = set()
+        self._uncommitted: dict[int, set[str]] = {}
+        """partition -> sessions advanced since their heads were last committed."""
+        self._owned = owned
+        """The raw partitions this worker owns now (checkpoints write only those logs)."""
+        self._lock = asyncio.Lock()
         """Sessions the batch's raw records touched -> their partition."""
 
     def to_input(
@@ -139,7 +159,17 @@ class Shell:
             stream.value if stream else topic, topic, partition, offset, key, value or b"", ts
         )
 
+    async def commit_due(self) -> None:
+        """Commit the heads of sessions that went idle since their partition's last checkpoint
+        (called on a timer: no batch may come to do it)."""
+        if self._uncommitted:
+            await self.process(())
+
     async def process(self, records: Iterable[InputRecord]) -> None:
+        async with self._lock:  # the checkpoint timer and the stream's batches take turns
+            await self._process(records)
+
+    async def _process(self, records: Iterable[InputRecord]) -> None:
         """One batch, as an outbox: (1) step every record; (2) save each touched session's
         state together with the chained outputs it produced (none, possibly), and wait until
         that is durable;
@@ -152,6 +182,7 @@ class Shell:
         outputs: list[Output] = []
         self._was_finished.clear()
         self._touched.clear()
+        self._rejudged.clear()
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
@@ -213,10 +244,10 @@ class Shell:
         return len(outputs)
 
     def _checkpoints(self, states: dict[str, SessionState]) -> list[Output]:
-        """Commit the chain heads of the sessions that ended in this batch, and, once the
-        signer's interval has passed on a partition, of every session the batch advanced
-        there: one signed checkpoint per partition and batch. (An LLM judge's verdict, which
-        arrives after its session ended, is committed when the session is next advanced.)"""
+        """Commit the chain heads of the sessions decided on in this batch (with the leaf that
+        binds all their chains), and, once the signer's interval has passed on a partition,
+        of every session advanced there since its last commit: one signed checkpoint per
+        partition and batch."""
         signer = self.processor.config.signer
         if signer is None or not self.partitions:
             return []
@@ -224,18 +255,25 @@ class Shell:
         leaves: dict[int, list[ChainHeadLeaf]] = {}
         for sid, partition in sorted(self._touched.items()):
             state = states[sid]
-            ended_now = state.finished and not self._was_finished.get(sid, False)
-            due = now - self._last_checkpoint.get(partition, 0.0) >= signer.interval_s
-            if ended_now or due:
-                # The raw chains it audited and the chains it wrote (filter outcome, verdicts):
-                # an export's line is folded from both.
-                chains = {s: (c.next_seq, c.head) for s, c in state.chains.items()}
-                chains.update({s: (int(o[0]), str(o[1])) for s, o in state.outputs.items()})
-                leaves.setdefault(partition, []).extend(
-                    ChainHeadLeaf(stream=stream, session_id=sid, seq=next_seq - 1, hash=head)
-                    for stream, (next_seq, head) in sorted(chains.items())
-                    if next_seq > 0
-                )
+            decided = state.finished and (
+                not self._was_finished.get(sid, False) or sid in self._rejudged
+            )
+            if decided:
+                leaves.setdefault(partition, []).extend(_head_leaves(sid, state, binding=True))
+                self._uncommitted.get(partition, set()).discard(sid)
+            else:
+                self._uncommitted.setdefault(partition, set()).add(sid)
+        owned = self._owned() if self._owned is not None else None
+        for partition in sorted(self._uncommitted):
+            if owned is not None and partition not in owned:
+                del self._uncommitted[partition]  # another worker commits them now
+                continue
+            if now - self._last_checkpoint.get(partition, 0.0) < signer.interval_s:
+                continue
+            for sid in sorted(self._uncommitted.pop(partition)):
+                held = states.get(sid) or self._peek(sid)  # read, never written back
+                if held is not None:
+                    leaves.setdefault(partition, []).extend(_head_leaves(sid, held))
         out: list[Output] = []
         for partition, new in sorted(leaves.items()):
             if not new:
@@ -250,6 +288,10 @@ class Shell:
             )
             self._last_checkpoint[partition] = now
         return out
+
+    def _peek(self, sid: str) -> SessionState | None:
+        stored = self.table.get(sid.encode())
+        return SessionState.from_dict(orjson.loads(stored)) if stored else None
 
     def _load(self, sid: str) -> SessionState:
         stored = self.table.get(sid.encode())
@@ -273,6 +315,12 @@ class Shell:
                 except ValidationError as exc:
                     return [DeadLetter(record, "invalid_judge_result", str(exc)[:500])]
                 state = self._state(states, result.session_id)
+                # A verdict after the session's end: its chains change, so commit them again.
+                if self.partitions:  # on its raw partition's log (the results topic's may differ)
+                    self._touched[result.session_id] = raw_partition(
+                        result.session_id, self.partitions
+                    )
+                self._rejudged.add(result.session_id)
                 return self.processor.judge_result(state, record, result)
             sid, outputs = handle(self.processor, states, record, self._load)
             if sid is not None:

@@ -182,3 +182,47 @@ def test_verify_export__an_export_without_evidence_says_how_to_get_it(exported: 
     manifest.write_bytes(orjson.dumps(data))
     done = verify(exported, folder)
     assert done.returncode == 2 and "export it again with --evidence" in done.stderr
+
+
+def test_verify_export__a_chain_left_out_of_the_evidence_is_named(exported: Path) -> None:
+    folder = edited(exported, "omitted")
+
+    def drop_filtered(row: dict) -> None:
+        del row["envelopes"]["filtered"]
+        row["proofs"] = [p for p in row["proofs"] if p["leaf"]["stream"] != "filtered"]
+
+    rewrite_line(folder / EVIDENCE, 3, drop_filtered)
+    done = verify(exported, folder)
+    assert done.returncode == 1
+    assert f"{EVIDENCE}:3: ev-2: these chains are not the session as the judge decided" in (
+        done.stdout
+    )
+
+
+def test_verify_export__doubled_sessions_extra_files_and_unmatched_lines_are_named(
+    exported: Path,
+) -> None:
+    folder = edited(exported, "doubled")
+    evidence = (folder / EVIDENCE).read_bytes().splitlines(keepends=True)
+    (folder / EVIDENCE).write_bytes(b"".join([*evidence, evidence[0]]))
+    data = (folder / DATA).read_bytes().splitlines(keepends=True)
+    (folder / DATA).write_bytes(b"".join([*data, data[0]]))
+    (folder / "extra.jsonl").write_bytes(data[1])
+    done = verify(exported, folder)
+    assert done.returncode == 1
+    out = done.stdout
+    assert f"{EVIDENCE}:6: ev-0: a second evidence line for this session" in out
+    assert "extra.jsonl: not in the manifest" in out
+    assert f"{DATA}: 6 data lines but 5 provenance lines" in out
+
+
+def test_verify_export__a_manifest_naming_a_replayed_judge_version_is_refused(
+    exported: Path,
+) -> None:
+    folder = edited(exported, "version")
+    manifest = folder / ".rolltape" / "manifest.json"
+    data = orjson.loads(manifest.read_bytes())
+    data["options"]["selection"]["judge_version"] = "v2"
+    manifest.write_bytes(orjson.dumps(data))
+    done = verify(exported, folder)
+    assert done.returncode == 2 and "the manifest was edited" in done.stderr
