@@ -244,60 +244,71 @@ class Sender:
         topic = self._topics[stream]
         key = session_id.encode()
         tp = TopicPartition(topic, await self._partition(topic, key))
-        consumer = connection.consumer(enable_auto_commit=False, client_id="rolltape-resume")
-        await consumer.start()
+        # Published for the seal below; withdrawn unless the takeover is confirmed (a timeout or
+        # a cancel must not leave a chain a retry would take as this recorder's own).
+        taken = False
         try:
-            consumer.assign([tp])
-            head = await read_head(consumer, tp, session_id, stream, deadline)
-            if head.ended:
-                raise ResumeError(
-                    f"session {session_id} ended at seq {head.seq} on {stream}; record a new "
-                    f"session linked to it (linked_session_id={session_id!r}) instead"
-                )
-            if head.report is not None and not head.report.ok:
-                log.warning(
-                    "resuming %s on %s from seq %d; its chain has breaks: %s",
-                    session_id,
-                    stream,
-                    head.seq,
-                    head.report.break_counts,
-                )
-            if head.seq >= 0:
-                event_type, payload = "session_resumed", {"writer": writer, "head_seq": head.seq}
-            elif first is not None:
-                event_type, payload = first
-            else:
-                return 0  # nothing to take over: the chain starts at its genesis
-            self._chains[chain] = (head.seq + 1, head.hash)
-            record = self._seal((session_id, stream, event_type, payload, time.time_ns()))
-            if record is None:
-                self._chains.pop(chain, None)
-                raise ResumeError(f"the first record of the resumed {session_id} was rejected")
+            consumer = connection.consumer(enable_auto_commit=False, client_id="rolltape-resume")
+            await consumer.start()
             try:
-                sent = await producer.send_and_wait(
-                    topic, record[2], key=key, partition=tp.partition
+                consumer.assign([tp])
+                head = await read_head(consumer, tp, session_id, stream, deadline)
+                if head.ended:
+                    raise ResumeError(
+                        f"session {session_id} ended at seq {head.seq} on {stream}; record a new "
+                        f"session linked to it (linked_session_id={session_id!r}) instead"
+                    )
+                if head.report is not None and not head.report.ok:
+                    log.warning(
+                        "resuming %s on %s from seq %d; its chain has breaks: %s",
+                        session_id,
+                        stream,
+                        head.seq,
+                        head.report.break_counts,
+                    )
+                if head.seq >= 0:
+                    event_type, payload = (
+                        "session_resumed",
+                        {"writer": writer, "head_seq": head.seq},
+                    )
+                elif first is not None:
+                    event_type, payload = first
+                else:
+                    return 0  # nothing to take over: the chain starts at its genesis
+                self._chains[chain] = (head.seq + 1, head.hash)
+                record = self._seal((session_id, stream, event_type, payload, time.time_ns()))
+                if record is None:
+                    self._chains.pop(chain, None)
+                    raise ResumeError(f"the first record of the resumed {session_id} was rejected")
+                try:
+                    sent = await producer.send_and_wait(
+                        topic, record[2], key=key, partition=tp.partition
+                    )
+                except Exception as exc:
+                    self._chains.pop(chain, None)
+                    raise ResumeError(
+                        f"the broker did not take the record resuming {session_id}: {exc!r}; "
+                        "resume again (a record that did land is set aside or becomes the head)"
+                    ) from exc
+                self.stats.acked += 1
+                self._last_progress = time.monotonic()
+                landed = await first_record_from(
+                    consumer, tp, head.end_offset, sent.offset, session_id, deadline
                 )
-            except Exception as exc:
+            finally:
+                await consumer.stop()
+            if landed != record[2]:
                 self._chains.pop(chain, None)
-                raise ResumeError(
-                    f"the broker did not take the record resuming {session_id}: {exc!r}; "
-                    "resume again (a record that did land is set aside or becomes the head)"
-                ) from exc
-            self.stats.acked += 1
-            self._last_progress = time.monotonic()
-            landed = await first_record_from(
-                consumer, tp, head.end_offset, sent.offset, session_id, deadline
-            )
+                raise ChainConflictError(
+                    f"another writer appended to session {session_id} on {stream} while this "
+                    "recorder took it over; its records stand and this one's are set aside by every "
+                    "reader. Stop the other writer, or resume again to continue after its records."
+                )
+            taken = True
+            return head.seq + 2
         finally:
-            await consumer.stop()
-        if landed != record[2]:
-            self._chains.pop(chain, None)
-            raise ChainConflictError(
-                f"another writer appended to session {session_id} on {stream} while this "
-                "recorder took it over; its records stand and this one's are set aside by every "
-                "reader. Stop the other writer, or resume again to continue after its records."
-            )
-        return head.seq + 2
+            if not taken:
+                self._chains.pop(chain, None)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
