@@ -69,6 +69,7 @@ from rolltape.schemas import (
     decode,
     derived_event_id,
     seal,
+    session_binding,
     sign_tree_head,
     versioned_stream,
 )
@@ -235,6 +236,20 @@ class SessionState:
             "outbox": self.outbox,
             **({"tree": self.tree} if self.tree is not None else {}),
         }
+
+    def head_leaves(self, sid: str, *, binding: bool = False) -> list[ChainHeadLeaf]:
+        """The heads of the raw chains audited and of the chains written for the session (an
+        export's line is folded from both), as checkpoint leaves; with `binding`, the leaf that
+        binds them all."""
+        chains = {s: (c.next_seq - 1, c.head) for s, c in self.chains.items()}
+        chains.update({s: (int(o[0]) - 1, str(o[1])) for s, o in self.outputs.items()})
+        heads = {s: head for s, head in sorted(chains.items()) if head[0] >= 0}
+        leaves = [
+            ChainHeadLeaf(stream=s, session_id=sid, seq=q, hash=h) for s, (q, h) in heads.items()
+        ]
+        if binding:
+            leaves.append(session_binding(sid, heads))
+        return leaves
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionState:

@@ -278,14 +278,12 @@ class Sender:
                 self._chains[chain] = (head.seq + 1, head.hash)
                 record = self._seal((session_id, stream, event_type, payload, time.time_ns()))
                 if record is None:
-                    self._chains.pop(chain, None)
                     raise ResumeError(f"the first record of the resumed {session_id} was rejected")
                 try:
                     sent = await producer.send_and_wait(
                         topic, record[2], key=key, partition=tp.partition
                     )
                 except Exception as exc:
-                    self._chains.pop(chain, None)
                     raise ResumeError(
                         f"the broker did not take the record resuming {session_id}: {exc!r}; "
                         "resume again (a record that did land is set aside or becomes the head)"
@@ -298,7 +296,6 @@ class Sender:
             finally:
                 await consumer.stop()
             if landed != record[2]:
-                self._chains.pop(chain, None)
                 raise ChainConflictError(
                     f"another writer appended to session {session_id} on {stream} while this "
                     "recorder took it over; its records stand and this one's are set aside by every "

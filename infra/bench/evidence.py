@@ -32,7 +32,6 @@ from rolltape.schemas import (
     content_hash,
     decode,
     seal,
-    session_binding,
 )
 
 PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
@@ -93,15 +92,7 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
         for record in records:
             add_record(collected, record.value, wanted)
             outputs += handle(processor, states, record)[1]
-        state = states[sid]
-        leaves = [
-            ChainHeadLeaf(stream=s, session_id=sid, seq=c.next_seq - 1, hash=c.head)
-            for s, c in state.chains.items()
-        ] + [
-            ChainHeadLeaf(stream=s, session_id=sid, seq=int(o[0]) - 1, hash=str(o[1]))
-            for s, o in state.outputs.items()
-        ]
-        leaves.append(session_binding(sid, {leaf.stream: (leaf.seq, leaf.hash) for leaf in leaves}))
+        leaves = states[sid].head_leaves(sid, binding=True)
         outputs.append(processor.checkpoint(log_state, "checkpoints.p0.0", leaves, 1_000 + n))
         for out in outputs:
             if isinstance(out, Emitted):

@@ -36,7 +36,6 @@ from rolltape.schemas import (
     ChainHeadLeaf,
     Stream,
     canonical_bytes,
-    session_binding,
     split_stream,
     stream_of_topic,
     topic_name,
@@ -67,18 +66,6 @@ class ShellStats:
             f"{self.emitted} emitted, {self.dead_letters} dead letters; "
             f"step {self.step_s:.2f}s send {self.send_s:.2f}s save {self.save_s:.2f}s"
         )
-
-
-def _head_leaves(sid: str, state: SessionState, *, binding: bool = False) -> list[ChainHeadLeaf]:
-    """The heads of the raw chains the worker audited and of the chains it wrote (an export's
-    line is folded from both); with `binding`, the leaf that binds them all."""
-    chains = {s: (c.next_seq - 1, c.head) for s, c in state.chains.items()}
-    chains.update({s: (int(o[0]) - 1, str(o[1])) for s, o in state.outputs.items()})
-    heads = {s: head for s, head in sorted(chains.items()) if head[0] >= 0}
-    leaves = [ChainHeadLeaf(stream=s, session_id=sid, seq=q, hash=h) for s, (q, h) in heads.items()]
-    if binding:
-        leaves.append(session_binding(sid, heads))
-    return leaves
 
 
 def _outbox_outputs(sid: str, outbox: list[list[str]]) -> list[Output]:
@@ -137,13 +124,13 @@ class Shell:
         self._last_checkpoint: dict[int, float] = {}
         self._was_finished: dict[str, bool] = {}
         self._touched: dict[str, int] = {}
+        """Sessions the batch's raw records touched -> their partition."""
         self._rejudged: set[str] = set()
         self._uncommitted: dict[int, set[str]] = {}
         """partition -> sessions advanced since their heads were last committed."""
         self._owned = owned
         """The raw partitions this worker owns now (checkpoints write only those logs)."""
         self._lock = asyncio.Lock()
-        """Sessions the batch's raw records touched -> their partition."""
 
     def to_input(
         self,
@@ -259,7 +246,7 @@ class Shell:
                 not self._was_finished.get(sid, False) or sid in self._rejudged
             )
             if decided:
-                leaves.setdefault(partition, []).extend(_head_leaves(sid, state, binding=True))
+                leaves.setdefault(partition, []).extend(state.head_leaves(sid, binding=True))
                 self._uncommitted.get(partition, set()).discard(sid)
             else:
                 self._uncommitted.setdefault(partition, set()).add(sid)
@@ -273,7 +260,7 @@ class Shell:
             for sid in sorted(self._uncommitted.pop(partition)):
                 held = states.get(sid) or self._peek(sid)  # read, never written back
                 if held is not None:
-                    leaves.setdefault(partition, []).extend(_head_leaves(sid, held))
+                    leaves.setdefault(partition, []).extend(held.head_leaves(sid))
         out: list[Output] = []
         for partition, new in sorted(leaves.items()):
             if not new:
