@@ -24,11 +24,13 @@ class Stream(StrEnum):
     VERDICTS = "verdicts"
     FILTERED = "filtered"
     TRAJECTORIES = "trajectories"
+    JOBS = "jobs"
     DEADLETTER = "deadletter"
 
 
 #: Streams whose records are hash-chained per session (the dead-letter topic carries foreign bytes,
-#: trajectories are a compacted projection).
+#: trajectories are a compacted projection, jobs a compacted table whose keys keep their latest
+#: revision: schemas._cron).
 CHAINED_STREAMS: tuple[Stream, ...] = (
     Stream.EVENTS,
     Stream.METRICS,
@@ -49,6 +51,7 @@ class Role(StrEnum):
     JUDGE = "judge"
     PROJECTOR = "projector"
     READER = "reader"
+    SCHEDULER = "scheduler"
 
 
 class TopicSpec(BaseModel):
@@ -80,6 +83,12 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(
         stream=Stream.TRAJECTORIES,
         writers=(Role.PROJECTOR,),
+        configs={"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
+    ),
+    TopicSpec(
+        # Cron jobs and their runs (schemas._cron): compaction keeps each key's latest state.
+        stream=Stream.JOBS,
+        writers=(Role.SCHEDULER,),
         configs={"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
     ),
     TopicSpec(

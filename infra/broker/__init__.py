@@ -1,7 +1,14 @@
 """Broker provisioning: a real Apache Kafka for the CLI, the demo and the tests, with its
 principals (SASL/SCRAM) and ACLs per trust domain."""
 
-from rolltape.infra.broker._acls import Acl, AclError, create_acls, describe_acls, role_acls
+from rolltape.infra.broker._acls import (
+    Acl,
+    AclError,
+    create_acls,
+    describe_acls,
+    role_acls,
+    scheduler_group,
+)
 from rolltape.infra.broker._containers import docker_engine_available, start_container_broker
 from rolltape.infra.broker._errors import BrokerError, BrokerStartError, BrokerUnavailable
 from rolltape.infra.broker._kraft import BrokerState, ManagedBroker
@@ -38,5 +45,6 @@ __all__ = [
     "principal_store",
     "require_connection",
     "role_acls",
+    "scheduler_group",
     "start_container_broker",
 ]

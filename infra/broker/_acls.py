@@ -8,6 +8,7 @@
                 worker's internal topics, its group    internal topics
     judge       verdicts, events (its conversations)   events, metrics, rules, filtered, verdicts
     projector   trajectories                           every topic of the prefix
+    scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
     reader      -                                      every topic of the prefix, any group but
                                                        the worker's
     admin       super user: the only one that may delete records or topics, create topics, ACLs
@@ -109,7 +110,13 @@ _READS: dict[Role, tuple[Stream, ...]] = {
     Role.MONITOR: (Stream.RULES, Stream.VERDICTS),
     Role.PROCESSOR: (Stream.EVENTS, Stream.METRICS),
     Role.JUDGE: (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.FILTERED),
+    Role.SCHEDULER: (),
 }
+
+
+def scheduler_group(prefix: str) -> str:
+    """The consumer group through which schedulers share the jobs topic's partitions."""
+    return f"{prefix}-scheduler"
 
 
 def role_acls(role: Role, prefix: str, worker_group: str) -> list[Acl]:
@@ -169,6 +176,16 @@ def role_acls(role: Role, prefix: str, worker_group: str) -> list[Acl]:
                 resource=ResourceType.GROUP,
                 name=worker_group,
                 pattern=PatternType.PREFIXED,
+                operation=Operation.READ,
+            )
+        )
+    if role == Role.SCHEDULER:
+        # The group that decides which scheduler owns which jobs.
+        acls.append(
+            Acl(
+                resource=ResourceType.GROUP,
+                name=scheduler_group(prefix),
+                pattern=PatternType.LITERAL,
                 operation=Operation.READ,
             )
         )

@@ -10,6 +10,7 @@ import typer
 from rolltape.infra.cli import (
     bench,
     broker,
+    cron,
     demo,
     export,
     feed,
@@ -42,6 +43,7 @@ app.add_typer(importing.app, name="import")
 app.add_typer(feed.app, name="feed")
 app.add_typer(harness.app, name="harness")
 app.add_typer(otlp.app, name="otlp")
+app.add_typer(cron.app, name="cron")
 
 
 def _summary(command: Callable[..., Any]) -> str:

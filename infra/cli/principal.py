@@ -62,6 +62,7 @@ def list_() -> None:
         Role.JUDGE: "verdicts, events (its own conversations)",
         Role.PROJECTOR: "trajectories",
         Role.READER: "nothing (reads every topic)",
+        Role.SCHEDULER: "jobs (cron jobs and their runs)",
     }
     for p in principals:
         table.add_row(p.name, p.role.value, writes[p.role])

@@ -11,6 +11,7 @@ import rolltape.infra
 import rolltape.processors
 import rolltape.producers
 import rolltape.producers.capture
+import rolltape.producers.cron
 import rolltape.producers.parsing
 import rolltape.producers.training
 import rolltape.schemas
@@ -99,6 +100,9 @@ def test_public_api__is_pinned() -> None:
         "start_run",
     }
     assert rolltape.producers.capture.__all__ == ["capture"]
+    assert {"CronJobs", "JobSpec", "Scheduler", "CronRunContext", "RunOutcome"} <= set(
+        rolltape.producers.cron.__all__
+    )
     assert set(rolltape.producers.parsing.__all__) == {
         "FAMILIES",
         "ParsedCompletion",

@@ -1,0 +1,332 @@
+"""`rolltape cron`: jobs as a continuous task source (add, list, pause, resume, remove, run,
+runs, failures, review)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
+from rolltape.infra.cron import cron_jobs, open_scheduler
+from rolltape.producers.cron import (
+    CRON_RUN_ENV,
+    CronJobs,
+    CronRecursionError,
+    JobBook,
+    JobError,
+    JobSpec,
+    ScheduleError,
+    guard_against_recursion,
+)
+from rolltape.schemas import CronJob, CronRun, JobState, RetryPolicy, RunStatus
+
+app = typer.Typer(
+    help="Cron jobs: each due run is a fresh agent session; statuses are routed to queues.",
+    no_args_is_help=True,
+)
+
+_NS = 1_000_000_000
+JobArgument = Annotated[str, typer.Argument(help="The job's id (see `rolltape cron list`).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]
+
+
+def _when(ns: int | None, now_ns: int | None = None) -> str:
+    if ns is None:
+        return "-"
+    stamp = datetime.fromtimestamp(ns / _NS, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    if now_ns is None:
+        return stamp
+    delta = (ns - now_ns) // _NS
+    words = _duration(abs(delta))
+    return f"{stamp} ({'in ' + words if delta >= 0 else 'due ' + words + ' ago'})"
+
+
+def _duration(seconds: int) -> str:
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            count, seconds = divmod(seconds, size)
+            parts.append(f"{count}{unit}")
+    return " ".join(parts[:2])
+
+
+def _jobs_action(action: str, job_id: str) -> CronJob:
+    with _errors():
+        guard_against_recursion(f"{action} cron job {job_id!r}")
+
+    async def main() -> CronJob:
+        async with cron_jobs(settings()) as jobs:
+            method = {"pause": jobs.pause, "resume": jobs.resume, "remove": jobs.remove}[action]
+            return await method(job_id)
+
+    with _errors():
+        return asyncio.run(main())
+
+
+@contextlib.contextmanager
+def _errors() -> Iterator[None]:
+    """`user_errors` plus the cron layer's own: one red line, exit code 2."""
+    with user_errors():
+        try:
+            yield
+        except (ScheduleError, JobError, CronRecursionError, ValueError) as exc:
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
+
+
+@app.command()
+def add(
+    schedule: Annotated[
+        str,
+        typer.Option(
+            help="When: a cron expression ('0 9 * * MON-FRI'), an interval ('every 6h') or a "
+            "phrase ('daily at 09:00')."
+        ),
+    ],
+    prompt: Annotated[str, typer.Option(help="The task each run starts with.")],
+    job_id: Annotated[
+        str | None, typer.Option("--id", help="The job's id (default: from the prompt).")
+    ] = None,
+    tz: Annotated[str, typer.Option(help="IANA time zone of the schedule's clock times.")] = "UTC",
+    skills: Annotated[
+        list[str] | None, typer.Option("--skill", help="A skill the run may use (repeatable).")
+    ] = None,
+    workdir: Annotated[
+        str | None, typer.Option(help="Folder the run's tools work in (must exist).")
+    ] = None,
+    deliver: Annotated[
+        str | None,
+        typer.Option(help="Where results go: file:PATH, webhook:URL or a registered channel."),
+    ] = None,
+    runner: Annotated[
+        str | None, typer.Option(help="module:function that runs the job (see README).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Logical model the runner asks (ROLLTAPE_MODELS).")
+    ] = None,
+    max_attempts: Annotated[int, typer.Option(min=1, max=100, help="Attempts per run.")] = 3,
+    backoff: Annotated[
+        float, typer.Option(min=0.001, help="Seconds before the first retry; doubles after.")
+    ] = 60.0,
+    max_backoff: Annotated[float, typer.Option(min=0.001, help="Longest wait between retries.")] = (
+        3600.0
+    ),
+    timeout: Annotated[int, typer.Option(min=1, help="Seconds an attempt may take.")] = 3600,
+) -> None:
+    """Create a job. Its definition is a record on the jobs topic; `rolltape cron run` fires it."""
+    with _errors():
+        guard_against_recursion("create a cron job")
+        spec = _spec(
+            schedule=schedule,
+            prompt=prompt,
+            job_id=job_id,
+            timezone=tz,
+            skills=tuple(skills or ()),
+            workdir=workdir,
+            deliver=deliver,
+            runner=runner,
+            model=model,
+            retry=RetryPolicy(max_attempts=max_attempts, base_s=backoff, max_s=max_backoff),
+            timeout_s=timeout,
+        )
+
+    async def main() -> tuple[CronJob, JobBook]:
+        async with cron_jobs(settings()) as jobs:
+            return await jobs.add(spec), jobs.book
+
+    with _errors():
+        job, book = asyncio.run(main())
+    now = time.time_ns()
+    console.print(
+        f"added job {job.job_id}: {book.schedule(job.job_id).describe()}; next run "
+        f"{_when(book.next_due(job.job_id), now)}"
+    )
+    if job.runner is None:
+        console.print("runs with the scheduler's default runner (`rolltape cron run --help`)")
+    console.print("the scheduler fires it: rolltape cron run")
+
+
+def _spec(**fields: Any) -> JobSpec:
+    return JobSpec(**fields)
+
+
+def _read_book() -> JobBook:
+    async def main() -> JobBook:
+        async with cron_jobs(settings()) as jobs:
+            return jobs.book
+
+    with _errors():
+        return asyncio.run(main())
+
+
+@app.command("list")
+def list_(
+    all_: Annotated[bool, typer.Option("--all", help="Include removed jobs.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Every job with its schedule, state, next run and last run's status."""
+    book = _read_book()
+    now = time.time_ns()
+    jobs = [j for j in book.jobs.values() if all_ or j.state != JobState.REMOVED]
+    jobs.sort(key=lambda j: j.job_id)
+    if as_json:
+        for job in jobs:
+            print(json.dumps(job.model_dump(mode="json"), sort_keys=True))
+        return
+    if not jobs:
+        console.print("no jobs; add one with: rolltape cron add --schedule 'every 6h' --prompt ...")
+        return
+    table = Table(title_justify="left", title="cron jobs")
+    for column in ("job", "schedule", "state", "next run", "last run"):
+        table.add_column(column)
+    for job in jobs:
+        runs = book.runs_of(job.job_id)
+        last = f"{runs[-1].status.value} ({_when(runs[-1].due_ns)})" if runs else "-"
+        active = job.state == JobState.ACTIVE
+        table.add_row(
+            job.job_id,
+            f"{job.schedule} ({job.timezone})" if job.timezone != "UTC" else job.schedule,
+            job.state.value,
+            _when(book.next_due(job.job_id), now) if active else "-",
+            last,
+        )
+    console.print(table)
+
+
+@app.command()
+def pause(job_id: JobArgument) -> None:
+    """Stop firing a job until it is resumed (ticks missed while paused are not owed)."""
+    _jobs_action("pause", job_id)
+    console.print(f"paused {job_id}")
+
+
+@app.command()
+def resume(job_id: JobArgument) -> None:
+    """Fire a paused job again, from its next tick."""
+    _jobs_action("resume", job_id)
+    console.print(f"resumed {job_id}")
+
+
+@app.command()
+def remove(job_id: JobArgument) -> None:
+    """Remove a job; its runs and their sessions stay in the log."""
+    _jobs_action("remove", job_id)
+    console.print(f"removed {job_id}")
+
+
+def _print_runs(runs: list[CronRun], as_json: bool, empty: str) -> None:
+    if as_json:
+        for run in runs:
+            print(json.dumps(run.model_dump(mode="json"), sort_keys=True))
+        return
+    if not runs:
+        console.print(empty)
+        return
+    table = Table(title_justify="left")
+    for column in ("run", "attempt", "status", "reason", "session", "delivery"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        status = run.status.value
+        if run.retry_at_ns is not None:
+            status += f" (retry {_when(run.retry_at_ns)})"
+        table.add_row(
+            run.run_id,
+            str(run.attempt),
+            status,
+            escape(run.reason or ""),
+            run.session_id,
+            escape(run.delivery or ""),
+        )
+    console.print(table)
+
+
+@app.command()
+def runs(job_id: JobArgument, as_json: JsonOption = False) -> None:
+    """A job's runs, oldest first, each with its latest status and session."""
+    book = _read_book()
+    if job_id not in book.jobs:
+        err_console.print(f"[red]error:[/red] no job {escape(job_id)!r}; see `rolltape cron list`")
+        raise typer.Exit(2)
+    _print_runs(book.runs_of(job_id), as_json, f"{job_id} has not run yet")
+
+
+@app.command()
+def failures(
+    job_id: Annotated[str | None, typer.Option("--job", help="Only this job's.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The failure queue: runs that failed for good, runs waiting for a retry, and runs whose
+    delivery failed, with the reason."""
+    book = _read_book()
+    queue = [
+        r
+        for r in book.runs.values()
+        if r.status in (RunStatus.TERMINAL_FAILURE, RunStatus.RETRYABLE_FAILURE)
+        or (r.delivery or "").startswith("failed")
+    ]
+    queue = sorted(
+        (r for r in queue if job_id is None or r.job_id == job_id), key=lambda r: r.due_ns
+    )
+    _print_runs(queue, as_json, "no failures")
+
+
+@app.command()
+def review(
+    job_id: Annotated[str | None, typer.Option("--job", help="Only this job's.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The review queue: runs whose runner said a person must look, with the reason."""
+    book = _read_book()
+    queue = [
+        r for r in book.queue(RunStatus.NEEDS_HUMAN_REVIEW) if job_id is None or r.job_id == job_id
+    ]
+    _print_runs(queue, as_json, "nothing to review")
+
+
+@app.command()
+def run(
+    max_concurrent: Annotated[
+        int, typer.Option(min=1, help="Runs executing at once in this scheduler.")
+    ] = 4,
+) -> None:
+    """The scheduler: fire due jobs of the partitions this process owns (run several to share
+    them), one fresh session per attempt, statuses routed, results delivered. Ctrl-C stops."""
+    os.environ[CRON_RUN_ENV] = "scheduler"  # nothing started from here may create jobs
+    with _errors():
+        scheduler = open_scheduler(settings(), max_concurrent=max_concurrent, on_write=_report)
+
+    async def main() -> None:
+        err_console.print(
+            f"scheduler {scheduler.instance}: firing due jobs; Ctrl-C stops", highlight=False
+        )
+        await scheduler.run(stop_on_signals())
+
+    with _errors():
+        asyncio.run(main())
+    err_console.print(f"stopped: {scheduler.fired} attempt(s) fired", highlight=False)
+
+
+def _report(run: CronRun) -> None:
+    line = f"{run.run_id} attempt {run.attempt}: {run.status.value}"
+    if run.status == RunStatus.RUNNING:
+        line += f" (session {run.session_id})"
+    if run.reason:
+        line += f": {run.reason}"
+    if run.retry_at_ns is not None:
+        line += f"; retry at {_when(run.retry_at_ns)}"
+    if run.delivery:
+        line += f"; delivery {run.delivery}"
+    err_console.print(escape(line), highlight=False)
+
+
+__all__ = ["CronJobs", "app"]

@@ -1,0 +1,364 @@
+"""The scheduler: fires due jobs of the partitions it owns, runs them, routes their outcome.
+
+Schedulers share the jobs topic's partitions through one consumer group, so each job has one
+owner at a time. A scheduler that is given a partition reads it from the start to its current
+end before it fires anything there: it then knows every run the previous owner claimed (a run
+is claimed by writing it as `running` and waiting for the broker's acknowledgement before it
+starts). Partitions are handed over only after the previous owner gave them up (Kafka's eager
+rebalance: revocation completes before assignment), and the owner never has a claim in flight
+then, since it claims from the same loop that polls. What is due comes from the book alone
+(`JobBook.due`): the latest missed tick, never one run per missed tick.
+
+Offsets are never committed: the compacted topic is read from its start on every assignment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from rolltape.producers._recorder import Recorder
+from rolltape.producers.cron._book import Expire, Fire, JobBook
+from rolltape.producers.cron._channels import Delivery, DeliveryError, open_channel
+from rolltape.producers.cron._log import JobsLog, fold_record, instance_name
+from rolltape.producers.cron._routing import (
+    RunOutcome,
+    attempt_session_id,
+    run_id,
+    settle,
+    tick_label,
+)
+from rolltape.producers.cron._runs import (
+    CronRunContext,
+    Runner,
+    as_outcome,
+    load_runner,
+    mark_cron_run,
+    unmark_cron_run,
+)
+from rolltape.schemas import (
+    FINAL_STATUSES,
+    CronJob,
+    CronRun,
+    KafkaConnection,
+    RunStatus,
+    Stream,
+    topic_name,
+)
+
+_log = logging.getLogger("rolltape.producers.cron")
+_NS = 1_000_000_000
+_SESSION_STATUS = {
+    RunStatus.SUCCESS: "completed",
+    RunStatus.NEEDS_HUMAN_REVIEW: "completed",
+    RunStatus.RETRYABLE_FAILURE: "failed",
+    RunStatus.TERMINAL_FAILURE: "failed",
+}
+
+
+class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._scheduler._give_up({tp.partition for tp in revoked})
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self._scheduler._take(list(assigned))
+
+
+class Scheduler:
+    """`await Scheduler(...).run(stop)` until `stop` is set.
+
+    `connection` authenticates as the scheduler (the jobs topic); runs record their sessions
+    through `recorder`, which writes as an agent. `default_runner` runs jobs that name none.
+    """
+
+    def __init__(
+        self,
+        connection: KafkaConnection,
+        recorder: Recorder,
+        *,
+        prefix: str,
+        group_id: str,
+        principal: str = "scheduler",
+        default_runner: Runner | None = None,
+        max_concurrent: int = 4,
+        drain_s: float = 10.0,
+        clock: Callable[[], int] = time.time_ns,
+        on_start: Callable[[CronRun, int], None] | None = None,
+        on_write: Callable[[CronRun], None] | None = None,
+    ) -> None:
+        self.instance = instance_name()
+        self.book = JobBook()
+        self._connection = connection
+        self._recorder = recorder
+        self._topic = topic_name(Stream.JOBS, prefix)
+        self._group_id = group_id
+        self._log = JobsLog(connection, prefix=prefix, principal=principal)
+        self._default_runner = default_runner
+        self._slots = asyncio.Semaphore(max_concurrent)
+        self._clock = clock
+        self._drain_s = drain_s
+        self._on_start = on_start
+        self._on_write = on_write
+        self._ready: set[int] = set()
+        self._loading: dict[TopicPartition, int] = {}
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        self._consumer: AIOKafkaConsumer | None = None
+        self.fired = 0
+
+    # -- ownership -------------------------------------------------------------------------------
+    def owns(self, job_id: str) -> bool:
+        return self._log.partition_of(job_id) in self._ready
+
+    async def _give_up(self, partitions: set[int]) -> None:
+        self._ready -= partitions
+        self._loading = {
+            tp: end for tp, end in self._loading.items() if tp.partition not in partitions
+        }
+        await self._log.flush()
+
+    async def _take(self, assigned: list[TopicPartition]) -> None:
+        if not assigned:
+            return
+        ends = await self.consumer.end_offsets(assigned)
+        await self.consumer.seek_to_beginning(*assigned)
+        for tp in assigned:
+            self._loading[tp] = ends[tp]
+        _log.info("%s owns partitions %s", self.instance, sorted(tp.partition for tp in assigned))
+
+    async def _check_loaded(self) -> None:
+        for tp, end in list(self._loading.items()):
+            if await self.consumer.position(tp) >= end:
+                del self._loading[tp]
+                self._ready.add(tp.partition)
+
+    # -- the loop --------------------------------------------------------------------------------
+    @property
+    def consumer(self) -> AIOKafkaConsumer:
+        if self._consumer is None:
+            raise RuntimeError("the scheduler is not running")
+        return self._consumer
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self._log.start()
+        try:
+            self._consumer = self._connection.consumer(
+                group_id=self._group_id, enable_auto_commit=False, auto_offset_reset="earliest"
+            )
+            await self._consumer.start()
+            self._consumer.subscribe([self._topic], listener=_Ownership(self))
+            try:
+                while not stop.is_set():
+                    await self._poll(self._sleep_ms())
+                    await self._check_loaded()
+                    await self._act()
+            finally:
+                await self._drain()
+                await self.consumer.stop()
+        finally:
+            await self._log.stop()
+
+    async def _drain(self) -> None:
+        """Let running attempts finish for `drain_s`; interrupt the rest, which are recorded
+        as retryable failures, so the next scheduler retries them without waiting for the
+        timeout."""
+        tasks = list(self._in_flight.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self._drain_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _sleep_ms(self) -> int:
+        if self._loading:
+            return 50
+        wake = self.book.wake_at(self.owns, busy=self._in_flight)
+        if wake is None:
+            return 500
+        # At least a millisecond: the poll must yield to the runs' tasks.
+        return int(min(max((wake - self._clock()) / 1e6, 1), 500))
+
+    async def _poll(self, timeout_ms: int) -> None:
+        batch = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=10_000)
+        for tp, messages in batch.items():
+            for message in messages:
+                fold_record(
+                    self.book, message.value, f"{tp.topic}[{tp.partition}]@{message.offset}"
+                )
+
+    async def _act(self) -> None:
+        for action in self.book.due(self._clock(), self.owns, busy=self._in_flight):
+            if isinstance(action, Fire):
+                await self._fire(action)
+            else:
+                await self._expire(action)
+
+    async def _fire(self, fire: Fire) -> None:
+        job = fire.job
+        rid = run_id(job.job_id, fire.due_ns)
+        if rid in self._in_flight:
+            return
+        run = CronRun(
+            job_id=job.job_id,
+            run_id=rid,
+            due_ns=fire.due_ns,
+            attempt=fire.attempt,
+            fired_ns=self._clock(),
+            status=RunStatus.RUNNING,
+            session_id=attempt_session_id(job.job_id, fire.due_ns, fire.attempt),
+            fired_by=self.instance,
+        )
+        await self._write(run)  # the claim
+        self.fired += 1
+        task = asyncio.create_task(self._execute(job, run), name=f"cron run {rid}")
+        self._in_flight[rid] = task
+        task.add_done_callback(lambda _: self._in_flight.pop(rid, None))
+
+    async def _expire(self, expire: Expire) -> None:
+        run = expire.run
+        _log.warning(
+            "%s: no status %d s after it fired: timed out", run.run_id, expire.job.timeout_s
+        )
+        outcome = RunOutcome(
+            status=RunStatus.RETRYABLE_FAILURE,
+            reason=f"timed out: no status {expire.job.timeout_s} s after it fired "
+            f"(its runner hung or scheduler {run.fired_by} stopped)",
+        )
+        await self._finish(expire.job, run, outcome)
+
+    # -- one attempt -----------------------------------------------------------------------------
+    async def _execute(self, job: CronJob, run: CronRun) -> None:
+        try:
+            async with self._slots:
+                outcome = await self._attempt(job, run)
+        except asyncio.CancelledError:
+            interrupted = RunOutcome(
+                status=RunStatus.RETRYABLE_FAILURE,
+                reason=f"interrupted: scheduler {self.instance} stopped",
+            )
+            await self._finish(job, run, interrupted)
+            raise
+        current = self.book.runs.get(run.run_id)
+        if current is None or current.attempt != run.attempt or current.status != RunStatus.RUNNING:
+            _log.warning(
+                "%s attempt %d ended after it was settled elsewhere", run.run_id, run.attempt
+            )
+            return
+        await self._finish(job, run, outcome)
+
+    async def _attempt(self, job: CronJob, run: CronRun) -> RunOutcome:
+        try:
+            runner = load_runner(job.runner) if job.runner else self._default_runner
+        except ValueError as exc:
+            return RunOutcome(status=RunStatus.TERMINAL_FAILURE, reason=str(exc))
+        if runner is None:
+            return RunOutcome(
+                status=RunStatus.TERMINAL_FAILURE,
+                reason="the job names no runner (--runner MODULE:FUNC) and the scheduler has "
+                "no default runner",
+            )
+        workdir = Path(job.workdir).expanduser() if job.workdir else None
+        if workdir is not None and not workdir.is_dir():
+            return RunOutcome(
+                status=RunStatus.TERMINAL_FAILURE, reason=f"workdir {workdir} is not a folder"
+            )
+        session = self._recorder.session(
+            job.prompt,
+            session_id=run.session_id,
+            model=job.model,
+            tags=[
+                "cron",
+                f"cron.job={job.job_id}",
+                f"cron.run={run.run_id}",
+                f"cron.attempt={run.attempt}",
+                *(f"skill={skill}" for skill in job.skills),
+            ],
+            run_config={
+                "cron": {
+                    "job_id": job.job_id,
+                    "run_id": run.run_id,
+                    "attempt": run.attempt,
+                    "due": tick_label(run.due_ns),
+                    "skills": list(job.skills),
+                    "workdir": job.workdir,
+                    "deliver": job.deliver,
+                }
+            },
+        )
+        if self._on_start is not None:
+            self._on_start(run, self._clock())
+        context = CronRunContext(
+            job=job,
+            run_id=run.run_id,
+            attempt=run.attempt,
+            due_ns=run.due_ns,
+            session=session,
+            workdir=workdir,
+        )
+        token = mark_cron_run(run.run_id)
+        try:
+            with session:
+                outcome = await self._call(runner, context, job.timeout_s)
+                if not session.ended:
+                    session.end(
+                        _SESSION_STATUS[outcome.status],  # type: ignore[arg-type]
+                        outcome={"cron_status": outcome.status.value},
+                        error=outcome.reason,
+                    )
+        finally:
+            unmark_cron_run(token)
+        return outcome
+
+    async def _call(self, runner: Runner, context: CronRunContext, timeout_s: int) -> RunOutcome:
+        try:
+            if inspect.iscoroutinefunction(runner):
+                returned = await asyncio.wait_for(runner(context), timeout_s)
+            else:
+                returned = await asyncio.wait_for(asyncio.to_thread(runner, context), timeout_s)
+                if inspect.isawaitable(returned):
+                    returned = await asyncio.wait_for(returned, timeout_s)
+            return as_outcome(returned)
+        except TimeoutError:
+            return RunOutcome(
+                status=RunStatus.RETRYABLE_FAILURE, reason=f"timed out after {timeout_s} s"
+            )
+        except Exception as exc:  # a runner's failure is the run's, never the scheduler's
+            return RunOutcome(
+                status=RunStatus.RETRYABLE_FAILURE, reason=f"{type(exc).__name__}: {exc}"
+            )
+
+    async def _finish(self, job: CronJob, run: CronRun, outcome: RunOutcome) -> None:
+        now = self._clock()
+        settled = settle(job, run, outcome, now)
+        if settled.status in FINAL_STATUSES and job.deliver:
+            delivery = Delivery(
+                job_id=job.job_id,
+                run_id=run.run_id,
+                attempt=run.attempt,
+                status=settled.status,
+                reason=settled.reason,
+                output=outcome.output,
+                session_id=run.session_id,
+                due_ns=run.due_ns,
+                ended_ns=now,
+            )
+            try:
+                await open_channel(job.deliver).deliver(delivery)
+                settled = settled.model_copy(update={"delivery": "delivered"})
+            except (DeliveryError, ValueError) as exc:
+                settled = settled.model_copy(update={"delivery": f"failed: {exc}"})
+        await self._write(settled)
+
+    async def _write(self, run: CronRun) -> None:
+        await self._log.write(self.book, run.run_id, run.job_id, run)
+        if self._on_write is not None:
+            self._on_write(run)

@@ -1,0 +1,355 @@
+"""Cron on a real broker: one fire per due tick with two schedulers, one run for ticks missed
+while no scheduler ran, statuses routed to their queues with reasons, delivery, and the
+recursion guard."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from rolltape.infra import open_recorder
+from rolltape.infra.cron import cron_jobs, open_scheduler
+from rolltape.infra.readback import read_records
+from rolltape.producers.cron import JobBook, JobSpec, run_id
+from rolltape.schemas import CronRun, RetryPolicy, RunStatus, Stream, parse_envelope
+from tests.integration.conftest import Topics
+
+CLI = [sys.executable, "-m", "rolltape.infra"]
+ROOT = Path(__file__).resolve().parents[2]
+_NS = 1_000_000_000
+
+
+def _cli(topics: Topics, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, "cron", *args],
+        env={**topics.env(), "COLUMNS": "200"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _add(topics: Topics, *specs: JobSpec) -> JobBook:
+    async def main() -> JobBook:
+        async with cron_jobs(topics.settings) as jobs:
+            for spec in specs:
+                await jobs.add(spec)
+            return jobs.book
+
+    return asyncio.run(main())
+
+
+def _book(topics: Topics) -> JobBook:
+    async def main() -> JobBook:
+        async with cron_jobs(topics.settings) as jobs:
+            return jobs.book
+
+    return asyncio.run(main())
+
+
+def _run_revisions(topics: Topics) -> list[CronRun]:
+    """Every run revision the topic holds, in log order per partition (no compaction yet)."""
+
+    async def main() -> list[CronRun]:
+        out = []
+        async for record in read_records(topics.reader, [Stream.JOBS], prefix=topics.prefix):
+            envelope = parse_envelope(record.value)
+            if envelope.type == "cron_run":
+                out.append(CronRun.model_validate(envelope.payload))
+        return out
+
+    return asyncio.run(main())
+
+
+def _ids_on_every_partition(partitions: int, per_partition: int) -> list[str]:
+    """Job ids that land `per_partition` on each partition (the default partitioner's murmur2)."""
+    partitioner = DefaultPartitioner()
+    ids: dict[int, list[str]] = {p: [] for p in range(partitions)}
+    n = 0
+    while any(len(v) < per_partition for v in ids.values()):
+        job_id = f"job-{n}"
+        p = partitioner(job_id.encode(), list(range(partitions)), list(range(partitions)))
+        if len(ids[p]) < per_partition:
+            ids[p].append(job_id)
+        n += 1
+    return sorted(i for v in ids.values() for i in v)
+
+
+class _Scheduler:
+    """`rolltape cron run` as a user starts it, in the repository root."""
+
+    def __init__(self, topics: Topics, log: Path) -> None:
+        self._log = log.open("wb")
+        self.proc = subprocess.Popen(
+            [*CLI, "cron", "run"],
+            env={**topics.env(), "COLUMNS": "200"},
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+        self.path = log
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            assert self.proc.wait(60) == 0
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self._log.close()
+        return self.path.read_text()
+
+
+def test_two_schedulers__fire_every_due_tick_exactly_once_and_share_the_jobs(
+    topics: Topics, tmp_path: Path
+) -> None:
+    job_ids = _ids_on_every_partition(topics.settings.partitions, 2)
+    _add(
+        topics,
+        *(
+            JobSpec(
+                job_id=job_id,
+                schedule="every 1s",
+                prompt=f"report for {job_id}",
+                runner="tests.integration.cron_runners:answer",
+            )
+            for job_id in job_ids
+        ),
+    )
+    first = _Scheduler(topics, tmp_path / "a.log")
+    time.sleep(4)
+    second = _Scheduler(topics, tmp_path / "b.log")  # joins: the partitions are shared out
+    time.sleep(10)
+    logs = [first.stop(), second.stop()]
+
+    revisions = _run_revisions(topics)
+    fired = [r for r in revisions if r.status == RunStatus.RUNNING]
+    claims = Counter((r.run_id, r.attempt) for r in fired)
+    assert claims and max(claims.values()) == 1, [k for k, n in claims.items() if n > 1]
+    sessions = Counter(r.session_id for r in fired)
+    assert max(sessions.values()) == 1
+    assert {r.job_id for r in fired} == set(job_ids)
+    # Both fired, each only jobs it owned at the time: no tick of a job twice, none lost
+    # between its first and last run.
+    assert len({r.fired_by for r in fired}) == 2, logs
+    book = _book(topics)
+    for job_id in job_ids:
+        ticks = sorted(r.due_ns for r in book.runs_of(job_id))
+        gaps = {(b - a) // _NS for a, b in itertools.pairwise(ticks)}
+        assert gaps <= {1, 2, 3, 4, 5}, (job_id, gaps)  # handover may collapse ticks, not repeat
+        assert all(r.status == RunStatus.SUCCESS for r in book.runs_of(job_id)[:-1])
+    started: Counter[str] = Counter()
+    for chain in topics.verify().reports():
+        if chain.session_id.startswith("cron."):
+            assert not chain.breaks, chain
+            started[chain.session_id] += 1
+    finished = {r.session_id for r in book.runs.values() if r.status == RunStatus.SUCCESS}
+    assert finished <= set(started)
+
+
+def _shifted_clock(shift: list[int]) -> Callable[[], int]:
+    return lambda: time.time_ns() + shift[0]
+
+
+def _run_scheduler(
+    topics: Topics, clock: Callable[[], int], until: Callable[[JobBook], bool]
+) -> JobBook:
+    async def main() -> JobBook:
+        recorder = open_recorder(topics.settings)
+        scheduler = open_scheduler(topics.settings, recorder=recorder, clock=clock)
+        stop = asyncio.Event()
+        task = asyncio.create_task(scheduler.run(stop))
+        deadline = time.monotonic() + 60
+        while not until(scheduler.book) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # room for a wrong second fire
+        stop.set()
+        await task
+        await recorder.aclose()
+        return scheduler.book
+
+    return asyncio.run(main())
+
+
+def test_restarted_scheduler__owes_one_run_for_the_ticks_it_missed(topics: Topics) -> None:
+    [job_id] = _ids_on_every_partition(1, 1)
+    _add(
+        topics,
+        JobSpec(
+            job_id=job_id,
+            schedule="every 1h",
+            prompt="hourly digest",
+            runner="tests.integration.cron_runners:answer",
+        ),
+    )
+    anchor = _book(topics).jobs[job_id].anchor_ns
+    shift = [3600 * _NS + _NS]  # just after the first tick
+    book = _run_scheduler(topics, _shifted_clock(shift), lambda b: len(b.runs) >= 1)
+    assert [r.due_ns for r in book.runs_of(job_id)] == [anchor + 3600 * _NS]
+    # The scheduler is down for five ticks; restarted, it owes one run: the latest tick.
+    shift[0] = 6 * 3600 * _NS + 30 * 60 * _NS
+    book = _run_scheduler(
+        topics,
+        _shifted_clock(shift),
+        lambda b: sum(r.status == RunStatus.SUCCESS for r in b.runs.values()) >= 2,
+    )
+    runs = book.runs_of(job_id)
+    assert [r.due_ns for r in runs] == [anchor + 3600 * _NS, anchor + 6 * 3600 * _NS]
+    assert [r.status for r in runs] == [RunStatus.SUCCESS, RunStatus.SUCCESS]
+
+
+class _Hook(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, object]]] = []
+    status = 200
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Hook.received.append(json.loads(body))
+        self.send_response(_Hook.status)
+        self.end_headers()
+        self.wfile.write(b"quota exceeded" if _Hook.status != 200 else b"ok")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Hook)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _Hook.received = []
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_statuses__failures_and_reviews_land_in_their_queues_with_reasons_and_are_delivered(
+    topics: Topics, tmp_path: Path, webhook: str
+) -> None:
+    delivered = tmp_path / "out" / "runs.jsonl"
+    fast_retry = RetryPolicy(max_attempts=3, base_s=0.2, max_s=0.3)
+    _add(
+        topics,
+        JobSpec(
+            job_id="ok",
+            schedule="every 2s",
+            prompt="ok",
+            runner="tests.integration.cron_runners:answer",
+            deliver=f"file:{delivered}",
+        ),
+        JobSpec(
+            job_id="flaky",
+            schedule="every 1h",
+            prompt="flaky",
+            retry=fast_retry,
+            runner="tests.integration.cron_runners:flaky",
+        ),
+        JobSpec(
+            job_id="expired",
+            schedule="every 1h",
+            prompt="expired",
+            runner="tests.integration.cron_runners:credentials_expired",
+        ),
+        JobSpec(
+            job_id="review",
+            schedule="every 1h",
+            prompt="review",
+            runner="tests.integration.cron_runners:wants_review",
+            deliver=webhook,
+        ),
+        JobSpec(
+            job_id="guard",
+            schedule="every 1h",
+            prompt="guard",
+            deliver=f"file:{delivered}",
+            runner="tests.integration.cron_runners:schedules_more",
+        ),
+    )
+    _Hook.status = 500
+    shift = [3600 * _NS + _NS]
+    _run_scheduler(
+        topics,
+        _shifted_clock(shift),
+        lambda b: (
+            sum(
+                r.status
+                in (RunStatus.SUCCESS, RunStatus.TERMINAL_FAILURE, RunStatus.NEEDS_HUMAN_REVIEW)
+                for r in b.runs.values()
+            )
+            >= 5
+        ),
+    )
+    failures = [json.loads(line) for line in _cli(topics, "failures", "--json").stdout.splitlines()]
+    by_job = {f["job_id"]: f for f in failures}
+    assert by_job["flaky"]["status"] == "terminal_failure"
+    assert by_job["flaky"]["attempt"] == 3
+    assert by_job["flaky"]["reason"] == (
+        "ConnectionError: HTTP 429 from the model: rate limited (gave up after 3 attempts)"
+    )
+    assert by_job["expired"]["reason"] == "API key expired"
+    assert by_job["review"]["delivery"].startswith("failed: ")
+    assert "HTTP 500: quota exceeded" in by_job["review"]["delivery"]
+    reviews = [json.loads(line) for line in _cli(topics, "review", "--json").stdout.splitlines()]
+    assert [(r["job_id"], r["reason"]) for r in reviews] == [
+        ("review", "two open PRs edit the same file")
+    ]
+    assert [h["status"] for h in _Hook.received] == ["needs_human_review"]
+    lines = [json.loads(line) for line in delivered.read_text().splitlines()]
+    by_job_line = {line["job_id"]: line for line in lines}
+    assert by_job_line["ok"]["output"].startswith("answer for ok@")
+    # The recursion guard: the run's subprocess could not create a job.
+    guard = by_job_line["guard"]["output"]
+    assert guard.startswith("exit 2:") and "recursion guard" in guard, guard
+    assert set(_book(topics).jobs) == {"ok", "flaky", "expired", "review", "guard"}
+    # Each attempt was a fresh session, tagged with its job and run.
+    flaky_runs = [
+        r for r in _run_revisions(topics) if r.job_id == "flaky" and r.status == "running"
+    ]
+    assert [r.session_id.rsplit(".", 1)[1] for r in flaky_runs] == ["1", "2", "3"]
+    listing = _cli(topics, "list")
+    assert "flaky" in listing.stdout and "terminal_failure" in listing.stdout
+
+
+def test_cli__add_refuses_a_bad_schedule_and_lists_what_is_accepted(topics: Topics) -> None:
+    done = _cli(topics, "add", "--schedule", "every other tuesday", "--prompt", "x")
+    assert done.returncode == 2
+    assert "cannot read schedule 'every other tuesday'" in done.stderr
+    assert "every 6h" in done.stderr and "daily at 09:00" in done.stderr
+    added = _cli(
+        topics,
+        "add",
+        "--schedule",
+        "daily at 09:00",
+        "--prompt",
+        "Summarise CI",
+        "--id",
+        "ci",
+        "--runner",
+        "tests.integration.cron_runners:answer",
+    )
+    assert added.returncode == 0, added.stderr
+    assert "added job ci: cron '0 9 * * *' (UTC); next run" in added.stdout
+    assert _cli(topics, "pause", "ci").returncode == 0
+    assert "paused" in _cli(topics, "list").stdout
+    missing = _cli(topics, "pause", "nope")
+    assert missing.returncode == 2 and "no job 'nope' (jobs: ci)" in missing.stderr
+    run = run_id("ci", 0)
+    assert run == "ci@19700101T000000Z"
