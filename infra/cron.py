@@ -8,6 +8,7 @@ from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection, scheduler_group
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
+from rolltape.producers.agent import agent_runner
 from rolltape.producers.cron import CronJobs, Runner, Scheduler
 from rolltape.schemas import Role
 
@@ -27,7 +28,9 @@ def open_scheduler(
     default_runner: Runner | None = None,
     **options: Any,
 ) -> Scheduler:
-    """A scheduler in the prefix's scheduler group; its runs record as the agent principal."""
+    """A scheduler in the prefix's scheduler group; its runs record as the agent principal.
+    Jobs that name no runner run the reference agent (`rolltape.producers.agent`) with the
+    endpoints of ROLLTAPE_MODELS."""
     connection = require_connection(settings, Role.SCHEDULER)
     return Scheduler(
         connection,
@@ -35,7 +38,7 @@ def open_scheduler(
         prefix=settings.topic_prefix,
         group_id=scheduler_group(settings.topic_prefix),
         principal=_principal(settings, Role.SCHEDULER),
-        default_runner=default_runner,
+        default_runner=default_runner or agent_runner(settings.models),
         **options,
     )
 

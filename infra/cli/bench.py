@@ -269,3 +269,36 @@ def evidence(
     console.print(f"    verify-export                   {r.verify_lines_per_s:10,.0f} lines/s")
     console.print(f"    hashing the evidence alone      {r.hash_only_lines_per_s:10,.0f} lines/s")
     console.print(f"    ratio (verify / hashing alone): {r.verify_ratio:.2f}")
+
+
+@app.command()
+def cron(
+    jobs: int = typer.Option(
+        20, help="Jobs firing every second (a burst of this many per second)."
+    ),
+    fires: int = typer.Option(1000, help="Runs measured after the warm-up."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Cron scheduling jitter (due time to session start) on scratch topics, against asyncio's
+    own wake-up lateness."""
+    from rolltape.infra.bench.cron import run_cron_bench
+
+    cfg = settings()
+    with user_errors():
+        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    r = run_cron_bench(cfg, jobs=jobs, fires=fires)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(
+        f"machine: {r.machine}; {r.fires:,} runs of {r.jobs} jobs due every second "
+        f"(after {r.warmup_s:.0f} s of warm-up); runner returns at once"
+    )
+    console.print(
+        f"    due -> session start    p50 {r.jitter_p50_ms:7.1f} ms   p99 {r.jitter_p99_ms:7.1f} ms"
+        f"   max {r.jitter_max_ms:7.1f} ms"
+    )
+    console.print(
+        f"    asyncio wake-up floor   p50 {r.asyncio_floor_p50_ms:7.1f} ms   "
+        f"p99 {r.asyncio_floor_p99_ms:7.1f} ms"
+    )

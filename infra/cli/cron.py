@@ -18,6 +18,7 @@ from rich.table import Table
 
 from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
 from rolltape.infra.cron import cron_jobs, open_scheduler
+from rolltape.producers.agent import DEFAULT_MODEL, agent_runner
 from rolltape.producers.cron import (
     CRON_RUN_ENV,
     CronJobs,
@@ -152,7 +153,10 @@ def add(
         f"{_when(book.next_due(job.job_id), now)}"
     )
     if job.runner is None:
-        console.print("runs with the scheduler's default runner (`rolltape cron run --help`)")
+        console.print(
+            f"runs the reference agent with model {job.model or DEFAULT_MODEL!r} "
+            "(bound to an endpoint by ROLLTAPE_MODELS where the scheduler runs)"
+        )
     console.print("the scheduler fires it: rolltape cron run")
 
 
@@ -298,12 +302,21 @@ def run(
     max_concurrent: Annotated[
         int, typer.Option(min=1, help="Runs executing at once in this scheduler.")
     ] = 4,
+    max_iterations: Annotated[
+        int, typer.Option(min=1, help="Model calls per run of the reference agent.")
+    ] = 10,
 ) -> None:
     """The scheduler: fire due jobs of the partitions this process owns (run several to share
     them), one fresh session per attempt, statuses routed, results delivered. Ctrl-C stops."""
     os.environ[CRON_RUN_ENV] = "scheduler"  # nothing started from here may create jobs
     with _errors():
-        scheduler = open_scheduler(settings(), max_concurrent=max_concurrent, on_write=_report)
+        s = settings()
+        scheduler = open_scheduler(
+            s,
+            default_runner=agent_runner(s.models, max_iterations=max_iterations),
+            max_concurrent=max_concurrent,
+            on_write=_report,
+        )
 
     async def main() -> None:
         err_console.print(

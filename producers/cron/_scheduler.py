@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.cron._book import Expire, Fire, JobBook
@@ -196,11 +197,22 @@ class Scheduler:
                 )
 
     async def _act(self) -> None:
-        for action in self.book.due(self._clock(), self.owns, busy=self._in_flight):
-            if isinstance(action, Fire):
-                await self._fire(action)
-            else:
-                await self._expire(action)
+        """Claim every due run at once (one round trip for a burst of jobs due together). A
+        claim the broker did not acknowledge started nothing: the next pass tries again."""
+        actions = self.book.due(self._clock(), self.owns, busy=self._in_flight)
+        if not actions:
+            return
+        done = await asyncio.gather(
+            *(self._fire(a) if isinstance(a, Fire) else self._expire(a) for a in actions),
+            return_exceptions=True,
+        )
+        for action, outcome in zip(actions, done, strict=True):
+            if isinstance(outcome, KafkaError):
+                _log.warning(
+                    "could not write %s's run (%s); trying again", action.job.job_id, outcome
+                )
+            elif isinstance(outcome, BaseException):
+                raise outcome
 
     async def _fire(self, fire: Fire) -> None:
         job = fire.job
@@ -253,7 +265,17 @@ class Scheduler:
                 "%s attempt %d ended after it was settled elsewhere", run.run_id, run.attempt
             )
             return
-        await self._finish(job, run, outcome)
+        try:
+            await self._finish(job, run, outcome)
+        except KafkaError as exc:
+            _log.error(
+                "%s attempt %d ended (%s) but its status could not be written (%s); it will "
+                "time out and be retried",
+                run.run_id,
+                run.attempt,
+                outcome.status.value,
+                exc,
+            )
 
     async def _attempt(self, job: CronJob, run: CronRun) -> RunOutcome:
         try:

@@ -25,8 +25,9 @@ from rolltape.infra import open_recorder
 from rolltape.infra.cron import cron_jobs, open_scheduler
 from rolltape.infra.readback import read_records
 from rolltape.producers.cron import JobBook, JobSpec, run_id
-from rolltape.schemas import CronRun, RetryPolicy, RunStatus, Stream, parse_envelope
+from rolltape.schemas import CronRun, ModelEndpoint, RetryPolicy, RunStatus, Stream, parse_envelope
 from tests.integration.conftest import Topics
+from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 
 CLI = [sys.executable, "-m", "rolltape.infra"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -353,3 +354,49 @@ def test_cli__add_refuses_a_bad_schedule_and_lists_what_is_accepted(topics: Topi
     assert missing.returncode == 2 and "no job 'nope' (jobs: ci)" in missing.stderr
     run = run_id("ci", 0)
     assert run == "ci@19700101T000000Z"
+
+
+def test_default_runner__the_reference_agent_does_the_job_in_its_workdir(
+    topics: Topics, tmp_path: Path
+) -> None:
+    work = tmp_path / "repo"
+    work.mkdir()
+    (work / "TODO.md").write_text("- ship the release notes\n")
+
+    def agent(body: dict[str, object]) -> Reply:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        if not any(m["role"] == "tool" for m in messages):
+            return Completion(tool_calls=[("c1", "read_file", json.dumps({"path": "TODO.md"}))])
+        return Completion(content="One open item: ship the release notes.")
+
+    delivered = tmp_path / "digest.jsonl"
+    with OpenAICompatibleServer(agent) as server:
+        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local")}
+        settings = topics.settings.model_copy(update={"models": models})
+        _add(
+            topics,
+            JobSpec(
+                job_id="digest",
+                schedule="every 1h",
+                prompt="Summarise TODO.md",
+                skills=("files",),
+                workdir=str(work),
+                deliver=f"file:{delivered}",
+            ),
+            JobSpec(job_id="nomodel", schedule="every 1h", prompt="x", model="missing"),
+        )
+        shift = [3600 * _NS + _NS]
+        book = _run_scheduler(
+            Topics(topics.prefix, settings),
+            _shifted_clock(shift),
+            lambda b: sum(r.status != RunStatus.RUNNING for r in b.runs.values()) >= 2,
+        )
+    [digest] = book.runs_of("digest")
+    assert digest.status == RunStatus.SUCCESS, digest.reason
+    assert json.loads(delivered.read_text())["output"] == "One open item: ship the release notes."
+    [nomodel] = book.runs_of("nomodel")
+    assert nomodel.status == RunStatus.TERMINAL_FAILURE
+    assert "no endpoint is bound to model 'missing' (bound: agent)" in (nomodel.reason or "")
+    chain = [r for r in topics.verify(digest.session_id).reports() if r.stream == "events"]
+    assert chain and not chain[0].breaks and chain[0].ended
