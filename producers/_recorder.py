@@ -480,6 +480,10 @@ class Session:
         stream's session_ended must name it, so processors wait for that chain's end too."""
         self._other_streams.add(stream)
 
+    def evaluation(self, evaluation: Mapping[str, Any]) -> None:
+        """An environment's evaluation of a split (rolltape.schemas.Evaluation, dumped)."""
+        self._record(_EVENTS, "evaluation", dict(evaluation))
+
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
         self._record(_EVENTS, "decision", _copy_containers(fields))

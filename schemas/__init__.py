@@ -69,6 +69,7 @@ from rolltape.schemas._errors import (
     PayloadError,
     SchemaError,
 )
+from rolltape.schemas._evaluation import EvaluatedItem, Evaluation
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
 from rolltape.schemas._merkle import Frontier
 from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
@@ -153,6 +154,8 @@ __all__ = [
     "EditTarget",
     "Envelope",
     "EnvelopeError",
+    "EvaluatedItem",
+    "Evaluation",
     "EventType",
     "Feedback",
     "FilterOutcome",

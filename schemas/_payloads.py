@@ -24,6 +24,7 @@ from rolltape.schemas._checkpoint import Checkpoint
 from rolltape.schemas._cron import CronJob, CronRun
 from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
+from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 
 
@@ -326,6 +327,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "checkpoint": Checkpoint,
     "cron_job": CronJob,
     "cron_run": CronRun,
+    "evaluation": Evaluation,
 }
 
 

@@ -12,6 +12,7 @@ from rolltape.infra.cli import (
     broker,
     cron,
     demo,
+    env,
     export,
     feed,
     harness,
@@ -44,6 +45,7 @@ app.add_typer(feed.app, name="feed")
 app.add_typer(harness.app, name="harness")
 app.add_typer(otlp.app, name="otlp")
 app.add_typer(cron.app, name="cron")
+app.add_typer(env.app, name="env")
 
 
 def _summary(command: Callable[..., Any]) -> str:

@@ -12,6 +12,7 @@ import rolltape.processors
 import rolltape.producers
 import rolltape.producers.capture
 import rolltape.producers.cron
+import rolltape.producers.environments
 import rolltape.producers.parsing
 import rolltape.producers.training
 import rolltape.schemas
@@ -102,6 +103,9 @@ def test_public_api__is_pinned() -> None:
     assert rolltape.producers.capture.__all__ == ["capture"]
     assert {"CronJobs", "JobSpec", "Scheduler", "CronRunContext", "RunOutcome"} <= set(
         rolltape.producers.cron.__all__
+    )
+    assert {"Environment", "Item", "RewardResult", "evaluate", "run_rollout"} <= set(
+        rolltape.producers.environments.__all__
     )
     assert set(rolltape.producers.parsing.__all__) == {
         "FAMILIES",

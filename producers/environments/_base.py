@@ -1,0 +1,139 @@
+"""What an environment is: items, how an item becomes a prompt, the tools and where they run,
+and how a result is scored.
+
+In the spirit of the Hermes agent's environments (and Atropos's): `get_next_item`,
+`format_prompt`, the tools, a working directory per rollout prepared by `setup_workdir`, and
+`compute_reward(item, result, ctx)` returning a reward with its shape and metadata. Rewards are
+recorded as `reward` events of the rollout's session, so a replay re-scores from them (the
+`final_reward` and `composite` reward functions read them).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rolltape.producers.agent import AgentResult, Tool, file_tools
+
+if TYPE_CHECKING:
+    from rolltape.producers._recorder import Session
+
+ITEM_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+
+
+class Item(BaseModel):
+    """One task of an environment. `data` is the environment's own (a repository to fix, a
+    question and its answer)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    item_id: str = Field(pattern=ITEM_ID_PATTERN)
+    split: str = "train"
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class RewardResult(BaseModel):
+    """A scored rollout: `reward` with its shape, the components of a composite, and metadata
+    (what the scorer saw: test output, coverage...)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reward: float
+    shape: Literal["binary", "continuous", "composite"]
+    passed: bool
+    components: dict[str, float] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+def binary(passed: bool, **metadata: Any) -> RewardResult:
+    """1.0 or 0.0."""
+    return RewardResult(
+        reward=1.0 if passed else 0.0, shape="binary", passed=passed, metadata=metadata
+    )
+
+
+def continuous(value: float, *, passed: bool | None = None, **metadata: Any) -> RewardResult:
+    """A value in [0, 1]; passed when positive unless said otherwise."""
+    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+        raise ValueError(f"a continuous reward is in [0, 1], not {value}")
+    return RewardResult(
+        reward=value,
+        shape="continuous",
+        passed=value > 0 if passed is None else passed,
+        metadata=metadata,
+    )
+
+
+def composite(
+    weighted: Mapping[str, tuple[float, float]], *, passed: bool, **metadata: Any
+) -> RewardResult:
+    """The weighted sum of components: `{name: (weight, value)}`. The components are recorded
+    with the reward, so the `composite` reward function can recompute it on replay."""
+    total = math.fsum(weight * value for weight, value in weighted.values())
+    return RewardResult(
+        reward=total,
+        shape="composite",
+        passed=passed,
+        components={name: value for name, (_, value) in weighted.items()},
+        metadata=metadata,
+    )
+
+
+@dataclass(frozen=True)
+class RolloutContext:
+    """Where one rollout runs: its working directory and the session recording it."""
+
+    item: Item
+    workdir: Path
+    session: Session
+    sample: int = 0
+    """Which sample of the item this is (serve runs `group_size` per item)."""
+
+
+class Environment(ABC):
+    """Subclass and register with `register_environment` (or name it `module:Class`)."""
+
+    name: ClassVar[str]
+    system_prompt: ClassVar[str | None] = None
+    max_iterations: ClassVar[int] = 10
+    group_size: ClassVar[int] = 4
+    """Rollouts per item when serving (an Atropos group)."""
+
+    def __init__(self) -> None:
+        self._cursor = 0
+
+    @abstractmethod
+    def items(self, split: str = "train") -> Sequence[Item]:
+        """Every item of a split, in a fixed order (evaluation runs all of them)."""
+
+    async def get_next_item(self) -> Item:
+        """The next training item, cycling through the train split."""
+        items = self.items("train")
+        if not items:
+            raise ValueError(f"environment {self.name} has no train items")
+        item = items[self._cursor % len(items)]
+        self._cursor += 1
+        return item
+
+    @abstractmethod
+    def format_prompt(self, item: Item) -> str:
+        """The user message the agent starts from."""
+
+    def setup_workdir(self, item: Item, workdir: Path) -> None:  # noqa: B027 (optional hook)
+        """Prepare the rollout's working directory (empty by default)."""
+
+    def tools(self, item: Item, workdir: Path) -> list[Tool]:
+        """The agent's tools, bound to the rollout's workdir (files by default)."""
+        return file_tools(workdir)
+
+    @abstractmethod
+    async def compute_reward(
+        self, item: Item, result: AgentResult, ctx: RolloutContext
+    ) -> RewardResult:
+        """Score the rollout from the workdir and the agent's result."""

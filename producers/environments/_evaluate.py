@@ -1,0 +1,95 @@
+"""`evaluate`: run every item of a split once, concurrently, and record the evaluation.
+
+Each rollout is its own session (`eval.<env>.<split>.<stamp>.<item>`); the evaluation itself is
+one more session (`eval.<env>.<split>.<stamp>`, not trainable) holding an `evaluation` event with
+every rollout's session, reward and outcome, so an evaluation is in the log like everything
+else and its rollouts can be exported, judged and replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rolltape.producers._recorder import Recorder
+from rolltape.producers.environments._base import Environment
+from rolltape.producers.environments._rollout import Rollout, run_rollout
+from rolltape.schemas import EvaluatedItem, Evaluation, ModelEndpoint
+
+
+async def evaluate(
+    env: Environment,
+    split: str,
+    *,
+    recorder: Recorder,
+    endpoint: ModelEndpoint,
+    concurrency: int = 4,
+    label: str | None = None,
+    workdir_root: Path | None = None,
+    on_rollout: Callable[[Rollout], None] | None = None,
+) -> tuple[Evaluation, str]:
+    """(the evaluation, the session it was recorded in)."""
+    items = list(env.items(split))
+    if not items:
+        raise ValueError(f"environment {env.name} has no items in split {split!r}")
+    label = label or datetime.fromtimestamp(time.time(), UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = f"eval.{env.name}.{split}.{label}"
+    slots = asyncio.Semaphore(concurrency)
+
+    async def one(index: int) -> Rollout:
+        item = items[index]
+        async with slots:
+            rollout = await run_rollout(
+                env,
+                item,
+                recorder=recorder,
+                endpoint=endpoint,
+                session_id=f"{base}.{item.item_id}",
+                tags=["evaluation", f"split={split}"],
+                workdir_root=workdir_root,
+            )
+        if on_rollout is not None:
+            on_rollout(rollout)
+        return rollout
+
+    rollouts = await asyncio.gather(*(one(i) for i in range(len(items))))
+    evaluation = summarise(env.name, split, endpoint.model, rollouts)
+    with recorder.session(
+        f"evaluate {env.name} on {split}",
+        session_id=base,
+        model=endpoint.model,
+        tags=["evaluation", f"env={env.name}", f"split={split}"],
+        trainable=False,
+    ) as session:
+        session.evaluation(evaluation.model_dump(mode="json"))
+    return evaluation, base
+
+
+def summarise(environment: str, split: str, model: str, rollouts: list[Rollout]) -> Evaluation:
+    scored = [r for r in rollouts if r.reward is not None]
+    rewards = [r.reward.reward for r in scored if r.reward is not None]
+    passed = sum(1 for r in scored if r.reward is not None and r.reward.passed)
+    return Evaluation(
+        environment=environment,
+        split=split,
+        model=model,
+        items=len(rollouts),
+        scored=len(scored),
+        passed=passed,
+        mean_reward=math.fsum(rewards) / len(rewards) if rewards else None,
+        pass_rate=passed / len(scored) if scored else None,
+        rollouts=tuple(
+            EvaluatedItem(
+                item_id=r.item_id,
+                session_id=r.session_id,
+                reward=r.reward.reward if r.reward else None,
+                passed=r.reward.passed if r.reward else None,
+                error=r.error,
+            )
+            for r in rollouts
+        ),
+    )

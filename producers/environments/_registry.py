@@ -1,0 +1,45 @@
+"""Environments by name: the shipped ones, those registered by plugins, or `module:Class`."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from rolltape.producers.environments._base import Environment
+
+_ENVIRONMENTS: dict[str, Callable[[], Environment]] = {}
+
+
+def register_environment(name: str, factory: Callable[[], Environment]) -> None:
+    _ENVIRONMENTS[name] = factory
+
+
+def environment_names() -> list[str]:
+    _shipped()
+    return sorted(_ENVIRONMENTS)
+
+
+def load_environment(spec: str) -> Environment:
+    """A registered name (`bugfix`) or `package.module:Class`; ValueError saying what exists."""
+    _shipped()
+    if spec in _ENVIRONMENTS:
+        return _ENVIRONMENTS[spec]()
+    module_name, sep, attribute = spec.partition(":")
+    if not sep:
+        known = ", ".join(sorted(_ENVIRONMENTS))
+        raise ValueError(f"unknown environment {spec!r}: one of {known}, or package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"environment {spec!r}: cannot import {module_name!r}: {exc}") from exc
+    factory = getattr(module, attribute, None)
+    if not (isinstance(factory, type) and issubclass(factory, Environment)):
+        raise ValueError(f"environment {spec!r}: {attribute!r} is not an Environment subclass")
+    return factory()
+
+
+def _shipped() -> None:
+    if "bugfix" not in _ENVIRONMENTS:
+        from rolltape.producers.environments.bugfix import BugFixEnv
+
+        _ENVIRONMENTS["bugfix"] = BugFixEnv

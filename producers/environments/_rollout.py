@@ -1,0 +1,117 @@
+"""One rollout: a working directory, a fresh session, the reference agent, the reward.
+
+The session declares the environment's tools (so filters can flag hallucinated names), is tagged
+with the environment and item, records every model call through the captured client and every
+tool run, then the reward as a `reward` event (with its components) and ends with the outcome
+`{"passed", "reward", "shape", "item_id", ...}` that the `task_pass` reward function reads. A
+model endpoint that fails ends the session `failed` with the error, and the rollout has no
+reward: a rollout that never ran is not scored 0.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from rolltape.producers._recorder import Recorder
+from rolltape.producers.agent import AgentResult, run_agent
+from rolltape.producers.environments._base import Environment, Item, RewardResult, RolloutContext
+from rolltape.schemas import ModelEndpoint
+
+
+class Rollout(BaseModel):
+    """What one rollout produced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    item_id: str
+    session_id: str
+    sample: int
+    status: Literal["completed", "failed"]
+    result: AgentResult | None = None
+    reward: RewardResult | None = None
+    error: str | None = None
+
+
+async def run_rollout(
+    env: Environment,
+    item: Item,
+    *,
+    recorder: Recorder,
+    endpoint: ModelEndpoint,
+    session_id: str,
+    sample: int = 0,
+    group_id: str | None = None,
+    tags: Sequence[str] = (),
+    workdir_root: Path | None = None,
+) -> Rollout:
+    with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
+        workdir = Path(tmp)
+        env.setup_workdir(item, workdir)
+        tools = env.tools(item, workdir)
+        session = recorder.session(
+            env.format_prompt(item),
+            session_id=session_id,
+            tools=[tool.spec for tool in tools],
+            model=endpoint.model,
+            tags=["env", f"env={env.name}", f"item={item.item_id}", *tags],
+            run_config={
+                "environment": {"name": env.name, "item_id": item.item_id, "split": item.split}
+            },
+            group_id=group_id,
+        )
+        ctx = RolloutContext(item=item, workdir=workdir, session=session, sample=sample)
+        async with session:
+            client = session.capture(endpoint.async_client())
+            try:
+                result = await run_agent(
+                    client,
+                    endpoint.model,
+                    env.format_prompt(item),
+                    tools,
+                    session=session,
+                    system=env.system_prompt,
+                    max_iterations=env.max_iterations,
+                )
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                session.end("failed", error=error)
+                return Rollout(
+                    item_id=item.item_id,
+                    session_id=session_id,
+                    sample=sample,
+                    status="failed",
+                    error=error,
+                )
+            finally:
+                await client.close()
+            reward = await env.compute_reward(item, result, ctx)
+            session.reward(
+                reward.reward,
+                name="reward",
+                components=reward.components,
+                source=f"env:{env.name}",
+            )
+            session.end(
+                "completed",
+                outcome={
+                    "passed": reward.passed,
+                    "reward": reward.reward,
+                    "shape": reward.shape,
+                    "item_id": item.item_id,
+                    "stop": result.stop,
+                    **{f"metadata.{k}": v for k, v in sorted(reward.metadata.items())},
+                },
+            )
+        return Rollout(
+            item_id=item.item_id,
+            session_id=session_id,
+            sample=sample,
+            status="completed",
+            result=result,
+            reward=reward,
+        )

@@ -1,0 +1,127 @@
+"""The reference environment: small Python projects with a bug, fixed with file tools.
+
+Each task (shipped in `tasks/<id>/`) is a module with a bug, its tests and a description. A
+rollout's working directory gets a copy; the agent reads and edits it with the file tools. The
+reward is the article's: `0.6 + 0.4 * coverage` when the tests pass, 0 when they do not, where
+the tests are the shipped ones (restored before scoring, so editing a test does not pass it) plus
+any test files the agent added, and coverage is the line coverage of the task's module. It is a
+composite reward (components `tests_pass` and `coverage`), so the `composite` reward function
+recomputes it on replay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rolltape.producers.agent import AgentResult
+from rolltape.producers.environments._base import (
+    Environment,
+    Item,
+    RewardResult,
+    RolloutContext,
+    composite,
+)
+
+_PYTEST_INI = "[pytest]\naddopts = -q -p no:cacheprovider\n"
+_TIMEOUT_S = 120.0
+_OUTPUT_CHARS = 2000
+
+
+def _tasks_root() -> Path:
+    return Path(str(resources.files("rolltape.producers.environments.bugfix") / "tasks"))
+
+
+class BugFixEnv(Environment):
+    name = "bugfix"
+    system_prompt = (
+        "You fix bugs in small Python projects. Use the tools to read the code and its tests, "
+        "then write the corrected module. Do not change the tests. When you are done, answer "
+        "with one sentence saying what was wrong."
+    )
+    max_iterations = 12
+    group_size = 4
+
+    def __init__(self, root: Path | None = None) -> None:
+        super().__init__()
+        self.root = root or _tasks_root()
+        self._items = [self._item(folder) for folder in sorted(self.root.iterdir())]
+
+    def _item(self, folder: Path) -> Item:
+        task: dict[str, Any] = json.loads((folder / "task.json").read_text())
+        tests = sorted(p.name for p in folder.glob("test_*.py"))
+        return Item(
+            item_id=folder.name,
+            split=task["split"],
+            data={"module": task["module"], "description": task["description"], "tests": tests},
+        )
+
+    def items(self, split: str = "train") -> list[Item]:
+        return [item for item in self._items if item.split == split]
+
+    def format_prompt(self, item: Item) -> str:
+        return (
+            f"{item.data['description']}\n\nThe code is in {item.data['module']}.py, the tests "
+            f"in {', '.join(item.data['tests'])}. Fix the bug so the tests pass."
+        )
+
+    def setup_workdir(self, item: Item, workdir: Path) -> None:
+        for path in (self.root / item.item_id).iterdir():
+            if path.is_file() and path.name != "task.json":
+                shutil.copyfile(path, workdir / path.name)
+
+    async def compute_reward(
+        self, item: Item, result: AgentResult, ctx: RolloutContext
+    ) -> RewardResult:
+        workdir = ctx.workdir
+        for test in item.data["tests"]:  # the shipped tests, whatever the agent did to them
+            shutil.copyfile(self.root / item.item_id / test, workdir / test)
+        (workdir / "pytest.ini").write_text(_PYTEST_INI)
+        module = item.data["module"]
+        code, output = await _run(
+            workdir, "-m", "coverage", "run", f"--source={module}", "-m", "pytest"
+        )
+        coverage = 0.0
+        if (workdir / ".coverage").exists():
+            report_code, _ = await _run(workdir, "-m", "coverage", "json", "-o", "cov.json")
+            if report_code == 0:
+                totals = json.loads((workdir / "cov.json").read_text())["totals"]
+                coverage = float(totals["percent_covered"]) / 100.0
+        passed = code == 0
+        return composite(
+            {
+                "tests_pass": (0.6, 1.0 if passed else 0.0),
+                "coverage": (0.4, coverage if passed else 0.0),
+            },
+            passed=passed,
+            coverage=round(coverage, 4),
+            pytest_exit=code,
+            pytest_output=output[-_OUTPUT_CHARS:],
+        )
+
+
+async def _run(workdir: Path, *args: str) -> tuple[int, str]:
+    """Run this interpreter in `workdir`; (exit code, output). A run past the timeout is
+    killed and counts as failing."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *args,
+        cwd=workdir,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        # Nothing of the caller leaks in (ROLLTAPE_*, PYTEST_*): only where programs are.
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), _TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return 124, f"timed out after {_TIMEOUT_S:.0f} s"
+    return process.returncode or 0, out.decode(errors="replace")

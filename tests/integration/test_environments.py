@@ -1,0 +1,95 @@
+"""`rolltape env evaluate` on a real broker with a local OpenAI-compatible model: every item of
+the split is a recorded session with its reward, and the evaluation is an event naming them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from typing import Any
+
+from rolltape.infra.readback import read_records
+from rolltape.schemas import Evaluation, ModelEndpoint, Stream, parse_envelope
+from tests.integration.conftest import Topics
+from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+
+SOLUTIONS = {
+    "nested.py": (
+        "def flatten(items: list) -> list:\n"
+        "    out = []\n"
+        "    for item in items:\n"
+        "        if isinstance(item, list):\n"
+        "            out.extend(flatten(item))\n"
+        "        else:\n"
+        "            out.append(item)\n"
+        "    return out\n"
+    ),
+    # A wrong fix: still does not sort, so the test split has one pass and one failure.
+    "intervals.py": "def merge(intervals):\n    return list(intervals)\n",
+}
+
+
+def _model(body: dict[str, Any]) -> Reply:
+    prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+    module = next(name for name in SOLUTIONS if name in prompt)
+    done = [m for m in body["messages"] if m["role"] == "tool"]
+    if not done:
+        return Completion(
+            reasoning_content="Read the module first.",
+            tool_calls=[("c1", "read_file", json.dumps({"path": module}))],
+        )
+    if len(done) == 1:
+        args = json.dumps({"path": module, "content": SOLUTIONS[module]})
+        return Completion(tool_calls=[("c2", "write_file", args)])
+    return Completion(content=f"Fixed {module}.", reasoning_content="The tests should pass now.")
+
+
+def _events(topics: Topics) -> list[Any]:
+    async def main() -> list[Any]:
+        return [
+            parse_envelope(r.value)
+            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
+        ]
+
+    return asyncio.run(main())
+
+
+def test_env_evaluate__records_each_rollout_with_its_reward_and_the_evaluation(
+    topics: Topics,
+) -> None:
+    with OpenAICompatibleServer(_model) as server:
+        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rolltape.infra",
+                "env",
+                "evaluate",
+                "bugfix",
+                "--split",
+                "test",
+            ],
+            env={**topics.env(), "ROLLTAPE_MODELS": json.dumps(models), "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "2 items, 2 scored: mean reward 0.500, passed 1 (50%)" in done.stdout
+    envelopes = _events(topics)
+    [evaluation_event] = [e for e in envelopes if e.type == "evaluation"]
+    evaluation = Evaluation.model_validate(evaluation_event.payload)
+    assert (evaluation.environment, evaluation.split, evaluation.items) == ("bugfix", "test", 2)
+    rewards = {r.item_id: r.reward for r in evaluation.rollouts}
+    assert rewards == {"flatten": 1.0, "merge_intervals": 0.0}
+    for rollout in evaluation.rollouts:
+        recorded = [e for e in envelopes if e.session_id == rollout.session_id]
+        types = [e.type for e in recorded]
+        assert types[0] == "session_started" and types[-1] == "session_ended"
+        assert types.count("tool_result") == 2 and types.count("reward") == 1
+        [reward] = [e.payload for e in recorded if e.type == "reward"]
+        assert reward["value"] == rollout.reward and reward["source"] == "env:bugfix"
+    for chain in topics.verify().reports():
+        assert not chain.breaks, chain

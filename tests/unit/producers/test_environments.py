@@ -1,0 +1,148 @@
+"""Environments: reward shapes, the bug-fix environment's reward (tests under coverage, the
+shipped tests restored before scoring), and a rollout recorded with its reward."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rolltape.producers import Recorder
+from rolltape.producers.agent import AgentResult
+from rolltape.producers.environments import (
+    RolloutContext,
+    binary,
+    composite,
+    continuous,
+    load_environment,
+    run_rollout,
+)
+from rolltape.producers.environments.bugfix import BugFixEnv
+from rolltape.schemas import ModelEndpoint
+from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+from tests.unit.producers.recorded import spooled
+
+FIXED_SLUG = '''import re
+
+
+def slugify(title: str) -> str:
+    """'Hello,  World!' -> 'hello-world'."""
+    cleaned = re.sub(r"[^a-z0-9 ]", "", title.lower())
+    return "-".join(cleaned.split())
+'''
+ANSWERED = AgentResult(final="fixed", stop="answered", iterations=2, tool_calls=1, tool_errors=0)
+
+
+def test_reward_shapes__binary_continuous_and_composite() -> None:
+    assert binary(True).reward == 1.0 and binary(False).reward == 0.0
+    assert continuous(0.25).passed and not continuous(0.0).passed
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        continuous(1.5)
+    mixed = composite({"tests_pass": (0.6, 1.0), "coverage": (0.4, 0.5)}, passed=True)
+    assert mixed.reward == pytest.approx(0.8)
+    assert mixed.components == {"tests_pass": 1.0, "coverage": 0.5}
+
+
+def _score(tmp_path: Path, edit: dict[str, str]) -> Any:
+    env = BugFixEnv()
+    [item] = [i for i in env.items("train") if i.item_id == "slugify"]
+    env.setup_workdir(item, tmp_path)
+    for name, text in edit.items():
+        (tmp_path / name).write_text(text)
+    ctx = RolloutContext(item=item, workdir=tmp_path, session=None)  # type: ignore[arg-type]
+    return asyncio.run(env.compute_reward(item, ANSWERED, ctx))
+
+
+def test_bugfix_reward__a_fix_scores_point_six_plus_point_four_times_coverage(
+    tmp_path: Path,
+) -> None:
+    reward = _score(tmp_path, {"slug.py": FIXED_SLUG})
+    assert reward.passed and reward.shape == "composite"
+    assert reward.components["tests_pass"] == 1.0
+    assert reward.components["coverage"] == 1.0
+    assert reward.reward == pytest.approx(1.0)
+    assert reward.metadata["pytest_exit"] == 0
+
+
+def test_bugfix_reward__the_unfixed_bug_scores_zero(tmp_path: Path) -> None:
+    reward = _score(tmp_path, {})
+    assert not reward.passed and reward.reward == 0.0
+    assert "test_runs_of_spaces_give_one_dash" in reward.metadata["pytest_output"]
+
+
+def test_bugfix_reward__editing_the_tests_does_not_pass_them(tmp_path: Path) -> None:
+    reward = _score(tmp_path, {"test_slug.py": "def test_nothing():\n    assert True\n"})
+    assert not reward.passed and reward.reward == 0.0
+
+
+def test_bugfix_reward__partial_coverage_lowers_the_reward(tmp_path: Path) -> None:
+    uncovered = (
+        FIXED_SLUG + "\n\ndef unused(x: int) -> int:\n    if x:\n        return 1\n    return 2\n"
+    )
+    reward = _score(tmp_path, {"slug.py": uncovered})
+    assert reward.passed and 0.0 < reward.components["coverage"] < 1.0
+    assert reward.reward == pytest.approx(0.6 + 0.4 * reward.components["coverage"])
+
+
+def test_bugfix_items__ship_a_train_and_a_test_split() -> None:
+    env = load_environment("bugfix")
+    assert len(env.items("train")) == 6 and len(env.items("test")) == 2
+    first = asyncio.run(env.get_next_item())
+    assert first == env.items("train")[0]
+
+
+@pytest.mark.parametrize(
+    "item_id", [i.item_id for s in ("train", "test") for i in BugFixEnv().items(s)]
+)
+def test_bugfix_items__every_shipped_task_fails_its_tests_until_fixed(
+    item_id: str, tmp_path: Path
+) -> None:
+    env = BugFixEnv()
+    item = next(i for s in ("train", "test") for i in env.items(s) if i.item_id == item_id)
+    env.setup_workdir(item, tmp_path)
+    ctx = RolloutContext(item=item, workdir=tmp_path, session=None)  # type: ignore[arg-type]
+    reward = asyncio.run(env.compute_reward(item, ANSWERED, ctx))
+    assert not reward.passed and reward.reward == 0.0
+    assert reward.metadata["pytest_exit"] == 1, reward.metadata["pytest_output"]
+
+
+def test_load_environment__an_unknown_name_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown environment 'nope': one of bugfix"):
+        load_environment("nope")
+
+
+def _fixer(body: dict[str, Any]) -> Reply:
+    tools = [m for m in body["messages"] if m["role"] == "tool"]
+    if not tools:
+        return Completion(tool_calls=[("c1", "read_file", json.dumps({"path": "slug.py"}))])
+    if len(tools) == 1:
+        args = json.dumps({"path": "slug.py", "content": FIXED_SLUG})
+        return Completion(tool_calls=[("c2", "write_file", args)])
+    return Completion(content="Runs of spaces produced several dashes.")
+
+
+def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: Path) -> None:
+    env = BugFixEnv()
+    [item] = [i for i in env.items("train") if i.item_id == "slugify"]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with OpenAICompatibleServer(_fixer) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
+        rollout = asyncio.run(
+            run_rollout(env, item, recorder=recorder, endpoint=endpoint, session_id="r1")
+        )
+    recorder.close(10)
+    assert rollout.status == "completed" and rollout.reward is not None
+    assert rollout.reward.reward == pytest.approx(1.0)
+    envelopes = spooled(tmp_path / "spool")
+    by_type = {e["type"]: e["payload"] for e in envelopes}
+    assert [t["name"] for t in by_type["session_started"]["tools"]] == [
+        "list_files",
+        "read_file",
+        "write_file",
+    ]
+    assert "env=bugfix" in by_type["session_started"]["tags"]
+    assert by_type["reward"]["components"] == {"tests_pass": 1.0, "coverage": 1.0}
+    assert by_type["session_ended"]["outcome"]["passed"] is True
