@@ -280,6 +280,20 @@ class Recorder:
             raise FlushTimeoutError(self._timeout_message(timeout_s)) from exc
         return self._result()
 
+    async def adelivered(self, timeout_s: float = 30.0) -> None:
+        """Wait until everything recorded so far, and everything in the spool folder (left by
+        an earlier process too), is on the broker: after it, the log holds all this machine
+        recorded (a batch run reads it to know what is finished). FlushTimeoutError otherwise."""
+        deadline = time.monotonic() + timeout_s
+        await self.aflush(timeout_s)
+        while self._sender.spool_pending():
+            if time.monotonic() > deadline:
+                raise FlushTimeoutError(
+                    f"the broker has not taken the spooled records in {self._sender.spool.directory} "
+                    f"within {timeout_s:.0f}s"
+                )
+            await asyncio.sleep(0.05)
+
     def _timeout_message(self, timeout_s: float | None) -> str:
         s = self._sender.stats
         return (

@@ -189,6 +189,10 @@ class Sender:
                 self._loop.call_soon_threadsafe(begin)
             self._thread.join(timeout_s + 30)
 
+    def spool_pending(self) -> bool:
+        """Records wait in the spool (or its overflow) for the broker."""
+        return not self.spool.empty or bool(self._overflow)
+
     def resume(
         self,
         stream: str,

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 
 from rolltape.infra.cli import (
+    batch,
     bench,
     broker,
     cron,
@@ -46,6 +47,7 @@ app.add_typer(harness.app, name="harness")
 app.add_typer(otlp.app, name="otlp")
 app.add_typer(cron.app, name="cron")
 app.add_typer(env.app, name="env")
+app.add_typer(batch.app, name="batch")
 
 
 def _summary(command: Callable[..., Any]) -> str:

@@ -37,7 +37,8 @@ def list_() -> None:
     console.print(table)
 
 
-def _endpoint(model: str) -> ModelEndpoint:
+def endpoint_for(model: str) -> ModelEndpoint:
+    """The endpoint ROLLTAPE_MODELS binds `model` to, or a usage error saying how to bind it."""
     endpoints = settings().models
     if model not in endpoints:
         bound = ", ".join(sorted(endpoints)) or "none"
@@ -66,7 +67,7 @@ def evaluate_(
     except ValueError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
-    endpoint = _endpoint(model)
+    endpoint = endpoint_for(model)
     rows: list[Rollout] = []
 
     def progress(rollout: Rollout) -> None:

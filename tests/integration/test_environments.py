@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
+import time
+from collections import Counter
 from typing import Any
 
 from rolltape.infra.readback import read_records
@@ -91,5 +94,77 @@ def test_env_evaluate__records_each_rollout_with_its_reward_and_the_evaluation(
         assert types.count("tool_result") == 2 and types.count("reward") == 1
         [reward] = [e.payload for e in recorded if e.type == "reward"]
         assert reward["value"] == rollout.reward and reward["source"] == "env:bugfix"
+    for chain in topics.verify().reports():
+        assert not chain.breaks, chain
+
+
+def _slow_model(body: dict[str, Any]) -> Reply:
+    """Looks at the files once, then gives up: a rollout of a few hundred milliseconds."""
+    time.sleep(0.3)
+    if not any(m["role"] == "tool" for m in body["messages"]):
+        return Completion(tool_calls=[("c1", "list_files", "{}")])
+    return Completion(content="I could not find the bug.")
+
+
+def _batch(topics: Topics, models: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rolltape.infra",
+            "batch",
+            "run",
+            "bugfix",
+            "--items",
+            "8",
+            "--concurrency",
+            "2",
+            "--run",
+            "killed",
+            *extra,
+        ],
+        env={**topics.env(), "ROLLTAPE_MODELS": models, "COLUMNS": "200"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_batch_run__killed_midway_and_resumed_finishes_every_item_exactly_once(
+    topics: Topics,
+) -> None:
+    with OpenAICompatibleServer(_slow_model) as server:
+        models = json.dumps(
+            {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+        )
+        first = _batch(topics, models)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            ended = [e for e in _events(topics) if e.type == "session_ended"]
+            if len(ended) >= 3:
+                break
+            time.sleep(0.2)
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+        assert 3 <= len(ended) < 8, "the batch finished before it could be killed"
+        second = _batch(topics, models)
+        out, err = second.communicate(timeout=300)
+    assert second.returncode == 0, err
+    envelopes = _events(topics)
+    completed = Counter(
+        e.session_id.rsplit(".", 1)[0]
+        for e in envelopes
+        if e.type == "session_ended" and e.payload["status"] == "completed"
+    )
+    assert len(completed) == 8 and set(completed.values()) == {1}, completed
+    assert "8 planned" in out and "finished before" in out
+    before = int(out.split(" finished before")[0].rsplit(" ", 1)[1])
+    assert before >= 3
+    assert "list_files" in out  # the per-tool statistics
+    assert "filter outcomes: 0 accepted, 0 rejected, 8 undecided" in out
+    # A rollout cut short by the kill stays in the log unended; its slot ran as attempt 2.
+    started = {e.session_id for e in envelopes if e.type == "session_started"}
+    retried = {s for s in started if s.endswith(".2")}
+    assert {s.rsplit(".", 1)[0] for s in retried} <= set(completed)
     for chain in topics.verify().reports():
         assert not chain.breaks, chain

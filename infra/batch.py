@@ -1,0 +1,166 @@
+"""`rolltape batch run`: a batch of rollouts that resumes from the log and reports what the
+judges made of it.
+
+Before planning, the batch's recorder delivers whatever a killed earlier run left in its spool
+folder, so the log holds every rollout that finished; then the log says which slots are done.
+Each finished rollout is flushed (on the broker, or fsynced to the spool) before it counts, so
+killing the process loses no finished rollout. The summary folds the batch's sessions from the
+log: per-tool statistics and the reward filter's outcomes (which need a worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rolltape.infra import open_recorder
+from rolltape.infra.broker import require_connection
+from rolltape.infra.export import collect, fold_all
+from rolltape.infra.settings import Settings
+from rolltape.producers.environments import Environment, Rollout, run_rollout
+from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
+from rolltape.projections import Trajectory
+from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role
+
+
+class ToolLine(BaseModel):
+    count: int = 0
+    success: int = 0
+    failure: int = 0
+
+
+class BatchSummary(BaseModel):
+    run: str
+    environment: str
+    planned: int
+    finished_before: int
+    ran: int
+    completed: int
+    failed: int
+    mean_reward: float | None
+    tools: dict[str, ToolLine]
+    accepted: int
+    rejected: int
+    undecided: int
+    reasons: dict[str, int]
+
+
+async def run_batch(
+    settings: Settings,
+    env: Environment,
+    *,
+    run: str,
+    count: int,
+    endpoint: ModelEndpoint,
+    concurrency: int,
+    wait_judged_s: float = 0.0,
+    on_plan: Callable[[int, int], None] | None = None,
+    on_rollout: Callable[[Rollout], None] | None = None,
+    workdir_root: Path | None = None,
+) -> BatchSummary:
+    reader = require_connection(settings, Role.READER)
+    recorder = open_recorder(settings, spool_dir=settings.resolved_spool_dir() / "batch" / run)
+    try:
+        await recorder.adelivered(120)
+        before = await collect(
+            reader, prefix=settings.topic_prefix, judge_version=LIVE_JUDGE_VERSION
+        )
+        todo, finished = plan(env, run, count, slot_states(run, before.events))
+        if on_plan is not None:
+            on_plan(len(todo), finished)
+
+        async def rollout(slot: Slot) -> Rollout:
+            return await run_rollout(
+                env,
+                slot.item,
+                recorder=recorder,
+                endpoint=endpoint,
+                session_id=slot.session_id(run),
+                sample=slot.sample,
+                tags=["batch", f"batch={run}"],
+                workdir_root=workdir_root,
+            )
+
+        async def flushed(done: Rollout) -> None:
+            await recorder.aflush(120)  # on the broker or fsynced: a kill cannot lose it now
+            if on_rollout is not None:
+                on_rollout(done)
+
+        rollouts = await run_slots(todo, rollout, concurrency=concurrency, on_rollout=flushed)
+        await recorder.adelivered(120)
+    finally:
+        await recorder.aclose()
+    trajectories = await _judged(settings, run, count, wait_judged_s)
+    return _summary(env, run, count, finished, rollouts, trajectories)
+
+
+async def _judged(settings: Settings, run: str, count: int, wait_s: float) -> list[Trajectory]:
+    """The batch's completed sessions folded from the log, waiting up to `wait_s` for the
+    worker's filter outcomes."""
+    reader = require_connection(settings, Role.READER)
+    deadline = time.monotonic() + wait_s
+    while True:
+        collected = await collect(
+            reader, prefix=settings.topic_prefix, judge_version=LIVE_JUDGE_VERSION
+        )
+        states = slot_states(run, collected.events)
+        wanted = {
+            sid
+            for sid, events in collected.events.items()
+            if sid.startswith(f"batch.{run}.")
+            and any(
+                e.get("type") == "session_ended" and e["payload"].get("status") == "completed"
+                for e in events
+            )
+        }
+        subset = type(collected)(
+            events={sid: collected.events[sid] for sid in wanted},
+            derived={sid: collected.derived[sid] for sid in wanted if sid in collected.derived},
+        )
+        trajectories, _ = fold_all(subset, LIVE_JUDGE_VERSION)
+        undecided = sum(1 for t in trajectories if t.accepted is None)
+        if not undecided or time.monotonic() >= deadline or not states:
+            return trajectories
+        await asyncio.sleep(1.0)
+
+
+def _summary(
+    env: Environment,
+    run: str,
+    count: int,
+    finished: int,
+    rollouts: list[Rollout],
+    trajectories: list[Trajectory],
+) -> BatchSummary:
+    tools: dict[str, ToolLine] = {}
+    for trajectory in trajectories:
+        for name, stats in trajectory.tool_stats.items():
+            line = tools.setdefault(name, ToolLine())
+            line.count += stats.count
+            line.success += stats.success
+            line.failure += stats.failure
+    reasons: Counter[str] = Counter()
+    for trajectory in trajectories:
+        if trajectory.filter is not None and not trajectory.filter.accepted:
+            reasons.update(reason.code for reason in trajectory.filter.reasons)
+    rewards = [t.reward for t in trajectories if t.reward is not None]
+    return BatchSummary(
+        run=run,
+        environment=env.name,
+        planned=count,
+        finished_before=finished,
+        ran=len(rollouts),
+        completed=sum(1 for r in rollouts if r.status == "completed"),
+        failed=sum(1 for r in rollouts if r.status == "failed"),
+        mean_reward=sum(rewards) / len(rewards) if rewards else None,
+        tools=dict(sorted(tools.items())),
+        accepted=sum(1 for t in trajectories if t.accepted is True),
+        rejected=sum(1 for t in trajectories if t.accepted is False),
+        undecided=sum(1 for t in trajectories if t.accepted is None),
+        reasons=dict(sorted(reasons.items())),
+    )

@@ -1,0 +1,48 @@
+"""Batch planning from the log: finished slots are skipped, a slot cut short runs again as a
+new attempt (a fresh session), items cycle through the train split."""
+
+from __future__ import annotations
+
+import pytest
+
+from rolltape.producers.environments._batch import plan, slot_states
+from rolltape.producers.environments.bugfix import BugFixEnv
+
+
+def _ended(status: str) -> list[dict[str, object]]:
+    return [
+        {"type": "session_started", "payload": {}},
+        {"type": "session_ended", "payload": {"status": status}},
+    ]
+
+
+def test_plan__cycles_the_train_items_and_names_a_session_per_slot() -> None:
+    env = BugFixEnv()
+    todo, finished = plan(env, "b1", 8, {})
+    assert finished == 0 and len(todo) == 8
+    names = [slot.session_id("b1") for slot in todo]
+    assert names[0] == "batch.b1.binary_search.0.1"
+    assert names[6] == "batch.b1.binary_search.1.1"  # six train items: the seventh cycles
+
+
+def test_plan__skips_completed_slots_and_retries_the_rest_as_new_attempts() -> None:
+    sessions = {
+        "batch.b1.binary_search.0.1": _ended("completed"),
+        "batch.b1.fizzbuzz.0.1": [{"type": "session_started", "payload": {}}],  # killed
+        "batch.b1.median.0.1": _ended("failed"),
+        "batch.b1.median.0.2": _ended("interrupted"),
+        "batch.other.roman.0.1": _ended("completed"),  # another batch
+        "cron.x.20260101T000000Z.1": _ended("completed"),
+    }
+    todo, finished = plan(BugFixEnv(), "b1", 4, slot_states("b1", sessions))
+    assert finished == 1
+    assert [slot.session_id("b1") for slot in todo] == [
+        "batch.b1.fizzbuzz.0.2",
+        "batch.b1.median.0.3",
+        "batch.b1.roman.0.1",
+    ]
+
+
+def test_plan__refuses_a_bad_batch_name() -> None:
+    with pytest.raises(ValueError, match="batch name 'Bad Name' must match"):
+        plan(BugFixEnv(), "Bad Name", 1, {})
