@@ -74,12 +74,15 @@ async def run_batch(
         if on_plan is not None:
             on_plan(len(todo), finished)
 
+        client = endpoint.async_client()
+
         async def rollout(slot: Slot) -> Rollout:
             return await run_rollout(
                 env,
                 slot.item,
                 recorder=recorder,
-                endpoint=endpoint,
+                client=client,
+                model=endpoint.model,
                 session_id=slot.session_id(run),
                 sample=slot.sample,
                 tags=["batch", f"batch={run}"],
@@ -91,7 +94,10 @@ async def run_batch(
             if on_rollout is not None:
                 on_rollout(done)
 
-        rollouts = await run_slots(todo, rollout, concurrency=concurrency, on_rollout=flushed)
+        try:
+            rollouts = await run_slots(todo, rollout, concurrency=concurrency, on_rollout=flushed)
+        finally:
+            await client.close()
         await recorder.adelivered(120)
     finally:
         await recorder.aclose()

@@ -93,6 +93,15 @@ def _serve(ports: multiprocessing.Queue[int]) -> None:
     server.serve_forever()
 
 
+def start_instant_server() -> tuple[str, multiprocessing.Process]:
+    """An OpenAI-compatible server in its own process that answers every chat completion at
+    once with the same short reply: (base URL, the process to terminate)."""
+    ports: multiprocessing.Queue[int] = multiprocessing.Queue()
+    server = multiprocessing.Process(target=_serve, args=(ports,), daemon=True)
+    server.start()
+    return f"http://127.0.0.1:{ports.get(timeout=30)}/v1", server
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -110,10 +119,7 @@ def run_capture_bench(
     from rolltape.producers import Recorder
     from rolltape.producers.capture import capture
 
-    ports: multiprocessing.Queue[int] = multiprocessing.Queue()
-    server = multiprocessing.Process(target=_serve, args=(ports,), daemon=True)
-    server.start()
-    base_url = f"http://127.0.0.1:{ports.get(timeout=30)}/v1"
+    base_url, server = start_instant_server()
     bare = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
     clock = time.perf_counter
     inner = {"s": 0.0}

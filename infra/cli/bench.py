@@ -272,33 +272,51 @@ def evidence(
 
 
 @app.command()
-def cron(
-    jobs: int = typer.Option(
-        20, help="Jobs firing every second (a burst of this many per second)."
-    ),
-    fires: int = typer.Option(1000, help="Runs measured after the warm-up."),
+def batch(
+    rollouts: int = typer.Option(400, help="Rollouts per concurrency."),
+    concurrency: list[int] = typer.Option([1, 8, 64], help="Concurrencies to run (repeatable)."),
+    cron_jobs: int = typer.Option(20, help="Cron jobs due every second (bursts of this many)."),
+    cron_fires: int = typer.Option(1000, help="Cron runs measured after the warm-up."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
-    """Cron scheduling jitter (due time to session start) on scratch topics, against asyncio's
-    own wake-up lateness."""
-    from rolltape.infra.bench.cron import run_cron_bench
+    """The batch runner's rollouts/s against a server that answers at once (its own overhead),
+    beside bare model calls; cron's jitter from due time to session start."""
+    from rolltape.infra.bench.batch import run_batch_bench
 
     cfg = settings()
     with user_errors():
         require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
-    r = run_cron_bench(cfg, jobs=jobs, fires=fires)
+    r = run_batch_bench(
+        cfg,
+        concurrencies=tuple(concurrency),
+        rollouts=rollouts,
+        cron_jobs=cron_jobs,
+        cron_fires=cron_fires,
+    )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
         return
+    console.print(f"machine: {r.machine}")
     console.print(
-        f"machine: {r.machine}; {r.fires:,} runs of {r.jobs} jobs due every second "
-        f"(after {r.warmup_s:.0f} s of warm-up); runner returns at once"
+        "(a) batch runner: one-call rollouts, recorded on scratch topics, reward at once; "
+        "bare calls to the same server as the floor"
+    )
+    console.print("    concurrency   rollouts/s   bare calls/s   ratio")
+    for run in r.runs:
+        console.print(
+            f"    {run.concurrency:>11}   {run.rollouts_per_s:10,.1f}   "
+            f"{run.bare_calls_per_s:12,.1f}   {run.ratio:5.2f}"
+        )
+    c = r.cron
+    console.print(
+        f"(b) cron: {c.fires:,} runs of {c.jobs} jobs due every second (after {c.warmup_s:.0f} s "
+        "of warm-up), runner returns at once"
     )
     console.print(
-        f"    due -> session start    p50 {r.jitter_p50_ms:7.1f} ms   p99 {r.jitter_p99_ms:7.1f} ms"
-        f"   max {r.jitter_max_ms:7.1f} ms"
+        f"    due -> session start    p50 {c.jitter_p50_ms:7.1f} ms   p99 {c.jitter_p99_ms:7.1f} ms"
+        f"   max {c.jitter_max_ms:7.1f} ms"
     )
     console.print(
-        f"    asyncio wake-up floor   p50 {r.asyncio_floor_p50_ms:7.1f} ms   "
-        f"p99 {r.asyncio_floor_p99_ms:7.1f} ms"
+        f"    asyncio wake-up floor   p50 {c.asyncio_floor_p50_ms:7.1f} ms   "
+        f"p99 {c.asyncio_floor_p99_ms:7.1f} ms"
     )

@@ -39,6 +39,7 @@ async def evaluate(
     label = label or datetime.fromtimestamp(time.time(), UTC).strftime("%Y%m%dT%H%M%SZ")
     base = f"eval.{env.name}.{split}.{label}"
     slots = asyncio.Semaphore(concurrency)
+    client = endpoint.async_client()
 
     async def one(index: int) -> Rollout:
         item = items[index]
@@ -47,7 +48,8 @@ async def evaluate(
                 env,
                 item,
                 recorder=recorder,
-                endpoint=endpoint,
+                client=client,
+                model=endpoint.model,
                 session_id=f"{base}.{item.item_id}",
                 tags=["evaluation", f"split={split}"],
                 workdir_root=workdir_root,
@@ -56,7 +58,10 @@ async def evaluate(
             on_rollout(rollout)
         return rollout
 
-    rollouts = await asyncio.gather(*(one(i) for i in range(len(items))))
+    try:
+        rollouts = await asyncio.gather(*(one(i) for i in range(len(items))))
+    finally:
+        await client.close()
     evaluation = summarise(env.name, split, endpoint.model, rollouts)
     with recorder.session(
         f"evaluate {env.name} on {split}",

@@ -13,14 +13,13 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.agent import AgentResult, run_agent
 from rolltape.producers.environments._base import Environment, Item, RewardResult, RolloutContext
-from rolltape.schemas import ModelEndpoint
 
 
 class Rollout(BaseModel):
@@ -42,7 +41,8 @@ async def run_rollout(
     item: Item,
     *,
     recorder: Recorder,
-    endpoint: ModelEndpoint,
+    client: Any,
+    model: str,
     session_id: str,
     sample: int = 0,
     group_id: str | None = None,
@@ -57,7 +57,7 @@ async def run_rollout(
             env.format_prompt(item),
             session_id=session_id,
             tools=[tool.spec for tool in tools],
-            model=endpoint.model,
+            model=model,
             tags=["env", f"env={env.name}", f"item={item.item_id}", *tags],
             run_config={
                 "environment": {"name": env.name, "item_id": item.item_id, "split": item.split}
@@ -66,11 +66,13 @@ async def run_rollout(
         )
         ctx = RolloutContext(item=item, workdir=workdir, session=session, sample=sample)
         async with session:
-            client = session.capture(endpoint.async_client())
+            # A recording copy sharing `client`'s connections (one client serves a whole batch:
+            # building one loads the CA bundle, tens of milliseconds).
+            captured = session.capture(client)
             try:
                 result = await run_agent(
-                    client,
-                    endpoint.model,
+                    captured,
+                    model,
                     env.format_prompt(item),
                     tools,
                     session=session,
@@ -87,8 +89,6 @@ async def run_rollout(
                     status="failed",
                     error=error,
                 )
-            finally:
-                await client.close()
             reward = await env.compute_reward(item, result, ctx)
             session.reward(
                 reward.reward,

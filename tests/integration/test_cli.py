@@ -246,13 +246,19 @@ def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) 
     assert figures["raw_events_per_s"] > 0 and figures["pipeline_events_per_s"] > 0
 
 
-def test_bench_cron__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
-    out = run(["bench", "cron", "--jobs", "4", "--fires", "20", "--json"], topics.env())
+def test_bench_batch__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
+    args = ["--rollouts", "12", "--concurrency", "1", "--concurrency", "4"]
+    out = run(
+        ["bench", "batch", *args, "--cron-jobs", "4", "--cron-fires", "20", "--json"],
+        topics.env(),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     figures = json.loads(out.stdout)
-    assert figures["fires"] == 20 and figures["jobs"] == 4
-    assert 0 < figures["jitter_p50_ms"] <= figures["jitter_p99_ms"] <= figures["jitter_max_ms"]
-    assert figures["asyncio_floor_p50_ms"] >= 0
+    assert [r["concurrency"] for r in figures["runs"]] == [1, 4]
+    assert all(r["rollouts_per_s"] > 0 and r["bare_calls_per_s"] > 0 for r in figures["runs"])
+    cron = figures["cron"]
+    assert cron["fires"] == 20 and cron["jobs"] == 4
+    assert 0 < cron["jitter_p50_ms"] <= cron["jitter_p99_ms"] <= cron["jitter_max_ms"]
 
 
 def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:

@@ -130,9 +130,17 @@ def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: 
     recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
     with OpenAICompatibleServer(_fixer) as server:
         endpoint = ModelEndpoint(base_url=server.base_url, model="local")
-        rollout = asyncio.run(
-            run_rollout(env, item, recorder=recorder, endpoint=endpoint, session_id="r1")
-        )
+
+        async def main() -> Any:
+            client = endpoint.async_client()
+            try:
+                return await run_rollout(
+                    env, item, recorder=recorder, client=client, model="local", session_id="r1"
+                )
+            finally:
+                await client.close()
+
+        rollout = asyncio.run(main())
     recorder.close(10)
     assert rollout.status == "completed" and rollout.reward is not None
     assert rollout.reward.reward == pytest.approx(1.0)

@@ -1,0 +1,159 @@
+"""`rolltape bench batch`: the batch runner's own overhead, and cron's scheduling jitter.
+
+(a) Rollouts per second of `rolltape batch run`'s code (planning aside: the timer runs from the
+first rollout's start to the last one's flush) at several concurrencies, against a local
+OpenAI-compatible server in its own process that answers at once, with an environment whose
+items need one model call and whose reward is computed at once, so the figure is the runner's
+cost: a working directory, a recorded session (captured client, reward, end) on a scratch topic
+prefix, the flush that makes each finished rollout safe from a kill. Baseline in the same run:
+the same number of bare `chat.completions.create` calls to the same server at the same
+concurrency (no recording, no working directory): the floor any runner pays for its model calls.
+
+(b) Cron jitter (`infra/bench/cron.py`): due time to session start over 1,000 fires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rolltape.infra.batch import run_batch
+from rolltape.infra.bench.capture import start_instant_server
+from rolltape.infra.bench.cron import CronFigures, run_cron_bench
+from rolltape.infra.settings import Settings
+from rolltape.infra.topics import scratch_prefix
+from rolltape.producers.agent import AgentResult, Tool
+from rolltape.producers.environments import (
+    Environment,
+    Item,
+    RewardResult,
+    RolloutContext,
+    binary,
+)
+from rolltape.schemas import ModelEndpoint
+
+
+class _Instant(Environment):
+    """Items answered in one model call, scored at once."""
+
+    name = "instant"
+    max_iterations = 2
+
+    def items(self, split: str = "train") -> list[Item]:
+        return [Item(item_id=f"q{n}", split=split) for n in range(100)]
+
+    def format_prompt(self, item: Item) -> str:
+        return f"What is 342 / 76? ({item.item_id})"
+
+    def tools(self, item: Item, workdir: Path) -> list[Tool]:
+        return []
+
+    async def compute_reward(
+        self, item: Item, result: AgentResult, ctx: RolloutContext
+    ) -> RewardResult:
+        return binary("4.5" in result.final)
+
+
+class ConcurrencyFigures(BaseModel):
+    concurrency: int
+    rollouts: int
+    rollouts_per_s: float
+    bare_calls_per_s: float
+    ratio: float
+    """rollouts/s over bare calls/s: the share of the floor the runner keeps."""
+
+
+class BatchFigures(BaseModel):
+    machine: str
+    runs: list[ConcurrencyFigures]
+    cron: CronFigures
+
+
+async def _bare(base_url: str, calls: int, concurrency: int) -> float:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    left = calls
+
+    async def worker() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await client.chat.completions.create(
+                model="bench", messages=[{"role": "user", "content": "What is 342 / 76?"}]
+            )
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - start
+    await client.close()
+    return calls / elapsed
+
+
+def _batch_rate(settings: Settings, endpoint: ModelEndpoint, count: int, concurrency: int) -> float:
+    marks: list[float] = []
+
+    def planned(todo: int, finished: int) -> None:
+        marks.append(time.perf_counter())
+
+    def finished(_: object) -> None:
+        marks.append(time.perf_counter())
+
+    summary = asyncio.run(
+        run_batch(
+            settings,
+            _Instant(),
+            run=f"bench-c{concurrency}",
+            count=count,
+            endpoint=endpoint,
+            concurrency=concurrency,
+            on_plan=planned,
+            on_rollout=finished,
+        )
+    )
+    if summary.completed != count:
+        raise RuntimeError(
+            f"{count - summary.completed} of {count} bench rollouts did not complete"
+        )
+    return count / (marks[-1] - marks[0])
+
+
+def run_batch_bench(
+    settings: Settings,
+    *,
+    concurrencies: tuple[int, ...] = (1, 8, 64),
+    rollouts: int = 400,
+    cron_jobs: int = 20,
+    cron_fires: int = 1000,
+) -> BatchFigures:
+    base_url, server = start_instant_server()
+    endpoint = ModelEndpoint(base_url=base_url, model="bench")
+    runs = []
+    try:
+        with scratch_prefix(settings, "benchbatch", partitions=settings.partitions) as scratch:
+            for concurrency in concurrencies:
+                rate = _batch_rate(scratch, endpoint, rollouts, concurrency)
+                bare = asyncio.run(_bare(base_url, rollouts, concurrency))
+                runs.append(
+                    ConcurrencyFigures(
+                        concurrency=concurrency,
+                        rollouts=rollouts,
+                        rollouts_per_s=rate,
+                        bare_calls_per_s=bare,
+                        ratio=rate / bare,
+                    )
+                )
+    finally:
+        server.terminate()
+        server.join(10)
+    cron = run_cron_bench(settings, jobs=cron_jobs, fires=cron_fires)
+    return BatchFigures(
+        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        runs=runs,
+        cron=cron,
+    )
