@@ -15,16 +15,18 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection
-from rolltape.infra.export import collect, fold_all
+from rolltape.infra.export import collect, fold_all, run_export
 from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
-from rolltape.projections import Trajectory
+from rolltape.projections import ExportOptions, Manifest, Trajectory
+from rolltape.projections.exporters import ChatTokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role
 
 
@@ -170,3 +172,31 @@ def _summary(
         undecided=sum(1 for t in trajectories if t.accepted is None),
         reasons=dict(sorted(reasons.items())),
     )
+
+
+async def process_batch(
+    settings: Settings,
+    env: Environment,
+    *,
+    out: Path,
+    options: ExportOptions,
+    tokenizer: ChatTokenizer | None = None,
+    overwrite: bool = False,
+    **batch: Any,
+) -> tuple[BatchSummary, Manifest]:
+    """`env process`: run a batch, wait for the judges, export the batch's sessions from the log
+    (`options.selection` is narrowed to them)."""
+    summary = await run_batch(settings, env, **batch)
+    reader = require_connection(settings, Role.READER)
+    collected = await collect(
+        reader, prefix=settings.topic_prefix, judge_version=options.selection.judge_version
+    )
+    selection = options.selection.model_copy(update={"sessions": (f"batch.{summary.run}.*",)})
+    manifest = run_export(
+        collected,
+        options.model_copy(update={"selection": selection}),
+        out,
+        tokenizer=tokenizer,
+        overwrite=overwrite,
+    )
+    return summary, manifest

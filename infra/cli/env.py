@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,7 +11,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra import open_recorder
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.batch import process_batch
+from rolltape.infra.cli._common import (
+    TokenizerOption,
+    console,
+    err_console,
+    settings,
+    user_errors,
+)
+from rolltape.infra.cli._rollouts import endpoint_for, print_summary, with_progress
+from rolltape.infra.export import ExportError, open_tokenizer
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.environments import (
     Rollout,
@@ -18,7 +28,8 @@ from rolltape.producers.environments import (
     evaluate,
     load_environment,
 )
-from rolltape.schemas import Evaluation, ModelEndpoint
+from rolltape.projections import ExportOptions, Format, Selection
+from rolltape.schemas import Evaluation
 
 app = typer.Typer(help="Environments: tasks with rewards, run by the reference agent.")
 
@@ -35,20 +46,6 @@ def list_() -> None:
             name, str(len(env.items("train"))), str(len(env.items("test"))), str(env.group_size)
         )
     console.print(table)
-
-
-def endpoint_for(model: str) -> ModelEndpoint:
-    """The endpoint ROLLTAPE_MODELS binds `model` to, or a usage error saying how to bind it."""
-    endpoints = settings().models
-    if model not in endpoints:
-        bound = ", ".join(sorted(endpoints)) or "none"
-        err_console.print(
-            f"[red]error:[/red] no endpoint is bound to model {escape(model)!r} (bound: {bound}); "
-            f'set ROLLTAPE_MODELS=\'{{"{escape(model)}": {{"base_url": "http://HOST/v1", '
-            '"model": "NAME"}}\''
-        )
-        raise typer.Exit(2)
-    return endpoints[model]
 
 
 @app.command("evaluate")
@@ -122,4 +119,78 @@ def _print(evaluation: Evaluation, rollouts: dict[str, Rollout]) -> None:
     console.print(
         f"{evaluation.items} items, {evaluation.scored} scored: mean reward {mean}, "
         f"passed {evaluation.passed} ({rate})"
+    )
+
+
+@app.command()
+def process(
+    environment: Annotated[str, typer.Argument(help="A name (`env list`) or module:Class.")],
+    items: Annotated[int, typer.Option(min=1, help="Rollouts (train items, cycled).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the exported files.")],
+    export_format: Annotated[
+        Format, typer.Option("--format", "-f", help="Export format.")
+    ] = "sharegpt",
+    accepted_only: Annotated[
+        bool, typer.Option("--accepted-only", help="Only sessions the reward filter accepted.")
+    ] = False,
+    tokenizer: TokenizerOption = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once.")] = 4,
+    model: Annotated[
+        str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
+    ] = DEFAULT_MODEL,
+    run: Annotated[
+        str | None, typer.Option("--run", help="The batch's name (resumable; default: env's).")
+    ] = None,
+    wait_judged: Annotated[
+        float, typer.Option(min=0, help="Seconds to wait for the worker's decisions.")
+    ] = 120.0,
+    overwrite: Annotated[bool, typer.Option(help="Replace an earlier export in OUT.")] = False,
+) -> None:
+    """Run a batch of rollouts (as `batch run`, resumable), wait for the worker's judges and
+    filters, and export the batch's scored sessions from the log (with provenance and a
+    manifest, as `rolltape export` writes them)."""
+    try:
+        env = load_environment(environment)
+        chat_tokenizer, label = open_tokenizer(tokenizer)
+    except (ValueError, ExportError) as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    endpoint = endpoint_for(model)
+    name = run or env.name
+    options = ExportOptions(
+        format=export_format,
+        selection=Selection(accepted="accepted" if accepted_only else "any"),
+        tokenizer=label,
+    )
+    done = with_progress(
+        f"process {name}",
+        lambda on_plan, on_rollout: process_batch(
+            settings(),
+            env,
+            out=out,
+            options=options,
+            tokenizer=chat_tokenizer,
+            overwrite=overwrite,
+            run=name,
+            count=items,
+            endpoint=endpoint,
+            concurrency=concurrency,
+            wait_judged_s=wait_judged,
+            on_plan=on_plan,
+            on_rollout=on_rollout,
+        ),
+    )
+    if done is None:
+        err_console.print(f"stopped: run the same command again to resume batch {name}")
+        raise typer.Exit(130)
+    summary, manifest = done
+    print_summary(summary)
+    skipped = (
+        ", ".join(
+            f"{k} {v}" for k, v in sorted(manifest.skipped.items()) if k != "session_not_selected"
+        )
+        or "none"
+    )
+    console.print(
+        f"exported {manifest.lines} line(s) to {out} ({export_format}); skipped: {skipped}"
     )

@@ -10,11 +10,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rolltape.infra.readback import read_records
 from rolltape.schemas import Evaluation, ModelEndpoint, Stream, parse_envelope
 from tests.integration.conftest import Topics
+from tests.integration.workers import WorkerProcess
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 
 SOLUTIONS = {
@@ -168,3 +170,44 @@ def test_batch_run__killed_midway_and_resumed_finishes_every_item_exactly_once(
     assert {s.rsplit(".", 1)[0] for s in retried} <= set(completed)
     for chain in topics.verify().reports():
         assert not chain.breaks, chain
+
+
+def test_env_process__runs_waits_for_the_judges_and_exports_the_batch(
+    topics: Topics, tmp_path: Path
+) -> None:
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        with OpenAICompatibleServer(_slow_model) as server:
+            models = json.dumps(
+                {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+            )
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "rolltape.infra",
+                    "env",
+                    "process",
+                    "bugfix",
+                    "--items",
+                    "3",
+                    "-o",
+                    str(tmp_path / "out"),
+                    "--run",
+                    "proc",
+                ],
+                env={**topics.env(), "ROLLTAPE_MODELS": models, "COLUMNS": "200"},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+    finally:
+        worker.stop()
+    assert done.returncode == 0, done.stderr
+    assert "filter outcomes: 3 accepted, 0 rejected, 0 undecided" in done.stdout
+    assert "exported 3 line(s)" in done.stdout
+    manifest = json.loads((tmp_path / "out" / ".rolltape" / "manifest.json").read_text())
+    assert manifest["lines"] == 3
+    lines = (tmp_path / "out" / "sharegpt-00000.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    assert [row["conversations"][1]["from"] for row in rows] == ["human"] * 3

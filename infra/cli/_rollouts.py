@@ -1,0 +1,103 @@
+"""What the commands that run rollouts share: the endpoint of a logical model, the batch
+summary."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rolltape.infra.batch import BatchSummary
+from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
+from rolltape.producers.environments import Rollout
+from rolltape.schemas import ModelEndpoint
+
+T = TypeVar("T")
+OnPlan = Callable[[int, int], None]
+OnRollout = Callable[[Rollout], None]
+
+
+def endpoint_for(model: str) -> ModelEndpoint:
+    """The endpoint ROLLTAPE_MODELS binds `model` to, or a usage error saying how to bind it."""
+    endpoints = settings().models
+    if model not in endpoints:
+        bound = ", ".join(sorted(endpoints)) or "none"
+        err_console.print(
+            f"[red]error:[/red] no endpoint is bound to model {escape(model)!r} (bound: {bound}); "
+            f'set ROLLTAPE_MODELS=\'{{"{escape(model)}": {{"base_url": "http://HOST/v1", '
+            '"model": "NAME"}}\''
+        )
+        raise typer.Exit(2)
+    return endpoints[model]
+
+
+def print_summary(summary: BatchSummary) -> None:
+    mean = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
+    console.print(
+        f"batch {summary.run} ({summary.environment}): {summary.planned} planned, "
+        f"{summary.finished_before} finished before, {summary.ran} ran now "
+        f"({summary.completed} completed, {summary.failed} failed); mean reward {mean}"
+    )
+    if summary.tools:
+        table = Table(title="tools", title_justify="left")
+        for column in ("tool", "calls", "success", "failure"):
+            table.add_column(column)
+        for tool, line in summary.tools.items():
+            table.add_row(tool, str(line.count), str(line.success), str(line.failure))
+        console.print(table)
+    console.print(
+        f"filter outcomes: {summary.accepted} accepted, {summary.rejected} rejected, "
+        f"{summary.undecided} undecided"
+        + (" (no worker has judged them yet: `rolltape worker`)" if summary.undecided else "")
+    )
+    for code, count in summary.reasons.items():
+        console.print(f"    rejected for {code}: {count}")
+
+
+def with_progress(description: str, start: Callable[[OnPlan, OnRollout], Awaitable[T]]) -> T | None:
+    """Run `start(on_plan, on_rollout)` under a progress bar; None when Ctrl-C or SIGTERM
+    stopped it (finished rollouts are in the log by then)."""
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+    )
+    task = progress.add_task(description, total=None, status="reading the log")
+    counts = {"completed": 0, "failed": 0}
+
+    def planned(todo: int, finished: int) -> None:
+        progress.update(task, total=todo, status=f"{finished} finished before")
+
+    def done(rollout: Rollout) -> None:
+        counts[rollout.status] += 1
+        progress.update(
+            task, advance=1, status=f"{counts['completed']} completed, {counts['failed']} failed"
+        )
+
+    async def main() -> T | None:
+        stop = stop_on_signals()
+        job = asyncio.ensure_future(start(planned, done))
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({job, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not job.done():
+            job.cancel()
+            await asyncio.gather(job, return_exceptions=True)
+            return None
+        stopper.cancel()
+        return job.result()
+
+    with user_errors(), progress:
+        try:
+            return asyncio.run(main())
+        except ValueError as exc:
+            progress.stop()
+            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from exc
