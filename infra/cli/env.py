@@ -13,10 +13,13 @@ from rich.table import Table
 from rolltape.infra import open_recorder
 from rolltape.infra.batch import process_batch
 from rolltape.infra.cli._common import (
+    KeepEqualScoresOption,
+    ScoreOption,
     TokenizerOption,
     console,
     err_console,
     settings,
+    stop_on_signals,
     user_errors,
 )
 from rolltape.infra.cli._rollouts import endpoint_for, print_summary, with_progress
@@ -193,4 +196,65 @@ def process(
     )
     console.print(
         f"exported {manifest.lines} line(s) to {out} ({export_format}); skipped: {skipped}"
+    )
+
+
+@app.command()
+def serve(
+    environment: Annotated[str, typer.Argument(help="A name (`env list`) or module:Class.")],
+    url: Annotated[str, typer.Option(help="The Atropos API server, e.g. http://host:8000.")],
+    group_size: Annotated[
+        int | None, typer.Option(min=1, help="Rollouts per item (default: the env's).")
+    ] = None,
+    groups: Annotated[
+        int | None, typer.Option(min=1, help="Stop after this many groups (default: never).")
+    ] = None,
+    tokenizer: TokenizerOption = None,
+    score: ScoreOption = "reward",
+    keep_equal_scores: KeepEqualScoresOption = False,
+    model: Annotated[
+        str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
+    ] = DEFAULT_MODEL,
+    run: Annotated[
+        str | None, typer.Option("--run", help="Names the sessions and the feed's group.")
+    ] = None,
+) -> None:
+    """Register with an Atropos API server, run GROUP_SIZE rollouts per item, and deliver each
+    group once the worker's filters and judges decided its sessions (through the live feed and
+    the Atropos sink). Ctrl-C or SIGTERM stops."""
+    from rolltape.infra.serve import ServeOptions, ServeStats, serve_env
+
+    try:
+        env = load_environment(environment)
+        chat_tokenizer, _ = open_tokenizer(tokenizer)
+    except (ValueError, ExportError) as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
+    endpoint = endpoint_for(model)
+    options = ServeOptions(
+        url=url,
+        run=run or env.name,
+        group_size=group_size or env.group_size,
+        groups=groups,
+        score=score,
+        keep_equal_scores=keep_equal_scores,
+    )
+
+    async def main() -> ServeStats:
+        return await serve_env(
+            settings(),
+            env,
+            endpoint=endpoint,
+            options=options,
+            tokenizer=chat_tokenizer,
+            stop=stop_on_signals(),
+            say=lambda line: err_console.print(escape(line), highlight=False),
+        )
+
+    with user_errors():
+        stats = asyncio.run(main())
+    skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
+    console.print(
+        f"served {stats.groups_run} group(s) ({stats.rollouts} rollouts); sent "
+        f"{stats.sent_groups} group(s) to {url}; skipped sessions: {skipped}"
     )

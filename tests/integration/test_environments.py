@@ -4,12 +4,14 @@ the split is a recorded session with its reward, and the evaluation is an event 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +213,107 @@ def test_env_process__runs_waits_for_the_judges_and_exports_the_batch(
     lines = (tmp_path / "out" / "sharegpt-00000.jsonl").read_text().splitlines()
     rows = [json.loads(line) for line in lines]
     assert [row["conversations"][1]["from"] for row in rows] == ["human"] * 3
+
+
+def _mixed_model() -> Callable[[dict[str, Any]], Reply]:
+    """Fixes the bug in every other conversation (told apart by the call ids it hands out), so
+    each group of two has different rewards (Atropos drops groups whose scores are all equal)."""
+    started = itertools.count()
+
+    def reply(body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        prompt = next(m["content"] for m in messages if m["role"] == "user")
+        module = next(
+            name
+            for name in ("slug.py", "search.py", "fizz.py", "stats.py", "roman.py", "words.py")
+            if name in prompt
+        )
+        tools = [m for m in messages if m["role"] == "tool"]
+        if not tools:
+            n = next(started)
+            return Completion(tool_calls=[(f"c{n}", "read_file", json.dumps({"path": module}))])
+        n = int(tools[0]["tool_call_id"][1:])
+        if len(tools) == 1 and n % 2 == 0 and module in FIXES:
+            args = json.dumps({"path": module, "content": FIXES[module]})
+            return Completion(tool_calls=[(f"w{n}", "write_file", args)])
+        return Completion(content="done")
+
+    return reply
+
+
+FIXES = {
+    "search.py": (
+        "def find(items, target):\n"
+        "    low, high = 0, len(items) - 1\n"
+        "    while low <= high:\n"
+        "        mid = (low + high) // 2\n"
+        "        if items[mid] == target:\n"
+        "            return mid\n"
+        "        if items[mid] < target:\n"
+        "            low = mid + 1\n"
+        "        else:\n"
+        "            high = mid - 1\n"
+        "    return -1\n"
+    ),
+    "fizz.py": (
+        "def fizzbuzz(n):\n"
+        "    if n % 15 == 0:\n"
+        "        return 'FizzBuzz'\n"
+        "    if n % 3 == 0:\n"
+        "        return 'Fizz'\n"
+        "    if n % 5 == 0:\n"
+        "        return 'Buzz'\n"
+        "    return str(n)\n"
+    ),
+}
+
+
+def test_env_serve__delivers_judged_groups_that_the_trainer_gets_from_batch(
+    topics: Topics, tmp_path: Path
+) -> None:
+    from tests.support.atropos_server import AtroposServer
+    from tests.support.tokenizer import build_chat_tokenizer
+
+    tokenizer = build_chat_tokenizer(tmp_path / "tok")
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        with AtroposServer() as atropos, OpenAICompatibleServer(_mixed_model()) as model:
+            atropos.register_trainer(batch_size=4)
+            assert atropos.batch() is None or atropos.batch() == []  # the trainer starts
+            models = json.dumps(
+                {"agent": ModelEndpoint(base_url=model.base_url, model="local").model_dump()}
+            )
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "rolltape.infra",
+                    "env",
+                    "serve",
+                    "bugfix",
+                    "--url",
+                    atropos.url,
+                    "--group-size",
+                    "2",
+                    "--groups",
+                    "2",
+                    "--tokenizer",
+                    str(tokenizer),
+                    "--run",
+                    "srv",
+                ],
+                env={**topics.env(), "ROLLTAPE_MODELS": models, "COLUMNS": "200"},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr
+            batch = atropos.batch()
+    finally:
+        worker.stop()
+    assert "served 2 group(s) (4 rollouts); sent 2 group(s)" in done.stdout, done.stdout
+    assert isinstance(batch, list) and len(batch) == 2
+    for group in batch:
+        low, high = sorted(group["scores"])
+        assert low == 0.0 and high >= 0.6  # one sample fixed the bug, one did not
+        assert len(group["tokens"]) == 2 and all(group["tokens"])
