@@ -10,13 +10,21 @@ import os
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
+from rolltape.infra.cli._common import (
+    ScoreOption,
+    console,
+    err_console,
+    settings,
+    stop_on_signals,
+    user_errors,
+)
 from rolltape.infra.cron import cron_jobs, open_scheduler
 from rolltape.producers.agent import DEFAULT_MODEL, agent_runner
 from rolltape.producers.cron import (
@@ -343,3 +351,47 @@ def _report(run: CronRun) -> None:
 
 
 __all__ = ["CronJobs", "app"]
+
+
+@app.command("to-env")
+def to_env(
+    job_id: JobArgument,
+    out: Annotated[Path, typer.Option("-o", "--out", help="The items file to write (JSONL).")],
+    min_reward: Annotated[
+        float | None,
+        typer.Option(
+            help="Keep runs whose session scores at least this (runs without a score are left out)."
+        ),
+    ] = None,
+    include_failures: Annotated[
+        bool,
+        typer.Option("--include-failures", help="Also failed runs (their task, no reference)."),
+    ] = False,
+    score: ScoreOption = "reward",
+) -> None:
+    """Turn a job's successful runs (and, with --include-failures, its failed ones) into
+    environment items: the job's prompt, skills and workdir, the answer a successful run gave as
+    the reference, and the run it came from. Run them with `rolltape env evaluate jsonl:FILE
+    --split train` (or batch run, process, serve)."""
+    from rolltape.infra.cron import cron_items
+
+    with _errors():
+        report = asyncio.run(
+            cron_items(
+                settings(),
+                job_id,
+                min_reward=min_reward,
+                include_failures=include_failures,
+                score=score,
+            )
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(
+            "".join(
+                json.dumps(item.model_dump(mode="json"), sort_keys=True) + "\n"
+                for item in report.items
+            )
+        )
+    skipped = ", ".join(f"{k} {v}" for k, v in report.skipped.items()) or "none"
+    console.print(f"wrote {len(report.items)} item(s) to {out}; skipped runs: {skipped}")
+    console.print(f"run them: rolltape env evaluate jsonl:{out} --split train")

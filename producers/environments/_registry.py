@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 
 from rolltape.producers.environments._base import Environment
 
@@ -20,14 +21,21 @@ def environment_names() -> list[str]:
 
 
 def load_environment(spec: str) -> Environment:
-    """A registered name (`bugfix`) or `package.module:Class`; ValueError saying what exists."""
+    """A registered name (`bugfix`), `jsonl:PATH` (a file of items, as `rolltape cron to-env`
+    writes) or `package.module:Class`; ValueError saying what exists."""
     _shipped()
     if spec in _ENVIRONMENTS:
         return _ENVIRONMENTS[spec]()
+    if spec.startswith("jsonl:"):
+        from rolltape.producers.environments._items_file import ItemsFileEnv
+
+        return ItemsFileEnv(Path(spec.removeprefix("jsonl:")).expanduser())
     module_name, sep, attribute = spec.partition(":")
     if not sep:
         known = ", ".join(sorted(_ENVIRONMENTS))
-        raise ValueError(f"unknown environment {spec!r}: one of {known}, or package.module:Class")
+        raise ValueError(
+            f"unknown environment {spec!r}: one of {known}, jsonl:PATH or package.module:Class"
+        )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -52,3 +52,15 @@ def schedules_more(run: CronRunContext) -> str:
         timeout=120,
     )
     return f"exit {done.returncode}: {done.stderr.strip()}"
+
+
+_scores = iter([0.9, 0.2, 0.7])
+
+
+def scored(run: CronRunContext) -> str:
+    """Answers, and scores the answer: 0.9, then 0.2, then 0.7."""
+    run.session.turn("user", run.prompt)
+    answer = f"The open PRs are 12 and 14 (run {run.attempt})"
+    run.session.turn("assistant", answer)
+    run.session.reward(next(_scores), name="reward")
+    return answer

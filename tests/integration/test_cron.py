@@ -400,3 +400,50 @@ def test_default_runner__the_reference_agent_does_the_job_in_its_workdir(
     assert "no endpoint is bound to model 'missing' (bound: agent)" in (nomodel.reason or "")
     chain = [r for r in topics.verify(digest.session_id).reports() if r.stream == "events"]
     assert chain and not chain[0].breaks and chain[0].ended
+
+
+def test_to_env__a_jobs_good_runs_become_items_an_environment_runs(
+    topics: Topics, tmp_path: Path
+) -> None:
+    _add(
+        topics,
+        JobSpec(
+            job_id="prs",
+            schedule="every 1h",
+            prompt="List the open PRs",
+            skills=("files",),
+            runner="tests.integration.cron_runners:scored",
+        ),
+    )
+    shift = [3600 * _NS + _NS]
+
+    def two_runs(book: JobBook) -> bool:
+        if len(book.runs) == 1 and next(iter(book.runs.values())).status == RunStatus.SUCCESS:
+            shift[0] += 3600 * _NS  # the next tick comes due
+        return sum(r.status == RunStatus.SUCCESS for r in book.runs.values()) >= 2
+
+    _run_scheduler(topics, _shifted_clock(shift), two_runs)
+    items = tmp_path / "items.jsonl"
+    done = _cli(topics, "to-env", "prs", "--min-reward", "0.5", "-o", str(items))
+    assert done.returncode == 0, done.stderr
+    assert "wrote 1 item(s)" in done.stdout and "below_min_reward 1" in done.stdout
+    [item] = [json.loads(line) for line in items.read_text().splitlines()]
+    assert item["data"]["prompt"] == "List the open PRs"
+    assert item["data"]["reference"] == "The open PRs are 12 and 14 (run 1)"
+    assert item["data"]["source"]["score"] == 0.9 and item["data"]["skills"] == ["files"]
+
+    def model(body: dict[str, object]) -> Reply:
+        return Completion(content="Open PRs: 12 and 14.")
+
+    with OpenAICompatibleServer(model) as server:
+        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+        evaluated = subprocess.run(
+            [*CLI, "env", "evaluate", f"jsonl:{items}", "--split", "train"],
+            env={**topics.env(), "ROLLTAPE_MODELS": json.dumps(models), "COLUMNS": "200"},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "1 items, 1 scored" in evaluated.stdout and "passed 1 (100%)" in evaluated.stdout

@@ -154,3 +154,24 @@ def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: 
     assert "env=bugfix" in by_type["session_started"]["tags"]
     assert by_type["reward"]["components"] == {"tests_pass": 1.0, "coverage": 1.0}
     assert by_type["session_ended"]["outcome"]["passed"] is True
+
+
+def test_token_f1__scores_word_overlap_against_the_reference() -> None:
+    from rolltape.producers.environments._items_file import token_f1
+
+    assert token_f1("The answer is 42.", "the answer is 42") == 1.0
+    assert token_f1("42", "the answer is 42") == pytest.approx(0.4)
+    assert token_f1("nothing alike", "the answer is 42") == 0.0
+
+
+def test_items_file__a_bad_line_is_named_with_its_number(tmp_path: Path) -> None:
+    good = {"item_id": "a", "split": "train", "data": {"prompt": "p"}}
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps(good) + "\n" + '{"item_id": "Bad Id"}\n')
+    with pytest.raises(ValueError, match=r"items.jsonl:2: not an item"):
+        load_environment(f"jsonl:{path}")
+    path.write_text(json.dumps(good) + "\n")
+    env = load_environment(f"jsonl:{path}")
+    assert [i.item_id for i in env.items("train")] == ["a"] and env.format_prompt(
+        env.items()[0]
+    ) == "p"
