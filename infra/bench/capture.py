@@ -86,9 +86,15 @@ class _AtOnce(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
+class _Server(ThreadingHTTPServer):
+    # Room for 64 clients connecting at once (the default backlog of 5 resets connections).
+    request_queue_size = 256
+    daemon_threads = True
+
+
 def _serve(ports: multiprocessing.Queue[int]) -> None:
     """The server, in its own process: its threads must not share the client's interpreter."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _AtOnce)
+    server = _Server(("127.0.0.1", 0), _AtOnce)
     ports.put(server.server_address[1])
     server.serve_forever()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
 import typer
 from rich.markup import escape
@@ -14,12 +14,28 @@ from rich.table import Table
 
 from rolltape.infra.batch import BatchSummary
 from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
-from rolltape.producers.environments import Rollout
+from rolltape.producers.environments import Environment, Rollout, load_environment
 from rolltape.schemas import ModelEndpoint
 
 T = TypeVar("T")
+EnvArgument = Annotated[
+    str, typer.Argument(help="A name (`env list`), jsonl:PATH or module:Class.")
+]
+ModelOption = Annotated[
+    str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
+]
+ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Rollouts at once.")]
 OnPlan = Callable[[int, int], None]
 OnRollout = Callable[[Rollout], None]
+
+
+def open_environment(spec: str) -> Environment:
+    """The environment a command names, or a usage error saying which ones exist."""
+    try:
+        return load_environment(spec)
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
 
 
 def endpoint_for(model: str) -> ModelEndpoint:

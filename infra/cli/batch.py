@@ -5,25 +5,29 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from rolltape.infra.batch import run_batch
 from rolltape.infra.cli._common import err_console, settings
-from rolltape.infra.cli._rollouts import endpoint_for, print_summary, with_progress
+from rolltape.infra.cli._rollouts import (
+    ConcurrencyOption,
+    EnvArgument,
+    ModelOption,
+    endpoint_for,
+    open_environment,
+    print_summary,
+    with_progress,
+)
 from rolltape.producers.agent import DEFAULT_MODEL
-from rolltape.producers.environments import load_environment
 
 app = typer.Typer(help="Batches of rollouts: resumable from the log.", no_args_is_help=True)
 
 
 @app.command("run")
 def run_(
-    environment: Annotated[str, typer.Argument(help="A name (`env list`) or module:Class.")],
+    environment: EnvArgument,
     items: Annotated[int, typer.Option(min=1, help="Rollouts in the batch (train items, cycled).")],
-    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once.")] = 4,
-    model: Annotated[
-        str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
-    ] = DEFAULT_MODEL,
+    concurrency: ConcurrencyOption = 4,
+    model: ModelOption = DEFAULT_MODEL,
     run: Annotated[
         str | None,
         typer.Option(
@@ -39,11 +43,7 @@ def run_(
     """Run ITEMS rollouts, CONCURRENCY at a time. Run it again with the same --run to resume:
     rollouts whose session ended completed are skipped (the log is the checkpoint), the rest run
     as fresh sessions. Prints per-tool statistics and the reward filter's outcomes at the end."""
-    try:
-        env = load_environment(environment)
-    except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    env = open_environment(environment)
     endpoint = endpoint_for(model)
     name = run or env.name
     summary = with_progress(

@@ -22,7 +22,15 @@ from rolltape.infra.cli._common import (
     stop_on_signals,
     user_errors,
 )
-from rolltape.infra.cli._rollouts import endpoint_for, print_summary, with_progress
+from rolltape.infra.cli._rollouts import (
+    ConcurrencyOption,
+    EnvArgument,
+    ModelOption,
+    endpoint_for,
+    open_environment,
+    print_summary,
+    with_progress,
+)
 from rolltape.infra.export import ExportError, open_tokenizer
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.environments import (
@@ -34,7 +42,9 @@ from rolltape.producers.environments import (
 from rolltape.projections import ExportOptions, Format, Selection
 from rolltape.schemas import Evaluation
 
-app = typer.Typer(help="Environments: tasks with rewards, run by the reference agent.")
+app = typer.Typer(
+    help="Environments: tasks with rewards, run by the reference agent.", no_args_is_help=True
+)
 
 
 @app.command("list")
@@ -53,20 +63,14 @@ def list_() -> None:
 
 @app.command("evaluate")
 def evaluate_(
-    environment: Annotated[str, typer.Argument(help="A name (`env list`) or module:Class.")],
+    environment: EnvArgument,
     split: Annotated[str, typer.Option(help="The split to run, every item once.")] = "test",
-    model: Annotated[
-        str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
-    ] = DEFAULT_MODEL,
-    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once.")] = 4,
+    model: ModelOption = DEFAULT_MODEL,
+    concurrency: ConcurrencyOption = 4,
 ) -> None:
     """Run every item of a split once, print a metrics table and record an `evaluation` event
     (its own session) naming every rollout's session."""
-    try:
-        env = load_environment(environment)
-    except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    env = open_environment(environment)
     endpoint = endpoint_for(model)
     rows: list[Rollout] = []
 
@@ -127,7 +131,7 @@ def _print(evaluation: Evaluation, rollouts: dict[str, Rollout]) -> None:
 
 @app.command()
 def process(
-    environment: Annotated[str, typer.Argument(help="A name (`env list`) or module:Class.")],
+    environment: EnvArgument,
     items: Annotated[int, typer.Option(min=1, help="Rollouts (train items, cycled).")],
     out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the exported files.")],
     export_format: Annotated[
@@ -137,10 +141,8 @@ def process(
         bool, typer.Option("--accepted-only", help="Only sessions the reward filter accepted.")
     ] = False,
     tokenizer: TokenizerOption = None,
-    concurrency: Annotated[int, typer.Option(min=1, help="Rollouts at once.")] = 4,
-    model: Annotated[
-        str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
-    ] = DEFAULT_MODEL,
+    concurrency: ConcurrencyOption = 4,
+    model: ModelOption = DEFAULT_MODEL,
     run: Annotated[
         str | None, typer.Option("--run", help="The batch's name (resumable; default: env's).")
     ] = None,
@@ -152,10 +154,10 @@ def process(
     """Run a batch of rollouts (as `batch run`, resumable), wait for the worker's judges and
     filters, and export the batch's scored sessions from the log (with provenance and a
     manifest, as `rolltape export` writes them)."""
+    env = open_environment(environment)
     try:
-        env = load_environment(environment)
         chat_tokenizer, label = open_tokenizer(tokenizer)
-    except (ValueError, ExportError) as exc:
+    except ExportError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     endpoint = endpoint_for(model)
@@ -201,7 +203,7 @@ def process(
 
 @app.command()
 def serve(
-    environment: Annotated[str, typer.Argument(help="A name (`env list`) or module:Class.")],
+    environment: EnvArgument,
     url: Annotated[str, typer.Option(help="The Atropos API server, e.g. http://host:8000.")],
     group_size: Annotated[
         int | None, typer.Option(min=1, help="Rollouts per item (default: the env's).")
@@ -212,9 +214,7 @@ def serve(
     tokenizer: TokenizerOption = None,
     score: ScoreOption = "reward",
     keep_equal_scores: KeepEqualScoresOption = False,
-    model: Annotated[
-        str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
-    ] = DEFAULT_MODEL,
+    model: ModelOption = DEFAULT_MODEL,
     run: Annotated[
         str | None, typer.Option("--run", help="Names the sessions and the feed's group.")
     ] = None,
@@ -224,10 +224,10 @@ def serve(
     the Atropos sink). Ctrl-C or SIGTERM stops."""
     from rolltape.infra.serve import ServeOptions, ServeStats, serve_env
 
+    env = open_environment(environment)
     try:
-        env = load_environment(environment)
         chat_tokenizer, _ = open_tokenizer(tokenizer)
-    except (ValueError, ExportError) as exc:
+    except ExportError as exc:
         err_console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
     endpoint = endpoint_for(model)

@@ -52,7 +52,8 @@ class ItemsFileEnv(Environment):
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
-        self.name = f"jsonl-{path.stem}"[:40]  # type: ignore[misc]
+        stem = re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-") or "items"
+        self.name = f"jsonl-{stem}"[:40].rstrip("-")  # type: ignore[misc]
         try:
             lines = path.read_text().splitlines()
         except OSError as exc:
