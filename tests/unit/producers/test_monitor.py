@@ -291,6 +291,7 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
     assert public == {
         "capture",
         "decision",
+        "evaluation",
         "end",
         "ended",
         "feedback",
