@@ -7,7 +7,7 @@ refuse one that leaves it, so a model cannot read or write elsewhere through the
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,5 +134,3 @@ def tools_for(skills: Iterable[str], workdir: Path) -> list[Tool]:
         tools += _TOOLSETS[skill](workdir)
     return tools
 
-
-ToolFn = Callable[..., Any | Awaitable[Any]]
