@@ -133,4 +133,3 @@ def tools_for(skills: Iterable[str], workdir: Path) -> list[Tool]:
             raise ValueError(f"unknown skill {skill!r}: registered toolsets are {known}")
         tools += _TOOLSETS[skill](workdir)
     return tools
-
