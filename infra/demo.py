@@ -49,7 +49,7 @@ from rolltape.schemas import (
     Stream,
     ToolSpec,
     Verdict,
-    parse_envelope,
+    read_event,
 )
 
 _OPS: dict[type, Any] = {
@@ -321,11 +321,11 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
     for r in records:
         if r.stream == Stream.DEADLETTER:
             continue
-        env = parse_envelope(r.value)
+        env = read_event(r.value)
         if env.event_id in seen:
             continue  # a redelivery
         seen.add(env.event_id)
-        payload = env.typed_payload()
+        payload = env.body
         if isinstance(payload, RuleEvaluation):
             if env.session_id == training[-1]:
                 evaluations[f"{payload.epoch:06d}"] = payload

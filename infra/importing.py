@@ -15,7 +15,7 @@ from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker import software_version
 from rolltape.projections import replay
 from rolltape.projections.importers import ImportedSession
-from rolltape.schemas import Role, Stream, decode, topic_name
+from rolltape.schemas import Role, Stream, read_event, topic_name
 
 
 class ImportIdentity(BaseModel):
@@ -100,11 +100,15 @@ def judge_imported(
         )
     result = replay(records, config)
     evaluations = sorted(
-        (decode(o.value)["payload"] for o in result.chains.get(("rules", session.session_id), [])),
+        (
+            read_event(o.value).mapping["payload"]
+            for o in result.chains.get(("rules", session.session_id), [])
+        ),
         key=lambda p: p["epoch"],
     )
     verdicts = [
-        decode(o.value)["payload"] for o in result.chains.get(("verdicts", session.session_id), [])
+        read_event(o.value).mapping["payload"]
+        for o in result.chains.get(("verdicts", session.session_id), [])
     ]
     verdict = next((v for v in verdicts if v.get("judge") == "training_audit"), None)
     return evaluations, verdict

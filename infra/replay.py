@@ -42,7 +42,8 @@ from rolltape.schemas import (
     KafkaConnection,
     Role,
     Stream,
-    decode,
+    UnreadableRecord,
+    read_event,
     split_stream,
     topic_name,
     versioned_stream,
@@ -123,14 +124,11 @@ async def read_version(
         connection, list(DERIVED_STREAMS), prefix=prefix, partitions=partitions
     ):
         try:
-            env = decode(raw.value)
-        except ValueError:
+            env = read_event(raw.value)
+        except UnreadableRecord:
             continue
-        if not isinstance(env, dict) or env.get("stream") not in wanted:
-            continue
-        sid, seq = env.get("session_id"), env.get("seq")
-        if isinstance(sid, str) and isinstance(seq, int):
-            by_seq[(env["stream"], sid)].setdefault(seq, raw.value)
+        if env.stream in wanted:
+            by_seq[(env.stream, env.session_id)].setdefault(env.seq, raw.value)
     held: dict[tuple[str, str], list[bytes]] = {}
     for key, records in by_seq.items():
         chain: list[bytes] = []

@@ -1,6 +1,6 @@
 """Everything the processors compute about one session, as one pure step per input record.
 
-Invariant: `SessionProcessor.step(state, record, parsed)` is deterministic: the outputs (sealed
+Invariant: `SessionProcessor.step(state, record, event, out)` is deterministic: the outputs (sealed
 record bytes and dead letters) and the new state depend only on the state, the record and the
 config. The faust worker, batch replay and the tests all drive this one function; the worker only
 adds Kafka, persistence and the ordering "outputs acknowledged, then state saved".
@@ -12,7 +12,9 @@ outputs (the same seq, hash and event id), which readers count as redeliveries.
 
 from __future__ import annotations
 
+import logging
 import re
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -28,7 +30,6 @@ from rolltape.processors.audit import (
     CheckpointSigner,
     DeadLettered,
     InputRecord,
-    Parsed,
     Redelivered,
     audit,
     parse_record,
@@ -53,7 +54,7 @@ from rolltape.schemas import (
     ChainHeadLeaf,
     Checkpoint,
     Decision,
-    Envelope,
+    Event,
     Frontier,
     LiveCheck,
     Metric,
@@ -63,16 +64,19 @@ from rolltape.schemas import (
     SessionStarted,
     Stream,
     TreeHead,
+    UnreadableRecord,
     Verdict,
     canonical_bytes,
     consistency_from_frontier,
-    decode,
     derived_event_id,
+    read_event,
     seal,
     session_binding,
     sign_tree_head,
     versioned_stream,
 )
+
+log = logging.getLogger("rolltape.processors")
 
 PRODUCER_NAME: Final = "rolltape.processors"
 _EVENT_TYPES: Final = {
@@ -293,22 +297,22 @@ class SessionProcessor:
         }
         self._judge_producer = {**self._producer, "principal": config.judge_principal}
 
-    def step(self, state: SessionState, record: InputRecord, parsed: Parsed) -> list[Output]:
-        """Process one record whose envelope parsed and whose key is its session id."""
-        env = parsed.envelope
+    def step(self, state: SessionState, record: InputRecord, env: Event, out: list[Output]) -> None:
+        """Process one record whose envelope parsed and whose key is its session id, appending
+        its outputs to `out` as they are sealed: an output chain's head never moves without
+        its record being in `out`, even when a later part of the step raises."""
         if record.offset <= state.last_offsets.get(record.topic, -1):
-            return []  # the consumer saw this record before the last saved state: done already
+            return  # the consumer saw this record before the last saved state: done already
         state.last_offsets[record.topic] = record.offset
-        out: list[Output] = []
         chain = state.chains.setdefault(env.stream, ChainHead())
-        result = audit(chain, record, parsed)
+        result = audit(chain, env)
         if isinstance(result, Redelivered):
-            return out
+            return
         assert isinstance(result, Admitted)
         for brk in result.breaks:
             out.append(self._chain_broken(state, record, env, brk.kind, brk.seq, brk.detail))
         if not result.usable:
-            return out
+            return
         writers = self.config.writers.get(env.stream)
         if writers is not None and env.producer.principal not in writers:
             # The broker authenticated whoever wrote it, but the envelope names someone else:
@@ -329,22 +333,21 @@ class SessionProcessor:
                     f"{env.type!r} does not belong on the {env.stream} stream",
                 )
             )
-            return out
+            return
         try:
-            payload = env.typed_payload(lenient=True)
+            payload = env.body
         except PayloadError as exc:
             out.append(DeadLetter(record, "invalid_payload", str(exc)[:500]))
-            return out
+            return
         self._use(state, record, env, payload, out)
         self._maybe_finish(state, env, out)
-        return out
 
     # -- using a usable event ----------------------------------------------------------------------
     def _use(
         self,
         state: SessionState,
         record: InputRecord,
-        env: Envelope,
+        env: Event,
         payload: BaseModel,
         out: list[Output],
     ) -> None:
@@ -357,7 +360,14 @@ class SessionProcessor:
                 return
             out.append(
                 self._emit(
-                    state, env, Stream.RULES, "rule_evaluation", evaluation, causes, RULES_VERSION
+                    state,
+                    env.session_id,
+                    env.ts_ns,
+                    Stream.RULES,
+                    "rule_evaluation",
+                    evaluation,
+                    causes,
+                    RULES_VERSION,
                 )
             )
             if state.kind != "agent":  # only training runs are judged on their epochs
@@ -392,11 +402,11 @@ class SessionProcessor:
                 state.transcript = Transcript(session_id=env.session_id)
         elif isinstance(payload, Decision):
             state.judge.add_decision(payload, env.hash)
-        observe(state.filters, self.config.filters, env)
+        observe(state.filters, self.config.filters, payload, env.hash)
         if state.transcript is not None:
-            state.transcript.observe(env, self.config.transcript_max_chars)
+            state.transcript.observe(payload, self.config.transcript_max_chars)
 
-    def _maybe_finish(self, state: SessionState, env: Envelope, out: list[Output]) -> None:
+    def _maybe_finish(self, state: SessionState, env: Event, out: list[Output]) -> None:
         end = state.end
         if state.finished or end is None:
             return
@@ -406,16 +416,20 @@ class SessionProcessor:
         causes = tuple(state.ended[s] for s in sorted(state.ended))
         # Anchored on the session's ends, not on the record that happened to arrive last: the
         # raw topics interleave differently on every read, the outputs must not.
-        anchor = env.model_copy(update={"ts_ns": max(state.ended_ts.values())})
-        out.extend(self._finish(state, anchor, end, causes))
+        self._finish(state, env.session_id, max(state.ended_ts.values()), end, causes, out)
         # Only the chain heads are needed from now on (to flag records after the end).
         state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
         state.transcript = None
 
     def _finish(
-        self, state: SessionState, env: Envelope, end: dict[str, Any], causes: tuple[str, ...]
-    ) -> list[Output]:
-        out: list[Output] = []
+        self,
+        state: SessionState,
+        sid: str,
+        ts_ns: int,
+        end: dict[str, Any],
+        causes: tuple[str, ...],
+        out: list[Output],
+    ) -> None:
         if (state.kind or "agent") == "training":
             config = self.config.training_judge
             verdict = judge(
@@ -426,35 +440,26 @@ class SessionProcessor:
                 config=config,
             )
             version = f"{JUDGE_VERSION}:{config.label}"
-            out.append(self._emit(state, env, Stream.VERDICTS, "verdict", verdict, causes, version))
-        else:
-            result = outcome(state.filters, self.config.filters)
             out.append(
-                self._emit(
-                    state,
-                    env,
-                    Stream.FILTERED,
-                    "filter_outcome",
-                    result,
-                    causes,
-                    f"{FILTER_VERSION}:{self.config.filters.label}",
-                )
+                self._emit(state, sid, ts_ns, Stream.VERDICTS, "verdict", verdict, causes, version)
             )
-            if state.transcript is not None:
-                out.extend(self._judge_transcript(state, env, state.transcript, causes))
-        return out
-
-    def _judge_transcript(
-        self, state: SessionState, env: Envelope, transcript: Transcript, causes: tuple[str, ...]
-    ) -> list[Output]:
-        out: list[Output] = []
+            return
+        result = outcome(state.filters, self.config.filters)
+        label = f"{FILTER_VERSION}:{self.config.filters.label}"
+        out.append(
+            self._emit(state, sid, ts_ns, Stream.FILTERED, "filter_outcome", result, causes, label)
+        )
+        transcript = state.transcript
+        if transcript is None:
+            return
         for name in self.config.rewards:
             function = REWARDS[name]
             verdict = function.verdict(transcript)
             out.append(
                 self._emit(
                     state,
-                    env,
+                    sid,
+                    ts_ns,
                     Stream.VERDICTS,
                     "verdict",
                     verdict,
@@ -465,15 +470,14 @@ class SessionProcessor:
             )
         if self.config.llm_judges:
             request = JudgeRequest(
-                session_id=env.session_id,
+                session_id=sid,
                 judges=self.config.llm_judges,
                 transcript=transcript,
                 causes=causes,
-                ts_ns=env.ts_ns,
+                ts_ns=ts_ns,
             )
             value = canonical_bytes(request.model_dump(mode="python"))
-            out.append(Requested(env.session_id, value))
-        return out
+            out.append(Requested(sid, value))
 
     def judge_result(
         self, state: SessionState, record: InputRecord, result: JudgeResult
@@ -485,7 +489,7 @@ class SessionProcessor:
         if result.judge in state.judged:
             return []  # the judge ran twice (its agent restarted): the first verdict stands
         version = _llm_judge_version(result.judge, result.verdict.judge_version)
-        emitted = self._emit_for(
+        emitted = self._emit(
             state,
             result.session_id,
             result.ts_ns,
@@ -511,21 +515,24 @@ class SessionProcessor:
         """Take an LLM verdict an earlier run of this judge version already wrote as this run's
         (LLM verdicts are not reproducible byte for byte; their ids are), so later outputs chain
         on it. None when it does not sit at the chain's next seq."""
-        env = decode(value)
+        try:
+            env = read_event(value)
+        except UnreadableRecord:
+            return None
         stream = versioned_stream(Stream.VERDICTS, self.config.judge_version)
         seq, _ = state.outputs.get(stream, (0, GENESIS_HASH))
-        if env.get("stream") != stream or env.get("seq") != seq or judge_name in state.judged:
+        if env.stream != stream or env.seq != seq or judge_name in state.judged:
             return None
-        state.outputs[stream] = [seq + 1, env["hash"]]
-        state.judged[judge_name] = env["event_id"]
-        return Emitted(stream, session_id, value, env["event_id"], "verdict")
+        state.outputs[stream] = [seq + 1, env.hash]
+        state.judged[judge_name] = env.event_id
+        return Emitted(stream, session_id, value, env.event_id, "verdict")
 
     # -- output chains -----------------------------------------------------------------------------
     def _chain_broken(
         self,
         state: SessionState,
         record: InputRecord,
-        env: Envelope,
+        env: Event,
         kind: BreakKind,
         seq: int | None,
         detail: str,
@@ -542,7 +549,8 @@ class SessionProcessor:
         )
         return self._emit(
             state,
-            env,
+            env.session_id,
+            env.ts_ns,
             Stream.VERDICTS,
             "chain_broken",
             payload,
@@ -581,7 +589,7 @@ class SessionProcessor:
             leaves=tuple(leaves),
         )
         state.tree = {"size": frontier.size, "frontier": [n.hex() for n in frontier.nodes]}
-        return self._emit_for(
+        return self._emit(
             state,
             log,
             timestamp_ms * 1_000_000,
@@ -594,21 +602,6 @@ class SessionProcessor:
         )
 
     def _emit(
-        self,
-        state: SessionState,
-        env: Envelope,
-        stream: Stream,
-        event_type: str,
-        payload: BaseModel,
-        causes: tuple[str, ...],
-        version: str,
-        part: str = "",
-    ) -> Emitted:
-        return self._emit_for(
-            state, env.session_id, env.ts_ns, stream, event_type, payload, causes, version, part
-        )
-
-    def _emit_for(
         self,
         state: SessionState,
         sid: str,
@@ -647,15 +640,25 @@ def handle(
 ) -> tuple[str | None, list[Output]]:
     """Route one record: dead-letter what cannot be attributed to a session, step the rest.
     A session not in `states` is `load`ed (the worker reads its table; tests start fresh).
-    Returns the session touched (None for a dead letter) and the outputs, in order."""
-    parsed = parse_record(record)
-    if isinstance(parsed, DeadLettered):
-        return None, [DeadLetter(record, parsed.reason.value, parsed.detail)]
-    sid = parsed.envelope.session_id
+    Returns the session touched (None for a dead letter) and the outputs, in order.
+
+    Total: a step that raises (a bug) dead-letters its record with the error and keeps the
+    outputs it sealed before raising, whose chain heads the state already holds."""
+    event = parse_record(record)
+    if isinstance(event, DeadLettered):
+        return None, [DeadLetter(record, event.reason.value, event.detail)]
+    sid = event.session_id
     if sid.startswith(CHECKPOINT_LOG_PREFIX):
         detail = f"session ids starting {CHECKPOINT_LOG_PREFIX!r} name the judge's checkpoint logs"
         return None, [DeadLetter(record, "reserved_session_id", detail)]
     state = states.get(sid)
     if state is None:
         state = states[sid] = load(sid)
-    return sid, processor.step(state, record, parsed)
+    out: list[Output] = []
+    try:
+        processor.step(state, record, event, out)
+    except Exception as exc:  # the record is kept with why; the session goes on
+        log.exception("processing %s failed; dead-lettered", record.position)
+        detail = "".join(traceback.format_exception_only(exc)).strip()
+        out.append(DeadLetter(record, "processor_error", detail[:1000]))
+    return sid, out

@@ -31,7 +31,7 @@ from rolltape.schemas import (
     LogTree,
     TreeHead,
     canonical_bytes,
-    decode,
+    read_event,
     session_binding,
     tree_head_signed_by,
 )
@@ -65,8 +65,11 @@ class SessionEvidence(BaseModel):
     proofs: tuple[InclusionProof, ...]
 
     def decoded(self) -> dict[str, list[dict[str, Any]]]:
+        """The envelopes as mappings, read through the codec (UnreadableRecord for one that is
+        no envelope)."""
         return {
-            stream: [decode(e.encode()) for e in texts] for stream, texts in self.envelopes.items()
+            stream: [read_event(e.encode()).mapping for e in texts]
+            for stream, texts in self.envelopes.items()
         }
 
 

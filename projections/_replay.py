@@ -36,7 +36,7 @@ from rolltape.processors import (
     handle,
 )
 from rolltape.processors.audit import InputRecord
-from rolltape.schemas import Stream, decode, versioned_stream
+from rolltape.schemas import Stream, UnreadableRecord, read_event, versioned_stream
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class Replayer:
                 elif isinstance(output, DeadLetter):
                     result.dead_letters[output.reason] += 1
                 elif isinstance(output, Requested):
-                    result.requests.append(JudgeRequest.model_validate(decode(output.value)))
+                    result.requests.append(JudgeRequest.model_validate_json(output.value))
         result.chains = dict(chains)
         return result
 
@@ -141,7 +141,10 @@ class Replayer:
                 for name in request.judges
             }
             for value in held.get((stream, sid), ()):
-                name = wanted.get(decode(value).get("event_id", ""))
+                try:
+                    name = wanted.get(read_event(value).event_id)
+                except UnreadableRecord:
+                    continue
                 if name is None:
                     continue
                 adopted = self.processor.adopt_verdict(state, sid, name, value)

@@ -23,6 +23,7 @@ from rolltape.schemas._checkpoint import (
     sign_tree_head,
     tree_head_signed_by,
 )
+from rolltape.schemas._codec import Event, Producer, UnreadableRecord, read_event
 from rolltape.schemas._connection import KafkaConnection, SaslMechanism, SecurityProtocol
 from rolltape.schemas._cron import (
     FINAL_STATUSES,
@@ -57,9 +58,7 @@ from rolltape.schemas._envelope import (
     Envelope,
     ProducerInfo,
     derived_event_id,
-    envelope_from_mapping,
     hash_of,
-    parse_envelope,
     raw_event_id,
     seal,
 )
@@ -116,9 +115,6 @@ from rolltape.schemas._verify import (
     ChainBreak,
     ChainReport,
     ChainVerifier,
-    UnreadableRecord,
-    content_hash,
-    read_envelope,
 )
 
 __all__ = [
@@ -156,6 +152,7 @@ __all__ = [
     "EnvelopeError",
     "EvaluatedItem",
     "Evaluation",
+    "Event",
     "EventType",
     "Feedback",
     "FilterOutcome",
@@ -172,6 +169,7 @@ __all__ = [
     "ModelError",
     "ModelSpec",
     "PayloadError",
+    "Producer",
     "ProducerInfo",
     "RemedyDirection",
     "RemedyParams",
@@ -202,20 +200,17 @@ __all__ = [
     "Violation",
     "canonical_bytes",
     "consistency_from_frontier",
-    "content_hash",
     "decode",
     "derived_event_id",
-    "envelope_from_mapping",
     "export_json_schemas",
     "hash_of",
     "json_schemas",
     "key_id",
     "load_private_key",
     "load_public_key",
-    "parse_envelope",
     "parse_payload",
     "raw_event_id",
-    "read_envelope",
+    "read_event",
     "restore_non_finite",
     "result_failed",
     "seal",

@@ -11,11 +11,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from rolltape.schemas._canonical import INT_MAX, INT_MIN, canonical_bytes, decode, prepare
-from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
-from rolltape.schemas._payloads import parse_payload
+from rolltape.schemas._canonical import INT_MAX, INT_MIN, canonical_bytes, prepare
+from rolltape.schemas._errors import CanonicalEncodingError
 
 SCHEMA_VERSION = 1
 GENESIS_HASH = "0" * 64
@@ -35,7 +34,8 @@ class ProducerInfo(BaseModel):
 
 
 class Envelope(BaseModel):
-    """One record value, as read back. Writers build envelopes with `seal` instead (faster)."""
+    """The schema of one record value. Readers get an `Event` from `read_event` (the codec,
+    held to this schema by a test); writers build records with `seal`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -52,10 +52,6 @@ class Envelope(BaseModel):
     payload: dict[str, Any]
     prev_hash: str = Field(pattern=HASH_PATTERN)
     hash: str = Field(pattern=HASH_PATTERN)
-
-    def typed_payload(self, *, lenient: bool = True) -> BaseModel:
-        """The payload validated against its type's model (non-finite tokens become floats)."""
-        return parse_payload(self.type, self.payload, lenient=lenient)
 
     def to_record(self) -> bytes:
         """The canonical bytes of this envelope, as they travel on Kafka."""
@@ -161,24 +157,3 @@ def seal(
     at = hashed.index(_PAYLOAD_SPLICE)
     record = b"".join((hashed[:at], b',"hash":"', digest.encode("ascii"), b'"', hashed[at:]))
     return record, digest
-
-
-def parse_envelope(data: bytes | bytearray | memoryview) -> Envelope:
-    """Parse and validate one record value; raises EnvelopeError saying what is wrong."""
-    try:
-        obj = decode(data)
-    except CanonicalEncodingError as exc:
-        raise EnvelopeError(str(exc)) from exc
-    return envelope_from_mapping(obj)
-
-
-def envelope_from_mapping(obj: Any) -> Envelope:
-    if not isinstance(obj, dict):
-        raise EnvelopeError(f"envelope must be a JSON object, got {type(obj).__name__}")
-    version = obj.get("v")
-    if version != SCHEMA_VERSION:
-        raise EnvelopeError(f"unknown schema version {version!r}; this reader knows v1")
-    try:
-        return Envelope.model_validate(obj)
-    except ValidationError as exc:
-        raise EnvelopeError(f"invalid envelope: {exc}") from exc

@@ -331,24 +331,16 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
 }
 
 
-def _lenient(model: type[BaseModel]) -> type[BaseModel]:
-    config = ConfigDict(**{**model.model_config, "extra": "ignore"})
-    return type(f"Lenient{model.__name__}", (model,), {"model_config": config})
-
-
-_LENIENT_MODELS = {name: _lenient(model) for name, model in PAYLOAD_MODELS.items()}
-
-
 def parse_payload(event_type: str, data: Any, *, lenient: bool = False) -> BaseModel:
     """Validate a payload mapping against its type's model.
 
-    `lenient` ignores fields this version does not know (a newer producer added them).
+    `lenient` ignores fields this version does not know (a newer producer added them), at every
+    depth: a tool spec inside `session_started` may carry new fields too.
     """
-    models = _LENIENT_MODELS if lenient else PAYLOAD_MODELS
-    model = models.get(event_type)
+    model = PAYLOAD_MODELS.get(event_type)
     if model is None:
         raise PayloadError(f"unknown event type {event_type!r}; known: {sorted(PAYLOAD_MODELS)}")
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, extra="ignore" if lenient else None)
     except ValidationError as exc:
         raise PayloadError(f"invalid {event_type} payload: {exc}") from exc

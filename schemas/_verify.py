@@ -31,36 +31,18 @@ in full; the rest are counted by kind.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rolltape.schemas._canonical import canonical_bytes, decode
+from rolltape.schemas._codec import UnreadableRecord, read_event
 from rolltape.schemas._derived import BreakKind
-from rolltape.schemas._envelope import (
-    GENESIS_HASH,
-    SCHEMA_VERSION,
-    Envelope,
-    envelope_from_mapping,
-)
-from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
+from rolltape.schemas._envelope import GENESIS_HASH
 from rolltape.schemas._topics import split_stream
 
 MAX_DETAILED = 200
 _GENESIS = bytes(32)
-_HASH_SPLICE = b',"hash":"'
-
-
-class UnreadableRecord(EnvelopeError):
-    """Record bytes that are no v1 envelope; `kind` says how (unparseable / unknown version)."""
-
-    def __init__(self, kind: BreakKind, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
 
 
 def _on_its_topic(stream: str, topic_stream: str) -> bool:
@@ -72,22 +54,6 @@ def _on_its_topic(stream: str, topic_stream: str) -> bool:
         return split_stream(stream)[0].value == topic_stream
     except ValueError:
         return False
-
-
-def read_envelope(data: bytes | bytearray | memoryview) -> tuple[dict[str, Any], Envelope]:
-    """The decoded record and its validated envelope; UnreadableRecord when it is neither.
-    Shared by the batch verifier and the processors' live audit so both classify alike."""
-    try:
-        obj = decode(data)
-    except CanonicalEncodingError as exc:
-        raise UnreadableRecord(BreakKind.UNPARSEABLE, str(exc)[:300]) from exc
-    if isinstance(obj, dict) and obj.get("v") not in (None, SCHEMA_VERSION):
-        raise UnreadableRecord(BreakKind.UNKNOWN_VERSION, f"schema version {obj.get('v')!r}")
-    try:
-        env = envelope_from_mapping(obj)
-    except EnvelopeError as exc:
-        raise UnreadableRecord(BreakKind.UNPARSEABLE, str(exc)[:300]) from exc
-    return obj, env
 
 
 class ChainBreak(BaseModel):
@@ -230,7 +196,7 @@ class ChainVerifier:
             )
 
         try:
-            obj, env = read_envelope(data)
+            env = read_event(data)
         except UnreadableRecord as exc:
             orphan(exc.kind, exc.detail)
             return
@@ -253,11 +219,10 @@ class ChainVerifier:
                 BreakKind.MISROUTED, seq, f"record key {key!r} is not the session id", position
             )
 
-        computed = content_hash(obj, bytes(data))
-        if computed is None:
+        content_digest, canonical = env.computed_hash, env.canonical
+        if content_digest is None:
             chain.report(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form", position)
             return
-        content_digest, canonical = computed
         if content_digest != env.hash:
             chain.report(
                 BreakKind.TAMPERED,
@@ -330,24 +295,6 @@ class ChainVerifier:
         """One report per chain, ordered by (session_id, stream)."""
         ordered = sorted(self._chains.values(), key=lambda c: (c.session_id, c.stream))
         return [_finish(chain) for chain in ordered]
-
-
-def content_hash(obj: dict[str, object], data: bytes) -> tuple[str, bool] | None:
-    """(hash of the content, whether `data` is canonical); None when it has no canonical form.
-
-    When the bytes are canonical, the hashed form is the bytes with the hash member cut out (the
-    inverse of seal's splice): one encode per record instead of two.
-    """
-    try:
-        canonical = canonical_bytes(obj)
-    except CanonicalEncodingError:
-        return None
-    if canonical == data:
-        at = data.find(_HASH_SPLICE)
-        if at >= 0 and data[at + 9 + 64 : at + 10 + 64] == b'"':
-            return hashlib.sha256(data[:at] + data[at + 10 + 64 :]).hexdigest(), True
-    body = {k: v for k, v in obj.items() if k != "hash"}
-    return hashlib.sha256(canonical_bytes(body)).hexdigest(), False
 
 
 def _check_link(chain: _Chain, seq: int, prev: bytes, position: str | None) -> None:

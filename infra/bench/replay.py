@@ -34,7 +34,15 @@ from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
 from rolltape.projections import ReplayRecord, fold, replay, replay_order
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
-from rolltape.schemas import GENESIS_HASH, KafkaConnection, Role, Stream, decode, seal, topic_name
+from rolltape.schemas import (
+    GENESIS_HASH,
+    KafkaConnection,
+    Role,
+    Stream,
+    read_event,
+    seal,
+    topic_name,
+)
 
 _PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 _TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "object"}}]
@@ -148,11 +156,11 @@ def _pipeline(
     t2 = time.perf_counter()
     events: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in raw:
-        env = decode(item.record.value)
-        events[env["session_id"]].append(env)
+        event = read_event(item.record.value)
+        events[event.session_id].append(event.mapping)
     derived: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for (_, sid), outputs in result.chains.items():
-        derived[sid].extend(decode(o.value) for o in outputs)
+        derived[sid].extend(read_event(o.value).mapping for o in outputs)
     trajectories = [fold(events[sid], derived[sid]) for sid in sorted(events)]
     t3 = time.perf_counter()
     lines = [jsonl_line(sharegpt_row(t)) for t in trajectories]

@@ -36,7 +36,7 @@ from rolltape.infra.worker_process import WorkerProcess
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import InputRecord
 from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
-from rolltape.schemas import KafkaConnection, Role, Stream, decode, topic_name
+from rolltape.schemas import KafkaConnection, Role, Stream, read_event, topic_name
 
 
 class RulesBench(BaseModel):
@@ -90,11 +90,8 @@ async def _latency(
                 batch = await consumer.getmany(timeout_ms=50)
                 for messages in batch.values():
                     for m in messages:
-                        env = decode(m.value)
-                        if (
-                            env["session_id"] == session.session_id
-                            and env["payload"]["epoch"] == epoch
-                        ):
+                        env = read_event(m.value)
+                        if env.session_id == session.session_id and env.payload["epoch"] == epoch:
                             found = True
             if epoch >= warmup:
                 samples.append((time.perf_counter() - acked) * 1000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -22,7 +23,7 @@ from rolltape.schemas import (
     EnvelopeError,
     Role,
     Stream,
-    parse_envelope,
+    read_event,
 )
 
 
@@ -32,7 +33,7 @@ def _short(text: Any, width: int = 80) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def summarize(event_type: str, p: dict[str, Any]) -> str:
+def summarize(event_type: str, p: Mapping[str, Any]) -> str:
     """One line a person can scan for each event type."""
     match event_type:
         case "session_started":
@@ -91,7 +92,7 @@ def tail(
                 "%H:%M:%S.%f"
             )[:-3]
             try:
-                env = parse_envelope(record.value)
+                env = read_event(record.value)
             except EnvelopeError as exc:
                 console.print(
                     f"{when} [red]{record.stream.value:<8} unreadable at {record.position}: {escape(str(exc)[:100])}[/red]"

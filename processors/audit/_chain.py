@@ -15,14 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from rolltape.schemas import (
-    GENESIS_HASH,
-    BreakKind,
-    Envelope,
-    UnreadableRecord,
-    content_hash,
-    read_envelope,
-)
+from rolltape.schemas import GENESIS_HASH, BreakKind, Event, UnreadableRecord, read_event
 
 AUDITOR_VERSION: Final = "rolltape.audit/1"
 RECENT: Final = 8
@@ -111,7 +104,7 @@ class Redelivered:
 @dataclass(frozen=True)
 class Admitted:
     outcome: Literal["admitted"]
-    envelope: Envelope
+    event: Event
     breaks: tuple[Break, ...]
     usable: bool
     """The content is authentic and in chain order: rules, filters and judges may use it."""
@@ -120,20 +113,14 @@ class Admitted:
 AuditResult = DeadLettered | Redelivered | Admitted
 
 
-@dataclass(frozen=True)
-class Parsed:
-    envelope: Envelope
-    decoded: dict[str, Any]
-
-
-def parse_record(record: InputRecord) -> Parsed | DeadLettered:
-    """The envelope of a record, or why it cannot be attributed to any chain."""
+def parse_record(record: InputRecord) -> Event | DeadLettered:
+    """The event of a record, or why it cannot be attributed to any chain."""
 
     def dead(reason: BreakKind, detail: str) -> DeadLettered:
         return DeadLettered("dead_letter", reason, detail[:500])
 
     try:
-        obj, env = read_envelope(record.value)
+        env = read_event(record.value)
     except UnreadableRecord as exc:
         return dead(exc.kind, exc.detail)
     if env.stream != record.stream:
@@ -144,24 +131,22 @@ def parse_record(record: InputRecord) -> Parsed | DeadLettered:
             f"record key {record.key!r} is not the session id {env.session_id!r}: the record "
             "may sit on another partition than its session, so its order is unknown",
         )
-    return Parsed(env, obj)
+    return env
 
 
-def audit(chain: ChainHead, record: InputRecord, parsed: Parsed) -> AuditResult:
-    """Check one parsed record against its chain and advance the chain."""
-    env = parsed.envelope
+def audit(chain: ChainHead, env: Event) -> AuditResult:
+    """Check one record's event against its chain and advance the chain."""
     seq = env.seq
     breaks: list[Break] = []
     usable = True
-    hashed = content_hash(parsed.decoded, record.value)
-    if hashed is None:
+    if env.computed_hash is None:
         breaks.append(Break(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form"))
         usable = False
-    elif hashed[0] != env.hash:
-        detail = f"content hashes to {hashed[0][:16]}…, record says {env.hash[:16]}…"
+    elif not env.intact:
+        detail = f"content hashes to {env.computed_hash[:16]}…, record says {env.hash[:16]}…"
         breaks.append(Break(BreakKind.TAMPERED, seq, detail))
         usable = False
-    elif not hashed[1]:
+    elif not env.canonical:
         breaks.append(Break(BreakKind.NOT_CANONICAL, seq, "bytes differ from the canonical form"))
 
     if seq < chain.next_seq:

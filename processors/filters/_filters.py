@@ -17,10 +17,10 @@ from typing import Any, Final
 import orjson
 from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
+from pydantic import BaseModel
 
 from rolltape.processors.filters._config import FILTER_VERSION, FilterConfig
 from rolltape.schemas import (
-    Envelope,
     FilterOutcome,
     FilterReason,
     Reward,
@@ -91,45 +91,42 @@ def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str 
     return f"{where}: {first.message}"
 
 
-def observe(state: FilterState, config: FilterConfig, env: Envelope) -> None:
-    """Fold one usable event of the session's events stream into the filter state."""
-    kind = env.type
-    if kind == "session_started":
-        started = SessionStarted.model_validate(env.payload)
-        state.trainable = started.trainable
-        state.tools = {t.name: dict(t.parameters) for t in started.tools}
-    elif kind == "turn":
-        turn = Turn.model_validate(env.payload)
-        if turn.role != "assistant":
+def observe(state: FilterState, config: FilterConfig, payload: BaseModel, evidence: str) -> None:
+    """Fold one usable event of the session's events stream (its typed payload, and its hash
+    as the evidence a finding cites) into the filter state."""
+    if isinstance(payload, SessionStarted):
+        state.trainable = payload.trainable
+        state.tools = {t.name: dict(t.parameters) for t in payload.tools}
+    elif isinstance(payload, Turn):
+        if payload.role != "assistant":
             return
         state.turns += 1
-        if config.require_reasoning and not (turn.reasoning or "").strip():
-            state.note("no_reasoning", "an assistant turn has no reasoning", env.hash)
-    elif kind == "tool_call":
-        call = ToolCall.model_validate(env.payload)
+        if config.require_reasoning and not (payload.reasoning or "").strip():
+            state.note("no_reasoning", "an assistant turn has no reasoning", evidence)
+    elif isinstance(payload, ToolCall):
+        call = payload
         state.tool_calls += 1
         schema = state.tools.get(call.name)
         if schema is None:
             if config.reject_unknown_tools:
                 known = ", ".join(sorted(state.tools)) or "none"
                 message = f"called tool {call.name!r}, not among the declared tools ({known})"
-                state.note("unknown_tool", message, env.hash)
+                state.note("unknown_tool", message, evidence)
             return
         if call.raw_arguments is not None and not call.arguments:
             if config.check_tool_arguments:
                 message = f"arguments to {call.name!r} were not a JSON object"
-                state.note("invalid_arguments", message, env.hash)
+                state.note("invalid_arguments", message, evidence)
             return
         if config.check_tool_arguments:
             problem = _argument_problem(schema, call.arguments)
             if problem is not None:
-                state.note("invalid_arguments", f"{call.name}: {problem}", env.hash)
-    elif kind == "reward":
-        reward = Reward.model_validate(env.payload)
-        if reward.name == "reward":
-            state.reward = reward.value
-    elif kind == "session_ended":
-        state.status = SessionEnded.model_validate(env.payload).status
+                state.note("invalid_arguments", f"{call.name}: {problem}", evidence)
+    elif isinstance(payload, Reward):
+        if payload.name == "reward":
+            state.reward = payload.value
+    elif isinstance(payload, SessionEnded):
+        state.status = payload.status
 
 
 def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:

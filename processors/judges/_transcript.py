@@ -13,7 +13,6 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.schemas import (
-    Envelope,
     Reward,
     SessionEnded,
     SessionStarted,
@@ -50,35 +49,29 @@ class Transcript(BaseModel):
     truncated: int = 0
     """Items dropped from the middle to stay under the size bound."""
 
-    def observe(self, env: Envelope, max_chars: int = DEFAULT_MAX_CHARS) -> None:
-        """Fold one usable event of the session's events stream."""
-        p = env.payload
-        if env.type == "session_started":
-            started = SessionStarted.model_validate(p)
-            self.task, self.tools = started.task, [t.name for t in started.tools]
-        elif env.type == "turn":
-            turn = Turn.model_validate(p)
-            self._add(
-                TranscriptItem(
-                    kind="turn", role=turn.role, text=turn.content, reasoning=turn.reasoning
-                ),
-                max_chars,
+    def observe(self, payload: BaseModel, max_chars: int = DEFAULT_MAX_CHARS) -> None:
+        """Fold the typed payload of one usable event of the session's events stream."""
+        if isinstance(payload, SessionStarted):
+            self.task, self.tools = payload.task, [t.name for t in payload.tools]
+        elif isinstance(payload, Turn):
+            item = TranscriptItem(
+                kind="turn", role=payload.role, text=payload.content, reasoning=payload.reasoning
             )
-        elif env.type == "tool_call":
-            call = ToolCall.model_validate(p)
+            self._add(item, max_chars)
+        elif isinstance(payload, ToolCall):
+            call = payload
             args = call.raw_arguments if call.raw_arguments is not None else _json(call.arguments)
             self._add(TranscriptItem(kind="tool_call", role=call.name, text=args), max_chars)
-        elif env.type == "tool_result":
-            result = ToolResult.model_validate(p)
+        elif isinstance(payload, ToolResult):
+            result = payload
             text = (
                 result.content if result.success else f"[failed: {result.error}] {result.content}"
             )
             self._add(TranscriptItem(kind="tool_result", role=result.call_id, text=text), max_chars)
-        elif env.type == "reward":
-            self.rewards.append(Reward.model_validate(p))
-        elif env.type == "session_ended":
-            ended = SessionEnded.model_validate(p)
-            self.status, self.outcome = ended.status, dict(ended.outcome)
+        elif isinstance(payload, Reward):
+            self.rewards.append(payload)
+        elif isinstance(payload, SessionEnded):
+            self.status, self.outcome = payload.status, dict(payload.outcome)
 
     def _add(self, item: TranscriptItem, max_chars: int) -> None:
         self.items.append(item)

@@ -16,7 +16,7 @@ from rolltape.schemas import (
     FINAL_STATUSES,
     CronJob,
     CronRun,
-    Envelope,
+    Event,
     JobAction,
     JobState,
     RunStatus,
@@ -64,12 +64,12 @@ class JobBook:
     _resumed: dict[str, int] = field(default_factory=dict)
     """Job id -> when it was last resumed: ticks missed while it was paused are not owed."""
 
-    def apply(self, envelope: Envelope) -> bool:
+    def apply(self, envelope: Event) -> bool:
         """Fold one record; False when it is not newer than what the key holds."""
         head = self.heads.get(envelope.session_id)
         if head is not None and envelope.seq <= head.seq:
             return False
-        payload = envelope.typed_payload()
+        payload = envelope.body
         if isinstance(payload, CronJob):
             self._set_job(payload)
             if payload.action == JobAction.RESUMED:

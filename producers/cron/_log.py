@@ -25,8 +25,7 @@ from rolltape.schemas import (
     KafkaConnection,
     PayloadError,
     Stream,
-    hash_of,
-    parse_envelope,
+    read_event,
     seal,
     topic_name,
 )
@@ -45,8 +44,8 @@ def fold_record(book: JobBook, value: bytes | None, where: str) -> bool:
     if value is None:
         return False
     try:
-        envelope = parse_envelope(value)
-        if hash_of(envelope.model_dump(mode="python")) != envelope.hash:
+        envelope = read_event(value)
+        if not envelope.intact:
             raise EnvelopeError("its hash does not match its content")
         if envelope.stream != Stream.JOBS.value:
             raise EnvelopeError(f"it belongs to stream {envelope.stream!r}")

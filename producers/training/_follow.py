@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from rolltape.producers._errors import HarnessError
-from rolltape.schemas import KafkaConnection, UnreadableRecord, content_hash, read_envelope
+from rolltape.schemas import KafkaConnection, UnreadableRecord, read_event
 
 Match = Callable[[dict[str, Any]], bool]
 
@@ -143,8 +143,7 @@ class LogFollower:
 def _checked(value: bytes) -> dict[str, Any] | None:
     """The envelope when its content matches its hash; None for anything else."""
     try:
-        env, _ = read_envelope(value)
+        event = read_event(value)
     except UnreadableRecord:
         return None
-    checked = content_hash(env, value)
-    return env if checked is not None and checked[0] == env.get("hash") else None
+    return event.mapping if event.intact else None

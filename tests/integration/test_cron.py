@@ -25,7 +25,7 @@ from rolltape.infra import open_recorder
 from rolltape.infra.cron import cron_jobs, open_scheduler
 from rolltape.infra.readback import read_records
 from rolltape.producers.cron import JobBook, JobSpec, run_id
-from rolltape.schemas import CronRun, ModelEndpoint, RetryPolicy, RunStatus, Stream, parse_envelope
+from rolltape.schemas import CronRun, ModelEndpoint, RetryPolicy, RunStatus, Stream, read_event
 from tests.integration.conftest import Topics
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 
@@ -69,7 +69,7 @@ def _run_revisions(topics: Topics) -> list[CronRun]:
     async def main() -> list[CronRun]:
         out = []
         async for record in read_records(topics.reader, [Stream.JOBS], prefix=topics.prefix):
-            envelope = parse_envelope(record.value)
+            envelope = read_event(record.value)
             if envelope.type == "cron_run":
                 out.append(CronRun.model_validate(envelope.payload))
         return out

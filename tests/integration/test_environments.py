@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra.readback import read_records
-from rolltape.schemas import Evaluation, ModelEndpoint, Stream, parse_envelope
+from rolltape.schemas import Evaluation, ModelEndpoint, Stream, read_event
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
@@ -55,7 +55,7 @@ def _model(body: dict[str, Any]) -> Reply:
 def _events(topics: Topics) -> list[Any]:
     async def main() -> list[Any]:
         return [
-            parse_envelope(r.value)
+            read_event(r.value)
             async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
         ]
 

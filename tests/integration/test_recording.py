@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 import time
@@ -11,7 +12,7 @@ import orjson
 import pytest
 
 from rolltape.producers import Recorder
-from rolltape.schemas import decode, parse_envelope, seal, topic_name
+from rolltape.schemas import decode, read_event, seal, topic_name
 
 from .conftest import Topics, make_topics, managed_cluster, start_managed
 
@@ -106,8 +107,8 @@ def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
             s.turn("assistant", "Paris")
     recorder.close(30)
 
-    victim = [parse_envelope(r.value) for r in _read(topics, "victim-1")]
-    edited = victim[2].model_dump()
+    victim = [read_event(r.value) for r in _read(topics, "victim-1")]
+    edited = copy.deepcopy(victim[2].mapping)
     edited["payload"]["content"] = "Lyon"  # rewritten answer, old hash kept
     appended, _ = seal(
         stream="events",
@@ -117,7 +118,7 @@ def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
         type="reward",
         payload={"value": 1.0, "name": "reward", "components": {}, "source": None},
         prev_hash=victim[-1].hash,
-        producer=victim[0].producer.model_dump(),
+        producer=victim[0].mapping["producer"],
     )
 
     async def forge() -> None:

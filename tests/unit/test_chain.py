@@ -14,8 +14,8 @@ from rolltape.schemas import (
     canonical_bytes,
     decode,
     hash_of,
-    parse_envelope,
     raw_event_id,
+    read_event,
     seal,
 )
 
@@ -75,7 +75,7 @@ def test_seal__splices_the_hash_into_exactly_the_canonical_bytes_of_the_envelope
             ).hexdigest()
         )
         assert hash_of(obj) == obj["hash"]
-        assert parse_envelope(record).to_record() == record
+        assert read_event(record).envelope().to_record() == record
 
 
 def test_verify__an_intact_chain_has_no_breaks_and_is_ended() -> None:

@@ -77,9 +77,9 @@ def test_session__as_a_context_manager_ends_failed_with_the_error(tmp_path: Path
     with pytest.raises(ZeroDivisionError), recorder.session("task", session_id="boom-1"):
         _ = 1 / 0
     recorder.close(5)
-    from rolltape.schemas import parse_envelope
+    from rolltape.schemas import read_event
 
-    last = parse_envelope(drain(tmp_path)[-1])
+    last = read_event(drain(tmp_path)[-1])
     assert last.type == "session_ended"
     assert last.payload["status"] == "failed" and "ZeroDivisionError" in last.payload["error"]
 
@@ -169,7 +169,7 @@ def test_close__with_the_broker_unreachable_spools_every_event_in_order(tmp_path
 
 
 def test_session__records_arguments_as_they_were_at_the_call(tmp_path: Path) -> None:
-    from rolltape.schemas import parse_envelope
+    from rolltape.schemas import read_event
 
     recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0)
     s = recorder.session("mutation", session_id="mutate-1")
@@ -189,7 +189,7 @@ def test_session__records_arguments_as_they_were_at_the_call(tmp_path: Path) -> 
     args["q"], params["lr_new"], tokens[0] = "changed", 99.0, 99  # the caller reuses its objects
     s.end()
     recorder.close(5)
-    payloads = {e.type: e.payload for e in map(parse_envelope, drain(tmp_path))}
+    payloads = {e.type: e.payload for e in map(read_event, drain(tmp_path))}
     assert payloads["tool_call"]["arguments"] == {"q": "first"}
     assert payloads["decision"]["remedy_params"]["lr_new"] == 0.1
     assert payloads["turn"]["token_ids"] == [1, 2, 3]

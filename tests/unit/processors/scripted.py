@@ -40,6 +40,12 @@ class Tape:
 
     def record(self, sid: str, stream: str, event_type: str, /, **payload: Any) -> InputRecord:
         clean = PAYLOAD_MODELS[event_type].model_validate(payload).model_dump(mode="python")
+        return self.sealed(sid, stream, event_type, clean)
+
+    def sealed(
+        self, sid: str, stream: str, event_type: str, payload: dict[str, Any]
+    ) -> InputRecord:
+        """The payload sealed as given (a newer producer's fields and all)."""
         seq, prev = self.heads.get((stream, sid), (0, GENESIS_HASH))
         self.clock += 1000
         value, digest = seal(
@@ -48,7 +54,7 @@ class Tape:
             seq=seq,
             ts_ns=self.clock,
             type=event_type,
-            payload=clean,
+            payload=payload,
             prev_hash=prev,
             producer=PRODUCER,
         )

@@ -6,8 +6,16 @@ from __future__ import annotations
 import math
 
 import orjson
+import pytest
 
-from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
+from rolltape.processors import (
+    Emitted,
+    Output,
+    ProcessorConfig,
+    SessionProcessor,
+    SessionState,
+    handle,
+)
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.filters import FilterConfig
 from rolltape.schemas import ChainVerifier, canonical_bytes, decode
@@ -260,3 +268,52 @@ def test_foreign_principal__a_record_naming_another_domain_s_writer_is_flagged()
         agent_session(Tape()), ProcessorConfig(writers={"events": frozenset({"agent"})})
     )
     assert emitted(allowed, "chain_broken") == []
+
+
+def _verdict_chain_ok(outputs: list[Output]) -> bool:
+    verifier = ChainVerifier()
+    for o in outputs:
+        if isinstance(o, Emitted):
+            env = decode(o.value)
+            verifier.add(o.value, key=env["session_id"].encode(), expected_stream=env["stream"])
+    return all(report.ok for report in verifier.reports())
+
+
+def test_newer_producer_field__after_a_gap__the_turn_is_used_and_no_output_is_lost() -> None:
+    # The step once parsed a payload leniently, then the filters parsed it strictly: a turn
+    # carrying a field from a newer producer raised after the gap's chain_broken was sealed,
+    # and the worker dead-lettered the record, dropping that output while its state had moved
+    # the verdicts chain on: a permanent gap in the judge's own chain.
+    tape = Tape()
+    records = [tape.start("newer")]
+    tape.event("newer", "turn", role="user", content="never delivered")  # the gap
+    turn = {"role": "assistant", "content": "4", "reasoning": "2+2", "sentiment": "calm"}
+    records.append(tape.sealed("newer", "events", "turn", turn))
+    records += tape.end("newer")
+    outputs, _ = run(records, ProcessorConfig(rewards=("final_reward",)))
+    assert dead_letters(outputs) == []
+    assert [b["reason"] for b in emitted(outputs, "chain_broken")] == ["gap"]
+    (result,) = emitted(outputs, "filter_outcome")
+    assert result["turns"] == 1  # the turn counted, its unknown field ignored
+    assert len(emitted(outputs, "verdict")) == 1
+    assert _verdict_chain_ok(outputs)
+
+
+def test_step_that_raises__keeps_the_outputs_it_sealed_and_dead_letters_the_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object) -> None:
+        raise RuntimeError("a bug in a filter")
+
+    monkeypatch.setattr("rolltape.processors._session.observe", broken)
+    tape = Tape()
+    records = [tape.start("buggy")]
+    tape.event("buggy", "turn", role="user", content="never delivered")  # the gap
+    records.append(tape.event("buggy", "turn", role="assistant", content="4"))
+    outputs, states = run(records)
+    assert [type(o).__name__ for o in outputs] == ["DeadLetter", "Emitted", "DeadLetter"]
+    assert dead_letters(outputs) == ["processor_error", "processor_error"]
+    assert "a bug in a filter" in outputs[-1].detail  # type: ignore[union-attr]
+    assert [b["reason"] for b in emitted(outputs, "chain_broken")] == ["gap"]
+    assert states["buggy"].outputs["verdicts"][0] == 1  # the head moved with its output
+    assert _verdict_chain_ok(outputs)

@@ -122,3 +122,21 @@ def test_state__of_a_batch_without_outputs_is_durable_before_its_offsets_can_be_
     asyncio.run(shell(restored, producer).process([said, events_end]))
     types = [decode(value)["type"] for _, value, _ in producer.sent]
     assert types == ["filter_outcome"]  # lost state: ["chain_broken", "filter_outcome"]
+
+
+def test_record_from_a_newer_producer__after_a_gap__sends_every_sealed_output() -> None:
+    # The reproduction of a lost output: the turn's unknown field passed the lenient parse and
+    # then raised in the strict filter parse, after the gap's chain_broken was sealed; the
+    # worker dead-lettered the record and sent nothing of it, while the saved state had moved
+    # the verdicts chain past the lost record.
+    tape = Tape()
+    started = tape.start("newer")
+    tape.event("newer", "turn", role="user", content="never delivered")  # the gap
+    turn = {"role": "assistant", "content": "4", "sentiment": "calm"}
+    newer = tape.sealed("newer", "events", "turn", turn)
+    producer = Producer()
+    asyncio.run(shell({}, producer).process([started, newer, *tape.end("newer")]))
+    sent = [decode(value) for _, value, _ in producer.sent]
+    assert [e["type"] for e in sent] == ["chain_broken", "filter_outcome"]  # no dead letter
+    assert [e["seq"] for e in sent if e["stream"] == "verdicts"] == [0]
+    assert sent[-1]["payload"]["turns"] == 1

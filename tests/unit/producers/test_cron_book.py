@@ -33,7 +33,7 @@ from rolltape.schemas import (
     JobState,
     RetryPolicy,
     RunStatus,
-    parse_envelope,
+    read_event,
     seal,
 )
 
@@ -74,7 +74,7 @@ class _Writer:
             prev_hash=head.hash if head else GENESIS_HASH,
             producer=_PRODUCER,
         )
-        return self.book.apply(parse_envelope(record))
+        return self.book.apply(read_event(record))
 
 
 def _running(job: CronJob, due_ns: int, attempt: int = 1) -> CronRun:
@@ -155,8 +155,8 @@ def test_apply__an_older_or_repeated_revision_is_ignored() -> None:
         prev_hash=GENESIS_HASH,
         producer=_PRODUCER,
     )
-    assert book.apply(parse_envelope(record))
-    assert not book.apply(parse_envelope(record))
+    assert book.apply(read_event(record))
+    assert not book.apply(read_event(record))
 
 
 def test_settle__retryable_failures_back_off_doubling_up_to_the_cap_then_turn_terminal() -> None:
