@@ -184,7 +184,7 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
     check_llm_judges(config.llm_judges, config.models)
     ensure_plain_topics_sync(
         connection,
-        [config.judge_requests_topic, config.judge_results_topic],
+        [config.assignment_topic, config.judge_requests_topic, config.judge_results_topic],
         partitions=events,
         replication_factor=settings.replication_factor,
     )

@@ -56,6 +56,9 @@ class RulesBench(BaseModel):
     faust_floor_events_per_s: float
     worker_vs_faust_floor: float
     pure_core_events_per_s: float
+    two_workers_events_per_s: float | None
+    """The same load on fresh topics through two worker processes in one group (None: not
+    run)."""
 
 
 async def _latency(
@@ -177,6 +180,26 @@ def _faust_floor(settings: Settings, records: int, tmpdir: Path) -> float:
     return float(out.read_text())
 
 
+def _worker_span(
+    load: Settings,
+    reader: KafkaConnection,
+    tmpdir: Path,
+    metrics: int,
+    sessions: int,
+    *,
+    workers: int,
+) -> float:
+    """Seconds from the first output to the last of `workers` worker processes in one group,
+    started together on a load already written."""
+    name = load.topic_prefix
+    started = [WorkerProcess(load, tmpdir / f"{name}-worker-{n}.log") for n in range(workers)]
+    try:
+        return asyncio.run(_output_span(reader, load.topic_prefix, metrics, sessions, 600))
+    finally:
+        for worker in started:
+            worker.stop()
+
+
 def run_rules_bench(
     settings: Settings,
     *,
@@ -185,6 +208,7 @@ def run_rules_bench(
     warmup: int = 20,
     events: int = 100_000,
     sessions: int = 100,
+    two_workers: bool = True,
 ) -> RulesBench:
     with (
         tempfile.TemporaryDirectory(prefix="rolltape-bench-") as tmp,
@@ -211,11 +235,14 @@ def run_rules_bench(
         core_rate = len(inputs) / (time.perf_counter() - start)
         metrics = sum(1 for r in inputs if b'"type":"metric"' in r.value)
         floor = _faust_floor(load, count, tmpdir)
-        worker = WorkerProcess(load, tmpdir / "load-worker.log")
-        try:
-            span = asyncio.run(_output_span(reader, load_prefix, metrics, sessions, 600))
-        finally:
-            worker.stop()
+        span = _worker_span(load, reader, tmpdir, metrics, sessions, workers=1)
+        two_rate = None
+        if two_workers:  # the same load on fresh topics: the first run's outputs are there
+            with scratch_prefix(settings, "benchtwo", partitions=partitions) as two:
+                _write_load(two, tmpdir / "spool-c", events, sessions)
+                two_reader = require_connection(two, Role.READER)
+                two_span = _worker_span(two, two_reader, tmpdir, metrics, sessions, workers=2)
+            two_rate = count / two_span if two_span > 0 else float("inf")
     samples.sort()
     worker_rate = count / span if span > 0 else float("inf")
     return RulesBench(
@@ -235,4 +262,5 @@ def run_rules_bench(
         faust_floor_events_per_s=floor,
         worker_vs_faust_floor=worker_rate / floor,
         pure_core_events_per_s=core_rate,
+        two_workers_events_per_s=two_rate,
     )

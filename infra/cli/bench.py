@@ -62,6 +62,9 @@ def rules(
     epochs: int = typer.Option(1000, help="Epochs timed for the firing latency (after warm-up)."),
     events: int = typer.Option(100_000, help="Events for the worker throughput run."),
     sessions: int = typer.Option(100, help="Sessions the throughput events are spread over."),
+    two_workers: bool = typer.Option(
+        True, help="Also run the throughput load through two worker processes in one group."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Metric-acknowledged to rule-evaluation-readable latency, and worker events/s."""
@@ -71,12 +74,17 @@ def rules(
     with user_errors():
         require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_rules_bench(
-        cfg, partitions=cfg.partitions, epochs=epochs, events=events, sessions=sessions
+        cfg,
+        partitions=cfg.partitions,
+        epochs=epochs,
+        events=events,
+        sessions=sessions,
+        two_workers=two_workers,
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
         return
-    console.print(f"machine: {r.machine}; {r.partitions} partitions; one worker process")
+    console.print(f"machine: {r.machine}; {r.partitions} partitions")
     console.print(
         f"(a) metric acknowledged -> rule evaluation readable, {r.epochs} epochs after {r.warmup} warm-up"
     )
@@ -91,6 +99,12 @@ def rules(
         f"    plain aiokafka consumer, same records: {r.raw_consumer_events_per_s:,.0f} events/s"
     )
     console.print(f"    ratio (worker / consumer): {r.worker_vs_raw_consumer:.2f}")
+    if r.two_workers_events_per_s is not None:
+        console.print(
+            f"    two worker processes in one group, same load on fresh topics: "
+            f"{r.two_workers_events_per_s:,.0f} events/s "
+            f"({r.two_workers_events_per_s / r.worker_events_per_s:.2f}x one worker)"
+        )
     console.print(
         f"    faust agent doing nothing, same records: {r.faust_floor_events_per_s:,.0f} events/s "
         f"(worker / faust floor: {r.worker_vs_faust_floor:.2f})"

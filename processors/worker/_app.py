@@ -1,10 +1,16 @@
-"""The faust app: one agent over the raw topics, per-session state in a changelog-backed table.
+"""The faust app: group membership and per-session state in a changelog-backed table; the raw
+topics read in batches beside it.
 
-Why one agent for both raw topics: a session's output chains (rules, verdicts, filtered) must
+Why one reader for both raw topics: a session's output chains (rules, verdicts, filtered) must
 have one writer, and the training judge needs the session's events and metrics together. The
 topics are co-partitioned by session id (the record key, murmur2 like the Java client), so one
-worker owns all of a session. Concurrency is 1 (faust issue #606: more can commit past an
-unprocessed record).
+worker owns all of a session.
+
+How the work is split: faust assigns the partitions of the (empty) assignment topic, which has
+as many partitions as the raw topics, and restores the state table's partitions with them. Once
+they are restored, the `RawReader` reads the same partitions of the raw topics and the judge
+results from the positions saved in the table, in batches (see `_reader` for why not a faust
+agent). A rebalance first waits for the batch in hand, then takes the partitions away.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import faust
@@ -34,6 +41,7 @@ from rolltape.processors.audit import CheckpointSigner, InputRecord
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
+from rolltape.processors.worker._reader import RawReader
 from rolltape.processors.worker._shell import Shell
 from rolltape.schemas import KafkaConnection, Stream, load_private_key, topic_name
 
@@ -67,12 +75,7 @@ def create_app(config: WorkerConfig) -> faust.App:
         broker_session_timeout=config.session_timeout_s,
         broker_heartbeat_interval=config.session_timeout_s / 5,
     )
-    raw = _bytes_topic(
-        app,
-        topic_name(Stream.EVENTS, config.topic_prefix),
-        topic_name(Stream.METRICS, config.topic_prefix),
-        config.judge_results_topic,
-    )
+    assignment = _bytes_topic(app, config.assignment_topic)
     table = app.Table(
         STATE_TABLE,
         default=None,
@@ -106,9 +109,9 @@ def create_app(config: WorkerConfig) -> faust.App:
             return
         lag = await runtime.lag()
         if lag > 0:
-            # faust can stop fetching after a rebalance and never resume (faust-streaming #175,
-            # seen here after a restart). Outputs are resent from the outbox and records
-            # skipped by offset, so a restart is safe: replace this process with a fresh one.
+            # A recovery that never completes after a rebalance (faust-streaming #175 was seen
+            # here), or a batch that never returns. Outputs are resent from the outbox and
+            # records skipped by offset, so a restart is safe: replace this process.
             log.error(
                 "no progress for %.0fs with %d records waiting on owned partitions: restarting",
                 runtime.idle_s(),
@@ -129,29 +132,44 @@ def create_app(config: WorkerConfig) -> faust.App:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _log_task_stacks)
 
     @table.on_recover
-    async def resend_saved_outputs() -> None:
-        # Runs after the table is restored and before the streams resume.
+    async def resume_owned_partitions() -> None:
+        # Runs after the table is restored: send what sessions saved but may not have sent,
+        # then read the owned partitions from the positions the table holds.
         shell = await runtime.shell()
         owned = runtime.owned_partitions()
         await shell.resend_outboxes(lambda key: runtime.partition_of(key) in owned)
+        reader = await runtime.reader()
+        tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(owned)]
+        positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
+        await reader.assign(owned, positions)
 
-    @app.agent(raw, concurrency=1)
-    async def sessions(stream: Any) -> None:
+    @app.on_partitions_revoked.connect
+    async def stop_reading(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        if runtime.has_reader():
+            await (await runtime.reader()).release()
+
+    @app.agent(assignment, concurrency=1)
+    async def membership(stream: Any) -> None:
+        # Nothing is ever written to the assignment topic: this agent makes faust assign its
+        # partitions (and the table's with them), which the reader then reads.
+        async for _ in stream:
+            pass
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def sessions() -> None:
         shell = await runtime.shell()
-        try:
-            async for events in stream.take_events(config.batch_max, config.batch_within_s):
-                records = [
-                    shell.to_input(
-                        e.message.topic,
-                        e.message.partition,
-                        e.message.offset,
-                        e.message.key,
-                        e.message.value,
-                        int(e.message.timestamp * 1000),
-                    )
-                    for e in events
+        reader = await runtime.reader()
+
+        async def process(messages: Sequence[Any]) -> None:
+            await shell.process(
+                [
+                    shell.to_input(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+                    for m in messages
                 ]
-                await shell.process(records)
+            )
+
+        try:
+            await reader.run(process, max_records=config.batch_max, within_s=config.batch_within_s)
         finally:
             await runtime.stop()
 
@@ -210,6 +228,8 @@ class _Runtime:
         self.config, self.processor, self.table, self.app = config, processor, table, app
         self._shell: Shell | None = None
         self._producer: OutputProducer | None = None
+        self._reader: RawReader | None = None
+        self._starting = asyncio.Lock()
         self._events_topic = topic_name(Stream.EVENTS, config.topic_prefix)
         self._metrics_topic = topic_name(Stream.METRICS, config.topic_prefix)
         self._last_progress = time.monotonic()
@@ -223,48 +243,45 @@ class _Runtime:
         return time.monotonic() - self._last_progress
 
     async def lag(self) -> int:
-        """Records on this worker's partitions of the raw topics past the group's commits."""
-        owned = self.owned_partitions()
-        tps = [
-            TopicPartition(topic, p)
-            for topic in (self._events_topic, self._metrics_topic)
-            for p in sorted(owned)
-        ]
-        if not tps:
+        """Records on this worker's partitions of the raw topics past the saved positions."""
+        if self._reader is None or self._shell is None:
             return 0
-        admin = self.config.connection.admin()
-        consumer = self.config.connection.consumer()
-        await admin.start()
-        await consumer.start()
-        try:
-            committed = await admin.list_consumer_group_offsets(self.config.group_id)
-            ends = await consumer.end_offsets(tps)
-        finally:
-            await consumer.stop()
-            await admin.close()
-        return sum(
-            max(0, ends[tp] - (committed[tp].offset if tp in committed else 0)) for tp in tps
-        )
+        return await self._reader.lag(self.owned_partitions(), self._shell.saved_position)
 
     def has_shell(self) -> bool:
         return self._shell is not None
 
+    def has_reader(self) -> bool:
+        return self._reader is not None
+
     async def shell(self) -> Shell:
-        if self._shell is None:
-            self._producer = _output_producer(self.config)
-            await self._producer.start()
-            self._shell = Shell(
-                self.processor,
-                self._producer,
-                self.table,
-                self.config.topic_prefix,
-                requests_topic=self.config.judge_requests_topic,
-                results_topic=self.config.judge_results_topic,
-                flush_state=self.flush_changelog,
-                partitions=self.config.partitions,
-                owned=self.owned_partitions,
-            )
-        return self._shell
+        async with self._starting:  # the recovery callback and the reading task both ask
+            if self._shell is None:
+                self._producer = _output_producer(self.config)
+                await self._producer.start()
+                self._shell = Shell(
+                    self.processor,
+                    self._producer,
+                    self.table,
+                    self.config.topic_prefix,
+                    requests_topic=self.config.judge_requests_topic,
+                    results_topic=self.config.judge_results_topic,
+                    flush_state=self.flush_changelog,
+                    partitions=self.config.partitions,
+                    owned=self.owned_partitions,
+                )
+            return self._shell
+
+    async def reader(self) -> RawReader:
+        async with self._starting:
+            if self._reader is None:
+                reader = RawReader(
+                    self.config.connection,
+                    (self._events_topic, self._metrics_topic, self.config.judge_results_topic),
+                )
+                await reader.start()
+                self._reader = reader
+            return self._reader
 
     async def flush_changelog(self) -> None:
         """Until every table write is acknowledged: faust's buffer flush gives up after 0.1 s
@@ -275,15 +292,17 @@ class _Runtime:
             await producer.flush()
 
     async def stop(self) -> None:
+        if self._reader is not None:
+            await self._reader.stop()
         if self._producer is not None:
             await self._producer.stop()
-        self._shell = self._producer = None
+        self._shell = self._producer = self._reader = None
 
     def owned_partitions(self) -> set[int]:
         return {
             tp.partition
             for tp in self.app.assignor.assigned_actives()
-            if tp.topic == self._events_topic
+            if tp.topic == self.config.assignment_topic
         }
 
     def partition_of(self, key: bytes) -> int:

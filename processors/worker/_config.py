@@ -58,7 +58,7 @@ class WorkerConfig(BaseModel):
     """How soon the group notices a dead worker and hands its partitions to the others."""
     stall_after_s: float = Field(default=30.0, gt=0)
     """A worker whose partitions have unprocessed records but which processed nothing for this
-    long restarts itself (faust can stop fetching after a rebalance: faust-streaming #175)."""
+    long restarts itself (a recovery that never completes, a stuck batch)."""
     log_level: str = "warning"
     data_dir: Path | None = None
     """Where faust keeps its local folder (`<group>-data`); None: the current directory, as
@@ -71,6 +71,12 @@ class WorkerConfig(BaseModel):
     @property
     def judge_requests_topic(self) -> str:
         return f"{self.group_id}-judge-requests"
+
+    @property
+    def assignment_topic(self) -> str:
+        """Empty, with as many partitions as the raw topics: faust assigns its partitions, and
+        the worker reads the same partitions of the raw topics."""
+        return f"{self.group_id}-assignment"
 
     @property
     def judge_results_topic(self) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
@@ -32,6 +33,7 @@ from rolltape.processors._session import (
 )
 from rolltape.processors.audit import InputRecord, log_for_partition, raw_partition
 from rolltape.processors.worker._producers import OutputProducer
+from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
 from rolltape.schemas import (
     ChainHeadLeaf,
     Stream,
@@ -119,7 +121,8 @@ class Shell:
         """Waits until saved state is durable (the changelog producer's flush)."""
         self._pending: list[Output] = []
         self.partitions = partitions
-        """Of the raw topics: names the checkpoint logs (0: no checkpoints)."""
+        """Of the raw topics: places read positions and names the checkpoint logs (0: a table
+        without either, as unit tests drive it)."""
         self._logs: dict[int, str] = {}
         self._last_checkpoint: dict[int, float] = {}
         self._was_finished: dict[str, bool] = {}
@@ -170,9 +173,11 @@ class Shell:
         self._was_finished.clear()
         self._touched.clear()
         self._rejudged.clear()
+        positions: dict[tuple[str, int], int] = {}
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
+            positions[(record.topic, record.partition)] = record.offset + 1
         outputs.extend(self._checkpoints(states))
         outputs = [*self._pending, *outputs]
         self._pending = []
@@ -191,7 +196,10 @@ class Shell:
         t2 = clock()
         for state in states.values():
             state.outbox = []
-        self._save(states)
+        # The read positions go after the states, on the same changelog partitions: a position
+        # that is durable means the states before it are. Only now, with every output
+        # acknowledged: records past a lost position are read again, and sessions skip them.
+        self._save(states, positions)
         t3 = clock()
         stats = self.stats
         stats.batches += 1
@@ -205,10 +213,20 @@ class Shell:
             stats.logged_at = t3
             log.info("worker: %s", stats.summary())
 
-    def _save(self, states: dict[str, SessionState]) -> None:
+    def _save(
+        self, states: dict[str, SessionState], positions: dict[tuple[str, int], int] | None = None
+    ) -> None:
         for sid, state in states.items():
             # canonical, not plain orjson: a NaN in the state must come back as NaN, not null
             self.table[sid.encode()] = canonical_bytes(state.to_dict())
+        if positions and self.partitions:
+            for (topic, partition), offset in sorted(positions.items()):
+                self.table[position_key(topic, partition, self.partitions)] = str(offset).encode()
+
+    def saved_position(self, tp: TopicPartition) -> int | None:
+        """The offset a raw partition is read from next (None: from its start)."""
+        stored = self.table.get(position_key(tp.topic, tp.partition, self.partitions))
+        return int(stored) if stored else None
 
     async def resend_outboxes(self, owned: Callable[[bytes], bool]) -> int:
         """After recovery: send what sessions saved but may not have sent, then empty their
@@ -216,7 +234,7 @@ class Shell:
         states: dict[str, SessionState] = {}
         outputs: list[Output] = []
         for key, stored in list(self.table.items()):
-            if not stored or not owned(key):
+            if not stored or key.startswith(POSITION_KEY_PREFIX) or not owned(key):
                 continue
             state = SessionState.from_dict(orjson.loads(stored))
             if state.outbox:

@@ -233,6 +233,7 @@ def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -
     assert figures["epochs"] == 20 and figures["events"] >= 2000
     assert figures["latency_p99_ms"] > 0 and figures["worker_events_per_s"] > 0
     assert figures["faust_floor_events_per_s"] > 0 and figures["pure_core_events_per_s"] > 0
+    assert figures["two_workers_events_per_s"] > 0
 
 
 def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:

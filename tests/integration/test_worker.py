@@ -4,17 +4,19 @@ verdicts, filter outcomes and dead letters out; killed and restarted without los
 from __future__ import annotations
 
 import math
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from rolltape.infra.topics import provision
 from rolltape.infra.worker_process import worker_running
 from rolltape.producers import Recorder
 from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Stream, decode
-from tests.integration.conftest import Topics
+from tests.integration.conftest import Cluster, Topics
 from tests.integration.workers import (
     WorkerProcess,
     chain_reports,
@@ -420,3 +422,68 @@ def test_worker__that_stops_making_progress_restarts_itself_and_loses_nothing(
     assert "no progress for" in process.full_log() and "restarting" in process.full_log()
     assert len(payloads(records, "rule_evaluation")) == 12 * 7
     assert all(rep.ok for rep in chain_reports(records))
+
+
+def test_two_workers__one_killed_mid_stream__the_other_takes_over_with_no_loss_and_no_fork(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    import threading
+
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    settings = cluster.settings.model_copy(update={"topic_prefix": prefix, "partitions": 6})
+    provision(settings)
+    topics = Topics(prefix, settings)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = WorkerProcess(topics, tmp_path / "a").start()
+    second = WorkerProcess(topics, tmp_path / "b").start()
+    sessions, epochs = 36, 20
+    recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
+    killed = threading.Event()
+
+    def record() -> None:
+        for i in range(sessions):
+            if i == sessions // 2:
+                killed.wait(300)  # the second half after the kill, whatever the workers' pace
+            with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
+                for epoch in range(epochs):
+                    synthetic_metric(recorder, s, epoch, steps=5, train_loss=1.0 / (epoch + 1),
+                                     max_layer_grad_norm=2.0)  # fmt: skip
+                end_synthetic_metrics(recorder, s)
+            with recorder.session("ask", session_id=f"a{i}") as s:
+                s.turn("assistant", f"answer {i}")
+            recorder.flush()
+
+    recording = threading.Thread(target=record, daemon=True)
+    try:
+        recording.start()
+        wait_for(topics, lambda rs: len(payloads(rs, "verdict")) >= 6, worker=second)
+        assert "worker: " in first.full_log() and "worker: " in second.full_log(), (
+            "both workers should have processed a share before the kill"
+        )
+        first.kill()  # still a group member until its session times out: no waiting for that
+        killed.set()
+        recording.join()
+        recorder.close()
+        records = wait_for(
+            topics,
+            lambda rs: (
+                len(payloads(rs, "verdict")) == sessions
+                and len(payloads(rs, "filter_outcome")) == sessions
+                and len(payloads(rs, "rule_evaluation")) == sessions * epochs
+            ),
+            worker=second,
+            timeout_s=240,
+        )
+    finally:
+        second.stop()
+        first.stop()
+    evaluations = {
+        (decode(r.value)["session_id"], decode(r.value)["payload"]["epoch"])
+        for r in records
+        if r.stream == Stream.RULES
+    }
+    assert evaluations == {(f"t{i}", e) for i in range(sessions) for e in range(epochs)}
+    assert [rep for rep in chain_reports(records) if not rep.ok] == []  # copies, never forks
+    assert payloads(records, "chain_broken") == []  # no session state lost in the handover
+    assert dead_letters(records) == []
