@@ -142,6 +142,7 @@ def create_app(config: WorkerConfig) -> faust.App:
         tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(owned)]
         positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
         await reader.assign(owned, positions)
+        log.info("reading partitions %s of the raw topics", sorted(owned))
 
     @app.on_partitions_revoked.connect
     async def stop_reading(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:

@@ -4,6 +4,7 @@ verdicts, filter outcomes and dead letters out; killed and restarted without los
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -140,11 +141,10 @@ def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     wait_for(topics, lambda rs: len(payloads(rs, "rule_evaluation")) >= 150, worker=worker)
     worker.kill()
     killed_at = len(payloads(wait_for(topics, lambda rs: True), "rule_evaluation"))
-    # Restart once the group has dropped the killed member (its session timeout). Restarted
-    # while the dead member is still listed, the new worker goes through a second rebalance and
-    # can lose session state (README, "Not finished yet"): not what this test pins.
-    while worker_running(topics.settings):
-        time.sleep(0.5)
+    # Restarted at once: the killed member is still listed in the group until its session
+    # times out, so the new worker goes through a second rebalance, reading only once the
+    # table's partitions are restored each time.
+    assert worker_running(topics.settings)
     killed.set()
     worker.start()
     recording.join()
@@ -428,6 +428,7 @@ def test_two_workers__one_killed_mid_stream__the_other_takes_over_with_no_loss_a
     cluster: Cluster, tmp_path: Path
 ) -> None:
     import threading
+    import time
 
     prefix = f"t{uuid.uuid4().hex[:10]}"
     settings = cluster.settings.model_copy(update={"topic_prefix": prefix, "partitions": 6})
@@ -454,8 +455,19 @@ def test_two_workers__one_killed_mid_stream__the_other_takes_over_with_no_loss_a
                 s.turn("assistant", f"answer {i}")
             recorder.flush()
 
+    def owned(process: WorkerProcess) -> set[int]:
+        lines = re.findall(r"reading partitions \[([0-9, ]*)\]", process.full_log())
+        return {int(p) for p in lines[-1].split(",") if p.strip()} if lines else set()
+
     recording = threading.Thread(target=record, daemon=True)
     try:
+        deadline = time.monotonic() + 120
+        while True:  # until the group settled: the two own disjoint halves of the partitions
+            a, b = owned(first), owned(second)
+            if a and b and not a & b and a | b == set(range(6)):
+                break
+            assert time.monotonic() < deadline, first.log() + second.log()
+            time.sleep(0.5)
         recording.start()
         wait_for(topics, lambda rs: len(payloads(rs, "verdict")) >= 6, worker=second)
         assert "worker: " in first.full_log() and "worker: " in second.full_log(), (

@@ -140,3 +140,30 @@ def test_record_from_a_newer_producer__after_a_gap__sends_every_sealed_output() 
     assert [e["type"] for e in sent] == ["chain_broken", "filter_outcome"]  # no dead letter
     assert [e["seq"] for e in sent if e["stream"] == "verdicts"] == [0]
     assert sent[-1]["payload"]["turns"] == 1
+
+
+def test_position_keys__land_on_the_changelog_partition_of_their_raw_partition() -> None:
+    from aiokafka.partitioner import murmur2
+
+    from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
+
+    for partitions in (1, 3, 6, 12):
+        keys = {position_key("t.events", p, partitions) for p in range(partitions)}
+        assert len(keys) == partitions
+        for p in range(partitions):
+            key = position_key("t.events", p, partitions)
+            assert key.startswith(POSITION_KEY_PREFIX)
+            assert (murmur2(key) & 0x7FFFFFFF) % partitions == p
+
+
+def test_positions__are_saved_after_the_batch_and_skipped_when_outboxes_are_resent() -> None:
+    from aiokafka import TopicPartition
+
+    events, metrics = session_with_breaks(Tape())
+    table: dict[bytes, Any] = {}
+    loop = Shell(SessionProcessor(ProcessorConfig()), Producer(), table, "t", partitions=1)  # type: ignore[arg-type]
+    asyncio.run(loop.process([*events, *metrics]))
+    assert loop.saved_position(TopicPartition(events[0].topic, 0)) == events[-1].offset + 1
+    assert loop.saved_position(TopicPartition(metrics[0].topic, 0)) == metrics[-1].offset + 1
+    assert loop.saved_position(TopicPartition("t.other", 0)) is None
+    assert asyncio.run(loop.resend_outboxes(lambda key: True)) == 0
