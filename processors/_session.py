@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+import pydantic_core
 from pydantic import BaseModel
 
 from rolltape.processors.audit import (
@@ -67,6 +69,7 @@ from rolltape.schemas import (
     UnreadableRecord,
     Verdict,
     canonical_bytes,
+    canonical_dump_bytes,
     consistency_from_frontier,
     derived_event_id,
     read_event,
@@ -240,6 +243,16 @@ class SessionState:
             "outbox": self.outbox,
             **({"tree": self.tree} if self.tree is not None else {}),
         }
+
+    def to_bytes(self) -> bytes:
+        """The stored form: JSON with non-finite floats as the canonical tokens, which
+        `from_dict` turns back into floats. pydantic-core's encoder, not the canonical one:
+        nothing hashes a state, and a batch saves every session it touched twice."""
+        return pydantic_core.to_json(self.to_dict(), inf_nan_mode="strings")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SessionState:
+        return cls.from_dict(orjson.loads(data))
 
     def head_leaves(self, sid: str, *, binding: bool = False) -> list[ChainHeadLeaf]:
         """The heads of the raw chains audited and of the chains written for the session (an
@@ -622,7 +635,7 @@ class SessionProcessor:
             seq=seq,
             ts_ns=ts_ns,
             type=event_type,
-            payload=payload.model_dump(mode="python"),
+            payload=canonical_dump_bytes(payload.model_dump(mode="python")),
             prev_hash=prev,
             producer=self._judge_producer if stream == Stream.VERDICTS else self._producer,
             event_id=event_id,

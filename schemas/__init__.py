@@ -7,6 +7,7 @@ from rolltape.schemas._canonical import (
     INT_MAX,
     INT_MIN,
     canonical_bytes,
+    canonical_dump_bytes,
     decode,
     restore_non_finite,
 )
@@ -199,6 +200,7 @@ __all__ = [
     "Verdict",
     "Violation",
     "canonical_bytes",
+    "canonical_dump_bytes",
     "consistency_from_frontier",
     "decode",
     "derived_event_id",

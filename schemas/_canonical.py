@@ -14,10 +14,12 @@ shortest round-trip `repr` form and spliced in as fragments.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
+import pydantic_core
 
 from rolltape.schemas._errors import CanonicalEncodingError
 
@@ -137,6 +139,38 @@ def canonical_bytes(value: Any) -> bytes:
         return orjson.dumps(prepared, option=_OPTS)
     except orjson.JSONEncodeError as exc:  # lone surrogates, recursion depth
         raise CanonicalEncodingError(f"$: {exc}") from exc
+
+
+# Number tokens (after `:`, `,` or `[` in compact JSON) that orjson's plain encoder writes
+# differently from the canonical one: floats below 1e-4 and with exponents (orjson always signs
+# its exponents), and integers past the signed 64-bit range. Each regex runs only when a
+# substring search (C speed) finds what its tokens must contain.
+_RISKY_FLOAT = re.compile(rb"[:,\[]-?(?:0\.0000|[0-9]+(?:\.[0-9]+)?e[-+])")
+_RISKY_INT = re.compile(rb"[:,\[](?:9[0-9]{18}|[0-9]{20})")
+
+
+def plain_is_canonical(plain: bytes) -> bool:
+    """Whether bytes orjson wrote with sorted keys (no other options) are also the canonical
+    encoding of the same value: true unless a number in them is one the two write differently."""
+    if (b"e-" in plain or b"e+" in plain or b"0.0000" in plain) and _RISKY_FLOAT.search(plain):
+        return False
+    return not ((b":9" in plain or b",9" in plain or b"[9" in plain) and _RISKY_INT.search(plain))
+
+
+def canonical_dump_bytes(dump: Mapping[str, Any]) -> bytes:
+    """`canonical_bytes(dump)` for a pydantic model's `model_dump(mode="python")` (string keys,
+    JSON types, str and int enums), by way of native encoders: pydantic-core writes it with
+    non-finite floats as the canonical tokens and orjson sorts it; whenever a number could come
+    out differently, the canonical walk writes it instead. About a third cheaper than the walk on
+    a rule evaluation; the processors seal one output per metric."""
+    try:
+        plain = orjson.dumps(
+            orjson.loads(pydantic_core.to_json(dump, inf_nan_mode="strings")),
+            option=_OPTS,
+        )
+    except (ValueError, TypeError, pydantic_core.PydanticSerializationError):
+        return canonical_bytes(dump)
+    return plain if plain_is_canonical(plain) else canonical_bytes(dump)
 
 
 def decode(data: bytes | bytearray | memoryview | str) -> Any:

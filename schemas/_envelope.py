@@ -121,13 +121,14 @@ def seal(
     seq: int,
     ts_ns: int,
     type: str,
-    payload: Mapping[str, Any],
+    payload: Mapping[str, Any] | bytes,
     prev_hash: str,
     producer: Mapping[str, str],
     event_id: str | None = None,
     causes: tuple[str, ...] | list[str] = (),
 ) -> tuple[bytes, str]:
-    """Build, hash and encode one envelope; returns (record bytes, hash).
+    """Build, hash and encode one envelope; returns (record bytes, hash). A `payload` given as
+    bytes is taken as its canonical encoding already (`canonical_dump_bytes`).
 
     The hash is spliced into the hashed bytes rather than encoding twice: with sorted keys `hash`
     sits right before `payload`, and `,"payload":` cannot occur earlier because the only values
@@ -146,7 +147,7 @@ def seal(
         "event_id": event_id if event_id is not None else raw_event_id(stream, session_id, seq),
         "causes": list(causes),
         "producer": producer if _plain_strings(producer) else prepare(producer),
-        "payload": prepare(payload),
+        "payload": orjson.Fragment(payload) if isinstance(payload, bytes) else prepare(payload),
         "prev_hash": prev_hash,
     }
     try:

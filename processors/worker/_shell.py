@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Seque
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
@@ -37,7 +36,6 @@ from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
 from rolltape.schemas import (
     ChainHeadLeaf,
     Stream,
-    canonical_bytes,
     split_stream,
     stream_of_topic,
     topic_name,
@@ -217,8 +215,7 @@ class Shell:
         self, states: dict[str, SessionState], positions: dict[tuple[str, int], int] | None = None
     ) -> None:
         for sid, state in states.items():
-            # canonical, not plain orjson: a NaN in the state must come back as NaN, not null
-            self.table[sid.encode()] = canonical_bytes(state.to_dict())
+            self.table[sid.encode()] = state.to_bytes()
         if positions and self.partitions:
             for (topic, partition), offset in sorted(positions.items()):
                 self.table[position_key(topic, partition, self.partitions)] = str(offset).encode()
@@ -236,7 +233,7 @@ class Shell:
         for key, stored in list(self.table.items()):
             if not stored or key.startswith(POSITION_KEY_PREFIX) or not owned(key):
                 continue
-            state = SessionState.from_dict(orjson.loads(stored))
+            state = SessionState.from_bytes(stored)
             if state.outbox:
                 sid = key.decode()
                 outputs += _outbox_outputs(sid, state.outbox)
@@ -296,11 +293,11 @@ class Shell:
 
     def _peek(self, sid: str) -> SessionState | None:
         stored = self.table.get(sid.encode())
-        return SessionState.from_dict(orjson.loads(stored)) if stored else None
+        return SessionState.from_bytes(stored) if stored else None
 
     def _load(self, sid: str) -> SessionState:
         stored = self.table.get(sid.encode())
-        state = SessionState.from_dict(orjson.loads(stored)) if stored else SessionState()
+        state = SessionState.from_bytes(stored) if stored else SessionState()
         self._was_finished[sid] = state.finished
         if state.outbox:  # saved but perhaps never sent: send it first, as it was
             self._pending += _outbox_outputs(sid, state.outbox)

@@ -19,12 +19,14 @@ from pydantic import ValidationError
 from rolltape.schemas import (
     GENESIS_HASH,
     BreakKind,
+    CanonicalEncodingError,
     Envelope,
     PayloadError,
     SessionStarted,
     Turn,
     UnreadableRecord,
     canonical_bytes,
+    canonical_dump_bytes,
     hash_of,
     read_event,
     seal,
@@ -205,3 +207,33 @@ def test_mapping__is_the_decoded_record() -> None:
     event = read_event(value)
     assert event.mapping == orjson.loads(value)
     assert copy.deepcopy(event.mapping)["payload"] == dict(event.payload)
+
+
+any_float = st.floats(allow_nan=True, allow_infinity=True)
+dump_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), any_float, st.text()
+)
+dumps = st.recursive(
+    dump_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=16,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.dictionaries(st.text(max_size=5), dumps, max_size=5))
+def test_canonical_dump_bytes__equals_the_canonical_encoder(value: dict[str, Any]) -> None:
+    assert canonical_dump_bytes(value) == canonical_bytes(value)
+
+
+@pytest.mark.parametrize("number", [1e-05, 1e-07, 1e16, 2.5e-300, 2**63 - 1, -(2**63), 0.1])
+def test_canonical_dump_bytes__numbers_the_plain_encoder_writes_otherwise(number: float) -> None:
+    value = {"x": number, "nested": [number, {"y": math.nan}]}
+    assert canonical_dump_bytes(value) == canonical_bytes(value)
+
+
+def test_canonical_dump_bytes__refuses_what_has_no_canonical_form() -> None:
+    with pytest.raises(CanonicalEncodingError):
+        canonical_dump_bytes({"x": 2**63})

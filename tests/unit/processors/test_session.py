@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 
-import orjson
 import pytest
 
 from rolltape.processors import (
@@ -18,7 +17,7 @@ from rolltape.processors import (
 )
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.filters import FilterConfig
-from rolltape.schemas import ChainVerifier, canonical_bytes, decode
+from rolltape.schemas import ChainVerifier, decode
 from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
 
 HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3}
@@ -132,10 +131,7 @@ def test_state__restored_from_its_stored_form_continues_exactly() -> None:
     states: dict[str, SessionState] = {}
     resumed = []
     for record in records:
-        states = {
-            sid: SessionState.from_dict(orjson.loads(canonical_bytes(s.to_dict())))
-            for sid, s in states.items()
-        }
+        states = {sid: SessionState.from_bytes(s.to_bytes()) for sid, s in states.items()}
         resumed.extend(handle(processor, states, record)[1])
     assert [getattr(o, "value", None) for o in resumed] == [
         getattr(o, "value", None) for o in straight
