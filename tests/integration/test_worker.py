@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -56,6 +58,26 @@ def record_training(recorder: Recorder, sid: str, epochs: int = 7) -> None:
                     remedy_params={"lr_new": 0.01, "edit_op": "none", "edit_to": "none"},
                 )
         end_synthetic_metrics(recorder, s)
+
+
+def record_around_a_kill(
+    recorder: Recorder, sessions: int, epochs: int, killed: threading.Event, pause_s: float = 0.0
+) -> None:
+    """Training sessions with a metric per epoch, each followed by a one-turn agent session.
+    The second half waits for `killed`, so a kill lands mid-stream however fast the workers
+    keep up with the first half."""
+    for i in range(sessions):
+        if i == sessions // 2:
+            killed.wait(300)
+        with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
+            for epoch in range(epochs):
+                synthetic_metric(recorder, s, epoch, steps=5, train_loss=1.0 / (epoch + 1),
+                                 max_layer_grad_norm=2.0)  # fmt: skip
+            end_synthetic_metrics(recorder, s)
+        with recorder.session("ask", session_id=f"a{i}") as s:
+            s.turn("assistant", f"answer {i}")
+        recorder.flush()
+        time.sleep(pause_s)
 
 
 CALC = {
@@ -112,31 +134,16 @@ def test_worker__sdk_sessions_produce_rule_evaluations_verdicts_and_filter_outco
 def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     topics: Topics, worker: WorkerProcess, tmp_path: Path
 ) -> None:
-    import threading
-    import time
-
     sessions, epochs = 24, 40
     recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
 
     killed = threading.Event()
-
-    def record() -> None:
-        for i in range(sessions):
-            if i == sessions // 2:
-                # The second half waits for the kill, so the kill is mid-stream however fast the
-                # worker keeps up with the first half.
-                killed.wait(300)
-            with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
-                for epoch in range(epochs):
-                    synthetic_metric(recorder, s, epoch, steps=5, train_loss=1.0 / (epoch + 1),
-                                     max_layer_grad_norm=2.0)  # fmt: skip
-                end_synthetic_metrics(recorder, s)
-            with recorder.session("ask", session_id=f"a{i}") as s:
-                s.turn("assistant", f"answer {i}")
-            recorder.flush()
-            time.sleep(0.15)
-
-    recording = threading.Thread(target=record, daemon=True)
+    recording = threading.Thread(
+        target=record_around_a_kill,
+        args=(recorder, sessions, epochs, killed),
+        kwargs={"pause_s": 0.15},
+        daemon=True,
+    )
     recording.start()
     wait_for(topics, lambda rs: len(payloads(rs, "rule_evaluation")) >= 150, worker=worker)
     worker.kill()
@@ -427,9 +434,6 @@ def test_worker__that_stops_making_progress_restarts_itself_and_loses_nothing(
 def test_two_workers__one_killed_mid_stream__the_other_takes_over_with_no_loss_and_no_fork(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    import threading
-    import time
-
     prefix = f"t{uuid.uuid4().hex[:10]}"
     settings = cluster.settings.model_copy(update={"topic_prefix": prefix, "partitions": 6})
     provision(settings)
@@ -442,24 +446,13 @@ def test_two_workers__one_killed_mid_stream__the_other_takes_over_with_no_loss_a
     recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool")
     killed = threading.Event()
 
-    def record() -> None:
-        for i in range(sessions):
-            if i == sessions // 2:
-                killed.wait(300)  # the second half after the kill, whatever the workers' pace
-            with recorder.session("fit", session_id=f"t{i}", kind="training") as s:
-                for epoch in range(epochs):
-                    synthetic_metric(recorder, s, epoch, steps=5, train_loss=1.0 / (epoch + 1),
-                                     max_layer_grad_norm=2.0)  # fmt: skip
-                end_synthetic_metrics(recorder, s)
-            with recorder.session("ask", session_id=f"a{i}") as s:
-                s.turn("assistant", f"answer {i}")
-            recorder.flush()
-
     def owned(process: WorkerProcess) -> set[int]:
         lines = re.findall(r"reading partitions \[([0-9, ]*)\]", process.full_log())
         return {int(p) for p in lines[-1].split(",") if p.strip()} if lines else set()
 
-    recording = threading.Thread(target=record, daemon=True)
+    recording = threading.Thread(
+        target=record_around_a_kill, args=(recorder, sessions, epochs, killed), daemon=True
+    )
     try:
         deadline = time.monotonic() + 120
         while True:  # until the group settled: the two own disjoint halves of the partitions
