@@ -106,6 +106,9 @@ _EVENT_TYPES: Final = {
 
 @dataclass(frozen=True)
 class ProcessorConfig:
+    """What the pure step needs to know: rules, filters, judges, principals and the label its
+    outputs are written under. Frozen: one config serves every session of a worker."""
+
     rules: RuleSet = field(default_factory=RuleSet)
     filters: FilterConfig = field(default_factory=FilterConfig)
     training_judge: TrainingJudgeConfig = field(default_factory=TrainingJudgeConfig)

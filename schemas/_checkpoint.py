@@ -123,6 +123,7 @@ def load_private_key(pem: bytes) -> Ed25519PrivateKey:
 
 
 def sign_tree_head(private_key: Ed25519PrivateKey, head: TreeHead) -> str:
+    """The judge's Ed25519 signature of the tree head's signed bytes, as hex."""
     return private_key.sign(head.signed_bytes()).hex()
 
 

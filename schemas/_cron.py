@@ -33,6 +33,8 @@ class JobAction(StrEnum):
 
 
 class JobState(StrEnum):
+    """Whether the scheduler fires a job: a paused job keeps its runs, a removed one is gone."""
+
     ACTIVE = "active"
     PAUSED = "paused"
     REMOVED = "removed"

@@ -134,6 +134,9 @@ class Verdict(BaseModel):
 
 
 class FilterReason(BaseModel):
+    """One reason against a session: a code, what it means here, and the hashes of the events
+    that show it."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     code: str

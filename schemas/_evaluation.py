@@ -6,6 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class EvaluatedItem(BaseModel):
+    """One item of an evaluation: the session its rollout recorded and the reward it earned."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     item_id: str

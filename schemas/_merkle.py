@@ -24,10 +24,12 @@ EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 
 def leaf_hash(data: bytes) -> bytes:
+    """RFC 9162 leaf hash: sha256(0x00 || data)."""
     return hashlib.sha256(b"\x00" + data).digest()
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:
+    """RFC 9162 interior node hash: sha256(0x01 || left || right)."""
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 

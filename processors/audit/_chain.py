@@ -84,6 +84,8 @@ class ChainHead:
 
 @dataclass(frozen=True)
 class Break:
+    """One break a record shows against its chain (reported as a `chain_broken` output)."""
+
     kind: BreakKind
     seq: int | None
     detail: str
@@ -91,6 +93,8 @@ class Break:
 
 @dataclass(frozen=True)
 class DeadLettered:
+    """The record cannot be attributed to a chain: it goes to the dead-letter topic."""
+
     outcome: Literal["dead_letter"]
     reason: BreakKind
     detail: str
@@ -98,11 +102,15 @@ class DeadLettered:
 
 @dataclass(frozen=True)
 class Redelivered:
+    """A byte-identical copy of a record already audited: nothing to do."""
+
     outcome: Literal["redelivered"]
 
 
 @dataclass(frozen=True)
 class Admitted:
+    """The record belongs to its chain, with the breaks it shows."""
+
     outcome: Literal["admitted"]
     event: Event
     breaks: tuple[Break, ...]

@@ -36,6 +36,8 @@ EVIDENCE_KEPT: Final = 5
 
 @dataclass
 class FilterState:
+    """What the filters keep of one running agent session (small: it is saved per batch)."""
+
     trainable: bool = True
     tools: dict[str, dict[str, Any]] = field(default_factory=dict)
     status: str | None = None

@@ -52,6 +52,8 @@ class AnswerQuality(BaseModel):
 
 
 class AnswerQualityJudge(LLMJudge):
+    """The reference LLM judge: does the final answer solve the task, with the evidence."""
+
     name = "answer_quality"
     version = "rolltape.judges.answer_quality/1"
     verdict_model = AnswerQuality
@@ -78,6 +80,7 @@ LLM_JUDGES: dict[str, LLMJudge] = {AnswerQualityJudge.name: AnswerQualityJudge()
 
 
 def register_llm_judge(judge: LLMJudge) -> None:
+    """Make `judge` selectable by name in ROLLTAPE_LLM_JUDGES (a plugin module calls this)."""
     LLM_JUDGES[judge.name] = judge
 
 

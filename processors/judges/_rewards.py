@@ -96,4 +96,5 @@ REWARDS: dict[str, RewardFunction] = {f.name: f for f in (TaskPass(), FinalRewar
 
 
 def register_reward(function: RewardFunction) -> None:
+    """Make `function` selectable by name in ROLLTAPE_REWARDS (a plugin module calls this)."""
     REWARDS[function.name] = function

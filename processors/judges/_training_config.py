@@ -21,6 +21,8 @@ class TrainingJudgeConfigError(ValueError):
 
 
 class TrainingJudgeConfig(BaseModel):
+    """The training judge's tolerances and windows; its `label` names the verdicts' version."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = "default"

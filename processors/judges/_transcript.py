@@ -25,6 +25,8 @@ DEFAULT_MAX_CHARS = 32_000
 
 
 class TranscriptItem(BaseModel):
+    """One turn, tool call or tool result as a judge reads it."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["turn", "tool_call", "tool_result"]
@@ -35,6 +37,8 @@ class TranscriptItem(BaseModel):
 
 
 class Transcript(BaseModel):
+    """A session as a judge reads it, bounded in size while the session runs."""
+
     model_config = ConfigDict(extra="forbid")
 
     session_id: str

@@ -51,6 +51,7 @@ STATE_TABLE = "sessions"
 
 
 def software_version() -> str:
+    """The installed rolltape version, named in every output's producer."""
     try:
         return importlib.metadata.version("rolltape")
     except importlib.metadata.PackageNotFoundError:
@@ -58,6 +59,8 @@ def software_version() -> str:
 
 
 def create_app(config: WorkerConfig) -> faust.App:
+    """The worker's faust app: the assignment agent, the state table, the batch reader task,
+    the judges agent and the timers (watchdog, idle checkpoints)."""
     app = faust.App(
         config.group_id,
         broker=config.connection.faust_broker(),

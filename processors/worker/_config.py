@@ -13,6 +13,9 @@ from rolltape.schemas import KafkaConnection, ModelEndpoint
 
 
 class WorkerConfig(BaseModel):
+    """What a worker needs to know: where Kafka is, which topics and group, which rules,
+    filters and judges, and how it batches."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     connection: KafkaConnection

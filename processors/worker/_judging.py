@@ -36,6 +36,9 @@ log = logging.getLogger("rolltape.processors.worker")
 
 
 class JudgeRunner:
+    """Runs the LLM judges on finished sessions, records each judge's own conversation and
+    sends the verdicts back to the session's worker through the results topic."""
+
     def __init__(
         self,
         producer: OutputProducer,

@@ -46,6 +46,8 @@ log = logging.getLogger("rolltape.processors.worker")
 
 @dataclass
 class ShellStats:
+    """Counters and stage times of the batch loop, logged every 10 s."""
+
     records: int = 0
     emitted: int = 0
     dead_letters: int = 0
