@@ -7,9 +7,12 @@ writes Kafka and builds the processor config from settings, like the worker does
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel
@@ -22,6 +25,7 @@ from rolltape.infra.worker import (
     WorkerSetupError,
     check_llm_judges,
     judging_configs,
+    load_plugins,
     role_principal,
     stream_writers,
 )
@@ -229,6 +233,74 @@ async def replay_slices(connection: KafkaConnection, prefix: str) -> list[frozen
     return [frozenset({p}) for p in range(values.pop())]
 
 
+class SliceTotals(BaseModel):
+    """What replaying one slice of partitions did (summed into the ReplaySummary)."""
+
+    records: int = 0
+    sessions: int = 0
+    outputs: int = 0
+    reproduced: int = 0
+    written: int = 0
+    llm_requests: int = 0
+    llm_adopted: int = 0
+    llm_called: int = 0
+    conflicts: list[Conflict] = []
+    dead_letters: dict[str, int] = {}
+
+
+async def replay_slice(
+    settings: Settings,
+    config: ProcessorConfig,
+    part: frozenset[int] | None,
+    *,
+    since_ms: int | None,
+    dry_run: bool,
+    on_record: Callable[[int], None] | None = None,
+) -> SliceTotals:
+    """Replay the sessions of partition numbers `part` (None: every partition): a session's raw
+    records and outputs all sit on one partition number, so slices are independent."""
+    prefix = settings.topic_prefix
+    connection = require_connection(settings, Role.READER)
+    raw = await read_raw(connection, prefix, on_record, part)
+    read = len(raw)
+    if since_ms is not None:
+        raw = sessions_since(raw, since_ms)
+    replayer = Replayer(config)
+    result = replayer.run(replay_order(raw))
+    held = await read_version(connection, prefix, config.judge_version, part)
+    if result.requests:
+        if dry_run:
+            await replayer.judge(result, held, None)  # adopt what V holds, ask nothing
+        else:
+            await _run_llm_judges(settings, replayer, result, held)
+    plan = plan_writes(result, held)
+    return SliceTotals(
+        records=read,
+        sessions=len(result.sessions),
+        outputs=sum(len(chain) for chain in result.chains.values()),
+        reproduced=plan.reproduced,
+        written=0 if dry_run else await write_outputs(settings, plan),
+        llm_requests=sum(len(r.judges) for r in result.requests),
+        llm_adopted=result.llm_adopted,
+        llm_called=result.llm_called,
+        conflicts=plan.conflicts,
+        dead_letters=dict(result.dead_letters),
+    )
+
+
+def _replay_slice_in_child(
+    settings: Settings,
+    config: ProcessorConfig,
+    part: frozenset[int] | None,
+    since_ms: int | None,
+    dry_run: bool,
+) -> SliceTotals:
+    """`replay_slice` in a process of its own (`--jobs`): the plugins that registered the
+    config's judges and reward functions are imported there too."""
+    load_plugins(settings.plugins)
+    return asyncio.run(replay_slice(settings, config, part, since_ms=since_ms, dry_run=dry_run))
+
+
 async def run_replay(
     settings: Settings,
     config: ProcessorConfig,
@@ -236,72 +308,64 @@ async def run_replay(
     since_ms: int | None = None,
     dry_run: bool = False,
     on_record: Callable[[int], None] | None = None,
+    jobs: int = 1,
 ) -> ReplaySummary:
+    """Replay every partition number, one slice at a time (memory is bounded by the largest
+    partition, not by the topic), or `jobs` slices at once in as many processes."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, not {jobs}")
     started = time.perf_counter()
-    prefix = settings.topic_prefix
     connection = require_connection(settings, Role.READER)
-    totals: dict[str, Any] = {
-        "records": 0,
-        "sessions": 0,
-        "outputs": 0,
-        "reproduced": 0,
-        "written": 0,
-        "llm_requests": 0,
-        "llm_adopted": 0,
-        "llm_called": 0,
-    }
-    conflicts: list[Conflict] = []
+    slices = await replay_slices(connection, settings.topic_prefix)
+    parts: list[SliceTotals] = []
+    if jobs == 1 or len(slices) == 1:
+        seen = 0
+
+        def progress(count: int) -> None:
+            if on_record is not None:
+                on_record(seen + count)
+
+        for part in slices:
+            done = await replay_slice(
+                settings, config, part, since_ms=since_ms, dry_run=dry_run, on_record=progress
+            )
+            seen += done.records
+            parts.append(done)
+    else:
+        loop = asyncio.get_running_loop()
+        context = multiprocessing.get_context("spawn")  # no forked aiokafka or faust state
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            pending = [
+                loop.run_in_executor(
+                    pool, _replay_slice_in_child, settings, config, part, since_ms, dry_run
+                )
+                for part in slices
+            ]
+            for finished in asyncio.as_completed(pending):
+                parts.append(await finished)
+                if on_record is not None:
+                    on_record(sum(p.records for p in parts))
+    conflicts = [c for p in parts for c in p.conflicts]
     dead_letters: Counter[str] = Counter()
-    seen = 0
-
-    def progress(count: int) -> None:
-        if on_record is not None:
-            on_record(seen + count)
-
-    # One partition number at a time: a session's raw records and outputs all sit on it, so
-    # memory is bounded by the largest partition, not by the topic.
-    for part in await replay_slices(connection, prefix):
-        raw = await read_raw(connection, prefix, progress, part)
-        seen += len(raw)
-        if since_ms is not None:
-            raw = sessions_since(raw, since_ms)
-        replayer = Replayer(config)
-        result = replayer.run(replay_order(raw))
-        held = await read_version(connection, prefix, config.judge_version, part)
-        if result.requests:
-            if dry_run:
-                await replayer.judge(result, held, None)  # adopt what V holds, ask nothing
-            else:
-                await _run_llm_judges(settings, replayer, result, held)
-        plan = plan_writes(result, held)
-        written = 0 if dry_run else await write_outputs(settings, plan)
-        totals["records"] += len(raw)
-        totals["sessions"] += len(result.sessions)
-        totals["outputs"] += sum(len(chain) for chain in result.chains.values())
-        totals["reproduced"] += plan.reproduced
-        totals["written"] += written
-        totals["llm_requests"] += sum(len(r.judges) for r in result.requests)
-        totals["llm_adopted"] += result.llm_adopted
-        totals["llm_called"] += result.llm_called
-        conflicts += plan.conflicts
-        dead_letters.update(result.dead_letters)
+    for p in parts:
+        dead_letters.update(p.dead_letters)
     return ReplaySummary(
         judge_version=config.judge_version,
         rules=config.rules.label,
         filters=config.filters.label,
         rewards=config.rewards,
-        records_read=totals["records"],
-        sessions=totals["sessions"],
-        outputs=totals["outputs"],
-        reproduced=totals["reproduced"],
-        written=totals["written"],
+        records_read=sum(p.records for p in parts),
+        sessions=sum(p.sessions for p in parts),
+        outputs=sum(p.outputs for p in parts),
+        reproduced=sum(p.reproduced for p in parts),
+        written=sum(p.written for p in parts),
         conflicts=[
             {"session_id": c.session_id, "stream": c.stream, "seq": c.seq, "detail": c.detail}
-            for c in sorted(conflicts, key=lambda c: c.session_id)
+            for c in sorted(conflicts, key=lambda c: (c.session_id, c.stream, c.seq))
         ],
         dead_letters=dict(sorted(dead_letters.items())),
-        llm_requests=totals["llm_requests"],
-        llm_adopted=totals["llm_adopted"],
-        llm_called=totals["llm_called"],
+        llm_requests=sum(p.llm_requests for p in parts),
+        llm_adopted=sum(p.llm_adopted for p in parts),
+        llm_called=sum(p.llm_called for p in parts),
         seconds=round(time.perf_counter() - started, 3),
     )

@@ -48,12 +48,12 @@ from rolltape.processors.judges import (
 )
 from rolltape.processors.rules import RULES_VERSION, EpochOrderError, RuleSet, RuleState, evaluate
 from rolltape.schemas import (
-    GENESIS_HASH,
     JUDGE_VERSION_PATTERN,
     LIVE_JUDGE_VERSION,
     BreakKind,
     ChainBroken,
     ChainHeadLeaf,
+    ChainWriter,
     Checkpoint,
     Decision,
     Event,
@@ -73,7 +73,6 @@ from rolltape.schemas import (
     consistency_from_frontier,
     derived_event_id,
     read_event,
-    seal,
     session_binding,
     sign_tree_head,
     versioned_stream,
@@ -203,8 +202,9 @@ class SessionState:
     last_offsets: dict[str, int] = field(default_factory=dict)
     """topic -> offset of the last record processed: a consumer redelivery is skipped."""
     chains: dict[str, ChainHead] = field(default_factory=dict)
-    outputs: dict[str, list[Any]] = field(default_factory=dict)
-    """output stream -> [next seq, head hash]."""
+    outputs: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """output stream -> (next seq, head hash): the heads of the chains written for the session
+    (a ChainWriter's heads)."""
     kind: str | None = None
     rules: RuleState = field(default_factory=RuleState)
     filters: FilterState = field(default_factory=FilterState)
@@ -276,7 +276,7 @@ class SessionState:
         return cls(
             last_offsets=data["last_offsets"],
             chains={s: ChainHead.from_dict(c) for s, c in data["chains"].items()},
-            outputs=data["outputs"],
+            outputs={s: (int(o[0]), str(o[1])) for s, o in data["outputs"].items()},
             kind=data["kind"],
             rules=RuleState.from_dict(data["rules"]),
             filters=FilterState.from_dict(data["filters"]),
@@ -536,10 +536,11 @@ class SessionProcessor:
         except UnreadableRecord:
             return None
         stream = versioned_stream(Stream.VERDICTS, self.config.judge_version)
-        seq, _ = state.outputs.get(stream, (0, GENESIS_HASH))
+        writer = ChainWriter(state.outputs)
+        seq, _ = writer.head(stream)
         if env.stream != stream or env.seq != seq or judge_name in state.judged:
             return None
-        state.outputs[stream] = [seq + 1, env.hash]
+        writer.take_over(stream, seq + 1, env.hash)
         state.judged[judge_name] = env.event_id
         return Emitted(stream, session_id, value, env.event_id, "verdict")
 
@@ -630,21 +631,18 @@ class SessionProcessor:
         part: str = "",
     ) -> Emitted:
         name = versioned_stream(stream, self.config.judge_version)
-        seq, prev = state.outputs.get(name, (0, GENESIS_HASH))
         event_id = derived_event_id(name, sid, event_type, version, causes, part)
-        value, digest = seal(
+        value, _ = ChainWriter(state.outputs).append(
+            name,
             stream=name,
             session_id=sid,
-            seq=seq,
             ts_ns=ts_ns,
             type=event_type,
             payload=canonical_dump_bytes(payload.model_dump(mode="python")),
-            prev_hash=prev,
             producer=self._judge_producer if stream == Stream.VERDICTS else self._producer,
             event_id=event_id,
             causes=causes,
         )
-        state.outputs[name] = [seq + 1, digest]
         return Emitted(name, sid, value, event_id, event_type)
 
 

@@ -45,13 +45,12 @@ from rolltape.producers._errors import (
 from rolltape.producers._resume import first_record_from, read_head
 from rolltape.producers._spool import Spool, SpooledRecord
 from rolltape.schemas import (
-    GENESIS_HASH,
     PAYLOAD_MODELS,
     CanonicalEncodingError,
+    ChainWriter,
     KafkaConnection,
     ProducerInfo,
     Stream,
-    seal,
     topic_name,
 )
 
@@ -143,7 +142,10 @@ class Sender:
         self._loop.set_default_executor(_InlineExecutor())
         self._wake = asyncio.Event()
         self._feed = asyncio.Event()
-        self._chains: dict[tuple[str, str], tuple[int, str]] = {}
+        self._writer: ChainWriter[tuple[str, str]] = ChainWriter(
+            max_record_bytes=config.max_record_bytes
+        )
+        """(stream, session id) -> the chain's head, for the chains this recorder writes."""
         self._outbox: collections.deque[_Outgoing] = collections.deque()
         # Sealed records that did not fit in a full spool; always newer than everything spooled.
         self._overflow: collections.deque[Record] = collections.deque()
@@ -226,8 +228,8 @@ class Sender:
         deadline: float,
     ) -> int:
         chain = (stream, session_id)
-        if chain in self._chains:  # this recorder is its writer already
-            return self._chains[chain][0]
+        if chain in self._writer.heads:  # this recorder is its writer already
+            return self._writer.head(chain)[0]
         connection = self.config.connection
         if connection is None:
             raise ResumeError(
@@ -279,7 +281,7 @@ class Sender:
                     event_type, payload = first
                 else:
                     return 0  # nothing to take over: the chain starts at its genesis
-                self._chains[chain] = (head.seq + 1, head.hash)
+                self._writer.take_over(chain, head.seq + 1, head.hash)
                 record = self._seal((session_id, stream, event_type, payload, time.time_ns()))
                 if record is None:
                     raise ResumeError(f"the first record of the resumed {session_id} was rejected")
@@ -309,7 +311,7 @@ class Sender:
             return head.seq + 2
         finally:
             if not taken:
-                self._chains.pop(chain, None)
+                self._writer.forget(chain)
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -396,29 +398,20 @@ class Sender:
             if codec is None:
                 raise ValueError(f"unknown event type {event_type!r}")
             clean = codec[1].to_python(codec[0].validate_python(payload))
-            seq, prev = self._chains.get(key, (0, GENESIS_HASH))
-            record, digest = seal(
+            record, _ = self._writer.append(
+                key,
                 stream=stream,
                 session_id=session_id,
-                seq=seq,
                 ts_ns=ts_ns,
                 type=event_type,
                 payload=clean,
-                prev_hash=prev,
                 producer=self.config.producer_info,
             )
-            if len(record) > self.config.max_record_bytes:
-                raise ValueError(
-                    f"record is {len(record)} bytes, over the {self.config.max_record_bytes}-byte "
-                    "limit; store large content elsewhere and record a reference"
-                )
         except (ValidationError, CanonicalEncodingError, ValueError) as exc:
             self._reject(session_id, stream, event_type, payload, str(exc))
             return None
         if event_type == "session_ended":
-            self._chains.pop(key, None)  # that chain is closed; the session's others may go on
-        else:
-            self._chains[key] = (seq + 1, digest)
+            self._writer.forget(key)  # that chain is closed; the session's others may go on
         self.stats.sealed += 1
         return self._topics[stream], session_id.encode(), record
 

@@ -11,6 +11,7 @@ from rolltape.schemas._canonical import (
     decode,
     restore_non_finite,
 )
+from rolltape.schemas._chain_writer import ChainWriter, RecordTooLargeError
 from rolltape.schemas._checkpoint import (
     ChainHeadLeaf,
     Checkpoint,
@@ -143,6 +144,7 @@ __all__ = [
     "ChainHeadLeaf",
     "ChainReport",
     "ChainVerifier",
+    "ChainWriter",
     "Checkpoint",
     "CronJob",
     "CronRun",
@@ -172,6 +174,7 @@ __all__ = [
     "PayloadError",
     "Producer",
     "ProducerInfo",
+    "RecordTooLargeError",
     "RemedyDirection",
     "RemedyParams",
     "RetryPolicy",

@@ -27,10 +27,9 @@ from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, Sess
 from rolltape.processors.audit import CheckpointSigner, InputRecord
 from rolltape.projections import ExportOptions, SessionEvidence
 from rolltape.schemas import (
-    GENESIS_HASH,
     ChainHeadLeaf,
+    ChainWriter,
     read_event,
-    seal,
 )
 
 PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
@@ -65,7 +64,8 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
     offset = 0
     for n in range(count):
         sid = f"bench-{n:06d}"
-        prev, records = GENESIS_HASH, []
+        writer: ChainWriter[str] = ChainWriter()
+        records = []
         payloads: list[tuple[str, dict[str, Any]]] = [
             ("session_started", {"task": "add", "tools": TOOLS}),
             ("turn", {"role": "user", "content": f"what is {n}+{n}?"}),
@@ -75,14 +75,13 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
             ("session_ended", {"status": "completed"}),
         ]
         for seq, (event_type, payload) in enumerate(payloads):
-            value, prev = seal(
+            value, _ = writer.append(
+                sid,
                 stream="events",
                 session_id=sid,
-                seq=seq,
                 ts_ns=10**18 + n * 100 + seq,
                 type=event_type,
                 payload=payload,
-                prev_hash=prev,
                 producer=PRODUCER,
             )
             records.append(InputRecord("events", "b.events.v1", 0, offset, sid.encode(), value))

@@ -10,6 +10,8 @@ them and produced straight to a scratch events topic. Each pass reads the whole 
   step: chain audit with hash check, filters, reward function), then per session `fold` over
   its events and derived outputs and `sharegpt_row` + JSON line. Stage times are reported too.
 
+Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`.
+
 Medians over the passes; the topics are deleted afterwards.
 """
 
@@ -28,6 +30,7 @@ from pydantic import BaseModel
 from rolltape.infra.broker import require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import read_records
+from rolltape.infra.replay import run_replay
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
 from rolltape.processors import ProcessorConfig
@@ -35,12 +38,11 @@ from rolltape.processors.audit import InputRecord
 from rolltape.projections import ReplayRecord, fold, replay, replay_order
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
 from rolltape.schemas import (
-    GENESIS_HASH,
+    ChainWriter,
     KafkaConnection,
     Role,
     Stream,
     read_event,
-    seal,
     topic_name,
 )
 
@@ -64,6 +66,12 @@ class ReplayBench(BaseModel):
     export_s: float
     export_lines: int
     export_bytes: int
+    command_events_per_s: float
+    """`rolltape replay --dry-run` over the same topic (reads its own records, one partition
+    number at a time), one process."""
+    jobs: int
+    command_jobs_events_per_s: float
+    """The same with `--jobs`: partition numbers replayed in parallel processes."""
 
 
 def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict[str, Any]]]:
@@ -102,19 +110,18 @@ async def _write_load(connection: KafkaConnection, prefix: str, events: int, ses
         per_session = max(4, events // sessions)
         ts = 1_700_000_000_000_000_000
         pending = []
+        writer: ChainWriter[str] = ChainWriter()
         for s in range(sessions):
             sid = f"bench-{s}"
-            prev = GENESIS_HASH
-            for seq, (event_type, payload) in enumerate(_session_events(sid, per_session, ts)):
+            for event_type, payload in _session_events(sid, per_session, ts):
                 ts += 1000
-                value, prev = seal(
+                value, _ = writer.append(
+                    sid,
                     stream="events",
                     session_id=sid,
-                    seq=seq,
                     ts_ns=ts,
                     type=event_type,
                     payload=payload,
-                    prev_hash=prev,
                     producer=_PRODUCER,
                 )
                 pending.append(await producer.send(topic, value, key=sid.encode()))
@@ -183,6 +190,7 @@ def run_replay_bench(
     events: int = 1_000_000,
     sessions: int = 10_000,
     passes: int = 3,
+    jobs: int = 2,
 ) -> ReplayBench:
     config = ProcessorConfig(rewards=("final_reward",))
     with scratch_prefix(settings, "benchreplay", partitions=partitions) as scratch:
@@ -197,6 +205,8 @@ def run_replay_bench(
         for _ in range(passes):
             raw_rates.append(asyncio.run(_raw(reader, prefix)))
             runs.append(_pipeline(reader, prefix, config))
+        command = asyncio.run(run_replay(scratch, config, dry_run=True))
+        parallel = asyncio.run(run_replay(scratch, config, dry_run=True, jobs=jobs))
 
     def median(key: str) -> float:
         return statistics.median(run[key] for run in runs)
@@ -222,4 +232,7 @@ def run_replay_bench(
         export_s=median("export"),
         export_lines=int(median("lines")),
         export_bytes=int(median("bytes")),
+        command_events_per_s=command.records_read / command.seconds,
+        jobs=jobs,
+        command_jobs_events_per_s=parallel.records_read / parallel.seconds,
     )

@@ -117,6 +117,7 @@ def replay(
     events: int = typer.Option(1_000_000, help="Events on the scratch topic."),
     sessions: int = typer.Option(10_000, help="Agent sessions the events are spread over."),
     passes: int = typer.Option(3, min=1, help="Full passes over the topic (medians reported)."),
+    jobs: int = typer.Option(2, min=1, help="Processes for the `rolltape replay --jobs` figure."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Events/s from a topic through replay, fold and ShareGPT export vs the raw consume rate."""
@@ -126,12 +127,12 @@ def replay(
     with user_errors():
         require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_replay_bench(
-        cfg, partitions=cfg.partitions, events=events, sessions=sessions, passes=passes
+        cfg, partitions=cfg.partitions, events=events, sessions=sessions, passes=passes, jobs=jobs
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
         return
-    console.print(f"machine: {r.machine}; {r.partitions} partitions; one process")
+    console.print(f"machine: {r.machine}; {r.partitions} partitions")
     console.print(
         f"{r.events:,} events over {r.sessions:,} sessions (written in {r.load_s:.1f} s); "
         f"medians of {r.passes} passes"
@@ -144,6 +145,11 @@ def replay(
     console.print(
         f"  stages: read {r.read_s:.2f} s, replay {r.replay_s:.2f} s, fold {r.fold_s:.2f} s, "
         f"export {r.export_s:.2f} s ({r.export_lines:,} lines, {r.export_bytes / 1e6:.1f} MB)"
+    )
+    console.print(
+        f"  rolltape replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s; "
+        f"--jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
+        f"({r.command_jobs_events_per_s / r.command_events_per_s:.2f}x)"
     )
 
 

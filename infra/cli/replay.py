@@ -39,6 +39,14 @@ def replay(
         bool, typer.Option("--from-beginning", help="Every session on the topics (the default).")
     ] = False,
     dry_run: Annotated[bool, typer.Option(help="Compute and compare, write nothing.")] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Partition numbers replayed at once, each in a process of its own (sessions "
+            "never span partition numbers).",
+        ),
+    ] = 1,
 ) -> None:
     """Re-run the rule engine, training judge, reward functions, LLM judges and filters over the
     raw topics with the configuration of the current settings (ROLLTAPE_RULES_FILE,
@@ -72,7 +80,7 @@ def replay(
             task = progress.add_task("reading raw topics")
 
             def advance(done: int) -> None:
-                if done % 5000 == 0:
+                if jobs > 1 or done % 5000 == 0:  # with jobs: called once per finished slice
                     progress.update(task, description=f"read {done} raw records")
 
             summary = asyncio.run(
@@ -82,6 +90,7 @@ def replay(
                     since_ms=None if since_ns is None else since_ns // 1_000_000,
                     dry_run=dry_run,
                     on_record=advance,
+                    jobs=jobs,
                 )
             )
     console.print(

@@ -22,13 +22,12 @@ from rolltape.processors._session import PRODUCER_NAME, JudgeRequest, JudgeResul
 from rolltape.processors.judges import LLM_JUDGES, JudgeRun, run_llm_judge
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.schemas import (
-    GENESIS_HASH,
     PAYLOAD_MODELS,
+    ChainWriter,
     ModelEndpoint,
     Stream,
     Verdict,
     canonical_bytes,
-    seal,
     topic_name,
 )
 
@@ -148,18 +147,18 @@ class JudgeRunner:
                 },
             )
         )
-        prev, futures = GENESIS_HASH, []
-        for seq, (event_type, payload) in enumerate(events):
-            value, prev = seal(
+        writer: ChainWriter[str] = ChainWriter()
+        futures = []
+        for event_type, payload in events:
+            value, _ = writer.append(
+                sid,
                 stream=Stream.EVENTS.value,
                 session_id=sid,
-                seq=seq,
                 ts_ns=time.time_ns(),
                 type=event_type,
                 payload=PAYLOAD_MODELS[event_type]
                 .model_validate(payload)
                 .model_dump(mode="python"),
-                prev_hash=prev,
                 producer=self._producer_info,
             )
             futures.append(await self.producer.send(self.events_topic, value, key=sid.encode()))

@@ -20,13 +20,12 @@ from pydantic import BaseModel
 
 from rolltape.producers.cron._book import JobBook
 from rolltape.schemas import (
-    GENESIS_HASH,
+    ChainWriter,
     EnvelopeError,
     KafkaConnection,
     PayloadError,
     Stream,
     read_event,
-    seal,
     topic_name,
 )
 
@@ -101,15 +100,16 @@ class JobsLog:
         """Append the next revision of `key` (linked to the book's head of it), wait for the
         broker's acknowledgement, and fold it into the book."""
         head = book.heads.get(key)
-        event_type = "cron_job" if key == job_id else "cron_run"
-        record, _ = seal(
+        writer: ChainWriter[str] = ChainWriter()
+        if head is not None:  # the book holds each key's last revision
+            writer.take_over(key, head.seq + 1, head.hash)
+        record, _ = writer.append(
+            key,
             stream=Stream.JOBS.value,
             session_id=key,
-            seq=head.seq + 1 if head else 0,
             ts_ns=time.time_ns(),
-            type=event_type,
+            type="cron_job" if key == job_id else "cron_run",
             payload=payload.model_dump(mode="json"),
-            prev_hash=head.hash if head else GENESIS_HASH,
             producer=self._producer_info,
         )
         await self.producer.send_and_wait(

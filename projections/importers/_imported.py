@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolltape.schemas import GENESIS_HASH, seal
+from rolltape.schemas import ChainWriter
 
 
 @dataclass
@@ -33,20 +33,17 @@ class ImportedSession:
             stream: {**producer, "principal": principal}
             for stream, principal in (principals or {}).items()
         }
-        heads: dict[str, tuple[int, str]] = {}
+        writer: ChainWriter[str] = ChainWriter()
         out = []
         for stream, event_type, ts_ns, payload in self.events:
-            seq, prev = heads.get(stream, (0, GENESIS_HASH))
-            value, digest = seal(
+            value, _ = writer.append(
+                stream,
                 stream=stream,
                 session_id=self.session_id,
-                seq=seq,
                 ts_ns=ts_ns,
                 type=event_type,
                 payload=payload,
-                prev_hash=prev,
                 producer=by_stream.get(stream, producer),
             )
-            heads[stream] = (seq + 1, digest)
             out.append((stream, value))
         return out

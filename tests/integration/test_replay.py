@@ -110,13 +110,15 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
     )
     assert all(report.ok for report in chain_reports(everything))
 
-    again = cli(["replay", "--judge-version", "v2"], env_v2)
+    again = cli(["replay", "--judge-version", "v2", "--jobs", "3"], env_v2)  # a process a partition
     assert (
         again.returncode == 0 and f"{outputs} already held byte for byte, 0 written" in again.stdout
     )
     assert by_chain(topics) == after
 
-    changed = cli(["replay", "--judge-version", "v2"], env)  # default rules under the same label
+    changed = cli(
+        ["replay", "--judge-version", "v2", "--jobs", "2"], env
+    )  # default rules, same label
     assert changed.returncode == 1 and "conflict" in changed.stdout
     assert "new --judge-version" in changed.stdout
     assert by_chain(topics) == after
