@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
 from rolltape.schemas import Role
@@ -45,4 +46,4 @@ def open_monitor_recorder(settings: Settings | None = None, **overrides: Any) ->
     return open_recorder(settings, role=Role.MONITOR, **kwargs)
 
 
-__all__ = ["Settings", "open_monitor_recorder", "open_recorder"]
+__all__ = ["InfraError", "Settings", "open_monitor_recorder", "open_recorder"]

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
+from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import managed_broker, require_connection
 from rolltape.infra.export import collect, run_export
 from rolltape.infra.readback import RawRecord, read_records, verify_topics
@@ -162,7 +163,7 @@ def record_sampled_sessions(recorder: Recorder, session_ids: list[str]) -> None:
 DEMO_SCENARIO = "dead_relu"
 
 
-class DemoError(RuntimeError):
+class DemoError(InfraError, RuntimeError):
     """The demo cannot run (the worker it starts does not come up); the message shows why."""
 
 

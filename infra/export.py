@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.readback import read_records
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
@@ -35,7 +36,7 @@ from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, KafkaConnection, Stream, versioned_stream
 
 
-class ExportError(ValueError):
+class ExportError(InfraError, ValueError):
     """The export cannot run as asked (output folder in use, unusable tokenizer)."""
 
 

@@ -12,11 +12,12 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.schemas import key_id, load_private_key
 
 
-class JudgeKeyError(Exception):
+class JudgeKeyError(InfraError):
     """The judge's key cannot be created or read; the message says what to do."""
 
 

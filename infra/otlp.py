@@ -25,6 +25,7 @@ from typing import IO
 from aiohttp import web
 
 from rolltape.infra import open_recorder
+from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, RecorderError
 from rolltape.producers.otlp import (
@@ -45,7 +46,7 @@ TRACES_PATH = "/v1/traces"
 STOPPED = "the receiver stopped before the trace's root span arrived"
 
 
-class ReceiverBusyError(RuntimeError):
+class ReceiverBusyError(InfraError, RuntimeError):
     """Another receiver holds this state folder."""
 
 

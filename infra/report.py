@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.readback import read_records
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import FoldError, Trajectory, checked_envelope, fold
@@ -27,7 +28,7 @@ _STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream
 _LIVE = {s.value for s in _STREAMS}
 
 
-class ReportError(ValueError):
+class ReportError(InfraError, ValueError):
     """The report cannot be drawn as asked; the message says what to change."""
 
 

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import orjson
 from pydantic import ValidationError
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, principal_store, require_connection
 from rolltape.infra.keys import judge_key
 from rolltape.infra.readback import partition_counts
@@ -29,7 +30,7 @@ from rolltape.processors.worker import WorkerConfig
 from rolltape.schemas import TOPIC_SPECS, ModelEndpoint, Role, Stream, topic_name
 
 
-class WorkerSetupError(ValueError):
+class WorkerSetupError(InfraError, ValueError):
     """The worker cannot start as configured; the message says what to change."""
 
 

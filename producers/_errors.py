@@ -1,20 +1,26 @@
 """The one exception root of the producer SDK.
 
-RecorderError
-├── RecorderClosedError    recording on a closed recorder or an ended session
-├── SpoolFullError         the broker is unreachable and the local spool is at its limit
-├── BacklogFullError       events arrive faster than the sender can chain them, past the limit
-├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
-├── EventsRejectedError    events that could not be recorded (invalid payload, too large),
-│                          each with its reason; they are kept in a rejected-events file
-├── ResumeError            a session's chain cannot be taken over (no broker, records still
-│   │                      in the spool, the session ended, the log took too long to read)
-│   └── ChainConflictError another writer appended to the chain while this one took it over
-├── MonitorError           the training monitor cannot measure as asked (no held-out data, a
-│                          checkpoint that does not fit the model, used after finish)
-└── HarnessError           the decision harness cannot go on (no rule evaluation or verdict
-                           arrived in time: is `rolltape worker` running?; a policy endpoint
-                           that is not configured)
+ProducerError
+├── RecorderError          recording could not be done or made durable
+│   ├── RecorderClosedError    recording on a closed recorder or an ended session
+│   ├── SpoolFullError         the broker is unreachable and the local spool is at its limit
+│   ├── BacklogFullError       events arrive faster than the sender can chain them, past the limit
+│   ├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
+│   ├── EventsRejectedError    events that could not be recorded (invalid payload, too large),
+│   │                          each with its reason; they are kept in a rejected-events file
+│   ├── ResumeError            a session's chain cannot be taken over (no broker, records still
+│   │   │                      in the spool, the session ended, the log took too long to read)
+│   │   └── ChainConflictError another writer appended to the chain while this one took it over
+│   ├── MonitorError           the training monitor cannot measure as asked (no held-out data, a
+│   │                          checkpoint that does not fit the model, used after finish)
+│   └── HarnessError           the decision harness cannot go on (no rule evaluation or verdict
+│                              arrived in time: is `rolltape worker` running?; a policy endpoint
+│                              that is not configured)
+├── ScheduleError, JobError   a cron schedule or job the scheduler cannot take
+├── DeliveryError          a cron run's answer could not be delivered to its channel
+├── CronRecursionError     a cron run tried to start cron runs itself
+├── BlockError, UnknownFamilyError   a model completion the tool-call parsers cannot read
+└── OtlpRequestError       an OTLP request the receiver cannot decode (answered with its status)
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ from pathlib import Path
 from pydantic import BaseModel
 
 
-class RecorderError(Exception):
+class ProducerError(Exception):
     """Root of every error the producer SDK raises."""
+
+
+class RecorderError(ProducerError):
+    """Recording could not be done or made durable (the receivers answer: retry)."""
 
 
 class RecorderClosedError(RecorderError):

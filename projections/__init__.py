@@ -5,6 +5,7 @@
 """
 
 from rolltape.projections._atropos_sink import AtroposSink, AtroposSinkError
+from rolltape.projections._errors import ProjectionError
 from rolltape.projections._evidence import (
     Checkpoints,
     InclusionProof,
@@ -67,6 +68,7 @@ __all__ = [
     "InclusionProof",
     "Manifest",
     "Message",
+    "ProjectionError",
     "ReplayRecord",
     "ReplayResult",
     "Replayer",

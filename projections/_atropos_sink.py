@@ -21,11 +21,12 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import ChatTokenizer, atropos_groups
 
 
-class AtroposSinkError(RuntimeError):
+class AtroposSinkError(ProjectionError, RuntimeError):
     """The Atropos server did not take the groups (the message has its answer)."""
 
 

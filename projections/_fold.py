@@ -23,6 +23,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import (
     ChainSpan,
     FeedbackRecord,
@@ -54,7 +55,7 @@ from rolltape.schemas import (
 )
 
 
-class FoldError(ValueError):
+class FoldError(ProjectionError, ValueError):
     """The events cannot be folded into a trajectory (no session_started, mixed sessions)."""
 
 

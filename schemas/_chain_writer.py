@@ -15,11 +15,12 @@ from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from rolltape.schemas._envelope import GENESIS_HASH, seal
+from rolltape.schemas._errors import SchemaError
 
 K = TypeVar("K", bound=Hashable)
 
 
-class RecordTooLargeError(ValueError):
+class RecordTooLargeError(SchemaError, ValueError):
     """A sealed record is over the writer's size limit (the head did not move)."""
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from rolltape.infra._errors import InfraError
 
-class BrokerError(RuntimeError):
+
+class BrokerError(InfraError, RuntimeError):
     """Root of broker provisioning errors."""
 
 

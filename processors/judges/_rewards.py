@@ -11,11 +11,12 @@ import math
 from collections.abc import Mapping
 from typing import ClassVar
 
+from rolltape.processors._errors import ProcessorError
 from rolltape.processors.judges._transcript import Transcript
 from rolltape.schemas import Verdict
 
 
-class RewardUnavailable(ValueError):
+class RewardUnavailable(ProcessorError, ValueError):
     """The session lacks what this reward needs (the message says what)."""
 
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rolltape.processors._errors import ProcessorError
 from rolltape.schemas import canonical_bytes
 
 
-class TrainingJudgeConfigError(ValueError):
+class TrainingJudgeConfigError(ProcessorError, ValueError):
     """A training-judge config file that cannot be used; the message says what to fix."""
 
 

@@ -26,6 +26,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from rolltape.processors._errors import ProcessorError
 from rolltape.processors.rules._ruleset import RuleSet
 from rolltape.schemas import PRECEDENCE, RULE_CLASS, Metric, RuleEvaluation, RuleId, RuleOutcome
 
@@ -63,7 +64,7 @@ _CHECKED_FIELDS: Final[tuple[str, ...]] = (
 )
 
 
-class EpochOrderError(ValueError):
+class EpochOrderError(ProcessorError, ValueError):
     """A metric event for an epoch at or before one already evaluated (rules run once per epoch)."""
 
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rolltape.processors._errors import ProcessorError
 from rolltape.schemas import canonical_bytes
 
 
-class RuleSetError(ValueError):
+class RuleSetError(ProcessorError, ValueError):
     """A rule-set file that cannot be used; the message says what to fix."""
 
 

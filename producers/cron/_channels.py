@@ -18,6 +18,7 @@ from typing import ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from rolltape.producers._errors import ProducerError
 from rolltape.schemas import RunStatus, canonical_bytes
 
 
@@ -40,7 +41,7 @@ class Delivery(BaseModel):
         return canonical_bytes(self.model_dump(mode="json"))
 
 
-class DeliveryError(RuntimeError):
+class DeliveryError(ProducerError, RuntimeError):
     """A channel could not deliver; the message says why."""
 
 

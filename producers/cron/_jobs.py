@@ -10,6 +10,7 @@ from typing import Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolltape.producers._errors import ProducerError
 from rolltape.producers.cron._book import JobBook
 from rolltape.producers.cron._channels import open_channel
 from rolltape.producers.cron._log import JobsLog, read_book
@@ -43,7 +44,7 @@ class JobSpec(BaseModel):
     timeout_s: int = Field(default=3600, ge=1)
 
 
-class JobError(ValueError):
+class JobError(ProducerError, ValueError):
     """A job change that cannot be made; the message says why and what to do."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rolltape.producers._errors import ProducerError
 from rolltape.producers.cron._routing import RunOutcome
 from rolltape.schemas import CronJob
 
@@ -25,7 +26,7 @@ _current_run: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 
-class CronRecursionError(RuntimeError):
+class CronRecursionError(ProducerError, RuntimeError):
     """A cron run tried to create or change cron jobs."""
 
 

@@ -18,6 +18,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from rolltape.producers._errors import ProducerError
+
 ACCEPTED = (
     "a cron expression: 5 fields 'minute hour day-of-month month day-of-week' "
     "(e.g. '*/15 * * * *', '0 9 * * MON-FRI'), or 6 with seconds first",
@@ -82,7 +84,7 @@ _INTERVAL_PART = re.compile(r"([0-9]+)\s*([a-z]+)")
 _TIME = re.compile(r"^(?P<h>[0-9]{1,2})(?::(?P<m>[0-9]{2}))?\s*(?P<ampm>am|pm)?$")
 
 
-class ScheduleError(ValueError):
+class ScheduleError(ProducerError, ValueError):
     """A schedule that cannot be read; the message says what is accepted."""
 
 

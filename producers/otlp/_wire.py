@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import orjson
 
+from rolltape.producers._errors import ProducerError
+
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 Encoding = Literal["protobuf", "json"]
@@ -29,7 +31,7 @@ _PARENT_IS_REMOTE = 0x300
 _HEX = frozenset("0123456789abcdef")
 
 
-class OtlpRequestError(ValueError):
+class OtlpRequestError(ProducerError, ValueError):
     """The request cannot be read; `status` is the HTTP status to answer with."""
 
     def __init__(self, message: str, status: int = 400) -> None:

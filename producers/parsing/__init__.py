@@ -25,6 +25,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rolltape.producers._errors import ProducerError
 from rolltape.producers.parsing._blocks import Scan
 from rolltape.producers.parsing._json_calls import (
     parse_hermes,
@@ -76,7 +77,7 @@ FAMILIES: dict[str, _Parser] = {
 """Family name -> parser. Names follow the serving engines' tool-parser names."""
 
 
-class UnknownFamilyError(ValueError):
+class UnknownFamilyError(ProducerError, ValueError):
     """The family is not one of FAMILIES."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rolltape.producers._errors import ProducerError
 from rolltape.producers.parsing._result import ParseProblem, call_id
 from rolltape.schemas import ToolCall
 
@@ -17,7 +18,7 @@ BlockCall = tuple[str | None, str, dict[str, object], str | None, str | None]
 """A block read as (id or None, name, arguments, raw arguments, argument error)."""
 
 
-class BlockError(ValueError):
+class BlockError(ProducerError, ValueError):
     """The block is not a call; the message says why."""
 
 

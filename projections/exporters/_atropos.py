@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters._openai import chat_messages
 
@@ -49,7 +50,7 @@ class ChatTokenizer(Protocol):
     def __call__(self, text: str, **kwargs: Any) -> Any: ...
 
 
-class TokenizerError(ValueError):
+class TokenizerError(ProjectionError, ValueError):
     """The named tokenizer cannot be used (missing, no chat template, transformers absent)."""
 
 
@@ -73,7 +74,9 @@ def load_tokenizer(path: str | Path) -> ChatTokenizer:
     return tokenizer
 
 
-class SkipSession(Exception):
+class SkipSession(ProjectionError):
+    """A session the Atropos rows leave out, with the reason counted in the manifest."""
+
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel
 
+from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import Message, Trajectory
 from rolltape.projections.exporters._tags import escape, unescape
 from rolltape.schemas import split_reasoning
@@ -161,7 +162,7 @@ def _identity(text: str) -> str:
     return text
 
 
-class ShareGPTFormatError(ValueError):
+class ShareGPTFormatError(ProjectionError, ValueError):
     """A row does not follow the conventions above."""
 
 

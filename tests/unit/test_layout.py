@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -61,6 +63,7 @@ def test_public_api__is_pinned() -> None:
         "FlushTimeoutError",
         "HarnessError",
         "MonitorError",
+        "ProducerError",
         "Recorder",
         "RecorderClosedError",
         "RecorderError",
@@ -72,7 +75,12 @@ def test_public_api__is_pinned() -> None:
         "current_session",
         "record_tool",
     }
-    assert set(rolltape.infra.__all__) == {"Settings", "open_monitor_recorder", "open_recorder"}
+    assert set(rolltape.infra.__all__) == {
+        "InfraError",
+        "Settings",
+        "open_monitor_recorder",
+        "open_recorder",
+    }
     assert set(rolltape.producers.training.__all__) == {
         "PLAYBOOK",
         "SCENARIOS",
@@ -123,6 +131,7 @@ def test_public_api__is_pinned() -> None:
         "JudgeResult",
         "Output",
         "ProcessorConfig",
+        "ProcessorError",
         "Requested",
         "SessionProcessor",
         "SessionState",
@@ -258,6 +267,7 @@ def test_public_api__is_pinned() -> None:
         "META_DIR",
         "Manifest",
         "Message",
+        "ProjectionError",
         "ReplayRecord",
         "ReplayResult",
         "Replayer",
@@ -308,3 +318,34 @@ def test_packaging__every_package_folder_is_listed_for_the_wheel() -> None:
     }
     assert set(config["packages"]) == folders
     assert set(config["package-dir"]) == folders
+
+
+@pytest.mark.parametrize(
+    ("package", "root"),
+    [
+        ("schemas", "rolltape.schemas.SchemaError"),
+        ("producers", "rolltape.producers.ProducerError"),
+        ("processors", "rolltape.processors.ProcessorError"),
+        ("projections", "rolltape.projections.ProjectionError"),
+        ("infra", "rolltape.infra.InfraError"),
+    ],
+)
+def test_exceptions__each_package_raises_under_its_one_root(package: str, root: str) -> None:
+    module_name, _, class_name = root.rpartition(".")
+    base = getattr(importlib.import_module(module_name), class_name)
+    strays = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if "tasks" in path.parts or path.name == "__main__.py":
+            continue  # the bug-fix environment's task projects are data, not the package
+        text = path.read_text()
+        for name in re.findall(r"^class ([A-Za-z]\w*)\(", text, re.M):  # private: internal
+            dotted = ".".join(("rolltape", *path.relative_to(ROOT).with_suffix("").parts))
+            module = importlib.import_module(dotted.removesuffix(".__init__"))
+            cls = getattr(module, name)
+            if (
+                isinstance(cls, type)
+                and issubclass(cls, BaseException)
+                and not issubclass(cls, base)
+            ):
+                strays.append(f"{dotted}.{name}")
+    assert strays == []

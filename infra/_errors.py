@@ -1,0 +1,18 @@
+"""The one exception root of rolltape.infra (the CLI turns each into a message and an exit
+status).
+
+InfraError
+├── BrokerError           the managed broker (start, principals, ACLs; see infra.broker)
+├── WorkerSetupError      the worker or replay cannot start as configured
+├── ExportError           the export cannot run as asked (folder in use, tokenizer)
+├── ReportError           the report cannot be drawn (no such session, not a training run)
+├── JudgeKeyError         the judge's signing key is missing or unreadable
+├── ReceiverBusyError     the OTLP receiver's queue is full (answered with 503)
+└── DemoError             a demo step did not produce what it should
+"""
+
+from __future__ import annotations
+
+
+class InfraError(Exception):
+    """Root of every error rolltape.infra raises."""

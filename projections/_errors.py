@@ -1,0 +1,14 @@
+"""The one exception root of rolltape.projections.
+
+ProjectionError
+├── FoldError             a session's records do not fold into a trajectory (no start)
+├── ShareGPTFormatError   a ShareGPT row that does not follow the format
+├── TokenizerError        a tokenizer folder that cannot be used for Atropos rows
+└── AtroposSinkError      the Atropos trainer's API refused or could not be reached
+"""
+
+from __future__ import annotations
+
+
+class ProjectionError(Exception):
+    """Root of every error rolltape.projections raises."""
