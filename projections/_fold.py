@@ -3,7 +3,8 @@ Trajectory.
 
 Pure and deterministic: the input is decoded envelopes, in any order and with redelivered copies;
 the fold orders each chain by seq and keeps the first copy of each seq, so two reads of the same
-topics give the same Trajectory whatever their interleaving.
+topics give the same Trajectory whatever their interleaving (two different records at one seq, a
+fork, leave the chain unlinked whichever comes first).
 
 Choices the exporters rely on:
 - tool calls belong to the latest assistant turn when no user or system turn came between; calls
@@ -36,7 +37,6 @@ from rolltape.projections._trajectory import (
     VerdictRecord,
 )
 from rolltape.schemas import (
-    GENESIS_HASH,
     LIVE_JUDGE_VERSION,
     FilterOutcome,
     PayloadError,
@@ -49,6 +49,7 @@ from rolltape.schemas import (
     Turn,
     Verdict,
     canonical_bytes,
+    classify_link,
     parse_payload,
     result_failed,
     versioned_stream,
@@ -66,22 +67,40 @@ def _ordered(envelopes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [by_seq[seq] for seq in sorted(by_seq)]
 
 
-def _span(chain: list[Mapping[str, Any]]) -> ChainSpan:
-    linked = True
-    prev = None
-    for env in chain:
-        if prev is None:
-            linked = env["seq"] != 0 or env["prev_hash"] == GENESIS_HASH
-        elif env["seq"] != prev["seq"] + 1 or env["prev_hash"] != prev["hash"]:
-            linked = False
-        prev = env
+def _linked(envelopes: Iterable[Mapping[str, Any]]) -> bool:
+    """Each record, in seq order, extends the one before (from the first the fold holds, which
+    need not be seq 0), and no seq holds two records. The fold reads a chain as a set, so the
+    order of arrival is not its concern, nor what follows session_ended: the audit's
+    `chain_broken` verdicts report those."""
+    held: dict[int, str] = {}
+    next_seq: int | None = None
+    for env in sorted(envelopes, key=lambda env: env["seq"]):  # stable: first copy is held
+        seq = env["seq"]
+        verdict = classify_link(
+            seq,
+            env["prev_hash"],
+            env["hash"],
+            next_seq=seq if next_seq is None else next_seq,
+            at_seq=held.get(seq),
+            before=held.get(seq - 1),
+        )
+        if not verdict.clean:
+            return False
+        if verdict.placement == "joins":
+            held[seq] = env["hash"]
+            next_seq = seq + 1
+    return True
+
+
+def _span(envelopes: list[Mapping[str, Any]]) -> ChainSpan:
+    chain = _ordered(envelopes)
     return ChainSpan(
         first_seq=chain[0]["seq"],
         last_seq=chain[-1]["seq"],
         first_hash=chain[0]["hash"],
         last_hash=chain[-1]["hash"],
         count=len(chain),
-        linked=linked,
+        linked=_linked(envelopes),
     )
 
 
@@ -239,7 +258,7 @@ def fold(
 
     verdict_stream = versioned_stream(Stream.VERDICTS, judge_version)
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
-    chains: dict[str, list[Mapping[str, Any]]] = {Stream.EVENTS.value: chain}
+    chains: dict[str, list[Mapping[str, Any]]] = {Stream.EVENTS.value: given}
     picked: dict[str, list[Mapping[str, Any]]] = {verdict_stream: [], filter_stream: []}
     for env in derived:
         if env["session_id"] == sid and env["stream"] in picked:
@@ -252,7 +271,7 @@ def fold(
         ordered = _ordered(envelopes)
         if not ordered:
             continue
-        chains[name] = ordered
+        chains[name] = envelopes
         for env in ordered:
             if env["type"] == "chain_broken":
                 breaks.append(env["event_id"])

@@ -72,6 +72,7 @@ from rolltape.schemas._errors import (
 )
 from rolltape.schemas._evaluation import EvaluatedItem, Evaluation
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
+from rolltape.schemas._links import LinkVerdict, classify_link
 from rolltape.schemas._merkle import Frontier
 from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
@@ -165,6 +166,7 @@ __all__ = [
     "JobState",
     "KafkaConnection",
     "LayerSpec",
+    "LinkVerdict",
     "LiveCheck",
     "LogTree",
     "Metric",
@@ -204,6 +206,7 @@ __all__ = [
     "Violation",
     "canonical_bytes",
     "canonical_dump_bytes",
+    "classify_link",
     "consistency_from_frontier",
     "decode",
     "derived_event_id",

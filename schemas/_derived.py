@@ -32,14 +32,14 @@ RULE_CLASS: Final[dict[RuleId, RuleClass]] = {
 
 
 class BreakKind(StrEnum):
-    """Why a record does not extend its chain as it should (see _verify.py for the checks)."""
+    """Why a record does not extend its chain as it should (see _links.py and _verify.py for the
+    checks). An exact copy of a record is no break: it is a redelivery, counted by the readers."""
 
     UNPARSEABLE = "unparseable"
     UNKNOWN_VERSION = "unknown_version"
     MISROUTED = "misrouted"
     TAMPERED = "tampered"
     NOT_CANONICAL = "not_canonical"
-    DUPLICATE = "duplicate"
     FORK = "fork"
     REORDERED = "reordered"
     GAP = "gap"

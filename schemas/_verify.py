@@ -24,6 +24,9 @@ A forged record whose content was edited is TAMPERED; one whose hash was recompu
 link to its successor; one appended after the end is AFTER_END. A forger who appends to an open
 chain with a correct link is stopped by ACLs on the topic, not by the hash alone (DESIGN.md).
 
+What a record is to its chain (joins, redelivered, set aside) is decided by `classify_link`
+(_links.py), as for the live audit and the fold; this module keeps the memory and the reports.
+
 Memory is bounded for long topics: a chain keeps 33 bytes per record (its hash and a presence
 byte, indexed by seq), and each chain and the unattributed list keep at most MAX_DETAILED breaks
 in full; the rest are counted by kind.
@@ -39,10 +42,10 @@ from pydantic import BaseModel, ConfigDict
 from rolltape.schemas._codec import UnreadableRecord, read_event
 from rolltape.schemas._derived import BreakKind
 from rolltape.schemas._envelope import GENESIS_HASH
+from rolltape.schemas._links import classify_link
 from rolltape.schemas._topics import split_stream
 
 MAX_DETAILED = 200
-_GENESIS = bytes(32)
 
 
 def _on_its_topic(stream: str, topic_stream: str) -> bool:
@@ -240,47 +243,57 @@ class ChainVerifier:
 
         digest = bytes.fromhex(env.hash)
         prev = bytes.fromhex(env.prev_hash)
-        if prev in chain.aside:
-            # The same second writer going on: counted with its first record's break.
-            chain.set_aside(digest)
+        continues_aside = prev in chain.aside
+        verdict = classify_link(
+            seq,
+            env.prev_hash,
+            env.hash,
+            next_seq=chain.max_seq + 1,
+            at_seq=chain.hash_at(seq).hex() if chain.has(seq) else None,
+            before=chain.hash_at(seq - 1).hex() if chain.has(seq - 1) else None,
+            ended_seq=chain.ended_at,
+            continues_aside=continues_aside,
+            intact=content_digest == env.hash and canonical,
+        )
+        if verdict.placement == "redelivered":
+            chain.redelivered += 1
             return
-        if chain.has(seq):
-            if chain.hash_at(seq) == digest and content_digest == env.hash and canonical:
-                chain.redelivered += 1
-            else:
+        if verdict.placement == "set_aside":
+            chain.set_aside(digest)
+            if continues_aside:
+                return  # the same second writer going on: counted with its first record's break
+            if verdict.breaks == (BreakKind.FORK,):
                 chain.report(BreakKind.FORK, seq, f"seq {seq} with another hash", position)
-                chain.set_aside(digest)
+            else:
+                chain.report(
+                    BreakKind.BROKEN_LINK,
+                    seq,
+                    f"prev_hash {prev.hex()[:16]}… is not the hash of seq {seq - 1}: set aside "
+                    "with the records that continue it (a second writer, or seq "
+                    f"{seq - 1} was altered)",
+                    position,
+                )
             return
-        if seq > 0 and chain.has(seq - 1) and chain.hash_at(seq - 1) != prev:
-            chain.report(
-                BreakKind.BROKEN_LINK,
-                seq,
-                f"prev_hash {prev.hex()[:16]}… is not the hash of seq {seq - 1}: set aside with "
-                "the records that continue it (a second writer, or seq "
-                f"{seq - 1} was altered)",
-                position,
-            )
-            chain.set_aside(digest)
-            return
-        if seq < chain.max_seq:
+        # It joins (the verifier remembers every seq, so nothing is late). Gaps are reported at
+        # the end of the read, for the holes no later record filled.
+        if BreakKind.REORDERED in verdict.breaks:
             chain.report(
                 BreakKind.REORDERED, seq, f"seq {seq} arrived after seq {chain.max_seq}", position
             )
         chain.store(seq, digest)
         chain.max_seq = max(chain.max_seq, seq)
 
-        if seq == 0:
-            if prev != _GENESIS:
-                chain.report(
-                    BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash", position
-                )
-        elif not chain.has(seq - 1):
+        if BreakKind.BAD_GENESIS in verdict.breaks:
+            chain.report(
+                BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash", position
+            )
+        if seq > 0 and not chain.has(seq - 1):
             chain.waiting_links[seq] = (prev, position)
         successor = chain.waiting_links.pop(seq + 1, None)
         if successor is not None:
             _check_link(chain, seq + 1, successor[0], successor[1])
 
-        if chain.ended_at is not None and seq > chain.ended_at:
+        if BreakKind.AFTER_END in verdict.breaks:
             chain.after_end_seen.add(seq)
             chain.report(
                 BreakKind.AFTER_END,
@@ -298,7 +311,15 @@ class ChainVerifier:
 
 
 def _check_link(chain: _Chain, seq: int, prev: bytes, position: str | None) -> None:
-    if chain.hash_at(seq - 1) != prev:
+    """The link of a member that arrived before its predecessor, now that the predecessor is in."""
+    verdict = classify_link(
+        seq,
+        prev.hex(),
+        chain.hash_at(seq).hex(),
+        next_seq=seq,
+        before=chain.hash_at(seq - 1).hex(),
+    )
+    if BreakKind.BROKEN_LINK in verdict.breaks:
         chain.report(
             BreakKind.BROKEN_LINK,
             seq,

@@ -7,7 +7,8 @@ admitted with the breaks it shows and whether its content may be used downstream
 Unlike `rolltape.schemas.ChainVerifier`, which reads a whole topic, this keeps a few hundred bytes
 per chain (the head, the next seq, the last `RECENT` hashes) because that state is rewritten to a
 changelog on every update. Records older than that window can no longer be told apart as forks
-or duplicates; they are reported as reordered.
+or redeliveries; they are reported as reordered. What a record is to its chain is decided by
+`rolltape.schemas.classify_link`, as for the verifier and the fold.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from rolltape.schemas import GENESIS_HASH, BreakKind, Event, UnreadableRecord, read_event
+from rolltape.schemas import (
+    GENESIS_HASH,
+    BreakKind,
+    ChainBreak,
+    Event,
+    UnreadableRecord,
+    classify_link,
+    read_event,
+)
 
 AUDITOR_VERSION: Final = "rolltape.audit/1"
 RECENT: Final = 8
@@ -83,15 +92,6 @@ class ChainHead:
 
 
 @dataclass(frozen=True)
-class Break:
-    """One break a record shows against its chain (reported as a `chain_broken` output)."""
-
-    kind: BreakKind
-    seq: int | None
-    detail: str
-
-
-@dataclass(frozen=True)
 class DeadLettered:
     """The record cannot be attributed to a chain: it goes to the dead-letter topic."""
 
@@ -113,7 +113,8 @@ class Admitted:
 
     outcome: Literal["admitted"]
     event: Event
-    breaks: tuple[Break, ...]
+    breaks: tuple[ChainBreak, ...]
+    """Each reported as a `chain_broken` output (its position is the input record's)."""
     usable: bool
     """The content is authentic and in chain order: rules, filters and judges may use it."""
 
@@ -145,58 +146,67 @@ def parse_record(record: InputRecord) -> Event | DeadLettered:
 def audit(chain: ChainHead, env: Event) -> AuditResult:
     """Check one record's event against its chain and advance the chain."""
     seq = env.seq
-    breaks: list[Break] = []
+    breaks: list[ChainBreak] = []
+
+    def add(kind: BreakKind, at: int, detail: str) -> None:
+        breaks.append(
+            ChainBreak(
+                kind=kind, stream=env.stream, session_id=env.session_id, seq=at, detail=detail
+            )
+        )
+
     usable = True
     if env.computed_hash is None:
-        breaks.append(Break(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form"))
+        add(BreakKind.NOT_CANONICAL, seq, "the record has no canonical form")
         usable = False
     elif not env.intact:
         detail = f"content hashes to {env.computed_hash[:16]}…, record says {env.hash[:16]}…"
-        breaks.append(Break(BreakKind.TAMPERED, seq, detail))
+        add(BreakKind.TAMPERED, seq, detail)
         usable = False
     elif not env.canonical:
-        breaks.append(Break(BreakKind.NOT_CANONICAL, seq, "bytes differ from the canonical form"))
+        add(BreakKind.NOT_CANONICAL, seq, "bytes differ from the canonical form")
 
-    if seq < chain.next_seq:
-        known = chain.recent.get(seq)
-        if known == env.hash and not breaks:
-            return Redelivered("redelivered")
-        if known is not None:
-            detail = f"seq {seq} again with another hash: {_SECOND_WRITER}"
-            breaks.append(Break(BreakKind.FORK, seq, detail))
-            chain.set_aside(env.hash)
-        elif env.prev_hash in chain.aside:
-            detail = f"seq {seq} continues a record set aside: {_SECOND_WRITER}"
-            breaks.append(Break(BreakKind.FORK, seq, detail))
-            chain.set_aside(env.hash)
-        else:
-            detail = f"seq {seq} arrived after seq {chain.next_seq - 1}"
-            breaks.append(Break(BreakKind.REORDERED, seq, detail))
+    known = chain.recent.get(seq)
+    verdict = classify_link(
+        seq,
+        env.prev_hash,
+        env.hash,
+        next_seq=chain.next_seq,
+        at_seq=known,
+        before=chain.head if seq == chain.next_seq else None,
+        ended_seq=chain.ended_seq,
+        continues_aside=env.prev_hash in chain.aside,
+        fills_holes=False,  # the window cannot tell a hole from a forgotten record
+        intact=not breaks,
+    )
+    if verdict.placement == "redelivered":
+        return Redelivered("redelivered")
+    if verdict.placement == "late":
+        add(BreakKind.REORDERED, seq, f"seq {seq} arrived after seq {chain.next_seq - 1}")
         return Admitted("admitted", env, tuple(breaks), usable=False)
-    if env.prev_hash in chain.aside or (
-        seq == chain.next_seq and seq > 0 and env.prev_hash != chain.head
-    ):
+    if verdict.placement == "set_aside":
         # One writer per chain, by log order: what was written first is the chain. A record that
         # does not link to its head (or continues one that did not) never moves it, so a zombie
         # writer cannot interleave with the one that resumed the session.
-        if env.prev_hash in chain.aside:
-            kind, detail = BreakKind.FORK, f"seq {seq} continues a record set aside"
+        if known is not None:
+            detail = f"seq {seq} again with another hash"
+        elif verdict.breaks == (BreakKind.FORK,):
+            detail = f"seq {seq} continues a record set aside"
         else:
-            kind = BreakKind.BROKEN_LINK
             detail = f"prev_hash {env.prev_hash[:16]}… is not the hash of seq {seq - 1}"
-        breaks.append(Break(kind, seq, f"{detail}: {_SECOND_WRITER}"))
+        add(verdict.breaks[0], seq, f"{detail}: {_SECOND_WRITER}")
         chain.set_aside(env.hash)
         return Admitted("admitted", env, tuple(breaks), usable=False)
 
-    if chain.ended_seq is not None:
-        detail = f"{env.type} after session_ended at seq {chain.ended_seq}"
-        breaks.append(Break(BreakKind.AFTER_END, seq, detail))
-        usable = False
-    if seq > chain.next_seq:
-        missing = f"{chain.next_seq}..{seq - 1}" if seq - 1 > chain.next_seq else f"{seq - 1}"
-        breaks.append(Break(BreakKind.GAP, chain.next_seq, f"seq {missing} missing"))
-    elif seq == 0 and env.prev_hash != GENESIS_HASH:
-        breaks.append(Break(BreakKind.BAD_GENESIS, 0, "seq 0 does not link to the genesis hash"))
+    for kind in verdict.breaks:
+        if kind is BreakKind.AFTER_END:
+            add(kind, seq, f"{env.type} after session_ended at seq {chain.ended_seq}")
+            usable = False
+        elif kind is BreakKind.GAP:
+            missing = f"{chain.next_seq}..{seq - 1}" if seq - 1 > chain.next_seq else f"{seq - 1}"
+            add(kind, chain.next_seq, f"seq {missing} missing")
+        elif kind is BreakKind.BAD_GENESIS:
+            add(kind, 0, "seq 0 does not link to the genesis hash")
 
     chain.next_seq = seq + 1
     chain.head = env.hash
