@@ -21,11 +21,11 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection
-from rolltape.infra.export import collect, fold_all, run_export
+from rolltape.infra.export import Collected, collect, run_export
 from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
-from rolltape.projections import ExportOptions, Manifest, Trajectory
+from rolltape.projections import ExportOptions, Manifest, Trajectory, fold
 from rolltape.projections.exporters import ChatTokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role
 
@@ -69,10 +69,11 @@ async def run_batch(
     recorder = open_recorder(settings, spool_dir=settings.resolved_spool_dir() / "batch" / run)
     try:
         await recorder.adelivered(120)
-        before = await collect(
+        with await collect(
             reader, prefix=settings.topic_prefix, judge_version=LIVE_JUDGE_VERSION
-        )
-        todo, finished = plan(env, run, count, slot_states(run, before.events))
+        ) as before:
+            states = slot_states(run, _batch_events(before, run))
+        todo, finished = plan(env, run, count, states)
         if on_plan is not None:
             on_plan(len(todo), finished)
 
@@ -107,30 +108,30 @@ async def run_batch(
     return _summary(env, run, count, finished, rollouts, trajectories)
 
 
+def _batch_events(collected: Collected, run: str) -> dict[str, list[dict[str, Any]]]:
+    """The events of the batch's sessions (every attempt of every slot), by session id."""
+    return {s.session_id: s.events for s in collected.sessions(f"batch.{run}.")}
+
+
 async def _judged(settings: Settings, run: str, count: int, wait_s: float) -> list[Trajectory]:
     """The batch's completed sessions folded from the log, waiting up to `wait_s` for the
     worker's filter outcomes."""
     reader = require_connection(settings, Role.READER)
     deadline = time.monotonic() + wait_s
     while True:
-        collected = await collect(
+        trajectories: list[Trajectory] = []
+        with await collect(
             reader, prefix=settings.topic_prefix, judge_version=LIVE_JUDGE_VERSION
-        )
-        states = slot_states(run, collected.events)
-        wanted = {
-            sid
-            for sid, events in collected.events.items()
-            if sid.startswith(f"batch.{run}.")
-            and any(
+        ) as collected:
+            sessions = list(collected.sessions(f"batch.{run}."))
+        states = slot_states(run, {s.session_id: s.events for s in sessions})
+        for session in sessions:
+            completed = any(
                 e.get("type") == "session_ended" and e["payload"].get("status") == "completed"
-                for e in events
+                for e in session.events
             )
-        }
-        subset = type(collected)(
-            events={sid: collected.events[sid] for sid in wanted},
-            derived={sid: collected.derived[sid] for sid in wanted if sid in collected.derived},
-        )
-        trajectories, _ = fold_all(subset, LIVE_JUDGE_VERSION)
+            if completed:
+                trajectories.append(fold(session.events, session.derived))
         undecided = sum(1 for t in trajectories if t.accepted is None)
         if not undecided or time.monotonic() >= deadline or not states:
             return trajectories
@@ -188,15 +189,15 @@ async def process_batch(
     (`options.selection` is narrowed to them)."""
     summary = await run_batch(settings, env, **batch)
     reader = require_connection(settings, Role.READER)
-    collected = await collect(
-        reader, prefix=settings.topic_prefix, judge_version=options.selection.judge_version
-    )
     selection = options.selection.model_copy(update={"sessions": (f"batch.{summary.run}.*",)})
-    manifest = run_export(
-        collected,
-        options.model_copy(update={"selection": selection}),
-        out,
-        tokenizer=tokenizer,
-        overwrite=overwrite,
-    )
+    with await collect(
+        reader, prefix=settings.topic_prefix, judge_version=options.selection.judge_version
+    ) as collected:
+        manifest = run_export(
+            collected,
+            options.model_copy(update={"selection": selection}),
+            out,
+            tokenizer=tokenizer,
+            overwrite=overwrite,
+        )
     return summary, manifest

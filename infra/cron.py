@@ -76,52 +76,54 @@ async def cron_items(
     job = book.jobs.get(job_id)
     if job is None:
         raise JobError(f"no job {job_id!r}; see `rolltape cron list`")
-    collected = await collect(
+    with await collect(
         require_connection(settings, Role.READER),
         prefix=settings.topic_prefix,
         judge_version=LIVE_JUDGE_VERSION,
-    )
-    items: list[Item] = []
-    skipped: Counter[str] = Counter()
-    for run in book.runs_of(job_id):
-        if run.status not in FINAL_STATUSES:
-            skipped["still_open"] += 1
-            continue
-        success = run.status == RunStatus.SUCCESS
-        if not success and not include_failures:
-            skipped["not_successful"] += 1
-            continue
-        events = collected.events.get(run.session_id)
-        if not events:
-            skipped["no_session"] += 1
-            continue
-        trajectory = fold(events, collected.derived.get(run.session_id, ()))
-        reward = trajectory.score(score)
-        if min_reward is not None and reward is None:
-            skipped["no_score"] += 1
-            continue
-        if min_reward is not None and reward is not None and reward < min_reward:
-            skipped["below_min_reward"] += 1
-            continue
-        answers = [m.content for m in trajectory.messages if m.role == "assistant" and m.content]
-        items.append(
-            Item(
-                item_id=run.run_id.replace("@", "-").lower()[:64],
-                split="train",
-                data={
-                    "prompt": job.prompt,
-                    "skills": list(job.skills),
-                    "workdir": job.workdir,
-                    "reference": answers[-1] if success and answers else None,
-                    "source": {
-                        "job_id": job_id,
-                        "run_id": run.run_id,
-                        "session_id": run.session_id,
-                        "status": run.status.value,
-                        "reason": run.reason,
-                        "score": reward,
+    ) as collected:
+        items: list[Item] = []
+        skipped: Counter[str] = Counter()
+        for run in book.runs_of(job_id):
+            if run.status not in FINAL_STATUSES:
+                skipped["still_open"] += 1
+                continue
+            success = run.status == RunStatus.SUCCESS
+            if not success and not include_failures:
+                skipped["not_successful"] += 1
+                continue
+            session = collected.session(run.session_id)
+            if session is None or not session.events:
+                skipped["no_session"] += 1
+                continue
+            trajectory = fold(session.events, session.derived)
+            reward = trajectory.score(score)
+            if min_reward is not None and reward is None:
+                skipped["no_score"] += 1
+                continue
+            if min_reward is not None and reward is not None and reward < min_reward:
+                skipped["below_min_reward"] += 1
+                continue
+            answers = [
+                m.content for m in trajectory.messages if m.role == "assistant" and m.content
+            ]
+            items.append(
+                Item(
+                    item_id=run.run_id.replace("@", "-").lower()[:64],
+                    split="train",
+                    data={
+                        "prompt": job.prompt,
+                        "skills": list(job.skills),
+                        "workdir": job.workdir,
+                        "reference": answers[-1] if success and answers else None,
+                        "source": {
+                            "job_id": job_id,
+                            "run_id": run.run_id,
+                            "session_id": run.session_id,
+                            "status": run.status.value,
+                            "reason": run.reason,
+                            "score": reward,
+                        },
                     },
-                },
+                )
             )
-        )
     return ToEnvReport(items=items, skipped=dict(sorted(skipped.items())))

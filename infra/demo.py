@@ -258,12 +258,20 @@ def _export(
     connection: KafkaConnection, prefix: str, sessions: list[str], out: Path
 ) -> list[ExportSummary]:
     """The demo's sessions as ShareGPT, Atropos and OpenAI files, one folder per format."""
-    collected = asyncio.run(collect(connection, prefix=prefix, judge_version=LIVE_JUDGE_VERSION))
     summaries = []
-    for format in ("sharegpt", "atropos", "openai"):
-        options = ExportOptions(format=format, selection=Selection(sessions=tuple(sessions)))
+    collected = asyncio.run(collect(connection, prefix=prefix, judge_version=LIVE_JUDGE_VERSION))
+    with collected:
+        manifests = {
+            format: run_export(
+                collected,
+                ExportOptions(format=format, selection=Selection(sessions=tuple(sessions))),
+                out / format,
+                overwrite=True,
+            )
+            for format in ("sharegpt", "atropos", "openai")
+        }
+    for format, manifest in manifests.items():
         folder = out / format
-        manifest = run_export(collected, options, folder, overwrite=True)
         skipped = {k: v for k, v in manifest.skipped.items() if k != "session_not_selected"}
         summaries.append(
             ExportSummary(

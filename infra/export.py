@@ -2,26 +2,32 @@
 
 The pure parts (selection, rendering, sharding, manifest) are rolltape.projections; this module
 only reads Kafka, checks each record's hash, and writes what the projections return.
+
+Memory stays flat however long the log: the scan files each record under its session in a
+spill on disk (infra.spill), sessions are folded one at a time, the chosen trajectories wait in
+the spill sorted into export order, and lines go to their files as they are rendered.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.readback import read_records
+from rolltape.infra.spill import SessionRecords, Spill, SpilledStore
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
     MANIFEST,
     META_DIR,
     Checkpoints,
+    ExportFile,
+    Exporting,
+    ExportLine,
     ExportOptions,
     FoldError,
     Manifest,
@@ -40,18 +46,48 @@ class ExportError(InfraError, ValueError):
     """The export cannot run as asked (output folder in use, unusable tokenizer)."""
 
 
-@dataclass
 class Collected:
-    """One session's records per chain, read up to the end offsets taken when the scan began."""
+    """One scan's records filed by session in a spill on disk, read up to the end offsets taken
+    when the scan began: memory does not grow with the log. Close it (or use it as a context
+    manager) to remove the spill."""
 
-    events: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    derived: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    bounds: dict[str, dict[int, tuple[int, int]]] = field(default_factory=dict)
-    records: int = 0
-    unreadable: int = 0
-    """Records that are not envelopes (the live audit dead-lettered them)."""
-    tampered: int = 0
-    """Records whose content does not match their hash: left out, so their chain shows a gap."""
+    def __init__(self, judge_version: str = LIVE_JUDGE_VERSION) -> None:
+        self.judge_version = judge_version
+        self.wanted = frozenset(
+            versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)
+        )
+        """The derived chains kept: the judge version's verdicts and filter outcomes."""
+        self.spill = Spill()
+        self.bounds: dict[str, dict[int, tuple[int, int]]] = {}
+        self.records = 0
+        self.unreadable = 0
+        """Records that are not envelopes (the live audit dead-lettered them)."""
+        self.tampered = 0
+        """Records whose content does not match their hash: left out, so their chain shows a
+        gap."""
+
+    def add(self, value: bytes) -> None:
+        """File one record under its session: events, or the wanted derived chains."""
+        self.records += 1
+        env, problem = checked_envelope(value)
+        if env is None:
+            if problem == "tampered":
+                self.tampered += 1
+            else:
+                self.unreadable += 1
+            return
+        stream = env["stream"]
+        if stream == Stream.EVENTS.value:
+            self.spill.add(env["session_id"], True, env)
+        elif stream in self.wanted:
+            self.spill.add(env["session_id"], False, env)
+
+    def sessions(self, prefix: str = "") -> Iterator[SessionRecords]:
+        """Every session filed whose id starts with `prefix`, by id, one at a time."""
+        return self.spill.sessions(prefix)
+
+    def session(self, session_id: str) -> SessionRecords | None:
+        return self.spill.session(session_id)
 
     def source(self) -> dict[str, Any]:
         return {
@@ -64,22 +100,14 @@ class Collected:
             "tampered_records": self.tampered,
         }
 
+    def close(self) -> None:
+        self.spill.close()
 
-def add_record(collected: Collected, value: bytes, wanted: frozenset[str]) -> None:
-    """File one record under its session: events, or the wanted derived chains (pure)."""
-    collected.records += 1
-    env, problem = checked_envelope(value)
-    if env is None:
-        if problem == "tampered":
-            collected.tampered += 1
-        else:
-            collected.unreadable += 1
-        return
-    stream = env["stream"]
-    if stream == Stream.EVENTS.value:
-        collected.events[env["session_id"]].append(env)
-    elif stream in wanted:
-        collected.derived[env["session_id"]].append(env)
+    def __enter__(self) -> Collected:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 async def collect(
@@ -90,41 +118,24 @@ async def collect(
     on_record: Callable[[int, int], None] | None = None,
 ) -> Collected:
     """Read the events topic and the judge version's verdict and filter chains."""
-    collected = Collected()
-    wanted = frozenset(
-        versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)
-    )
-    total = 0
-    async for record in read_records(
-        connection,
-        [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
-        prefix=prefix,
-        bounds=collected.bounds,
-    ):
-        if not total:
-            total = sum(e - s for parts in collected.bounds.values() for s, e in parts.values())
-        add_record(collected, record.value, wanted)
-        if on_record is not None:
-            on_record(collected.records, total)
+    collected = Collected(judge_version)
+    try:
+        total = 0
+        async for record in read_records(
+            connection,
+            [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
+            prefix=prefix,
+            bounds=collected.bounds,
+        ):
+            if not total:
+                total = sum(e - s for parts in collected.bounds.values() for s, e in parts.values())
+            collected.add(record.value)
+            if on_record is not None:
+                on_record(collected.records, total)
+    except BaseException:
+        collected.close()
+        raise
     return collected
-
-
-def fold_all(collected: Collected, judge_version: str) -> tuple[list[Trajectory], dict[str, int]]:
-    """Fold every session; sessions that cannot be folded are counted by reason."""
-    trajectories = []
-    skipped: dict[str, int] = defaultdict(int)
-    for sid in sorted(collected.events):
-        try:
-            trajectories.append(
-                fold(
-                    collected.events[sid],
-                    collected.derived.get(sid, ()),
-                    judge_version=judge_version,
-                )
-            )
-        except FoldError:
-            skipped["no_session_start"] += 1
-    return trajectories, dict(skipped)
 
 
 def tokenizer_label(folder: Path) -> str:
@@ -146,10 +157,9 @@ def open_tokenizer(path: Path | None) -> tuple[ChatTokenizer | None, str | None]
         raise ExportError(str(exc)) from exc
 
 
-def write_export(
-    out: Path, blobs: list[tuple[str, bytes]], manifest: Manifest, *, overwrite: bool
-) -> None:
-    """Write the files, the manifest last (a folder with a manifest holds a complete export)."""
+def prepare_folder(out: Path, *, overwrite: bool) -> None:
+    """Make `out` ready for an export: empty, or holding an export that `overwrite` lets go
+    (its manifest first, so a folder left half-written holds no manifest)."""
     existing = out / MANIFEST
     if out.exists() and any(out.iterdir()):
         if not existing.exists():
@@ -163,9 +173,31 @@ def write_export(
             if isinstance(name, str) and _ours(name):
                 (out / name).unlink(missing_ok=True)
     (out / META_DIR).mkdir(parents=True, exist_ok=True)
-    for name, data in blobs:
-        (out / name).write_bytes(data)
-    existing.write_bytes(manifest.to_bytes())
+
+
+class FolderSink:
+    """A `FileSink` writing into the export folder, a file handle per open file."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._open: dict[str, BinaryIO] = {}
+
+    def append(self, name: str, data: bytes) -> None:
+        handle = self._open.get(name)
+        if handle is None:
+            handle = self._open[name] = (self.folder / name).open("wb")
+        handle.write(data)
+
+    def close(self, name: str) -> None:
+        handle = self._open.pop(name, None)
+        if handle is None:
+            (self.folder / name).write_bytes(b"")
+        else:
+            handle.close()
+
+    def close_all(self) -> None:
+        for name in list(self._open):
+            self.close(name)
 
 
 def _ours(name: str) -> bool:
@@ -183,18 +215,12 @@ def render_export(
     skipped: dict[str, int],
 ) -> tuple[list[tuple[str, bytes]], Manifest]:
     """The export's files and manifest: what `export` writes and `verify-export` reproduces."""
-    count = None
-    if tokenizer is not None and options.token_budget is not None:
-
-        def count(text: str) -> int:
-            return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
     return build_export(
         trajectories,
         options,
         source=source,
         tokenizer=tokenizer,
-        count_tokens=count,
+        count_tokens=_token_counter(tokenizer, options),
         extra_skipped=skipped,
     )
 
@@ -207,78 +233,115 @@ def run_export(
     tokenizer: ChatTokenizer | None = None,
     overwrite: bool = False,
     evidence: bool = False,
+    on_session: Callable[[int], None] | None = None,
 ) -> Manifest:
-    trajectories, skipped = fold_all(collected, options.selection.judge_version)
-    proofs: dict[str, SessionEvidence] = {}
-    if evidence:
-        trajectories, proofs, uncovered = _with_evidence(collected, options, trajectories)
-        if uncovered:
-            skipped = {**skipped, "no_checkpoint": uncovered}
-    blobs, manifest = render_export(
-        trajectories, options, source=collected.source(), tokenizer=tokenizer, skipped=skipped
-    )
-    if evidence:
-        files = _evidence_files(blobs, manifest, proofs)
-        blobs += files
-        manifest = manifest.model_copy(update={"evidence": tuple(name for name, _ in files)})
-    write_export(out, blobs, manifest, overwrite=overwrite)
-    return manifest
-
-
-def _with_evidence(
-    collected: Collected, options: ExportOptions, trajectories: list[Trajectory]
-) -> tuple[list[Trajectory], dict[str, SessionEvidence], int]:
-    """The trajectories an evidence export may use (the selected ones need every chain head
-    committed to by a signed checkpoint), their evidence, and how many were left out."""
-    if options.selection.judge_version != LIVE_JUDGE_VERSION:
+    """Fold every session of `collected`, a session at a time, and write the export into `out`,
+    the manifest last (a folder with a manifest holds a complete export). Chosen trajectories
+    wait in the spill, so memory stays flat. `on_session(n)`: after each session folded."""
+    if collected.judge_version != options.selection.judge_version:
+        raise ExportError(
+            f"the records were collected for judge version {collected.judge_version!r}, the "
+            f"export asks for {options.selection.judge_version!r}"
+        )
+    if evidence and options.selection.judge_version != LIVE_JUDGE_VERSION:
         raise ExportError(
             "--evidence proves the live judge's chains; a replayed judge version is not "
             "checkpointed: export without --evidence, or from the live version"
         )
-    logs = {
-        sid: envs
-        for sid, envs in collected.derived.items()
-        if sid.startswith(CHECKPOINT_LOG_PREFIX)
-    }
-    checkpoints = Checkpoints(logs)
-    kept, proofs, uncovered = [], {}, 0
-    for trajectory in trajectories:
-        sid = trajectory.session_id
-        if options.selection.reason_to_skip(trajectory) is None:
-            found = session_evidence(
-                trajectory, collected.events[sid], collected.derived.get(sid, []), checkpoints
+    prepare_folder(out, overwrite=overwrite)
+    store = collected.spill.store()
+    exporting = Exporting(
+        options, store, tokenizer=tokenizer, count_tokens=_token_counter(tokenizer, options)
+    )
+    checkpoints = None
+    if evidence:
+        logs = {s.session_id: s.derived for s in collected.sessions(CHECKPOINT_LOG_PREFIX)}
+        checkpoints = Checkpoints(logs)
+    folded = 0
+    for session in collected.sessions():
+        if not session.events:
+            continue  # only derived records (a checkpoint log, a judge's own chains)
+        folded += 1
+        if on_session is not None:
+            on_session(folded)
+        try:
+            trajectory = fold(
+                session.events, session.derived, judge_version=options.selection.judge_version
             )
+        except FoldError:
+            exporting.left_out("no_session_start")
+            continue
+        if checkpoints is not None and options.selection.reason_to_skip(trajectory) is None:
+            found = session_evidence(trajectory, session.events, session.derived, checkpoints)
             if found is None:
-                uncovered += 1
+                exporting.left_out("no_checkpoint")
                 continue
-            proofs[sid] = found
-        kept.append(trajectory)
-    return kept, proofs, uncovered
+            store.add_proof(session.session_id, _evidence_line(found))
+        exporting.offer(trajectory)
+    sink = FolderSink(out)
+    try:
+        if checkpoints is None:
+            files = exporting.write(sink)
+            manifest = exporting.manifest(files, collected.source())
+        else:
+            proofs = _EvidenceWriter(store, sink)
+            files = exporting.write(sink, on_line=proofs.on_line)
+            names = proofs.finish(files)
+            manifest = exporting.manifest(files, collected.source())
+            manifest = manifest.model_copy(update={"evidence": names})
+    finally:
+        sink.close_all()
+    (out / MANIFEST).write_bytes(manifest.to_bytes())
+    return manifest
 
 
-def _evidence_files(
-    blobs: list[tuple[str, bytes]], manifest: Manifest, proofs: dict[str, SessionEvidence]
-) -> list[tuple[str, bytes]]:
-    """`.rolltape/<data file stem>.evidence.jsonl` per data file with the sessions first used
-    there, and `.rolltape/selected.evidence.jsonl` with the selected sessions no line used."""
-    data = dict(blobs)
-    written: set[str] = set()
-    files = []
-    for entry in manifest.files:
-        sessions = []
-        for line in data[entry.provenance_name].splitlines():
-            for source in orjson.loads(line)["sessions"]:
-                sid = source["session_id"]
-                if sid not in written:
-                    written.add(sid)
-                    sessions.append(sid)
-        name = f"{META_DIR}/{entry.name.removesuffix('.jsonl')}.evidence.jsonl"
-        files.append((name, b"".join(_evidence_line(proofs[sid]) for sid in sessions)))
-    rest = sorted(set(proofs) - written)
-    if rest:
-        blob = b"".join(_evidence_line(proofs[sid]) for sid in rest)
-        files.append((f"{META_DIR}/selected.evidence.jsonl", blob))
-    return files
+def _token_counter(
+    tokenizer: ChatTokenizer | None, options: ExportOptions
+) -> Callable[[str], int] | None:
+    if tokenizer is None or options.token_budget is None:
+        return None
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    return count
+
+
+class _EvidenceWriter:
+    """`.rolltape/<data file stem>.evidence.jsonl` per data file, holding the sessions first
+    used there, written beside the lines; then `.rolltape/selected.evidence.jsonl` with the
+    selected sessions no line used (they still shape the others, e.g. a tool list)."""
+
+    def __init__(self, store: SpilledStore, sink: FolderSink) -> None:
+        self.store = store
+        self.sink = sink
+        self.written: set[str] = set()
+
+    @staticmethod
+    def name_for(data_file: str) -> str:
+        return f"{META_DIR}/{data_file.removesuffix('.jsonl')}.evidence.jsonl"
+
+    def on_line(self, data_file: str, line: ExportLine) -> None:
+        for sid in line.sessions:
+            if sid not in self.written:
+                self.written.add(sid)
+                proof = self.store.proof(sid)
+                assert proof is not None, f"{sid} was exported without its evidence"
+                self.sink.append(self.name_for(data_file), proof)
+
+    def finish(self, files: tuple[ExportFile, ...]) -> tuple[str, ...]:
+        names = [self.name_for(entry.name) for entry in files]
+        for name in names:
+            self.sink.close(name)
+        rest = f"{META_DIR}/selected.evidence.jsonl"
+        unused = 0
+        for proof in self.store.proofs_except(self.written):
+            self.sink.append(rest, proof)
+            unused += 1
+        if unused:
+            self.sink.close(rest)
+            names.append(rest)
+        return tuple(names)
 
 
 def _evidence_line(evidence: SessionEvidence) -> bytes:

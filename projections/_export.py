@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
+import itertools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -149,19 +150,94 @@ class Manifest(BaseModel):
         )
 
 
-@dataclass
-class _Line:
+SortKey = tuple[int, str, str]
+"""Where a chosen trajectory sits in the export: (start time, session id, "") for the formats
+written per session, (0, group, session id) for the grouped ones (atropos, dpo)."""
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """A trajectory the selection took, compressed to the token budget when one is set."""
+
+    trajectory: Trajectory
+    report: CompressionReport | None
+
+
+class ChosenStore(Protocol):
+    """Where chosen trajectories wait: an export's order is global (by start time, or by group),
+    so no line can be written before every session is folded. `MemoryStore` serves small
+    exports; `rolltape export` sorts through a file, so its memory does not grow with the log."""
+
+    def add(self, key: SortKey, chosen: Chosen) -> None: ...
+
+    def ordered(self) -> Iterator[Chosen]:
+        """Every chosen trajectory, by key."""
+        ...
+
+
+class MemoryStore:
+    """A `ChosenStore` in a list."""
+
+    def __init__(self) -> None:
+        self._items: list[tuple[SortKey, Chosen]] = []
+
+    def add(self, key: SortKey, chosen: Chosen) -> None:
+        self._items.append((key, chosen))
+
+    def ordered(self) -> Iterator[Chosen]:
+        for _, chosen in sorted(self._items, key=lambda item: item[0]):
+            yield chosen
+
+
+@dataclass(frozen=True)
+class ExportLine:
+    """One data line and its provenance (the sessions it came from, their chain spans)."""
+
     data: bytes
     provenance: dict[str, Any]
 
+    @property
+    def sessions(self) -> list[str]:
+        return [source["session_id"] for source in self.provenance["sessions"]]
+
 
 @dataclass
-class Rendered:
-    lines: list[_Line] = field(default_factory=list)
+class Tally:
+    """What an export counts on its way: the manifest's figures."""
+
+    read: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
-    exported: set[str] = field(default_factory=set)
+    exported: int = 0
+    lines: int = 0
     unanswered_calls: int = 0
     compressed: int = 0
+    known_tools: set[str] = field(default_factory=set)
+
+
+class FileSink(Protocol):
+    """Where export files are written, a chunk at a time (a folder, or memory)."""
+
+    def append(self, name: str, data: bytes) -> None: ...
+
+    def close(self, name: str) -> None:
+        """Nothing more comes for `name`."""
+        ...
+
+
+class MemorySink:
+    """A `FileSink` in memory: what `build_export` returns and `verify-export` compares."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytearray] = {}
+
+    def append(self, name: str, data: bytes) -> None:
+        self.files.setdefault(name, bytearray()).extend(data)
+
+    def close(self, name: str) -> None:
+        self.files.setdefault(name, bytearray())
+
+    def blobs(self) -> list[tuple[str, bytes]]:
+        return [(name, bytes(data)) for name, data in self.files.items()]
 
 
 def _source(trajectory: Trajectory, report: CompressionReport | None = None) -> dict[str, Any]:
@@ -183,122 +259,204 @@ def order_key(trajectory: Trajectory) -> tuple[int, str]:
     return (trajectory.started_ns, trajectory.session_id)
 
 
-def render(
-    trajectories: Iterable[Trajectory],
-    options: ExportOptions,
-    tokenizer: ChatTokenizer | None = None,
-    count_tokens: Callable[[str], int] | None = None,
-) -> Rendered:
-    """Select, compress and render trajectories into export lines with their provenance."""
-    out = Rendered()
-    chosen: list[tuple[Trajectory, CompressionReport | None]] = []
-    for trajectory in sorted(trajectories, key=order_key):
+def _group(format: Format, trajectory: Trajectory) -> str:
+    """The group a grouped format puts the trajectory in (dpo: "" holds the ungrouped, which
+    `dpo_pairs` skips as no_group)."""
+    if format == "atropos":
+        return trajectory.group_id or trajectory.session_id
+    return trajectory.group_id or ""
+
+
+class Exporting:
+    """One export on its way: `offer` every folded trajectory, then `write` the lines.
+
+    The same steps serve an export in memory (`build_export`) and the streaming one of
+    `rolltape export`, so both write the same bytes; only the `ChosenStore` and the `FileSink`
+    differ."""
+
+    def __init__(
+        self,
+        options: ExportOptions,
+        store: ChosenStore,
+        *,
+        tokenizer: ChatTokenizer | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
+        self.options = options
+        self.store = store
+        self.tokenizer = tokenizer
+        self.count_tokens = count_tokens
+        self.tally = Tally()
+
+    def left_out(self, reason: str, sessions: int = 1) -> None:
+        """Sessions read but never offered (they do not fold, no checkpoint covers them)."""
+        self.tally.read += sessions
+        self.tally.skipped[reason] += sessions
+
+    def offer(self, trajectory: Trajectory) -> bool:
+        """Select and compress one trajectory; True when it was taken."""
+        options, tally = self.options, self.tally
+        tally.read += 1
         reason = options.selection.reason_to_skip(trajectory)
         if reason is not None:
-            out.skipped[reason] += 1
-            continue
+            tally.skipped[reason] += 1
+            return False
         report = None
         if options.token_budget is not None:
             trajectory, report = compress(
-                trajectory, options.token_budget, count_tokens or estimate_tokens
+                trajectory, options.token_budget, self.count_tokens or estimate_tokens
             )
             if not report.within_budget:
-                out.skipped["over_budget"] += 1
-                continue
-            out.compressed += bool(report.steps)
-        out.unanswered_calls += sum(
+                tally.skipped["over_budget"] += 1
+                return False
+            tally.compressed += bool(report.steps)
+        tally.unanswered_calls += sum(
             1 for m in trajectory.messages for c in m.tool_calls if c.result is None
         )
-        chosen.append((trajectory, report))
-    if options.format == "atropos":
-        reports = {t.session_id: r for t, r in chosen}
-        export = atropos_groups(
-            [t for t, _ in chosen],
-            tokenizer,
-            score=options.score,
-            keep_equal_scores=options.keep_equal_scores,
-        )
-        for _sid, reason, _ in export.skipped:
-            out.skipped[reason] += 1
-        for key, members, line in export.groups:
-            out.exported.update(t.session_id for t in members)
-            out.lines.append(
-                _Line(
+        tally.known_tools.update(tool.name for tool in trajectory.tools)
+        if options.format in ("atropos", "dpo"):
+            key = (0, _group(options.format, trajectory), trajectory.session_id)
+        else:
+            key = (*order_key(trajectory), "")
+        self.store.add(key, Chosen(trajectory, report))
+        return True
+
+    def lines(self) -> Iterator[ExportLine]:
+        """The export's lines in order; call once every trajectory was offered (ShareGPT's
+        tool statistics list every tool any chosen session declared)."""
+        format = self.options.format
+        if format in ("atropos", "dpo"):
+            groups = itertools.groupby(
+                self.store.ordered(), key=lambda c: _group(format, c.trajectory)
+            )
+            for _, members in groups:
+                yield from self._group_lines(list(members))
+            return
+        known_tools = sorted(self.tally.known_tools)
+        for chosen in self.store.ordered():
+            rows = session_rows(format, chosen.trajectory, known_tools)
+            if not rows:
+                self.tally.skipped["no_assistant_turns"] += 1
+                continue
+            self.tally.exported += 1
+            source = _source(chosen.trajectory, chosen.report)
+            for row in rows:
+                yield ExportLine(jsonl_line(row), {"sessions": [source]})
+
+    def _group_lines(self, members: list[Chosen]) -> Iterator[ExportLine]:
+        options, tally = self.options, self.tally
+        reports = {c.trajectory.session_id: c.report for c in members}
+        trajectories = [c.trajectory for c in members]
+        if options.format == "atropos":
+            export = atropos_groups(
+                trajectories,
+                self.tokenizer,
+                score=options.score,
+                keep_equal_scores=options.keep_equal_scores,
+            )
+            for _sid, reason, _ in export.skipped:
+                tally.skipped[reason] += 1
+            for key, kept, line in export.groups:
+                tally.exported += len(kept)
+                yield ExportLine(
                     jsonl_line(line),
                     {
                         "group": key,
-                        "sessions": [_source(t, reports[t.session_id]) for t in members],
+                        "sessions": [_source(t, reports[t.session_id]) for t in kept],
                     },
                 )
-            )
-        return out
-    if options.format == "dpo":
-        reports = {t.session_id: r for t, r in chosen}
-        pairs = dpo_pairs([t for t, _ in chosen], score=options.score)
+            return
+        pairs = dpo_pairs(trajectories, score=options.score)
         for _what, reason in pairs.skipped:
-            out.skipped[reason] += 1
+            tally.skipped[reason] += 1
+        tally.exported += len({t.session_id for _, *two, _ in pairs.pairs for t in two})
         for key, best, worse, row in pairs.pairs:
-            out.exported.update((best.session_id, worse.session_id))
-            out.lines.append(
-                _Line(
-                    jsonl_line(row),
-                    {
-                        "group": key,
-                        "scores": [best.score(options.score), worse.score(options.score)],
-                        "sessions": [
-                            _source(best, reports[best.session_id]),
-                            _source(worse, reports[worse.session_id]),
-                        ],
-                    },
-                )
+            yield ExportLine(
+                jsonl_line(row),
+                {
+                    "group": key,
+                    "scores": [best.score(options.score), worse.score(options.score)],
+                    "sessions": [
+                        _source(best, reports[best.session_id]),
+                        _source(worse, reports[worse.session_id]),
+                    ],
+                },
             )
-        return out
-    known_tools = sorted({tool.name for t, _ in chosen for tool in t.tools})
-    for trajectory, report in chosen:
-        source = _source(trajectory, report)
-        rows = session_rows(options.format, trajectory, known_tools)
-        if not rows:
-            out.skipped["no_assistant_turns"] += 1
-            continue
-        out.exported.add(trajectory.session_id)
-        for row in rows:
-            out.lines.append(_Line(jsonl_line(row), {"sessions": [source]}))
-    return out
+
+    def write(
+        self, sink: FileSink, on_line: Callable[[str, ExportLine], None] | None = None
+    ) -> tuple[ExportFile, ...]:
+        """Write the lines into files `<format>-00000.jsonl` of `shard_lines` lines each, with
+        their `.rolltape/<name>.provenance.jsonl` sidecars. `on_line(data file, line)` sees
+        each line once it is written."""
+        files: list[ExportFile] = []
+        shard: _Shard | None = None
+        for line in self.lines():
+            number = self.tally.lines
+            if number % self.options.shard_lines == 0:
+                if shard is not None:
+                    files.append(shard.close(sink))
+                index = number // self.options.shard_lines
+                shard = _Shard(self.options.format, index)
+            assert shard is not None
+            shard.add(sink, number, line)
+            self.tally.lines += 1
+            if on_line is not None:
+                on_line(shard.name, line)
+        if shard is not None:
+            files.append(shard.close(sink))
+        return tuple(files)
+
+    def manifest(self, files: tuple[ExportFile, ...], source: dict[str, Any]) -> Manifest:
+        tally = self.tally
+        return Manifest(
+            format=self.options.format,
+            options=self.options,
+            source=source,
+            sessions_read=tally.read,
+            sessions_exported=tally.exported,
+            lines=tally.lines,
+            skipped=dict(sorted(tally.skipped.items())),
+            unanswered_calls=tally.unanswered_calls,
+            compressed=tally.compressed,
+            files=files,
+        )
 
 
-def shard(
-    rendered: Rendered, options: ExportOptions
-) -> tuple[list[tuple[str, bytes]], list[ExportFile]]:
-    """Split lines into files `<format>-00000.jsonl` (+ `.rolltape/<name>.provenance.jsonl`
-    sidecars)."""
-    blobs: list[tuple[str, bytes]] = []
-    files: list[ExportFile] = []
-    size = options.shard_lines
-    for index, start in enumerate(range(0, len(rendered.lines), size)):
-        chunk = rendered.lines[start : start + size]
-        name = f"{options.format}-{index:05d}.jsonl"
-        side = f"{META_DIR}/{options.format}-{index:05d}.provenance.jsonl"
-        data = b"".join(line.data for line in chunk)
-        provenance = b"".join(
-            jsonl_line({"line": start + i, **line.provenance}) for i, line in enumerate(chunk)
+class _Shard:
+    """One data file being written, with its sidecar: counts and digest as lines go in."""
+
+    def __init__(self, format: str, index: int) -> None:
+        self.name = f"{format}-{index:05d}.jsonl"
+        self.side = f"{META_DIR}/{format}-{index:05d}.provenance.jsonl"
+        self.lines = 0
+        self.bytes = 0
+        self.digest = hashlib.sha256()
+        self.sessions: set[str] = set()
+
+    def add(self, sink: FileSink, number: int, line: ExportLine) -> None:
+        sink.append(self.name, line.data)
+        sink.append(self.side, jsonl_line({"line": number, **line.provenance}))
+        self.lines += 1
+        self.bytes += len(line.data)
+        self.digest.update(line.data)
+        self.sessions.update(line.sessions)
+
+    def close(self, sink: FileSink) -> ExportFile:
+        sink.close(self.name)
+        sink.close(self.side)
+        return ExportFile(
+            name=self.name,
+            provenance_name=self.side,
+            lines=self.lines,
+            bytes=self.bytes,
+            sha256=self.digest.hexdigest(),
+            sessions=len(self.sessions),
         )
-        sessions = {s["session_id"] for line in chunk for s in line.provenance["sessions"]}
-        blobs += [(name, data), (side, provenance)]
-        files.append(
-            ExportFile(
-                name=name,
-                provenance_name=side,
-                lines=len(chunk),
-                bytes=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-                sessions=len(sessions),
-            )
-        )
-    return blobs, files
 
 
 def build_export(
-    trajectories: Sequence[Trajectory],
+    trajectories: Iterable[Trajectory],
     options: ExportOptions,
     *,
     source: dict[str, Any] | None = None,
@@ -306,21 +464,13 @@ def build_export(
     count_tokens: Callable[[str], int] | None = None,
     extra_skipped: dict[str, int] | None = None,
 ) -> tuple[list[tuple[str, bytes]], Manifest]:
-    """The files of an export (name, bytes) and its manifest; the caller writes them."""
-    rendered = render(trajectories, options, tokenizer, count_tokens)
-    blobs, files = shard(rendered, options)
-    skipped = Counter(rendered.skipped)
-    skipped.update(extra_skipped or {})
-    manifest = Manifest(
-        format=options.format,
-        options=options,
-        source=source or {},
-        sessions_read=len(trajectories) + sum((extra_skipped or {}).values()),
-        sessions_exported=len(rendered.exported),
-        lines=len(rendered.lines),
-        skipped=dict(sorted(skipped.items())),
-        unanswered_calls=rendered.unanswered_calls,
-        compressed=rendered.compressed,
-        files=tuple(files),
-    )
-    return blobs, manifest
+    """The files of an export (name, bytes) and its manifest, in memory; the caller writes
+    them. `extra_skipped`: sessions read but not folded, by reason."""
+    exporting = Exporting(options, MemoryStore(), tokenizer=tokenizer, count_tokens=count_tokens)
+    for reason, count in (extra_skipped or {}).items():
+        exporting.left_out(reason, count)
+    for trajectory in trajectories:
+        exporting.offer(trajectory)
+    sink = MemorySink()
+    files = exporting.write(sink)
+    return sink.blobs(), exporting.manifest(files, source or {})

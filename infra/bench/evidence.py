@@ -21,7 +21,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
-from rolltape.infra.export import Collected, add_record, run_export
+from rolltape.infra.export import Collected, run_export
 from rolltape.infra.verify_export import verify_export
 from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import CheckpointSigner, InputRecord
@@ -60,7 +60,6 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
     states: dict[str, SessionState] = {}
     log_state = SessionState()
     collected = Collected()
-    wanted = frozenset({"verdicts", "filtered"})
     offset = 0
     for n in range(count):
         sid = f"bench-{n:06d}"
@@ -88,13 +87,13 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
             offset += 1
         outputs = []
         for record in records:
-            add_record(collected, record.value, wanted)
+            collected.add(record.value)
             outputs += handle(processor, states, record)[1]
         leaves = states[sid].head_leaves(sid, binding=True)
         outputs.append(processor.checkpoint(log_state, "checkpoints.p0.0", leaves, 1_000 + n))
         for out in outputs:
             if isinstance(out, Emitted):
-                add_record(collected, out.value, wanted)
+                collected.add(out.value)
     return collected
 
 
@@ -129,7 +128,7 @@ def run_evidence_bench(sessions: int = 2000, repeats: int = 3) -> EvidenceFigure
     options = ExportOptions(format="sharegpt")
     exports, verifies, hashes = [], [], []
     lines = 0
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, collected:
         public = key.public_key()
         for r in range(repeats):
             out = Path(tmp) / f"out-{r}"

@@ -10,7 +10,10 @@ them and produced straight to a scratch events topic. Each pass reads the whole 
   step: chain audit with hash check, filters, reward function), then per session `fold` over
   its events and derived outputs and `sharegpt_row` + JSON line. Stage times are reported too.
 
-Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`.
+Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
+and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
+export holding every record in memory (how export worked before it streamed) and of
+`rolltape export --help` (the import floor).
 
 Medians over the passes; the topics are deleted afterwards.
 """
@@ -21,8 +24,12 @@ import asyncio
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -35,7 +42,15 @@ from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import InputRecord
-from rolltape.projections import ReplayRecord, fold, replay, replay_order
+from rolltape.projections import (
+    ExportOptions,
+    ReplayRecord,
+    build_export,
+    checked_envelope,
+    fold,
+    replay,
+    replay_order,
+)
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
 from rolltape.schemas import (
     ChainWriter,
@@ -72,6 +87,16 @@ class ReplayBench(BaseModel):
     jobs: int
     command_jobs_events_per_s: float
     """The same with `--jobs`: partition numbers replayed in parallel processes."""
+    export_events_per_s: float
+    """`rolltape export --format sharegpt` over the topic (read, fold, sort, write), as a
+    command (process start included)."""
+    export_peak_rss_mb: float
+    """That process's peak resident memory."""
+    in_memory_export_events_per_s: float
+    in_memory_export_peak_rss_mb: float
+    """The same export holding every record and trajectory in memory (before it streamed)."""
+    idle_rss_mb: float
+    """`rolltape export --help`: the command's import floor under both."""
 
 
 def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict[str, Any]]]:
@@ -183,6 +208,70 @@ def _pipeline(
     }
 
 
+def in_memory_export() -> None:
+    """The baseline (`python -m rolltape.infra.bench.replay`): export the topic of the ROLLTAPE_* settings as
+    ShareGPT holding every record and trajectory in memory (how export worked before it
+    streamed)."""
+    settings = Settings()
+    reader = require_connection(settings, Role.READER)
+    trajectories = asyncio.run(_fold_in_memory(reader, settings.topic_prefix))
+    build_export(trajectories, ExportOptions(format="sharegpt"))
+
+
+async def _fold_in_memory(connection: KafkaConnection, prefix: str) -> list[Any]:
+    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    async for record in read_records(connection, [Stream.EVENTS], prefix=prefix):
+        env, _ = checked_envelope(record.value)
+        if env is not None:
+            events[env["session_id"]].append(env)
+    return [fold(events[sid]) for sid in sorted(events)]
+
+
+_PEAK_AT_EXIT = """
+import atexit, runpy, sys
+def peak():
+    with open("/proc/self/status") as status:
+        kib = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    sys.__stderr__.write(f"\\npeak-rss-kib {kib}\\n")
+atexit.register(peak)
+module, sys.argv = sys.argv[1], sys.argv[1:]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+"""Runs a module as `python -m` would, then writes the process's peak RSS (VmHWM: the kernel's
+high-water mark of this program's memory; the rusage of a child counts its parent's memory from
+before exec, so it cannot be used)."""
+
+
+def _measured(settings: Settings, module: str, *args: str) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of `python -m module *args` with the scratch topics'
+    settings, in a fresh process."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_AT_EXIT, module, *args],
+        env={**os.environ, **settings.child_env()},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    seconds = time.perf_counter() - start
+    errors = done.stderr.decode(errors="replace")
+    peaks = [line.split()[1] for line in errors.splitlines() if line.startswith("peak-rss-kib ")]
+    if done.returncode != 0 or not peaks:
+        raise RuntimeError(f"python -m {module} {' '.join(args)} failed: {errors[-2000:]}")
+    return seconds, int(peaks[-1]) / 1024
+
+
+def _export_figures(settings: Settings) -> tuple[tuple[float, float], ...]:
+    """`rolltape export`, the in-memory baseline and the command's import floor, each in a
+    fresh process: (seconds, peak RSS MB) each."""
+    with tempfile.TemporaryDirectory() as out:
+        cli = ("rolltape.infra", "export")
+        streamed = _measured(settings, *cli, "-f", "sharegpt", "-o", str(Path(out) / "x"))
+        in_memory = _measured(settings, "rolltape.infra.bench.replay")
+        idle = _measured(settings, *cli, "--help")
+    return streamed, in_memory, idle
+
+
 def run_replay_bench(
     settings: Settings,
     *,
@@ -207,6 +296,7 @@ def run_replay_bench(
             runs.append(_pipeline(reader, prefix, config))
         command = asyncio.run(run_replay(scratch, config, dry_run=True))
         parallel = asyncio.run(run_replay(scratch, config, dry_run=True, jobs=jobs))
+        streamed, in_memory, idle = _export_figures(scratch)
 
     def median(key: str) -> float:
         return statistics.median(run[key] for run in runs)
@@ -235,4 +325,13 @@ def run_replay_bench(
         command_events_per_s=command.records_read / command.seconds,
         jobs=jobs,
         command_jobs_events_per_s=parallel.records_read / parallel.seconds,
+        export_events_per_s=written / streamed[0],
+        export_peak_rss_mb=streamed[1],
+        in_memory_export_events_per_s=written / in_memory[0],
+        in_memory_export_peak_rss_mb=in_memory[1],
+        idle_rss_mb=idle[1],
     )
+
+
+if __name__ == "__main__":  # the in-memory baseline, run by `_export_figures`
+    in_memory_export()

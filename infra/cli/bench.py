@@ -151,6 +151,15 @@ def replay(
         f"--jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
         f"({r.command_jobs_events_per_s / r.command_events_per_s:.2f}x)"
     )
+    console.print(
+        f"  rolltape export -f sharegpt (command): {r.export_events_per_s:,.0f} events/s, "
+        f"peak RSS {r.export_peak_rss_mb:,.0f} MB"
+    )
+    console.print(
+        f"    same export held in memory: {r.in_memory_export_events_per_s:,.0f} events/s, "
+        f"peak RSS {r.in_memory_export_peak_rss_mb:,.0f} MB; `export --help`: "
+        f"{r.idle_rss_mb:,.0f} MB"
+    )
 
 
 @app.command()

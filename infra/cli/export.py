@@ -150,14 +150,31 @@ def export(
                 )
             )
         try:
-            manifest = run_export(
+            with (
                 collected,
-                options,
-                out,
-                tokenizer=chat_tokenizer,
-                overwrite=overwrite,
-                evidence=evidence,
-            )
+                Progress(
+                    TextColumn("folding sessions"),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=err_console,
+                    transient=True,
+                ) as progress,
+            ):
+                task = progress.add_task("fold", total=None)
+
+                def folded(done: int) -> None:
+                    if done % 500 == 0:
+                        progress.update(task, completed=done)
+
+                manifest = run_export(
+                    collected,
+                    options,
+                    out,
+                    tokenizer=chat_tokenizer,
+                    overwrite=overwrite,
+                    evidence=evidence,
+                    on_session=folded,
+                )
         except ExportError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc

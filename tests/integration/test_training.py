@@ -186,11 +186,12 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
     collected = asyncio.run(
         collect(rig.topics.reader, prefix=rig.topics.prefix, judge_version="live")
     )
-    manifest = run_export(
-        collected,
-        ExportOptions(format="dpo", selection=Selection(sessions=(f"{result.run_id}*",))),
-        tmp_path / "dpo",
-    )
+    with collected:
+        manifest = run_export(
+            collected,
+            ExportOptions(format="dpo", selection=Selection(sessions=(f"{result.run_id}*",))),
+            tmp_path / "dpo",
+        )
     assert manifest.lines == 1 and manifest.sessions_exported == 2
     row = json.loads((tmp_path / "dpo" / "dpo-00000.jsonl").read_text())
     assert row["prompt"][0]["role"] == "system" and row["chosen"] != row["rejected"]

@@ -1,21 +1,31 @@
 """The export pipeline without Kafka: records -> hash check -> fold -> files + manifest."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from rolltape.infra.export import Collected, ExportError, add_record, run_export
+from rolltape.infra.export import Collected, ExportError, run_export
 from rolltape.processors import Emitted
 from rolltape.projections import ExportOptions, Selection
-from rolltape.schemas import LIVE_JUDGE_VERSION, versioned_stream
+from rolltape.schemas import LIVE_JUDGE_VERSION
 from tests.unit.processors.scripted import Tape, run
 from tests.unit.projections.sessions import CONFIG, record_sessions
 
-WANTED = frozenset(versioned_stream(s, LIVE_JUDGE_VERSION) for s in ("verdicts", "filtered"))
+_OPEN: list[Collected] = []
 
 
-def _collected(tamper: str | None = None, *, pairs: bool = False) -> Collected:
+@pytest.fixture(autouse=True)
+def _close_spills() -> Iterator[None]:
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def _collected(
+    tamper: str | None = None, *, pairs: bool = False, judge_version: str = LIVE_JUDGE_VERSION
+) -> Collected:
     tape = Tape()
     records = record_sessions(tape)
     if pairs:  # two answers to one prompt with different rewards: a preference pair
@@ -26,16 +36,17 @@ def _collected(tamper: str | None = None, *, pairs: bool = False) -> Collected:
             records.append(tape.event(sid, "reward", value=reward))
             records.extend(tape.end(sid))
     outputs, _ = run(records, CONFIG)
-    collected = Collected()
+    collected = Collected(judge_version)
+    _OPEN.append(collected)
     for record in records:
         value = record.value
         if tamper is not None and tamper.encode() in value and b'"seq":1,' in value:
             value = value.replace(b"What is", b"Who is")
-        add_record(collected, value, WANTED)
+        collected.add(value)
     for output in outputs:
         if isinstance(output, Emitted):
-            add_record(collected, output.value, WANTED)
-    add_record(collected, b"not json", WANTED)
+            collected.add(output.value)
+    collected.add(b"not json")
     return collected
 
 
@@ -110,8 +121,10 @@ def test_an_unknown_judge_version_exports_unfiltered_sessions_only_when_asked(
     options = ExportOptions(
         format="sharegpt", selection=Selection(judge_version="v9", accepted="accepted")
     )
-    manifest = run_export(_collected(), options, tmp_path)
+    manifest = run_export(_collected(judge_version="v9"), options, tmp_path)
     assert manifest.sessions_exported == 0 and manifest.skipped == {"not_filtered": 4}
+    with pytest.raises(ExportError, match="collected for judge version 'live'"):
+        run_export(_collected(), options, tmp_path / "other")
 
 
 def test_atropos_export_records_skips_and_groups(tmp_path: Path) -> None:
@@ -190,3 +203,64 @@ def test_dpo_export_pairs_group_members_by_score_and_counts_what_it_skips(tmp_pa
     side = orjson.loads((tmp_path / ".rolltape" / "dpo-00000.provenance.jsonl").read_bytes())
     assert side["group"] == "g3" and side["scores"] == [1.0, 0.0]
     assert [s["session_id"] for s in side["sessions"]] == ["s-pair-a", "s-pair-b"]
+
+
+@pytest.mark.parametrize(
+    ("format", "extra"),
+    [
+        ("sharegpt", {"shard_lines": 2}),
+        ("openai", {}),
+        ("trl", {"token_budget": 40}),
+        ("turns", {"shard_lines": 3}),
+        ("atropos", {"keep_equal_scores": True}),
+        ("dpo", {}),
+    ],
+)
+def test_the_streaming_export_writes_the_bytes_of_the_export_built_in_memory(
+    tmp_path: Path, format: str, extra: dict[str, object]
+) -> None:
+    """`rolltape export` sorts through its spill and writes lines as they come; `build_export`
+    (what verify-export re-renders) sorts a list in memory. Both must give the same files."""
+    from rolltape.projections import build_export, fold
+
+    options = ExportOptions.model_validate({"format": format, **extra})
+    collected = _collected(pairs=True)
+    streamed = run_export(collected, options, tmp_path)
+    trajectories = [fold(s.events, s.derived) for s in collected.sessions() if s.events]
+    blobs, manifest = build_export(trajectories, options, source=collected.source())
+    assert streamed == manifest
+    on_disk = _files(tmp_path)
+    assert on_disk.pop(".rolltape/manifest.json") == manifest.to_bytes()
+    assert on_disk == dict(blobs)
+
+
+def test_the_spill_orders_sessions_and_export_keys_as_python_sorts_them() -> None:
+    """SQLite compares text as UTF-8 bytes; Python compares code points: the two orders agree,
+    which the export's determinism rests on (ids beyond ASCII and the BMP included)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from rolltape.infra.spill import Spill
+    from rolltape.projections import Chosen
+    from tests.unit.projections.sessions import trajectories
+
+    some = next(iter(trajectories().values()))
+    ids = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), ids, ids), unique=True))
+    def check(keys: list[tuple[int, str, str]]) -> None:
+        spill = Spill()
+        try:
+            for n, (_, sid, _) in enumerate(keys):
+                spill.add(sid, True, {"n": n})
+            assert [s.session_id for s in spill.sessions()] == sorted({k[1] for k in keys})
+            store = spill.store()
+            for key in keys:
+                store.add(key, Chosen(some.model_copy(update={"session_id": repr(key)}), None))
+            ordered = [c.trajectory.session_id for c in store.ordered()]
+            assert ordered == [repr(key) for key in sorted(keys)]
+        finally:
+            spill.close()
+
+    check()
