@@ -9,7 +9,10 @@ given the same knowledge they classify a record the same way.
 The rules, in the order they are applied:
 
 - a seq the chain already holds: the same hash with intact content is a redelivery (at-least-once
-  delivery resends records; not a break), anything else a FORK, set aside;
+  delivery resends records; not a break); the same hash over edited or re-encoded content is a
+  damaged copy of the member, whose content check already reported it: it is neither a member
+  nor set aside (setting its hash aside would set aside the member's true successor, which links
+  to that hash); any other hash is a FORK, set aside;
 - a record linking to one set aside continues that second writer: a FORK, set aside (one writer
   per chain, decided by log order: the chain is what was written first);
 - below the head, at a seq the checker no longer remembers: REORDERED, and it stays out of the
@@ -31,7 +34,7 @@ from typing import Literal
 from rolltape.schemas._derived import BreakKind
 from rolltape.schemas._envelope import GENESIS_HASH
 
-Placement = Literal["joins", "redelivered", "set_aside", "late"]
+Placement = Literal["joins", "redelivered", "damaged_copy", "set_aside", "late"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +43,8 @@ class LinkVerdict:
 
     placement: Placement
     """joins: the record is a member of the chain (its breaks say what is wrong with its place);
-    redelivered: a copy of the member at its seq; set_aside: a second writer's record, never a
+    redelivered: a copy of the member at its seq; damaged_copy: the member's hash over content
+    that does not hash to it (reported by the content check, kept out of the chain); set_aside: a second writer's record, never a
     member; late: below the head at a seq the checker no longer remembers."""
     breaks: tuple[BreakKind, ...] = ()
 
@@ -51,6 +55,7 @@ class LinkVerdict:
 
 
 _REDELIVERED = LinkVerdict("redelivered")
+_DAMAGED_COPY = LinkVerdict("damaged_copy")
 _FORK = LinkVerdict("set_aside", (BreakKind.FORK,))
 _BROKEN_LINK = LinkVerdict("set_aside", (BreakKind.BROKEN_LINK,))
 _LATE = LinkVerdict("late", (BreakKind.REORDERED,))
@@ -79,7 +84,9 @@ def classify_link(
     seq below `next_seq`, so that one it has not seen is a hole; `intact` whether the content
     hashes to `digest` in canonical form."""
     if at_seq is not None:
-        return _REDELIVERED if at_seq == digest and intact else _FORK
+        if at_seq == digest:
+            return _REDELIVERED if intact else _DAMAGED_COPY
+        return _FORK
     if continues_aside:
         return _FORK
     if seq < next_seq and not fills_holes:

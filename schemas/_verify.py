@@ -258,6 +258,8 @@ class ChainVerifier:
         if verdict.placement == "redelivered":
             chain.redelivered += 1
             return
+        if verdict.placement == "damaged_copy":
+            return  # reported by the content check above; the member at its seq stands
         if verdict.placement == "set_aside":
             chain.set_aside(digest)
             if continues_aside:

@@ -181,6 +181,8 @@ def audit(chain: ChainHead, env: Event) -> AuditResult:
     )
     if verdict.placement == "redelivered":
         return Redelivered("redelivered")
+    if verdict.placement == "damaged_copy":  # reported by the content check above
+        return Admitted("admitted", env, tuple(breaks), usable=False)
     if verdict.placement == "late":
         add(BreakKind.REORDERED, seq, f"seq {seq} arrived after seq {chain.next_seq - 1}")
         return Admitted("admitted", env, tuple(breaks), usable=False)

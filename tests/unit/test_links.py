@@ -155,6 +155,15 @@ def cases() -> dict[str, tuple[list[bytes], set[BreakKind], set[BreakKind], bool
             False,
         ),
         "tamper": ([*c[:2], tampered(c[2]), *c[3:]], {kind.TAMPERED}, {kind.TAMPERED}, True),
+        # A damaged copy of a member carries the member's hash: the member's successor links to
+        # that hash and must still join (setting it aside would let anyone who can append a
+        # copy cut a session off).
+        "damaged copy": (
+            [*c[:3], tampered(c[2]), *c[3:]],
+            {kind.TAMPERED},
+            {kind.TAMPERED},
+            True,
+        ),
         "after end": ([*c, after], {kind.AFTER_END}, {kind.AFTER_END}, True),
     }
 
@@ -236,7 +245,7 @@ def test_the_three_checkers_agree_whether_any_mutated_chain_is_sound(
     [
         ({"next_seq": 3}, "joins", ()),
         ({"next_seq": 3, "at_seq": H["e"]}, "redelivered", ()),
-        ({"next_seq": 3, "at_seq": H["e"], "intact": False}, "set_aside", (BreakKind.FORK,)),
+        ({"next_seq": 3, "at_seq": H["e"], "intact": False}, "damaged_copy", ()),
         ({"next_seq": 3, "at_seq": H["f"]}, "set_aside", (BreakKind.FORK,)),
         ({"next_seq": 3, "continues_aside": True}, "set_aside", (BreakKind.FORK,)),
         ({"next_seq": 3, "before": H["c"]}, "set_aside", (BreakKind.BROKEN_LINK,)),
