@@ -90,14 +90,11 @@ def judge_imported(
         training_judge=configs.training_judge,
         software_version=software_version(),
     )
-    offsets: dict[str, int] = {}
-    records = []
-    for stream, value in session.sealed(identity.producer, identity.principals):
-        offset = offsets.get(stream, 0)
-        offsets[stream] = offset + 1
-        records.append(
-            InputRecord(stream, f"import.{stream}", 0, offset, session.session_id.encode(), value)
-        )
+    key = session.session_id.encode()
+    records = [  # not yet in any log: no positions (nothing is redelivered here)
+        InputRecord(stream, key, value)
+        for stream, value in session.sealed(identity.producer, identity.principals)
+    ]
     result = replay(records, config)
     evaluations = sorted(
         (

@@ -30,7 +30,7 @@ from rolltape.infra.worker import (
     stream_writers,
 )
 from rolltape.processors import ProcessorConfig
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.worker import JudgeRunner, OutputProducer, software_version
 from rolltape.projections import (
     Conflict,
@@ -94,7 +94,10 @@ async def read_raw(
         records.append(
             ReplayRecord(
                 InputRecord(
-                    raw.stream.value, raw.topic, raw.partition, raw.offset, raw.key, raw.value
+                    raw.stream.value,
+                    raw.key,
+                    raw.value,
+                    Position(raw.topic, raw.partition, raw.offset),
                 ),
                 raw.broker_ts_ms,
             )

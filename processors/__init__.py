@@ -7,19 +7,23 @@ per session by `SessionProcessor`; `rolltape.processors.worker` is the Kafka she
 
 from rolltape.processors._errors import ProcessorError
 from rolltape.processors._session import (
+    JUDGE_RESULTS,
     DeadLetter,
     Emitted,
     JudgeRequest,
     JudgeResult,
     Output,
     ProcessorConfig,
+    Refused,
     Requested,
     SessionProcessor,
     SessionState,
+    StepOutput,
     handle,
 )
 
 __all__ = [
+    "JUDGE_RESULTS",
     "DeadLetter",
     "Emitted",
     "JudgeRequest",
@@ -27,8 +31,10 @@ __all__ = [
     "Output",
     "ProcessorConfig",
     "ProcessorError",
+    "Refused",
     "Requested",
     "SessionProcessor",
     "SessionState",
+    "StepOutput",
     "handle",
 ]

@@ -1,9 +1,11 @@
 """Everything the processors compute about one session, as one pure step per input record.
 
-Invariant: `SessionProcessor.step(state, record, event, out)` is deterministic: the outputs (sealed
-record bytes and dead letters) and the new state depend only on the state, the record and the
-config. The faust worker, batch replay and the tests all drive this one function; the worker only
-adds Kafka, persistence and the ordering "outputs acknowledged, then state saved".
+Invariant: `SessionProcessor.step(state, event, position, out)` is deterministic: the outputs
+(sealed records, refusals, judge requests) and the new state depend only on the state, the event,
+its log position and the config. `handle` is the one route in: it reads a raw record or a judge
+result, dead-letters what cannot be attributed to a session, and steps the rest. The worker,
+batch replay and the tests all drive it; the worker only adds Kafka, persistence and the ordering
+"outputs acknowledged, then state saved".
 
 Output chains (rules, verdicts, filtered) are per session, like the raw ones; the state carries
 their heads, so a crash before the state is saved replays the same inputs into byte-identical
@@ -21,7 +23,7 @@ from typing import Any, Final
 
 import orjson
 import pydantic_core
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from rolltape.processors.audit import (
     AUDITOR_VERSION,
@@ -32,6 +34,7 @@ from rolltape.processors.audit import (
     CheckpointSigner,
     DeadLettered,
     InputRecord,
+    Position,
     Redelivered,
     audit,
     parse_record,
@@ -185,6 +188,15 @@ class DeadLetter:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """Why the step cannot use the event it was given; `handle` dead-letters the record with it
+    (the step sees events, not the records that carried them)."""
+
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
 class Requested:
     """A judge request for the internal requests topic."""
 
@@ -193,6 +205,9 @@ class Requested:
 
 
 Output = Emitted | DeadLetter | Requested
+StepOutput = Emitted | Refused | Requested
+JUDGE_RESULTS: Final = "judge_results"
+"""The `InputRecord.stream` of records from the worker's internal judge-results topic."""
 
 
 @dataclass
@@ -313,20 +328,21 @@ class SessionProcessor:
         }
         self._judge_producer = {**self._producer, "principal": config.judge_principal}
 
-    def step(self, state: SessionState, record: InputRecord, env: Event, out: list[Output]) -> None:
-        """Process one record whose envelope parsed and whose key is its session id, appending
-        its outputs to `out` as they are sealed: an output chain's head never moves without
-        its record being in `out`, even when a later part of the step raises."""
-        if record.offset <= state.last_offsets.get(record.topic, -1):
+    def step(
+        self, state: SessionState, env: Event, position: Position | None, out: list[StepOutput]
+    ) -> None:
+        """Process one event whose record's key is its session id, appending its outputs to
+        `out` as they are sealed: an output chain's head never moves without its record being
+        in `out`, even when a later part of the step raises."""
+        if _seen_before(state, position):
             return  # the consumer saw this record before the last saved state: done already
-        state.last_offsets[record.topic] = record.offset
         chain = state.chains.setdefault(env.stream, ChainHead())
         result = audit(chain, env)
         if isinstance(result, Redelivered):
             return
         assert isinstance(result, Admitted)
         for brk in result.breaks:
-            out.append(self._chain_broken(state, record, env, brk.kind, brk.seq, brk.detail))
+            out.append(self._chain_broken(state, position, env, brk.kind, brk.seq, brk.detail))
         if not result.usable:
             return
         writers = self.config.writers.get(env.stream)
@@ -340,38 +356,28 @@ class SessionProcessor:
                 f"the {env.stream} stream (its writers: {', '.join(sorted(writers))})"
             )
             kind = BreakKind.FOREIGN_PRINCIPAL
-            out.append(self._chain_broken(state, record, env, kind, env.seq, detail))
+            out.append(self._chain_broken(state, position, env, kind, env.seq, detail))
         if env.type not in _EVENT_TYPES.get(env.stream, frozenset()):
-            out.append(
-                DeadLetter(
-                    record,
-                    "wrong_stream",
-                    f"{env.type!r} does not belong on the {env.stream} stream",
-                )
-            )
+            detail = f"{env.type!r} does not belong on the {env.stream} stream"
+            out.append(Refused("wrong_stream", detail))
             return
         try:
             payload = env.body
         except PayloadError as exc:
-            out.append(DeadLetter(record, "invalid_payload", str(exc)[:500]))
+            out.append(Refused("invalid_payload", str(exc)[:500]))
             return
-        self._use(state, record, env, payload, out)
+        self._use(state, env, payload, out)
         self._maybe_finish(state, env, out)
 
     # -- using a usable event ----------------------------------------------------------------------
     def _use(
-        self,
-        state: SessionState,
-        record: InputRecord,
-        env: Event,
-        payload: BaseModel,
-        out: list[Output],
+        self, state: SessionState, env: Event, payload: BaseModel, out: list[StepOutput]
     ) -> None:
         if isinstance(payload, Metric):
             try:
                 evaluation, causes = evaluate(self.config.rules, state.rules, payload, env.hash)
             except EpochOrderError as exc:
-                out.append(DeadLetter(record, "epoch_out_of_order", str(exc)))
+                out.append(Refused("epoch_out_of_order", str(exc)))
                 state.judge.rejected_metrics += 1
                 return
             out.append(
@@ -422,7 +428,7 @@ class SessionProcessor:
         if state.transcript is not None:
             state.transcript.observe(payload, self.config.transcript_max_chars)
 
-    def _maybe_finish(self, state: SessionState, env: Event, out: list[Output]) -> None:
+    def _maybe_finish(self, state: SessionState, env: Event, out: list[StepOutput]) -> None:
         end = state.end
         if state.finished or end is None:
             return
@@ -444,7 +450,7 @@ class SessionProcessor:
         ts_ns: int,
         end: dict[str, Any],
         causes: tuple[str, ...],
-        out: list[Output],
+        out: list[StepOutput],
     ) -> None:
         if (state.kind or "agent") == "training":
             config = self.config.training_judge
@@ -496,12 +502,13 @@ class SessionProcessor:
             out.append(Requested(sid, value))
 
     def judge_result(
-        self, state: SessionState, record: InputRecord, result: JudgeResult
-    ) -> list[Output]:
-        """Chain an LLM judge's verdict into the session's verdicts stream (once per judge)."""
-        if record.offset <= state.last_offsets.get(record.topic, -1):
+        self, state: SessionState, result: JudgeResult, position: Position | None
+    ) -> list[Emitted]:
+        """Chain an LLM judge's verdict into the session's verdicts stream (once per judge).
+        `position`: the result's place on the judge-results topic; None for a judge a replay
+        called itself."""
+        if _seen_before(state, position):
             return []
-        state.last_offsets[record.topic] = record.offset
         if result.judge in state.judged:
             return []  # the judge ran twice (its agent restarted): the first verdict stands
         version = _llm_judge_version(result.judge, result.verdict.judge_version)
@@ -548,7 +555,7 @@ class SessionProcessor:
     def _chain_broken(
         self,
         state: SessionState,
-        record: InputRecord,
+        position: Position | None,
         env: Event,
         kind: BreakKind,
         seq: int | None,
@@ -561,7 +568,7 @@ class SessionProcessor:
             seq=seq,
             reason=kind,
             detail=detail,
-            position=record.position,
+            position=None if position is None else str(position),
             auditor_version=AUDITOR_VERSION,
         )
         return self._emit(
@@ -573,7 +580,7 @@ class SessionProcessor:
             payload,
             (env.hash,),
             AUDITOR_VERSION,
-            part=f"{kind.value}|{record.position}",
+            part=f"{kind.value}|{'' if position is None else position}",
         )
 
     def checkpoint(
@@ -646,33 +653,63 @@ class SessionProcessor:
         return Emitted(name, sid, value, event_id, event_type)
 
 
+def _seen_before(state: SessionState, position: Position | None) -> bool:
+    """Whether the record at `position` was processed before the state was saved (a consumer
+    redelivery), noting it as processed otherwise. Inputs from no log are never redeliveries."""
+    if position is None:
+        return False
+    if position.offset <= state.last_offsets.get(position.topic, -1):
+        return True
+    state.last_offsets[position.topic] = position.offset
+    return False
+
+
 def handle(
     processor: SessionProcessor,
     states: dict[str, SessionState],
     record: InputRecord,
     load: Callable[[str], SessionState] = lambda sid: SessionState(),
 ) -> tuple[str | None, list[Output]]:
-    """Route one record: dead-letter what cannot be attributed to a session, step the rest.
-    A session not in `states` is `load`ed (the worker reads its table; tests start fresh).
-    Returns the session touched (None for a dead letter) and the outputs, in order.
+    """Route one record, raw or a judge result: dead-letter what cannot be attributed to a
+    session, step the rest. A session not in `states` is `load`ed (the worker reads its table;
+    tests start fresh). Returns the session touched (None for a dead letter) and the outputs,
+    in order.
 
     Total: a step that raises (a bug) dead-letters its record with the error and keeps the
     outputs it sealed before raising, whose chain heads the state already holds."""
-    event = parse_record(record)
-    if isinstance(event, DeadLettered):
-        return None, [DeadLetter(record, event.reason.value, event.detail)]
-    sid = event.session_id
-    if sid.startswith(CHECKPOINT_LOG_PREFIX):
-        detail = f"session ids starting {CHECKPOINT_LOG_PREFIX!r} name the judge's checkpoint logs"
-        return None, [DeadLetter(record, "reserved_session_id", detail)]
+    result: JudgeResult | None = None
+    event: Event | None = None
+    if record.stream == JUDGE_RESULTS:
+        try:
+            result = JudgeResult.model_validate_json(record.value)
+        except ValidationError as exc:
+            return None, [DeadLetter(record, "invalid_judge_result", str(exc)[:500])]
+        sid = result.session_id
+    else:
+        parsed = parse_record(record)
+        if isinstance(parsed, DeadLettered):
+            return None, [DeadLetter(record, parsed.reason.value, parsed.detail)]
+        event, sid = parsed, parsed.session_id
+        if sid.startswith(CHECKPOINT_LOG_PREFIX):
+            detail = (
+                f"session ids starting {CHECKPOINT_LOG_PREFIX!r} name the judge's checkpoint logs"
+            )
+            return None, [DeadLetter(record, "reserved_session_id", detail)]
     state = states.get(sid)
     if state is None:
         state = states[sid] = load(sid)
-    out: list[Output] = []
+    stepped: list[StepOutput] = []
+    failed: list[Output] = []
     try:
-        processor.step(state, record, event, out)
+        if result is not None:
+            stepped += processor.judge_result(state, result, record.position)
+        elif event is not None:
+            processor.step(state, event, record.position, stepped)
     except Exception as exc:  # the record is kept with why; the session goes on
-        log.exception("processing %s failed; dead-lettered", record.position)
+        log.exception("processing %s failed; dead-lettered", record.where)
         detail = "".join(traceback.format_exception_only(exc)).strip()
-        out.append(DeadLetter(record, "processor_error", detail[:1000]))
-    return sid, out
+        failed.append(DeadLetter(record, "processor_error", detail[:1000]))
+    out: list[Output] = [
+        DeadLetter(record, o.reason, o.detail) if isinstance(o, Refused) else o for o in stepped
+    ]
+    return sid, out + failed

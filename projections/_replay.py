@@ -35,7 +35,7 @@ from rolltape.processors import (
     SessionState,
     handle,
 )
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.schemas import Stream, UnreadableRecord, read_event, versioned_stream
 
 
@@ -45,6 +45,12 @@ class ReplayRecord:
 
     record: InputRecord
     broker_ts_ms: int
+
+    @property
+    def at(self) -> Position:
+        position = self.record.position
+        assert position is not None, "replayed records are read from their topics"
+        return position
 
 
 _STREAM_RANK = {Stream.EVENTS.value: 0, Stream.METRICS.value: 1}
@@ -56,16 +62,15 @@ def replay_order(records: Iterable[ReplayRecord]) -> list[InputRecord]:
         lambda: defaultdict(list)
     )
     for item in records:
-        per_session[item.record.key][item.record.topic].append(item)
+        per_session[item.record.key][item.at.topic].append(item)
     ordered: list[tuple[tuple[int, bytes], list[InputRecord]]] = []
     for key, topics in per_session.items():
         chains = [
-            sorted(chain, key=lambda r: (r.record.partition, r.record.offset))
-            for chain in topics.values()
+            sorted(chain, key=lambda r: (r.at.partition, r.at.offset)) for chain in topics.values()
         ]
         merged = heapq.merge(
             *chains,
-            key=lambda r: (r.broker_ts_ms, _STREAM_RANK.get(r.record.stream, 2), r.record.offset),
+            key=lambda r: (r.broker_ts_ms, _STREAM_RANK.get(r.record.stream, 2), r.at.offset),
         )
         session_records = [r.record for r in merged]
         first = min(chain[0].broker_ts_ms for chain in chains)
@@ -103,7 +108,6 @@ class Replayer:
     def __init__(self, config: ProcessorConfig) -> None:
         self.processor = SessionProcessor(config)
         self.states: dict[str, SessionState] = {}
-        self._results_seen = 0
 
     def run(self, records: Sequence[InputRecord]) -> ReplayResult:
         result = ReplayResult()
@@ -157,15 +161,9 @@ class Replayer:
         answers = await asyncio.gather(*(call(request, name) for request, name in pending))
         result.llm_called += len(answers)
         for (request, _), answer in zip(pending, answers, strict=True):
-            self._results_seen += 1
-            key = request.session_id.encode()
-            record = InputRecord(
-                "judge_results", "replay.judge-results", 0, self._results_seen, key, b""
-            )
-            state = self.states[request.session_id]
-            for output in self.processor.judge_result(state, record, answer):
-                if isinstance(output, Emitted):
-                    result.chains.setdefault((output.stream, output.session_id), []).append(output)
+            state = self.states[request.session_id]  # an answer from no log: no position
+            for output in self.processor.judge_result(state, answer, None):
+                result.chains.setdefault((output.stream, output.session_id), []).append(output)
 
 
 def replay(records: Sequence[InputRecord], config: ProcessorConfig) -> ReplayResult:

@@ -95,8 +95,9 @@ class ChainBroken(BaseModel):
     seq: int | None
     reason: BreakKind
     detail: str
-    position: str
-    """Where the record sits in the log: topic[partition]@offset."""
+    position: str | None
+    """Where the record sits in the log: topic[partition]@offset; None for a record judged
+    before it was in any log (an import checked before it is sent)."""
     auditor_version: str
 
 

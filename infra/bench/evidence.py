@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from rolltape.infra.export import Collected, run_export
 from rolltape.infra.verify_export import verify_export
 from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
-from rolltape.processors.audit import CheckpointSigner, InputRecord
+from rolltape.processors.audit import CheckpointSigner, InputRecord, Position
 from rolltape.projections import ExportOptions, SessionEvidence
 from rolltape.schemas import (
     ChainHeadLeaf,
@@ -83,7 +83,9 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
                 payload=payload,
                 producer=PRODUCER,
             )
-            records.append(InputRecord("events", "b.events.v1", 0, offset, sid.encode(), value))
+            records.append(
+                InputRecord("events", sid.encode(), value, Position("b.events.v1", 0, offset))
+            )
             offset += 1
         outputs = []
         for record in records:

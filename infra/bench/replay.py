@@ -41,7 +41,7 @@ from rolltape.infra.replay import run_replay
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
 from rolltape.processors import ProcessorConfig
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.projections import (
     ExportOptions,
     ReplayRecord,
@@ -171,7 +171,7 @@ async def _raw(connection: KafkaConnection, prefix: str) -> float:
 async def _read(connection: KafkaConnection, prefix: str) -> list[ReplayRecord]:
     return [
         ReplayRecord(
-            InputRecord(r.stream.value, r.topic, r.partition, r.offset, r.key, r.value),
+            InputRecord(r.stream.value, r.key, r.value, Position(r.topic, r.partition, r.offset)),
             r.broker_ts_ms,
         )
         async for r in read_records(connection, [Stream.EVENTS], prefix=prefix)

@@ -34,7 +34,7 @@ from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
 from rolltape.infra.worker_process import WorkerProcess
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import KafkaConnection, Role, Stream, read_event, topic_name
 
@@ -128,7 +128,7 @@ def _write_load(settings: Settings, spool: Path, events: int, sessions: int) -> 
 
 async def _read_inputs(connection: KafkaConnection, prefix: str) -> list[InputRecord]:
     return [
-        InputRecord(r.stream.value, r.topic, r.partition, r.offset, r.key, r.value)
+        InputRecord(r.stream.value, r.key, r.value, Position(r.topic, r.partition, r.offset))
         async for r in read_records(connection, (Stream.EVENTS, Stream.METRICS), prefix=prefix)
     ]
 

@@ -34,23 +34,37 @@ _SECOND_WRITER = (
 )
 
 
-@dataclass(frozen=True)
-class InputRecord:
-    """One Kafka record as the processor received it."""
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a record sits in its Kafka log. The processors recognise a redelivered record by
+    it and name it in `chain_broken` reports."""
 
-    stream: str
-    """The stream the topic carries."""
     topic: str
     partition: int
     offset: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One record as the processor receives it."""
+
+    stream: str
+    """The stream the topic carries."""
     key: bytes | None
     value: bytes
+    position: Position | None = None
+    """Where it sits in its log; None for a record that comes from no log (an import judged
+    before it is sent): no redelivery check applies to it, and no position is reported."""
     timestamp_ms: int = 0
     """Broker LogAppendTime (not used by any pure function: only for the record)."""
 
     @property
-    def position(self) -> str:
-        return f"{self.topic}[{self.partition}]@{self.offset}"
+    def where(self) -> str:
+        """The position as text for logs and reports ("not from a log" without one)."""
+        return str(self.position) if self.position is not None else "not from a log"
 
 
 @dataclass

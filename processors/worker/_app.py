@@ -37,7 +37,7 @@ from rolltape.processors._session import (
     ProcessorConfig,
     SessionProcessor,
 )
-from rolltape.processors.audit import CheckpointSigner, InputRecord
+from rolltape.processors.audit import CheckpointSigner, InputRecord, Position
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
@@ -197,13 +197,9 @@ def create_app(config: WorkerConfig) -> faust.App:
                     try:
                         batch.append(JudgeRequest.model_validate_json(e.message.value))
                     except ValidationError as exc:
+                        at = Position(e.message.topic, e.message.partition, e.message.offset)
                         record = InputRecord(
-                            "judge_requests",
-                            e.message.topic,
-                            e.message.partition,
-                            e.message.offset,
-                            e.message.key,
-                            e.message.value or b"",
+                            "judge_requests", e.message.key, e.message.value or b"", at
                         )
                         letters.append(DeadLetter(record, "invalid_judge_request", str(exc)[:500]))
                 await runner.handle(batch)

@@ -18,19 +18,18 @@ from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
-from pydantic import ValidationError
 
 from rolltape.processors._session import (
+    JUDGE_RESULTS,
     DeadLetter,
     Emitted,
-    JudgeResult,
     Output,
     Requested,
     SessionProcessor,
     SessionState,
     handle,
 )
-from rolltape.processors.audit import InputRecord, log_for_partition, raw_partition
+from rolltape.processors.audit import InputRecord, Position, log_for_partition, raw_partition
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
 from rolltape.schemas import (
@@ -80,13 +79,20 @@ def _outbox_outputs(sid: str, outbox: list[list[str]]) -> list[Output]:
 def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, bytes]]:
     """Where the record came from and why it was refused; the value stays the original bytes
     (as Kafka Connect's dead-letter queues do), so nothing about it is lost or re-encoded."""
-    r = letter.record
+    source = letter.record.position
+    where = (
+        [
+            ("rolltape.source.topic", source.topic.encode()),
+            ("rolltape.source.partition", str(source.partition).encode()),
+            ("rolltape.source.offset", str(source.offset).encode()),
+        ]
+        if source is not None
+        else []
+    )
     return [
         ("rolltape.reason", letter.reason.encode()),
         ("rolltape.detail", letter.detail.encode()),
-        ("rolltape.source.topic", r.topic.encode()),
-        ("rolltape.source.partition", str(r.partition).encode()),
-        ("rolltape.source.offset", str(r.offset).encode()),
+        *where,
         ("rolltape.processor", processor.encode()),
     ]
 
@@ -144,10 +150,12 @@ class Shell:
         value: bytes | None,
         ts: int,
     ) -> InputRecord:
-        stream = stream_of_topic(topic, self.prefix)
-        return InputRecord(
-            stream.value if stream else topic, topic, partition, offset, key, value or b"", ts
-        )
+        if topic == self.results_topic:
+            name = JUDGE_RESULTS
+        else:
+            stream = stream_of_topic(topic, self.prefix)
+            name = stream.value if stream else topic
+        return InputRecord(name, key, value or b"", Position(topic, partition, offset), ts)
 
     async def commit_due(self) -> None:
         """Commit the heads of sessions that went idle since their partition's last checkpoint
@@ -177,7 +185,9 @@ class Shell:
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))
-            positions[(record.topic, record.partition)] = record.offset + 1
+            at = record.position
+            assert at is not None, "the worker reads records from its topics"
+            positions[(at.topic, at.partition)] = at.offset + 1
         outputs.extend(self._checkpoints(states))
         outputs = [*self._pending, *outputs]
         self._pending = []
@@ -313,27 +323,22 @@ class Shell:
 
     def _step(self, states: dict[str, SessionState], record: InputRecord) -> list[Output]:
         try:
-            if record.topic == self.results_topic:
-                try:
-                    result = JudgeResult.model_validate_json(record.value)
-                except ValidationError as exc:
-                    return [DeadLetter(record, "invalid_judge_result", str(exc)[:500])]
-                state = self._state(states, result.session_id)
-                # A verdict after the session's end: its chains change, so commit them again.
-                if self.partitions:  # on its raw partition's log (the results topic's may differ)
-                    self._touched[result.session_id] = raw_partition(
-                        result.session_id, self.partitions
-                    )
-                self._rejudged.add(result.session_id)
-                return self.processor.judge_result(state, record, result)
             sid, outputs = handle(self.processor, states, record, self._load)
-            if sid is not None:
-                self._touched[sid] = record.partition
-            return outputs
-        except Exception as exc:  # a bug must not stop the worker: the record is kept with why
-            log.exception("processing %s failed; dead-lettered", record.position)
+        except Exception as exc:  # loading the state failed: the record is kept with why
+            log.exception("processing %s failed; dead-lettered", record.where)
             detail = "".join(traceback.format_exception_only(exc)).strip()
             return [DeadLetter(record, "processor_error", detail[:1000])]
+        if sid is None:
+            return outputs
+        if record.stream == JUDGE_RESULTS:
+            # A verdict after the session's end: its chains change, so commit them again, on
+            # its raw partition's log (the results topic's partition may differ).
+            if self.partitions:
+                self._touched[sid] = raw_partition(sid, self.partitions)
+            self._rejudged.add(sid)
+        elif record.position is not None:
+            self._touched[sid] = record.position.partition
+        return outputs
 
     async def send(self, outputs: Sequence[Output]) -> None:
         """Send until every output is acknowledged (resending all on failure)."""

@@ -125,6 +125,7 @@ def test_public_api__is_pinned() -> None:
         "structured_calls",
     }
     assert set(rolltape.processors.__all__) == {
+        "JUDGE_RESULTS",
         "DeadLetter",
         "Emitted",
         "JudgeRequest",
@@ -132,9 +133,11 @@ def test_public_api__is_pinned() -> None:
         "Output",
         "ProcessorConfig",
         "ProcessorError",
+        "Refused",
         "Requested",
         "SessionProcessor",
         "SessionState",
+        "StepOutput",
         "handle",
     }
     for name in rolltape.schemas.__all__:

@@ -11,7 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rolltape.processors.audit import Admitted, ChainHead, InputRecord, audit, parse_record
+from rolltape.processors.audit import (
+    Admitted,
+    ChainHead,
+    InputRecord,
+    Position,
+    audit,
+    parse_record,
+)
 from rolltape.projections import fold
 from rolltape.schemas import (
     GENESIS_HASH,
@@ -104,7 +111,9 @@ def verified(records: list[bytes]) -> tuple[set[BreakKind], int]:
 def audited(records: list[bytes]) -> set[BreakKind]:
     head, kinds = ChainHead(), set()
     for offset, data in enumerate(records):
-        env = parse_record(InputRecord("events", "rolltape.events", 0, offset, SID.encode(), data))
+        env = parse_record(
+            InputRecord("events", SID.encode(), data, Position("rolltape.events", 0, offset))
+        )
         assert isinstance(env, Event)
         result = audit(head, env)
         if isinstance(result, Admitted):

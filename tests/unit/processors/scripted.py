@@ -14,7 +14,7 @@ from rolltape.processors import (
     SessionState,
     handle,
 )
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.schemas import GENESIS_HASH, PAYLOAD_MODELS, decode, seal
 
 PRODUCER = {"name": "test", "version": "0", "principal": "agent"}
@@ -36,7 +36,7 @@ class Tape:
         topic = f"t.{stream}.v1"
         offset = self.offsets[topic]
         self.offsets[topic] += 1
-        return InputRecord(stream, topic, 0, offset, key, value)
+        return InputRecord(stream, key, value, Position(topic, 0, offset))
 
     def record(self, sid: str, stream: str, event_type: str, /, **payload: Any) -> InputRecord:
         clean = PAYLOAD_MODELS[event_type].model_validate(payload).model_dump(mode="python")
@@ -93,8 +93,11 @@ def in_log_order(records: list[InputRecord]) -> list[InputRecord]:
     offsets: dict[str, int] = defaultdict(int)
     out = []
     for r in records:
-        out.append(InputRecord(r.stream, r.topic, r.partition, offsets[r.topic], r.key, r.value))
-        offsets[r.topic] += 1
+        assert r.position is not None
+        topic = r.position.topic
+        at = Position(topic, r.position.partition, offsets[topic])
+        out.append(InputRecord(r.stream, r.key, r.value, at))
+        offsets[topic] += 1
     return out
 
 

@@ -8,16 +8,18 @@ import math
 import pytest
 
 from rolltape.processors import (
+    JUDGE_RESULTS,
     Emitted,
+    JudgeResult,
     Output,
     ProcessorConfig,
     SessionProcessor,
     SessionState,
     handle,
 )
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.filters import FilterConfig
-from rolltape.schemas import ChainVerifier, decode
+from rolltape.schemas import ChainVerifier, Verdict, decode
 from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
 
 HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3}
@@ -169,7 +171,7 @@ def test_garbage__is_dead_lettered_with_the_reason_and_the_original_bytes() -> N
 def test_misrouted__a_record_keyed_by_another_session_is_dead_lettered() -> None:
     tape = Tape()
     record = tape.start("s1")
-    moved = InputRecord(record.stream, record.topic, 0, 99, b"other", record.value)
+    moved = InputRecord(record.stream, b"other", record.value, record.position)
     outputs, _ = run([moved])
     assert dead_letters(outputs) == ["misrouted"]
 
@@ -179,9 +181,7 @@ def test_tampered__emits_chain_broken_and_the_content_is_not_used() -> None:
     records = training_session(tape)
     edited = records[2].value.replace(b'"max_layer_grad_norm":1.0', b'"max_layer_grad_norm":99.0')
     assert edited != records[2].value
-    records[2] = InputRecord(
-        "metrics", records[2].topic, 0, records[2].offset, records[2].key, edited
-    )
+    records[2] = InputRecord("metrics", records[2].key, edited, records[2].position)
     outputs, _ = run(records)
     (broken,) = emitted(outputs, "chain_broken")
     assert broken["reason"] == "tampered" and broken["stream"] == "metrics" and broken["seq"] == 1
@@ -313,3 +313,42 @@ def test_step_that_raises__keeps_the_outputs_it_sealed_and_dead_letters_the_reco
     assert [b["reason"] for b in emitted(outputs, "chain_broken")] == ["gap"]
     assert states["buggy"].outputs["verdicts"][0] == 1  # the head moved with its output
     assert _verdict_chain_ok(outputs)
+
+
+def _judged(sid: str, judge: str = "helpfulness") -> JudgeResult:
+    verdict = Verdict(judge=f"llm:{judge}", judge_version="llm/1", status="ok", scores={"x": 1.0})
+    return JudgeResult(session_id=sid, judge=judge, verdict=verdict, causes=("c",), ts_ns=10**18)
+
+
+def test_judge_results__take_the_route_of_raw_records__chained_once_skipped_when_redelivered() -> (
+    None
+):
+    processor = SessionProcessor(ProcessorConfig())
+    states: dict[str, SessionState] = {}
+    for record in agent_session(Tape()):
+        handle(processor, states, record)
+    value = _judged("a1").model_dump_json().encode()
+    result = InputRecord(JUDGE_RESULTS, b"a1", value, Position("t.judge-results", 0, 7))
+    sid, outputs = handle(processor, states, result)
+    assert sid == "a1" and [o.type for o in outputs if isinstance(o, Emitted)] == ["verdict"]
+    assert handle(processor, states, result) == ("a1", [])  # redelivered: same position
+    again = InputRecord(JUDGE_RESULTS, b"a1", value, Position("t.judge-results", 0, 8))
+    assert handle(processor, states, again) == ("a1", [])  # the judge ran twice: first stands
+    garbage = InputRecord(JUDGE_RESULTS, b"a1", b"{}", Position("t.judge-results", 0, 9))
+    sid, outputs = handle(processor, states, garbage)
+    assert sid is None and dead_letters(outputs) == ["invalid_judge_result"]
+
+
+def test_inputs_from_no_log__carry_no_position_and_are_never_taken_for_redeliveries() -> None:
+    """An import judged before it is sent, a judge a replay called itself: nothing invents a
+    topic or an offset for them, and chain_broken reports say there is no position."""
+    tape = Tape()
+    records = agent_session(tape)
+    unplaced = [InputRecord(r.stream, r.key, r.value) for r in [records[0], *records[2:]]]
+    outputs, _ = run(unplaced)
+    (broken,) = emitted(outputs, "chain_broken")
+    assert broken["reason"] == "gap" and broken["position"] is None
+    processor = SessionProcessor(ProcessorConfig())
+    states = {"a1": SessionState()}
+    assert len(processor.judge_result(states["a1"], _judged("a1", "one"), None)) == 1
+    assert len(processor.judge_result(states["a1"], _judged("a1", "two"), None)) == 1

@@ -163,7 +163,9 @@ def test_positions__are_saved_after_the_batch_and_skipped_when_outboxes_are_rese
     table: dict[bytes, Any] = {}
     loop = Shell(SessionProcessor(ProcessorConfig()), Producer(), table, "t", partitions=1)  # type: ignore[arg-type]
     asyncio.run(loop.process([*events, *metrics]))
-    assert loop.saved_position(TopicPartition(events[0].topic, 0)) == events[-1].offset + 1
-    assert loop.saved_position(TopicPartition(metrics[0].topic, 0)) == metrics[-1].offset + 1
+    for records in (events, metrics):
+        first, last = records[0].position, records[-1].position
+        assert first is not None and last is not None
+        assert loop.saved_position(TopicPartition(first.topic, 0)) == last.offset + 1
     assert loop.saved_position(TopicPartition("t.other", 0)) is None
     assert asyncio.run(loop.resend_outboxes(lambda key: True)) == 0

@@ -3,7 +3,7 @@ from pathlib import Path
 import orjson
 
 from rolltape.processors import ProcessorConfig
-from rolltape.processors.audit import InputRecord
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.projections import fold, replay
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
 from rolltape.projections.importers import (
@@ -50,11 +50,8 @@ def _records(session, producer=PRODUCER) -> list[InputRecord]:  # type: ignore[n
     out = []
     for stream, value in session.sealed(producer):
         offsets[stream] = offsets.get(stream, -1) + 1
-        out.append(
-            InputRecord(
-                stream, f"t.{stream}", 0, offsets[stream], session.session_id.encode(), value
-            )
-        )
+        at = Position(f"t.{stream}", 0, offsets[stream])
+        out.append(InputRecord(stream, session.session_id.encode(), value, at))
     return out
 
 
