@@ -10,10 +10,9 @@ from rolltape.infra.broker import current_connection, require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.settings import Settings
 from rolltape.infra.worker import judging_configs
-from rolltape.processors import ProcessorConfig
+from rolltape.processors import ProcessorConfig, replay
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker import software_version
-from rolltape.projections import replay
 from rolltape.projections.importers import ImportedSession
 from rolltape.schemas import Role, Stream, read_event, topic_name
 

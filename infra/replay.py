@@ -29,11 +29,9 @@ from rolltape.infra.worker import (
     role_principal,
     stream_writers,
 )
-from rolltape.processors import ProcessorConfig
-from rolltape.processors.audit import InputRecord, Position
-from rolltape.processors.worker import JudgeRunner, OutputProducer, software_version
-from rolltape.projections import (
+from rolltape.processors import (
     Conflict,
+    ProcessorConfig,
     Replayer,
     ReplayRecord,
     ReplayResult,
@@ -41,6 +39,8 @@ from rolltape.projections import (
     plan_writes,
     replay_order,
 )
+from rolltape.processors.audit import InputRecord, Position
+from rolltape.processors.worker import JudgeRunner, OutputProducer, software_version
 from rolltape.schemas import (
     DERIVED_STREAMS,
     KafkaConnection,

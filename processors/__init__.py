@@ -6,6 +6,16 @@ per session by `SessionProcessor`; `rolltape.processors.worker` is the Kafka she
 """
 
 from rolltape.processors._errors import ProcessorError
+from rolltape.processors._replay import (
+    Conflict,
+    Replayer,
+    ReplayRecord,
+    ReplayResult,
+    WritePlan,
+    plan_writes,
+    replay,
+    replay_order,
+)
 from rolltape.processors._session import (
     JUDGE_RESULTS,
     DeadLetter,
@@ -24,6 +34,7 @@ from rolltape.processors._session import (
 
 __all__ = [
     "JUDGE_RESULTS",
+    "Conflict",
     "DeadLetter",
     "Emitted",
     "JudgeRequest",
@@ -32,9 +43,16 @@ __all__ = [
     "ProcessorConfig",
     "ProcessorError",
     "Refused",
+    "ReplayRecord",
+    "ReplayResult",
+    "Replayer",
     "Requested",
     "SessionProcessor",
     "SessionState",
     "StepOutput",
+    "WritePlan",
     "handle",
+    "plan_writes",
+    "replay",
+    "replay_order",
 ]

@@ -1,4 +1,4 @@
-"""rolltape.projections: folds events into trajectories, exporters, replay.
+"""rolltape.projections: folds events into trajectories, exporters, importers, the live feed.
 
 `fold` turns one session's events (+ a judge version's verdicts and filter outcome) into a
 `Trajectory`; `rolltape.projections.exporters` turns trajectories into training formats.
@@ -37,16 +37,6 @@ from rolltape.projections._feed import FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold, tool_failed
 from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._records import checked_envelope
-from rolltape.projections._replay import (
-    Conflict,
-    Replayer,
-    ReplayRecord,
-    ReplayResult,
-    WritePlan,
-    plan_writes,
-    replay,
-    replay_order,
-)
 from rolltape.projections._trajectory import (
     ChainSpan,
     FeedbackRecord,
@@ -68,7 +58,6 @@ __all__ = [
     "Checkpoints",
     "Chosen",
     "ChosenStore",
-    "Conflict",
     "ExportFile",
     "ExportLine",
     "ExportOptions",
@@ -84,9 +73,6 @@ __all__ = [
     "MemoryStore",
     "Message",
     "ProjectionError",
-    "ReplayRecord",
-    "ReplayResult",
-    "Replayer",
     "RewardRecord",
     "Selection",
     "SessionEvidence",
@@ -98,15 +84,11 @@ __all__ = [
     "Trajectory",
     "TrajectoryFeed",
     "VerdictRecord",
-    "WritePlan",
     "build_export",
     "checked_envelope",
     "evidence_problems",
     "fold",
     "order_key",
-    "plan_writes",
-    "replay",
-    "replay_order",
     "run_projector",
     "session_evidence",
     "tool_failed",

@@ -40,17 +40,9 @@ from rolltape.infra.readback import read_records
 from rolltape.infra.replay import run_replay
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
-from rolltape.processors import ProcessorConfig
+from rolltape.processors import ProcessorConfig, ReplayRecord, replay, replay_order
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.projections import (
-    ExportOptions,
-    ReplayRecord,
-    build_export,
-    checked_envelope,
-    fold,
-    replay,
-    replay_order,
-)
+from rolltape.projections import ExportOptions, build_export, checked_envelope, fold
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
 from rolltape.schemas import (
     ChainWriter,

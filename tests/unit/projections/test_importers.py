@@ -2,9 +2,9 @@ from pathlib import Path
 
 import orjson
 
-from rolltape.processors import ProcessorConfig
+from rolltape.processors import ProcessorConfig, replay
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.projections import fold, replay
+from rolltape.projections import fold
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
 from rolltape.projections.importers import (
     RowError,

@@ -1,7 +1,8 @@
 """Replay: the raw streams through the processors' pure step again, under a judge version.
 
-Pure: records in, sealed outputs per chain out, and a plan of what to write given what the judge
-version's chains already hold. The Kafka reading and writing are infra's part.
+It lives beside the step it re-runs: replay is the processors run a second time, not a view of
+their outputs. Pure: records in, sealed outputs per chain out, and a plan of what to write given
+what the judge version's chains already hold. The Kafka reading and writing are infra's part.
 
 Order. The live worker reads the events and metrics topics as they arrive; replay must not
 depend on how a second read interleaves them. Each session's two chains are merged by the
@@ -24,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rolltape.processors import (
+from rolltape.processors._session import (
     DeadLetter,
     Emitted,
     JudgeRequest,

@@ -5,10 +5,16 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from rolltape.processors import Emitted, ProcessorConfig
+from rolltape.processors import (
+    Emitted,
+    ProcessorConfig,
+    ReplayRecord,
+    plan_writes,
+    replay,
+    replay_order,
+)
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.rules import RuleSet
-from rolltape.projections import ReplayRecord, plan_writes, replay, replay_order
 from rolltape.schemas import decode
 from tests.unit.processors.scripted import Tape, run
 from tests.unit.projections.sessions import CONFIG, record_sessions
