@@ -47,6 +47,7 @@ from rolltape.schemas import (
     Role,
     Stream,
     UnreadableRecord,
+    kafka_errors,
     read_event,
     split_stream,
     topic_name,
@@ -162,20 +163,21 @@ async def write_outputs(settings: Settings, plan: WritePlan) -> int:
         return 0
     prefix = settings.topic_prefix
     producer = output_producer(settings)
-    await producer.start()
-    try:
-        futures = [
-            await producer.send(
-                topic_name(split_stream(o.stream)[0], prefix),
-                o.value,
-                key=o.session_id.encode(),
-            )
-            for o in plan.writes
-        ]
-        for future in futures:
-            await future
-    finally:
-        await producer.stop()
+    with kafka_errors(f"writing {len(plan.writes)} replayed outputs"):
+        await producer.start()
+        try:
+            futures = [
+                await producer.send(
+                    topic_name(split_stream(o.stream)[0], prefix),
+                    o.value,
+                    key=o.session_id.encode(),
+                )
+                for o in plan.writes
+            ]
+            for future in futures:
+                await future
+        finally:
+            await producer.stop()
     return len(plan.writes)
 
 

@@ -39,7 +39,7 @@ from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._records import checked_envelope
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import session_rows
-from rolltape.schemas import KafkaConnection, Stream, topic_name, versioned_stream
+from rolltape.schemas import KafkaConnection, Stream, kafka_errors, topic_name, versioned_stream
 
 _log = logging.getLogger(__name__)
 
@@ -148,9 +148,10 @@ class TrajectoryFeed:
 
     async def start(self) -> Self:
         # Made here, inside the running loop, not in __init__ (aiokafka binds to the loop).
-        self._consumer_instance = self._connection.consumer(**self._consumer_settings)
-        await self._consumer.start()
-        self._consumer.subscribe(self._topics, listener=_Revoked(self))
+        with kafka_errors(f"joining the feed's group on {self._connection}"):
+            self._consumer_instance = self._connection.consumer(**self._consumer_settings)
+            await self._consumer.start()
+            self._consumer.subscribe(self._topics, listener=_Revoked(self))
         return self
 
     async def stop(self, *, commit: bool = True) -> None:
@@ -213,7 +214,8 @@ class TrajectoryFeed:
             self._in_hand = None
 
     async def _poll(self) -> None:
-        batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
+        with kafka_errors(f"reading {', '.join(self._topics)}"):
+            batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
         for tp, messages in batch.items():
             for message in messages:
                 self._add(tp, message.offset, message.key, message.value)
@@ -313,4 +315,5 @@ class TrajectoryFeed:
                 if tp in offsets and first < offsets[tp]:
                     offsets[tp] = first
         if offsets:
-            await self._consumer.commit(offsets)
+            with kafka_errors("committing the feed's offsets"):
+                await self._consumer.commit(offsets)

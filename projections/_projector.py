@@ -12,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from aiokafka.errors import MessageSizeTooLargeError
-
 from rolltape.projections._export import Selection
 from rolltape.projections._feed import TrajectoryFeed
 from rolltape.projections._trajectory import Trajectory
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
     KafkaConnection,
+    KafkaRecordError,
     Stream,
     canonical_bytes,
+    kafka_errors,
     topic_name,
 )
 
@@ -51,7 +51,8 @@ async def run_projector(
     )
     stop = stop or asyncio.Event()
     published = 0
-    await producer.start()
+    with kafka_errors(f"starting the trajectories producer on {connection}"):
+        await producer.start()
     try:
         async with TrajectoryFeed(
             connection,
@@ -62,18 +63,20 @@ async def run_projector(
             async for item in feed.until(stop):
                 key, value = trajectory_record(item.trajectory)
                 try:
-                    await producer.send_and_wait(
-                        topic_name(Stream.TRAJECTORIES, prefix),
-                        value,
-                        key=key,
-                        headers=[("trajectory_id", item.id.encode())],
-                    )
-                except MessageSizeTooLargeError:
-                    # The topic's max.message.bytes decides; the session stays exportable.
+                    with kafka_errors("publishing a trajectory"):
+                        await producer.send_and_wait(
+                            topic_name(Stream.TRAJECTORIES, prefix),
+                            value,
+                            key=key,
+                            headers=[("trajectory_id", item.id.encode())],
+                        )
+                except KafkaRecordError as exc:
+                    # Mostly the topic's max.message.bytes; the session stays exportable.
                     _log.warning(
-                        "trajectory of %s is %d bytes, over the topic's limit: not published",
+                        "trajectory of %s (%d bytes) not published: %s",
                         item.trajectory.session_id,
                         len(value),
+                        exc,
                     )
                     continue
                 published += 1

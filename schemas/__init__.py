@@ -72,6 +72,17 @@ from rolltape.schemas._errors import (
 )
 from rolltape.schemas._evaluation import EvaluatedItem, Evaluation
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
+from rolltape.schemas._kafka_errors import (
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaClientError,
+    KafkaRecordError,
+    KafkaRequestError,
+    KafkaTopicError,
+    KafkaUnavailableError,
+    kafka_errors,
+    translate_kafka_error,
+)
 from rolltape.schemas._links import LinkVerdict, classify_link
 from rolltape.schemas._merkle import Frontier
 from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
@@ -164,7 +175,14 @@ __all__ = [
     "Frontier",
     "JobAction",
     "JobState",
+    "KafkaAuthenticationError",
+    "KafkaAuthorizationError",
+    "KafkaClientError",
     "KafkaConnection",
+    "KafkaRecordError",
+    "KafkaRequestError",
+    "KafkaTopicError",
+    "KafkaUnavailableError",
     "LayerSpec",
     "LinkVerdict",
     "LiveCheck",
@@ -213,6 +231,7 @@ __all__ = [
     "export_json_schemas",
     "hash_of",
     "json_schemas",
+    "kafka_errors",
     "key_id",
     "load_private_key",
     "load_public_key",
@@ -228,6 +247,7 @@ __all__ = [
     "split_stream",
     "stream_of_topic",
     "topic_name",
+    "translate_kafka_error",
     "tree_head_signed_by",
     "versioned_stream",
 ]

@@ -3,7 +3,9 @@
 SchemaError
 ├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
 ├── EnvelopeError            bytes are not a valid envelope (unparseable, missing fields, bad version)
-└── PayloadError             an envelope's payload does not validate against its type's model
+├── PayloadError             an envelope's payload does not validate against its type's model
+└── KafkaClientError         the cluster could not do what was asked (the client's errors,
+                             translated at the boundary: see _kafka_errors.py for the tree)
 """
 
 from __future__ import annotations

@@ -23,6 +23,27 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
     return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["verify"],
+        ["export", "-f", "sharegpt", "-o", "out"],
+        ["replay", "--judge-version", "v2", "--dry-run"],
+    ],
+)
+def test_a_cluster_that_does_not_answer__is_one_line_that_says_what_to_check(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """The client's errors are translated at its boundary: no traceback, exit 2."""
+    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path), "ROLLTAPE_BOOTSTRAP": "127.0.0.1:1"}
+    out = subprocess.run(
+        [*CLI, *args], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and "Unclosed" not in out.stderr
+    assert "127.0.0.1:1" in out.stderr and "is the broker running" in out.stderr
+
+
 def test_broker_status__exits_0_and_prints_the_address_only_when_a_broker_answers(
     topics: Topics, tmp_path: Path
 ) -> None:
