@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import os
+import sys
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -42,4 +44,10 @@ def worker(
                 f"[yellow]no judge key at {key.path}: no signed checkpoints[/yellow] (exports "
                 "cannot carry evidence); create it with `rolltape keys init`"
             )
-    run_worker(config)
+    run_worker(config, on_stall=start_again)
+
+
+def start_again() -> NoReturn:
+    """Replace this process with the same command: outputs are resent from the outbox and
+    records skipped by offset, so a restart loses nothing."""
+    os.execv(sys.executable, [sys.executable, "-m", "rolltape.infra", *sys.argv[1:]])

@@ -21,10 +21,9 @@ import io
 import logging
 import os
 import signal
-import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import faust
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -58,9 +57,19 @@ def software_version() -> str:
         return "0+unknown"
 
 
-def create_app(config: WorkerConfig) -> faust.App:
+def exit_for_a_supervisor() -> NoReturn:
+    """What a stalled worker does unless told otherwise: exit with EX_TEMPFAIL (75), so the
+    supervisor that started it (systemd, Kubernetes, a shell loop) starts a fresh one."""
+    os._exit(75)
+
+
+def create_app(
+    config: WorkerConfig, *, on_stall: Callable[[], object] = exit_for_a_supervisor
+) -> faust.App:
     """The worker's faust app: the assignment agent, the state table, the batch reader task,
-    the judges agent and the timers (watchdog, idle checkpoints)."""
+    the judges agent and the timers (watchdog, idle checkpoints). `on_stall` replaces the
+    process when it stops making progress with records waiting; how depends on who started
+    it (`rolltape worker` starts itself again in place)."""
     app = faust.App(
         config.group_id,
         broker=config.connection.faust_broker(),
@@ -121,7 +130,7 @@ def create_app(config: WorkerConfig) -> faust.App:
                 lag,
             )
             logging.shutdown()
-            os.execv(sys.executable, [sys.executable, "-m", "rolltape.infra", *sys.argv[1:]])
+            on_stall()
         runtime.touch()  # idle with nothing to do: fine
 
     @app.timer(interval=min(config.checkpoint_interval_s, 30.0))  # type: ignore[untyped-decorator]
@@ -362,8 +371,10 @@ def _output_producer(config: WorkerConfig) -> OutputProducer:
     )
 
 
-def run_worker(config: WorkerConfig) -> None:
+def run_worker(
+    config: WorkerConfig, *, on_stall: Callable[[], object] = exit_for_a_supervisor
+) -> None:
     """Run until SIGINT/SIGTERM (blocks; owns the event loop)."""
-    app = create_app(config)
+    app = create_app(config, on_stall=on_stall)
     worker = faust.Worker(app, loglevel=config.log_level, quiet=True)
     worker.execute_from_commandline()

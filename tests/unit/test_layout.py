@@ -39,9 +39,19 @@ def imported_packages(folder: str) -> set[str]:
                 names = [node.module]
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
+            if isinstance(node, ast.Call):  # `-m rolltape.infra`, import_module("rolltape.x")
+                names += [
+                    c.value
+                    for arg in node.args
+                    for c in ast.walk(arg)
+                    if isinstance(c, ast.Constant)
+                    and isinstance(c.value, str)
+                    and c.value.startswith("rolltape.")
+                ]
             for name in names:
                 parts = name.split(".")
-                if parts[0] == "rolltape" and len(parts) > 1 and parts[1] != folder:
+                in_ours = len(parts) > 1 and parts[1] in ALLOWED
+                if parts[0] == "rolltape" and in_ours and parts[1] != folder:
                     found.add(parts[1])
                 if parts[0] in ALLOWED and parts[0] != "rolltape":
                     found.add(f"bare:{parts[0]}")
@@ -50,6 +60,7 @@ def imported_packages(folder: str) -> set[str]:
 
 @pytest.mark.parametrize("folder", sorted(ALLOWED))
 def test_layering__each_package_imports_only_the_packages_below_it(folder: str) -> None:
+    """Imports, and module names passed to calls (a process started with `-m rolltape.x`)."""
     assert imported_packages(folder) <= ALLOWED[folder]
 
 
