@@ -31,12 +31,18 @@ from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role
 
 
 class ToolLine(BaseModel):
+    """One tool's calls, summed over the batch's completed sessions in the log."""
+
     count: int = 0
     success: int = 0
     failure: int = 0
 
 
 class BatchSummary(BaseModel):
+    """What a batch run did and what the judges made of it. `completed`/`failed` count only the
+    rollouts this run executed; the reward, tool and filter figures fold every completed session
+    of the batch in the log, earlier runs included."""
+
     run: str
     environment: str
     planned: int
@@ -65,6 +71,12 @@ async def run_batch(
     on_rollout: Callable[[Rollout], None] | None = None,
     workdir_root: Path | None = None,
 ) -> BatchSummary:
+    """Run the slots of batch `run` that the log does not show finished, then summarise it.
+
+    A killed earlier run's spool is delivered first, so planning sees every finished rollout;
+    `on_rollout` fires only once a rollout is flushed, so a kill after it loses nothing. Waits
+    up to `wait_judged_s` for the worker's filter outcomes. Raises `BrokerUnavailable` without a
+    broker and `ValueError` for a bad batch name or an environment without train items."""
     reader = require_connection(settings, Role.READER)
     recorder = open_recorder(settings, spool_dir=settings.resolved_spool_dir() / "batch" / run)
     try:

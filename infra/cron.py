@@ -55,6 +55,10 @@ def _principal(settings: Settings, role: Role) -> str:
 
 
 class ToEnvReport(BaseModel):
+    """What `cron to-env` turns a job's runs into: the items, and how many runs were left out
+    by reason (still_open, not_successful, no_session, no_score, below_min_reward), so no run
+    goes missing silently."""
+
     items: list[Item]
     skipped: dict[str, int]
 

@@ -168,6 +168,9 @@ class DemoError(InfraError, RuntimeError):
 
 
 class ExportSummary(BaseModel):
+    """One format's export of the demo sessions, for the demo's closing lines. `skipped` omits
+    the count of sessions not selected: every other session on the topic."""
+
     format: str
     folder: str
     files: list[str]
@@ -177,6 +180,10 @@ class ExportSummary(BaseModel):
 
 
 class DemoResult(BaseModel):
+    """Everything the demo shows. Chain breaks appear in `verdicts` as failed `chain_audit`
+    verdicts; rule evaluations are the last training attempt's. When the worker did not finish,
+    `worker_error` says why and there are no exports and no report."""
+
     bootstrap: str
     sessions: list[str]
     chains: list[ChainReport]
@@ -287,6 +294,10 @@ def _export(
 
 
 def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
+    """Record the demo's agent, sampled and training sessions with a worker of its own running,
+    then verify their chains and gather what the processors wrote. Starts the managed broker
+    unless ROLLTAPE_BOOTSTRAP is set; exports and the report go to `out` (default: a new
+    temporary folder, kept). Raises `DemoError` if the worker does not come up."""
     if not settings.bootstrap:
         managed_broker(settings).start()
     if can_provision(settings):

@@ -52,6 +52,9 @@ class ReceiverBusyError(InfraError, RuntimeError):
 
 @dataclass
 class ReceiverStats:
+    """Counters of this receiver process since it started (kept in memory, never persisted);
+    `otlp serve` prints them when it stops."""
+
     requests: int = 0
     spans: int = 0
     recorded: int = 0
@@ -64,6 +67,9 @@ class ReceiverStats:
 
 @dataclass
 class ReceiverConfig:
+    """One receiver's knobs; `otlp serve` sets `family`, `linger_s` and `idle_s` from its
+    options. `family` names the model family whose text-written tool calls are parsed."""
+
     family: str | None = None
     linger_s: float = 5.0
     idle_s: float = 300.0
@@ -74,11 +80,16 @@ class ReceiverConfig:
 
 
 def otlp_dir(settings: Settings) -> Path:
+    """The receiver's folder under ROLLTAPE_STATE_DIR (its span journal and its lock): one
+    receiver per folder."""
     return settings.state_dir / "otlp"
 
 
 @contextlib.contextmanager
 def state_lock(folder: Path) -> Iterator[IO[str]]:
+    """Hold `folder` for one receiver while the block runs, or raise `ReceiverBusyError` at once
+    (no waiting). An flock, so a receiver that crashed leaves no stale lock; the file holds the
+    holder's pid for whoever investigates."""
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "receiver.lock").open("a+") as handle:
         try:

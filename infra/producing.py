@@ -15,6 +15,9 @@ from rolltape.schemas import KafkaConnection
 
 
 def chain_producer(connection: KafkaConnection, **overrides: Any) -> AIOKafkaProducer:
+    """An idempotent, acks=all producer for records that extend a chain; not started yet (the
+    caller starts and stops it). `overrides` are for batching and sizes: overriding `acks` or
+    `enable_idempotence` would give up what this exists to guarantee."""
     settings: dict[str, Any] = {
         "enable_idempotence": True,
         "acks": "all",

@@ -34,6 +34,9 @@ class ReportError(InfraError, ValueError):
 
 @dataclass
 class ReportResult:
+    """What the page written at `path` shows: the training runs (newest first) and the agent
+    sessions (in start order), for the caller's summary line."""
+
     path: Path
     runs: list[RunView] = field(default_factory=list)
     agents: list[Trajectory] = field(default_factory=list)
@@ -107,6 +110,9 @@ def write_report(
     task: str | None = None,
     runs: int = 5,
 ) -> ReportResult:
+    """Write the page about one session, or every session started with `task` (then the newest
+    `runs` training runs), to `out`, creating its folder. The same sessions give the same bytes.
+    Raises `ReportError` unless exactly one of `session` and `task` is given, or if none match."""
     if (session is None) == (task is None):
         raise ReportError("choose what to report on: --session ID or --task NAME")
     chosen_runs, agents = select(sessions, session=session, task=task, runs=runs)

@@ -8,8 +8,9 @@ started), then does two things at once:
   reward like any rollout;
 - delivery: the live feed (`TrajectoryFeed`) hands over the run's sessions once the worker's
   filters and judges decided them (accepted or not: a group needs all its members; the filter
-  outcome stays in the log), and the Atropos sink posts each full group as a ScoredDataGroup; a session is acknowledged to the feed only once its group reached the server
-  (or was skipped, e.g. equal scores), so a restart resends what the trainer never got.
+  outcome stays in the log), and the Atropos sink posts each full group as a ScoredDataGroup;
+  a session is acknowledged to the feed only once its group reached the server (or was
+  skipped, e.g. equal scores), so a restart resends what the trainer never got.
 
 Nothing is sent to the trainer that is not in the log and judged: what it trains on can be traced
 back to sessions, verdicts and filter outcomes like any export.
@@ -34,6 +35,9 @@ from rolltape.schemas import ModelEndpoint, Role
 
 
 class ServeOptions(BaseModel):
+    """How `env serve` runs. `run` names the sessions (`serve.<run>.…`) and the feed's consumer
+    group, so serving the same run again resends only what the trainer never got."""
+
     url: str
     run: str
     group_size: int
@@ -45,6 +49,9 @@ class ServeOptions(BaseModel):
 
 
 class ServeStats(BaseModel):
+    """What `env serve` did before it stopped. `sessions_settled` counts sessions acknowledged
+    to the feed (their group sent or skipped); `skipped` counts sessions by the sink's reason."""
+
     groups_run: int = 0
     rollouts: int = 0
     sessions_settled: int = 0
@@ -94,6 +101,9 @@ async def serve_env(
     stop: asyncio.Event,
     say: Callable[[str], None],
 ) -> ServeStats:
+    """Register with the Atropos server, then run groups and deliver the judged ones until
+    `stop` is set or `options.groups` groups are settled (sent or skipped). Returns empty stats
+    when stopped while waiting for the trainer; `say` gets progress lines meant for the user."""
     stats = ServeStats()
     env_id = await register_env(options.url, env, options, stop, say)
     if env_id is None:

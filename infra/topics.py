@@ -30,12 +30,18 @@ _ALREADY_EXISTS = 36
 
 
 class TopicAction(StrEnum):
+    """What provisioning did to one topic. Partition counts are never among the changes: a
+    mismatch stays, reported in `TopicStatus.note`."""
+
     CREATED = "created"
     UNCHANGED = "unchanged"
     CONFIG_UPDATED = "config updated"
 
 
 class TopicStatus(BaseModel):
+    """One topic after `ensure_topics`, as `broker up` lists it: `partitions` is the count the
+    topic has, which may differ from the settings' (then `note` says so)."""
+
     topic: str
     action: TopicAction
     partitions: int
@@ -115,6 +121,8 @@ async def ensure_topics(
 
 
 def ensure_topics_sync(connection: KafkaConnection, settings: Settings) -> list[TopicStatus]:
+    """`ensure_topics` for synchronous callers; it runs its own event loop, so never call it
+    from inside a running one."""
     return asyncio.run(ensure_topics(connection, settings))
 
 
@@ -168,6 +176,8 @@ async def ensure_plain_topics(
 def ensure_plain_topics_sync(
     connection: KafkaConnection, names: list[str], *, partitions: int, replication_factor: int
 ) -> None:
+    """`ensure_plain_topics` for synchronous callers (the worker's setup); it runs its own
+    event loop, so never call it from inside a running one."""
     asyncio.run(
         ensure_plain_topics(
             connection, names, partitions=partitions, replication_factor=replication_factor

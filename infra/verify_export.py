@@ -45,6 +45,9 @@ class ExportProblem(BaseModel):
 
 
 class ExportVerification(BaseModel):
+    """The outcome of checking one export folder: it verifies when `problems` is empty.
+    `key_id` names the judge key the check used, so a report says whose signatures it trusted."""
+
     key_id: str
     files: int
     lines: int
@@ -76,6 +79,9 @@ class _Lines:
 def verify_export(
     folder: Path, public_key: Ed25519PublicKey, tokenizer: ChatTokenizer | None = None
 ) -> ExportVerification:
+    """Check the export in `folder` against the judge's `public_key` alone (no Kafka): every
+    problem found is collected, not just the first. Raises `ExportError` when the folder cannot
+    be checked at all: no manifest, no evidence, or the tokenizer it was rendered with missing."""
     manifest_path = folder / MANIFEST
     if not manifest_path.exists():
         raise ExportError(f"{folder} holds no export ({MANIFEST} is missing)")

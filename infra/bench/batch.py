@@ -1,11 +1,11 @@
 """`rolltape bench batch`: the batch runner's own overhead, and cron's scheduling jitter.
 
-(a) Rollouts per second of `rolltape batch run`'s code (planning aside: the timer runs from the
-first rollout's start to the last one's flush) at several concurrencies, against a local
-OpenAI-compatible server in its own process that answers at once, with an environment whose
-items need one model call and whose reward is computed at once, so the figure is the runner's
-cost: a working directory, a recorded session (captured client, reward, end) on a scratch topic
-prefix, the flush that makes each finished rollout safe from a kill. Baseline in the same run:
+(a) Rollouts per second of `rolltape batch run`'s code (the timer runs from the planning callback,
+so creating the model client counts, to the last rollout's flush) at several concurrencies, against
+a local OpenAI-compatible server in its own process that answers at once, with an environment whose
+items need one model call and whose reward is computed at once, so the figure is the runner's cost:
+a working directory, a recorded session (captured client, reward, end) on a scratch topic prefix,
+the flush that makes each finished rollout safe from a kill. Baseline in the same run:
 the same number of bare `chat.completions.create` calls to the same server at the same
 concurrency (no recording, no working directory): the floor any runner pays for its model calls.
 
@@ -60,6 +60,9 @@ class _Instant(Environment):
 
 
 class ConcurrencyFigures(BaseModel):
+    """The batch runner at one concurrency, beside bare model calls to the same instant server
+    at the same concurrency."""
+
     concurrency: int
     rollouts: int
     rollouts_per_s: float
@@ -69,6 +72,9 @@ class ConcurrencyFigures(BaseModel):
 
 
 class BatchFigures(BaseModel):
+    """Everything `rolltape bench batch` prints (and `--json` dumps): the runner's rate per
+    concurrency and cron's jitter."""
+
     machine: str
     runs: list[ConcurrencyFigures]
     cron: CronFigures
@@ -131,6 +137,9 @@ def run_batch_bench(
     cron_jobs: int = 20,
     cron_fires: int = 1000,
 ) -> BatchFigures:
+    """Measure the batch runner at each concurrency on a scratch topic prefix (deleted after),
+    then cron's jitter. Needs a broker; raises `RuntimeError` when a bench rollout does not
+    complete, since a rate over failed rollouts would flatter the runner."""
     base_url, server = start_instant_server()
     endpoint = ModelEndpoint(base_url=base_url, model="bench")
     runs = []

@@ -1,12 +1,13 @@
 """`rolltape bench capture`: what recording adds to a `chat.completions.create` call.
 
-A local OpenAI-compatible server (its own process) answers every request at once with the same reply (HTTP/1.1,
-keep-alive). The same agent loop runs with a bare `openai.OpenAI` client and with a captured copy
-of it, call by call in turn (this machine's drift is far larger than the figure sought); each
-call is timed from the caller's side, and the added latency is the median of the paired
-differences. The loop is realistic: every call sends the conversation so far (system, user, the earlier
-replies) and the session ends every `turns_per_session` calls. The captured client records to a
-spool in a temporary folder (no broker; the sender thread runs as it would in production).
+A local OpenAI-compatible server (its own process) answers every request at once with the same reply
+(HTTP/1.1, keep-alive). The same agent loop runs with a bare `openai.OpenAI` client and with a
+captured copy of it, call by call in turn (this machine's drift is far larger than the figure
+sought); each call is timed from the caller's side, and the added latency is the median of the
+paired differences. The loop is realistic: every call sends the conversation so far (system, user,
+the earlier replies) and the session ends every `turns_per_session` calls. The captured client
+records to a spool in a temporary folder (no broker; the sender thread runs as it would in
+production).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ REPLY = {
 
 
 class CaptureFigures(BaseModel):
+    """One `rolltape bench capture` run: bare and captured clients timed call by call in turn,
+    back to back or with `gap_ms` between calls (the command runs both)."""
+
     machine: str
     gap_ms: float
     calls_each: int

@@ -37,6 +37,9 @@ TOOLS = [{"name": "calc", "parameters": {"type": "object"}}]
 
 
 class EvidenceFigures(BaseModel):
+    """What `rolltape bench evidence` prints: checkpoint signing and `verify-export` rates,
+    medians over `repeats`, each beside its floor (signing alone, hashing alone)."""
+
     machine: str
     repeats: int
     sessions: int
@@ -104,6 +107,9 @@ def _rate(count: int, seconds: list[float]) -> float:
 
 
 def run_evidence_bench(sessions: int = 2000, repeats: int = 3) -> EvidenceFigures:
+    """Time checkpoint signing, then export `sessions` judged and checkpointed sessions with
+    evidence to a temporary folder and verify them; no broker, so the figures are the code's.
+    Raises `RuntimeError` if the export does not verify: its rate would be meaningless."""
     key = Ed25519PrivateKey.generate()
     signs: list[float] = []
     cp2: list[float] = []

@@ -1,7 +1,8 @@
 """The faust floor: a faust agent that consumes the raw topics like the worker and does nothing.
 
 Run as `python -m rolltape.infra.bench.faust_floor RECORDS OUT` by the rules benchmark, with the
-cluster, credentials and topic prefix in ROLLTAPE_* variables (as the processor): it writes the records/s it reached to OUT and exits. The worker's throughput over
+cluster, credentials and topic prefix in ROLLTAPE_* variables (as the processor): it writes the
+records/s it reached to OUT and exits. The worker's throughput over
 this is the cost of rolltape's processing; this over a plain consumer is the cost of faust.
 """
 
@@ -23,6 +24,9 @@ from rolltape.schemas import Role, Stream, topic_name
 
 
 def main(records: int, out: Path) -> None:
+    """Consume `records` records of the events and metrics topics in a faust agent that does
+    nothing, write the records/s to `out` and end the process at once (`os._exit`, skipping
+    faust's slow shutdown). Until then it runs: the caller's timeout bounds it."""
     settings = Settings()
     prefix = settings.topic_prefix
     connection = require_connection(settings, Role.PROCESSOR)

@@ -25,6 +25,9 @@ from pydantic import BaseModel
 
 
 class StepFigures(BaseModel):
+    """One CNN width: median step time with and without the monitor (alternating blocks in one
+    process), and the cost of an epoch's end."""
+
     architecture: str
     batch_size: int
     steps_each: int
@@ -38,6 +41,9 @@ class StepFigures(BaseModel):
 
 
 class MonitorBench(BaseModel):
+    """What `rolltape bench monitor` prints: the machine and torch build, one `StepFigures` per
+    width measured."""
+
     machine: str
     torch: str
     threads: int
@@ -120,6 +126,8 @@ def _measure(width: int, blocks: int, batch: int, steps: int, block: int) -> Ste
 def run_monitor_bench(
     *, steps: int = 2000, block: int = 25, widths: tuple[int, ...] = (32, 64)
 ) -> MonitorBench:
+    """Train the reference CNN at each width with and without the monitor, `block` steps at a
+    time in turn. No broker: the monitor records to a temporary spool. Needs torch."""
     import torch
 
     results = [_measure(width, 3, 32, steps, block) for width in widths]

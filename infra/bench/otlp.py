@@ -30,6 +30,9 @@ from rolltape.schemas import KafkaConnection, Role
 
 
 class OtlpFigures(BaseModel):
+    """What `rolltape bench otlp` prints: spans/s acknowledged into Kafka through the receiver,
+    beside a receiver that only decodes, medians over `repeats`."""
+
     machine: str
     spans: int
     spans_per_batch: int
@@ -263,6 +266,9 @@ def run_otlp_bench(
     connections: int = 4,
     repeats: int = 3,
 ) -> OtlpFigures:
+    """Send the same pre-built batches to the receiver and to the decode-only baseline, each
+    in its own process, on a fresh scratch prefix per repeat (deleted after). The first two
+    batches warm up and are not timed. Needs a broker."""
     from rolltape.infra.broker import require_connection
     from rolltape.infra.topics import scratch_prefix
 

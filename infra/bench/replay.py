@@ -58,6 +58,9 @@ _TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "ob
 
 
 class ReplayBench(BaseModel):
+    """What `rolltape bench replay` prints: the replay-fold-export pipeline against a raw scan
+    of the same topic (medians over `passes`), the commands' own rates and export's memory."""
+
     machine: str
     partitions: int
     events: int
@@ -201,9 +204,9 @@ def _pipeline(
 
 
 def in_memory_export() -> None:
-    """The baseline (`python -m rolltape.infra.bench.replay`): export the topic of the ROLLTAPE_* settings as
-    ShareGPT holding every record and trajectory in memory (how export worked before it
-    streamed)."""
+    """The baseline (`python -m rolltape.infra.bench.replay`): export the topic of the
+    ROLLTAPE_* settings as ShareGPT holding every record and trajectory in memory (how export
+    worked before it streamed)."""
     settings = Settings()
     reader = require_connection(settings, Role.READER)
     trajectories = asyncio.run(_fold_in_memory(reader, settings.topic_prefix))
@@ -273,6 +276,9 @@ def run_replay_bench(
     passes: int = 3,
     jobs: int = 2,
 ) -> ReplayBench:
+    """Write the load to a scratch prefix (deleted after), time the raw scan and the pipeline
+    per pass, then `replay --dry-run` (one process and `jobs`) and `export` in fresh processes.
+    Needs a broker; peak RSS is read from /proc, so Linux only."""
     config = ProcessorConfig(rewards=("final_reward",))
     with scratch_prefix(settings, "benchreplay", partitions=partitions) as scratch:
         prefix = scratch.topic_prefix

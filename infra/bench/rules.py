@@ -40,6 +40,9 @@ from rolltape.schemas import KafkaConnection, Role, Stream, read_event, topic_na
 
 
 class RulesBench(BaseModel):
+    """What `rolltape bench rules` prints: rule-firing latency, and one worker's events/s beside
+    a plain consumer, a faust agent doing nothing and the pure core over the same records."""
+
     machine: str
     partitions: int
     epochs: int
@@ -210,6 +213,9 @@ def run_rules_bench(
     sessions: int = 100,
     two_workers: bool = True,
 ) -> RulesBench:
+    """Run the latency and throughput measurements, each on scratch topic prefixes of its own
+    (deleted after) with real worker processes. Needs a broker; raises `RuntimeError` when the
+    worker or the faust floor does not deliver in time."""
     with (
         tempfile.TemporaryDirectory(prefix="rolltape-bench-") as tmp,
         scratch_prefix(settings, "benchlat", partitions=partitions) as latency,

@@ -40,6 +40,9 @@ from rolltape.schemas import TOPIC_SPECS, KafkaConnection, Role, Stream, topic_n
 
 
 class ResourceType(IntEnum):
+    """Kafka's ACL resource type codes, as the CreateAcls/DescribeAcls wire format carries them
+    (aiokafka has no such enum); only the kinds rolltape grants on, and ANY for filters."""
+
     ANY = 1
     TOPIC = 2
     GROUP = 3
@@ -47,12 +50,18 @@ class ResourceType(IntEnum):
 
 
 class PatternType(IntEnum):
+    """Kafka's ACL pattern type codes on the wire: LITERAL matches one name, PREFIXED every name
+    that starts with it, ANY only in filters."""
+
     ANY = 1
     LITERAL = 3
     PREFIXED = 4
 
 
 class Operation(IntEnum):
+    """Kafka's ACL operation codes on the wire; the values must stay Kafka's, the broker reads
+    them as they are."""
+
     ANY = 1
     ALL = 2
     READ = 3
@@ -68,6 +77,9 @@ class Operation(IntEnum):
 
 
 class Permission(IntEnum):
+    """Kafka's ACL permission codes on the wire. A DENY wins over any ALLOW, which is how the
+    worker's consumer group is kept from readers allowed every other group."""
+
     ANY = 1
     DENY = 2
     ALLOW = 3

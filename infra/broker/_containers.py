@@ -11,6 +11,8 @@ from rolltape.infra.broker._errors import BrokerStartError
 
 
 def docker_engine_available() -> bool:
+    """Whether a Docker engine answers a ping, so a container broker is worth trying. Never
+    raises: a missing `docker` package, socket or permission all mean no."""
     try:
         import docker
     except ImportError:

@@ -28,6 +28,10 @@ class PrincipalError(BrokerError):
 
 
 class Principal(BaseModel):
+    """A SCRAM user of the cluster and the one role it may act as. The password is a
+    `SecretStr`, so it never shows in a repr or a log line; `principal show` prints it on
+    purpose."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=PRINCIPAL_NAME_PATTERN)

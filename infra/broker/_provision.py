@@ -15,6 +15,9 @@ from rolltape.schemas import KafkaConnection, Role
 
 
 def managed_broker(settings: Settings, *, secure: bool = True) -> ManagedBroker:
+    """A handle on the managed broker kept under the state folder; it starts nothing. `secure`
+    (SASL/SCRAM and ACLs) counts only when its storage is first formatted: an existing broker
+    keeps the mode it was formatted with."""
     return ManagedBroker(
         settings.state_dir / "broker",
         kafka_version=settings.kafka_version,

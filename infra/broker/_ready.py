@@ -29,4 +29,6 @@ async def broker_answers(connection: KafkaConnection, timeout_s: float = 3.0) ->
 
 
 def broker_answers_sync(connection: KafkaConnection, timeout_s: float = 3.0) -> bool:
+    """`broker_answers` for synchronous callers (`broker up`, `broker status`, the managed
+    broker's start-up wait); it runs its own event loop, so never from inside a running one."""
     return asyncio.run(broker_answers(connection, timeout_s))

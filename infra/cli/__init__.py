@@ -79,6 +79,7 @@ for group in app.registered_groups:
 
 
 def main() -> None:
+    """The `rolltape` console script (and `python -m rolltape.infra`)."""
     app()
 
 

@@ -36,6 +36,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def settings() -> Settings:
+    """The ROLLTAPE_* settings as the environment holds them now: read on each call, never at
+    import, so a command (or a test) sees variables set after the CLI module loaded."""
     return Settings()
 
 

@@ -53,6 +53,8 @@ def endpoint_for(model: str) -> ModelEndpoint:
 
 
 def print_summary(summary: BatchSummary) -> None:
+    """Print a batch's outcome for `batch run` and `env process`: the counts, a per-tool table,
+    the filter outcomes with rejection reasons, and a hint when no worker has judged yet."""
     mean = "-" if summary.mean_reward is None else f"{summary.mean_reward:.3f}"
     console.print(
         f"batch {summary.run} ({summary.environment}): {summary.planned} planned, "

@@ -32,6 +32,9 @@ app = typer.Typer(
 
 
 class PolicyName(StrEnum):
+    """Who decides between attempts (`harness run --policy`): the scripted playbook, or an LLM
+    through the endpoint ROLLTAPE_MODELS binds to the logical model `policy`."""
+
     scripted = "scripted"
     llm = "llm"
 

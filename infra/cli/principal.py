@@ -31,6 +31,9 @@ app = typer.Typer(
 
 
 class Format(StrEnum):
+    """How `principal show` prints credentials: ROLLTAPE_* lines for another rolltape process,
+    or Kafka client properties (with a JAAS line) for any other client."""
+
     env = "env"
     properties = "properties"
 
