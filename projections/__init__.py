@@ -4,6 +4,7 @@
 `Trajectory`; `rolltape.projections.exporters` turns trajectories into training formats.
 """
 
+from rolltape.processors.conversation import tool_failed
 from rolltape.projections._atropos_sink import AtroposSink, AtroposSinkError
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._evidence import (
@@ -34,7 +35,7 @@ from rolltape.projections._export import (
     order_key,
 )
 from rolltape.projections._feed import FeedItem, TrajectoryFeed
-from rolltape.projections._fold import FoldError, fold, tool_failed
+from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._records import checked_envelope
 from rolltape.projections._trajectory import (

@@ -6,14 +6,16 @@ the fold orders each chain by seq and keeps the first copy of each seq, so two r
 topics give the same Trajectory whatever their interleaving (two different records at one seq, a
 fork, leave the chain unlinked whichever comes first).
 
-Choices the exporters rely on:
+The conversation (which events count, which turn a tool call belongs to, how a result finds its
+call, when it failed) is read by `rolltape.processors.conversation`, the one reading the reward
+filters and the judges' transcript share; `_Builder` is the export's view of it. Choices the
+exporters rely on:
 - tool calls belong to the latest assistant turn when no user or system turn came between; calls
   with no turn before them open an empty assistant message (a model that only called tools);
 - results are matched to calls by `call_id`; a second result for a call is ignored, a result for
   no known call is listed in `unmatched_results`, never attached by position;
-- a result counts as failed when it was recorded as failed or with an error, when its JSON body
-  has a non-null `error` or `success: false`, or when non-JSON text is empty or starts with
-  "error:" (REFERENCE.md section 2); a call with no result counts as failed;
+- a result counts as failed by `tool_failed` (the recorder's flag and error, then the Hermes rule
+  on its text, REFERENCE.md section 2); a call with no result counts as failed in `tool_stats`;
 - `tool_stats` lists every declared tool, with zeros when unused, so columnar loaders see one
   schema.
 """
@@ -24,6 +26,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from rolltape.processors.conversation import EVENT_TYPES, Conversation, View
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import (
     ChainSpan,
@@ -38,6 +41,8 @@ from rolltape.projections._trajectory import (
 )
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
+    Decision,
+    Feedback,
     FilterOutcome,
     PayloadError,
     Reward,
@@ -51,7 +56,6 @@ from rolltape.schemas import (
     canonical_bytes,
     classify_link,
     parse_payload,
-    result_failed,
     versioned_stream,
 )
 
@@ -104,21 +108,21 @@ def _span(envelopes: list[Mapping[str, Any]]) -> ChainSpan:
     )
 
 
-def tool_failed(result: ToolResult) -> bool:
-    """What the recorder said, then REFERENCE.md section 2's rule on the result text."""
-    return not result.success or result.error is not None or result_failed(result.content)
-
-
-class _Builder:
-    """Mutable working state of one fold; becomes immutable models at the end."""
+class _Builder(View[Mapping[str, Any]]):
+    """The export's view of the conversation: mutable working state of one fold, which becomes
+    immutable models at the end. It decides nothing (see `rolltape.processors.conversation`)."""
 
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
-        self.calls: dict[str, tuple[int, int]] = {}
-        self.open_assistant: int | None = None
+        self.where: dict[str, tuple[int, int]] = {}  # call id -> (message, call) index
         self.unmatched: list[str] = []
+        self.reward_records: list[RewardRecord] = []
+        self.feedback_records: list[FeedbackRecord] = []
+        self.decision_records: list[dict[str, Any]] = []
+        self.end: SessionEnded | None = None
+        self.ended_ns: int | None = None
 
-    def turn(self, turn: Turn, env: Mapping[str, Any]) -> None:
+    def turn(self, turn: Turn, at: Mapping[str, Any]) -> None:
         self.messages.append(
             {
                 "role": turn.role,
@@ -131,54 +135,54 @@ class _Builder:
                 "summary": bool(turn.summary),
                 "prompt_tokens": turn.prompt_tokens,
                 "completion_tokens": turn.completion_tokens,
-                "ts_ns": env["ts_ns"],
-                "event_hash": env["hash"],
+                "ts_ns": at["ts_ns"],
+                "event_hash": at["hash"],
             }
         )
-        self.open_assistant = len(self.messages) - 1 if turn.role == "assistant" else None
 
-    def call(self, call: ToolCall, env: Mapping[str, Any]) -> None:
-        if self.open_assistant is None:
+    def call(self, call: ToolCall, at: Mapping[str, Any], *, opens: bool, repeated: bool) -> None:
+        if opens:
             self.messages.append(
                 {
                     "role": "assistant",
                     "content": "",
                     "tool_calls": [],
-                    "ts_ns": env["ts_ns"],
+                    "ts_ns": at["ts_ns"],
                     "event_hash": None,
                 }
             )
-            self.open_assistant = len(self.messages) - 1
-        calls = self.messages[self.open_assistant]["tool_calls"]
-        if call.id in self.calls:
-            return  # a repeated call id: the first call keeps it
-        self.calls[call.id] = (self.open_assistant, len(calls))
-        calls.append(
-            {
-                "id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "raw_arguments": call.raw_arguments,
-                "result": None,
-                "event_hash": env["hash"],
-            }
-        )
-
-    def result(self, result: ToolResult, env: Mapping[str, Any]) -> None:
-        where = self.calls.get(result.call_id)
-        if where is None:
-            self.unmatched.append(env["hash"])
+        if repeated:
             return
-        call = self.messages[where[0]]["tool_calls"][where[1]]
-        if call["result"] is not None:
-            return  # the first result answers the call
-        call["result"] = ToolOutcome(
+        # The call's message is the last one: messages are appended only for turns and openings.
+        calls = self.messages[-1]["tool_calls"]
+        self.where[call.id] = (len(self.messages) - 1, len(calls))
+        calls.append({**call.model_dump(), "result": None, "event_hash": at["hash"]})
+
+    def answer(self, result: ToolResult, at: Mapping[str, Any], *, failed: bool) -> None:
+        message, index = self.where[result.call_id]
+        self.messages[message]["tool_calls"][index]["result"] = ToolOutcome(
             content=result.content,
-            success=not tool_failed(result),
+            success=not failed,
             error=result.error,
             duration_ms=result.duration_ms,
-            event_hash=env["hash"],
+            event_hash=at["hash"],
         )
+
+    def stray(self, result: ToolResult, at: Mapping[str, Any], *, answered: bool) -> None:
+        if not answered:
+            self.unmatched.append(at["hash"])
+
+    def reward(self, reward: Reward, at: Mapping[str, Any]) -> None:
+        self.reward_records.append(RewardRecord(**reward.model_dump(), event_hash=at["hash"]))
+
+    def feedback(self, feedback: Feedback, at: Mapping[str, Any]) -> None:
+        self.feedback_records.append(FeedbackRecord(**feedback.model_dump(), event_hash=at["hash"]))
+
+    def decision(self, decision: Decision, at: Mapping[str, Any]) -> None:
+        self.decision_records.append({**decision.model_dump(mode="json"), "event_hash": at["hash"]})
+
+    def ended(self, end: SessionEnded, at: Mapping[str, Any]) -> None:
+        self.end, self.ended_ns = end, at["ts_ns"]
 
     def build_messages(self) -> tuple[Message, ...]:
         built = []
@@ -225,36 +229,19 @@ def fold(
     start = parse_payload("session_started", first["payload"], lenient=True)
     assert isinstance(start, SessionStarted)
     builder = _Builder()
-    rewards: list[RewardRecord] = []
-    feedback: list[FeedbackRecord] = []
-    decisions: list[dict[str, Any]] = []
-    end: SessionEnded | None = None
-    ended_ns: int | None = None
+    conversation = Conversation()
     for env in chain[1:]:
         kind = env["type"]
-        if kind not in ("turn", "tool_call", "tool_result", "reward", "feedback", "decision"):
-            if kind == "session_ended" and end is None:
-                payload = parse_payload(kind, env["payload"], lenient=True)
-                assert isinstance(payload, SessionEnded)
-                end, ended_ns = payload, env["ts_ns"]
+        if kind not in EVENT_TYPES:
             continue
         try:
             payload = parse_payload(kind, env["payload"], lenient=True)
         except PayloadError:
+            if kind == "session_ended" and not conversation.ended:
+                raise  # an end that does not parse is an error, not an unfinished session
             continue  # the live audit dead-lettered it; it is not part of the conversation
-        if isinstance(payload, Turn):
-            builder.turn(payload, env)
-        elif isinstance(payload, ToolCall):
-            builder.call(payload, env)
-        elif isinstance(payload, ToolResult):
-            builder.result(payload, env)
-        elif isinstance(payload, Reward):
-            rewards.append(RewardRecord(**payload.model_dump(), event_hash=env["hash"]))
-        elif kind == "feedback":
-            feedback.append(FeedbackRecord(**payload.model_dump(), event_hash=env["hash"]))
-        else:
-            decisions.append({**payload.model_dump(mode="json"), "event_hash": env["hash"]})
-    messages = builder.build_messages()
+        conversation.tell(payload, env, builder)
+    messages, end = builder.build_messages(), builder.end
 
     verdict_stream = versioned_stream(Stream.VERDICTS, judge_version)
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
@@ -313,12 +300,12 @@ def fold(
         linked_session_id=start.linked_session_id,
         run_config=start.run_config,
         started_ns=first["ts_ns"],
-        ended_ns=ended_ns,
+        ended_ns=builder.ended_ns,
         messages=messages,
         unmatched_results=tuple(builder.unmatched),
-        rewards=tuple(rewards),
-        feedback=tuple(feedback),
-        decisions=tuple(decisions),
+        rewards=tuple(builder.reward_records),
+        feedback=tuple(builder.feedback_records),
+        decisions=tuple(builder.decision_records),
         status=end.status if end else "unfinished",
         outcome=end.outcome if end else {},
         error=end.error if end else None,

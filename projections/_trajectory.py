@@ -3,6 +3,15 @@
 Invariant: a Trajectory holds everything an exporter needs and nothing it must look up, so every
 exporter is a pure function of it; and it names the chain spans it was folded from
 (`provenance`), so any exported sample leads back to hash-chained, broker-timestamped events.
+
+A record that holds a payload's fields is that payload model plus where it came from
+(`ToolCallRecord` is a `ToolCall`, `FeedbackRecord` a `Feedback`), so a field added to the
+payload reaches the trajectory. The others keep their own fields because inheriting would change
+the trajectory's JSON or its meaning: `RewardRecord` lists `name` before `value` (a `Reward` puts
+`value` first, which reorders `model_dump_json`); `ToolOutcome.success` is the fold's verdict, not
+the recorder's flag, and has no `call_id`; `Message` leaves out a turn's `finish_reason`, `model`
+and `latency_ms` and always writes `prompt_token_ids` and `logprobs` (a `Turn` drops them when
+unset); a `Trajectory` is not a `SessionStarted`, so it repeats the start's fields it carries.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rolltape.schemas import FilterOutcome, ToolSpec
+from rolltape.schemas import Feedback, FilterOutcome, ToolCall, ToolSpec
 
 Role = Literal["system", "user", "assistant"]
 Status = Literal["completed", "interrupted", "failed", "unfinished"]
@@ -30,14 +39,11 @@ class ToolOutcome(BaseModel):
     event_hash: str
 
 
-class ToolCallRecord(BaseModel):
+class ToolCallRecord(ToolCall):
+    """A tool call as the session recorded it (the payload's fields), with its result."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: str
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-    raw_arguments: str | None = None
-    """The model's argument text when it was not a JSON object."""
     result: ToolOutcome | None = None
     """None: the session recorded no result for this call."""
     event_hash: str
@@ -75,13 +81,11 @@ class RewardRecord(BaseModel):
     event_hash: str
 
 
-class FeedbackRecord(BaseModel):
+class FeedbackRecord(Feedback):
+    """A feedback event (the payload's fields) and the event it was."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    source: str
-    score: float | None = None
-    text: str | None = None
-    about_seq: int | None = None
     event_hash: str
 
 

@@ -19,6 +19,7 @@ from jsonschema import exceptions as jsonschema_exceptions
 from jsonschema import validators
 from pydantic import BaseModel
 
+from rolltape.processors.conversation import Reader, read
 from rolltape.processors.filters._config import FILTER_VERSION, FilterConfig
 from rolltape.schemas import (
     FilterOutcome,
@@ -96,39 +97,56 @@ def _argument_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str 
 def observe(state: FilterState, config: FilterConfig, payload: BaseModel, evidence: str) -> None:
     """Fold one usable event of the session's events stream (its typed payload, and its hash
     as the evidence a finding cites) into the filter state."""
-    if isinstance(payload, SessionStarted):
-        state.trainable = payload.trainable
-        state.tools = {t.name: dict(t.parameters) for t in payload.tools}
-    elif isinstance(payload, Turn):
-        if payload.role != "assistant":
+    read(payload, evidence, _Filters(state, config))
+
+
+class _Filters(Reader[str]):
+    """The filters' view of the conversation. They read no tool results, so they take the
+    events as recorded and keep no book of calls: every call the model made is judged, a
+    repeated call id included (`tool_calls` counts call events)."""
+
+    __slots__ = ("config", "state")
+
+    def __init__(self, state: FilterState, config: FilterConfig) -> None:
+        self.state, self.config = state, config
+
+    def started(self, start: SessionStarted, at: str) -> None:
+        self.state.trainable = start.trainable
+        self.state.tools = {t.name: dict(t.parameters) for t in start.tools}
+
+    def turn(self, turn: Turn, at: str) -> None:
+        if turn.role != "assistant":
             return
-        state.turns += 1
-        if config.require_reasoning and not (payload.reasoning or "").strip():
-            state.note("no_reasoning", "an assistant turn has no reasoning", evidence)
-    elif isinstance(payload, ToolCall):
-        call = payload
+        self.state.turns += 1
+        if self.config.require_reasoning and not (turn.reasoning or "").strip():
+            self.state.note("no_reasoning", "an assistant turn has no reasoning", at)
+
+    def call(self, call: ToolCall, at: str) -> None:
+        state, config = self.state, self.config
         state.tool_calls += 1
         schema = state.tools.get(call.name)
         if schema is None:
             if config.reject_unknown_tools:
                 known = ", ".join(sorted(state.tools)) or "none"
                 message = f"called tool {call.name!r}, not among the declared tools ({known})"
-                state.note("unknown_tool", message, evidence)
+                state.note("unknown_tool", message, at)
             return
         if call.raw_arguments is not None and not call.arguments:
             if config.check_tool_arguments:
                 message = f"arguments to {call.name!r} were not a JSON object"
-                state.note("invalid_arguments", message, evidence)
+                state.note("invalid_arguments", message, at)
             return
         if config.check_tool_arguments:
             problem = _argument_problem(schema, call.arguments)
             if problem is not None:
-                state.note("invalid_arguments", f"{call.name}: {problem}", evidence)
-    elif isinstance(payload, Reward):
-        if payload.name == "reward":
-            state.reward = payload.value
-    elif isinstance(payload, SessionEnded):
-        state.status = payload.status
+                state.note("invalid_arguments", f"{call.name}: {problem}", at)
+
+    def reward(self, reward: Reward, at: str) -> None:
+        if reward.name == "reward":
+            self.state.reward = reward.value
+
+    def ended(self, end: SessionEnded, at: str) -> None:
+        self.state.status = end.status
 
 
 def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:

@@ -3,6 +3,10 @@
 Kept in the worker's state while a session runs, so it is bounded: past `max_chars` of text the
 middle of the conversation is dropped (the first turns carry the task, the last the answer) and
 `truncated` says so; a judge is never shown a silently shortened session.
+
+It is a view of `rolltape.processors.conversation`, so a judge reads the conversation the export
+trains on: a repeated call id and a result that answers no call (a second one, or one for a call
+never made) are not shown, and a result is marked failed by the export's rule (`tool_failed`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolltape.processors.conversation import Conversation, View
 from rolltape.schemas import (
     Reward,
     SessionEnded,
@@ -31,7 +36,7 @@ class TranscriptItem(BaseModel):
 
     kind: Literal["turn", "tool_call", "tool_result"]
     role: str
-    """system/user/assistant for turns; the tool name for calls and results."""
+    """system/user/assistant for turns; the tool name for calls; the call id for results."""
     text: str
     reasoning: str | None = None
 
@@ -52,37 +57,29 @@ class Transcript(BaseModel):
     """Characters of text held (kept up to date so a long session is not re-measured per item)."""
     truncated: int = 0
     """Items dropped from the middle to stay under the size bound."""
+    conversation: Conversation = Field(
+        default_factory=Conversation, exclude_if=lambda conversation: conversation.ended
+    )
+    """Where the conversation stands, so calls and results are taken as the export takes them.
+    Reading state only: dropped once the session has ended (the worker's audit admits nothing
+    after session_ended), so what a judge request carries is the transcript alone."""
 
     def observe(self, payload: BaseModel, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         """Fold the typed payload of one usable event of the session's events stream."""
-        if isinstance(payload, SessionStarted):
-            self.task, self.tools = payload.task, [t.name for t in payload.tools]
-        elif isinstance(payload, Turn):
-            item = TranscriptItem(
-                kind="turn", role=payload.role, text=payload.content, reasoning=payload.reasoning
-            )
-            self._add(item, max_chars)
-        elif isinstance(payload, ToolCall):
-            call = payload
-            args = call.raw_arguments if call.raw_arguments is not None else _json(call.arguments)
-            self._add(TranscriptItem(kind="tool_call", role=call.name, text=args), max_chars)
-        elif isinstance(payload, ToolResult):
-            result = payload
-            text = (
-                result.content if result.success else f"[failed: {result.error}] {result.content}"
-            )
-            self._add(TranscriptItem(kind="tool_result", role=result.call_id, text=text), max_chars)
-        elif isinstance(payload, Reward):
-            self.rewards.append(payload)
-        elif isinstance(payload, SessionEnded):
-            self.status, self.outcome = payload.status, dict(payload.outcome)
+        self.conversation.tell(payload, (self, max_chars), _VIEW)
 
     def _add(self, item: TranscriptItem, max_chars: int) -> None:
-        self.items.append(item)
-        self.size += _size(item)
-        while self.size > max_chars and len(self.items) > 2:
-            self.size -= _size(self.items.pop(len(self.items) // 2))
-            self.truncated += 1
+        items = self.items
+        items.append(item)
+        size = self.size + _size(item)
+        if size > max_chars and len(items) > 2:
+            # Counted locally and set once: setting a field of a model is slow in the hot path.
+            dropped = 0
+            while size > max_chars and len(items) > 2:
+                size -= _size(items.pop(len(items) // 2))
+                dropped += 1
+            self.truncated += dropped
+        self.size = size
 
     def render(self) -> str:
         """The conversation as plain text for a judge prompt."""
@@ -100,6 +97,43 @@ class Transcript(BaseModel):
                 lines.append(f"TOOL RESULT: {item.text}")
         lines.append(f"SESSION ENDED: {self.status}")
         return "\n".join(lines)
+
+
+class _TranscriptView(View[tuple[Transcript, int]]):
+    """What a judge is shown of each part: the conversation as the export takes it (a repeated
+    call and a stray result are not shown; a result is marked failed by the export's rule)."""
+
+    def started(self, start: SessionStarted, at: tuple[Transcript, int]) -> None:
+        at[0].task, at[0].tools = start.task, [t.name for t in start.tools]
+
+    def turn(self, turn: Turn, at: tuple[Transcript, int]) -> None:
+        item = TranscriptItem(
+            kind="turn", role=turn.role, text=turn.content, reasoning=turn.reasoning
+        )
+        at[0]._add(item, at[1])
+
+    def call(
+        self, call: ToolCall, at: tuple[Transcript, int], *, opens: bool, repeated: bool
+    ) -> None:
+        if repeated:
+            return
+        args = call.raw_arguments if call.raw_arguments is not None else _json(call.arguments)
+        at[0]._add(TranscriptItem(kind="tool_call", role=call.name, text=args), at[1])
+
+    def answer(self, result: ToolResult, at: tuple[Transcript, int], *, failed: bool) -> None:
+        text = f"[failed: {result.error}] {result.content}" if failed else result.content
+        at[0]._add(TranscriptItem(kind="tool_result", role=result.call_id, text=text), at[1])
+
+    def reward(self, reward: Reward, at: tuple[Transcript, int]) -> None:
+        at[0].rewards.append(reward)
+
+    def ended(self, end: SessionEnded, at: tuple[Transcript, int]) -> None:
+        transcript = at[0]
+        transcript.status, transcript.outcome = end.status, dict(end.outcome)
+        transcript.conversation.calls.clear()  # not read again (see Transcript.conversation)
+
+
+_VIEW = _TranscriptView()
 
 
 def _size(item: TranscriptItem) -> int:
