@@ -31,6 +31,11 @@ class AtroposSinkError(ProjectionError, RuntimeError):
 
 
 class AtroposSink:
+    """Collects judged trajectories into groups of `group_size` and posts each full group to an
+    Atropos API server. A trajectory is returned as settled only once its group was accepted or
+    it was left out, so a feed that acknowledges what `add` returns never commits a session the
+    trainer did not get."""
+
     def __init__(
         self,
         url: str,

@@ -95,6 +95,9 @@ class Selection(BaseModel):
 
 
 class ExportOptions(BaseModel):
+    """How an export is made. The manifest records the options whole, so the same options over the
+    same sessions reproduce the same files."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     format: Format
@@ -112,6 +115,9 @@ class ExportOptions(BaseModel):
 
 
 class ExportFile(BaseModel):
+    """One data file of an export, as the manifest lists it. `bytes` and `sha256` cover the data
+    file only, not its sidecar; `sessions` counts the distinct sessions its lines came from."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str

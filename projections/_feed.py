@@ -46,6 +46,9 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FeedItem:
+    """One trajectory handed out by `TrajectoryFeed`. Its `id` is the trajectory id, the same on
+    every redelivery, so a pipeline can drop repeats by it."""
+
     trajectory: Trajectory
 
     @property
@@ -86,6 +89,9 @@ class _Revoked(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 class TrajectoryFeed:
+    """Judged trajectories from Kafka as an async iterator, delivered at least once (see the module
+    docstring). Enter it with `async with`: the consumer has to be made inside the running loop."""
+
     def __init__(
         self,
         connection: KafkaConnection | str,

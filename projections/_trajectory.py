@@ -72,6 +72,9 @@ class Message(BaseModel):
 
 
 class RewardRecord(BaseModel):
+    """A reward event and the event it came from. Its fields are declared here, `name` before
+    `value`, rather than inherited from `Reward`, so the trajectory's JSON keeps its key order."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
@@ -104,6 +107,10 @@ class VerdictRecord(BaseModel):
 
 
 class ToolStats(BaseModel):
+    """Per-tool counts. `count` is the number of calls, `success` the calls whose result succeeded,
+    and `failure` all the others. A call with no recorded result counts as a failure; Hermes'
+    own tool_stats count it as neither."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     count: int = 0
@@ -126,6 +133,9 @@ class ChainSpan(BaseModel):
 
 
 class Trajectory(BaseModel):
+    """One session folded for exporters: everything they need, plus the chain spans it came from.
+    Folding the same events and verdicts again gives the same `trajectory_id`."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     trajectory_id: str

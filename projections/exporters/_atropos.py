@@ -160,6 +160,9 @@ def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[i
 def tokens_and_masks(
     trajectory: Trajectory, tokenizer: ChatTokenizer | None
 ) -> tuple[list[int], list[int]]:
+    """A session's token ids and its Atropos masks (-100 where untrained, the id where trained).
+    Ids recorded at generation time are used before the tokenizer (see the module docstring).
+    Raises SkipSession, with its reason, when the session cannot be tokenized honestly."""
     exact = _sampled(trajectory) or _exact(trajectory)
     if exact is not None:
         return exact
@@ -173,6 +176,9 @@ def tokens_and_masks(
 
 @dataclass
 class AtroposExport:
+    """What `atropos_groups` produced: the lines to write, and each session that was left out with
+    its reason, so the manifest can count every skip."""
+
     groups: list[tuple[str, list[Trajectory], dict[str, Any]]] = field(default_factory=list)
     """(group key, its trajectories in line order, the ScoredDataGroup line)."""
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
@@ -186,6 +192,10 @@ def atropos_groups(
     score: str = "reward",
     keep_equal_scores: bool = False,
 ) -> AtroposExport:
+    """ScoredDataGroup lines, one per `group_id` (a session without one is a group of its own).
+    Groups come in group-id order and members in session-id order. A one-session group has a
+    single score, so it is dropped as `equal_scores` unless `keep_equal_scores` is set. The file
+    export and `AtroposSink` both call this, so they write the same groups."""
     result = AtroposExport()
     grouped: dict[str, list[Trajectory]] = {}
     for trajectory in trajectories:
@@ -235,4 +245,5 @@ def _messages(trajectory: Trajectory) -> list[dict[str, Any]]:
 
 
 def lines_only(export: AtroposExport) -> Sequence[dict[str, Any]]:
+    """Only the ScoredDataGroup lines, in order, without the group keys and their sessions."""
     return [line for _, _, line in export.groups]

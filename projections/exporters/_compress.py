@@ -34,6 +34,10 @@ def estimate_tokens(text: str) -> int:
 
 
 class CompressionReport(BaseModel):
+    """What `compress` did: the token counts before and after (with the same counter), whether the
+    result fits the budget, and the steps it took, in order. The export's provenance sidecar
+    records the report when a step was taken."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     budget: int
@@ -44,6 +48,9 @@ class CompressionReport(BaseModel):
 
 
 def trajectory_tokens(trajectory: Trajectory, count: TokenCounter = estimate_tokens) -> int:
+    """The tokens that `compress` budgets: message text, reasoning, tool names, arguments and
+    results, each counted separately. The chat template's own tokens are not counted, so a
+    rendered conversation is somewhat longer."""
     total = 0
     for message in trajectory.messages:
         total += count(message.content) + count(message.reasoning or "")
@@ -69,6 +76,9 @@ def _protected(messages: list[Message]) -> set[int]:
 def compress(
     trajectory: Trajectory, budget: int, count: TokenCounter = estimate_tokens
 ) -> tuple[Trajectory, CompressionReport]:
+    """The trajectory cut down to `budget` tokens by the module's rules, with a report of the steps
+    taken. Tool calls stay with their results, and the task and the outcome stay too. The same
+    input always gives the same output. Check `within_budget`: the result may still not fit."""
     original = trajectory_tokens(trajectory, count)
     messages = list(trajectory.messages)
     steps: list[str] = []

@@ -27,6 +27,9 @@ from rolltape.projections.exporters._openai import chat_messages
 
 @dataclass
 class DpoExport:
+    """What `dpo_pairs` produced: each row with the group and the two sessions it came from, and
+    each skip with its reason, so the manifest can count every skip."""
+
     pairs: list[tuple[str, Trajectory, Trajectory, dict[str, Any]]] = field(default_factory=list)
     """(group id, chosen, rejected, row) in a stable order."""
     skipped: list[tuple[str, str]] = field(default_factory=list)
@@ -41,6 +44,9 @@ def _common_prefix(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> int:
 
 
 def dpo_pairs(trajectories: list[Trajectory], score: str = "reward") -> DpoExport:
+    """TRL DPO rows, one for every two members of a group with different scores; the higher score
+    is chosen. Groups come in id order, and members are ordered by score, then start time, then
+    session id, so the same sessions always give the same rows."""
     out = DpoExport()
     groups: dict[str, list[tuple[float, Trajectory]]] = defaultdict(list)
     for t in trajectories:

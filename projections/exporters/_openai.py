@@ -69,6 +69,8 @@ def chat_messages(
 
 
 def openai_row(trajectory: Trajectory) -> dict[str, Any]:
+    """One row in the OpenAI fine-tuning chat format. `tools` is written only when the session
+    declared tools."""
     row: dict[str, Any] = {"messages": chat_messages(trajectory, "openai")}
     if trajectory.tools:
         row["tools"] = tools_json(trajectory)
@@ -76,4 +78,6 @@ def openai_row(trajectory: Trajectory) -> dict[str, Any]:
 
 
 def trl_row(trajectory: Trajectory) -> dict[str, Any]:
+    """One row in the TRL conversational format. `tools` is always written (TRL keeps tools in a
+    column of its own), as an empty list when the session declared none."""
     return {"messages": chat_messages(trajectory, "trl"), "tools": tools_json(trajectory)}

@@ -217,18 +217,27 @@ def parse_system_value(
 
 
 class ParsedCall(BaseModel):
+    """A tool call read from a `<tool_call>` block. `id` is None when the row kept no call ids
+    (Hermes rows never do)."""
+
     id: str | None
     name: str
     arguments: Any
 
 
 class ParsedResponse(BaseModel):
+    """One `<tool_response>` block. Hermes fills in `name` by call position, so the name is wrong
+    when results come back out of order; match on `tool_call_id` first."""
+
     tool_call_id: str | None
     name: str | None
     content: Any
 
 
 class ParsedMessage(BaseModel):
+    """One turn read back. Assistant turns carry `reasoning` and `tool_calls`; a `tool` turn
+    carries only `responses`, all the results that follow one assistant turn."""
+
     role: Literal["system", "user", "assistant", "tool"]
     content: str = ""
     reasoning: str | None = None

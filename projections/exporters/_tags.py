@@ -28,12 +28,16 @@ _REPLACEMENT: Final = {"&": "&amp;", "<": "&lt;", "&lt;": "<", "&amp;": "&"}
 
 
 def escape(text: str) -> str:
+    """`text` made safe to place between the structural tags, by the module's rule. Most text
+    comes back unchanged, and `unescape` restores the original exactly."""
     if "<" not in text and "&" not in text:
         return text
     return _ESCAPE.sub(lambda m: _REPLACEMENT[m.group()], text)
 
 
 def unescape(text: str) -> str:
+    """The inverse of `escape`. Apply it only to text that rolltape escaped (rows marked with
+    `text_escaping`): Hermes never escapes its text."""
     if "&" not in text:
         return text
     return _UNESCAPE.sub(lambda m: _REPLACEMENT[m.group()], text)

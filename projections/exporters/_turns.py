@@ -30,6 +30,8 @@ def _completion_tokens(message: Message) -> int | None:
 
 
 def turn_lines(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """One trace line per assistant turn, in conversation order; the module docstring gives the
+    format and when a field is null. A session with no assistant turn gives no lines."""
     system = next((m.content for m in trajectory.messages if m.role == "system"), None)
     system_hash = hashlib.sha256(system.encode()).hexdigest()[:16] if system is not None else None
     assistant_count = sum(1 for m in trajectory.messages if m.role == "assistant")

@@ -42,12 +42,18 @@ RULES = ("R1", "R2", "R3", "R4", "R5", "R6", "R7")
 
 
 def env_rl_hash(prev_hash: str, payload: Any, seq: int, ts: Any) -> str:
+    """env_rl's record hash, computed with Python's json so that it matches byte for byte (see the
+    module docstring). `ts` must be the value as parsed from the line, because its repr is what
+    gets hashed."""
     body = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256((prev_hash + body + str(seq) + str(ts)).encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
 class ChainProblem:
+    """Where an env_rl chain stops verifying. `line` is 1-based, and 0 when the whole file is
+    missing."""
+
     file: str
     line: int
     detail: str
@@ -109,6 +115,8 @@ def verify_chain(path: Path) -> tuple[list[dict[str, Any]], list[ChainProblem]]:
 
 
 def read_env_rl(folder: Path) -> EnvRlRun:
+    """Verify the three env_rl logs in `folder`. Each chain keeps its records up to its first
+    problem. Check `verified` before importing: a run with problems cannot be trusted."""
     records: dict[str, list[dict[str, Any]]] = {}
     problems: list[ChainProblem] = []
     for name in FILES:

@@ -50,6 +50,8 @@ SUMMARY_PREFIX = "[CONTEXT SUMMARY]:"
 
 @dataclass(frozen=True)
 class RowError:
+    """A Hermes line that did not become a session: its 1-based line number and the reason."""
+
     line: int
     reason: str
 

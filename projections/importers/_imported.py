@@ -16,6 +16,9 @@ from rolltape.schemas import ChainWriter
 
 @dataclass
 class ImportedSession:
+    """A foreign session's events before they are chained. `sealed` chains them deterministically,
+    so importing the same log twice is a redelivery, not a fork."""
+
     session_id: str
     events: list[tuple[str, str, int, dict[str, Any]]] = field(default_factory=list)
     """(stream, type, ts_ns, payload) in chain order per stream."""

@@ -28,6 +28,9 @@ from rolltape.schemas import (
 
 
 class EpochView(BaseModel):
+    """One epoch of a training session: the monitor's metric and the canonical rule evaluation.
+    Either one is None when its chain has no record for that epoch."""
+
     model_config = ConfigDict(frozen=True)
 
     epoch: int
@@ -36,6 +39,9 @@ class EpochView(BaseModel):
 
 
 class DecisionView(BaseModel):
+    """A decision and the hash of the event it was logged as, so a report can cite that exact
+    record."""
+
     model_config = ConfigDict(frozen=True)
 
     decision: Decision
