@@ -14,6 +14,7 @@ outputs (the same seq, hash and event id), which readers count as redeliveries.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import traceback
@@ -21,9 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
 import pydantic_core
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from rolltape.processors.audit import (
     AUDITOR_VERSION,
@@ -236,41 +236,29 @@ class SessionState:
     """Kept only for agent sessions that judges will read."""
     judged: dict[str, str] = field(default_factory=dict)
     """LLM judge name -> event id of its verdict (a second result is a duplicate)."""
-    outbox: list[list[str]] = field(default_factory=list)
-    """[stream, type, event id, record] of chained outputs saved before they are sent: after a
+    outbox: list[tuple[str, str, str, bytes]] = field(default_factory=list)
+    """(stream, type, event id, record) of chained outputs saved before they are sent: after a
     crash they are resent byte for byte instead of being derived again, because the raw topics
-    may interleave differently on the second read and the output chains must not change."""
+    may interleave differently on the second read and the output chains must not change.
+    Stored as the record's UTF-8 text (every record sealed here is canonical JSON)."""
     tree: dict[str, Any] | None = None
     """A checkpoint log's tree ({"size", "frontier": hex hashes}); None for sessions."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "last_offsets": self.last_offsets,
-            "chains": {s: c.to_dict() for s, c in self.chains.items()},
-            "outputs": self.outputs,
-            "kind": self.kind,
-            "rules": self.rules.to_dict(),
-            "filters": self.filters.to_dict(),
-            "judge": self.judge.to_dict(),
-            "ended": self.ended,
-            "ended_ts": self.ended_ts,
-            "end": self.end,
-            "finished": self.finished,
-            "transcript": self.transcript.model_dump(mode="json") if self.transcript else None,
-            "judged": self.judged,
-            "outbox": self.outbox,
-            **({"tree": self.tree} if self.tree is not None else {}),
-        }
-
     def to_bytes(self) -> bytes:
-        """The stored form: JSON with non-finite floats as the canonical tokens, which
-        `from_dict` turns back into floats. pydantic-core's encoder, not the canonical one:
-        nothing hashes a state, and a batch saves every session it touched twice."""
-        return pydantic_core.to_json(self.to_dict(), inf_nan_mode="strings")
+        """The stored form: JSON, with non-finite floats as the canonical tokens (which the
+        typed fields read back as floats) and the outbox's records as their UTF-8 text.
+        pydantic-core's encoder, not the canonical one: nothing hashes a state, and a batch
+        saves every session it touched twice."""
+        fields = dict(vars(self))
+        if self.transcript is not None:  # a model applies its own config (NaN as null): not here
+            fields["transcript"] = self.transcript.model_dump(mode="python")
+        return pydantic_core.to_json(fields, inf_nan_mode="strings")
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
-        return cls.from_dict(orjson.loads(data))
+        """A state from its stored form, by the types of its fields (one adapter for every
+        nested part: audit heads, rule, filter and judge states, transcript, outbox)."""
+        return _stored_state().validate_json(data)
 
     def head_leaves(self, sid: str, *, binding: bool = False) -> list[ChainHeadLeaf]:
         """The heads of the raw chains audited and of the chains written for the session (an
@@ -286,27 +274,11 @@ class SessionState:
             leaves.append(session_binding(sid, heads))
         return leaves
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SessionState:
-        return cls(
-            last_offsets=data["last_offsets"],
-            chains={s: ChainHead.from_dict(c) for s, c in data["chains"].items()},
-            outputs={s: (int(o[0]), str(o[1])) for s, o in data["outputs"].items()},
-            kind=data["kind"],
-            rules=RuleState.from_dict(data["rules"]),
-            filters=FilterState.from_dict(data["filters"]),
-            judge=TrainingJudgeState.from_dict(data["judge"]),
-            ended=data["ended"],
-            ended_ts=data["ended_ts"],
-            end=data["end"],
-            finished=data["finished"],
-            transcript=Transcript.model_validate(data["transcript"])
-            if data["transcript"]
-            else None,
-            judged=data["judged"],
-            outbox=data["outbox"],
-            tree=data.get("tree"),
-        )
+
+@functools.cache
+def _stored_state() -> TypeAdapter[SessionState]:
+    """Built once, on first use (building the schema takes a few milliseconds)."""
+    return TypeAdapter(SessionState)
 
 
 def _llm_judge_version(name: str, reported: str) -> str:

@@ -14,7 +14,9 @@ or redeliveries; they are reported as reordered. What a record is to its chain i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BeforeValidator
 
 from rolltape.schemas import (
     GENESIS_HASH,
@@ -67,38 +69,24 @@ class InputRecord:
         return str(self.position) if self.position is not None else "not from a log"
 
 
+def _from_pairs(value: Any) -> Any:
+    """States saved before the stored form was typed hold `recent` as [seq, hash] pairs."""
+    return dict(value) if isinstance(value, list) else value
+
+
 @dataclass
 class ChainHead:
     """What the audit remembers of one (stream, session) chain."""
 
     next_seq: int = 0
     head: str = GENESIS_HASH
-    recent: dict[int, str] = field(default_factory=dict)
+    recent: Annotated[dict[int, str], BeforeValidator(_from_pairs)] = field(default_factory=dict)
+    """seq -> hash of the last `RECENT` records that joined (redeliveries and forks are told
+    apart within this window)."""
     ended_seq: int | None = None
     aside: list[str] = field(default_factory=list)
     """Hashes of the last `RECENT` records set aside (a second writer's): what links to one of
     them is that writer going on, and is set aside too."""
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "next_seq": self.next_seq,
-            "head": self.head,
-            "recent": [[seq, h] for seq, h in sorted(self.recent.items())],
-            "ended_seq": self.ended_seq,
-        }
-        if self.aside:  # absent when empty: states written before fencing read back the same
-            data["aside"] = list(self.aside)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ChainHead:
-        return cls(
-            next_seq=data["next_seq"],
-            head=data["head"],
-            recent={int(seq): h for seq, h in data["recent"]},
-            ended_seq=data["ended_seq"],
-            aside=list(data.get("aside", ())),
-        )
 
     def set_aside(self, digest: str) -> None:
         self.aside.append(digest)

@@ -29,7 +29,6 @@ from rolltape.schemas import (
     SessionStarted,
     ToolCall,
     Turn,
-    restore_non_finite,
 )
 
 EVIDENCE_KEPT: Final = 5
@@ -47,21 +46,6 @@ class FilterState:
     reward: float | None = None
     findings: dict[str, list[Any]] = field(default_factory=dict)
     """code -> [count, first message, evidence hashes...]"""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "trainable": self.trainable,
-            "tools": self.tools,
-            "status": self.status,
-            "turns": self.turns,
-            "tool_calls": self.tool_calls,
-            "reward": self.reward,
-            "findings": self.findings,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FilterState:
-        return cls(**{**data, "reward": restore_non_finite(data["reward"])})
 
     def note(self, code: str, message: str, evidence: str) -> None:
         entry = self.findings.get(code)

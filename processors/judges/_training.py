@@ -25,8 +25,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from pydantic import BeforeValidator
 
 from rolltape.processors.judges._gates import (
     AccuracySource,
@@ -83,6 +86,28 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
+# The state's lists hold untyped rows; their float slots come back from the stored form (where
+# a NaN lr, say, is the token "NaN": it is evidence) as floats through these.
+def _floats_at(*slots: int) -> Callable[[Any], Any]:
+    def restore(rows: Any) -> Any:
+        return [[restore_non_finite(v) if i in slots else v for i, v in enumerate(r)] for r in rows]
+
+    return restore
+
+
+def _probe_norms(probes: Any) -> Any:
+    return {
+        k: [e, {n: restore_non_finite(v) for n, v in norms.items()}, h]
+        for k, (e, norms, h) in probes.items()
+    }
+
+
+def _live_check(live: Any) -> Any:
+    if live is None:  # the payload's NaN tokens come back as floats through its model
+        return None
+    return [LiveCheck.model_validate(live[0]).model_dump(mode="python"), live[1]]
+
+
 @dataclass
 class TrainingJudgeState:
     """What the judge keeps of a session until it ends.
@@ -96,11 +121,15 @@ class TrainingJudgeState:
     run_config: dict[str, Any] | None = None
     spans: list[list[Any]] = field(default_factory=list)
     """[first epoch, last epoch, fired-rules bitmask, no_data, first hash, last hash]."""
-    lr_runs: list[list[Any]] = field(default_factory=list)
+    lr_runs: Annotated[list[list[Any]], BeforeValidator(_floats_at(1))] = field(
+        default_factory=list
+    )
     """[first epoch, lr (None = not logged), metric hash] each time the logged lr changes."""
     batch_runs: list[list[Any]] = field(default_factory=list)
     last_val_acc: float | None = None
-    decisions: list[list[Any]] = field(default_factory=list)
+    decisions: Annotated[list[list[Any]], BeforeValidator(_floats_at(6))] = field(
+        default_factory=list
+    )
     """[epoch, event_type, cites, direction, edit_op, edit_to, lr_new, hash] per decision."""
     breaks: list[list[Any]] = field(default_factory=list)
     """[stream, seq, reason, detail] of chain breaks on the session's streams (first few)."""
@@ -111,51 +140,14 @@ class TrainingJudgeState:
     """[epoch, phase, activation, weight_layers, batchnorm_layers, hash] of each model spec the
     monitor recorded (the first MAX_SPECS_KEPT)."""
     specs_dropped: int = 0
-    probes: dict[str, list[Any]] = field(default_factory=dict)
+    probes: Annotated[dict[str, list[Any]], BeforeValidator(_probe_norms)] = field(
+        default_factory=dict
+    )
     """"last" and "best" (lowest val loss) -> [epoch, {parameter: probe grad norm}, hash]: the
     epochs whose weights a live check may legitimately find in the final model."""
     best_val_loss: float | None = None
-    live: list[Any] | None = None
+    live: Annotated[list[Any] | None, BeforeValidator(_live_check)] = None
     """[the monitor's live-check payload, its hash]."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: NaN/Inf values (a NaN lr is evidence) become their canonical tokens, which
-        `from_dict` turns back into floats, so a restored state judges exactly the same."""
-        return {
-            "run_config": self.run_config,
-            "spans": self.spans,
-            "lr_runs": [[e, _token(v), h] for e, v, h in self.lr_runs],
-            "batch_runs": self.batch_runs,
-            "last_val_acc": self.last_val_acc,
-            "decisions": [[_token(v) for v in d] for d in self.decisions],
-            "breaks": self.breaks,
-            "break_count": self.break_count,
-            "rejected_metrics": self.rejected_metrics,
-            "decisions_dropped": self.decisions_dropped,
-            "specs": self.specs,
-            "specs_dropped": self.specs_dropped,
-            "probes": {
-                k: [e, {n: _token(v) for n, v in norms.items()}, h]
-                for k, (e, norms, h) in self.probes.items()
-            },
-            "best_val_loss": self.best_val_loss,
-            "live": self.live,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainingJudgeState:
-        lr_runs = [[e, restore_non_finite(v), h] for e, v, h in data["lr_runs"]]
-        decisions = [[*d[:6], restore_non_finite(d[6]), d[7]] for d in data["decisions"]]
-        probes = {
-            k: [e, {n: restore_non_finite(v) for n, v in norms.items()}, h]
-            for k, (e, norms, h) in data["probes"].items()
-        }
-        live = data["live"]
-        if live is not None:  # the payload's NaN tokens come back as floats through its model
-            live = [LiveCheck.model_validate(live[0]).model_dump(mode="python"), live[1]]
-        return cls(
-            **{**data, "lr_runs": lr_runs, "decisions": decisions, "probes": probes, "live": live}
-        )
 
     def add_metric(self, evaluation: RuleEvaluation, metric: Metric, metric_hash: str) -> None:
         """One evaluated epoch: its firings (recomputed by the engine), the logged lr and batch
@@ -398,12 +390,6 @@ def _waived(run_config: dict[str, Any], details: dict[str, Any]) -> frozenset[Ru
     if ignored:
         details["waived_rules_ignored"] = [str(r) for r in ignored]
     return waived
-
-
-def _token(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
-    return value
 
 
 def _episodes(epochs: list[_Epoch]) -> list[tuple[RuleId, _Epoch]]:

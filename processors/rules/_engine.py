@@ -23,7 +23,7 @@ Fixes over the monitor of REFERENCE.md section 1:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rolltape.processors._errors import ProcessorError
@@ -84,13 +84,6 @@ class RuleState:
     train_accs: list[float] = field(default_factory=list)
     recent: list[str] = field(default_factory=list)
     """Hashes of the last `RuleSet.history` metric events with data, oldest first."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RuleState:
-        return cls(**data)
 
 
 def _g(x: float | None) -> str:

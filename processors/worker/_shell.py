@@ -69,11 +69,8 @@ class ShellStats:
         )
 
 
-def _outbox_outputs(sid: str, outbox: list[list[str]]) -> list[Output]:
-    return [
-        Emitted(stream, sid, value.encode(), event_id, kind)
-        for stream, kind, event_id, value in outbox
-    ]
+def _outbox_outputs(sid: str, outbox: list[tuple[str, str, str, bytes]]) -> list[Output]:
+    return [Emitted(stream, sid, value, event_id, kind) for stream, kind, event_id, value in outbox]
 
 
 def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, bytes]]:
@@ -194,7 +191,7 @@ class Shell:
         t1 = clock()
         for o in outputs:
             if isinstance(o, Emitted):  # every Emitted comes from a session in `states`
-                states[o.session_id].outbox.append([o.stream, o.type, o.event_id, o.value.decode()])
+                states[o.session_id].outbox.append((o.stream, o.type, o.event_id, o.value))
         if states:
             # Durable before the batch's offsets can be committed, even when it emitted nothing:
             # faust commits after at most 0.1 s of flushing its own producer, and a state lost

@@ -3,11 +3,14 @@ monitor gets wrong (NaN, epochs without steps, missing fields, precedence)."""
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 from typing import Any
 
+import pydantic_core
 import pytest
+from pydantic import TypeAdapter
 
 from rolltape.processors.rules import (
     EpochOrderError,
@@ -152,20 +155,21 @@ def test_precedence__is_one_total_order_most_urgent_first() -> None:
 def test_epochs__each_is_evaluated_once_and_a_repeat_leaves_the_state_alone() -> None:
     rules, state = RuleSet(), RuleState()
     evaluate(rules, state, Metric(epoch=3, **HEALTHY), "a")
-    before = state.to_dict()
+    before = copy.deepcopy(state)
     with pytest.raises(EpochOrderError, match="epoch 3 was already evaluated"):
         evaluate(rules, state, Metric(epoch=3, **HEALTHY), "b")
-    assert state.to_dict() == before
+    assert state == before
 
 
-def test_state__survives_a_round_trip_through_its_dict_form() -> None:
+def test_state__survives_a_round_trip_through_its_stored_form() -> None:
     rules = RuleSet()
     history = [{**HEALTHY, "val_loss": 1.0 - 0.01 * i, "train_acc": 0.1 * i} for i in range(7)]
     straight = run(history, rules)
     state = RuleState()
+    stored = TypeAdapter(RuleState)
     resumed = []
     for epoch, fields in enumerate(history):
-        state = RuleState.from_dict(state.to_dict())
+        state = stored.validate_json(pydantic_core.to_json(state, inf_nan_mode="strings"))
         resumed.append(evaluate(rules, state, Metric(epoch=epoch, **fields), f"h{epoch}")[0])
     assert [canonical_bytes(e.model_dump()) for e in resumed] == [
         canonical_bytes(e.model_dump()) for e in straight

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import orjson
 import pytest
 
 from rolltape.processors import (
@@ -20,6 +21,7 @@ from rolltape.processors import (
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.filters import FilterConfig
 from rolltape.schemas import ChainVerifier, Verdict, decode
+from tests.support.golden import GOLDEN
 from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
 
 HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3}
@@ -106,7 +108,9 @@ def test_outputs__are_byte_identical_when_the_same_records_are_processed_again()
     ]
 
 
-def test_state__restored_from_its_stored_form_continues_exactly() -> None:
+def _restore_case() -> tuple[list[InputRecord], ProcessorConfig]:
+    """Sessions whose states hold non-finite floats (a NaN lr, an infinite remedy, a NaN
+    reward) in every part that keeps them."""
     tape = Tape()
     sid = "nan-lr"
     nan_run = [tape.start(sid, kind="training", run_config={"lr": 0.1})]
@@ -128,6 +132,11 @@ def test_state__restored_from_its_stored_form_continues_exactly() -> None:
     config = ProcessorConfig(
         rewards=("final_reward", "task_pass"), filters=FilterConfig(min_reward=0.5)
     )
+    return records, config
+
+
+def test_state__restored_from_its_stored_form_continues_exactly() -> None:
+    records, config = _restore_case()
     straight, _ = run(records, config)
     processor = SessionProcessor(config)
     states: dict[str, SessionState] = {}
@@ -352,3 +361,25 @@ def test_inputs_from_no_log__carry_no_position_and_are_never_taken_for_redeliver
     states = {"a1": SessionState()}
     assert len(processor.judge_result(states["a1"], _judged("a1", "one"), None)) == 1
     assert len(processor.judge_result(states["a1"], _judged("a1", "two"), None)) == 1
+
+
+def test_state__saved_before_the_stored_form_was_typed__loads_and_continues_exactly() -> None:
+    """A worker upgraded mid-session reads the states the previous build saved (chain windows
+    as [seq, hash] pairs, outbox records as text, non-finite floats as tokens) and goes on
+    exactly as if it had never stopped. The file was written by that build."""
+    records, config = _restore_case()
+    processor = SessionProcessor(config)
+    states: dict[str, SessionState] = {}
+    straight = [handle(processor, states, record)[1] for record in records]
+    saved = orjson.loads((GOLDEN / "processors" / "states_before_typed.json").read_bytes())
+    for cut in saved["cuts"]:
+        loaded = {sid: SessionState.from_bytes(v.encode()) for sid, v in cut["states"].items()}
+        (pending,) = [entry for state in loaded.values() for entry in state.outbox]
+        sent = [o for outs in straight[: cut["after"]] for o in outs if isinstance(o, Emitted)]
+        assert pending == (sent[-1].stream, sent[-1].type, sent[-1].event_id, sent[-1].value)
+        for state in loaded.values():
+            state.outbox = []
+        resumed = [handle(processor, loaded, record)[1] for record in records[cut["after"] :]]
+        assert [[getattr(o, "value", None) for o in outs] for outs in resumed] == [
+            [getattr(o, "value", None) for o in outs] for outs in straight[cut["after"] :]
+        ]
