@@ -7,12 +7,14 @@
                 feed.ack(settled)              # committed only once its group was sent
     await sink.close()
 
-Trajectories are grouped by `group_id` (a session without one is its own group); a group is sent
-when `group_size` of its sessions have arrived, through `atropos_groups` (the same code as the
-file export: token ids recorded at generation time, else the tokenizer; groups whose scores are
-all equal are dropped as Atropos does). Groups go to `POST /scored_data_list`, `batch_groups`
-at a time; a failed POST is retried with backoff, then raised (nothing is dropped silently: the
-groups stay queued for the next `flush`).
+Trajectories are grouped by `group_id`; a group is sent when `group_size` of its sessions have
+arrived. A session without a `group_id` is a group of one: sent when `group_size` is 1, otherwise
+settled at once as skipped (`no_group`), since no group of it can ever fill and waiting would hold
+its partition's commits back for good. Groups are built by `atropos_groups` (the same code as the
+file export: token ids recorded at generation time, else the tokenizer; groups whose scores are all
+equal are dropped as Atropos does). Groups go to `POST /scored_data_list`, `batch_groups` at a time;
+a failed POST is retried with backoff, then raised (nothing is dropped silently: the groups stay
+queued for the next `flush`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,9 @@ class AtroposSink:
     async def add(self, trajectory: Trajectory) -> list[Trajectory]:
         """Take one trajectory; returns the trajectories settled because of it (their group was
         sent, or they were left out), which a feed may now acknowledge. The rest wait."""
+        if trajectory.group_id is None and self.group_size > 1:
+            self.skipped["no_group"] += 1
+            return [trajectory]
         key = trajectory.group_id or trajectory.session_id
         members = self._waiting.setdefault(key, [])
         if any(m.trajectory_id == trajectory.trajectory_id for m in members):

@@ -64,3 +64,30 @@ def test_an_undecided_session_is_abandoned_only_when_asked_and_decided_ones_neve
     assert set(impatient._open) == {"s-good"} and impatient.skipped["abandoned"] == 1
     impatient._add(events, 999, b"s-bad", records[-1].value)  # later records are ignored
     assert "s-bad" not in impatient._open
+
+
+def test_atropos_sink__an_ungrouped_session_settles_at_once_when_groups_need_more() -> None:
+    """A group of one can never reach group_size > 1: waiting for it would hold its partition's
+    commits back for good. It is settled as skipped (no POST is made: nothing listens here)."""
+    import asyncio
+
+    from rolltape.projections import AtroposSink
+    from tests.unit.projections.sessions import trajectories
+
+    grouped = next(t for t in trajectories().values() if t.group_id is not None)
+    ungrouped = grouped.model_copy(
+        update={"group_id": None, "session_id": "alone", "trajectory_id": "alone"}
+    )
+
+    async def scenario() -> tuple[list[str], list[str], AtroposSink]:
+        sink = AtroposSink("http://127.0.0.1:9", group_size=4)
+        try:
+            settled = [t.session_id for t in await sink.add(ungrouped)]
+            waiting = [t.session_id for t in await sink.add(grouped)]
+            return settled, waiting, sink
+        finally:
+            await sink._client.aclose()
+
+    settled, waiting, sink = asyncio.run(scenario())
+    assert settled == [ungrouped.session_id] and waiting == []
+    assert sink.skipped == {"no_group": 1} and sink.waiting == {grouped.group_id: 1}
