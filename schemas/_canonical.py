@@ -141,18 +141,49 @@ def canonical_bytes(value: Any) -> bytes:
         raise CanonicalEncodingError(f"$: {exc}") from exc
 
 
-# Number tokens (after `:`, `,` or `[` in compact JSON) that orjson's plain encoder writes
-# differently from the canonical one: floats below 1e-4 and with exponents (orjson always signs
-# its exponents), and integers past the signed 64-bit range. Each regex runs only when a
-# substring search (C speed) finds what its tokens must contain.
-_RISKY_FLOAT = re.compile(rb"[:,\[]-?(?:0\.0000|[0-9]+(?:\.[0-9]+)?e[-+])")
+# Number tokens that orjson's plain encoder writes differently from the canonical one: floats
+# below 1e-4 and with exponents (orjson always signs its exponents), and integers past the signed
+# 64-bit range. In compact JSON a number follows `:`, `,` or an array's `[`, and that `[` itself
+# follows `:`, `,`, `[` or the start of the text. Only the places a substring search (C speed)
+# finds are looked at, so text in a string ("outside [1e-05, n/a]" in a rule's reason: a space
+# before the bracket) costs a glance, not the slow path; text that still looks like a number
+# there only costs the slow path, never a wrong answer.
 _RISKY_INT = re.compile(rb"[:,\[](?:9[0-9]{18}|[0-9]{20})")
+_NUMBER_CHARS = frozenset(b"0123456789.-")
+_DIGITS = frozenset(b"0123456789")
+_COLON, _COMMA, _BRACKET = b":,["
+
+
+def _number_starts_at(plain: bytes, start: int) -> bool:
+    """Whether a JSON number token could start at `start` (by what precedes it)."""
+    if start == 0:
+        return False
+    before = plain[start - 1]
+    if before in (_COLON, _COMMA):
+        return True
+    return before == _BRACKET and (start == 1 or plain[start - 2] in (_COLON, _COMMA, _BRACKET))
+
+
+def _has_risky_float(plain: bytes) -> bool:
+    for needle, exponent in ((b"e-", True), (b"e+", True), (b"0.0000", False)):
+        at = plain.find(needle)
+        while at != -1:
+            start = at
+            while start > 0 and plain[start - 1] in _NUMBER_CHARS:
+                start -= 1
+            mantissa = plain[start:at].removeprefix(b"-")
+            # digits before an exponent; nothing (or a sign) before a 0.0000 that starts a token
+            shaped = (bool(mantissa) and mantissa[0] in _DIGITS) if exponent else not mantissa
+            if shaped and _number_starts_at(plain, start):
+                return True
+            at = plain.find(needle, at + 1)
+    return False
 
 
 def plain_is_canonical(plain: bytes) -> bool:
     """Whether bytes orjson wrote with sorted keys (no other options) are also the canonical
     encoding of the same value: true unless a number in them is one the two write differently."""
-    if (b"e-" in plain or b"e+" in plain or b"0.0000" in plain) and _RISKY_FLOAT.search(plain):
+    if (b"e-" in plain or b"e+" in plain or b"0.0000" in plain) and _has_risky_float(plain):
         return False
     return not ((b":9" in plain or b",9" in plain or b"[9" in plain) and _RISKY_INT.search(plain))
 

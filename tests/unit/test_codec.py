@@ -30,6 +30,7 @@ from rolltape.schemas import (
     read_event,
     seal,
 )
+from rolltape.schemas._canonical import plain_is_canonical
 
 PRODUCER = {"name": "test", "version": "0", "principal": "agent"}
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,3 +228,41 @@ def test_canonical_dump_bytes__numbers_the_plain_encoder_writes_otherwise(number
 def test_canonical_dump_bytes__refuses_what_has_no_canonical_form() -> None:
     with pytest.raises(CanonicalEncodingError):
         canonical_dump_bytes({"x": 2**63})
+
+
+NUMBERISH = st.text(alphabet="0123456789.e-+[]:, ", max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=st.recursive(
+        st.one_of(NUMBERISH, st.floats(allow_nan=False, allow_infinity=False)),
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=3), st.dictionaries(NUMBERISH, inner, max_size=3)
+        ),
+        max_leaves=12,
+    )
+)
+def test_cheap_canonical_check__text_that_looks_like_numbers_never_fools_it(value: Any) -> None:
+    """Strings full of digits, exponents, brackets and commas beside real numbers: the check
+    may send text to the slow path, but never calls bytes canonical that are not."""
+    plain = orjson.dumps({"v": value}, option=orjson.OPT_SORT_KEYS)
+    if plain_is_canonical(plain):
+        assert plain == canonical_bytes({"v": value})
+
+
+@pytest.mark.parametrize(
+    ("value", "fast"),
+    [
+        ({"reason": "EMA 0.001 not persistently outside [1e-05, n/a]"}, True),
+        ({"reason": "x,1e-05"}, False),  # looks like a number after a comma: the slow path
+        ({"x": [1e-05]}, False),
+        ({"x": [[-1e-07]]}, False),
+        ({"x": [0.5, 1e16]}, False),
+        ({"x": {"y": 0.00001}}, False),
+    ],
+)
+def test_cheap_canonical_check__tells_numbers_from_text(value: Any, fast: bool) -> None:
+    plain = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    assert plain_is_canonical(plain) is fast
+    assert canonical_dump_bytes(value) == canonical_bytes(value)
