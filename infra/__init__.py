@@ -26,6 +26,7 @@ def open_recorder(
         "topic_prefix": settings.topic_prefix,
         "spool_dir": settings.resolved_spool_dir(),
         "spool_max_bytes": settings.spool_max_bytes,
+        "senders": settings.senders,
     }
     connection = overrides.pop("connection", None) or current_connection(settings, role)
     if connection is None or connection.principal is None:
@@ -39,9 +40,10 @@ def open_recorder(
 
 def open_monitor_recorder(settings: Settings | None = None, **overrides: Any) -> Recorder:
     """The training monitor's own recorder: the monitor principal and a spool folder of its own,
-    so its records never travel under the agent's identity."""
+    so its records never travel under the agent's identity. One in-thread sender whatever
+    ROLLTAPE_SENDERS says: a monitor records a few events per epoch."""
     settings = settings or Settings()
-    kwargs: dict[str, Any] = {"spool_dir": settings.resolved_spool_dir() / "monitor"}
+    kwargs: dict[str, Any] = {"spool_dir": settings.resolved_spool_dir() / "monitor", "senders": 1}
     kwargs.update(overrides)
     return open_recorder(settings, role=Role.MONITOR, **kwargs)
 

@@ -12,6 +12,7 @@ from rolltape.producers._errors import (
     RecorderError,
     RejectedEvent,
     ResumeError,
+    SenderDiedError,
     SpoolFullError,
 )
 from rolltape.producers._recorder import FlushResult, Recorder, Session
@@ -33,6 +34,7 @@ __all__ = [
     "RecorderError",
     "RejectedEvent",
     "ResumeError",
+    "SenderDiedError",
     "Session",
     "SpoolFullError",
     "ToolRun",

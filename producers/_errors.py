@@ -8,6 +8,8 @@ ProducerError
 │   ├── FlushTimeoutError      flush did not finish in time (the events are not lost: see message)
 │   ├── EventsRejectedError    events that could not be recorded (invalid payload, too large),
 │   │                          each with its reason; they are kept in a rejected-events file
+│   ├── SenderDiedError        a sender process of a `senders=N` recorder died (what it had not
+│   │                          made durable is listed in the rejected-events file)
 │   ├── ResumeError            a session's chain cannot be taken over (no broker, records still
 │   │   │                      in the spool, the session ended, the log took too long to read)
 │   │   └── ChainConflictError another writer appended to the chain while this one took it over
@@ -77,6 +79,11 @@ class EventsRejectedError(RecorderError):
             f"{len(rejected)} event(s) were not recorded{where}. First: {first.type} in session "
             f"{first.session_id}: {first.reason}{more}"
         )
+
+
+class SenderDiedError(RecorderError):
+    """A sender process of a recorder with `senders=N` ended without being stopped. The recorder
+    refuses further events; the message says where the events it had not made durable are."""
 
 
 class ResumeError(RecorderError):

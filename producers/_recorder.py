@@ -1,7 +1,8 @@
 """The recorder that agents and training loops embed.
 
 Invariant: a record call never blocks and never does I/O: it stamps the wall clock and appends to a
-deque. Validation, chaining, encoding and sending happen on the sender thread (see _sender.py).
+deque. Validation, chaining, encoding and sending happen on the sender thread (see _sender.py), or
+in sender processes that each own a share of the sessions (`senders=N`, see _shards.py).
 Errors that only the sender can see (an invalid payload, a full spool) surface on the next
 flush/close as `EventsRejectedError`, or at once as `SpoolFullError` on later record calls.
 """
@@ -31,9 +32,11 @@ from rolltape.producers._errors import (
     EventsRejectedError,
     FlushTimeoutError,
     RecorderClosedError,
+    SenderDiedError,
     SpoolFullError,
 )
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
+from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
 from rolltape.schemas import SESSION_ID_PATTERN, KafkaConnection, Stream, ToolSpec
 
@@ -90,6 +93,12 @@ class Recorder:
 
     Values are read on the sender thread, shortly after the call: the top level of every mapping
     and sequence argument is copied, but do not mutate nested containers after recording them.
+
+    `senders` > 1 seals and sends in that many sender processes instead of one thread, each
+    owning the sessions hashed to it: for recording faster than one core seals (~50k events/s
+    of ~1 KB). Chains, flush, close, spooling, resume and errors behave as with one sender; a
+    sender process that dies raises `SenderDiedError`. The processes start with a fresh
+    interpreter (never forked) and take ~0.5 s to import; events wait in the queue meanwhile.
     """
 
     def __init__(
@@ -104,9 +113,12 @@ class Recorder:
         principal: str | None = None,
         max_backlog: int = 1_000_000,
         spool_after_s: float = 2.0,
+        senders: int = 1,
     ) -> None:
         from rolltape.producers import __version__
 
+        if senders < 1:
+            raise ValueError(f"senders={senders}: one sender at least")
         if isinstance(connection, str):
             connection = KafkaConnection.plaintext(connection)
         authenticated = connection.principal if connection is not None else None
@@ -123,20 +135,22 @@ class Recorder:
         self._writer = f"{socket.gethostname()}/{self._pid}/{uuid.uuid4().hex[:12]}"
         """Names this recorder in the session_resumed records it writes."""
         self._forked_from: int | None = None
-        self._sender = Sender(
-            SenderConfig(
-                connection=connection,
-                topic_prefix=topic_prefix,
-                producer_info={
-                    "name": producer_name,
-                    "version": producer_version or __version__,
-                    "principal": principal or authenticated or "anonymous",
-                },
-                spool_dir=Path(spool_dir) if spool_dir is not None else default_spool_dir(),
-                spool_max_bytes=spool_max_bytes,
-                spool_after_s=spool_after_s,
-            ),
-            self._queue,
+        config = SenderConfig(
+            connection=connection,
+            topic_prefix=topic_prefix,
+            producer_info={
+                "name": producer_name,
+                "version": producer_version or __version__,
+                "principal": principal or authenticated or "anonymous",
+            },
+            spool_dir=Path(spool_dir) if spool_dir is not None else default_spool_dir(),
+            spool_max_bytes=spool_max_bytes,
+            spool_after_s=spool_after_s,
+        )
+        self._sender: Sender | ShardedSender = (
+            Sender(config, self._queue)
+            if senders == 1
+            else ShardedSender(config, self._queue, senders)
         )
         _open_recorders.add(self)
 
@@ -247,6 +261,8 @@ class Recorder:
 
     def _result(self, raise_rejected: bool = True) -> FlushResult:
         stats = self._sender.stats
+        if raise_rejected and isinstance(self._sender.error, SenderDiedError):
+            raise self._sender.error
         if raise_rejected and isinstance(self._sender.error, SpoolFullError) and not self._closed:
             raise self._sender.error
         if raise_rejected and stats.rejected_events:

@@ -195,6 +195,12 @@ class Sender:
         """Records wait in the spool (or its overflow) for the broker."""
         return not self.spool.empty or bool(self._overflow)
 
+    @property
+    def holds_unspooled(self) -> bool:
+        """Sealed records are held in memory because the spool is full (a barrier settled
+        meanwhile does not make them durable)."""
+        return bool(self._overflow)
+
     def resume(
         self,
         stream: str,

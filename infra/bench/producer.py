@@ -6,7 +6,9 @@
 (b) Sustained: ~1 KB events from one process to the broker with acks=all, from the first record
     call until flush returns (every event acknowledged), beside raw aiokafka sending the same
     number of pre-encoded 1 KB values with the same producer settings (no validation, chaining
-    or hashing): the ratio is rolltape's overhead.
+    or hashing): the ratio is rolltape's overhead. The sustained run is repeated with the
+    recorder's sealing spread over sender processes (`senders=N`), each beside the client's
+    ceiling measured in the same repeat (raw aiokafka, pre-encoded values in hand-built batches).
 """
 
 from __future__ import annotations
@@ -39,6 +41,20 @@ class Percentiles(BaseModel):
     p99_us: float
 
 
+class SustainedRun(BaseModel):
+    """One recorder configuration's sustained throughput, medians over the repeats."""
+
+    senders: int
+    events_per_s: float
+    runs_events_per_s: list[float]
+    enqueue_s: float
+    until_acked_s: float
+    ceiling_events_per_s: float
+    """The client's ceiling (pre-encoded values in hand-built batches), same repeats."""
+    ratio: float
+    """Median over the repeats of events/s divided by that repeat's ceiling."""
+
+
 class ProducerBench(BaseModel):
     machine: str
     hot_path_calls: int
@@ -53,7 +69,13 @@ class ProducerBench(BaseModel):
     raw_aiokafka_events_per_s: float
     throughput_ratio: float
     raw_batches_events_per_s: float
+    raw_batches_runs_events_per_s: list[float]
+    """The ceiling of each repeat, in order (the sustained runs' ratios use their own)."""
     repeats: int
+    sustained_sessions: int
+    by_senders: list[SustainedRun]
+    goal_events_per_s: float = 100_000
+    goal_ratio: float = 0.6
     partitions: int = 0
 
 
@@ -119,16 +141,31 @@ def _jsonl_writer(path: Path, calls: int) -> list[int]:
 
 
 def _sustained(
-    connection: KafkaConnection, prefix: str, spool: Path, events: int, sessions: int = 8
+    connection: KafkaConnection,
+    prefix: str,
+    spool: Path,
+    events: int,
+    sessions: int,
+    senders: int = 1,
 ) -> tuple[float, float]:
-    """(seconds to enqueue every event, seconds until every event is acknowledged)"""
-    recorder = Recorder(connection, topic_prefix=prefix, spool_dir=spool, max_backlog=events + 10)
+    """(seconds to enqueue every event, seconds until every event is acknowledged); the sender
+    processes are started and warmed up (a first flush) before the clock starts."""
+    recorder = Recorder(
+        connection,
+        topic_prefix=prefix,
+        spool_dir=spool,
+        max_backlog=events + 10,
+        senders=senders,
+    )
+    # Distinct strings, as real turns are: the same object each time would cross to a sender
+    # process once per batch (pickle and marshal write repeated objects by reference).
+    contents = [f"{CONTENT[:-6]}{i:06d}" for i in range(min(events, 4096))]
     try:
         handles = [recorder.session("bench sustained") for _ in range(sessions)]
         recorder.flush(120)
         t0 = time.perf_counter()
         for i in range(events):
-            handles[i % sessions].turn("assistant", CONTENT)
+            handles[i % sessions].turn("assistant", contents[i % 4096])
         t1 = time.perf_counter()
         recorder.flush(600)
         t2 = time.perf_counter()
@@ -196,22 +233,40 @@ def run_producer_bench(
     calls: int = 200_000,
     events: int = 200_000,
     repeats: int = 3,
+    senders: tuple[int, ...] = (1, 2),
+    sessions: int = 64,
 ) -> ProducerBench:
     """Run on scratch topics of its own (a fresh prefix, deleted afterwards), so benchmark and
-    baseline records never mix with real sessions."""
+    baseline records never mix with real sessions. `senders`: the recorder configurations of
+    the sustained run (1 is always included: it is the in-thread sender the other figures use)."""
     with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
         agent = require_connection(scratch, Role.AGENT)
-        report = _run(agent, scratch.topic_prefix, calls=calls, events=events, repeats=repeats)
+        report = _run(
+            agent,
+            scratch.topic_prefix,
+            calls=calls,
+            events=events,
+            repeats=repeats,
+            senders=tuple(sorted({1, *senders})),
+            sessions=sessions,
+        )
     return report.model_copy(update={"partitions": partitions})
 
 
 def _run(
-    connection: KafkaConnection, prefix: str, *, calls: int, events: int, repeats: int
+    connection: KafkaConnection,
+    prefix: str,
+    *,
+    calls: int,
+    events: int,
+    repeats: int,
+    senders: tuple[int, ...],
+    sessions: int,
 ) -> ProducerBench:
     overhead = _timer_overhead_ns()
     rec_samples: list[int] = []
     jsonl_samples: list[int] = []
-    sustained: list[tuple[float, float]] = []
+    sustained: dict[int, list[tuple[float, float]]] = {n: [] for n in senders}
     raw: list[float] = []
     raw_batches: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,12 +281,14 @@ def _run(
             finally:
                 recorder.close()
             jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
-            sustained.append(_sustained(connection, prefix, spool, events))
+            for n in senders:
+                sustained[n].append(_sustained(connection, prefix, spool, events, sessions, n))
             topic = topic_name("events", prefix)
             raw.append(asyncio.run(_raw_aiokafka(connection, topic, events, 1024)))
             raw_batches.append(asyncio.run(_raw_aiokafka_batches(connection, topic, events, 1024)))
     rec, jl = _pct(rec_samples, overhead), _pct(jsonl_samples, overhead)
-    until_acked = statistics.median(s[1] for s in sustained)
+    by_senders = [_summarise(n, events, sustained[n], raw_batches) for n in senders]
+    one = by_senders[0]
     raw_s = statistics.median(raw)
     return ProducerBench(
         machine=f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
@@ -241,11 +298,31 @@ def _run(
         jsonl_writer=jl,
         hot_path_ratio=jl.p50_us / rec.p50_us if rec.p50_us else float("inf"),
         sustained_events=events,
-        recorder_events_per_s=events / until_acked,
-        recorder_enqueue_s=statistics.median(s[0] for s in sustained),
-        recorder_until_acked_s=until_acked,
+        recorder_events_per_s=one.events_per_s,
+        recorder_enqueue_s=one.enqueue_s,
+        recorder_until_acked_s=one.until_acked_s,
         raw_aiokafka_events_per_s=events / raw_s,
-        throughput_ratio=(events / until_acked) / (events / raw_s),
+        throughput_ratio=one.events_per_s / (events / raw_s),
         raw_batches_events_per_s=events / statistics.median(raw_batches),
+        raw_batches_runs_events_per_s=[events / s for s in raw_batches],
         repeats=repeats,
+        sustained_sessions=sessions,
+        by_senders=by_senders,
+    )
+
+
+def _summarise(
+    senders: int, events: int, runs: list[tuple[float, float]], ceilings_s: list[float]
+) -> SustainedRun:
+    rates = [events / until_acked for _, until_acked in runs]
+    return SustainedRun(
+        senders=senders,
+        events_per_s=statistics.median(rates),
+        runs_events_per_s=rates,
+        enqueue_s=statistics.median(enqueue for enqueue, _ in runs),
+        until_acked_s=statistics.median(until_acked for _, until_acked in runs),
+        ceiling_events_per_s=events / statistics.median(ceilings_s),
+        ratio=statistics.median(
+            rate / (events / ceiling) for rate, ceiling in zip(rates, ceilings_s, strict=True)
+        ),
     )

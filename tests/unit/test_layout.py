@@ -79,6 +79,7 @@ def test_public_api__is_pinned() -> None:
         "RecorderClosedError",
         "RecorderError",
         "RejectedEvent",
+        "SenderDiedError",
         "Session",
         "SpoolFullError",
         "ToolRun",
