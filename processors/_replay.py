@@ -82,6 +82,9 @@ def replay_order(records: Iterable[ReplayRecord]) -> list[InputRecord]:
 
 @dataclass
 class ReplayResult:
+    """What one replay pass computed: every output chain in chain order, the sessions touched,
+    and what the LLM judges are still to do; `plan_writes` compares it with what is held."""
+
     chains: dict[tuple[str, str], list[Emitted]] = field(default_factory=dict)
     """(chain name, session id) -> outputs in chain order."""
     sessions: set[str] = field(default_factory=set)
@@ -174,6 +177,9 @@ def replay(records: Sequence[InputRecord], config: ProcessorConfig) -> ReplayRes
 
 @dataclass(frozen=True)
 class Conflict:
+    """A session whose recomputed chain differs from what its judge version already holds: the
+    first differing record (versions are immutable, so nothing of the session is written)."""
+
     session_id: str
     stream: str
     seq: int
@@ -182,6 +188,9 @@ class Conflict:
 
 @dataclass
 class WritePlan:
+    """What a replay writes: new outputs after those already present, how many it reproduced
+    byte for byte, and the sessions it leaves alone because they conflict."""
+
     writes: list[Emitted] = field(default_factory=list)
     """New outputs in chain order (each chain's records after those already present)."""
     reproduced: int = 0

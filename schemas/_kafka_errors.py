@@ -36,6 +36,9 @@ class KafkaClientError(SchemaError):
 
 
 class KafkaUnavailableError(KafkaClientError):
+    """No broker answered in time, or the leader or coordinator asked is moving: retrying later
+    can succeed, so long-running callers wait and retry rather than stop."""
+
     advice = (
         "is the broker running and ROLLTAPE_BOOTSTRAP right? (`rolltape broker up` starts a "
         "local one); a leader or coordinator that is moving answers again in a moment"
@@ -43,10 +46,15 @@ class KafkaUnavailableError(KafkaClientError):
 
 
 class KafkaAuthenticationError(KafkaClientError):
+    """The broker refused who we are (SASL user or password, TLS): retrying will not help."""
+
     advice = "check ROLLTAPE_SASL_USERNAME / ROLLTAPE_SASL_PASSWORD and the TLS settings"
 
 
 class KafkaAuthorizationError(KafkaClientError):
+    """Who we are may not do this: an ACL of the trust domains refused it (a principal writing
+    another domain's topic, a reader joining a group it may not)."""
+
     advice = (
         "this principal's ACLs do not allow it: each trust domain's topics are written by its "
         "own principal (`rolltape principal list` shows who may do what)"
@@ -54,14 +62,22 @@ class KafkaAuthorizationError(KafkaClientError):
 
 
 class KafkaTopicError(KafkaClientError):
+    """A topic or partition is missing, invalid or already there (usually: topics were never
+    created for this prefix)."""
+
     advice = "are the topics created for this prefix? (`rolltape topics create`)"
 
 
 class KafkaRecordError(KafkaClientError):
+    """The broker refused one record (too large for the topic, corrupt, a bad timestamp): the
+    others can go on; the caller decides what becomes of this one."""
+
     advice = "the record must be smaller, or well formed, for the broker to take it"
 
 
 class KafkaRequestError(KafkaClientError):
+    """Anything else the broker or the client reported about the request as made."""
+
     advice = "the broker or client refused the request as made"
 
 

@@ -8,19 +8,8 @@ from pathlib import Path
 import pytest
 
 from rolltape.producers import EventsRejectedError, Recorder, RecorderClosedError
-from rolltape.producers._spool import Spool
 from rolltape.schemas import ChainVerifier
-
-
-def drain(spool_dir: Path) -> list[bytes]:
-    spool = Spool(spool_dir, 1 << 30)
-    out = []
-    while not spool.empty:
-        batch, token = spool.read(1000)
-        out += [value for _, _, value in batch]
-        spool.commit(token)
-    spool.close()
-    return out
+from tests.support.spool import drain
 
 
 def test_recorder__without_a_broker_spools_every_event_as_a_verifiable_chain(

@@ -24,20 +24,9 @@ from rolltape.producers import (
 )
 from rolltape.producers import _recorder as recorder_module
 from rolltape.producers._shards import ShardedSender
-from rolltape.producers._spool import Spool
 from rolltape.producers._wire import decode_events, encode_events, shard_of
 from rolltape.schemas import ChainVerifier, decode
-
-
-def drain(spool_dir: Path) -> list[bytes]:
-    spool = Spool(spool_dir, 1 << 30)
-    out = []
-    while not spool.empty:
-        batch, token = spool.read(1000)
-        out += [value for _, _, value in batch]
-        spool.commit(token)
-    spool.close()
-    return out
+from tests.support.spool import drain
 
 
 def by_session(values: list[bytes]) -> dict[str, list[bytes]]:
