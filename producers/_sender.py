@@ -78,6 +78,10 @@ class Barrier:
 
 @dataclass
 class SenderStats:
+    """The counters behind a flush result: sealed - acked - spooled is what is still in flight.
+    Only the sender side writes them (the sharded sender as sums over its shards); recording
+    threads read them without a lock. `rejected_events` accumulate until a flush raises them."""
+
     sealed: int = 0
     acked: int = 0
     spooled: int = 0
@@ -88,6 +92,9 @@ class SenderStats:
 
 @dataclass
 class SenderConfig:
+    """What a sender needs to run, built once by the Recorder. Kept picklable: the sharded
+    sender sends it to each sender process as is."""
+
     connection: KafkaConnection | None
     topic_prefix: str
     producer_info: dict[str, str]

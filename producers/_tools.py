@@ -95,13 +95,17 @@ class ToolRun:
 
 
 @overload
-def record_tool(func: Callable[P, R], /) -> Callable[P, R]: ...
+def record_tool(func: Callable[P, R], /) -> Callable[P, R]:
+    """`@record_tool`: the tool recorded under its function's name, success by the rule."""
+    ...
 
 
 @overload
 def record_tool(
     *, name: str | None = None, success: Callable[[Any], bool] | None = None
-) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """`@record_tool(name=..., success=...)`: the same, with either default replaced."""
+    ...
 
 
 def record_tool(

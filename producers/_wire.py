@@ -59,6 +59,8 @@ def encode_events(events: list[Event]) -> tuple[bytes, list[tuple[Event, str]]]:
 
 
 def decode_events(frame: bytes) -> list[Event]:
+    """The events of a frame from `encode_events`, as they were queued. Any frame not marked
+    marshal is read as pickle, so the caller must set control frames aside first."""
     body = memoryview(frame)[1:]
     if frame[:1] == EVENTS_MARSHAL:
         events: list[Event] = marshal.loads(body)
@@ -68,6 +70,8 @@ def decode_events(frame: bytes) -> list[Event]:
 
 
 def encode_control(message: tuple[Any, ...]) -> bytes:
+    """A control frame ("stop", "resume", "barrier" tuples): its first byte tells a shard it
+    is not events."""
     return CONTROL + pickle.dumps(message, protocol=5)
 
 

@@ -66,6 +66,9 @@ def _call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def fingerprint(message: Mapping[str, Any]) -> Fingerprint:
+    """What makes two request messages the same message: (role, text, call ids). A tool message
+    is known by its call id alone; an assistant's text is taken without its reasoning, so an
+    echo without `<think>` matches the reply it came from."""
     role = str(message.get("role", ""))
     if role == "tool":
         return (role, str(message.get("tool_call_id", "")), ())

@@ -13,6 +13,10 @@ from typing import Any, Protocol
 
 
 class Finisher(Protocol):
+    """What a captured stream reports to. `complete` can come twice (at exhaustion, then at
+    close) and after `fail`, so an implementation records once and ignores the rest; it must
+    not raise, since the caller's chunks and errors have to pass through unchanged."""
+
     def chunk(self, chunk: Any) -> None: ...
     def complete(self) -> None: ...
     def fail(self, exc: BaseException) -> None: ...

@@ -54,6 +54,10 @@ class Expire:
 
 @dataclass
 class JobBook:
+    """The jobs topic folded: every job and run at its latest revision, and each key's head, to
+    which the next write of that key links. Feed it records with `apply` (in any order, twice
+    is harmless); `due` and `wake_at` then tell a scheduler what to do and when to look again."""
+
     jobs: dict[str, CronJob] = field(default_factory=dict)
     runs: dict[str, CronRun] = field(default_factory=dict)
     heads: dict[str, Head] = field(default_factory=dict)

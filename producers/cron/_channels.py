@@ -46,6 +46,10 @@ class DeliveryError(ProducerError, RuntimeError):
 
 
 class Channel(Protocol):
+    """Where a job's final runs go. `deliver` is awaited once per final run, on the scheduler's
+    loop (so blocking work belongs in a thread, as the shipped channels do), and not retried.
+    Raise DeliveryError with the reason: the run records it; other exceptions are not caught."""
+
     async def deliver(self, delivery: Delivery) -> None: ...
 
 

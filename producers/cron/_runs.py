@@ -65,10 +65,14 @@ def guard_against_recursion(action: str) -> None:
 
 
 def mark_cron_run(run_id: str) -> contextvars.Token[str | None]:
+    """Mark the current task (and tasks it starts) as running `run_id`, for the recursion
+    guard. A context variable, so concurrent runs on one loop each see only their own mark;
+    pass the token to `unmark_cron_run` in a `finally`."""
     return _current_run.set(run_id)
 
 
 def unmark_cron_run(token: contextvars.Token[str | None]) -> None:
+    """Undo `mark_cron_run`, restoring whatever mark was there before."""
     _current_run.reset(token)
 
 

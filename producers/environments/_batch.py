@@ -27,6 +27,10 @@ _SESSION = re.compile(
 
 @dataclass(frozen=True)
 class Slot:
+    """One rollout still to run: a train item's `sample`-th sample, at attempt `attempt`
+    (from 1). `session_id(run)` is the fresh session of that attempt, in the form
+    `slot_states` reads back."""
+
     item: Item
     sample: int
     attempt: int
@@ -37,6 +41,9 @@ class Slot:
 
 @dataclass(frozen=True)
 class SlotState:
+    """What the log says of one slot: finished once any attempt's session ended completed;
+    `attempts` is the highest attempt number seen (0 for none), so the next is one more."""
+
     finished: bool
     attempts: int
 

@@ -75,6 +75,9 @@ async def evaluate(
 
 
 def summarise(environment: str, split: str, model: str, rollouts: list[Rollout]) -> Evaluation:
+    """The evaluation of `rollouts`, kept in their order. Rates are over the scored rollouts
+    only (an unrewarded one, say a failed run, is counted in `items`, not as a fail), and are
+    None when nothing was scored rather than a misleading 0."""
     scored = [r for r in rollouts if r.reward is not None]
     rewards = [r.reward.reward for r in scored if r.reward is not None]
     passed = sum(1 for r in scored if r.reward is not None and r.reward.passed)

@@ -31,6 +31,9 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 def token_f1(answer: str, reference: str) -> float:
+    """Word-overlap F1 of an answer against a reference, after SQuAD's answer metric: words are
+    lower-cased runs of ASCII letters and digits (unlike SQuAD, articles are kept). When either
+    side has no words, 1.0 if both have none, else 0.0 (as SQuAD v2 scores no-answers)."""
     got, want = _WORD.findall(answer.lower()), _WORD.findall(reference.lower())
     if not got or not want:
         return float(got == want)

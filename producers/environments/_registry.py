@@ -12,10 +12,14 @@ _ENVIRONMENTS: dict[str, Callable[[], Environment]] = {}
 
 
 def register_environment(name: str, factory: Callable[[], Environment]) -> None:
+    """Make `load_environment(name)` build `factory()`, a fresh environment per load. The last
+    registration of a name wins, over the shipped `bugfix` too."""
     _ENVIRONMENTS[name] = factory
 
 
 def environment_names() -> list[str]:
+    """The registered names, shipped ones included, sorted (`jsonl:` and `module:Class` specs
+    load too but are not listed)."""
     _shipped()
     return sorted(_ENVIRONMENTS)
 

@@ -49,6 +49,9 @@ async def run_rollout(
     tags: Sequence[str] = (),
     workdir_root: Path | None = None,
 ) -> Rollout:
+    """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
+    removed afterwards. An agent that raises gives a `failed` rollout with no reward instead of
+    an exception; `client` stays the caller's to close, so one can serve a whole batch."""
     with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
         workdir = Path(tmp)
         env.setup_workdir(item, workdir)

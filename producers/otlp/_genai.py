@@ -43,6 +43,10 @@ _MESSAGE_KEYS = (
 
 @dataclass
 class Inference:
+    """One model call read from an inference span. The raw input and output are kept beside
+    the OpenAI messages so the ingest can tell that a later request starts with this one's
+    conversation by comparing what the spans wrote, before converting anything."""
+
     raw_input: list[Any]
     """The input messages as the span holds them (current conventions; [] for the older ones)."""
     head: list[dict[str, Any]]
@@ -80,6 +84,9 @@ class Inference:
 
 @dataclass
 class ToolExecution:
+    """One tool run read from an `execute_tool` span. `arguments` is the decoded JSON, or the
+    raw value when it is not JSON; `result` is None when the span did not carry one."""
+
     name: str
     call_id: str | None
     arguments: Any
@@ -91,6 +98,9 @@ class ToolExecution:
 
 @dataclass
 class Evaluation:
+    """One `gen_ai.evaluation.result` event. `score` is None unless the event's value is a
+    number; `response_id` names the model response judged, when the event says."""
+
     name: str
     score: float | None
     label: str | None
@@ -99,6 +109,9 @@ class Evaluation:
 
 
 def operation(span: Span) -> str | None:
+    """The span's GenAI operation: `gen_ai.operation.name` when set, else inferred from an
+    `execute_tool` name, OpenLLMetry's `llm.request.type` (completion counts as chat) or the
+    presence of messages. None for spans that are not GenAI operations."""
     op = span.attributes.get("gen_ai.operation.name")
     if isinstance(op, str):
         return op
@@ -317,6 +330,10 @@ def _has_indexed(attributes: Mapping[str, Any]) -> bool:
 
 
 def inference(span: Span) -> Inference:
+    """Read an inference span, with message attributes from its details event overriding the
+    span's. Unreadable current-convention attributes are listed in `unreadable`, not raised;
+    malformed indexed ones raise (the ingest then rejects the span, saying why). Reply tool
+    calls without an id get one derived from the span id, so their results can find them."""
     attributes = span.attributes
     for event in span.events:
         if event.name == DETAILS_EVENT:
@@ -405,6 +422,8 @@ def inference(span: Span) -> Inference:
 
 
 def tool_execution(span: Span) -> ToolExecution:
+    """Read an `execute_tool` span. Failed means the span's status is error; whether a result
+    text reads as a failure is left to the caller's rule."""
     a = span.attributes
     call_id = a.get("gen_ai.tool.call.id")
     arguments = a.get("gen_ai.tool.call.arguments")
@@ -425,6 +444,8 @@ def tool_execution(span: Span) -> ToolExecution:
 
 
 def evaluations(span: Span) -> list[Evaluation]:
+    """The span's `gen_ai.evaluation.result` events, in the order the span lists them (any
+    span may carry them, not only inference spans)."""
     out = []
     for event in span.events:
         if event.name != EVALUATION_EVENT:

@@ -44,6 +44,8 @@ TAG = "otlp"
 
 
 def session_id_for(trace_id: str, generation: int) -> str:
+    """The session of a trace's `generation`-th chain: `otel-<trace id>` for the first, then
+    `otel-<trace id>.<n>` for each continuation (a chain is never reopened)."""
     return f"otel-{trace_id}" if generation == 1 else f"otel-{trace_id}.{generation}"
 
 

@@ -8,7 +8,7 @@ knows the span ids recorded lately, so a batch the exporter sends again after a 
 redelivery, not a duplicate.
 
 A trace is journaled before its session's first record is sent; span ids after
-their records are durable and before the batch is acknowledged. SQLite (WAL, synchronous=FULL)
+their records are durable and before the batch is acknowledged. SQLite (WAL)
 keeps both; span ids older than the redelivery window are pruned at start. Commits are
 `synchronous=NORMAL` in WAL mode: durable when the receiver process dies (the case that matters:
 the exporter then resends), not when the machine loses power, which is also what a
@@ -38,6 +38,10 @@ CREATE INDEX IF NOT EXISTS spans_of_trace ON spans (trace_id);
 
 
 class Journal:
+    """The journal of one receiver, in the SQLite file at `path` (created with its folder).
+    Opening it forgets span ids older than `redelivery_window_s`: an exporter resending a batch
+    later than that would be recorded twice, so the window must outlast its retries."""
+
     def __init__(self, path: Path, redelivery_window_s: float = 86_400.0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)

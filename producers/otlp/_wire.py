@@ -41,6 +41,9 @@ class OtlpRequestError(ProducerError, ValueError):
 
 @dataclass(frozen=True)
 class SpanEvent:
+    """An event inside a span, attributes decoded as on `Span`. GenAI content can come this
+    way: the inference details event and evaluation results."""
+
     name: str
     time_ns: int
     attributes: dict[str, Any]
@@ -77,11 +80,16 @@ class Rejected:
 
 @dataclass
 class Decoded:
+    """A request's spans in the order it lists them, and those refused for unusable ids: these
+    are answered in `partial_success` instead of failing the whole request."""
+
     spans: list[Span]
     rejected: list[Rejected]
 
 
 def encoding_of(content_type: str | None) -> Encoding:
+    """The encoding a request's Content-Type names (parameters and case ignored), which the
+    answer uses too; anything else is an OtlpRequestError with status 415."""
     kind = (content_type or "").split(";", 1)[0].strip().lower()
     if kind == PROTOBUF:
         return "protobuf"

@@ -36,6 +36,8 @@ class ArchitectureSpec(BaseModel):
 
 
 def make_activation(kind: str) -> nn.Module:
+    """A fresh module for an `Activation` name (leaky_relu with slope 0.01); ValueError listing
+    the names otherwise. None has parameters, so swapping one keeps every trained weight."""
     if kind == "relu":
         return nn.ReLU()
     if kind == "leaky_relu":
@@ -50,6 +52,9 @@ def make_activation(kind: str) -> nn.Module:
 
 
 class Block(nn.Module):
+    """conv -> bn -> act at the spec's width, padded so 8x8 stays 8x8. The attribute names are
+    the parameter names weight carry-over across spec edits relies on: keep them."""
+
     def __init__(self, channels_in: int, spec: ArchitectureSpec) -> None:
         super().__init__()
         self.conv = nn.Conv2d(channels_in, spec.width, 3, padding=1)

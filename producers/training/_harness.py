@@ -55,6 +55,10 @@ MODE = "iterative_self_refine"
 
 
 class HarnessConfig(BaseModel):
+    """How the harness runs attempts. Attempt k initialises with `seed` + k - 1 while the data
+    always uses `seed`, so attempts differ by initialisation and policy, not data. The timeouts
+    bound the waits for the worker's rule evaluation and the judge's verdict in the log."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     epochs: int | None = Field(default=None, ge=1)
@@ -92,6 +96,9 @@ class AttemptResult(BaseModel):
 
 
 class SelfRefineResult(BaseModel):
+    """A self-refine run: its attempts in order, and the best by process score, then accuracy
+    (the earlier attempt on a tie), as its summary session records it."""
+
     run_id: str
     scenario: str
     policy: str
@@ -154,6 +161,9 @@ def no_action(cites: tuple[RuleId, ...], epoch: int, justification: str) -> Deci
 
 
 def deferral(rule: RuleId, to: RuleId, epoch: int, why: str) -> Decision:
+    """A no-action decision answering `rule`'s firing while `to` is acted on; the judge then
+    expects `rule` to clear later. The `deferred_to_<to>` prefix is for readers: the judge
+    treats every no-action decision as a deferral and does not parse it."""
     return no_action((rule,), epoch, f"deferred_to_{to}: {why}")
 
 

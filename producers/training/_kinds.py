@@ -92,6 +92,8 @@ def activation_kind(module: nn.Module) -> str | None:
 
 
 def is_relu_family(module: nn.Module) -> bool:
+    """Whether a module's dead units are counted as exact zeros of its output (`RELU_FAMILY`,
+    subclasses included) rather than by its low-slope tails."""
     return isinstance(module, RELU_FAMILY)
 
 

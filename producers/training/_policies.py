@@ -65,6 +65,10 @@ network with the trained weights carried over.{waived}
 
 
 class PolicyRemedy(BaseModel):
+    """REFERENCE.md's `remedy_params` plus rolltape's `batch_size_new` and `clip_grad_norm`.
+    Every field is required (null or "none" when unused) and no other is allowed, since OpenAI's
+    strict structured output accepts only such schemas."""
+
     model_config = ConfigDict(extra="forbid")
 
     lr_new: float | None
@@ -156,6 +160,10 @@ class AttemptStart(BaseModel):
 
 
 class Policy(Protocol):
+    """Who decides about fired rules. Per attempt the harness calls `begin` once, `decide` for
+    each rule it acts on, then `end`, with None when the attempt failed. A HarnessError from
+    `decide` is recorded as a no-action decision; any other exception ends the attempt."""
+
     name: str
 
     def begin(self, attempt: AttemptStart) -> str | None:

@@ -71,6 +71,9 @@ def start_run(
     seed: int,
     dead_units: float = 0.0,
 ) -> TrainingRun:
+    """A fresh attempt: the network built from `spec` (`build_model`, which reseeds torch's
+    global generator with `seed`), SGD with momentum at `lr`, and the shuffled train loader.
+    Decisions then edit the returned run in place through `apply`."""
     model = build_model(spec, seed=seed, dead_units=dead_units)
     return TrainingRun(
         data=data,

@@ -43,6 +43,9 @@ def model_spec(
     *,
     with_digest: bool,
 ) -> ModelSpec:
+    """The ModelSpec payload of `model` at `epoch`: leaf layers, activation kinds ("mixed" when
+    several), layer and parameter counts. `with_digest` adds `state_digest`, which copies every
+    tensor to the CPU: the monitor pays that only when it attaches and at the end."""
     kinds: Counter[str] = Counter()
     weight_layers = batchnorm_layers = 0
     for module in model.modules():

@@ -296,6 +296,11 @@ class GradientStats:
 
 @dataclass(frozen=True)
 class EpochGradients:
+    """One epoch's gradient measurements; None where the epoch gave too little to measure.
+    `per_param` is each parameter's mean gradient norm. A NaN norm is both `max_norm` and
+    `min_norm`, so the exploding and vanishing rules both see it. `noise_scale` is the env_rl
+    estimator R2's band is set for; `noise_scale_simple` is McCandlish et al.'s B_simple."""
+
     per_param: dict[str, float]
     max_norm: float | None
     min_norm: float | None

@@ -39,6 +39,10 @@ def _tasks_root() -> Path:
 
 
 class BugFixEnv(Environment):
+    """`bugfix`: one item per task folder under `root` (the shipped tasks unless given), in the
+    split its task.json names, rewarded as described above. Scoring runs pytest under coverage
+    in a subprocess of this interpreter, which needs `pytest` and `coverage` (the `env` extra)."""
+
     name = "bugfix"
     system_prompt = (
         "You fix bugs in small Python projects. Use the tools to read the code and its tests, "
