@@ -149,6 +149,8 @@ def tokenizer_label(folder: Path) -> str:
 
 
 def open_tokenizer(path: Path | None) -> tuple[ChatTokenizer | None, str | None]:
+    """The tokenizer in `path` and the label the manifest records (none without a path); an
+    unusable folder is an `ExportError` that says why."""
     if path is None:
         return None, None
     try:

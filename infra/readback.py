@@ -64,6 +64,9 @@ async def end_offsets(connection: KafkaConnection, topics: Sequence[str]) -> dic
 
 @dataclass(frozen=True)
 class RawRecord:
+    """One record as a scan reads it, untouched: the value is the broker's bytes, so checks of
+    hashes and canonical form see exactly what was written."""
+
     stream: Stream
     topic: str
     partition: int

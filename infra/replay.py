@@ -182,6 +182,8 @@ async def write_outputs(settings: Settings, plan: WritePlan) -> int:
 
 
 class ReplaySummary(BaseModel):
+    """What `rolltape replay` did, as it prints it (and as `--json` writes it)."""
+
     judge_version: str
     rules: str
     filters: str

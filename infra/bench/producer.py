@@ -37,6 +37,8 @@ CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
 
 
 class Percentiles(BaseModel):
+    """Latency of one record call, from per-call timings with the timer's overhead taken off."""
+
     p50_us: float
     p99_us: float
 
@@ -56,6 +58,9 @@ class SustainedRun(BaseModel):
 
 
 class ProducerBench(BaseModel):
+    """Everything `rolltape bench producer` prints: the hot path against a local chained-JSONL
+    writer, and sustained throughput per sender count against the client's ceiling."""
+
     machine: str
     hot_path_calls: int
     timer_overhead_us: float
