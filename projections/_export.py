@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import (
@@ -107,11 +107,22 @@ class ExportOptions(BaseModel):
     """Compress each trajectory to this many tokens (counted with the tokenizer when one is
     given, else estimated); trajectories that cannot fit are skipped (`over_budget`)."""
     score: str = "reward"
-    """Atropos and DPO: where a session's score comes from (Trajectory.score)."""
+    """Atropos and DPO: where a session's score comes from (Trajectory.score): `reward`,
+    `reward:NAME` or `verdict:JUDGE:KEY`; anything else is refused before reading the log."""
     keep_equal_scores: bool = False
     """Atropos: keep groups whose scores are all equal (Atropos drops them by default)."""
     tokenizer: str | None = None
     """A label of the tokenizer used (its content digest), recorded in the manifest."""
+
+    @field_validator("score")
+    @classmethod
+    def _a_score_source(cls, source: str) -> str:
+        kind, _, rest = source.partition(":")
+        if (kind == "reward") or (kind == "verdict" and ":" in rest.strip(":")):
+            return source
+        raise ValueError(
+            f"{source!r} is not a score source: use reward, reward:NAME or verdict:JUDGE:KEY"
+        )
 
 
 class ExportFile(BaseModel):

@@ -121,7 +121,14 @@ def export(
                 keep_equal_scores=keep_equal_scores,
             )
             chat_tokenizer, label = open_tokenizer(tokenizer)
-        except (ValidationError, ExportError) as exc:
+        except ValidationError as exc:  # one line per option, in the option's own words
+            for error in exc.errors():
+                names = [part for part in error["loc"] if isinstance(part, str)]
+                option = "--" + (names[-1] if names else "options").replace("_", "-")
+                message = error["msg"].removeprefix("Value error, ")
+                err_console.print(f"[red]error:[/red] {option}: {escape(message)}")
+            raise typer.Exit(2) from exc
+        except ExportError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
         options = options.model_copy(update={"tokenizer": label})
@@ -134,6 +141,7 @@ def export(
             TimeElapsedColumn(),
             console=err_console,
             transient=True,
+            disable=not err_console.is_terminal,  # a log or a pipe gets no bar remnants
         ) as progress:
             task = progress.add_task("read", total=None)
 
@@ -158,6 +166,7 @@ def export(
                     TimeElapsedColumn(),
                     console=err_console,
                     transient=True,
+                    disable=not err_console.is_terminal,
                 ) as progress,
             ):
                 task = progress.add_task("fold", total=None)

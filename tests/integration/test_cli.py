@@ -306,6 +306,9 @@ def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:
     assert version.returncode == 2 and "lowercase letters" in version.stderr
     fmt = run(["export", "-f", "csv", "-o", str(tmp_path)], env)
     assert fmt.returncode == 2 and "csv" in fmt.stderr
+    score = run(["export", "-f", "dpo", "-o", str(tmp_path), "--score", "correct"], env)
+    assert score.returncode == 2 and "Traceback" not in score.stderr
+    assert "--score: 'correct' is not a score source: use reward, reward:NAME" in score.stderr
 
 
 def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
