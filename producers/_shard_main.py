@@ -20,6 +20,7 @@ it holds, give the broker a grace period, spool the rest.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import pickle
 import select
 import signal
@@ -73,12 +74,7 @@ class _Shard:
             self._status_seq += 1
             seq = self._status_seq
         return ShardStatus(
-            sealed=stats.sealed,
-            acked=stats.acked,
-            spooled=stats.spooled,
-            rejected=stats.rejected,
-            mode=stats.mode,
-            rejected_events=rejected,
+            stats=dataclasses.replace(stats, rejected_events=rejected),
             error=portable_error(self.sender.error),
             spool_unread_bytes=self.sender.spool.unread_bytes,
             spool_pending=self.sender.spool_pending(),

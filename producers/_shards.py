@@ -347,15 +347,16 @@ class ShardedSender:
         with self._statuses:
             shard.status = status
             stats = self.stats
-            stats.rejected_events.extend(status.rejected_events)
-            status.rejected_events = []
-            shards = [s.status for s in self._shards]
+            stats.rejected_events.extend(status.stats.rejected_events)
+            status.stats.rejected_events = []
+            shards = [s.status.stats for s in self._shards]
             stats.sealed = sum(s.sealed for s in shards)
             stats.acked = sum(s.acked for s in shards)
             stats.spooled = sum(s.spooled for s in shards)
             stats.rejected = sum(s.rejected for s in shards) + self._local_rejected
             stats.mode = "spool" if any(s.mode == "spool" for s in shards) else "direct"
-            self.error = self._fatal or next((s.error for s in shards if s.error), None)
+            errors = (s.status.error for s in self._shards if s.status.error)
+            self.error = self._fatal or next(errors, None)
             self._statuses.notify_all()
 
     def _settle(self, barrier: Barrier) -> None:

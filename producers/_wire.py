@@ -20,7 +20,8 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolltape.producers._errors import RecorderError, RejectedEvent
+from rolltape.producers._errors import RecorderError
+from rolltape.producers._sender import SenderStats
 
 #: (session_id, stream, type, payload, ts_ns), as _sender.QueuedEvent
 Event = tuple[str, str, str, dict[str, Any], int]
@@ -89,14 +90,9 @@ def portable_error(error: BaseException | None) -> BaseException | None:
 @dataclass
 class ShardStatus:
     """A shard's counters and conditions, sent every ~0.1 s and with every barrier it settles.
-    `rejected_events` are the ones rejected since the previous status (each is sent once)."""
+    `stats.rejected_events` are the ones rejected since the previous status (each sent once)."""
 
-    sealed: int = 0
-    acked: int = 0
-    spooled: int = 0
-    rejected: int = 0
-    mode: str = "direct"
-    rejected_events: list[RejectedEvent] = field(default_factory=list)
+    stats: SenderStats = field(default_factory=SenderStats)
     error: BaseException | None = None
     spool_unread_bytes: int = 0
     spool_pending: bool = False

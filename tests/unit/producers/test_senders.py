@@ -74,7 +74,7 @@ def test_senders__split_the_sessions_over_every_process(tmp_path: Path) -> None:
     record_some(recorder, sessions=30, turns=2)
     recorder.flush(30)
     assert isinstance(recorder._sender, ShardedSender)
-    sealed = [shard.status.sealed for shard in recorder._sender._shards]
+    sealed = [shard.status.stats.sealed for shard in recorder._sender._shards]
     recorder.close(10)
     assert all(n > 0 for n in sealed) and sum(sealed) == 30 * (2 + 2 + 3)
 
@@ -174,7 +174,7 @@ def test_senders__a_killed_sender_process_is_reported_with_the_events_it_held(
     assert isinstance(sender, ShardedSender)
     victim = sender._shards[0]
     deadline = time.monotonic() + 30
-    while victim.status.sealed == 0 and time.monotonic() < deadline:
+    while victim.status.stats.sealed == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(victim.proc.pid, signal.SIGKILL)
     with pytest.raises(SenderDiedError, match=r"rejected\.jsonl"):
