@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, ProgressColumn
 
 from rolltape.infra.broker import BrokerError
 from rolltape.infra.keys import JudgeKeyError
@@ -71,3 +72,11 @@ def stop_on_signals() -> asyncio.Event:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     return stop
+
+
+def transient_progress(*columns: ProgressColumn) -> Progress:
+    """A progress display on stderr that leaves nothing behind: erased when done, and not drawn
+    at all when stderr is a log or a pipe (where a bar would leave blank lines)."""
+    return Progress(
+        *columns, console=err_console, transient=True, disable=not err_console.is_terminal
+    )

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
@@ -21,6 +21,7 @@ from rolltape.infra.cli._common import (
     console,
     err_console,
     settings,
+    transient_progress,
     user_errors,
 )
 from rolltape.infra.export import ExportError, collect, open_tokenizer, run_export
@@ -134,14 +135,8 @@ def export(
         options = options.model_copy(update={"tokenizer": label})
         s = settings()
         connection = require_connection(s, Role.READER)
-        with Progress(
-            TextColumn("reading topics"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
-            disable=not err_console.is_terminal,  # a log or a pipe gets no bar remnants
+        with transient_progress(
+            TextColumn("reading topics"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
         ) as progress:
             task = progress.add_task("read", total=None)
 
@@ -160,13 +155,8 @@ def export(
         try:
             with (
                 collected,
-                Progress(
-                    TextColumn("folding sessions"),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                    console=err_console,
-                    transient=True,
-                    disable=not err_console.is_terminal,
+                transient_progress(
+                    TextColumn("folding sessions"), MofNCompleteColumn(), TimeElapsedColumn()
                 ) as progress,
             ):
                 task = progress.add_task("fold", total=None)

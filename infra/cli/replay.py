@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from rolltape.infra.cli._common import (
     check_judge_version,
     console,
     err_console,
     settings,
+    transient_progress,
     user_errors,
 )
 from rolltape.infra.cli.export import parse_time
@@ -70,12 +71,8 @@ def replay(
         except WorkerSetupError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc
-        with Progress(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            TimeElapsedColumn(),
-            console=err_console,
-            transient=True,
+        with transient_progress(
+            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()
         ) as progress:
             task = progress.add_task("reading raw topics")
 
