@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pydantic_core
 
+from rolltape.schemas import _accel
 from rolltape.schemas._errors import CanonicalEncodingError
 
 INT_MIN = -(2**63)
@@ -134,6 +135,9 @@ def prepare(value: Any) -> Any:
 
 def canonical_bytes(value: Any) -> bytes:
     """Encode a JSON-like value in rolltape's canonical form (see docs/canonical-encoding.md)."""
+    native = _accel.native
+    if native is not None and (encoded := native.canonical(value)) is not None:
+        return encoded
     prepared = prepare(value)
     try:
         return orjson.dumps(prepared, option=_OPTS)
@@ -193,7 +197,11 @@ def canonical_dump_bytes(dump: Mapping[str, Any]) -> bytes:
     JSON types, str and int enums), by way of native encoders: pydantic-core writes it with
     non-finite floats as the canonical tokens and orjson sorts it; whenever a number could come
     out differently, the canonical walk writes it instead. About a third cheaper than the walk on
-    a rule evaluation; the processors seal one output per metric."""
+    a rule evaluation; the processors seal one output per metric. The native core takes such a
+    dump as it is (str and int enums included)."""
+    native = _accel.native
+    if native is not None and (encoded := native.canonical(dump)) is not None:
+        return encoded
     try:
         plain = orjson.dumps(
             orjson.loads(pydantic_core.to_json(dump, inf_nan_mode="strings")),

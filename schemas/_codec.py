@@ -33,6 +33,7 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from rolltape.schemas import _accel
 from rolltape.schemas._canonical import canonical_bytes, decode, plain_is_canonical
 from rolltape.schemas._derived import BreakKind
 from rolltape.schemas._envelope import SCHEMA_VERSION, Envelope
@@ -204,7 +205,12 @@ def _problem(obj: dict[str, Any]) -> str:
 
 def _content_hash(obj: dict[str, Any], raw: bytes) -> tuple[str | None, bool]:
     """(hash of the content, whether `raw` is its canonical encoding)."""
-    if _plainly_canonical(obj, raw):
+    native = _accel.native
+    if native is not None:
+        digest = native.content_hash(raw)
+        if digest is not None:
+            return digest, True
+    elif _plainly_canonical(obj, raw):
         return _spliced_hash(raw), True
     try:
         canonical = canonical_bytes(obj)

@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolltape.schemas import _accel
 from rolltape.schemas._canonical import INT_MAX, INT_MIN, canonical_bytes, prepare
 from rolltape.schemas._errors import CanonicalEncodingError
 
@@ -136,6 +137,13 @@ def seal(
     """
     if not (0 <= seq <= INT_MAX and INT_MIN <= ts_ns <= INT_MAX):
         raise CanonicalEncodingError(f"seq {seq} or ts_ns {ts_ns} outside the signed 64-bit range")
+    native = _accel.native
+    if native is not None:
+        sealed = native.seal(
+            stream, session_id, seq, ts_ns, type, event_id, causes, producer, payload, prev_hash
+        )
+        if sealed is not None:
+            return sealed
     # Only the payload needs the full walk: every other field has a fixed JSON type.
     body = {
         "v": SCHEMA_VERSION,

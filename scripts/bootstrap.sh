@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install rolltape with its dev tools and the torch extra (the
-# training monitor and harness; torch comes from PyPI, about a minute). Idempotent.
+# training monitor and harness; torch comes from PyPI, about a minute), building the codec's
+# native core (Rust, from schemas/native; its crates come from crates.io). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -11,8 +12,19 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# rustup installs cargo in ~/.cargo/bin, which a non-login shell may not have on its PATH.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "warning: no cargo (Rust) here: rolltape installs without its native core and runs the" \
+    "reference implementation alone (same bytes, slower); install Rust from https://rustup.rs" >&2
+fi
 stamp=.venv/.rolltape-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+native_changed() {
+  [ -n "$(find schemas/native -newer "$stamp" -not -path '*/target/*' -type f -print -quit)" ]
+}
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || native_changed; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[dev,torch]"
   touch "$stamp"

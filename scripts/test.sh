@@ -36,4 +36,6 @@ for pkg in schemas producers processors projections infra; do ln -s "../../$pkg"
 "$PY" -m mypy -p rolltape.schemas -p rolltape.producers -p rolltape.processors -p rolltape.projections -p rolltape.infra
 
 echo "== pytest"
+# The codec's native core must have been built (the suite holds it to the reference).
+export ROLLTAPE_REQUIRE_NATIVE=1
 "$PY" -m pytest "$@"

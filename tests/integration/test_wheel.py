@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import venv
@@ -42,13 +43,17 @@ def test_wheel__installs_into_a_fresh_venv_and_imports_without_the_repository(
         "import importlib.util; assert importlib.util.find_spec('schemas') is None;"
         "from rolltape.schemas import seal, GENESIS_HASH;"
         "print(len(seal(stream='events', session_id='w', seq=0, ts_ns=1, type='turn', payload={}, "
-        "prev_hash=GENESIS_HASH, producer={})[1]))"
+        "prev_hash=GENESIS_HASH, producer={})[1]));"
+        "from rolltape.schemas._accel import implementation; print(implementation())"
     )
     out = subprocess.run(
         [str(py), "-c", probe, str(ROOT)], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "64"
+    digest_length, implementation = out.stdout.split()
+    assert digest_length == "64"
+    if os.environ.get("ROLLTAPE_REQUIRE_NATIVE"):  # the sdist carries the Rust sources
+        assert implementation == "native"
     vectors = list(
         (env_dir / "lib").glob("python3*/site-packages/rolltape/schemas/vectors/canonical.json")
     )

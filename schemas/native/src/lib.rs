@@ -1,0 +1,208 @@
+//! `rolltape.schemas._native`: the codec's hot paths in one pass each, byte for byte what the
+//! reference implementation in `rolltape.schemas._canonical` and `_envelope` produces.
+//!
+//! Each function answers `None` where it leaves the decision to the reference (a kind of value
+//! it does not walk, a value without a canonical form, bytes that are not canonical), so errors
+//! and their messages come from one place and every answer it does give is pinned by the
+//! vectors and by differential tests against the reference.
+
+mod encode;
+mod scan;
+
+use encode::{write_int, write_str, write_value, Unsupported};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyString};
+use sha2::{Digest, Sha256};
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn hex_into(digest: &[u8], out: &mut Vec<u8>) {
+    for byte in digest {
+        out.push(HEX[(byte >> 4) as usize]);
+        out.push(HEX[(byte & 0xf) as usize]);
+    }
+}
+
+fn hex(digest: &[u8]) -> String {
+    let mut out = Vec::with_capacity(digest.len() * 2);
+    hex_into(digest, &mut out);
+    // SAFETY: hex digits are ASCII.
+    unsafe { String::from_utf8_unchecked(out) }
+}
+
+/// The canonical bytes of a JSON-like value; None when the reference must decide.
+#[pyfunction]
+fn canonical<'py>(py: Python<'py>, value: &Bound<'py, PyAny>) -> Option<Bound<'py, PyBytes>> {
+    let mut out = Vec::with_capacity(256);
+    // SAFETY: the GIL is held (py) and `value` is alive for the call.
+    unsafe { write_value(&mut out, value.as_ptr(), 0) }.ok()?;
+    Some(PyBytes::new(py, &out))
+}
+
+/// The hash of a record's content when `raw` is the canonical encoding of a JSON object (the
+/// top-level `hash` member cut out); None when it is not, and the reference decides.
+#[pyfunction]
+fn content_hash(raw: &[u8]) -> Option<String> {
+    let mut scan = scan::Scan::new(raw);
+    scan.top_object()?;
+    let mut hasher = Sha256::new();
+    match scan.hash_member {
+        Some((start, end)) => {
+            hasher.update(&raw[..start]);
+            hasher.update(&raw[end..]);
+        }
+        None => hasher.update(raw),
+    }
+    Some(hex(&hasher.finalize()))
+}
+
+/// `obj` as exact `str` bytes.
+unsafe fn exact_str<'a>(obj: &Bound<'_, PyAny>) -> Result<&'a [u8], Unsupported> {
+    if ffi::PyUnicode_CheckExact(obj.as_ptr()) == 0 {
+        return Err(Unsupported);
+    }
+    encode::utf8(obj.as_ptr())
+}
+
+unsafe fn exact_int(obj: &Bound<'_, PyAny>) -> Result<i64, Unsupported> {
+    if ffi::PyLong_CheckExact(obj.as_ptr()) == 0 {
+        return Err(Unsupported);
+    }
+    let mut overflow = 0;
+    let value = ffi::PyLong_AsLongLongAndOverflow(obj.as_ptr(), &mut overflow);
+    if overflow != 0 || (value == -1 && !ffi::PyErr_Occurred().is_null()) {
+        ffi::PyErr_Clear();
+        return Err(Unsupported);
+    }
+    Ok(value)
+}
+
+/// `sha256(canonical([stream, session_id, seq]))[:32]`, written as the reference writes it.
+fn raw_event_id(stream: &[u8], session_id: &[u8], seq: i64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(stream.len() + session_id.len() + 32);
+    key.extend_from_slice(b"[\"");
+    key.extend_from_slice(stream);
+    key.extend_from_slice(b"\",\"");
+    key.extend_from_slice(session_id);
+    key.extend_from_slice(b"\",");
+    write_int(&mut key, seq);
+    key.push(b']');
+    let mut id = Vec::with_capacity(64);
+    hex_into(&Sha256::digest(&key), &mut id);
+    id.truncate(32);
+    id
+}
+
+/// Build, hash and encode one envelope: (record bytes, hash), as `seal` in the reference does;
+/// None when the reference must decide. A `payload` given as bytes is its canonical encoding.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash))]
+fn seal<'py>(
+    py: Python<'py>,
+    stream: &Bound<'py, PyAny>,
+    session_id: &Bound<'py, PyAny>,
+    seq: &Bound<'py, PyAny>,
+    ts_ns: &Bound<'py, PyAny>,
+    r#type: &Bound<'py, PyAny>,
+    event_id: &Bound<'py, PyAny>,
+    causes: &Bound<'py, PyAny>,
+    producer: &Bound<'py, PyAny>,
+    payload: &Bound<'py, PyAny>,
+    prev_hash: &Bound<'py, PyAny>,
+) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
+    // SAFETY: the GIL is held and every argument is alive for the call; no Python code runs.
+    let (record, digest) = unsafe {
+        seal_bytes(stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash)
+    }
+    .ok()?;
+    Some((PyBytes::new(py, &record), PyString::new(py, &digest)))
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn seal_bytes(
+    stream: &Bound<'_, PyAny>,
+    session_id: &Bound<'_, PyAny>,
+    seq: &Bound<'_, PyAny>,
+    ts_ns: &Bound<'_, PyAny>,
+    r#type: &Bound<'_, PyAny>,
+    event_id: &Bound<'_, PyAny>,
+    causes: &Bound<'_, PyAny>,
+    producer: &Bound<'_, PyAny>,
+    payload: &Bound<'_, PyAny>,
+    prev_hash: &Bound<'_, PyAny>,
+) -> Result<(Vec<u8>, String), Unsupported> {
+    let stream_text = exact_str(stream)?;
+    let session_text = exact_str(session_id)?;
+    let seq_value = exact_int(seq)?;
+    let ts_value = exact_int(ts_ns)?;
+    let id = if event_id.is_none() {
+        raw_event_id(stream_text, session_text, seq_value)
+    } else {
+        exact_str(event_id)?.to_vec()
+    };
+    let mut body = Vec::with_capacity(1024);
+    body.extend_from_slice(b"{\"causes\":[");
+    let cause_list = causes.as_ptr();
+    let (count, item): (isize, unsafe fn(*mut ffi::PyObject, isize) -> *mut ffi::PyObject) =
+        if ffi::PyTuple_CheckExact(cause_list) != 0 {
+            (ffi::PyTuple_GET_SIZE(cause_list), |o, i| ffi::PyTuple_GET_ITEM(o, i))
+        } else if ffi::PyList_CheckExact(cause_list) != 0 {
+            (ffi::PyList_GET_SIZE(cause_list), |o, i| ffi::PyList_GET_ITEM(o, i))
+        } else {
+            return Err(Unsupported);
+        };
+    for i in 0..count {
+        let cause = item(cause_list, i);
+        if ffi::PyUnicode_CheckExact(cause) == 0 {
+            return Err(Unsupported);
+        }
+        if i > 0 {
+            body.push(b',');
+        }
+        write_str(&mut body, encode::utf8(cause)?);
+    }
+    body.extend_from_slice(b"],\"event_id\":");
+    write_str(&mut body, &id);
+    let splice = body.len();
+    body.extend_from_slice(b",\"payload\":");
+    if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 {
+        let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
+        let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
+        body.extend_from_slice(std::slice::from_raw_parts(data, size));
+    } else {
+        write_value(&mut body, payload.as_ptr(), 1)?;
+    }
+    body.extend_from_slice(b",\"prev_hash\":");
+    write_str(&mut body, exact_str(prev_hash)?);
+    body.extend_from_slice(b",\"producer\":");
+    write_value(&mut body, producer.as_ptr(), 1)?;
+    body.extend_from_slice(b",\"seq\":");
+    write_int(&mut body, seq_value);
+    body.extend_from_slice(b",\"session_id\":");
+    write_str(&mut body, session_text);
+    body.extend_from_slice(b",\"stream\":");
+    write_str(&mut body, stream_text);
+    body.extend_from_slice(b",\"ts_ns\":");
+    write_int(&mut body, ts_value);
+    body.extend_from_slice(b",\"type\":");
+    write_str(&mut body, exact_str(r#type)?);
+    body.extend_from_slice(b",\"v\":1}");
+    let digest = hex(&Sha256::digest(&body));
+    let mut record = Vec::with_capacity(body.len() + 76);
+    record.extend_from_slice(&body[..splice]);
+    record.extend_from_slice(b",\"hash\":\"");
+    record.extend_from_slice(digest.as_bytes());
+    record.push(b'"');
+    record.extend_from_slice(&body[splice..]);
+    Ok((record, digest))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(canonical, m)?)?;
+    m.add_function(wrap_pyfunction!(content_hash, m)?)?;
+    m.add_function(wrap_pyfunction!(seal, m)?)?;
+    Ok(())
+}
