@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from rolltape.processors._errors import ProcessorError
 from rolltape.processors.rules._ruleset import RuleSet
-from rolltape.schemas import PRECEDENCE, RULE_CLASS, Metric, RuleEvaluation, RuleId, RuleOutcome
+from rolltape.schemas import PRECEDENCE, RULE_CLASS, Metric, RuleEvaluation, RuleId
 
 RULES_VERSION: Final = "rolltape.rules/2"
 
@@ -95,15 +95,37 @@ def _push(window: list[Any], value: Any, size: int) -> None:
     del window[:-size]
 
 
-def _persistent(window: list[float], size: int, past: Any) -> bool:
-    return len(window) >= size and all(past(v) for v in window[-size:])
+class _Outcome(NamedTuple):
+    """A rule's outcome while the epoch is evaluated. The `RuleOutcome` models are validated
+    once, with the whole evaluation, in `_finish`: building each model on its own cost more
+    than the rules themselves (pydantic's per-call overhead, eight times an epoch)."""
+
+    fired: bool
+    reason: str
+    signals: dict[str, float | None]
+
+
+_SIGNAL_KEYS: dict[str, tuple[str, ...]] = {}
+
+
+def _signal_keys(name: str) -> tuple[str, ...]:
+    """`name.ema`, `name.ema_prev1`, ...: the keys a smoothed signal's outcome lists."""
+    keys = _SIGNAL_KEYS.get(name)
+    if keys is None:
+        keys = _SIGNAL_KEYS[name] = (
+            f"{name}.ema",
+            *(f"{name}.ema_prev{back}" for back in range(1, 64)),
+        )
+    return keys
 
 
 def _ema_signals(state: RuleState, name: str) -> dict[str, float | None]:
-    window = state.ema_window.get(name, [])
-    out: dict[str, float | None] = {f"{name}.ema": state.ema.get(name)}
-    for back, value in enumerate(reversed(window[:-1]), start=1):
-        out[f"{name}.ema_prev{back}"] = value
+    keys = _signal_keys(name)
+    out: dict[str, float | None] = {keys[0]: state.ema.get(name)}
+    window = state.ema_window.get(name)
+    if window:
+        for back, value in enumerate(reversed(window[:-1]), start=1):
+            out[keys[back] if back < len(keys) else f"{name}.ema_prev{back}"] = value
     return out
 
 
@@ -119,28 +141,29 @@ def evaluate(
             f"{state.last_epoch}; rules run once per (session, epoch)"
         )
     state.last_epoch = metric.epoch
-    values = {name: getattr(metric, name) for name in _CHECKED_FIELDS}
+    fields = metric.__dict__
+    values = {name: fields[name] for name in _CHECKED_FIELDS}
     non_finite = [n for n, v in values.items() if v is not None and not math.isfinite(v)]
-    non_finite += [
-        f"per_layer_grad_norm.{layer}"
-        for layer, v in sorted(metric.per_layer_grad_norm.items())
-        if not math.isfinite(v)
-    ]
+    if metric.per_layer_grad_norm:
+        non_finite += [
+            f"per_layer_grad_norm.{layer}"
+            for layer, v in sorted(metric.per_layer_grad_norm.items())
+            if not math.isfinite(v)
+        ]
     exploding = [n for n in non_finite if n in _EXPLODING_FIELDS or n.startswith("per_layer")]
     no_data = metric.steps == 0
 
     if no_data:
-        outcomes = {
-            rule: RuleOutcome(fired=False, reason="no data: the epoch had no optimizer steps")
-            for rule in PRECEDENCE
-        }
+        quiet = _Outcome(False, "no data: the epoch had no optimizer steps", {})
+        outcomes = {rule: quiet for rule in PRECEDENCE}
         if exploding:
-            outcomes["R7"] = RuleOutcome(
-                fired=True, reason=f"non-finite {', '.join(exploding)} in an epoch without steps"
+            outcomes["R7"] = _Outcome(
+                True, f"non-finite {', '.join(exploding)} in an epoch without steps", {}
             )
         return _finish(metric, outcomes, tuple(non_finite), True, rules), (metric_hash,)
 
     _push(state.recent, metric_hash, rules.history)
+    alpha, persistence = rules.ema_alpha, rules.persistence
     for name in EMA_SIGNALS:
         value = values[name]
         if value is None:
@@ -151,9 +174,9 @@ def evaluate(
         if not math.isfinite(value):
             continue  # non-finite: never enters the EMA
         previous = state.ema.get(name)
-        smoothed = value if previous is None else previous + rules.ema_alpha * (value - previous)
+        smoothed = value if previous is None else previous + alpha * (value - previous)
         state.ema[name] = smoothed
-        _push(state.ema_window.setdefault(name, []), smoothed, rules.persistence)
+        _push(state.ema_window.setdefault(name, []), smoothed, persistence)
 
     val_loss, train_acc = values["val_loss"], values["train_acc"]
     if val_loss is not None and math.isfinite(val_loss):
@@ -184,91 +207,97 @@ def evaluate(
     return _finish(metric, outcomes, tuple(non_finite), False, rules), tuple(causes)
 
 
+_validate_evaluation = RuleEvaluation.__pydantic_validator__.validate_python
+
+
 def _finish(
     metric: Metric,
-    outcomes: dict[RuleId, RuleOutcome],
+    outcomes: dict[RuleId, _Outcome],
     non_finite: tuple[str, ...],
     no_data: bool,
     rules: RuleSet,
 ) -> RuleEvaluation:
     fired = tuple(rule for rule in PRECEDENCE if outcomes[rule].fired)
-    return RuleEvaluation(
-        epoch=metric.epoch,
-        rules_version=RULES_VERSION,
-        ruleset=rules.label,
-        no_data=no_data,
-        non_finite=non_finite,
-        fired=fired,
-        top_class=RULE_CLASS[fired[0]] if fired else None,
-        rules={rule: outcomes[rule] for rule in sorted(outcomes)},
+    evaluation: RuleEvaluation = _validate_evaluation(
+        {
+            "epoch": metric.epoch,
+            "rules_version": RULES_VERSION,
+            "ruleset": rules.label,
+            "no_data": no_data,
+            "non_finite": non_finite,
+            "fired": fired,
+            "top_class": RULE_CLASS[fired[0]] if fired else None,
+            "rules": {
+                rule: {"fired": o.fired, "reason": o.reason, "signals": o.signals}
+                for rule, o in sorted(outcomes.items())
+            },
+        }
     )
+    return evaluation
 
 
 def _band_rule(
     rules: RuleSet, state: RuleState, name: str, low: float | None, high: float | None
-) -> RuleOutcome:
+) -> _Outcome:
     signals = _ema_signals(state, name)
-    window = state.ema_window.get(name, [])
+    window = state.ema_window.get(name)
     if not window:
-        return RuleOutcome(fired=False, reason=f"{name} not measured yet", signals=signals)
+        return _Outcome(False, f"{name} not measured yet", signals)
     n = rules.persistence
-    if high is not None and _persistent(window, n, lambda v: v > high):
+    recent = window[-n:] if len(window) >= n else None
+    if high is not None and recent is not None and all(v > high for v in recent):
         reason = f"{name} EMA above {_g(high)} for {n} epochs (now {_g(window[-1])})"
-        return RuleOutcome(fired=True, reason=reason, signals=signals)
-    if low is not None and _persistent(window, n, lambda v: v < low):
+        return _Outcome(True, reason, signals)
+    if low is not None and recent is not None and all(v < low for v in recent):
         reason = f"{name} EMA below {_g(low)} for {n} epochs (now {_g(window[-1])})"
-        return RuleOutcome(fired=True, reason=reason, signals=signals)
+        return _Outcome(True, reason, signals)
     band = f"[{_g(low)}, {_g(high)}]"
-    return RuleOutcome(
-        fired=False,
-        reason=f"{name} EMA {_g(window[-1])} not persistently outside {band}",
-        signals=signals,
-    )
+    return _Outcome(False, f"{name} EMA {_g(window[-1])} not persistently outside {band}", signals)
 
 
-def _r1(rules: RuleSet, state: RuleState) -> RuleOutcome:
+def _r1(rules: RuleSet, state: RuleState) -> _Outcome:
     ratio = _band_rule(
         rules, state, "update_to_param_ratio", rules.r1_update_ratio_low, rules.r1_update_ratio_high
     )
     w = rules.r1_plateau_window
     losses = state.val_losses
-    signals = dict(ratio.signals)
+    signals = ratio.signals  # built for this outcome alone: extended in place
     for back, value in enumerate(reversed(losses)):
         signals[f"val_loss.prev{back}" if back else "val_loss"] = value
     if len(losses) >= w + 1 and all(v >= losses[-(w + 1)] for v in losses[-w:]):
         reason = f"val loss plateau: the last {w} val losses are >= {_g(losses[-(w + 1)])}"
         if ratio.fired:
             reason = f"{ratio.reason}; {reason}"
-        return RuleOutcome(fired=True, reason=reason, signals=signals)
-    return RuleOutcome(fired=ratio.fired, reason=ratio.reason, signals=signals)
+        return _Outcome(True, reason, signals)
+    return _Outcome(ratio.fired, ratio.reason, signals)
 
 
-def _r2(rules: RuleSet, state: RuleState) -> RuleOutcome:
+def _r2(rules: RuleSet, state: RuleState) -> _Outcome:
     return _band_rule(
         rules, state, "grad_noise_scale", rules.r2_noise_scale_low, rules.r2_noise_scale_high
     )
 
 
-def _r3(rules: RuleSet, state: RuleState, val_loss: float | None) -> RuleOutcome:
+def _r3(rules: RuleSet, state: RuleState, val_loss: float | None) -> _Outcome:
     signals: dict[str, float | None] = {
         "best_val_loss": state.best_val,
         "epochs_since_best": float(state.since_best),
     }
     if state.best_val is None:
-        return RuleOutcome(fired=False, reason="val loss not measured yet", signals=signals)
+        return _Outcome(False, "val loss not measured yet", signals)
     if state.since_best >= rules.r3_patience:
         reason = (
             f"no val-loss improvement by {_g(rules.r3_min_delta)} for {state.since_best} epochs "
             f"(patience {rules.r3_patience}, best {_g(state.best_val)})"
         )
-        return RuleOutcome(fired=True, reason=reason, signals=signals)
+        return _Outcome(True, reason, signals)
     reason = f"{state.since_best} epochs since the best val loss (patience {rules.r3_patience})"
     if val_loss is None:
         reason += "; val loss not measured this epoch"
-    return RuleOutcome(fired=False, reason=reason, signals=signals)
+    return _Outcome(False, reason, signals)
 
 
-def _r4(rules: RuleSet, state: RuleState, unhealthy: list[RuleId]) -> RuleOutcome:
+def _r4(rules: RuleSet, state: RuleState, unhealthy: list[RuleId]) -> _Outcome:
     accs = state.train_accs
     w = rules.r4_window
     signals: dict[str, float | None] = {
@@ -276,45 +305,40 @@ def _r4(rules: RuleSet, state: RuleState, unhealthy: list[RuleId]) -> RuleOutcom
         for back, v in enumerate(reversed(accs))
     }
     if len(accs) < w + 1:
-        return RuleOutcome(
-            fired=False, reason=f"train acc measured {len(accs)} of {w + 1} epochs", signals=signals
-        )
+        return _Outcome(False, f"train acc measured {len(accs)} of {w + 1} epochs", signals)
     deltas = [abs(b - a) for a, b in zip(accs[-(w + 1) : -1], accs[-w:], strict=True)]
     if max(deltas) >= rules.r4_train_acc_delta:
-        return RuleOutcome(
-            fired=False,
-            reason=f"train acc moved {_g(max(deltas))} >= {_g(rules.r4_train_acc_delta)}",
-            signals=signals,
+        return _Outcome(
+            False, f"train acc moved {_g(max(deltas))} >= {_g(rules.r4_train_acc_delta)}", signals
         )
     if rules.r4_requires_healthy and unhealthy:
-        return RuleOutcome(
-            fired=False,
-            reason=f"train acc stalled but {', '.join(unhealthy)} fired: not a capacity problem",
-            signals=signals,
+        return _Outcome(
+            False,
+            f"train acc stalled but {', '.join(unhealthy)} fired: not a capacity problem",
+            signals,
         )
-    reason = f"train acc changed < {_g(rules.r4_train_acc_delta)} for {w} epochs"
-    return RuleOutcome(fired=True, reason=reason, signals=signals)
+    return _Outcome(
+        True, f"train acc changed < {_g(rules.r4_train_acc_delta)} for {w} epochs", signals
+    )
 
 
-def _r5(rules: RuleSet, state: RuleState) -> RuleOutcome:
+def _r5(rules: RuleSet, state: RuleState) -> _Outcome:
     dead = _band_rule(rules, state, "dead_relu_fraction", None, rules.r5_dead_relu_high)
     saturated = _band_rule(rules, state, "saturated_fraction", None, rules.r5_saturated_high)
     signals = {**dead.signals, **saturated.signals}
     fired = [o.reason for o in (dead, saturated) if o.fired]
     if fired:
-        return RuleOutcome(fired=True, reason="; ".join(fired), signals=signals)
-    return RuleOutcome(fired=False, reason=f"{dead.reason}; {saturated.reason}", signals=signals)
+        return _Outcome(True, "; ".join(fired), signals)
+    return _Outcome(False, f"{dead.reason}; {saturated.reason}", signals)
 
 
-def _r6(rules: RuleSet, state: RuleState) -> RuleOutcome:
+def _r6(rules: RuleSet, state: RuleState) -> _Outcome:
     return _band_rule(rules, state, "min_layer_grad_norm", rules.r6_min_grad_norm_low, None)
 
 
-def _r7(rules: RuleSet, state: RuleState, exploding: list[str]) -> RuleOutcome:
+def _r7(rules: RuleSet, state: RuleState, exploding: list[str]) -> _Outcome:
     if exploding:
-        return RuleOutcome(
-            fired=True,
-            reason=f"non-finite {', '.join(exploding)}",
-            signals=_ema_signals(state, "max_layer_grad_norm"),
+        return _Outcome(
+            True, f"non-finite {', '.join(exploding)}", _ema_signals(state, "max_layer_grad_norm")
         )
     return _band_rule(rules, state, "max_layer_grad_norm", None, rules.r7_max_grad_norm_high)
