@@ -15,9 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SerializerFunctionWrapHandler,
     ValidationError,
-    model_serializer,
 )
 
 from rolltape.schemas._checkpoint import Checkpoint
@@ -59,8 +57,16 @@ class SessionStarted(BaseModel):
     """Sessions sharing a group id answer the same prompt (Atropos groups)."""
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class Turn(BaseModel):
-    """One message of the conversation (tool output is a ToolResult, not a turn)."""
+    """One message of the conversation (tool output is a ToolResult, not a turn).
+
+    Fields added after turns were first written are left out of a dump while unset, so a turn
+    without them is written, and hashes, exactly as an older version wrote it (an importer
+    re-run after an upgrade repeats its records instead of forking the chain)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -73,41 +79,19 @@ class Turn(BaseModel):
     """Prompt size the serving engine reported for this reply (usage), when known."""
     completion_tokens: int | None = Field(default=None, ge=0)
     """Reply size the serving engine reported (usage), when known."""
-    prompt_token_ids: tuple[int, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = Field(default=None, exclude_if=_unset)
     """The prompt's token ids as the serving engine saw them (vLLM `return_token_ids`): with
     `token_ids`, the exact sequence a trainer needs, no re-tokenising."""
-    logprobs: tuple[float, ...] | None = None
+    logprobs: tuple[float, ...] | None = Field(default=None, exclude_if=_unset)
     """The sampled tokens' log-probabilities, one per token of the reply, when returned."""
-    finish_reason: str | None = None
-    model: str | None = None
+    finish_reason: str | None = Field(default=None, exclude_if=_unset)
+    model: str | None = Field(default=None, exclude_if=_unset)
     """The model that answered, as the server named it."""
-    latency_ms: float | None = Field(default=None, ge=0)
+    latency_ms: float | None = Field(default=None, ge=0, exclude_if=_unset)
     """From the request to the complete reply (the last chunk of a stream)."""
-    summary: bool | None = None
+    summary: bool | None = Field(default=None, exclude_if=_unset)
     """True for a turn that stands for earlier turns a context compressor replaced (the Hermes
     compressor's `[CONTEXT SUMMARY]:` turn): not something the user said."""
-
-    @model_serializer(mode="wrap")
-    def _added_fields_only_when_set(self, handler: SerializerFunctionWrapHandler) -> Any:
-        # Fields added after turns were first written are left out while unset, so a turn
-        # without them is written, and hashes, exactly as an older version wrote it (an
-        # importer re-run after an upgrade repeats its records instead of forking the chain).
-        data = handler(self)
-        if isinstance(data, dict):
-            for name in _TURN_FIELDS_ADDED:
-                if data.get(name) is None:
-                    data.pop(name, None)
-        return data
-
-
-_TURN_FIELDS_ADDED = (
-    "prompt_token_ids",
-    "logprobs",
-    "finish_reason",
-    "model",
-    "latency_ms",
-    "summary",
-)
 
 
 class ToolCall(BaseModel):
