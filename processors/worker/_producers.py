@@ -15,8 +15,14 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
 from rolltape.schemas import KafkaConnection, Stream, topic_name
+
+OutgoingRecord = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
+"""(topic, key, value, headers) of one record to send."""
+
+_partitioner = DefaultPartitioner()
 
 
 class OutputProducer:
@@ -32,6 +38,8 @@ class OutputProducer:
         self._processor = processor
         self._judge = judge
         self._judge_topics = frozenset(judge_topics)
+        self._partitions: dict[tuple[str, bytes], int] = {}
+        """(topic, key) -> partition: murmur2 is pure Python in aiokafka, and keys repeat."""
 
     @classmethod
     def for_roles(
@@ -83,3 +91,55 @@ class OutputProducer:
         )
         future: asyncio.Future[Any] = await producer.send(topic, value, key=key, headers=headers)
         return future
+
+    def _producer_for(self, topic: str) -> AIOKafkaProducer:
+        if self._judge is not None and topic in self._judge_topics:
+            return self._judge
+        return self._processor
+
+    async def _partition(self, producer: AIOKafkaProducer, topic: str, key: bytes | None) -> int:
+        if key is not None and (cached := self._partitions.get((topic, key))) is not None:
+            return cached
+        partitions = sorted(await producer.partitions_for(topic))
+        # The Java client's murmur2 partitioning (random for records without a key), as
+        # `send` places records.
+        partition = int(_partitioner(key, partitions, partitions))
+        if key is not None:
+            if len(self._partitions) > 100_000:
+                self._partitions.clear()
+            self._partitions[(topic, key)] = partition
+        return partition
+
+    async def send_all(self, records: Sequence[OutgoingRecord]) -> None:
+        """Send records in batches, one per partition (each partition's records in the order
+        given), and wait until every batch is acknowledged. A record per `send` costs the client
+        a future, a partitioner call and an accumulator lookup each; the worker sends hundreds a
+        batch."""
+        groups: dict[tuple[str, int], list[OutgoingRecord]] = {}
+        for record in records:
+            topic = record[0]
+            partition = await self._partition(self._producer_for(topic), topic, record[1])
+            groups.setdefault((topic, partition), []).append(record)
+        futures: list[asyncio.Future[Any]] = []
+        for (topic, partition), group in groups.items():
+            producer = self._producer_for(topic)
+            start = 0
+            while start < len(group):
+                builder = producer.create_batch()
+                end = start
+                while end < len(group):
+                    _, key, value, headers = group[end]
+                    if (
+                        builder.append(key=key, value=value, timestamp=None, headers=headers or [])
+                        is None
+                    ):
+                        break
+                    end += 1
+                if end == start:  # one record over the batch size: the client says why
+                    _, key, value, headers = group[start]
+                    futures.append(await producer.send(topic, value, key=key, headers=headers))
+                    end = start + 1
+                else:
+                    futures.append(await producer.send_batch(builder, topic, partition=partition))
+                start = end
+        await asyncio.gather(*futures)

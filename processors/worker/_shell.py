@@ -30,7 +30,7 @@ from rolltape.processors._session import (
     handle,
 )
 from rolltape.processors.audit import InputRecord, Position, log_for_partition, raw_partition
-from rolltape.processors.worker._producers import OutputProducer
+from rolltape.processors.worker._producers import OutgoingRecord, OutputProducer
 from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
 from rolltape.schemas import (
     ChainHeadLeaf,
@@ -118,6 +118,10 @@ class Shell:
         self.stats = ShellStats()
         self._processor_label = f"rolltape.processors/{processor.config.software_version}"
         self._topics = {s.value: topic_name(s, topic_prefix) for s in Stream}
+        self._stream_names: dict[str, str] = {}
+        """topic -> the stream name its records carry (looked up once per topic)."""
+        self._output_topics: dict[str, str] = {}
+        """output stream name (`verdicts@v2`) -> its topic."""
         self.requests_topic = requests_topic
         self.results_topic = results_topic
         self.flush_state = flush_state
@@ -147,11 +151,14 @@ class Shell:
         value: bytes | None,
         ts: int,
     ) -> InputRecord:
-        if topic == self.results_topic:
-            name = JUDGE_RESULTS
-        else:
-            stream = stream_of_topic(topic, self.prefix)
-            name = stream.value if stream else topic
+        name = self._stream_names.get(topic)
+        if name is None:
+            if topic == self.results_topic:
+                name = JUDGE_RESULTS
+            else:
+                stream = stream_of_topic(topic, self.prefix)
+                name = stream.value if stream else topic
+            self._stream_names[topic] = name
         return InputRecord(name, key, value or b"", Position(topic, partition, offset), ts)
 
     async def commit_due(self) -> None:
@@ -341,11 +348,11 @@ class Shell:
         """Send until every output is acknowledged (resending all on failure)."""
         if not outputs:
             return
+        records = [self._record(o) for o in outputs]
         attempt = 0
         while True:
             try:
-                futures = [await self._send_one(o) for o in outputs]
-                await asyncio.gather(*futures)
+                await self.producer.send_all(records)
                 break
             except KafkaError as exc:  # resend all: outputs are deterministic, copies are dropped
                 attempt += 1
@@ -359,25 +366,19 @@ class Shell:
             elif isinstance(o, DeadLetter):
                 self.stats.dead_letters += 1
 
-    async def _send_one(self, output: Output) -> asyncio.Future[Any]:
-        """Hand the record to the producer; the returned future resolves on acknowledgement."""
-        future: asyncio.Future[Any]
+    def _record(self, output: Output) -> OutgoingRecord:
+        """(topic, key, value, headers) of an output."""
         if isinstance(output, Requested):
-            future = await self.producer.send(
-                self.requests_topic, output.value, key=output.session_id.encode()
-            )
-            return future
+            return self.requests_topic, output.session_id.encode(), output.value, None
         if isinstance(output, Emitted):
-            future = await self.producer.send(
-                self._topics[split_stream(output.stream)[0].value],
-                output.value,
-                key=output.session_id.encode(),
-            )
-            return future
-        future = await self.producer.send(
+            topic = self._output_topics.get(output.stream)
+            if topic is None:
+                topic = self._topics[split_stream(output.stream)[0].value]
+                self._output_topics[output.stream] = topic
+            return topic, output.session_id.encode(), output.value, None
+        return (
             self._topics[Stream.DEADLETTER.value],
+            output.record.key,
             output.record.value,
-            key=output.record.key,
-            headers=dead_letter_headers(output, self._processor_label),
+            dead_letter_headers(output, self._processor_label),
         )
-        return future

@@ -37,6 +37,10 @@ class Producer:
         future.set_result(None)
         return future
 
+    async def send_all(self, records: list[tuple[str, bytes | None, bytes, Any]]) -> None:
+        for topic, key, value, headers in records:
+            await self.send(topic, value, key=key, headers=headers)
+
 
 def session_with_breaks(tape: Tape) -> tuple[list[InputRecord], list[InputRecord]]:
     """A training session whose events and metrics chains both have a gap: several outputs on
