@@ -337,3 +337,14 @@ def test_seal__leaves_payloads_it_does_not_walk_to_the_reference() -> None:
     with pytest.raises(CanonicalEncodingError, match="signed 64-bit"):
         seal(stream="events", session_id="s", seq=0, ts_ns=1, type="turn",
              payload={"x": 2**63}, prev_hash=GENESIS_HASH, producer=PRODUCER)  # fmt: skip
+
+
+@needs_native
+@pytest.mark.parametrize("special", ['"', "\\", "\x00", "\x1f", "\n", "\x7f", "é", "\u2028"])
+def test_canonical__escapes_a_character_wherever_it_sits_in_a_word(special: str) -> None:
+    # the walk looks at text eight bytes at a time: every offset around those words
+    assert native is not None
+    for length in (1, 7, 8, 9, 16, 17, 40):
+        for at in range(length):
+            text = "x" * at + special + "y" * (length - at - 1)
+            assert native.canonical(text) == reference_canonical(text), (length, at)

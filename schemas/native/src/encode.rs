@@ -41,17 +41,43 @@ static ESCAPE: [u8; 256] = {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Whether any of the eight bytes of `word` may need escaping (a control character, `"` or
+/// `\\`): exact when it says no, which is the answer for nearly all text.
+#[inline]
+fn may_escape(word: u64) -> bool {
+    let below_space = word.wrapping_sub(ONES * 0x20) & !word;
+    let quote = word ^ (ONES * b'"' as u64);
+    let backslash = word ^ (ONES * b'\\' as u64);
+    ((below_space | (quote.wrapping_sub(ONES) & !quote) | (backslash.wrapping_sub(ONES) & !backslash))
+        & HIGHS)
+        != 0
+}
+
 /// Append `text` as a canonical JSON string (quotes included).
 pub(crate) fn write_str(out: &mut Vec<u8>, text: &[u8]) {
     out.reserve(text.len() + 2);
     out.push(b'"');
     let mut start = 0;
-    for (i, &byte) in text.iter().enumerate() {
+    let mut i = 0;
+    while i < text.len() {
+        if i + 8 <= text.len() {
+            let word = u64::from_le_bytes(text[i..i + 8].try_into().expect("eight bytes"));
+            if !may_escape(word) {
+                i += 8;
+                continue;
+            }
+        }
+        let byte = text[i];
         let escape = ESCAPE[byte as usize];
+        i += 1;
         if escape == 0 {
             continue;
         }
-        out.extend_from_slice(&text[start..i]);
+        let at = i - 1;
+        out.extend_from_slice(&text[start..at]);
         out.push(b'\\');
         out.push(escape);
         if escape == b'u' {
@@ -59,7 +85,7 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &[u8]) {
             out.push(HEX[(byte >> 4) as usize]);
             out.push(HEX[(byte & 0xf) as usize]);
         }
-        start = i + 1;
+        start = i;
     }
     out.extend_from_slice(&text[start..]);
     out.push(b'"');
