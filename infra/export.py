@@ -78,9 +78,9 @@ class Collected:
             return
         stream = env["stream"]
         if stream == Stream.EVENTS.value:
-            self.spill.add(env["session_id"], True, env)
+            self.spill.add(env["session_id"], True, value)
         elif stream in self.wanted:
-            self.spill.add(env["session_id"], False, env)
+            self.spill.add(env["session_id"], False, value)
 
     def sessions(self, prefix: str = "") -> Iterator[SessionRecords]:
         """Every session filed whose id starts with `prefix`, by id, one at a time."""

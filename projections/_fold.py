@@ -26,6 +26,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import TypeAdapter
+
 from rolltape.processors.conversation import EVENT_TYPES, Conversation, View
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import (
@@ -33,8 +35,6 @@ from rolltape.projections._trajectory import (
     FeedbackRecord,
     Message,
     RewardRecord,
-    ToolCallRecord,
-    ToolOutcome,
     ToolStats,
     Trajectory,
     VerdictRecord,
@@ -160,13 +160,13 @@ class _Builder(View[Mapping[str, Any]]):
 
     def answer(self, result: ToolResult, at: Mapping[str, Any], *, failed: bool) -> None:
         message, index = self.where[result.call_id]
-        self.messages[message]["tool_calls"][index]["result"] = ToolOutcome(
-            content=result.content,
-            success=not failed,
-            error=result.error,
-            duration_ms=result.duration_ms,
-            event_hash=at["hash"],
-        )
+        self.messages[message]["tool_calls"][index]["result"] = {
+            "content": result.content,
+            "success": not failed,
+            "error": result.error,
+            "duration_ms": result.duration_ms,
+            "event_hash": at["hash"],
+        }
 
     def stray(self, result: ToolResult, at: Mapping[str, Any], *, answered: bool) -> None:
         if not answered:
@@ -185,11 +185,12 @@ class _Builder(View[Mapping[str, Any]]):
         self.end, self.ended_ns = end, at["ts_ns"]
 
     def build_messages(self) -> tuple[Message, ...]:
-        built = []
-        for message in self.messages:
-            calls = tuple(ToolCallRecord(**call) for call in message["tool_calls"])
-            built.append(Message(**{**message, "tool_calls": calls}))
-        return tuple(built)
+        # One validation for the whole conversation: pydantic builds the nested messages, calls
+        # and outcomes itself, where a model constructed per part cost half the fold.
+        return _messages(self.messages)
+
+
+_messages = TypeAdapter(tuple[Message, ...]).validate_python
 
 
 def _tool_stats(tools: Iterable[str], messages: Iterable[Message]) -> dict[str, ToolStats]:

@@ -253,7 +253,7 @@ def test_the_spill_orders_sessions_and_export_keys_as_python_sorts_them() -> Non
         spill = Spill()
         try:
             for n, (_, sid, _) in enumerate(keys):
-                spill.add(sid, True, {"n": n})
+                spill.add(sid, True, b'{"n":%d}' % n)
             assert [s.session_id for s in spill.sessions()] == sorted({k[1] for k in keys})
             store = spill.store()
             for key in keys:
