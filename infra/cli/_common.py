@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich.console import Console
 from rich.progress import Progress, ProgressColumn
 
@@ -38,8 +40,25 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def settings() -> Settings:
     """The ROLLTAPE_* settings as the environment holds them now: read on each call, never at
-    import, so a command (or a test) sees variables set after the CLI module loaded."""
-    return Settings()
+    import, so a command (or a test) sees variables set after the CLI module loaded. A variable
+    that does not read is one red line naming it, and exit code 2."""
+    try:
+        return Settings()
+    except SettingsError as exc:
+        field = re.search(r'field "(\w+)"', str(exc))
+        name = f"ROLLTAPE_{field.group(1).upper()}" if field else "a ROLLTAPE_* variable"
+        err_console.print(
+            f"[red]error:[/red] {name} does not read: a list or mapping setting is written as "
+            f"JSON, e.g. {name}='[\"a\", \"b\"]'"
+        )
+        raise typer.Exit(2) from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"ROLLTAPE_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        )
+        err_console.print(f"[red]error:[/red] {problems}")
+        raise typer.Exit(2) from exc
 
 
 @contextlib.contextmanager

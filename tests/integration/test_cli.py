@@ -65,6 +65,22 @@ def test_broker_up__with_an_explicit_cluster_creates_the_topics_idempotently(
     assert first.stdout.count("unchanged") == len(TOPIC_SPECS)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "said"),
+    [
+        ("ROLLTAPE_REWARDS", "final_reward", "ROLLTAPE_REWARDS does not read"),
+        ("ROLLTAPE_PARTITIONS", "six", "ROLLTAPE_PARTITIONS: Input should be a valid integer"),
+    ],
+)
+def test_a_setting_that_does_not_read__is_one_line_naming_the_variable(
+    tmp_path: Path, variable: str, value: str, said: str
+) -> None:
+    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path), variable: value}
+    out = run(["replay", "--judge-version", "v2", "--dry-run"], env)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "Traceback" not in out.stderr and said in out.stderr
+
+
 def test_verify__without_a_broker_says_how_to_get_one(tmp_path: Path) -> None:
     env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path)}
     env.pop("ROLLTAPE_BOOTSTRAP", None)
