@@ -3,6 +3,7 @@
 Depends on nothing else of rolltape; everything else depends on it.
 """
 
+from rolltape.schemas._accel import implementation as codec_implementation
 from rolltape.schemas._canonical import (
     INT_MAX,
     INT_MIN,
@@ -225,6 +226,7 @@ __all__ = [
     "canonical_bytes",
     "canonical_dump_bytes",
     "classify_link",
+    "codec_implementation",
     "consistency_from_frontier",
     "decode",
     "derived_event_id",

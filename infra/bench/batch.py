@@ -15,14 +15,13 @@ concurrency (no recording, no working directory): the floor any runner pays for 
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
 import time
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from rolltape.infra.batch import run_batch
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench.capture import start_instant_server
 from rolltape.infra.bench.cron import CronFigures, run_cron_bench
 from rolltape.infra.settings import Settings
@@ -162,7 +161,7 @@ def run_batch_bench(
         server.join(10)
     cron = run_cron_bench(settings, jobs=cron_jobs, fires=cron_fires)
     return BatchFigures(
-        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        machine=machine(),
         runs=runs,
         cron=cron,
     )

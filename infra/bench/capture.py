@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -24,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from rolltape.infra.bench._machine import machine
 
 REPLY = {
     "id": "chatcmpl-bench",
@@ -188,7 +188,7 @@ def run_capture_bench(
     added = [c - b for b, c in zip(bare_us, captured_us, strict=True)]
     shim = statistics.median(outside["bare"])
     return CaptureFigures(
-        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        machine=machine(),
         gap_ms=gap_ms,
         calls_each=len(bare_us),
         bare_p50_us=statistics.median(bare_us),

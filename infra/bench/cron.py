@@ -13,8 +13,6 @@ own, 20 ms apart (the floor of any scheduler on this event loop and machine).
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
 import statistics
 import tempfile
 import time
@@ -23,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.cron import cron_jobs, open_scheduler
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
@@ -82,7 +81,7 @@ def run_cron_bench(
         jitter = asyncio.run(_jitter(scratch, jobs, fires, warmup_s))
         floor = asyncio.run(_floor(max(fires, 200)))
     return CronFigures(
-        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        machine=machine(),
         jobs=jobs,
         fires=len(jitter),
         warmup_s=warmup_s,

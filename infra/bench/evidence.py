@@ -11,7 +11,6 @@ what it checks).
 
 from __future__ import annotations
 
-import platform
 import statistics
 import tempfile
 import time
@@ -21,6 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.export import Collected, run_export
 from rolltape.infra.verify_export import verify_export
 from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
@@ -161,8 +161,7 @@ def run_evidence_bench(sessions: int = 2000, repeats: int = 3) -> EvidenceFigure
     verify_rate = _rate(lines, verifies)
     hash_rate = _rate(lines, hashes)
     return EvidenceFigures(
-        machine=f"{platform.machine()} {platform.python_implementation()} "
-        f"{platform.python_version()}",
+        machine=machine(),
         repeats=repeats,
         sessions=sessions,
         sign_only_per_s=_rate(2000, signs),

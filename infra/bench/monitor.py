@@ -14,14 +14,14 @@ append on the hot path either way; `rolltape bench producer` measures it).
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from rolltape.infra.bench._machine import machine
 
 
 class StepFigures(BaseModel):
@@ -132,7 +132,7 @@ def run_monitor_bench(
 
     results = [_measure(width, 3, 32, steps, block) for width in widths]
     return MonitorBench(
-        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        machine=machine(),
         torch=torch.__version__,
         threads=torch.get_num_threads(),
         results=results,

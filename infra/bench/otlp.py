@@ -16,7 +16,6 @@ import asyncio
 import json
 import multiprocessing
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -25,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.settings import Settings
 from rolltape.schemas import KafkaConnection, Role
 
@@ -289,7 +289,7 @@ def run_otlp_bench(
     receiver = statistics.median(runs)
     decode_only = statistics.median(baseline)
     return OtlpFigures(
-        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        machine=machine(),
         spans=timed_spans,
         spans_per_batch=spans_per_batch,
         connections=connections,

@@ -17,7 +17,6 @@ import asyncio
 import hashlib
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
@@ -296,7 +296,7 @@ def _run(
     one = by_senders[0]
     raw_s = statistics.median(raw)
     return ProducerBench(
-        machine=f"{platform.machine()} {os.cpu_count()} cpu, {platform.python_implementation()} {platform.python_version()}",
+        machine=machine(),
         hot_path_calls=len(rec_samples),
         timer_overhead_us=overhead / 1000,
         recorder=rec,

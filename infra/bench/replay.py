@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import read_records
@@ -305,7 +305,7 @@ def run_replay_bench(
     raw_rate = statistics.median(raw_rates)
     pipeline_rate = written / total
     return ReplayBench(
-        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        machine=machine(),
         partitions=partitions,
         events=written,
         sessions=sessions,

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from aiokafka import TopicPartition
 from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.readback import read_records
 from rolltape.infra.settings import Settings
@@ -252,7 +252,7 @@ def run_rules_bench(
     samples.sort()
     worker_rate = count / span if span > 0 else float("inf")
     return RulesBench(
-        machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        machine=machine(),
         partitions=partitions,
         epochs=len(samples),
         warmup=warmup,

@@ -49,7 +49,7 @@ def settings() -> Settings:
         name = f"ROLLTAPE_{field.group(1).upper()}" if field else "a ROLLTAPE_* variable"
         err_console.print(
             f"[red]error:[/red] {name} does not read: a list or mapping setting is written as "
-            f"JSON, e.g. {name}='[\"a\", \"b\"]'"
+            f'JSON, e.g. {name}=\'["a", "b"]\''
         )
         raise typer.Exit(2) from exc
     except ValidationError as exc:

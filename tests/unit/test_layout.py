@@ -256,6 +256,7 @@ def test_public_api__is_pinned() -> None:
         "canonical_bytes",
         "canonical_dump_bytes",
         "classify_link",
+        "codec_implementation",
         "consistency_from_frontier",
         "decode",
         "derived_event_id",
