@@ -18,15 +18,16 @@ runs alone and the bytes are the same.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 
 class NativeCodec(Protocol):
-    """What the native module offers (schemas/native/src/lib.rs); None means "the reference
-    decides"."""
+    """What the native module offers (schemas/native/src/lib.rs; its type stub): None means
+    "the reference decides"."""
 
     def canonical(self, value: Any, /) -> bytes | None: ...
 
@@ -52,9 +53,7 @@ native: NativeCodec | None
 """The native module, or None when the reference implementation runs alone."""
 
 try:
-    from rolltape.schemas import _native
-
-    native = _native
+    native = cast(NativeCodec, importlib.import_module("rolltape.schemas._native"))
 except ImportError:  # not built here: the reference implementation writes the same bytes
     native = None
 

@@ -51,7 +51,9 @@ fn may_escape(word: u64) -> bool {
     let below_space = word.wrapping_sub(ONES * 0x20) & !word;
     let quote = word ^ (ONES * b'"' as u64);
     let backslash = word ^ (ONES * b'\\' as u64);
-    ((below_space | (quote.wrapping_sub(ONES) & !quote) | (backslash.wrapping_sub(ONES) & !backslash))
+    ((below_space
+        | (quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash))
         & HIGHS)
         != 0
 }
@@ -196,31 +198,21 @@ pub(crate) unsafe fn write_value(out: &mut Vec<u8>, obj: *mut ffi::PyObject, dep
     } else if ffi::PyDict_CheckExact(obj) != 0 {
         write_dict(out, obj, depth)?;
     } else if ffi::PyList_CheckExact(obj) != 0 {
-        if depth >= MAX_DEPTH {
-            return Err(Unsupported);
-        }
-        out.push(b'[');
-        let n = ffi::PyList_GET_SIZE(obj);
-        for i in 0..n {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_value(out, ffi::PyList_GET_ITEM(obj, i), depth + 1)?;
-        }
-        out.push(b']');
+        write_items(
+            out,
+            obj,
+            ffi::PyList_GET_SIZE(obj),
+            |o, i| ffi::PyList_GET_ITEM(o, i),
+            depth,
+        )?;
     } else if ffi::PyTuple_CheckExact(obj) != 0 {
-        if depth >= MAX_DEPTH {
-            return Err(Unsupported);
-        }
-        out.push(b'[');
-        let n = ffi::PyTuple_GET_SIZE(obj);
-        for i in 0..n {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_value(out, ffi::PyTuple_GET_ITEM(obj, i), depth + 1)?;
-        }
-        out.push(b']');
+        write_items(
+            out,
+            obj,
+            ffi::PyTuple_GET_SIZE(obj),
+            |o, i| ffi::PyTuple_GET_ITEM(o, i),
+            depth,
+        )?;
     } else if ffi::PyDict_Check(obj) != 0 {
         return Err(Unsupported); // a dict subclass: the reference walks it as a Mapping
     } else if ffi::PyUnicode_Check(obj) != 0 {
@@ -237,6 +229,28 @@ pub(crate) unsafe fn write_value(out: &mut Vec<u8>, obj: *mut ffi::PyObject, dep
     } else {
         return Err(Unsupported);
     }
+    Ok(())
+}
+
+/// A list's or tuple's items as a JSON array (`item` reads the i-th, borrowed).
+unsafe fn write_items(
+    out: &mut Vec<u8>,
+    obj: *mut ffi::PyObject,
+    size: ffi::Py_ssize_t,
+    item: unsafe fn(*mut ffi::PyObject, ffi::Py_ssize_t) -> *mut ffi::PyObject,
+    depth: usize,
+) -> Walk {
+    if depth >= MAX_DEPTH {
+        return Err(Unsupported);
+    }
+    out.push(b'[');
+    for i in 0..size {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_value(out, item(obj, i), depth + 1)?;
+    }
+    out.push(b']');
     Ok(())
 }
 

@@ -113,82 +113,47 @@ fn seal<'py>(
     prev_hash: &Bound<'py, PyAny>,
 ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
     // SAFETY: the GIL is held and every argument is alive for the call; no Python code runs.
-    let (record, digest) = unsafe {
-        seal_bytes(stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash)
-    }
-    .ok()?;
-    Some((PyBytes::new(py, &record), PyString::new(py, &digest)))
-}
-
-#[allow(clippy::too_many_arguments)]
-unsafe fn seal_bytes(
-    stream: &Bound<'_, PyAny>,
-    session_id: &Bound<'_, PyAny>,
-    seq: &Bound<'_, PyAny>,
-    ts_ns: &Bound<'_, PyAny>,
-    r#type: &Bound<'_, PyAny>,
-    event_id: &Bound<'_, PyAny>,
-    causes: &Bound<'_, PyAny>,
-    producer: &Bound<'_, PyAny>,
-    payload: &Bound<'_, PyAny>,
-    prev_hash: &Bound<'_, PyAny>,
-) -> Result<(Vec<u8>, String), Unsupported> {
-    let stream_text = exact_str(stream)?;
-    let session_text = exact_str(session_id)?;
-    let seq_value = exact_int(seq)?;
-    let ts_value = exact_int(ts_ns)?;
-    let id = if event_id.is_none() {
-        raw_event_id(stream_text, session_text, seq_value)
-    } else {
-        exact_str(event_id)?.to_vec()
-    };
-    let mut body = Vec::with_capacity(1024);
-    body.extend_from_slice(b"{\"causes\":[");
-    let cause_list = causes.as_ptr();
-    let (count, item): (isize, unsafe fn(*mut ffi::PyObject, isize) -> *mut ffi::PyObject) =
-        if ffi::PyTuple_CheckExact(cause_list) != 0 {
-            (ffi::PyTuple_GET_SIZE(cause_list), |o, i| ffi::PyTuple_GET_ITEM(o, i))
-        } else if ffi::PyList_CheckExact(cause_list) != 0 {
-            (ffi::PyList_GET_SIZE(cause_list), |o, i| ffi::PyList_GET_ITEM(o, i))
+    let body = unsafe {
+        let stream_text = exact_str(stream).ok()?;
+        let session_text = exact_str(session_id).ok()?;
+        let seq_value = exact_int(seq).ok()?;
+        let id = if event_id.is_none() {
+            raw_event_id(stream_text, session_text, seq_value)
         } else {
-            return Err(Unsupported);
+            exact_str(event_id).ok()?.to_vec()
         };
-    for i in 0..count {
-        let cause = item(cause_list, i);
-        if ffi::PyUnicode_CheckExact(cause) == 0 {
-            return Err(Unsupported);
+        let mut body = Vec::with_capacity(1024);
+        body.extend_from_slice(b"{\"causes\":");
+        write_causes(&mut body, causes.as_ptr()).ok()?;
+        body.extend_from_slice(b",\"event_id\":");
+        write_str(&mut body, &id);
+        let splice = body.len();
+        body.extend_from_slice(b",\"payload\":");
+        if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 {
+            let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
+            let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
+            body.extend_from_slice(std::slice::from_raw_parts(data, size));
+        } else {
+            write_value(&mut body, payload.as_ptr(), 1).ok()?;
         }
-        if i > 0 {
-            body.push(b',');
-        }
-        write_str(&mut body, encode::utf8(cause)?);
-    }
-    body.extend_from_slice(b"],\"event_id\":");
-    write_str(&mut body, &id);
-    let splice = body.len();
-    body.extend_from_slice(b",\"payload\":");
-    if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 {
-        let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
-        let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
-        body.extend_from_slice(std::slice::from_raw_parts(data, size));
-    } else {
-        write_value(&mut body, payload.as_ptr(), 1)?;
-    }
-    body.extend_from_slice(b",\"prev_hash\":");
-    write_str(&mut body, exact_str(prev_hash)?);
-    body.extend_from_slice(b",\"producer\":");
-    write_value(&mut body, producer.as_ptr(), 1)?;
-    body.extend_from_slice(b",\"seq\":");
-    write_int(&mut body, seq_value);
-    body.extend_from_slice(b",\"session_id\":");
-    write_str(&mut body, session_text);
-    body.extend_from_slice(b",\"stream\":");
-    write_str(&mut body, stream_text);
-    body.extend_from_slice(b",\"ts_ns\":");
-    write_int(&mut body, ts_value);
-    body.extend_from_slice(b",\"type\":");
-    write_str(&mut body, exact_str(r#type)?);
-    body.extend_from_slice(b",\"v\":1}");
+        body.extend_from_slice(b",\"prev_hash\":");
+        write_str(&mut body, exact_str(prev_hash).ok()?);
+        body.extend_from_slice(b",\"producer\":");
+        write_value(&mut body, producer.as_ptr(), 1).ok()?;
+        body.extend_from_slice(b",\"seq\":");
+        write_int(&mut body, seq_value);
+        body.extend_from_slice(b",\"session_id\":");
+        write_str(&mut body, session_text);
+        body.extend_from_slice(b",\"stream\":");
+        write_str(&mut body, stream_text);
+        body.extend_from_slice(b",\"ts_ns\":");
+        write_int(&mut body, exact_int(ts_ns).ok()?);
+        body.extend_from_slice(b",\"type\":");
+        write_str(&mut body, exact_str(r#type).ok()?);
+        body.extend_from_slice(b",\"v\":1}");
+        (body, splice)
+    };
+    let (body, splice) = body;
     let digest = hex(&Sha256::digest(&body));
     let mut record = Vec::with_capacity(body.len() + 76);
     record.extend_from_slice(&body[..splice]);
@@ -196,7 +161,38 @@ unsafe fn seal_bytes(
     record.extend_from_slice(digest.as_bytes());
     record.push(b'"');
     record.extend_from_slice(&body[splice..]);
-    Ok((record, digest))
+    Some((PyBytes::new(py, &record), PyString::new(py, &digest)))
+}
+
+/// The causes, a tuple or list of exact `str`, as a JSON array.
+unsafe fn write_causes(out: &mut Vec<u8>, causes: *mut ffi::PyObject) -> Result<(), Unsupported> {
+    let (count, item): (
+        isize,
+        unsafe fn(*mut ffi::PyObject, isize) -> *mut ffi::PyObject,
+    ) = if ffi::PyTuple_CheckExact(causes) != 0 {
+        (ffi::PyTuple_GET_SIZE(causes), |o, i| {
+            ffi::PyTuple_GET_ITEM(o, i)
+        })
+    } else if ffi::PyList_CheckExact(causes) != 0 {
+        (ffi::PyList_GET_SIZE(causes), |o, i| {
+            ffi::PyList_GET_ITEM(o, i)
+        })
+    } else {
+        return Err(Unsupported);
+    };
+    out.push(b'[');
+    for i in 0..count {
+        let cause = item(causes, i);
+        if ffi::PyUnicode_CheckExact(cause) == 0 {
+            return Err(Unsupported);
+        }
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(out, encode::utf8(cause)?);
+    }
+    out.push(b']');
+    Ok(())
 }
 
 #[pymodule]

@@ -26,7 +26,11 @@ type Step = Option<()>;
 
 impl<'a> Scan<'a> {
     pub(crate) fn new(b: &'a [u8]) -> Self {
-        Scan { b, i: 0, hash_member: None }
+        Scan {
+            b,
+            i: 0,
+            hash_member: None,
+        }
     }
 
     /// The whole input is one canonical JSON object (None: not canonical, or not an object).
@@ -109,7 +113,11 @@ impl<'a> Scan<'a> {
                     self.i += 1;
                     if is_hash {
                         // the last member: cut it with the comma before it (if any)
-                        let start = if first { member_start } else { member_start - 1 };
+                        let start = if first {
+                            member_start
+                        } else {
+                            member_start - 1
+                        };
                         self.hash_member = Some((start, member_end));
                     }
                     return Some(());
@@ -176,10 +184,17 @@ impl<'a> Scan<'a> {
                         b'r' => 0x0d,
                         b'u' => {
                             let hex = self.b.get(self.i + 2..self.i + 6)?;
-                            let code = u8::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()?;
-                            let lower = hex[2..].iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+                            let code = u8::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16)
+                                .ok()?;
+                            let lower = hex[2..]
+                                .iter()
+                                .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
                             // only the control characters without a short escape take \u00XX
-                            if &hex[..2] != b"00" || !lower || code >= 0x20 || matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
+                            if &hex[..2] != b"00"
+                                || !lower
+                                || code >= 0x20
+                                || matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d)
+                            {
                                 return None;
                             }
                             self.i += 4;
@@ -221,6 +236,10 @@ impl<'a> Scan<'a> {
         if !canonical_digits {
             return None;
         }
-        std::str::from_utf8(token).ok()?.parse::<i64>().ok().map(|_| ())
+        std::str::from_utf8(token)
+            .ok()?
+            .parse::<i64>()
+            .ok()
+            .map(|_| ())
     }
 }
