@@ -42,6 +42,7 @@ from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._reader import RawReader
 from rolltape.processors.worker._shell import Shell
+from rolltape.processors.worker._states import ChangelogTable, MemoryStates
 from rolltape.schemas import KafkaConnection, Stream, load_private_key, topic_name
 
 log = logging.getLogger("rolltape.processors.worker")
@@ -160,6 +161,8 @@ def create_app(
     async def stop_reading(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         if runtime.has_reader():
             await (await runtime.reader()).release()
+        if runtime.has_shell():  # the states kept between batches may belong to others now
+            (await runtime.shell()).forget_states()
 
     @app.agent(assignment, concurrency=1)
     async def membership(stream: Any) -> None:
@@ -213,7 +216,9 @@ def create_app(
                         letters.append(DeadLetter(record, "invalid_judge_request", str(exc)[:500]))
                 await runner.handle(batch)
                 if letters:
-                    await Shell(processor, producer, table, config.topic_prefix).send(letters)
+                    await Shell(processor, producer, MemoryStates(), config.topic_prefix).send(
+                        letters
+                    )
         finally:
             await producer.stop()
 
@@ -271,11 +276,10 @@ class _Runtime:
                 self._shell = Shell(
                     self.processor,
                     self._producer,
-                    self.table,
+                    ChangelogTable(self.table, self._producer),
                     self.config.topic_prefix,
                     requests_topic=self.config.judge_requests_topic,
                     results_topic=self.config.judge_results_topic,
-                    flush_state=self.flush_changelog,
                     partitions=self.config.partitions,
                     owned=self.owned_partitions,
                 )
@@ -291,14 +295,6 @@ class _Runtime:
                 await reader.start()
                 self._reader = reader
             return self._reader
-
-    async def flush_changelog(self) -> None:
-        """Until every table write is acknowledged: faust's buffer flush gives up after 0.1 s
-        without progress, so flush again while anything is still queued."""
-        producer = self.app.producer
-        await producer.flush()
-        while producer.buffer.size:
-            await producer.flush()
 
     async def stop(self) -> None:
         if self._reader is not None:

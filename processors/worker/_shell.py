@@ -4,6 +4,11 @@ Invariant (at-least-once without loss): a session's state is saved only after ev
 records produced is acknowledged by the broker. A crash before the save replays the same records
 into byte-identical outputs (duplicates readers drop by event id); a crash after it finds the
 records' offsets in the state and skips them.
+
+States stay in memory between batches (`LIVE_STATES` of them, least recently used first out):
+the store holds their bytes for recovery, and parsing a state again for every batch that touches
+it cost as much as stepping its records when many sessions interleave. The shell is their only
+writer while it owns their partitions; `forget_states` drops them when the partitions move.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
@@ -32,6 +37,7 @@ from rolltape.processors._session import (
 from rolltape.processors.audit import InputRecord, Position, log_for_partition, raw_partition
 from rolltape.processors.worker._producers import OutgoingRecord, OutputProducer
 from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
+from rolltape.processors.worker._states import StateStore
 from rolltape.schemas import (
     ChainHeadLeaf,
     Stream,
@@ -41,6 +47,9 @@ from rolltape.schemas import (
 )
 
 log = logging.getLogger("rolltape.processors.worker")
+
+LIVE_STATES = 20_000
+"""Session states kept parsed between batches (a few KB each)."""
 
 
 @dataclass
@@ -95,25 +104,23 @@ def dead_letter_headers(letter: DeadLetter, processor: str) -> list[tuple[str, b
 
 
 class Shell:
-    """One worker's batch loop over a state table (a mutable mapping: session id bytes ->
-    state bytes)."""
+    """One worker's batch loop over a state store (session id bytes -> state bytes)."""
 
     def __init__(
         self,
         processor: SessionProcessor,
         producer: OutputProducer,
-        table: MutableMapping[bytes, Any],
+        store: StateStore,
         topic_prefix: str,
         *,
         requests_topic: str = "",
         results_topic: str = "",
-        flush_state: Callable[[], Awaitable[None]] | None = None,
         partitions: int = 0,
         owned: Callable[[], set[int]] | None = None,
     ) -> None:
         self.processor = processor
         self.producer = producer
-        self.table = table
+        self.store = store
         self.prefix = topic_prefix
         self.stats = ShellStats()
         self._processor_label = f"rolltape.processors/{processor.config.software_version}"
@@ -124,8 +131,6 @@ class Shell:
         """output stream name (`verdicts@v2`) -> its topic."""
         self.requests_topic = requests_topic
         self.results_topic = results_topic
-        self.flush_state = flush_state
-        """Waits until saved state is durable (the changelog producer's flush)."""
         self._pending: list[Output] = []
         self.partitions = partitions
         """Of the raw topics: places read positions and names the checkpoint logs (0: a table
@@ -138,6 +143,8 @@ class Shell:
         self._rejudged: set[str] = set()
         self._uncommitted: dict[int, set[str]] = {}
         """partition -> sessions advanced since their heads were last committed."""
+        self._live: OrderedDict[str, SessionState] = OrderedDict()
+        """Parsed states kept between batches, most recently used last (see the module)."""
         self._owned = owned
         """The raw partitions this worker owns now (checkpoints write only those logs)."""
         self._lock = asyncio.Lock()
@@ -199,13 +206,9 @@ class Shell:
         for o in outputs:
             if isinstance(o, Emitted):  # every Emitted comes from a session in `states`
                 states[o.session_id].outbox.append((o.stream, o.type, o.event_id, o.value))
-        if states:
-            # Durable before the batch's offsets can be committed, even when it emitted nothing:
-            # faust commits after at most 0.1 s of flushing its own producer, and a state lost
-            # after that commit is lost for good (its records are never read again).
-            self._save(states)
-            if self.flush_state is not None:
-                await self.flush_state()
+        # Durable before the outputs leave: after a crash they are resent from here.
+        self._save({sid: state for sid, state in states.items() if state.outbox})
+        await self._durably("saving session states", self.store.commit)
         await self.send(outputs)
         t2 = clock()
         for state in states.values():
@@ -214,6 +217,8 @@ class Shell:
         # that is durable means the states before it are. Only now, with every output
         # acknowledged: records past a lost position are read again, and sessions skip them.
         self._save(states, positions)
+        await self._durably("saving session states", self.store.commit)
+        self._keep_live(states)
         t3 = clock()
         stats = self.stats
         stats.batches += 1
@@ -231,14 +236,28 @@ class Shell:
         self, states: dict[str, SessionState], positions: dict[tuple[str, int], int] | None = None
     ) -> None:
         for sid, state in states.items():
-            self.table[sid.encode()] = state.to_bytes()
+            self.store.put(sid.encode(), state.to_bytes())
         if positions and self.partitions:
             for (topic, partition), offset in sorted(positions.items()):
-                self.table[position_key(topic, partition, self.partitions)] = str(offset).encode()
+                self.store.put(
+                    position_key(topic, partition, self.partitions), str(offset).encode()
+                )
+
+    def _keep_live(self, states: dict[str, SessionState]) -> None:
+        live = self._live
+        for sid, state in states.items():
+            live[sid] = state
+            live.move_to_end(sid)
+        while len(live) > LIVE_STATES:
+            live.popitem(last=False)
+
+    def forget_states(self) -> None:
+        """Drop the states kept between batches (partitions moved: the store is the truth)."""
+        self._live.clear()
 
     def saved_position(self, tp: TopicPartition) -> int | None:
         """The offset a raw partition is read from next (None: from its start)."""
-        stored = self.table.get(position_key(tp.topic, tp.partition, self.partitions))
+        stored = self.store.get(position_key(tp.topic, tp.partition, self.partitions))
         return int(stored) if stored else None
 
     async def resend_outboxes(self, owned: Callable[[bytes], bool]) -> int:
@@ -246,7 +265,8 @@ class Shell:
         outboxes. Only sessions on partitions this worker owns (`owned(key)`) are touched."""
         states: dict[str, SessionState] = {}
         outputs: list[Output] = []
-        for key, stored in list(self.table.items()):
+        self.forget_states()
+        for key, stored in self.store.items():
             if not stored or key.startswith(POSITION_KEY_PREFIX) or not owned(key):
                 continue
             state = SessionState.from_bytes(stored)
@@ -259,6 +279,7 @@ class Shell:
             log.info("resending %d saved outputs of %d sessions", len(outputs), len(states))
             await self.send(outputs)
             self._save(states)
+            await self._durably("saving session states", self.store.commit)
         return len(outputs)
 
     def _checkpoints(self, states: dict[str, SessionState]) -> list[Output]:
@@ -308,12 +329,17 @@ class Shell:
         return out
 
     def _peek(self, sid: str) -> SessionState | None:
-        stored = self.table.get(sid.encode())
+        live = self._live.get(sid)
+        if live is not None:
+            return live
+        stored = self.store.get(sid.encode())
         return SessionState.from_bytes(stored) if stored else None
 
     def _load(self, sid: str) -> SessionState:
-        stored = self.table.get(sid.encode())
-        state = SessionState.from_bytes(stored) if stored else SessionState()
+        state = self._live.get(sid)
+        if state is None:
+            stored = self.store.get(sid.encode())
+            state = SessionState.from_bytes(stored) if stored else SessionState()
         self._was_finished[sid] = state.finished
         if state.outbox:  # saved but perhaps never sent: send it first, as it was
             self._pending += _outbox_outputs(sid, state.outbox)
@@ -349,22 +375,29 @@ class Shell:
         if not outputs:
             return
         records = [self._record(o) for o in outputs]
-        attempt = 0
-        while True:
-            try:
-                await self.producer.send_all(records)
-                break
-            except KafkaError as exc:  # resend all: outputs are deterministic, copies are dropped
-                attempt += 1
-                self.stats.send_retries += 1
-                log.warning("sending %d outputs failed (%s); retry %d", len(outputs), exc, attempt)
-                await asyncio.sleep(min(5.0, 0.1 * 2**attempt))
+        # Resent whole on failure: outputs are deterministic and readers drop the copies.
+        await self._durably(
+            f"sending {len(outputs)} outputs", lambda: self.producer.send_all(records)
+        )
         for o in outputs:
             if isinstance(o, Emitted):
                 self.stats.emitted += 1
                 self.stats.by_type[o.type] = self.stats.by_type.get(o.type, 0) + 1
             elif isinstance(o, DeadLetter):
                 self.stats.dead_letters += 1
+
+    async def _durably(self, what: str, attempt: Callable[[], Awaitable[None]]) -> None:
+        """Until `attempt` succeeds: a worker never goes on past a write it could not make."""
+        failures = 0
+        while True:
+            try:
+                await attempt()
+                return
+            except KafkaError as exc:
+                failures += 1
+                self.stats.send_retries += 1
+                log.warning("%s failed (%s); retry %d", what, exc, failures)
+                await asyncio.sleep(min(5.0, 0.1 * 2**failures))
 
     def _record(self, output: Output) -> OutgoingRecord:
         """(topic, key, value, headers) of an output."""

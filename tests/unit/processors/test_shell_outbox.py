@@ -9,9 +9,10 @@ import asyncio
 import contextlib
 from typing import Any
 
-from rolltape.processors import ProcessorConfig, SessionProcessor
+from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker import Shell
+from rolltape.processors.worker._states import MemoryStates
 from rolltape.schemas import ChainVerifier, decode
 from tests.unit.processors.scripted import Tape
 
@@ -57,7 +58,7 @@ def session_with_breaks(tape: Tape) -> tuple[list[InputRecord], list[InputRecord
 
 
 def shell(table: dict[bytes, Any], producer: Producer) -> Shell:
-    return Shell(SessionProcessor(ProcessorConfig()), producer, table, "t")  # type: ignore[arg-type]
+    return Shell(SessionProcessor(ProcessorConfig()), producer, MemoryStates(table), "t")  # type: ignore[arg-type]
 
 
 def test_outbox__a_crash_mid_send_then_another_interleaving_never_forks_an_output_chain() -> None:
@@ -93,39 +94,59 @@ def test_outbox__is_empty_once_a_batch_is_sent() -> None:
     assert b'"outbox":[]' in table[b"t1"]
 
 
-class ChangelogTable(dict[bytes, Any]):
-    """A state table whose writes become durable only when the changelog is flushed, as faust's
-    buffered changelog producer behaves; `after_crash()` is what a restarted worker restores."""
+class BufferedStates(MemoryStates):
+    """A store whose puts become durable only on commit, as the changelog's are;
+    `after_crash()` is what a restarted worker restores."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.durable: dict[bytes, Any] = {}
+        self.durable: dict[bytes, bytes] = {}
+        self.reads: list[bytes] = []
 
-    async def flush(self) -> None:
-        self.durable = dict(self)
+    def get(self, key: bytes) -> bytes | None:
+        self.reads.append(key)
+        return super().get(key)
 
-    def after_crash(self) -> dict[bytes, Any]:
+    async def commit(self) -> None:
+        self.durable = dict(self.data)
+
+    def after_crash(self) -> dict[bytes, bytes]:
         return dict(self.durable)
 
 
-def test_state__of_a_batch_without_outputs_is_durable_before_its_offsets_can_be_committed() -> None:
-    # faust commits a batch's offsets after the agent returns, flushing its producer for at most
-    # 0.1 s first: the state a batch produced must already be durable, or a crash after the
-    # commit loses it for good (the records are never read again).
+def test_state__of_a_batch_without_outputs_is_durable_when_the_batch_returns() -> None:
+    # The reader moves on once a batch returns: the state it produced must be durable by then,
+    # or a crash loses it for good (its records are not read again: the saved position is past
+    # them).
     tape = Tape()
     started = tape.start("a1")
     said = tape.event("a1", "turn", role="assistant", content="done")
     (events_end,) = tape.end("a1")
-    table = ChangelogTable()
-    first = Shell(SessionProcessor(ProcessorConfig()), Producer(), table, "t",  # type: ignore[arg-type]
-                  flush_state=table.flush)  # fmt: skip
+    states = BufferedStates()
+    first = Shell(SessionProcessor(ProcessorConfig()), Producer(), states, "t")  # type: ignore[arg-type]
     asyncio.run(first.process([started]))  # produces no output, only state
 
-    restored = table.after_crash()
+    restored = states.after_crash()
     producer = Producer()
     asyncio.run(shell(restored, producer).process([said, events_end]))
     types = [decode(value)["type"] for _, value, _ in producer.sent]
     assert types == ["filter_outcome"]  # lost state: ["chain_broken", "filter_outcome"]
+
+
+def test_states__are_kept_parsed_between_batches_until_the_partitions_move() -> None:
+    tape = Tape()
+    started = tape.start("a1")
+    turns = [tape.event("a1", "turn", role="user", content=f"q{n}") for n in range(3)]
+    states = BufferedStates()
+    loop = Shell(SessionProcessor(ProcessorConfig()), Producer(), states, "t")  # type: ignore[arg-type]
+    for batch in ([started], [turns[0]], [turns[1]]):
+        asyncio.run(loop.process(batch))
+    assert states.reads.count(b"a1") == 1  # read from the store once, then kept
+    loop.forget_states()
+    asyncio.run(loop.process([turns[2]]))
+    assert states.reads.count(b"a1") == 2  # after a rebalance the store is the truth again
+    saved = SessionState.from_bytes(states.durable[b"a1"])
+    assert saved.chains["events"].next_seq == 4 and saved.outbox == []  # every batch counted
 
 
 def test_record_from_a_newer_producer__after_a_gap__sends_every_sealed_output() -> None:
@@ -165,7 +186,9 @@ def test_positions__are_saved_after_the_batch_and_skipped_when_outboxes_are_rese
 
     events, metrics = session_with_breaks(Tape())
     table: dict[bytes, Any] = {}
-    loop = Shell(SessionProcessor(ProcessorConfig()), Producer(), table, "t", partitions=1)  # type: ignore[arg-type]
+    loop = Shell(
+        SessionProcessor(ProcessorConfig()), Producer(), MemoryStates(table), "t", partitions=1
+    )  # type: ignore[arg-type]
     asyncio.run(loop.process([*events, *metrics]))
     for records in (events, metrics):
         first, last = records[0].position, records[-1].position
