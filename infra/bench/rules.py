@@ -7,7 +7,10 @@
     worker with a fresh group processes them all; events/s between its first and last output
     (broker LogAppendTime). Beside it, in the same run: a plain aiokafka consumer reading the
     same records (the ceiling of reading alone) and the pure core (`handle`) over the same
-    records in memory (the ceiling without Kafka).
+    records in memory (the ceiling without Kafka). The load is written a session after another,
+    so a batch touches few sessions; the same number of events over many sessions that record
+    at once (their epochs interleaved, as live agents and training runs do) is measured too: a
+    worker then loads and saves far more session states a batch.
 
 Everything runs on scratch topics of its own prefix, deleted afterwards.
 """
@@ -62,6 +65,10 @@ class RulesBench(BaseModel):
     two_workers_events_per_s: float | None
     """The same load on fresh topics through two worker processes in one group (None: not
     run)."""
+    concurrent_sessions: int
+    interleaved_events_per_s: float | None
+    """One worker over the same number of events from `concurrent_sessions` sessions recording
+    at once (None: not run)."""
 
 
 async def _latency(
@@ -110,21 +117,29 @@ async def _latency(
     return samples
 
 
-def _write_load(settings: Settings, spool: Path, events: int, sessions: int) -> None:
+def _write_load(
+    settings: Settings, spool: Path, events: int, sessions: int, *, interleaved: bool = False
+) -> None:
+    """Agent sessions that also log metrics: each epoch is one turn and one metric. One session
+    after another, or (`interleaved`) every session open at once, epoch by epoch."""
     per_session = events // sessions
     backlog = events + 4 * sessions + 10  # plus each session's start and ends
     with (
         open_recorder(settings, spool_dir=spool / "agent", max_backlog=backlog) as rec,
         open_monitor_recorder(settings, spool_dir=spool / "monitor", max_backlog=backlog) as mon,
     ):
-        for i in range(sessions):
-            # agent sessions that also log metrics: each epoch is one turn and one metric
-            s = rec.session("bench load", session_id=f"load-{i}")
+        groups = [range(sessions)] if interleaved else [range(i, i + 1) for i in range(sessions)]
+        for group in groups:
+            opened = [(i, rec.session("bench load", session_id=f"load-{i}")) for i in group]
             for epoch in range(per_session // 2):
-                s.turn("assistant", f"step {epoch} of session {i}")
-                synthetic_metric(mon, s, epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0)
-            end_synthetic_metrics(mon, s)
-            s.end()
+                for i, s in opened:
+                    s.turn("assistant", f"step {epoch} of session {i}")
+                    synthetic_metric(
+                        mon, s, epoch, steps=10, train_loss=1.0, max_layer_grad_norm=1.0
+                    )
+            for _, s in opened:
+                end_synthetic_metrics(mon, s)
+                s.end()
         rec.flush(300)
         mon.flush(300)
 
@@ -212,6 +227,7 @@ def run_rules_bench(
     events: int = 100_000,
     sessions: int = 100,
     two_workers: bool = True,
+    concurrent_sessions: int = 1000,
 ) -> RulesBench:
     """Run the latency and throughput measurements, each on scratch topic prefixes of its own
     (deleted after) with real worker processes. Needs a broker; raises `RuntimeError` when the
@@ -249,6 +265,19 @@ def run_rules_bench(
                 two_reader = require_connection(two, Role.READER)
                 two_span = _worker_span(two, two_reader, tmpdir, metrics, sessions, workers=2)
             two_rate = count / two_span if two_span > 0 else float("inf")
+        interleaved_rate = None
+        if concurrent_sessions:
+            with scratch_prefix(settings, "benchmany", partitions=partitions) as many:
+                _write_load(many, tmpdir / "spool-d", events, concurrent_sessions, interleaved=True)
+                many_reader = require_connection(many, Role.READER)
+                many_count = sum(
+                    1 for _ in asyncio.run(_read_inputs(many_reader, many.topic_prefix))
+                )
+                many_metrics = (events // concurrent_sessions // 2) * concurrent_sessions
+                many_span = _worker_span(
+                    many, many_reader, tmpdir, many_metrics, concurrent_sessions, workers=1
+                )
+            interleaved_rate = many_count / many_span if many_span > 0 else float("inf")
     samples.sort()
     worker_rate = count / span if span > 0 else float("inf")
     return RulesBench(
@@ -269,4 +298,6 @@ def run_rules_bench(
         worker_vs_faust_floor=worker_rate / floor,
         pure_core_events_per_s=core_rate,
         two_workers_events_per_s=two_rate,
+        concurrent_sessions=concurrent_sessions,
+        interleaved_events_per_s=interleaved_rate,
     )

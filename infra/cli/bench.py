@@ -99,6 +99,12 @@ def rules(
     two_workers: bool = typer.Option(
         True, help="Also run the throughput load through two worker processes in one group."
     ),
+    concurrent_sessions: int = typer.Option(
+        1000,
+        min=0,
+        help="Also run the same number of events from this many sessions recording at once "
+        "(0: not run).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Metric-acknowledged to rule-evaluation-readable latency, and worker events/s."""
@@ -114,6 +120,7 @@ def rules(
         events=events,
         sessions=sessions,
         two_workers=two_workers,
+        concurrent_sessions=concurrent_sessions,
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -144,6 +151,11 @@ def rules(
         f"(worker / faust floor: {r.worker_vs_faust_floor:.2f})"
     )
     console.print(f"    pure core in memory (no Kafka): {r.pure_core_events_per_s:,.0f} events/s")
+    if r.interleaved_events_per_s is not None:
+        console.print(
+            f"    one worker, the same number of events from {r.concurrent_sessions:,} sessions "
+            f"recording at once: {r.interleaved_events_per_s:,.0f} events/s"
+        )
 
 
 @app.command()

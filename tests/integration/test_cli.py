@@ -262,7 +262,8 @@ def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_p
 
 def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
     out = run(
-        ["bench", "rules", "--epochs", "20", "--events", "2000", "--sessions", "10", "--json"],
+        ["bench", "rules", "--epochs", "20", "--events", "2000", "--sessions", "10",
+         "--concurrent-sessions", "50", "--json"],  # fmt: skip
         topics.env(),
     )
     assert out.returncode == 0, out.stdout + out.stderr
@@ -271,6 +272,7 @@ def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -
     assert figures["latency_p99_ms"] > 0 and figures["worker_events_per_s"] > 0
     assert figures["faust_floor_events_per_s"] > 0 and figures["pure_core_events_per_s"] > 0
     assert figures["two_workers_events_per_s"] > 0
+    assert figures["concurrent_sessions"] == 50 and figures["interleaved_events_per_s"] > 0
 
 
 def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
