@@ -32,7 +32,6 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import TopicAuthorizationFailedError
-from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
 from rolltape.producers._client_log import keep_client_logs_in
@@ -49,8 +48,10 @@ from rolltape.schemas import (
     CanonicalEncodingError,
     ChainWriter,
     KafkaConnection,
+    KeyPartitions,
     ProducerInfo,
     Stream,
+    fill_batch,
     topic_name,
 )
 
@@ -66,7 +67,6 @@ _CODECS = {
     name: (model.__pydantic_validator__, model.__pydantic_serializer__)
     for name, model in PAYLOAD_MODELS.items()
 }
-_partitioner = DefaultPartitioner()
 
 
 class Barrier:
@@ -160,9 +160,8 @@ class Sender:
         # broker away they are spooled (a possible duplicate, dropped downstream by event id,
         # beats a loss).
         self._inflight: dict[asyncio.Future[Any], list[Record]] = {}
-        self._partitions: dict[str, list[int]] = {}
+        self._placement = KeyPartitions()
         self._topics = {s.value: topic_name(s, config.topic_prefix) for s in Stream}
-        self._key_partition: dict[tuple[str, bytes], int] = {}
         self._last_progress = time.monotonic()
         self._spool_mode = False
         self._stopping = False
@@ -262,7 +261,7 @@ class Sender:
         producer = self._producer
         topic = self._topics[stream]
         key = session_id.encode()
-        tp = TopicPartition(topic, await self._partition(topic, key))
+        tp = TopicPartition(topic, await self._placement.of(producer, topic, key))
         # Published for the seal below; withdrawn unless the takeover is confirmed (a timeout or
         # a cancel must not leave a chain a retry would take as this recorder's own).
         taken = False
@@ -650,22 +649,6 @@ class Sender:
             unsent = await self._send_records(records)
             self._outbox.extendleft(reversed(unsent))
 
-    async def _partition(self, topic: str, key: bytes) -> int:
-        cached = self._key_partition.get((topic, key))
-        if cached is not None:
-            return cached
-        partitions = self._partitions.get(topic)
-        if partitions is None:
-            assert self._producer is not None
-            partitions = sorted(await self._producer.partitions_for(topic))
-            self._partitions[topic] = partitions
-        # The Java client's murmur2 partitioning, so every producer puts a session on one partition.
-        partition = int(_partitioner(key, partitions, partitions))
-        if len(self._key_partition) > 100_000:
-            self._key_partition.clear()
-        self._key_partition[(topic, key)] = partition
-        return partition
-
     async def _send_records(self, records: list[Record]) -> list[Record]:
         """Pack records into one batch per partition and hand them over in order.
 
@@ -678,7 +661,7 @@ class Sender:
         try:
             for record in records:
                 try:
-                    tp = (record[0], await self._partition(record[0], record[1]))
+                    tp = (record[0], await self._placement.of(producer, record[0], record[1]))
                 except TopicAuthorizationFailedError:
                     # Not an outage: this principal may not write that trust domain. Retrying
                     # would spool forever; say so on the record instead.
@@ -690,14 +673,11 @@ class Sender:
             return records
         ordered = list(groups.items())
         for index, ((topic, partition), group) in enumerate(ordered):
+            contents = [(key, value, None) for _, key, value in group]
             start = 0
             while start < len(group):
                 builder = producer.create_batch()
-                end = start
-                while end < len(group) and builder.append(
-                    key=group[end][1], value=group[end][2], timestamp=None
-                ):
-                    end += 1
+                end = fill_batch(builder, contents, start)
                 if end == start:
                     self._reject_record(group[start], "record does not fit in one batch")
                     start += 1

@@ -4,6 +4,7 @@ Depends on nothing else of rolltape; everything else depends on it.
 """
 
 from rolltape.schemas._accel import implementation as codec_implementation
+from rolltape.schemas._batches import KeyPartitions, fill_batch
 from rolltape.schemas._canonical import (
     INT_MAX,
     INT_MIN,
@@ -184,6 +185,7 @@ __all__ = [
     "KafkaRequestError",
     "KafkaTopicError",
     "KafkaUnavailableError",
+    "KeyPartitions",
     "LayerSpec",
     "LinkVerdict",
     "LiveCheck",
@@ -231,6 +233,7 @@ __all__ = [
     "decode",
     "derived_event_id",
     "export_json_schemas",
+    "fill_batch",
     "hash_of",
     "json_schemas",
     "kafka_errors",

@@ -7,6 +7,7 @@ runs and tenants can share one cluster without seeing each other's records.
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
@@ -105,8 +106,10 @@ def topic_name(stream: Stream | str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.{Stream(stream).value}.v{TOPIC_VERSION}"
 
 
+@functools.lru_cache(maxsize=1024)
 def stream_of_topic(topic: str, prefix: str = DEFAULT_PREFIX) -> Stream | None:
-    """Inverse of `topic_name`; None for a topic that is not ours."""
+    """Inverse of `topic_name`; None for a topic that is not ours. (Cached: readers ask it of
+    every record they read.)"""
     for stream in Stream:
         if topic_name(stream, prefix) == topic:
             return stream
@@ -128,8 +131,10 @@ def versioned_stream(stream: Stream | str, judge_version: str = LIVE_JUDGE_VERSI
     return name if judge_version == LIVE_JUDGE_VERSION else f"{name}@{judge_version}"
 
 
+@functools.lru_cache(maxsize=1024)
 def split_stream(name: str) -> tuple[Stream, str]:
-    """Inverse of `versioned_stream`: (stream, judge version); ValueError for unknown names."""
+    """Inverse of `versioned_stream`: (stream, judge version); ValueError for unknown names.
+    (Cached: writers ask it of every output.)"""
     base, sep, version = name.partition("@")
     stream = Stream(base)
     if not sep:

@@ -15,14 +15,11 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import DefaultPartitioner
 
-from rolltape.schemas import KafkaConnection, Stream, topic_name
+from rolltape.schemas import KafkaConnection, KeyPartitions, Stream, fill_batch, topic_name
 
 OutgoingRecord = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
 """(topic, key, value, headers) of one record to send."""
-
-_partitioner = DefaultPartitioner()
 
 
 class OutputProducer:
@@ -38,8 +35,7 @@ class OutputProducer:
         self._processor = processor
         self._judge = judge
         self._judge_topics = frozenset(judge_topics)
-        self._partitions: dict[tuple[str, bytes], int] = {}
-        """(topic, key) -> partition: murmur2 is pure Python in aiokafka, and keys repeat."""
+        self._placement = KeyPartitions()
 
     @classmethod
     def for_roles(
@@ -97,44 +93,23 @@ class OutputProducer:
             return self._judge
         return self._processor
 
-    async def _partition(self, producer: AIOKafkaProducer, topic: str, key: bytes | None) -> int:
-        if key is not None and (cached := self._partitions.get((topic, key))) is not None:
-            return cached
-        partitions = sorted(await producer.partitions_for(topic))
-        # The Java client's murmur2 partitioning (random for records without a key), as
-        # `send` places records.
-        partition = int(_partitioner(key, partitions, partitions))
-        if key is not None:
-            if len(self._partitions) > 100_000:
-                self._partitions.clear()
-            self._partitions[(topic, key)] = partition
-        return partition
-
     async def send_all(self, records: Sequence[OutgoingRecord]) -> None:
         """Send records in batches, one per partition (each partition's records in the order
-        given), and wait until every batch is acknowledged. A record per `send` costs the client
-        a future, a partitioner call and an accumulator lookup each; the worker sends hundreds a
-        batch."""
+        given; see `rolltape.schemas.fill_batch` for why), and wait until every batch is
+        acknowledged."""
         groups: dict[tuple[str, int], list[OutgoingRecord]] = {}
         for record in records:
             topic = record[0]
-            partition = await self._partition(self._producer_for(topic), topic, record[1])
+            partition = await self._placement.of(self._producer_for(topic), topic, record[1])
             groups.setdefault((topic, partition), []).append(record)
         futures: list[asyncio.Future[Any]] = []
         for (topic, partition), group in groups.items():
             producer = self._producer_for(topic)
+            contents = [(key, value, headers) for _, key, value, headers in group]
             start = 0
             while start < len(group):
                 builder = producer.create_batch()
-                end = start
-                while end < len(group):
-                    _, key, value, headers = group[end]
-                    if (
-                        builder.append(key=key, value=value, timestamp=None, headers=headers or [])
-                        is None
-                    ):
-                        break
-                    end += 1
+                end = fill_batch(builder, contents, start)
                 if end == start:  # one record over the batch size: the client says why
                     _, key, value, headers = group[start]
                     futures.append(await producer.send(topic, value, key=key, headers=headers))

@@ -125,10 +125,6 @@ class Shell:
         self.stats = ShellStats()
         self._processor_label = f"rolltape.processors/{processor.config.software_version}"
         self._topics = {s.value: topic_name(s, topic_prefix) for s in Stream}
-        self._stream_names: dict[str, str] = {}
-        """topic -> the stream name its records carry (looked up once per topic)."""
-        self._output_topics: dict[str, str] = {}
-        """output stream name (`verdicts@v2`) -> its topic."""
         self.requests_topic = requests_topic
         self.results_topic = results_topic
         self._pending: list[Output] = []
@@ -158,14 +154,11 @@ class Shell:
         value: bytes | None,
         ts: int,
     ) -> InputRecord:
-        name = self._stream_names.get(topic)
-        if name is None:
-            if topic == self.results_topic:
-                name = JUDGE_RESULTS
-            else:
-                stream = stream_of_topic(topic, self.prefix)
-                name = stream.value if stream else topic
-            self._stream_names[topic] = name
+        if topic == self.results_topic:
+            name = JUDGE_RESULTS
+        else:
+            stream = stream_of_topic(topic, self.prefix)
+            name = stream.value if stream else topic
         return InputRecord(name, key, value or b"", Position(topic, partition, offset), ts)
 
     async def commit_due(self) -> None:
@@ -404,10 +397,7 @@ class Shell:
         if isinstance(output, Requested):
             return self.requests_topic, output.session_id.encode(), output.value, None
         if isinstance(output, Emitted):
-            topic = self._output_topics.get(output.stream)
-            if topic is None:
-                topic = self._topics[split_stream(output.stream)[0].value]
-                self._output_topics[output.stream] = topic
+            topic = self._topics[split_stream(output.stream)[0].value]
             return topic, output.session_id.encode(), output.value, None
         return (
             self._topics[Stream.DEADLETTER.value],

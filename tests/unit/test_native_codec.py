@@ -108,14 +108,14 @@ def test_canonical__is_the_reference_bytes_or_leaves_the_value_to_it(value: Any)
 @needs_native
 @pytest.mark.parametrize(
     "value",
-    [2**63, -(2**63) - 1, {1: "x"}, {"s": "\ud800"}, b"bytes", [[[]]] * 1, 1j],
+    [2**63, -(2**63) - 1, {1: "x"}, {"s": "\ud800"}, b"bytes", 1j],
 )
 def test_canonical__leaves_every_value_without_a_canonical_form_to_the_reference(
     value: Any,
 ) -> None:
     assert native is not None
-    if reference_canonical(value) is None:
-        assert native.canonical(value) is None
+    assert reference_canonical(value) is None
+    assert native.canonical(value) is None
 
 
 @needs_native
