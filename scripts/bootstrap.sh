@@ -26,6 +26,9 @@ native_changed() {
 }
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || native_changed; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[dev,torch]"
+  # setuptools warns on every editable install that folders named like the package could
+  # shadow it; ours are named schemas/, processors/... and install as rolltape.*, so it never
+  # applies, and nothing else is filtered.
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e ".[dev,torch]"
   touch "$stamp"
 fi
