@@ -99,7 +99,7 @@ def rules(
     two_workers: bool = typer.Option(
         True, help="Also run the throughput load through two worker processes in one group."
     ),
-    concurrent_sessions: int = typer.Option(
+    at_once: int = typer.Option(
         1000,
         min=0,
         help="Also run the same number of events from this many sessions recording at once "
@@ -120,7 +120,7 @@ def rules(
         events=events,
         sessions=sessions,
         two_workers=two_workers,
-        concurrent_sessions=concurrent_sessions,
+        concurrent_sessions=at_once,
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -153,8 +153,8 @@ def rules(
     console.print(f"    pure core in memory (no Kafka): {r.pure_core_events_per_s:,.0f} events/s")
     if r.interleaved_events_per_s is not None:
         console.print(
-            f"    one worker, the same number of events from {r.concurrent_sessions:,} sessions "
-            f"recording at once: {r.interleaved_events_per_s:,.0f} events/s"
+            f"    the same events from {r.concurrent_sessions:,} sessions at once: "
+            f"{r.interleaved_events_per_s:,.0f} events/s"
         )
 
 

@@ -261,7 +261,7 @@ def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_p
 
 
 def test_bench_rules__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
-    args = "bench rules --epochs 20 --events 2000 --sessions 10 --concurrent-sessions 50 --json"
+    args = "bench rules --epochs 20 --events 2000 --sessions 10 --at-once 50 --json"
     out = run(args.split(), topics.env())
     assert out.returncode == 0, out.stdout + out.stderr
     figures = json.loads(out.stdout)
