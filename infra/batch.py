@@ -27,7 +27,7 @@ from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
 from rolltape.projections import ExportOptions, Manifest, Trajectory, fold
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role
+from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role, TypedEvent
 
 
 class ToolLine(BaseModel):
@@ -120,7 +120,7 @@ async def run_batch(
     return _summary(env, run, count, finished, rollouts, trajectories)
 
 
-def _batch_events(collected: Collected, run: str) -> dict[str, list[dict[str, Any]]]:
+def _batch_events(collected: Collected, run: str) -> dict[str, list[TypedEvent]]:
     """The events of the batch's sessions (every attempt of every slot), by session id."""
     return {s.session_id: s.events for s in collected.sessions(f"batch.{run}.")}
 
@@ -139,7 +139,7 @@ async def _judged(settings: Settings, run: str, count: int, wait_s: float) -> li
         states = slot_states(run, {s.session_id: s.events for s in sessions})
         for session in sessions:
             completed = any(
-                e.get("type") == "session_ended" and e["payload"].get("status") == "completed"
+                e.type == "session_ended" and e.payload.get("status") == "completed"
                 for e in session.events
             )
             if completed:

@@ -34,7 +34,7 @@ from rolltape.projections import (
     SessionEvidence,
     Trajectory,
     build_export,
-    checked_envelope,
+    checked_event,
     fold,
     session_evidence,
 )
@@ -69,18 +69,18 @@ class Collected:
     def add(self, value: bytes) -> None:
         """File one record under its session: events, or the wanted derived chains."""
         self.records += 1
-        env, problem = checked_envelope(value)
+        env, problem = checked_event(value)
         if env is None:
             if problem == "tampered":
                 self.tampered += 1
             else:
                 self.unreadable += 1
             return
-        stream = env["stream"]
+        stream = env.stream
         if stream == Stream.EVENTS.value:
-            self.spill.add(env["session_id"], True, value)
+            self.spill.add(env.session_id, True, value)
         elif stream in self.wanted:
-            self.spill.add(env["session_id"], False, value)
+            self.spill.add(env.session_id, False, value)
 
     def sessions(self, prefix: str = "") -> Iterator[SessionRecords]:
         """Every session filed whose id starts with `prefix`, by id, one at a time."""

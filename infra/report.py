@@ -7,6 +7,7 @@ records of the live chains) and writes the file.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from rolltape.infra._errors import InfraError
 from rolltape.infra.readback import read_records
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
-from rolltape.projections import FoldError, Trajectory, checked_envelope, fold
+from rolltape.projections import FoldError, Trajectory, checked_event, fold
 from rolltape.projections.reports import (
     RunView,
     TrainingView,
@@ -22,7 +23,7 @@ from rolltape.projections.reports import (
     group_runs,
     render_report,
 )
-from rolltape.schemas import KafkaConnection, Stream
+from rolltape.schemas import KafkaConnection, Stream, TypedEvent
 
 _STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
 _LIVE = {s.value for s in _STREAMS}
@@ -42,30 +43,27 @@ class ReportResult:
     agents: list[Trajectory] = field(default_factory=list)
 
 
-async def read_sessions(
-    connection: KafkaConnection, prefix: str
-) -> dict[str, list[dict[str, Any]]]:
-    """Every session's usable envelopes on the live chains (tampered records left out)."""
-    sessions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+async def read_sessions(connection: KafkaConnection, prefix: str) -> dict[str, list[TypedEvent]]:
+    """Every session's usable events on the live chains (tampered records left out)."""
+    sessions: dict[str, list[TypedEvent]] = defaultdict(list)
     async for record in read_records(connection, _STREAMS, prefix=prefix):
-        env, _ = checked_envelope(record.value)
-        if env is None or env["stream"] not in _LIVE:
+        env, _ = checked_event(record.value)
+        if env is None or env.stream not in _LIVE:
             continue
-        if not env["session_id"].startswith(CHECKPOINT_LOG_PREFIX):  # a log, not a session
-            sessions[env["session_id"]].append(env)
+        if not env.session_id.startswith(CHECKPOINT_LOG_PREFIX):  # a log, not a session
+            sessions[env.session_id].append(env)
     return sessions
 
 
-def _started(envelopes: list[dict[str, Any]]) -> dict[str, Any] | None:
-    for env in envelopes:
-        if env["stream"] == Stream.EVENTS.value and env["seq"] == 0:
-            payload: dict[str, Any] = env["payload"]
-            return payload
+def _started(events: list[TypedEvent]) -> Mapping[str, Any] | None:
+    for event in events:
+        if event.stream == Stream.EVENTS.value and event.seq == 0:
+            return event.payload
     return None
 
 
 def select(
-    sessions: dict[str, list[dict[str, Any]]],
+    sessions: dict[str, list[TypedEvent]],
     *,
     session: str | None,
     task: str | None,
@@ -92,8 +90,8 @@ def select(
             if view is not None:
                 training.append(view)
             continue
-        events = [e for e in envs if e["stream"] == Stream.EVENTS.value]
-        derived = [e for e in envs if e["stream"] != Stream.EVENTS.value]
+        events = [e for e in envs if e.stream == Stream.EVENTS.value]
+        derived = [e for e in envs if e.stream != Stream.EVENTS.value]
         try:
             agents.append(fold(events, derived))
         except FoldError:
@@ -103,7 +101,7 @@ def select(
 
 
 def write_report(
-    sessions: dict[str, list[dict[str, Any]]],
+    sessions: dict[str, list[TypedEvent]],
     out: Path,
     *,
     session: str | None = None,

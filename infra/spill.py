@@ -5,9 +5,10 @@ SQLite, from the standard library, does the sorting: its sorter merges runs thro
 files once its cache is full, which is the external sort an export needs, with no hand-written
 run files. The file lives in a temporary folder removed on close; nothing in it outlives the
 export, and nothing in it is read by anyone else. Records are filed as the bytes they were read
-as (hash-checked by the codec when they were filed) and decoded again when their session is read
-back: cheaper than pickling the decoded mapping, which cost as much to write as JSON costs to
-decode. Chosen trajectories are stored pickled.
+as (hash-checked by the codec when they were filed) and read through the codec again when their
+session is read back: cheaper than pickling the decoded event, which cost as much to write as
+JSON costs to decode, and it keeps one reader of record bytes. Chosen trajectories are stored
+pickled.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import count, groupby
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from rolltape.projections import Chosen, SortKey
+from rolltape.schemas import TypedEvent, read_event
 
 CACHE_KIB = 16 * 1024
 """SQLite's page cache and sorter memory (16 MiB): past it, pages and sort runs go to disk."""
@@ -32,12 +31,12 @@ _BATCH = 5000
 
 @dataclass(frozen=True)
 class SessionRecords:
-    """One session's filed records: its events-stream envelopes and its derived ones, as decoded
-    mappings in the order they were read."""
+    """One session's filed records: its events-stream events and its derived ones, in the order
+    they were read."""
 
     session_id: str
-    events: list[dict[str, Any]]
-    derived: list[dict[str, Any]]
+    events: list[TypedEvent]
+    derived: list[TypedEvent]
 
 
 class Spill:
@@ -111,10 +110,10 @@ class Spill:
 
 
 def _session(session_id: str, rows: Iterator[tuple[str, int, bytes]]) -> SessionRecords:
-    events: list[dict[str, Any]] = []
-    derived: list[dict[str, Any]] = []
+    events: list[TypedEvent] = []
+    derived: list[TypedEvent] = []
     for _, is_event, blob in rows:
-        (events if is_event else derived).append(orjson.loads(blob))
+        (events if is_event else derived).append(read_event(blob))
     return SessionRecords(session_id, events, derived)
 
 

@@ -59,7 +59,6 @@ from rolltape.schemas import (
     ChainWriter,
     Checkpoint,
     Decision,
-    Event,
     Frontier,
     LiveCheck,
     Metric,
@@ -69,6 +68,7 @@ from rolltape.schemas import (
     SessionStarted,
     Stream,
     TreeHead,
+    TypedEvent,
     UnreadableRecord,
     Verdict,
     canonical_bytes,
@@ -301,7 +301,7 @@ class SessionProcessor:
         self._judge_producer = {**self._producer, "principal": config.judge_principal}
 
     def step(
-        self, state: SessionState, env: Event, position: Position | None, out: list[StepOutput]
+        self, state: SessionState, env: TypedEvent, position: Position | None, out: list[StepOutput]
     ) -> None:
         """Process one event whose record's key is its session id, appending its outputs to
         `out` as they are sealed: an output chain's head never moves without its record being
@@ -343,7 +343,7 @@ class SessionProcessor:
 
     # -- using a usable event ----------------------------------------------------------------------
     def _use(
-        self, state: SessionState, env: Event, payload: BaseModel, out: list[StepOutput]
+        self, state: SessionState, env: TypedEvent, payload: BaseModel, out: list[StepOutput]
     ) -> None:
         if isinstance(payload, Metric):
             try:
@@ -400,7 +400,7 @@ class SessionProcessor:
         if state.transcript is not None:
             state.transcript.observe(payload, self.config.transcript_max_chars)
 
-    def _maybe_finish(self, state: SessionState, env: Event, out: list[StepOutput]) -> None:
+    def _maybe_finish(self, state: SessionState, env: TypedEvent, out: list[StepOutput]) -> None:
         end = state.end
         if state.finished or end is None:
             return
@@ -528,7 +528,7 @@ class SessionProcessor:
         self,
         state: SessionState,
         position: Position | None,
-        env: Event,
+        env: TypedEvent,
         kind: BreakKind,
         seq: int | None,
         detail: str,
@@ -650,7 +650,7 @@ def handle(
     Total: a step that raises (a bug) dead-letters its record with the error and keeps the
     outputs it sealed before raising, whose chain heads the state already holds."""
     result: JudgeResult | None = None
-    event: Event | None = None
+    event: TypedEvent | None = None
     if record.stream == JUDGE_RESULTS:
         try:
             result = JudgeResult.model_validate_json(record.value)

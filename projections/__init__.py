@@ -37,7 +37,7 @@ from rolltape.projections._export import (
 from rolltape.projections._feed import FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._projector import run_projector, trajectory_record
-from rolltape.projections._records import checked_envelope
+from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import (
     ChainSpan,
     FeedbackRecord,
@@ -86,7 +86,7 @@ __all__ = [
     "TrajectoryFeed",
     "VerdictRecord",
     "build_export",
-    "checked_envelope",
+    "checked_event",
     "evidence_problems",
     "fold",
     "order_key",

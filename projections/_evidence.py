@@ -18,7 +18,6 @@ Pure: the caller reads the topics or the files.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +29,7 @@ from rolltape.schemas import (
     Checkpoint,
     LogTree,
     TreeHead,
+    TypedEvent,
     canonical_bytes,
     read_event,
     session_binding,
@@ -64,11 +64,11 @@ class SessionEvidence(BaseModel):
     """stream -> the chain's envelopes in seq order, as their canonical JSON text."""
     proofs: tuple[InclusionProof, ...]
 
-    def decoded(self) -> dict[str, list[dict[str, Any]]]:
-        """The envelopes as mappings, read through the codec (UnreadableRecord for one that is
+    def decoded(self) -> dict[str, list[TypedEvent]]:
+        """The envelopes as events, read through the codec (UnreadableRecord for one that is
         no envelope)."""
         return {
-            stream: [read_event(e.encode()).mapping for e in texts]
+            stream: [read_event(e.encode()) for e in texts]
             for stream, texts in self.envelopes.items()
         }
 
@@ -77,17 +77,17 @@ class Checkpoints:
     """The judge's logs as read from the verdicts stream, indexed by chain head. A log is taken
     up to its first checkpoint that does not continue it (the rest cannot be proven)."""
 
-    def __init__(self, envelopes: Mapping[str, Iterable[Mapping[str, Any]]]) -> None:
+    def __init__(self, logs: Mapping[str, Iterable[TypedEvent]]) -> None:
         self.trees: dict[str, LogTree] = {}
         self._where: dict[tuple[str, str, int, str], tuple[str, int]] = {}
-        for log, envs in sorted(envelopes.items()):
-            by_seq: dict[int, Mapping[str, Any]] = {}
-            for env in envs:
-                if env["type"] == CHECKPOINT_TYPE:
-                    by_seq.setdefault(env["seq"], env)
+        for log, events in sorted(logs.items()):
+            by_seq: dict[int, TypedEvent] = {}
+            for event in events:
+                if event.type == CHECKPOINT_TYPE:
+                    by_seq.setdefault(event.seq, event)
             tree = LogTree(log)
             for seq in sorted(by_seq):
-                if tree.add(Checkpoint.model_validate(by_seq[seq]["payload"])):
+                if tree.add(Checkpoint.model_validate(by_seq[seq].payload)):
                     break
             if tree.heads:
                 self.trees[log] = tree
@@ -115,8 +115,8 @@ class Checkpoints:
 
 def session_evidence(
     trajectory: Trajectory,
-    events: Sequence[Mapping[str, Any]],
-    derived: Sequence[Mapping[str, Any]],
+    events: Sequence[TypedEvent],
+    derived: Sequence[TypedEvent],
     checkpoints: Checkpoints,
 ) -> SessionEvidence | None:
     """The evidence of one folded session, or None when a chain head it was folded from is in no
@@ -125,11 +125,13 @@ def session_evidence(
     proofs = []
     for stream, span in sorted(trajectory.provenance.items()):
         source = events if stream == "events" else derived
-        by_seq: dict[int, Mapping[str, Any]] = {}
-        for env in source:
-            if env["stream"] == stream and env["session_id"] == trajectory.session_id:
-                by_seq.setdefault(env["seq"], env)
-        envelopes[stream] = tuple(canonical_bytes(by_seq[s]).decode() for s in sorted(by_seq))
+        by_seq: dict[int, TypedEvent] = {}
+        for event in source:
+            if event.stream == stream and event.session_id == trajectory.session_id:
+                by_seq.setdefault(event.seq, event)
+        envelopes[stream] = tuple(
+            canonical_bytes(by_seq[s].mapping).decode() for s in sorted(by_seq)
+        )
         leaf = ChainHeadLeaf(
             stream=stream, session_id=trajectory.session_id, seq=span.last_seq, hash=span.last_hash
         )

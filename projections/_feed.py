@@ -36,10 +36,17 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from rolltape.projections._evidence import CHECKPOINT_TYPE
 from rolltape.projections._export import Selection
 from rolltape.projections._fold import FoldError, fold
-from rolltape.projections._records import checked_envelope
+from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import session_rows
-from rolltape.schemas import KafkaConnection, Stream, kafka_errors, topic_name, versioned_stream
+from rolltape.schemas import (
+    KafkaConnection,
+    Stream,
+    TypedEvent,
+    kafka_errors,
+    topic_name,
+    versioned_stream,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -62,8 +69,8 @@ class FeedItem:
 
 @dataclass
 class _Open:
-    events: list[dict[str, Any]] = field(default_factory=list)
-    derived: list[dict[str, Any]] = field(default_factory=list)
+    events: list[TypedEvent] = field(default_factory=list)
+    derived: list[TypedEvent] = field(default_factory=list)
     offsets: dict[TopicPartition, int] = field(default_factory=dict)
     """The first offset of this session on each partition it was read from."""
     ended: bool = False
@@ -234,14 +241,14 @@ class TrajectoryFeed:
         sid = key.decode("utf-8", "replace")
         if sid in self._done:
             return  # a late verdict or a redelivery of a session already decided
-        env, problem = checked_envelope(value)
+        env, problem = checked_event(value)
         if env is None:
             self.skipped[f"{problem}_record"] += 1
             return
-        stream = env["stream"]
+        stream = env.stream
         if stream not in (Stream.EVENTS.value, self._verdicts, self._filtered):
             return  # another judge version's chain: never holds this feed's commits back
-        if env["type"] == CHECKPOINT_TYPE:
+        if env.type == CHECKPOINT_TYPE:
             return  # the judge's checkpoint logs are no session
         session = self._open.get(sid)
         if session is None:
@@ -250,16 +257,16 @@ class TrajectoryFeed:
         session.last_seen = time.monotonic()
         if stream == Stream.EVENTS.value:
             session.events.append(env)
-            if env["type"] == "session_started":
-                session.kind = env["payload"].get("kind", "agent")
-            elif env["type"] == "session_ended":
+            if env.type == "session_started":
+                session.kind = env.payload.get("kind", "agent")
+            elif env.type == "session_ended":
                 session.ended = True
         else:
             session.derived.append(env)
-            if env["type"] == "filter_outcome":
+            if env.type == "filter_outcome":
                 session.filtered = True
-            elif env["type"] == "verdict":
-                session.judges.add(str(env["payload"].get("judge")))
+            elif env.type == "verdict":
+                session.judges.add(str(env.payload.get("judge")))
         self._maybe_ready(sid, session)
 
     def _maybe_ready(self, sid: str, session: _Open) -> None:

@@ -1,7 +1,8 @@
 """The fold: one session's events (+ the chosen judge version's verdicts and filter outcome) into a
 Trajectory.
 
-Pure and deterministic: the input is decoded envelopes, in any order and with redelivered copies;
+Pure and deterministic: the input is events as the codec read them (`read_event`), in any order
+and with redelivered copies;
 the fold orders each chain by seq and keeps the first copy of each seq, so two reads of the same
 topics give the same Trajectory whatever their interleaving (two different records at one seq, a
 fork, leave the chain unlinked whichever comes first).
@@ -23,7 +24,7 @@ exporters rely on:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -41,21 +42,23 @@ from rolltape.projections._trajectory import (
 )
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
+    ChainBrokenEvent,
     Decision,
     Feedback,
     FilterOutcome,
+    FilterOutcomeEvent,
     PayloadError,
     Reward,
     SessionEnded,
-    SessionStarted,
+    SessionStartedEvent,
     Stream,
     ToolCall,
     ToolResult,
     Turn,
-    Verdict,
+    TypedEvent,
+    VerdictEvent,
     canonical_bytes,
     classify_link,
-    parse_payload,
     versioned_stream,
 )
 
@@ -64,26 +67,26 @@ class FoldError(ProjectionError, ValueError):
     """The events cannot be folded into a trajectory (no session_started, mixed sessions)."""
 
 
-def _ordered(envelopes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    by_seq: dict[int, Mapping[str, Any]] = {}
-    for env in envelopes:
-        by_seq.setdefault(env["seq"], env)
+def _ordered(events: Iterable[TypedEvent]) -> list[TypedEvent]:
+    by_seq: dict[int, TypedEvent] = {}
+    for event in events:
+        by_seq.setdefault(event.seq, event)
     return [by_seq[seq] for seq in sorted(by_seq)]
 
 
-def _linked(envelopes: Iterable[Mapping[str, Any]]) -> bool:
+def _linked(events: Iterable[TypedEvent]) -> bool:
     """Each record, in seq order, extends the one before (from the first the fold holds, which
     need not be seq 0), and no seq holds two records. The fold reads a chain as a set, so the
     order of arrival is not its concern, nor what follows session_ended: the audit's
     `chain_broken` verdicts report those."""
     held: dict[int, str] = {}
     next_seq: int | None = None
-    for env in sorted(envelopes, key=lambda env: env["seq"]):  # stable: first copy is held
-        seq = env["seq"]
+    for event in sorted(events, key=lambda event: event.seq):  # stable: first copy is held
+        seq = event.seq
         verdict = classify_link(
             seq,
-            env["prev_hash"],
-            env["hash"],
+            event.prev_hash,
+            event.hash,
             next_seq=seq if next_seq is None else next_seq,
             at_seq=held.get(seq),
             before=held.get(seq - 1),
@@ -91,24 +94,24 @@ def _linked(envelopes: Iterable[Mapping[str, Any]]) -> bool:
         if not verdict.clean:
             return False
         if verdict.placement == "joins":
-            held[seq] = env["hash"]
+            held[seq] = event.hash
             next_seq = seq + 1
     return True
 
 
-def _span(envelopes: list[Mapping[str, Any]]) -> ChainSpan:
-    chain = _ordered(envelopes)
+def _span(events: list[TypedEvent]) -> ChainSpan:
+    chain = _ordered(events)
     return ChainSpan(
-        first_seq=chain[0]["seq"],
-        last_seq=chain[-1]["seq"],
-        first_hash=chain[0]["hash"],
-        last_hash=chain[-1]["hash"],
+        first_seq=chain[0].seq,
+        last_seq=chain[-1].seq,
+        first_hash=chain[0].hash,
+        last_hash=chain[-1].hash,
         count=len(chain),
-        linked=_linked(envelopes),
+        linked=_linked(events),
     )
 
 
-class _Builder(View[Mapping[str, Any]]):
+class _Builder(View[TypedEvent]):
     """The export's view of the conversation: mutable working state of one fold, which becomes
     immutable models at the end. It decides nothing (see `rolltape.processors.conversation`)."""
 
@@ -122,7 +125,7 @@ class _Builder(View[Mapping[str, Any]]):
         self.end: SessionEnded | None = None
         self.ended_ns: int | None = None
 
-    def turn(self, turn: Turn, at: Mapping[str, Any]) -> None:
+    def turn(self, turn: Turn, at: TypedEvent) -> None:
         self.messages.append(
             {
                 "role": turn.role,
@@ -135,19 +138,19 @@ class _Builder(View[Mapping[str, Any]]):
                 "summary": bool(turn.summary),
                 "prompt_tokens": turn.prompt_tokens,
                 "completion_tokens": turn.completion_tokens,
-                "ts_ns": at["ts_ns"],
-                "event_hash": at["hash"],
+                "ts_ns": at.ts_ns,
+                "event_hash": at.hash,
             }
         )
 
-    def call(self, call: ToolCall, at: Mapping[str, Any], *, opens: bool, repeated: bool) -> None:
+    def call(self, call: ToolCall, at: TypedEvent, *, opens: bool, repeated: bool) -> None:
         if opens:
             self.messages.append(
                 {
                     "role": "assistant",
                     "content": "",
                     "tool_calls": [],
-                    "ts_ns": at["ts_ns"],
+                    "ts_ns": at.ts_ns,
                     "event_hash": None,
                 }
             )
@@ -156,33 +159,33 @@ class _Builder(View[Mapping[str, Any]]):
         # The call's message is the last one: messages are appended only for turns and openings.
         calls = self.messages[-1]["tool_calls"]
         self.where[call.id] = (len(self.messages) - 1, len(calls))
-        calls.append({**call.model_dump(), "result": None, "event_hash": at["hash"]})
+        calls.append({**call.model_dump(), "result": None, "event_hash": at.hash})
 
-    def answer(self, result: ToolResult, at: Mapping[str, Any], *, failed: bool) -> None:
+    def answer(self, result: ToolResult, at: TypedEvent, *, failed: bool) -> None:
         message, index = self.where[result.call_id]
         self.messages[message]["tool_calls"][index]["result"] = {
             "content": result.content,
             "success": not failed,
             "error": result.error,
             "duration_ms": result.duration_ms,
-            "event_hash": at["hash"],
+            "event_hash": at.hash,
         }
 
-    def stray(self, result: ToolResult, at: Mapping[str, Any], *, answered: bool) -> None:
+    def stray(self, result: ToolResult, at: TypedEvent, *, answered: bool) -> None:
         if not answered:
-            self.unmatched.append(at["hash"])
+            self.unmatched.append(at.hash)
 
-    def reward(self, reward: Reward, at: Mapping[str, Any]) -> None:
-        self.reward_records.append(RewardRecord(**reward.model_dump(), event_hash=at["hash"]))
+    def reward(self, reward: Reward, at: TypedEvent) -> None:
+        self.reward_records.append(RewardRecord(**reward.model_dump(), event_hash=at.hash))
 
-    def feedback(self, feedback: Feedback, at: Mapping[str, Any]) -> None:
-        self.feedback_records.append(FeedbackRecord(**feedback.model_dump(), event_hash=at["hash"]))
+    def feedback(self, feedback: Feedback, at: TypedEvent) -> None:
+        self.feedback_records.append(FeedbackRecord(**feedback.model_dump(), event_hash=at.hash))
 
-    def decision(self, decision: Decision, at: Mapping[str, Any]) -> None:
-        self.decision_records.append({**decision.model_dump(mode="json"), "event_hash": at["hash"]})
+    def decision(self, decision: Decision, at: TypedEvent) -> None:
+        self.decision_records.append({**decision.model_dump(mode="json"), "event_hash": at.hash})
 
-    def ended(self, end: SessionEnded, at: Mapping[str, Any]) -> None:
-        self.end, self.ended_ns = end, at["ts_ns"]
+    def ended(self, end: SessionEnded, at: TypedEvent) -> None:
+        self.end, self.ended_ns = end, at.ts_ns
 
     def build_messages(self) -> tuple[Message, ...]:
         # One validation for the whole conversation: pydantic builds the nested messages, calls
@@ -209,63 +212,61 @@ def _tool_stats(tools: Iterable[str], messages: Iterable[Message]) -> dict[str, 
 
 
 def fold(
-    events: Iterable[Mapping[str, Any]],
-    derived: Iterable[Mapping[str, Any]] = (),
+    events: Iterable[TypedEvent],
+    derived: Iterable[TypedEvent] = (),
     *,
     judge_version: str = LIVE_JUDGE_VERSION,
 ) -> Trajectory:
-    """Fold one session. `events` are its events-stream envelopes (decoded); `derived` may hold
-    any derived envelopes of the session: only the chosen judge version's verdicts and filter
-    outcome are used."""
+    """Fold one session. `events` are its events-stream events; `derived` may hold any derived
+    events of the session: only the chosen judge version's verdicts and filter outcome are
+    used. A payload is read through its event's `body`, so an event the worker or replay already
+    parsed is not parsed again."""
     given = list(events)
     if not given:
         raise FoldError("no events to fold")
-    sid = given[0]["session_id"]
-    if any(env["session_id"] != sid or env["stream"] != Stream.EVENTS.value for env in given):
+    sid = given[0].session_id
+    if any(event.session_id != sid or event.stream != Stream.EVENTS.value for event in given):
         raise FoldError(f"fold takes the events stream of one session ({sid})")
     chain = _ordered(given)
     first = chain[0]
-    if first["type"] != "session_started":
-        raise FoldError(f"session {sid}: the first event is {first['type']}, not session_started")
-    start = parse_payload("session_started", first["payload"], lenient=True)
-    assert isinstance(start, SessionStarted)
+    if not isinstance(first, SessionStartedEvent):
+        raise FoldError(f"session {sid}: the first event is {first.type}, not session_started")
+    start = first.body
     builder = _Builder()
     conversation = Conversation()
-    for env in chain[1:]:
-        kind = env["type"]
-        if kind not in EVENT_TYPES:
+    for event in chain[1:]:
+        if event.type not in EVENT_TYPES:
             continue
         try:
-            payload = parse_payload(kind, env["payload"], lenient=True)
+            payload = event.body
         except PayloadError:
-            if kind == "session_ended" and not conversation.ended:
+            if event.type == "session_ended" and not conversation.ended:
                 raise  # an end that does not parse is an error, not an unfinished session
             continue  # the live audit dead-lettered it; it is not part of the conversation
-        conversation.tell(payload, env, builder)
+        conversation.tell(payload, event, builder)
     messages, end = builder.build_messages(), builder.end
 
     verdict_stream = versioned_stream(Stream.VERDICTS, judge_version)
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
-    chains: dict[str, list[Mapping[str, Any]]] = {Stream.EVENTS.value: given}
-    picked: dict[str, list[Mapping[str, Any]]] = {verdict_stream: [], filter_stream: []}
-    for env in derived:
-        if env["session_id"] == sid and env["stream"] in picked:
-            picked[env["stream"]].append(env)
+    chains: dict[str, list[TypedEvent]] = {Stream.EVENTS.value: given}
+    picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: []}
+    for event in derived:
+        if event.session_id == sid and event.stream in picked:
+            picked[event.stream].append(event)
     verdicts: list[VerdictRecord] = []
     breaks: list[str] = []
     filter_outcome: FilterOutcome | None = None
     filter_hash: str | None = None
-    for name, envelopes in picked.items():
-        ordered = _ordered(envelopes)
+    for name, chain_events in picked.items():
+        ordered = _ordered(chain_events)
         if not ordered:
             continue
-        chains[name] = envelopes
-        for env in ordered:
-            if env["type"] == "chain_broken":
-                breaks.append(env["event_id"])
-            elif env["type"] == "verdict":
-                verdict = parse_payload("verdict", env["payload"], lenient=True)
-                assert isinstance(verdict, Verdict)
+        chains[name] = chain_events
+        for event in ordered:
+            if isinstance(event, ChainBrokenEvent):
+                breaks.append(event.event_id)
+            elif isinstance(event, VerdictEvent):
+                verdict = event.body
                 verdicts.append(
                     VerdictRecord(
                         judge=verdict.judge,
@@ -273,15 +274,13 @@ def fold(
                         status=verdict.status,
                         scores=verdict.scores,
                         violations=len(verdict.violations),
-                        event_id=env["event_id"],
-                        event_hash=env["hash"],
+                        event_id=event.event_id,
+                        event_hash=event.hash,
                     )
                 )
-            elif env["type"] == "filter_outcome" and filter_outcome is None:
-                outcome = parse_payload("filter_outcome", env["payload"], lenient=True)
-                assert isinstance(outcome, FilterOutcome)
-                filter_outcome, filter_hash = outcome, env["hash"]
-    provenance = {name: _span(envs) for name, envs in sorted(chains.items())}
+            elif isinstance(event, FilterOutcomeEvent) and filter_outcome is None:
+                filter_outcome, filter_hash = event.body, event.hash
+    provenance = {name: _span(chain_events) for name, chain_events in sorted(chains.items())}
     identity = [
         sid,
         judge_version,
@@ -300,7 +299,7 @@ def fold(
         trainable=start.trainable,
         linked_session_id=start.linked_session_id,
         run_config=start.run_config,
-        started_ns=first["ts_ns"],
+        started_ns=first.ts_ns,
         ended_ns=builder.ended_ns,
         messages=messages,
         unmatched_results=tuple(builder.unmatched),

@@ -26,19 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from rolltape.schemas import _accel
 from rolltape.schemas._canonical import canonical_bytes, decode, plain_is_canonical
 from rolltape.schemas._derived import BreakKind
 from rolltape.schemas._envelope import SCHEMA_VERSION, Envelope
 from rolltape.schemas._errors import CanonicalEncodingError, EnvelopeError
-from rolltape.schemas._payloads import parse_payload
+from rolltape.schemas._events import EVENT_CLASSES, Producer, TypedEvent, UnknownEvent
 
 _HEADER_KEYS: Final = frozenset(Envelope.model_fields)
 _PRODUCER_KEYS: Final = frozenset(("name", "version", "principal"))
@@ -47,6 +45,7 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _HASH_MEMBER = b',"hash":"'
+_CLASSES: Final = dict(EVENT_CLASSES)
 
 
 class UnreadableRecord(EnvelopeError):
@@ -58,63 +57,9 @@ class UnreadableRecord(EnvelopeError):
         self.detail = detail
 
 
-@dataclass(frozen=True, slots=True)
-class Producer:
-    """Who wrote the event: software name and version, and the principal it names."""
-
-    name: str
-    version: str
-    principal: str
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class Event:
-    """One record as read: the envelope's fields, its typed payload and what its bytes showed.
-
-    Frozen: every reader of a record sees the same event. `body` is the payload validated
-    against its type's model once, on first use, ignoring fields a newer producer added."""
-
-    stream: str
-    session_id: str
-    seq: int
-    ts_ns: int
-    type: str
-    event_id: str
-    causes: tuple[str, ...]
-    producer: Producer
-    payload: Mapping[str, Any]
-    """The payload as decoded (non-finite floats still as their string tokens)."""
-    prev_hash: str
-    hash: str
-    computed_hash: str | None
-    """sha256 of the content as written; None when it has no canonical form."""
-    canonical: bool
-    """The received bytes are the canonical encoding of their content."""
-    mapping: dict[str, Any] = field(repr=False)
-    """The whole decoded record, for readers that fold plain mappings."""
-    _body: BaseModel | None = field(default=None, repr=False)
-
-    @property
-    def intact(self) -> bool:
-        """The content hashes to the hash the record carries."""
-        return self.computed_hash == self.hash
-
-    @property
-    def body(self) -> BaseModel:
-        """The typed payload (a `Turn`, a `Metric`, ...); PayloadError when it does not
-        validate against its type's model."""
-        if self._body is None:
-            object.__setattr__(self, "_body", parse_payload(self.type, self.payload, lenient=True))
-        assert self._body is not None
-        return self._body
-
-    def envelope(self) -> Envelope:
-        """The schema model of this record (for APIs that hand envelopes out)."""
-        return Envelope.model_validate(self.mapping)
-
-
-def read_event(data: bytes | bytearray | memoryview) -> Event:
-    """Decode and check one record value; UnreadableRecord says why it is no envelope."""
+def read_event(data: bytes | bytearray | memoryview) -> TypedEvent:
+    """Decode and check one record value into the event class of its `type`;
+    UnreadableRecord says why it is no envelope."""
     raw = bytes(data)
     try:
         obj = decode(raw)
@@ -135,12 +80,13 @@ def read_event(data: bytes | bytearray | memoryview) -> Event:
         raise UnreadableRecord(BreakKind.UNPARSEABLE, _problem(obj))
     computed, canonical = _content_hash(obj, raw)
     p = obj["producer"]
-    return Event(
+    kind = obj["type"]
+    return _CLASSES.get(kind, UnknownEvent)(
         obj["stream"],
         obj["session_id"],
         obj["seq"],
         obj["ts_ns"],
-        obj["type"],
+        kind,
         obj["event_id"],
         tuple(obj["causes"]),
         Producer(p["name"], p["version"], p["principal"]),

@@ -42,13 +42,14 @@ from rolltape.infra.settings import Settings
 from rolltape.infra.topics import scratch_prefix
 from rolltape.processors import ProcessorConfig, ReplayRecord, replay, replay_order
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.projections import ExportOptions, build_export, checked_envelope, fold
+from rolltape.projections import ExportOptions, build_export, checked_event, fold
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
 from rolltape.schemas import (
     ChainWriter,
     KafkaConnection,
     Role,
     Stream,
+    TypedEvent,
     read_event,
     topic_name,
 )
@@ -181,13 +182,13 @@ def _pipeline(
     t1 = time.perf_counter()
     result = replay(replay_order(raw), config)
     t2 = time.perf_counter()
-    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    events: dict[str, list[TypedEvent]] = defaultdict(list)
     for item in raw:
         event = read_event(item.record.value)
-        events[event.session_id].append(event.mapping)
-    derived: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        events[event.session_id].append(event)
+    derived: dict[str, list[TypedEvent]] = defaultdict(list)
     for (_, sid), outputs in result.chains.items():
-        derived[sid].extend(read_event(o.value).mapping for o in outputs)
+        derived[sid].extend(read_event(o.value) for o in outputs)
     trajectories = [fold(events[sid], derived[sid]) for sid in sorted(events)]
     t3 = time.perf_counter()
     lines = [jsonl_line(sharegpt_row(t)) for t in trajectories]
@@ -214,11 +215,11 @@ def in_memory_export() -> None:
 
 
 async def _fold_in_memory(connection: KafkaConnection, prefix: str) -> list[Any]:
-    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    events: dict[str, list[TypedEvent]] = defaultdict(list)
     async for record in read_records(connection, [Stream.EVENTS], prefix=prefix):
-        env, _ = checked_envelope(record.value)
+        env, _ = checked_event(record.value)
         if env is not None:
-            events[env["session_id"]].append(env)
+            events[env.session_id].append(env)
     return [fold(events[sid]) for sid in sorted(events)]
 
 

@@ -22,7 +22,7 @@ from rolltape.schemas import (
     GENESIS_HASH,
     BreakKind,
     ChainBreak,
-    Event,
+    TypedEvent,
     UnreadableRecord,
     classify_link,
     read_event,
@@ -114,7 +114,7 @@ class Admitted:
     """The record belongs to its chain, with the breaks it shows."""
 
     outcome: Literal["admitted"]
-    event: Event
+    event: TypedEvent
     breaks: tuple[ChainBreak, ...]
     """Each reported as a `chain_broken` output (its position is the input record's)."""
     usable: bool
@@ -124,7 +124,7 @@ class Admitted:
 AuditResult = DeadLettered | Redelivered | Admitted
 
 
-def parse_record(record: InputRecord) -> Event | DeadLettered:
+def parse_record(record: InputRecord) -> TypedEvent | DeadLettered:
     """The event of a record, or why it cannot be attributed to any chain."""
 
     def dead(reason: BreakKind, detail: str) -> DeadLettered:
@@ -145,7 +145,7 @@ def parse_record(record: InputRecord) -> Event | DeadLettered:
     return env
 
 
-def audit(chain: ChainHead, env: Event) -> AuditResult:
+def audit(chain: ChainHead, env: TypedEvent) -> AuditResult:
     """Check one record's event against its chain and advance the chain."""
     seq = env.seq
     breaks: list[ChainBreak] = []

@@ -16,10 +16,10 @@ from rolltape.schemas import (
     FINAL_STATUSES,
     CronJob,
     CronRun,
-    Event,
     JobAction,
     JobState,
     RunStatus,
+    TypedEvent,
 )
 
 _NS = 1_000_000_000
@@ -68,7 +68,7 @@ class JobBook:
     _resumed: dict[str, int] = field(default_factory=dict)
     """Job id -> when it was last resumed: ticks missed while it was paused are not owed."""
 
-    def apply(self, envelope: Event) -> bool:
+    def apply(self, envelope: TypedEvent) -> bool:
         """Fold one record; False when it is not newer than what the key holds."""
         head = self.heads.get(envelope.session_id)
         if head is not None and envelope.seq <= head.seq:

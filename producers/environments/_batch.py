@@ -14,10 +14,10 @@ import asyncio
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rolltape.producers.environments._base import Environment, Item
 from rolltape.producers.environments._rollout import Rollout
+from rolltape.schemas import TypedEvent
 
 RUN_PATTERN = r"^[a-z0-9][a-z0-9-]{0,39}$"
 _SESSION = re.compile(
@@ -49,10 +49,10 @@ class SlotState:
 
 
 def slot_states(
-    run: str, sessions: Mapping[str, Sequence[Mapping[str, Any]]]
+    run: str, sessions: Mapping[str, Sequence[TypedEvent]]
 ) -> dict[tuple[str, int], SlotState]:
     """(item id, sample) -> whether a session of it ended completed, and how many attempts it
-    had, from every session's events (envelope mappings) of the log."""
+    had, from every session's events of the log."""
     states: dict[tuple[str, int], SlotState] = {}
     for session_id, events in sessions.items():
         match = _SESSION.match(session_id)
@@ -60,8 +60,7 @@ def slot_states(
             continue
         key = (match["item"], int(match["k"]))
         completed = any(
-            e.get("type") == "session_ended" and e.get("payload", {}).get("status") == "completed"
-            for e in events
+            e.type == "session_ended" and e.payload.get("status") == "completed" for e in events
         )
         before = states.get(key, SlotState(False, 0))
         states[key] = SlotState(before.finished or completed, max(before.attempts, int(match["a"])))

@@ -14,16 +14,23 @@ from pydantic import BaseModel, ConfigDict
 
 from rolltape.schemas import (
     ChainBroken,
+    ChainBrokenEvent,
     Decision,
+    DecisionEvent,
     LiveCheck,
+    LiveCheckEvent,
     Metric,
+    MetricEvent,
     ModelSpec,
+    ModelSpecEvent,
     RuleEvaluation,
-    SessionEnded,
-    SessionStarted,
+    RuleEvaluationEvent,
+    SessionEndedEvent,
+    SessionStartedEvent,
     Stream,
+    TypedEvent,
     Verdict,
-    parse_payload,
+    VerdictEvent,
 )
 
 
@@ -101,76 +108,59 @@ class RunView(BaseModel):
         )
 
 
-def _ordered(envelopes: Iterable[dict[str, Any]], stream: str) -> list[dict[str, Any]]:
-    by_seq: dict[int, dict[str, Any]] = {}
-    for env in envelopes:
-        if env.get("stream") == stream:
-            by_seq.setdefault(env["seq"], env)
+def _ordered(events: Iterable[TypedEvent], stream: str) -> list[TypedEvent]:
+    by_seq: dict[int, TypedEvent] = {}
+    for event in events:
+        if event.stream == stream:
+            by_seq.setdefault(event.seq, event)
     return [by_seq[s] for s in sorted(by_seq)]
 
 
-def fold_training(envelopes: Iterable[dict[str, Any]]) -> TrainingView | None:
-    """One session's envelopes of every stream (events, metrics, live rules and verdicts) into
+def fold_training(events: Iterable[TypedEvent]) -> TrainingView | None:
+    """One session's events of every stream (events, metrics, live rules and verdicts) into
     its view; None when its session_started is missing."""
-    envs = list(envelopes)
-    events = _ordered(envs, Stream.EVENTS.value)
-    if not events or events[0]["type"] != "session_started":
+    given = list(events)
+    chain = _ordered(given, Stream.EVENTS.value)
+    if not chain or not isinstance(chain[0], SessionStartedEvent):
         return None
-    started = parse_payload("session_started", events[0]["payload"], lenient=True)
-    assert isinstance(started, SessionStarted)
+    first = chain[0]
+    started = first.body
     decisions: list[DecisionView] = []
     status, outcome = "unfinished", {}
-    for env in events[1:]:
-        if env["type"] == "decision":
-            decision = parse_payload("decision", env["payload"], lenient=True)
-            assert isinstance(decision, Decision)
-            decisions.append(DecisionView(decision=decision, hash=env["hash"]))
-        elif env["type"] == "session_ended":
-            ended = parse_payload("session_ended", env["payload"], lenient=True)
-            assert isinstance(ended, SessionEnded)
-            status, outcome = ended.status, dict(ended.outcome)
+    for event in chain[1:]:
+        if isinstance(event, DecisionEvent):
+            decisions.append(DecisionView(decision=event.body, hash=event.hash))
+        elif isinstance(event, SessionEndedEvent):
+            status, outcome = event.body.status, dict(event.body.outcome)
     metrics: dict[int, Metric] = {}
     specs: list[ModelSpec] = []
     live: LiveCheck | None = None
-    for env in _ordered(envs, Stream.METRICS.value):
-        payload = env["payload"]
-        if env["type"] == "metric":
-            metric = parse_payload("metric", payload, lenient=True)
-            assert isinstance(metric, Metric)
-            metrics.setdefault(metric.epoch, metric)
-        elif env["type"] == "model_spec":
-            spec = parse_payload("model_spec", payload, lenient=True)
-            assert isinstance(spec, ModelSpec)
-            specs.append(spec)
-        elif env["type"] == "live_check":
-            check = parse_payload("live_check", payload, lenient=True)
-            assert isinstance(check, LiveCheck)
-            live = check
+    for event in _ordered(given, Stream.METRICS.value):
+        if isinstance(event, MetricEvent):
+            metrics.setdefault(event.body.epoch, event.body)
+        elif isinstance(event, ModelSpecEvent):
+            specs.append(event.body)
+        elif isinstance(event, LiveCheckEvent):
+            live = event.body
     evaluations: dict[int, RuleEvaluation] = {}
-    for env in _ordered(envs, Stream.RULES.value):
-        if env["type"] == "rule_evaluation":
-            evaluation = parse_payload("rule_evaluation", env["payload"], lenient=True)
-            assert isinstance(evaluation, RuleEvaluation)
-            evaluations.setdefault(evaluation.epoch, evaluation)
+    for event in _ordered(given, Stream.RULES.value):
+        if isinstance(event, RuleEvaluationEvent):
+            evaluations.setdefault(event.body.epoch, event.body)
     verdict: Verdict | None = None
     breaks: list[ChainBroken] = []
-    for env in _ordered(envs, Stream.VERDICTS.value):
-        if env["type"] == "verdict" and env["payload"].get("judge") == "training_audit":
-            parsed = parse_payload("verdict", env["payload"], lenient=True)
-            assert isinstance(parsed, Verdict)
-            verdict = parsed
-        elif env["type"] == "chain_broken":
-            broken = parse_payload("chain_broken", env["payload"], lenient=True)
-            assert isinstance(broken, ChainBroken)
-            breaks.append(broken)
+    for event in _ordered(given, Stream.VERDICTS.value):
+        if isinstance(event, VerdictEvent) and event.payload.get("judge") == "training_audit":
+            verdict = event.body
+        elif isinstance(event, ChainBrokenEvent):
+            breaks.append(event.body)
     epochs = tuple(
         EpochView(epoch=e, metric=metrics.get(e), evaluation=evaluations.get(e))
         for e in sorted(set(metrics) | set(evaluations))
     )
     return TrainingView(
-        session_id=events[0]["session_id"],
+        session_id=first.session_id,
         task=started.task,
-        started_ns=events[0]["ts_ns"],
+        started_ns=first.ts_ns,
         run_config=dict(started.run_config),
         group_id=started.group_id,
         status=status,

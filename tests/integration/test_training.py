@@ -160,7 +160,7 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
     # the run, rewarded with their attempt's process score (training data for policies)
     sessions = asyncio.run(read_sessions(rig.topics.reader, rig.topics.prefix))
     starts = {
-        sid: next(e for e in envs if e["type"] == "session_started")["payload"]
+        sid: next(e for e in envs if e.type == "session_started").payload
         for sid, envs in sessions.items()
     }
     assert starts[second.session_id]["linked_session_id"] == first.session_id
@@ -171,13 +171,13 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
         assert policy_start["linked_session_id"] == attempt.session_id
         assert policy_start["group_id"] == result.run_id and policy_start["trainable"] is True
         rewards = [
-            e["payload"]["value"]
+            e.payload["value"]
             for e in sessions[attempt.policy_session_id]
-            if e["type"] == "reward"
+            if e.type == "reward"
         ]
         assert rewards == [attempt.process_score]
     summary = sessions[result.summary_session_id]
-    ended = next(e for e in summary if e["type"] == "session_ended")["payload"]
+    ended = next(e for e in summary if e.type == "session_ended").payload
     assert ended["outcome"]["best_attempt"] == 2
     # the policy conversations of the two attempts are a preference pair
     from rolltape.infra.export import collect, run_export

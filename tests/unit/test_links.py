@@ -28,6 +28,7 @@ from rolltape.schemas import (
     canonical_bytes,
     classify_link,
     decode,
+    read_event,
     seal,
 )
 
@@ -123,7 +124,7 @@ def audited(records: list[bytes]) -> set[BreakKind]:
 
 def seen(records: list[bytes]) -> Seen:
     kinds, set_aside = verified(records)
-    linked = fold([decode(data) for data in records]).provenance["events"].linked
+    linked = fold([read_event(data) for data in records]).provenance["events"].linked
     return Seen(kinds, set_aside, audited(records), linked)
 
 

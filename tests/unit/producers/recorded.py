@@ -7,17 +7,22 @@ from typing import Any
 
 from rolltape.producers import Recorder, Session
 from rolltape.producers._spool import Spool
-from rolltape.schemas import decode
+from rolltape.schemas import TypedEvent, decode, read_event
 
 
 def spooled(folder: Path) -> list[dict[str, Any]]:
-    """Every envelope a closed recorder left in its spool folder, in order (reading consumes
-    the spool: read once)."""
+    """Every envelope a closed recorder left in its spool folder, in order, decoded (reading
+    consumes the spool: read once)."""
+    return [decode(value) for value in spooled_records(folder)]
+
+
+def spooled_records(folder: Path) -> list[bytes]:
+    """The record values a closed recorder left in its spool folder, in order (read once)."""
     spool = Spool(folder, 1 << 30)
-    out: list[dict[str, Any]] = []
+    out: list[bytes] = []
     while not spool.empty:
         batch, token = spool.read(1000)
-        out += [decode(value) for _, _, value in batch]
+        out += [value for _, _, value in batch]
         spool.commit(token)
     spool.close()
     return out
@@ -36,9 +41,16 @@ class Spooled:
 
     def envelopes(self) -> list[dict[str, Any]]:
         """Everything both recorders wrote, agent's first (closes them)."""
+        return [decode(value) for value in self.records()]
+
+    def events(self) -> list[TypedEvent]:
+        """The same, read through the codec."""
+        return [read_event(value) for value in self.records()]
+
+    def records(self) -> list[bytes]:
         self.agent.close(10)
         self.monitor.close(10)
-        return spooled(self.tmp / "agent") + spooled(self.tmp / "monitor")
+        return spooled_records(self.tmp / "agent") + spooled_records(self.tmp / "monitor")
 
     def payloads(self, event_type: str) -> list[dict[str, Any]]:
         return [e["payload"] for e in self.envelopes() if e["type"] == event_type]

@@ -3,17 +3,36 @@ new attempt (a fresh session), items cycle through the train split."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from rolltape.producers.environments._batch import plan, slot_states
 from rolltape.producers.environments.bugfix import BugFixEnv
+from rolltape.schemas import GENESIS_HASH, TypedEvent, read_event, seal
 
 
-def _ended(status: str) -> list[dict[str, object]]:
-    return [
-        {"type": "session_started", "payload": {}},
-        {"type": "session_ended", "payload": {"status": status}},
-    ]
+def _event(seq: int, event_type: str, payload: dict[str, Any]) -> TypedEvent:
+    value, _ = seal(
+        stream="events",
+        session_id="s",
+        seq=seq,
+        ts_ns=1,
+        type=event_type,
+        payload=payload,
+        prev_hash=GENESIS_HASH,
+        producer={"name": "test", "version": "0", "principal": "agent"},
+        causes=(),
+    )
+    return read_event(value)
+
+
+def _started() -> list[TypedEvent]:
+    return [_event(0, "session_started", {"task": "t"})]
+
+
+def _ended(status: str) -> list[TypedEvent]:
+    return [*_started(), _event(1, "session_ended", {"status": status})]
 
 
 def test_plan__cycles_the_train_items_and_names_a_session_per_slot() -> None:
@@ -28,7 +47,7 @@ def test_plan__cycles_the_train_items_and_names_a_session_per_slot() -> None:
 def test_plan__skips_completed_slots_and_retries_the_rest_as_new_attempts() -> None:
     sessions = {
         "batch.b1.binary_search.0.1": _ended("completed"),
-        "batch.b1.fizzbuzz.0.1": [{"type": "session_started", "payload": {}}],  # killed
+        "batch.b1.fizzbuzz.0.1": _started(),  # killed
         "batch.b1.median.0.1": _ended("failed"),
         "batch.b1.median.0.2": _ended("interrupted"),
         "batch.other.roman.0.1": _ended("completed"),  # another batch

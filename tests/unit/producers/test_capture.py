@@ -334,8 +334,8 @@ def test_capture__the_atropos_export_uses_the_token_ids_the_server_sampled(
             agent_loop(s.capture(client(server)))
             s.reward(reward)
             sessions.append(s.session_id)
-    envelopes = spooled.envelopes()
-    trajectories = [fold([e for e in envelopes if e["session_id"] == sid]) for sid in sessions]
+    events = spooled.events()
+    trajectories = [fold([e for e in events if e.session_id == sid]) for sid in sessions]
     export = atropos_groups(trajectories)  # no tokenizer: the recorded ids are enough
     assert export.skipped == []
     ((_, _, line),) = export.groups

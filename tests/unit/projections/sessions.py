@@ -8,7 +8,7 @@ from typing import Any
 
 from rolltape.processors import Emitted, ProcessorConfig
 from rolltape.projections import Trajectory, fold
-from rolltape.schemas import decode
+from rolltape.schemas import TypedEvent, read_event
 from tests.unit.processors.scripted import Tape, run
 
 #: Content an exporter must carry through untouched: structural tags of the formats, special
@@ -96,16 +96,16 @@ def record_sessions(tape: Tape) -> list[Any]:
 CONFIG = ProcessorConfig(rewards=("final_reward",))
 
 
-def recorded() -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-    """(events envelopes per session, every derived envelope), decoded."""
+def recorded() -> tuple[dict[str, list[TypedEvent]], list[TypedEvent]]:
+    """(events-stream events per session, every derived event), read through the codec."""
     tape = Tape()
     records = record_sessions(tape)
     outputs, _ = run(records, CONFIG)
-    events: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    events: dict[str, list[TypedEvent]] = defaultdict(list)
     for record in records:
-        env = decode(record.value)
-        events[env["session_id"]].append(env)
-    derived = [decode(o.value) for o in outputs if isinstance(o, Emitted)]
+        event = read_event(record.value)
+        events[event.session_id].append(event)
+    derived = [read_event(o.value) for o in outputs if isinstance(o, Emitted)]
     return dict(events), derived
 
 

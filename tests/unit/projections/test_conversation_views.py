@@ -11,7 +11,7 @@ from rolltape.processors import Emitted, JudgeRequest, ProcessorConfig, Requeste
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.judges import Transcript
 from rolltape.projections import Trajectory, fold
-from rolltape.schemas import decode
+from rolltape.schemas import decode, read_event
 from tests.unit.processors.scripted import Tape, emitted, run
 
 SID = "tricky"
@@ -58,8 +58,8 @@ def tricky(tape: Tape, *extra: tuple[str, dict[str, Any]]) -> list[InputRecord]:
 
 def views(records: list[InputRecord]) -> tuple[Trajectory, dict[str, Any], Transcript, bytes]:
     outputs, _ = run(records, CONFIG)
-    derived = [decode(o.value) for o in outputs if isinstance(o, Emitted)]
-    events = [decode(r.value) for r in records if r.stream == "events"]
+    derived = [read_event(o.value) for o in outputs if isinstance(o, Emitted)]
+    events = [read_event(r.value) for r in records if r.stream == "events"]
     (request,) = [o.value for o in outputs if isinstance(o, Requested)]
     (filtered,) = emitted(outputs, "filter_outcome")
     transcript = JudgeRequest.model_validate_json(request).transcript

@@ -1,3 +1,4 @@
+import dataclasses
 import random
 
 import pytest
@@ -43,8 +44,8 @@ def test_tool_calls_without_a_turn_open_an_assistant_message_and_stray_results_a
     assert (
         opened.tool_calls[1].raw_arguments == "6*7 please" and opened.tool_calls[1].result is None
     )
-    stray = next(e for e in events["s-bad"] if e["payload"].get("call_id") == "c-unknown")
-    assert trajectory.unmatched_results == (stray["hash"],)
+    stray = next(e for e in events["s-bad"] if e.payload.get("call_id") == "c-unknown")
+    assert trajectory.unmatched_results == (stray.hash,)
 
 
 def test_tool_stats_list_every_declared_tool_and_count_failures() -> None:
@@ -97,33 +98,35 @@ def test_provenance_names_first_and_last_event_of_every_chain_used() -> None:
     chain = events["s-good"]
     span = trajectory.provenance["events"]
     assert (span.first_hash, span.last_hash, span.count) == (
-        chain[0]["hash"],
-        chain[-1]["hash"],
+        chain[0].hash,
+        chain[-1].hash,
         len(chain),
     )
-    verdicts = [d for d in derived if d["session_id"] == "s-good" and d["stream"] == "verdicts"]
-    assert trajectory.provenance["verdicts"].last_hash == verdicts[-1]["hash"]
+    verdicts = [d for d in derived if d.session_id == "s-good" and d.stream == "verdicts"]
+    assert trajectory.provenance["verdicts"].last_hash == verdicts[-1].hash
     assert trajectory.filter_hash == trajectory.provenance["filtered"].last_hash
 
 
 def test_a_gap_in_the_chain_is_visible_in_provenance() -> None:
     events, derived = recorded()
-    holed = [e for e in events["s-good"] if e["seq"] != 3]
+    holed = [e for e in events["s-good"] if e.seq != 3]
     assert not fold(holed, derived).provenance["events"].linked
 
 
 def test_only_the_chosen_judge_versions_verdicts_are_used() -> None:
     events, derived = recorded()
+    # The same outputs as a replay under v2 would chain them, its filter refusing the session.
     replayed = [
-        {
-            **d,
-            "stream": versioned_stream(d["stream"], "v2"),
-            "payload": {**d["payload"], "accepted": False},
-        }
-        if d["type"] == "filter_outcome"
-        else {**d, "stream": versioned_stream(d["stream"], "v2")}
+        dataclasses.replace(
+            d,
+            stream=versioned_stream(d.stream, "v2"),
+            payload={**d.payload, "accepted": False},
+            _body=None,
+        )
+        if d.type == "filter_outcome"
+        else dataclasses.replace(d, stream=versioned_stream(d.stream, "v2"))
         for d in derived
-        if d["session_id"] == "s-good" and d["stream"] in ("verdicts", "filtered")
+        if d.session_id == "s-good" and d.stream in ("verdicts", "filtered")
     ]
     live = fold(events["s-good"], derived + replayed)
     v2 = fold(events["s-good"], derived + replayed, judge_version="v2")

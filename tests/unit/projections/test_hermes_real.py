@@ -17,7 +17,7 @@ import pytest
 from rolltape.projections import Trajectory, fold
 from rolltape.projections.exporters import sharegpt_row
 from rolltape.projections.importers import RowError, hermes_sessions
-from rolltape.schemas import result_failed
+from rolltape.schemas import read_event, result_failed
 from tests.unit.projections.test_importers import PRODUCER, _records
 
 DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "hermes-real"
@@ -39,7 +39,7 @@ def rows() -> list[tuple[str, int, dict[str, Any]]]:
 def imported(row: dict[str, Any]) -> Trajectory:
     (session,) = list(hermes_sessions([orjson.dumps(row)]))
     assert not isinstance(session, RowError), session
-    return fold([orjson.loads(r.value) for r in _records(session, PRODUCER)])
+    return fold([read_event(r.value) for r in _records(session, PRODUCER)])
 
 
 def declared(row: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from rolltape.projections.importers import (
     rule_disagreements,
     their_rule_evaluations,
 )
-from rolltape.schemas import ChainVerifier, decode
+from rolltape.schemas import ChainVerifier, decode, read_event
 from tests.support.env_rl_fixture import write_run
 from tests.unit.projections.sessions import trajectories
 
@@ -56,7 +56,7 @@ def _records(session, producer=PRODUCER) -> list[InputRecord]:  # type: ignore[n
 
 
 def _folded(session):  # type: ignore[no-untyped-def]
-    return fold([decode(r.value) for r in _records(session) if r.stream == "events"])
+    return fold([read_event(r.value) for r in _records(session) if r.stream == "events"])
 
 
 def test_hermes_rows_become_chained_imported_sessions_with_results_matched_by_name() -> None:

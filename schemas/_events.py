@@ -1,0 +1,276 @@
+"""Events as read: one frozen class per event type, a union discriminated on `type`.
+
+Invariant: `read_event` returns the member of `TypedEvent` that `EVENT_CLASSES` gives the
+record's `type` (an `UnknownEvent` for a type this version has no model for), so a reader
+narrows an event by its class, and a type checker follows:
+
+    match event:
+        case TurnEvent():      event.body.role        # a Turn
+        case MetricEvent():    event.body.epoch       # a Metric
+
+(`event.type == "turn"` does not narrow: an `UnknownEvent`'s type is any string.) Each class
+declares its `type` as a literal, from which `EVENT_CLASSES` is built. The payload is validated once,
+on first use of `body`, against its type's model, ignoring fields a newer producer added, and
+kept: the audit, the filters, the transcript and the fold that read one event share one body.
+
+Why classes over a pydantic union: a record is decoded and checked by the codec's hot path
+(the header checks written out, the hash taken over the received bytes), and most readers never
+need most payloads (the audit reads headers; replay reads only the types it re-judges). A
+pydantic discriminated union would validate every payload of every record up front. The
+classes carry no fields of their own: choosing one is a dict lookup, and the type is the tag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar, cast, get_args, get_type_hints
+
+from pydantic import BaseModel
+
+from rolltape.schemas._checkpoint import Checkpoint
+from rolltape.schemas._cron import CronJob, CronRun
+from rolltape.schemas._derived import ChainBroken, FilterOutcome, RuleEvaluation, Verdict
+from rolltape.schemas._envelope import Envelope
+from rolltape.schemas._evaluation import Evaluation
+from rolltape.schemas._monitoring import LiveCheck, ModelSpec
+from rolltape.schemas._payloads import (
+    Decision,
+    Feedback,
+    Metric,
+    ModelError,
+    Reward,
+    SessionEnded,
+    SessionResumed,
+    SessionStarted,
+    ToolCall,
+    ToolParseError,
+    ToolResult,
+    Turn,
+    parse_payload,
+)
+
+Body = TypeVar("Body", bound=BaseModel, covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Producer:
+    """Who wrote the event: software name and version, and the principal it names."""
+
+    name: str
+    version: str
+    principal: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Event(Generic[Body]):
+    """One record as read: the envelope's fields, its typed payload and what its bytes showed.
+
+    Frozen: every reader of a record sees the same event. Readers hold a member of
+    `TypedEvent`; this base names what they all have."""
+
+    stream: str
+    session_id: str
+    seq: int
+    ts_ns: int
+    type: str
+    event_id: str
+    causes: tuple[str, ...]
+    producer: Producer
+    payload: Mapping[str, Any]
+    """The payload as decoded (non-finite floats still as their string tokens)."""
+    prev_hash: str
+    hash: str
+    computed_hash: str | None
+    """sha256 of the content as written; None when it has no canonical form."""
+    canonical: bool
+    """The received bytes are the canonical encoding of their content."""
+    mapping: dict[str, Any] = field(repr=False)
+    """The whole decoded record, for readers that hand a plain mapping on."""
+    _body: BaseModel | None = field(default=None, repr=False)
+
+    @property
+    def intact(self) -> bool:
+        """The content hashes to the hash the record carries."""
+        return self.computed_hash == self.hash
+
+    @property
+    def body(self) -> Body:
+        """The typed payload (a `Turn` for a `TurnEvent`, ...), validated on first use;
+        PayloadError when it does not validate against its type's model."""
+        body = self._body
+        if body is None:
+            body = parse_payload(self.type, self.payload, lenient=True)
+            object.__setattr__(self, "_body", body)
+        return cast(Body, body)
+
+    def envelope(self) -> Envelope:
+        """The schema model of this record (for APIs that hand envelopes out)."""
+        return Envelope.model_validate(self.mapping)
+
+
+# One class per event type. No fields of their own (`__slots__ = ()`): the class is the tag,
+# and `type` is declared as its literal (the discriminator `EVENT_CLASSES` is read from).
+
+
+class SessionStartedEvent(Event[SessionStarted]):
+    __slots__ = ()
+    type: Literal["session_started"]
+
+
+class TurnEvent(Event[Turn]):
+    __slots__ = ()
+    type: Literal["turn"]
+
+
+class ToolCallEvent(Event[ToolCall]):
+    __slots__ = ()
+    type: Literal["tool_call"]
+
+
+class ToolResultEvent(Event[ToolResult]):
+    __slots__ = ()
+    type: Literal["tool_result"]
+
+
+class ModelErrorEvent(Event[ModelError]):
+    __slots__ = ()
+    type: Literal["model_error"]
+
+
+class ToolParseErrorEvent(Event[ToolParseError]):
+    __slots__ = ()
+    type: Literal["tool_parse_error"]
+
+
+class MetricEvent(Event[Metric]):
+    __slots__ = ()
+    type: Literal["metric"]
+
+
+class ModelSpecEvent(Event[ModelSpec]):
+    __slots__ = ()
+    type: Literal["model_spec"]
+
+
+class LiveCheckEvent(Event[LiveCheck]):
+    __slots__ = ()
+    type: Literal["live_check"]
+
+
+class DecisionEvent(Event[Decision]):
+    __slots__ = ()
+    type: Literal["decision"]
+
+
+class RewardEvent(Event[Reward]):
+    __slots__ = ()
+    type: Literal["reward"]
+
+
+class FeedbackEvent(Event[Feedback]):
+    __slots__ = ()
+    type: Literal["feedback"]
+
+
+class SessionEndedEvent(Event[SessionEnded]):
+    __slots__ = ()
+    type: Literal["session_ended"]
+
+
+class SessionResumedEvent(Event[SessionResumed]):
+    __slots__ = ()
+    type: Literal["session_resumed"]
+
+
+class RuleEvaluationEvent(Event[RuleEvaluation]):
+    __slots__ = ()
+    type: Literal["rule_evaluation"]
+
+
+class ChainBrokenEvent(Event[ChainBroken]):
+    __slots__ = ()
+    type: Literal["chain_broken"]
+
+
+class VerdictEvent(Event[Verdict]):
+    __slots__ = ()
+    type: Literal["verdict"]
+
+
+class FilterOutcomeEvent(Event[FilterOutcome]):
+    __slots__ = ()
+    type: Literal["filter_outcome"]
+
+
+class CheckpointEvent(Event[Checkpoint]):
+    __slots__ = ()
+    type: Literal["checkpoint"]
+
+
+class CronJobEvent(Event[CronJob]):
+    __slots__ = ()
+    type: Literal["cron_job"]
+
+
+class CronRunEvent(Event[CronRun]):
+    __slots__ = ()
+    type: Literal["cron_run"]
+
+
+class EvaluationEvent(Event[Evaluation]):
+    __slots__ = ()
+    type: Literal["evaluation"]
+
+
+class UnknownEvent(Event[BaseModel]):
+    """An event of a type this version has no model for (a newer producer's): its header is
+    read and checked like any other; `body` raises PayloadError."""
+
+    __slots__ = ()
+
+
+TypedEvent = (
+    SessionStartedEvent
+    | TurnEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | ModelErrorEvent
+    | ToolParseErrorEvent
+    | MetricEvent
+    | ModelSpecEvent
+    | LiveCheckEvent
+    | DecisionEvent
+    | RewardEvent
+    | FeedbackEvent
+    | SessionEndedEvent
+    | SessionResumedEvent
+    | RuleEvaluationEvent
+    | ChainBrokenEvent
+    | VerdictEvent
+    | FilterOutcomeEvent
+    | CheckpointEvent
+    | CronJobEvent
+    | CronRunEvent
+    | EvaluationEvent
+    | UnknownEvent
+)
+"""What `read_event` returns: one member per event type, chosen by the record's `type`."""
+
+
+def _tag(cls: type[TypedEvent]) -> str:
+    """The event type a class stands for: the literal its `type` is declared as."""
+    (tag,) = get_args(get_type_hints(cls)["type"])
+    return cast(str, tag)
+
+
+EVENT_CLASSES: Mapping[str, type[TypedEvent]] = {
+    _tag(cls): cls for cls in get_args(TypedEvent) if cls is not UnknownEvent
+}
+"""Event type -> its class (the discriminator; `UnknownEvent` for any other type)."""
+
+
+def body_model(cls: type[TypedEvent]) -> type[BaseModel]:
+    """The payload model a class's `body` is typed as (`Turn` for `TurnEvent`)."""
+    (model,) = get_args(cls.__orig_bases__[0])  # type: ignore[union-attr]
+    return cast(type[BaseModel], model)

@@ -1,0 +1,105 @@
+"""Typed events: `read_event` returns the class of the record's type, whose body is its model."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from rolltape.schemas import (
+    EVENT_CLASSES,
+    GENESIS_HASH,
+    PAYLOAD_MODELS,
+    MetricEvent,
+    PayloadError,
+    ToolCallEvent,
+    TurnEvent,
+    TypedEvent,
+    UnknownEvent,
+    read_event,
+    seal,
+)
+from rolltape.schemas._events import body_model
+
+PRODUCER = {"name": "test", "version": "0", "principal": "agent"}
+
+SAMPLES: dict[str, dict[str, Any]] = {
+    "session_started": {"task": "add", "tools": [{"name": "calc", "parameters": {}}]},
+    "turn": {"role": "assistant", "content": "4", "reasoning": "2+2"},
+    "tool_call": {"id": "c1", "name": "calc", "arguments": {"x": "2+2"}},
+    "tool_result": {"call_id": "c1", "content": "4"},
+    "metric": {"epoch": 0, "steps": 10, "train_loss": 0.5},
+    "reward": {"value": 1.0, "name": "reward"},
+    "feedback": {"score": 1.0, "text": "good"},
+    "session_ended": {"status": "completed", "outcome": {}, "streams": ["events"]},
+}
+"""One valid payload per type for the round trips (most of a session's traffic)."""
+
+
+def _record(event_type: str, payload: dict[str, Any]) -> bytes:
+    value, _ = seal(
+        stream="events",
+        session_id="s1",
+        seq=0,
+        ts_ns=1_700_000_000_000_000_000,
+        type=event_type,
+        payload=payload,
+        prev_hash=GENESIS_HASH,
+        producer=PRODUCER,
+        causes=(),
+    )
+    return value
+
+
+def test_every_event_type__has_one_class_whose_body_is_its_payload_model() -> None:
+    assert set(EVENT_CLASSES) == set(PAYLOAD_MODELS)
+    for event_type, cls in EVENT_CLASSES.items():
+        assert body_model(cls) is PAYLOAD_MODELS[event_type], event_type
+    assert len(set(EVENT_CLASSES.values())) == len(EVENT_CLASSES)
+
+
+@pytest.mark.parametrize("event_type", sorted(SAMPLES))
+def test_read_event__returns_the_class_of_its_type_and_round_trips_the_bytes(
+    event_type: str,
+) -> None:
+    value = _record(event_type, SAMPLES[event_type])
+    event = read_event(value)
+    assert type(event) is EVENT_CLASSES[event_type]
+    assert isinstance(event.body, PAYLOAD_MODELS[event_type])
+    # The typed body, dumped as the recorder dumps payloads, seals to the same bytes.
+    dumped = event.body.model_dump(mode="json", exclude_unset=True)
+    assert _record(event_type, dumped) == value
+
+
+def test_match__narrows_an_event_to_its_body() -> None:
+    def describe(event: TypedEvent) -> str:
+        match event:
+            case TurnEvent():
+                return f"{event.body.role}: {event.body.content}"
+            case ToolCallEvent():
+                return f"call {event.body.name}"
+            case MetricEvent():
+                return f"epoch {event.body.epoch}"
+        return event.type
+
+    assert describe(read_event(_record("turn", SAMPLES["turn"]))) == "assistant: 4"
+    assert describe(read_event(_record("tool_call", SAMPLES["tool_call"]))) == "call calc"
+    assert describe(read_event(_record("metric", SAMPLES["metric"]))) == "epoch 0"
+    assert describe(read_event(_record("reward", SAMPLES["reward"]))) == "reward"
+
+
+def test_event_of_a_type_this_version_does_not_know__is_read_but_has_no_body() -> None:
+    event = read_event(_record("hologram", {"frames": 3}))
+    assert type(event) is UnknownEvent
+    assert event.intact and event.canonical and event.payload == {"frames": 3}
+    with pytest.raises(PayloadError, match="unknown event type 'hologram'"):
+        _ = event.body
+
+
+def test_typed_event__is_frozen_and_parses_its_body_once() -> None:
+    event = read_event(_record("turn", SAMPLES["turn"]))
+    assert event.body is event.body
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.type = "metric"  # type: ignore[misc]
+    assert not hasattr(event, "__dict__")  # the classes add no fields (slots only)
