@@ -46,6 +46,9 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _HASH_MEMBER = b',"hash":"'
 _CLASSES: Final = dict(EVENT_CLASSES)
+_PRODUCERS: dict[tuple[str, str, str], Producer] = {}
+"""Producers seen, shared by their events (frozen; a log has a handful of writers)."""
+_PRODUCERS_KEPT: Final = 1024
 
 
 class UnreadableRecord(EnvelopeError):
@@ -80,6 +83,12 @@ def read_event(data: bytes | bytearray | memoryview) -> TypedEvent:
         raise UnreadableRecord(BreakKind.UNPARSEABLE, _problem(obj))
     computed, canonical = _content_hash(obj, raw)
     p = obj["producer"]
+    who = (p["name"], p["version"], p["principal"])
+    producer = _PRODUCERS.get(who)
+    if producer is None:
+        if len(_PRODUCERS) >= _PRODUCERS_KEPT:
+            _PRODUCERS.clear()
+        producer = _PRODUCERS[who] = Producer(*who)
     kind = obj["type"]
     return _CLASSES.get(kind, UnknownEvent)(
         obj["stream"],
@@ -89,13 +98,14 @@ def read_event(data: bytes | bytearray | memoryview) -> TypedEvent:
         kind,
         obj["event_id"],
         tuple(obj["causes"]),
-        Producer(p["name"], p["version"], p["principal"]),
+        producer,
         obj["payload"],
         obj["prev_hash"],
         obj["hash"],
         computed,
         canonical,
         obj,
+        [],
     )
 
 

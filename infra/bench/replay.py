@@ -7,8 +7,9 @@ them and produced straight to a scratch events topic. Each pass reads the whole 
 
 - raw: a plain aiokafka scan of the same records, counting them (the ceiling of reading alone);
 - pipeline: the same scan into replay records, `replay_order`, `replay` (the processors' pure
-  step: chain audit with hash check, filters, reward function), then per session `fold` over
-  its events and derived outputs and `sharegpt_row` + JSON line. Stage times are reported too.
+  step: chain audit with hash check, filters, reward function), then a session at a time its
+  records and derived outputs read through the codec and folded (`fold`), and `sharegpt_row` +
+  JSON line. Stage times are reported too.
 
 Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
 and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
@@ -182,14 +183,18 @@ def _pipeline(
     t1 = time.perf_counter()
     result = replay(replay_order(raw), config)
     t2 = time.perf_counter()
-    events: dict[str, list[TypedEvent]] = defaultdict(list)
+    # A session at a time, as `rolltape export` folds from its spill: holding every decoded
+    # event of the topic at once made the cyclic GC the largest cost of this stage.
+    records: dict[str, list[bytes]] = defaultdict(list)
     for item in raw:
-        event = read_event(item.record.value)
-        events[event.session_id].append(event)
-    derived: dict[str, list[TypedEvent]] = defaultdict(list)
+        records[(item.record.key or b"").decode()].append(item.record.value)
+    derived: dict[str, list[bytes]] = defaultdict(list)
     for (_, sid), outputs in result.chains.items():
-        derived[sid].extend(read_event(o.value) for o in outputs)
-    trajectories = [fold(events[sid], derived[sid]) for sid in sorted(events)]
+        derived[sid].extend(o.value for o in outputs)
+    trajectories = [
+        fold(map(read_event, records[sid]), map(read_event, derived[sid]))
+        for sid in sorted(records)
+    ]
     t3 = time.perf_counter()
     lines = [jsonl_line(sharegpt_row(t)) for t in trajectories]
     t4 = time.perf_counter()

@@ -171,9 +171,7 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
         assert policy_start["linked_session_id"] == attempt.session_id
         assert policy_start["group_id"] == result.run_id and policy_start["trainable"] is True
         rewards = [
-            e.payload["value"]
-            for e in sessions[attempt.policy_session_id]
-            if e.type == "reward"
+            e.payload["value"] for e in sessions[attempt.policy_session_id] if e.type == "reward"
         ]
         assert rewards == [attempt.process_score]
     summary = sessions[result.summary_session_id]

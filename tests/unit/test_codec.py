@@ -3,7 +3,6 @@ schema, and the cheap canonical check says what the full canonical encoder would
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from pathlib import Path
@@ -62,7 +61,7 @@ def test_sealed_record__reads_back_field_for_field_intact_and_canonical() -> Non
 
 def test_event__is_frozen() -> None:
     event = read_event(sealed({"role": "user", "content": "hi"}))
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         event.seq = 5  # type: ignore[misc]
 
 
