@@ -76,11 +76,8 @@ class Collected:
             else:
                 self.unreadable += 1
             return
-        stream = env.stream
-        if stream == Stream.EVENTS.value:
-            self.spill.add(env.session_id, True, value)
-        elif stream in self.wanted:
-            self.spill.add(env.session_id, False, value)
+        if env.stream == Stream.EVENTS.value or env.stream in self.wanted:
+            self.spill.add(env, value)
 
     def sessions(self, prefix: str = "") -> Iterator[SessionRecords]:
         """Every session filed whose id starts with `prefix`, by id, one at a time."""

@@ -5,10 +5,10 @@ SQLite, from the standard library, does the sorting: its sorter merges runs thro
 files once its cache is full, which is the external sort an export needs, with no hand-written
 run files. The file lives in a temporary folder removed on close; nothing in it outlives the
 export, and nothing in it is read by anyone else. Records are filed as the bytes they were read
-as (hash-checked by the codec when they were filed) and read through the codec again when their
-session is read back: cheaper than pickling the decoded event, which cost as much to write as
-JSON costs to decode, and it keeps one reader of record bytes. Chosen trajectories are stored
-pickled.
+as, with what the codec found when they were filed (their content hash and whether the bytes
+are canonical), and become events again when their session is read back (`reread_event`: decoded
+and typed, the checks not repeated): cheaper than pickling the event, which cost as much to
+write as JSON costs to decode. Chosen trajectories are stored pickled.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from itertools import count, groupby
 from pathlib import Path
 
 from rolltape.projections import Chosen, SortKey
-from rolltape.schemas import TypedEvent, read_event
+from rolltape.schemas import Stream, TypedEvent, reread_event
 
 CACHE_KIB = 16 * 1024
 """SQLite's page cache and sorter memory (16 MiB): past it, pages and sort runs go to disk."""
@@ -50,25 +50,27 @@ class Spill:
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.execute(
             "CREATE TABLE records (session_id TEXT NOT NULL, events INTEGER NOT NULL, "
-            "record BLOB NOT NULL)"
+            "record BLOB NOT NULL, computed_hash TEXT, canonical INTEGER NOT NULL)"
         )
-        self._pending: list[tuple[str, int, bytes]] = []
+        self._pending: list[tuple[str, int, bytes, str | None, int]] = []
         self._indexed = False
         self._stores = count()
 
-    def add(self, session_id: str, events: bool, record: bytes) -> None:
-        """File one record, as read and checked, under its session (`events`: of the events
-        stream)."""
+    def add(self, event: TypedEvent, record: bytes) -> None:
+        """File one record under its session: the bytes `event` was read from."""
         if self._indexed:
             raise RuntimeError("records are filed before the first read of the spill")
-        self._pending.append((session_id, int(events), record))
+        is_event = int(event.stream == Stream.EVENTS.value)
+        self._pending.append(
+            (event.session_id, is_event, record, event.computed_hash, int(event.canonical))
+        )
         if len(self._pending) >= _BATCH:
             self._flush()
 
     def _flush(self) -> None:
         if self._pending:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO records VALUES (?, ?, ?)", self._pending)
+            self._db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", self._pending)
             self._db.execute("COMMIT")
             self._pending.clear()
 
@@ -82,7 +84,8 @@ class Spill:
         """Every session whose id starts with `prefix`, by id, one at a time."""
         self._ready()
         cursor = self._db.execute(
-            "SELECT session_id, events, record FROM records WHERE session_id >= ? "
+            "SELECT session_id, events, record, computed_hash, canonical FROM records "
+            "WHERE session_id >= ? "
             "ORDER BY session_id, rowid",
             (prefix,),
         )
@@ -95,7 +98,8 @@ class Spill:
         """One session's records, or None when none were filed."""
         self._ready()
         rows = self._db.execute(
-            "SELECT session_id, events, record FROM records WHERE session_id = ? ORDER BY rowid",
+            "SELECT session_id, events, record, computed_hash, canonical FROM records "
+            "WHERE session_id = ? ORDER BY rowid",
             (session_id,),
         ).fetchall()
         return _session(session_id, iter(rows)) if rows else None
@@ -109,11 +113,14 @@ class Spill:
         self._folder.cleanup()
 
 
-def _session(session_id: str, rows: Iterator[tuple[str, int, bytes]]) -> SessionRecords:
+def _session(
+    session_id: str, rows: Iterator[tuple[str, int, bytes, str | None, int]]
+) -> SessionRecords:
     events: list[TypedEvent] = []
     derived: list[TypedEvent] = []
-    for _, is_event, blob in rows:
-        (events if is_event else derived).append(read_event(blob))
+    for _, is_event, blob, computed, canonical in rows:
+        event = reread_event(blob, computed_hash=computed, canonical=bool(canonical))
+        (events if is_event else derived).append(event)
     return SessionRecords(session_id, events, derived)
 
 

@@ -27,7 +27,7 @@ from rolltape.schemas._checkpoint import (
     sign_tree_head,
     tree_head_signed_by,
 )
-from rolltape.schemas._codec import UnreadableRecord, read_event
+from rolltape.schemas._codec import UnreadableRecord, read_event, reread_event
 from rolltape.schemas._connection import KafkaConnection, SaslMechanism, SecurityProtocol
 from rolltape.schemas._cron import (
     FINAL_STATUSES,
@@ -297,6 +297,7 @@ __all__ = [
     "parse_payload",
     "raw_event_id",
     "read_event",
+    "reread_event",
     "restore_non_finite",
     "result_failed",
     "seal",

@@ -82,6 +82,24 @@ def read_event(data: bytes | bytearray | memoryview) -> TypedEvent:
     if not _well_formed(obj):
         raise UnreadableRecord(BreakKind.UNPARSEABLE, _problem(obj))
     computed, canonical = _content_hash(obj, raw)
+    return _typed(obj, computed, canonical)
+
+
+def reread_event(
+    data: bytes | bytearray | memoryview, *, computed_hash: str | None, canonical: bool
+) -> TypedEvent:
+    """The event of bytes `read_event` read before, without its checks again: the caller kept
+    the bytes and what the first read found (`computed_hash`, `canonical`), as an export's spill
+    does between filing a record and folding its session. Bytes that were never read, or were
+    changed since, must go through `read_event`; these are only decoded and typed."""
+    obj = decode(bytes(data))
+    if type(obj) is not dict or obj.keys() != _HEADER_KEYS:  # a guard, not the header check
+        raise UnreadableRecord(BreakKind.UNPARSEABLE, "bytes that read_event never read")
+    return _typed(obj, computed_hash, canonical)
+
+
+def _typed(obj: dict[str, Any], computed: str | None, canonical: bool) -> TypedEvent:
+    """The event class of the record's type around a decoded, well-formed record."""
     p = obj["producer"]
     who = (p["name"], p["version"], p["principal"])
     producer = _PRODUCERS.get(who)

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from rolltape.infra._gc import tune_collector
 from rolltape.infra.cli import (
     batch,
     bench,
@@ -80,6 +81,7 @@ for group in app.registered_groups:
 
 def main() -> None:
     """The `rolltape` console script (and `python -m rolltape.infra`)."""
+    tune_collector()
     app()
 
 

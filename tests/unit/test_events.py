@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from rolltape.schemas import (
@@ -16,7 +17,9 @@ from rolltape.schemas import (
     TurnEvent,
     TypedEvent,
     UnknownEvent,
+    UnreadableRecord,
     read_event,
+    reread_event,
     seal,
 )
 from rolltape.schemas._events import body_model
@@ -103,3 +106,20 @@ def test_typed_event__is_frozen_and_parses_its_body_once() -> None:
         event.type = "metric"  # type: ignore[misc]
     with pytest.raises(AttributeError):
         event.note = "x"  # type: ignore[attr-defined]  # no attributes beside the fields
+
+
+@pytest.mark.parametrize("canonical", [True, False])
+def test_reread_event__gives_the_event_read_event_gave(canonical: bool) -> None:
+    value = _record("turn", SAMPLES["turn"])
+    if not canonical:  # the same content written with spaces: not canonical, still intact
+        value = orjson.dumps(orjson.loads(value), option=orjson.OPT_INDENT_2)
+    first = read_event(value)
+    again = reread_event(value, computed_hash=first.computed_hash, canonical=first.canonical)
+    assert type(again) is type(first) and again.canonical is canonical
+    assert again[:-1] == first[:-1]  # every field but the body's cache
+    assert again.body == first.body
+
+
+def test_reread_event__of_bytes_that_are_no_envelope__is_refused() -> None:
+    with pytest.raises(UnreadableRecord):
+        reread_event(b'{"n": 1}', computed_hash=None, canonical=True)

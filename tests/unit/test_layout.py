@@ -297,6 +297,7 @@ def test_public_api__is_pinned() -> None:
         "parse_payload",
         "raw_event_id",
         "read_event",
+        "reread_event",
         "restore_non_finite",
         "result_failed",
         "seal",

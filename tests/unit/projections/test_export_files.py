@@ -9,7 +9,7 @@ import pytest
 from rolltape.infra.export import Collected, ExportError, run_export
 from rolltape.processors import Emitted
 from rolltape.projections import ExportOptions, Selection
-from rolltape.schemas import LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION, read_event
 from tests.unit.processors.scripted import Tape, run
 from tests.unit.projections.sessions import CONFIG, record_sessions
 
@@ -246,7 +246,8 @@ def test_the_spill_orders_sessions_and_export_keys_as_python_sorts_them() -> Non
     from tests.unit.projections.sessions import trajectories
 
     some = next(iter(trajectories().values()))
-    record = Tape().event("s-any", "reward", value=1.0).value  # any record: the key orders
+    record = Tape().event("s-any", "reward", value=1.0).value  # any record: the id orders
+    event = read_event(record)
     ids = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6)
 
     @settings(max_examples=60, deadline=None)
@@ -255,7 +256,7 @@ def test_the_spill_orders_sessions_and_export_keys_as_python_sorts_them() -> Non
         spill = Spill()
         try:
             for _, sid, _ in keys:
-                spill.add(sid, True, record)
+                spill.add(event._replace(session_id=sid), record)
             assert [s.session_id for s in spill.sessions()] == sorted({k[1] for k in keys})
             store = spill.store()
             for key in keys:
