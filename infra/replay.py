@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
 from rolltape.infra.producing import chain_producer
 from rolltape.infra.readback import partition_counts, read_records
@@ -341,7 +342,9 @@ async def run_replay(
     else:
         loop = asyncio.get_running_loop()
         context = multiprocessing.get_context("spawn")  # no forked aiokafka or faust state
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        with ProcessPoolExecutor(
+            max_workers=jobs, mp_context=context, initializer=tune_collector
+        ) as pool:
             pending = [
                 loop.run_in_executor(
                     pool, _replay_slice_in_child, settings, config, part, since_ms, dry_run

@@ -219,8 +219,7 @@ def fold(
 ) -> Trajectory:
     """Fold one session. `events` are its events-stream events; `derived` may hold any derived
     events of the session: only the chosen judge version's verdicts and filter outcome are
-    used. A payload is read through its event's `body`, so an event the worker or replay already
-    parsed is not parsed again."""
+    used. Payloads are read through their events' `body` (validated once per event)."""
     given = list(events)
     if not given:
         raise FoldError("no events to fold")

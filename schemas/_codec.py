@@ -92,9 +92,13 @@ def reread_event(
     the bytes and what the first read found (`computed_hash`, `canonical`), as an export's spill
     does between filing a record and folding its session. Bytes that were never read, or were
     changed since, must go through `read_event`; these are only decoded and typed."""
-    obj = decode(bytes(data))
-    if type(obj) is not dict or obj.keys() != _HEADER_KEYS:  # a guard, not the header check
-        raise UnreadableRecord(BreakKind.UNPARSEABLE, "bytes that read_event never read")
+    try:
+        obj = decode(bytes(data))
+    except CanonicalEncodingError as exc:
+        raise UnreadableRecord(BreakKind.UNPARSEABLE, str(exc)[:300]) from exc
+    # A guard against misuse, not the header check: what read_event accepted passes it.
+    if type(obj) is not dict or obj.keys() != _HEADER_KEYS or obj["v"] != SCHEMA_VERSION:
+        raise UnreadableRecord(BreakKind.UNPARSEABLE, "bytes that read_event never accepted")
     return _typed(obj, computed_hash, canonical)
 
 

@@ -11,7 +11,8 @@ narrows an event by its class, and a type checker follows:
 (`event.type == "turn"` does not narrow: an `UnknownEvent`'s type is any string.) Each class
 declares its `type` as a literal, from which `EVENT_CLASSES` is built. The payload is validated once,
 on first use of `body`, against its type's model, ignoring fields a newer producer added, and
-kept: the audit, the filters, the transcript and the fold that read one event share one body.
+kept: the readers one event is handed to (the worker's audit, filters and transcript) share one
+body.
 
 Why classes over a pydantic union: a record is decoded and checked by the codec's hot path
 (the header checks written out, the hash taken over the received bytes), and most readers never
@@ -68,7 +69,8 @@ class Event(NamedTuple, Generic[Body]):
     Frozen: every reader of a record sees the same event. Readers hold a member of
     `TypedEvent`; this base names what they all have. A named tuple, not a frozen dataclass:
     every reader builds one per record, and a frozen dataclass's `__init__` (one
-    `object.__setattr__` per field) cost a fifth of reading a record."""
+    `object.__setattr__` per field) cost a fifth of reading a record. Events come from the
+    codec only: `_replace` would copy the body's cache and the decoded mapping as they are."""
 
     stream: str
     session_id: str
@@ -108,6 +110,18 @@ class Event(NamedTuple, Generic[Body]):
     def envelope(self) -> Envelope:
         """The schema model of this record (for APIs that hand envelopes out)."""
         return Envelope.model_validate(self.mapping)
+
+    # An event is one reading of one record: equal to itself only, and hashable, as the frozen
+    # dataclass it replaces was (a tuple's equality would compare the body's cache, and its hash
+    # would fail on the decoded dicts). Two readings of a record compare by `hash`.
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __ne__(self, other: object) -> bool:
+        return self is not other
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def __repr__(self) -> str:
         return (

@@ -1,9 +1,11 @@
 import random
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 from rolltape.projections import FoldError, fold, tool_failed
-from rolltape.schemas import ToolResult, versioned_stream
+from rolltape.schemas import ToolResult, TypedEvent, read_event, seal, versioned_stream
 from tests.unit.projections.sessions import HOSTILE, recorded
 
 
@@ -112,17 +114,27 @@ def test_a_gap_in_the_chain_is_visible_in_provenance() -> None:
     assert not fold(holed, derived).provenance["events"].linked
 
 
+def _under_v2(event: TypedEvent, payload: Mapping[str, Any] | None = None) -> TypedEvent:
+    """The output as judge version v2 would have sealed it (its payload replaced if given)."""
+    value, _ = seal(
+        stream=versioned_stream(event.stream, "v2"),
+        session_id=event.session_id,
+        seq=event.seq,
+        ts_ns=event.ts_ns,
+        type=event.type,
+        payload=dict(event.payload if payload is None else payload),
+        prev_hash=event.prev_hash,
+        producer=event.mapping["producer"],
+        causes=event.causes,
+    )
+    return read_event(value)
+
+
 def test_only_the_chosen_judge_versions_verdicts_are_used() -> None:
     events, derived = recorded()
     # The same outputs as a replay under v2 would chain them, its filter refusing the session.
     replayed = [
-        d._replace(
-            stream=versioned_stream(d.stream, "v2"),
-            payload={**d.payload, "accepted": False},
-            parsed=[],
-        )
-        if d.type == "filter_outcome"
-        else d._replace(stream=versioned_stream(d.stream, "v2"))
+        _under_v2(d, {**d.payload, "accepted": False} if d.type == "filter_outcome" else None)
         for d in derived
         if d.session_id == "s-good" and d.stream in ("verdicts", "filtered")
     ]
