@@ -1,6 +1,6 @@
 """The garbage collector's settings for rolltape's own processes: every `rolltape` command,
-the worker among them, and `replay --jobs`'s processes. Never applied by the SDK: a program that embeds the recorder keeps its
-own collector settings.
+the worker among them, and the processes of `replay --jobs`. Never applied by the SDK: a
+program that embeds the recorder keeps its own collector settings.
 
 Why: CPython collects its youngest generation after every 700 net allocations of container
 objects, and every tenth of those collections the next one, and so on to full collections.

@@ -5,10 +5,10 @@ SQLite, from the standard library, does the sorting: its sorter merges runs thro
 files once its cache is full, which is the external sort an export needs, with no hand-written
 run files. The file lives in a temporary folder removed on close; nothing in it outlives the
 export, and nothing in it is read by anyone else. Records are filed as the bytes they were read
-as, with what the codec found when they were filed (their content hash and whether the bytes
-are canonical), and become events again when their session is read back (`reread_event`: decoded
-and typed, the checks not repeated): cheaper than pickling the event, which cost as much to
-write as JSON costs to decode. Chosen trajectories are stored pickled.
+as, intact (the codec checked them when they were filed) and with whether their bytes are
+canonical, and become events again when their session is read back (`reread_event`: decoded and
+typed, the checks not repeated): cheaper than pickling the event, which cost as much to write
+as JSON costs to decode. Chosen trajectories are stored pickled.
 """
 
 from __future__ import annotations
@@ -50,27 +50,28 @@ class Spill:
         self._db.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         self._db.execute(
             "CREATE TABLE records (session_id TEXT NOT NULL, events INTEGER NOT NULL, "
-            "record BLOB NOT NULL, computed_hash TEXT, canonical INTEGER NOT NULL)"
+            "record BLOB NOT NULL, canonical INTEGER NOT NULL)"
         )
-        self._pending: list[tuple[str, int, bytes, str | None, int]] = []
+        self._pending: list[tuple[str, int, bytes, int]] = []
         self._indexed = False
         self._stores = count()
 
     def add(self, event: TypedEvent, record: bytes) -> None:
-        """File one record under its session: the bytes `event` was read from."""
+        """File one record under its session: the bytes `event` was read from (intact: the
+        spill reads it back without checking it again)."""
         if self._indexed:
             raise RuntimeError("records are filed before the first read of the spill")
+        if not event.intact:
+            raise ValueError(f"{event!r} is not intact: the spill files checked records only")
         is_event = int(event.stream == Stream.EVENTS.value)
-        self._pending.append(
-            (event.session_id, is_event, record, event.computed_hash, int(event.canonical))
-        )
+        self._pending.append((event.session_id, is_event, record, int(event.canonical)))
         if len(self._pending) >= _BATCH:
             self._flush()
 
     def _flush(self) -> None:
         if self._pending:
             self._db.execute("BEGIN")
-            self._db.executemany("INSERT INTO records VALUES (?, ?, ?, ?, ?)", self._pending)
+            self._db.executemany("INSERT INTO records VALUES (?, ?, ?, ?)", self._pending)
             self._db.execute("COMMIT")
             self._pending.clear()
 
@@ -84,8 +85,7 @@ class Spill:
         """Every session whose id starts with `prefix`, by id, one at a time."""
         self._ready()
         cursor = self._db.execute(
-            "SELECT session_id, events, record, computed_hash, canonical FROM records "
-            "WHERE session_id >= ? "
+            "SELECT session_id, events, record, canonical FROM records WHERE session_id >= ? "
             "ORDER BY session_id, rowid",
             (prefix,),
         )
@@ -98,8 +98,8 @@ class Spill:
         """One session's records, or None when none were filed."""
         self._ready()
         rows = self._db.execute(
-            "SELECT session_id, events, record, computed_hash, canonical FROM records "
-            "WHERE session_id = ? ORDER BY rowid",
+            "SELECT session_id, events, record, canonical FROM records WHERE session_id = ? "
+            "ORDER BY rowid",
             (session_id,),
         ).fetchall()
         return _session(session_id, iter(rows)) if rows else None
@@ -113,13 +113,11 @@ class Spill:
         self._folder.cleanup()
 
 
-def _session(
-    session_id: str, rows: Iterator[tuple[str, int, bytes, str | None, int]]
-) -> SessionRecords:
+def _session(session_id: str, rows: Iterator[tuple[str, int, bytes, int]]) -> SessionRecords:
     events: list[TypedEvent] = []
     derived: list[TypedEvent] = []
-    for _, is_event, blob, computed, canonical in rows:
-        event = reread_event(blob, computed_hash=computed, canonical=bool(canonical))
+    for _, is_event, blob, canonical in rows:
+        event = reread_event(blob, canonical=bool(canonical))
         (events if is_event else derived).append(event)
     return SessionRecords(session_id, events, derived)
 

@@ -85,13 +85,12 @@ def read_event(data: bytes | bytearray | memoryview) -> TypedEvent:
     return _typed(obj, computed, canonical)
 
 
-def reread_event(
-    data: bytes | bytearray | memoryview, *, computed_hash: str | None, canonical: bool
-) -> TypedEvent:
-    """The event of bytes `read_event` read before, without its checks again: the caller kept
-    the bytes and what the first read found (`computed_hash`, `canonical`), as an export's spill
-    does between filing a record and folding its session. Bytes that were never read, or were
-    changed since, must go through `read_event`; these are only decoded and typed."""
+def reread_event(data: bytes | bytearray | memoryview, *, canonical: bool) -> TypedEvent:
+    """The event of bytes `read_event` read before and found intact, without its checks again:
+    the caller kept the bytes and whether they were `canonical`, as an export's spill does
+    between filing a record and folding its session (an intact record's content hash is the
+    hash it carries). Bytes that were never read, were not intact, or were changed since, must
+    go through `read_event`; these are only decoded and typed."""
     try:
         obj = decode(bytes(data))
     except CanonicalEncodingError as exc:
@@ -99,7 +98,7 @@ def reread_event(
     # A guard against misuse, not the header check: what read_event accepted passes it.
     if type(obj) is not dict or obj.keys() != _HEADER_KEYS or obj["v"] != SCHEMA_VERSION:
         raise UnreadableRecord(BreakKind.UNPARSEABLE, "bytes that read_event never accepted")
-    return _typed(obj, computed_hash, canonical)
+    return _typed(obj, obj["hash"], canonical)
 
 
 def _typed(obj: dict[str, Any], computed: str | None, canonical: bool) -> TypedEvent:

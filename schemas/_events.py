@@ -9,10 +9,10 @@ narrows an event by its class, and a type checker follows:
         case MetricEvent():    event.body.epoch       # a Metric
 
 (`event.type == "turn"` does not narrow: an `UnknownEvent`'s type is any string.) Each class
-declares its `type` as a literal, from which `EVENT_CLASSES` is built. The payload is validated once,
-on first use of `body`, against its type's model, ignoring fields a newer producer added, and
-kept: the readers one event is handed to (the worker's audit, filters and transcript) share one
-body.
+declares its `type` as a literal, from which `EVENT_CLASSES` is built. The payload is validated
+once, on first use of `body`, against its type's model, ignoring fields a newer producer added,
+and kept: the readers one event is handed to (the worker's audit, filters and transcript) share
+one body.
 
 Why classes over a pydantic union: a record is decoded and checked by the codec's hot path
 (the header checks written out, the hash taken over the received bytes), and most readers never

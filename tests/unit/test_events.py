@@ -114,7 +114,7 @@ def test_reread_event__gives_the_event_read_event_gave(canonical: bool) -> None:
     if not canonical:  # the same content written with spaces: not canonical, still intact
         value = orjson.dumps(orjson.loads(value), option=orjson.OPT_INDENT_2)
     first = read_event(value)
-    again = reread_event(value, computed_hash=first.computed_hash, canonical=first.canonical)
+    again = reread_event(value, canonical=first.canonical)
     assert type(again) is type(first) and again.canonical is canonical
     assert tuple(again)[:-1] == tuple(first)[:-1]  # every field but the body's cache
     assert again.body == first.body
@@ -127,7 +127,7 @@ def test_reread_event__gives_the_event_read_event_gave(canonical: bool) -> None:
 )
 def test_reread_event__of_bytes_read_event_never_accepted__is_refused(data: bytes) -> None:
     with pytest.raises(UnreadableRecord):
-        reread_event(data, computed_hash=None, canonical=True)
+        reread_event(data, canonical=True)
 
 
 def test_events__are_equal_only_to_themselves_and_hashable() -> None:
