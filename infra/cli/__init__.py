@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from inspect import cleandoc
 from typing import Any
 
 import typer
@@ -59,6 +60,14 @@ def _summary(command: Callable[..., Any]) -> str:
     return text if end == -1 else text[: end + 1]
 
 
+def _reflowed(command: Callable[..., Any]) -> str:
+    """A command's docstring with each paragraph on one line: the terminal wraps it to its
+    width (typer keeps a paragraph's line breaks, written for the source's width, so an
+    80-column terminal showed every long line broken in two)."""
+    paragraphs = cleandoc(command.__doc__ or "").split("\n\n")
+    return "\n\n".join(" ".join(p.split()) for p in paragraphs)
+
+
 for name, command in (
     ("tail", inspect.tail),
     ("verify", inspect.verify),
@@ -71,12 +80,15 @@ for name, command in (
     ("report", report.report),
     ("parse", parse.parse_command),
 ):
-    app.command(name=name, short_help=_summary(command))(command)
+    app.command(name=name, short_help=_summary(command), help=_reflowed(command))(command)
 for group in app.registered_groups:
     if group.typer_instance is not None:
         for info in group.typer_instance.registered_commands:
-            if info.short_help is None and info.callback is not None:
-                info.short_help = _summary(info.callback)
+            if info.callback is not None:
+                if info.short_help is None:
+                    info.short_help = _summary(info.callback)
+                if info.help is None:
+                    info.help = _reflowed(info.callback)
 
 
 def main() -> None:
