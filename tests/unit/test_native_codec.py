@@ -348,3 +348,123 @@ def test_canonical__escapes_a_character_wherever_it_sits_in_a_word(special: str)
         for at in range(length):
             text = "x" * at + special + "y" * (length - at - 1)
             assert native.canonical(text) == reference_canonical(text), (length, at)
+
+
+HEX = "0123456789abcdef"
+_ANY_JSON = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=4)
+)
+_HEADER_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "v": st.just(1),
+    "stream": st.one_of(st.sampled_from(["events", "metrics"]), _ANY_JSON),
+    "session_id": st.one_of(
+        st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}", fullmatch=True),
+        st.text(alphabet="aZ9._:@+- /é\n", min_size=0, max_size=3),
+        st.integers(199, 202).map(lambda n: "s" * n),
+        st.just("ok\n"),
+        st.just("\ud800x"),
+        _ANY_JSON,
+    ),
+    "seq": st.one_of(
+        st.integers(-2, 2**64),
+        st.sampled_from([2**63 - 1, 2**63, -(2**63)]),
+        st.booleans(),
+        st.floats(0, 10),
+    ),
+    "ts_ns": st.one_of(
+        st.integers(-(2**64), 2**64), st.sampled_from([-(2**63), -(2**63) - 1, 2**63]), _ANY_JSON
+    ),
+    "type": st.one_of(st.just("turn"), _ANY_JSON),
+    "event_id": st.one_of(st.just("e1"), _ANY_JSON),
+    "causes": st.one_of(
+        st.lists(st.text(max_size=3), max_size=3),
+        st.lists(_ANY_JSON, max_size=3),
+        st.tuples(st.just("a")),
+        _ANY_JSON,
+    ),
+    "producer": st.one_of(
+        st.fixed_dictionaries(
+            {"name": st.just("w"), "version": st.just("0"), "principal": st.just("agent")}
+        ),
+        st.dictionaries(st.sampled_from(["name", "version", "principal", "host"]), _ANY_JSON),
+        _ANY_JSON,
+    ),
+    "payload": st.one_of(st.just({}), st.just([]), _ANY_JSON),
+    "prev_hash": st.one_of(
+        st.text(alphabet=HEX, min_size=63, max_size=65),
+        st.just("A" * 64),
+        st.just("0" * 63 + "\u0660"),
+        _ANY_JSON,
+    ),
+    "hash": st.one_of(st.text(alphabet=HEX + "g", min_size=64, max_size=64), _ANY_JSON),
+}
+
+
+def _valid_header() -> dict[str, Any]:
+    return {
+        "v": 1,
+        "stream": "events",
+        "session_id": "s-1",
+        "seq": 0,
+        "ts_ns": 1,
+        "type": "turn",
+        "event_id": "e1",
+        "causes": [],
+        "producer": dict(PRODUCER),
+        "payload": {},
+        "prev_hash": "0" * 64,
+        "hash": "f" * 64,
+    }
+
+
+@needs_native
+@settings(max_examples=3000, deadline=None)
+@given(
+    changes=st.lists(
+        st.sampled_from(sorted(_HEADER_FIELDS)).flatmap(
+            lambda name: st.tuples(st.just(name), _HEADER_FIELDS[name])
+        ),
+        max_size=2,
+    ),
+    drop=st.sampled_from([None, *_HEADER_FIELDS]),
+    extra=st.booleans(),
+)
+def test_well_formed__answers_what_the_reference_header_check_answers(
+    changes: list[tuple[str, Any]], drop: str | None, extra: bool
+) -> None:
+    """From an intact header, one or two fields changed (each to a value either side of its
+    rule's edges), or one dropped or one added: the two checks never disagree."""
+    from rolltape.schemas._codec import _well_formed
+
+    header = _valid_header()
+    header.update(changes)
+    if drop is not None and not changes:
+        del header[drop]
+    if extra and not changes and drop is None:
+        header["extra"] = 1
+    assert native is not None
+    assert native.well_formed(header) == _well_formed(header), header
+
+
+@needs_native
+def test_well_formed__takes_an_intact_record_and_no_dict_subclass() -> None:
+    assert native is not None
+    obj = orjson.loads(
+        seal(
+            stream="events",
+            session_id="s",
+            seq=0,
+            ts_ns=1,
+            type="turn",
+            payload={"role": "user", "content": "hi"},
+            producer=PRODUCER,
+            prev_hash=GENESIS_HASH,
+        )[0]
+    )
+    assert native.well_formed(obj)
+
+    class Mapping(dict[str, Any]):
+        pass
+
+    assert not native.well_formed(Mapping(obj))
+    assert not native.well_formed([obj])

@@ -1,5 +1,5 @@
 //! `rolltape.schemas._native`: the codec's hot paths in one pass each, byte for byte what the
-//! reference implementation in `rolltape.schemas._canonical` and `_envelope` produces.
+//! reference implementation in `rolltape.schemas._canonical`, `_envelope` and `_codec` produces.
 //!
 //! Each function answers `None` where it leaves the decision to the reference (a kind of value
 //! it does not walk, a value without a canonical form, bytes that are not canonical), so errors
@@ -195,10 +195,132 @@ unsafe fn write_causes(out: &mut Vec<u8>, causes: *mut ffi::PyObject) -> Result<
     Ok(())
 }
 
+/// Interned key strings: a dict lookup with one hashes nothing (its hash is cached) and
+/// allocates nothing, where a lookup by C string builds a str every time.
+struct Keys {
+    header: [Py<PyString>; 12],
+    producer: [Py<PyString>; 3],
+}
+
+static KEYS: pyo3::sync::PyOnceLock<Keys> = pyo3::sync::PyOnceLock::new();
+
+fn keys(py: Python<'_>) -> &Keys {
+    KEYS.get_or_init(py, || {
+        let key = |k: &str| PyString::intern(py, k).unbind();
+        Keys {
+            header: [
+                "v",
+                "stream",
+                "session_id",
+                "seq",
+                "ts_ns",
+                "type",
+                "event_id",
+                "causes",
+                "producer",
+                "payload",
+                "prev_hash",
+                "hash",
+            ]
+            .map(key),
+            producer: ["name", "version", "principal"].map(key),
+        }
+    })
+}
+
+/// The value under `key` of a dict (borrowed), or null.
+unsafe fn member(dict: *mut ffi::PyObject, key: &Py<PyString>) -> *mut ffi::PyObject {
+    // Exact str keys: the lookup cannot raise.
+    ffi::PyDict_GetItem(dict, key.as_ptr())
+}
+
+/// Whether a dict's keys are exactly `keys` (no more, no fewer).
+unsafe fn has_exactly(dict: *mut ffi::PyObject, keys: &[Py<PyString>]) -> bool {
+    ffi::PyDict_Size(dict) == keys.len() as isize && keys.iter().all(|k| !member(dict, k).is_null())
+}
+
+unsafe fn is_str(obj: *mut ffi::PyObject) -> bool {
+    ffi::PyUnicode_CheckExact(obj) != 0
+}
+
+/// An exact `int` within [low, i64::MAX].
+unsafe fn int_at_least(obj: *mut ffi::PyObject, low: i64) -> bool {
+    if ffi::PyLong_CheckExact(obj) == 0 {
+        return false;
+    }
+    let mut overflow = 0;
+    let value = ffi::PyLong_AsLongLongAndOverflow(obj, &mut overflow);
+    if value == -1 && !ffi::PyErr_Occurred().is_null() {
+        ffi::PyErr_Clear();
+        return false;
+    }
+    overflow == 0 && value >= low
+}
+
+/// An exact `str` whose UTF-8 bytes satisfy `test` (false for one with no UTF-8 form).
+unsafe fn str_where(obj: *mut ffi::PyObject, test: impl Fn(&[u8]) -> bool) -> bool {
+    is_str(obj) && encode::utf8(obj).map(test).unwrap_or(false)
+}
+
+fn session_id_text(b: &[u8]) -> bool {
+    // [A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}: ASCII only, so bytes are characters.
+    !b.is_empty()
+        && b.len() <= 200
+        && b[0].is_ascii_alphanumeric()
+        && b[1..]
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"._:@+-".contains(&c))
+}
+
+fn hex64_text(b: &[u8]) -> bool {
+    b.len() == 64
+        && b.iter()
+            .all(|&c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+}
+
+/// The header checks of the `Envelope` schema on a decoded record (`_codec._well_formed`, the
+/// reference, answers the same for every input: a differential test holds them together).
+#[pyfunction]
+fn well_formed(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
+    let keys = keys(py);
+    let [v, stream, session_id, seq, ts_ns, kind, event_id, causes, producer, payload, prev, hash] =
+        &keys.header;
+    let _ = v; // its value is the caller's check (the version decides the error)
+    let obj = obj.as_ptr();
+    // SAFETY: the GIL is held and `obj` is alive for the call; every pointer read from it is
+    // a borrowed reference used before the call returns, and no Python code runs.
+    unsafe {
+        if ffi::PyDict_CheckExact(obj) == 0 || !has_exactly(obj, &keys.header) {
+            return false;
+        }
+        let get = |key: &Py<PyString>| member(obj, key);
+        let producer = get(producer);
+        let causes = get(causes);
+        if !(str_where(get(session_id), session_id_text)
+            && int_at_least(get(seq), 0)
+            && int_at_least(get(ts_ns), i64::MIN)
+            && ffi::PyDict_CheckExact(producer) != 0
+            && ffi::PyList_CheckExact(causes) != 0
+            && str_where(get(prev), hex64_text)
+            && str_where(get(hash), hex64_text)
+            && is_str(get(stream))
+            && is_str(get(kind))
+            && is_str(get(event_id))
+            && ffi::PyDict_CheckExact(get(payload)) != 0
+            && has_exactly(producer, &keys.producer)
+            && keys.producer.iter().all(|k| is_str(member(producer, k))))
+        {
+            return false;
+        }
+        (0..ffi::PyList_GET_SIZE(causes)).all(|i| is_str(ffi::PyList_GET_ITEM(causes, i)))
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
+    m.add_function(wrap_pyfunction!(well_formed, m)?)?;
     Ok(())
 }
