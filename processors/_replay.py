@@ -24,6 +24,7 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from rolltape.processors._session import (
     DeadLetter,
@@ -40,9 +41,9 @@ from rolltape.processors.audit import InputRecord, Position
 from rolltape.schemas import Stream, UnreadableRecord, read_event, versioned_stream
 
 
-@dataclass(frozen=True)
-class ReplayRecord:
-    """A raw record as read back, with the broker's append time (the merge order)."""
+class ReplayRecord(NamedTuple):
+    """A raw record as read back, with the broker's append time (the merge order); a named
+    tuple, as `InputRecord` is (one per record read)."""
 
     record: InputRecord
     broker_ts_ms: int

@@ -14,7 +14,7 @@ or redeliveries; they are reported as reordered. What a record is to its chain i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
 from pydantic import BeforeValidator
 
@@ -36,10 +36,14 @@ _SECOND_WRITER = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Position:
+class Position(NamedTuple):
     """Where a record sits in its Kafka log. The processors recognise a redelivered record by
-    it and name it in `chain_broken` reports."""
+    it and name it in `chain_broken` reports.
+
+    This and `InputRecord` are named tuples, not frozen dataclasses, for the reason the events
+    are (`rolltape.schemas.Event`): every reader builds one per record, and a frozen
+    dataclass's `__init__` sets each field through `object.__setattr__` (0.3-0.5 µs a record
+    against 0.17 µs)."""
 
     topic: str
     partition: int
@@ -49,8 +53,7 @@ class Position:
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
 
-@dataclass(frozen=True)
-class InputRecord:
+class InputRecord(NamedTuple):
     """One record as the processor receives it."""
 
     stream: str
