@@ -59,6 +59,7 @@ _DAMAGED_COPY = LinkVerdict("damaged_copy")
 _FORK = LinkVerdict("set_aside", (BreakKind.FORK,))
 _BROKEN_LINK = LinkVerdict("set_aside", (BreakKind.BROKEN_LINK,))
 _LATE = LinkVerdict("late", (BreakKind.REORDERED,))
+_JOINS = LinkVerdict("joins")
 
 
 def classify_link(
@@ -102,4 +103,4 @@ def classify_link(
         breaks.append(BreakKind.GAP)
     if seq == 0 and prev_hash != GENESIS_HASH:
         breaks.append(BreakKind.BAD_GENESIS)
-    return LinkVerdict("joins", tuple(breaks))
+    return LinkVerdict("joins", tuple(breaks)) if breaks else _JOINS  # the usual case: shared

@@ -112,9 +112,9 @@ class Redelivered:
     outcome: Literal["redelivered"]
 
 
-@dataclass(frozen=True)
-class Admitted:
-    """The record belongs to its chain, with the breaks it shows."""
+class Admitted(NamedTuple):
+    """The record belongs to its chain, with the breaks it shows. (A named tuple: the audit
+    makes one per record, see `Position`.)"""
 
     outcome: Literal["admitted"]
     event: TypedEvent
@@ -218,8 +218,9 @@ def audit(chain: ChainHead, env: TypedEvent) -> AuditResult:
     chain.next_seq = seq + 1
     chain.head = env.hash
     chain.recent[seq] = env.hash
-    for old in sorted(chain.recent)[:-RECENT]:
-        del chain.recent[old]
+    recent = chain.recent
+    while len(recent) > RECENT:  # the RECENT highest seqs (once per record: seqs join in order)
+        del recent[min(recent)]
     if env.type == "session_ended" and chain.ended_seq is None:
         chain.ended_seq = seq
     return Admitted("admitted", env, tuple(breaks), usable=usable)
