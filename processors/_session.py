@@ -84,6 +84,9 @@ from rolltape.schemas import (
 log = logging.getLogger("rolltape.processors")
 
 PRODUCER_NAME: Final = "rolltape.processors"
+_EVENTS: Final = Stream.EVENTS.value
+"""The events stream's name (an enum member's `.value` costs a lookup on every event)."""
+_NO_TYPES: Final[frozenset[str]] = frozenset()
 _EVENT_TYPES: Final = {
     Stream.EVENTS.value: frozenset(
         {
@@ -308,7 +311,9 @@ class SessionProcessor:
         in `out`, even when a later part of the step raises."""
         if _seen_before(state, position):
             return  # the consumer saw this record before the last saved state: done already
-        chain = state.chains.setdefault(env.stream, ChainHead())
+        chain = state.chains.get(env.stream)
+        if chain is None:  # not setdefault: it would build a head for every event
+            chain = state.chains[env.stream] = ChainHead()
         result = audit(chain, env)
         if isinstance(result, Redelivered):
             return
@@ -329,7 +334,7 @@ class SessionProcessor:
             )
             kind = BreakKind.FOREIGN_PRINCIPAL
             out.append(self._chain_broken(state, position, env, kind, env.seq, detail))
-        if env.type not in _EVENT_TYPES.get(env.stream, frozenset()):
+        if env.type not in _EVENT_TYPES.get(env.stream, _NO_TYPES):
             detail = f"{env.type!r} does not belong on the {env.stream} stream"
             out.append(Refused("wrong_stream", detail))
             return
@@ -378,9 +383,9 @@ class SessionProcessor:
         if isinstance(payload, SessionEnded):
             state.ended[env.stream] = env.hash
             state.ended_ts[env.stream] = env.ts_ns
-            if env.stream == Stream.EVENTS.value:
+            if env.stream == _EVENTS:
                 state.end = payload.model_dump(mode="json")
-        if env.stream != Stream.EVENTS.value:
+        if env.stream != _EVENTS:
             return
         if isinstance(payload, SessionStarted):
             state.kind = payload.kind
@@ -681,6 +686,8 @@ def handle(
         log.exception("processing %s failed; dead-lettered", record.where)
         detail = "".join(traceback.format_exception_only(exc)).strip()
         failed.append(DeadLetter(record, "processor_error", detail[:1000]))
+    if not stepped:  # most records: nothing to convert
+        return sid, failed
     out: list[Output] = [
         DeadLetter(record, o.reason, o.detail) if isinstance(o, Refused) else o for o in stepped
     ]

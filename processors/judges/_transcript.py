@@ -11,7 +11,8 @@ never made) are not shown, and a result is marked failed by the export's rule (`
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,10 +30,17 @@ from rolltape.schemas import (
 DEFAULT_MAX_CHARS = 32_000
 
 
-class TranscriptItem(BaseModel):
-    """One turn, tool call or tool result as a judge reads it."""
+@dataclass(frozen=True, slots=True)
+class TranscriptItem:
+    """One turn, tool call or tool result as a judge reads it.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A frozen dataclass, not a model: the worker makes one per turn, call and result of every
+    judged session, and a model's validating `__init__` was a tenth of stepping one (0.9 µs
+    against 0.35). Its fields come from payloads validated already; a transcript read back from
+    a saved state or a judge request is validated field by field by the `Transcript` around it
+    (pydantic validates dataclass fields, with the config below)."""
+
+    __pydantic_config__: ClassVar[ConfigDict] = ConfigDict(extra="forbid")
 
     kind: Literal["turn", "tool_call", "tool_result"]
     role: str
@@ -107,10 +115,7 @@ class _TranscriptView(View[tuple[Transcript, int]]):
         at[0].task, at[0].tools = start.task, [t.name for t in start.tools]
 
     def turn(self, turn: Turn, at: tuple[Transcript, int]) -> None:
-        item = TranscriptItem(
-            kind="turn", role=turn.role, text=turn.content, reasoning=turn.reasoning
-        )
-        at[0]._add(item, at[1])
+        at[0]._add(TranscriptItem("turn", turn.role, turn.content, turn.reasoning), at[1])
 
     def call(
         self, call: ToolCall, at: tuple[Transcript, int], *, opens: bool, repeated: bool
@@ -118,11 +123,11 @@ class _TranscriptView(View[tuple[Transcript, int]]):
         if repeated:
             return
         args = call.raw_arguments if call.raw_arguments is not None else _json(call.arguments)
-        at[0]._add(TranscriptItem(kind="tool_call", role=call.name, text=args), at[1])
+        at[0]._add(TranscriptItem("tool_call", call.name, args), at[1])
 
     def answer(self, result: ToolResult, at: tuple[Transcript, int], *, failed: bool) -> None:
         text = f"[failed: {result.error}] {result.content}" if failed else result.content
-        at[0]._add(TranscriptItem(kind="tool_result", role=result.call_id, text=text), at[1])
+        at[0]._add(TranscriptItem("tool_result", result.call_id, text), at[1])
 
     def reward(self, reward: Reward, at: tuple[Transcript, int]) -> None:
         at[0].rewards.append(reward)
