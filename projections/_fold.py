@@ -67,21 +67,34 @@ class FoldError(ProjectionError, ValueError):
     """The events cannot be folded into a trajectory (no session_started, mixed sessions)."""
 
 
-def _ordered(events: Iterable[TypedEvent]) -> list[TypedEvent]:
-    by_seq: dict[int, TypedEvent] = {}
-    for event in events:
-        by_seq.setdefault(event.seq, event)
-    return [by_seq[seq] for seq in sorted(by_seq)]
+def _by_seq(event: TypedEvent) -> int:
+    return event.seq
 
 
-def _linked(events: Iterable[TypedEvent]) -> bool:
+def _sorted(events: Iterable[TypedEvent]) -> list[TypedEvent]:
+    """A chain's events by seq; copies of one seq in the order given (the sort is stable)."""
+    return sorted(events, key=_by_seq)
+
+
+def _ordered(by_seq: list[TypedEvent]) -> list[TypedEvent]:
+    """The first copy of each seq, of events `_sorted` already."""
+    ordered: list[TypedEvent] = []
+    last = None
+    for event in by_seq:
+        if event.seq != last:
+            ordered.append(event)
+            last = event.seq
+    return ordered
+
+
+def _linked(by_seq: list[TypedEvent]) -> bool:
     """Each record, in seq order, extends the one before (from the first the fold holds, which
     need not be seq 0), and no seq holds two records. The fold reads a chain as a set, so the
     order of arrival is not its concern, nor what follows session_ended: the audit's
-    `chain_broken` verdicts report those."""
+    `chain_broken` verdicts report those. `by_seq`: the chain's events `_sorted`."""
     held: dict[int, str] = {}
     next_seq: int | None = None
-    for event in sorted(events, key=lambda event: event.seq):  # stable: first copy is held
+    for event in by_seq:  # copies of a seq in the order given: the first is held
         seq = event.seq
         verdict = classify_link(
             seq,
@@ -99,15 +112,16 @@ def _linked(events: Iterable[TypedEvent]) -> bool:
     return True
 
 
-def _span(events: list[TypedEvent]) -> ChainSpan:
-    chain = _ordered(events)
+def _span(by_seq: list[TypedEvent]) -> ChainSpan:
+    """The provenance of a chain's events `_sorted`."""
+    chain = _ordered(by_seq)
     return ChainSpan(
         first_seq=chain[0].seq,
         last_seq=chain[-1].seq,
         first_hash=chain[0].hash,
         last_hash=chain[-1].hash,
         count=len(chain),
-        linked=_linked(events),
+        linked=_linked(by_seq),
     )
 
 
@@ -224,9 +238,11 @@ def fold(
     if not given:
         raise FoldError("no events to fold")
     sid = given[0].session_id
-    if any(event.session_id != sid or event.stream != Stream.EVENTS.value for event in given):
+    events_stream = Stream.EVENTS.value
+    if any(event.session_id != sid or event.stream != events_stream for event in given):
         raise FoldError(f"fold takes the events stream of one session ({sid})")
-    chain = _ordered(given)
+    by_seq = _sorted(given)
+    chain = _ordered(by_seq)
     first = chain[0]
     if not isinstance(first, SessionStartedEvent):
         raise FoldError(f"session {sid}: the first event is {first.type}, not session_started")
@@ -247,7 +263,7 @@ def fold(
 
     verdict_stream = versioned_stream(Stream.VERDICTS, judge_version)
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
-    chains: dict[str, list[TypedEvent]] = {Stream.EVENTS.value: given}
+    chains: dict[str, list[TypedEvent]] = {events_stream: by_seq}
     picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: []}
     for event in derived:
         if event.session_id == sid and event.stream in picked:
@@ -257,10 +273,10 @@ def fold(
     filter_outcome: FilterOutcome | None = None
     filter_hash: str | None = None
     for name, chain_events in picked.items():
-        ordered = _ordered(chain_events)
-        if not ordered:
+        if not chain_events:
             continue
-        chains[name] = chain_events
+        chains[name] = _sorted(chain_events)
+        ordered = _ordered(chains[name])
         for event in ordered:
             if isinstance(event, ChainBrokenEvent):
                 breaks.append(event.event_id)
