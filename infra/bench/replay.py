@@ -8,8 +8,9 @@ them and produced straight to a scratch events topic. Each pass reads the whole 
 - raw: a plain aiokafka scan of the same records, counting them (the ceiling of reading alone);
 - pipeline: the same scan into replay records, `replay_order`, `replay` (the processors' pure
   step: chain audit with hash check, filters, reward function), then a session at a time its
-  records and derived outputs read through the codec and folded (`fold`), and `sharegpt_row` +
-  JSON line. Stage times are reported too.
+  records and derived outputs read through the codec and folded (`fold`), and its
+  `sharegpt_row` + JSON line rendered at once (as the export streams). Stage times are
+  reported too.
 
 Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
 and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
@@ -191,19 +192,24 @@ def _pipeline(
     derived: dict[str, list[bytes]] = defaultdict(list)
     for (_, sid), outputs in result.chains.items():
         derived[sid].extend(o.value for o in outputs)
-    trajectories = [
-        fold(map(read_event, records[sid]), map(read_event, derived[sid]))
-        for sid in sorted(records)
-    ]
-    t3 = time.perf_counter()
-    lines = [jsonl_line(sharegpt_row(t)) for t in trajectories]
-    t4 = time.perf_counter()
+    # Each trajectory rendered as soon as it is folded, as `rolltape export` streams: holding
+    # every trajectory of a 1,000,000-event topic until the end nearly doubled this stage (full
+    # collections traversing them: 4.6 s of 15 µs an event, against 0.6 s of 8).
+    lines: list[bytes] = []
+    fold_s, export_s = time.perf_counter() - t2, 0.0  # the fold's share: filing by session
+    for sid in sorted(records):
+        t3 = time.perf_counter()
+        trajectory = fold(map(read_event, records[sid]), map(read_event, derived[sid]))
+        t4 = time.perf_counter()
+        lines.append(jsonl_line(sharegpt_row(trajectory)))
+        fold_s += t4 - t3
+        export_s += time.perf_counter() - t4
     return {
         "events": len(raw),
         "read": t1 - t0,
         "replay": t2 - t1,
-        "fold": t3 - t2,
-        "export": t4 - t3,
+        "fold": fold_s,
+        "export": export_s,
         "lines": len(lines),
         "bytes": sum(len(line) for line in lines),
     }
