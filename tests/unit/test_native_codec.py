@@ -468,3 +468,30 @@ def test_well_formed__takes_an_intact_record_and_no_dict_subclass() -> None:
 
     assert not native.well_formed(Mapping(obj))
     assert not native.well_formed([obj])
+
+
+@needs_native
+def test_well_formed__refuses_a_key_of_another_type_without_running_its_code() -> None:
+    """A key that is not a str could run `__eq__` inside a lookup and change the dict under
+    the check; the native check refuses such a dict before it looks anything up."""
+    assert native is not None
+    header: dict[Any, Any] = _valid_header()
+    ran: list[str] = []
+    armed = False
+
+    class Shadow:
+        def __hash__(self) -> int:
+            return hash("hash")  # a lookup of "hash" meets it and compares
+
+        def __eq__(self, other: object) -> bool:
+            if armed:
+                ran.append("eq")
+                header["producer"] = None
+            return False
+
+    del header["hash"]
+    header[Shadow()] = "f" * 64  # twelve keys again, one of them not a str
+    armed = True
+    assert not native.well_formed(header)
+    assert ran == []
+    assert header["producer"] == PRODUCER

@@ -228,15 +228,31 @@ fn keys(py: Python<'_>) -> &Keys {
     })
 }
 
-/// The value under `key` of a dict (borrowed), or null.
+/// The value under `key` of a dict (borrowed), or null. Only for a dict `has_exactly` took:
+/// its keys are all exact `str`, so the lookup compares strings in C and runs no Python code
+/// (a key of another type could run `__eq__`, change the dict and free what was read from it).
 unsafe fn member(dict: *mut ffi::PyObject, key: &Py<PyString>) -> *mut ffi::PyObject {
-    // Exact str keys: the lookup cannot raise.
     ffi::PyDict_GetItem(dict, key.as_ptr())
 }
 
-/// Whether a dict's keys are exactly `keys` (no more, no fewer).
+/// Whether every key of a dict is an exact `str`.
+unsafe fn str_keys_only(dict: *mut ffi::PyObject) -> bool {
+    let mut at: ffi::Py_ssize_t = 0;
+    let mut key: *mut ffi::PyObject = std::ptr::null_mut();
+    let mut value: *mut ffi::PyObject = std::ptr::null_mut();
+    while ffi::PyDict_Next(dict, &mut at, &mut key, &mut value) != 0 {
+        if ffi::PyUnicode_CheckExact(key) == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether an exact dict's keys are exactly `keys` (no more, no fewer), all exact `str`.
 unsafe fn has_exactly(dict: *mut ffi::PyObject, keys: &[Py<PyString>]) -> bool {
-    ffi::PyDict_Size(dict) == keys.len() as isize && keys.iter().all(|k| !member(dict, k).is_null())
+    ffi::PyDict_Size(dict) == keys.len() as isize
+        && str_keys_only(dict)
+        && keys.iter().all(|k| !member(dict, k).is_null())
 }
 
 unsafe fn is_str(obj: *mut ffi::PyObject) -> bool {
@@ -278,8 +294,11 @@ fn hex64_text(b: &[u8]) -> bool {
             .all(|&c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
-/// The header checks of the `Envelope` schema on a decoded record (`_codec._well_formed`, the
-/// reference, answers the same for every input: a differential test holds them together).
+/// The header checks of the `Envelope` schema on a decoded record. For an exact dict whose
+/// keys are strings (what the JSON decoder makes) it answers as `_codec._well_formed`, the
+/// reference, does: a differential test holds them together. Anything else it refuses (a dict
+/// subclass, a key of another type), where the reference is not asked (`read_event` decodes
+/// before it checks).
 #[pyfunction]
 fn well_formed(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
     let keys = keys(py);
@@ -288,7 +307,9 @@ fn well_formed(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
     let _ = v; // its value is the caller's check (the version decides the error)
     let obj = obj.as_ptr();
     // SAFETY: the GIL is held and `obj` is alive for the call; every pointer read from it is
-    // a borrowed reference used before the call returns, and no Python code runs.
+    // a borrowed reference used before the call returns. No Python code runs: the dicts are
+    // exact and looked into only once their keys are known to be exact `str` (`has_exactly`),
+    // and nothing else called here calls back into Python.
     unsafe {
         if ffi::PyDict_CheckExact(obj) == 0 || !has_exactly(obj, &keys.header) {
             return false;
