@@ -10,7 +10,11 @@ them and produced straight to a scratch events topic. Each pass reads the whole 
   step: chain audit with hash check, filters, reward function), then a session at a time its
   records and derived outputs read through the codec and folded (`fold`), and its
   `sharegpt_row` + JSON line rendered at once (as the export streams). Stage times are
-  reported too.
+  reported too;
+- decode: every record of the pass read through the codec once (`read_event` and its payload
+  model), nothing else. With the read stage it is the least a one-process pipeline that decodes
+  each record once must spend, so `events / (read + decode)` is that pipeline's ceiling here,
+  whatever its processing costs.
 
 Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
 and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
@@ -79,6 +83,11 @@ class ReplayBench(BaseModel):
     export_s: float
     export_lines: int
     export_bytes: int
+    decode_s: float
+    """Every record through the codec once (header, hash, payload model), in memory."""
+    decode_ceiling_events_per_s: float
+    """events / (read + decode): the rate of a pipeline that reads and decodes each record once
+    and does nothing else (the ceiling of any processing done in one process after it)."""
     command_events_per_s: float
     """`rolltape replay --dry-run` over the same topic (reads its own records, one partition
     number at a time), one process."""
@@ -203,12 +212,17 @@ def _pipeline(
         lines.append(jsonl_line(sharegpt_row(trajectory)))
         export_s += time.perf_counter() - t3
     fold_s = time.perf_counter() - t2 - export_s  # the rest: filing by session, the folds
+    t4 = time.perf_counter()
+    for item in raw:
+        _ = read_event(item.record.value).body
+    decode_s = time.perf_counter() - t4
     return {
         "events": len(raw),
         "read": t1 - t0,
         "replay": t2 - t1,
         "fold": fold_s,
         "export": export_s,
+        "decode": decode_s,
         "lines": len(lines),
         "bytes": sum(len(line) for line in lines),
     }
@@ -331,6 +345,9 @@ def run_replay_bench(
         export_s=median("export"),
         export_lines=int(median("lines")),
         export_bytes=int(median("bytes")),
+        decode_s=median("decode"),
+        decode_ceiling_events_per_s=written
+        / statistics.median(run["read"] + run["decode"] for run in runs),
         command_events_per_s=command.records_read / command.seconds,
         jobs=jobs,
         command_jobs_events_per_s=parallel.records_read / parallel.seconds,

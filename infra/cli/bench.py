@@ -193,6 +193,10 @@ def replay(
         f"export {r.export_s:.2f} s ({r.export_lines:,} lines, {r.export_bytes / 1e6:.1f} MB)"
     )
     console.print(
+        f"  read + decode alone (no processing):   {r.decode_ceiling_events_per_s:,.0f} events/s "
+        f"(decode {r.decode_s:.2f} s)"
+    )
+    console.print(
         f"  rolltape replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s; "
         f"--jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
         f"({r.command_jobs_events_per_s / r.command_events_per_s:.2f}x)"

@@ -281,6 +281,7 @@ def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) 
     figures = json.loads(out.stdout)
     assert figures["events"] >= 2000 and figures["export_lines"] == 20
     assert figures["raw_events_per_s"] > 0 and figures["pipeline_events_per_s"] > 0
+    assert figures["decode_s"] > 0 and figures["decode_ceiling_events_per_s"] > 0
     assert figures["command_events_per_s"] > 0 and figures["command_jobs_events_per_s"] > 0
     assert figures["export_events_per_s"] > 0 and figures["in_memory_export_events_per_s"] > 0
     assert 0 < figures["idle_rss_mb"] <= figures["export_peak_rss_mb"]
