@@ -112,9 +112,8 @@ def _linked(by_seq: list[TypedEvent]) -> bool:
     return True
 
 
-def _span(by_seq: list[TypedEvent]) -> ChainSpan:
-    """The provenance of a chain's events `_sorted`."""
-    chain = _ordered(by_seq)
+def _span(by_seq: list[TypedEvent], chain: list[TypedEvent]) -> ChainSpan:
+    """The provenance of a chain: its events `_sorted`, and `_ordered` from them."""
     return ChainSpan(
         first_seq=chain[0].seq,
         last_seq=chain[-1].seq,
@@ -263,7 +262,8 @@ def fold(
 
     verdict_stream = versioned_stream(Stream.VERDICTS, judge_version)
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
-    chains: dict[str, list[TypedEvent]] = {events_stream: by_seq}
+    # chain name -> (its events sorted, the first copy of each seq): read twice, built once
+    chains: dict[str, tuple[list[TypedEvent], list[TypedEvent]]] = {events_stream: (by_seq, chain)}
     picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: []}
     for event in derived:
         if event.session_id == sid and event.stream in picked:
@@ -275,8 +275,9 @@ def fold(
     for name, chain_events in picked.items():
         if not chain_events:
             continue
-        chains[name] = _sorted(chain_events)
-        ordered = _ordered(chains[name])
+        sorted_events = _sorted(chain_events)
+        ordered = _ordered(sorted_events)
+        chains[name] = (sorted_events, ordered)
         for event in ordered:
             if isinstance(event, ChainBrokenEvent):
                 breaks.append(event.event_id)
@@ -295,7 +296,7 @@ def fold(
                 )
             elif isinstance(event, FilterOutcomeEvent) and filter_outcome is None:
                 filter_outcome, filter_hash = event.body, event.hash
-    provenance = {name: _span(chain_events) for name, chain_events in sorted(chains.items())}
+    provenance = {name: _span(*read) for name, read in sorted(chains.items())}
     identity = [
         sid,
         judge_version,
