@@ -179,9 +179,9 @@ def replay(
         console.print(r.model_dump_json(indent=2), markup=False)
         return
     console.print(f"machine: {r.machine}; {r.partitions} partitions")
+    medians = f"medians of {r.passes} passes" if r.passes > 1 else "one pass"
     console.print(
-        f"{r.events:,} events over {r.sessions:,} sessions (written in {r.load_s:.1f} s); "
-        f"medians of {r.passes} passes"
+        f"{r.events:,} events over {r.sessions:,} sessions (written in {r.load_s:.1f} s); {medians}"
     )
     console.print(f"  raw aiokafka scan of the topic:        {r.raw_events_per_s:,.0f} events/s")
     console.print(
@@ -190,15 +190,18 @@ def replay(
     )
     console.print(
         f"  stages: read {r.read_s:.2f} s, replay {r.replay_s:.2f} s, fold {r.fold_s:.2f} s, "
-        f"export {r.export_s:.2f} s ({r.export_lines:,} lines, {r.export_bytes / 1e6:.1f} MB)"
+        f"export {r.export_s:.2f} s"
     )
+    console.print(f"    ({r.export_lines:,} lines, {r.export_bytes / 1e6:.1f} MB)")
     console.print(
         f"  read + decode alone (no processing):   {r.decode_ceiling_events_per_s:,.0f} events/s "
         f"(decode {r.decode_s:.2f} s)"
     )
     console.print(
-        f"  rolltape replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s; "
-        f"--jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
+        f"  rolltape replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s"
+    )
+    console.print(
+        f"    --jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
         f"({r.command_jobs_events_per_s / r.command_events_per_s:.2f}x)"
     )
     console.print(
@@ -207,9 +210,9 @@ def replay(
     )
     console.print(
         f"    same export held in memory: {r.in_memory_export_events_per_s:,.0f} events/s, "
-        f"peak RSS {r.in_memory_export_peak_rss_mb:,.0f} MB; `export --help`: "
-        f"{r.idle_rss_mb:,.0f} MB"
+        f"peak RSS {r.in_memory_export_peak_rss_mb:,.0f} MB"
     )
+    console.print(f"    `export --help` alone: peak RSS {r.idle_rss_mb:,.0f} MB")
 
 
 @app.command()
