@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
-from rolltape.schemas import key_id, load_private_key
+from rolltape.schemas.trust import key_id, load_private_key
 
 
 class JudgeKeyError(InfraError):

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rolltape.schemas import ModelEndpoint, SaslMechanism, SecurityProtocol
+from rolltape.schemas.clients import ModelEndpoint, SaslMechanism, SecurityProtocol
 
 
 def _xdg(var: str, fallback: str) -> Path:

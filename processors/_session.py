@@ -59,7 +59,6 @@ from rolltape.schemas import (
     ChainWriter,
     Checkpoint,
     Decision,
-    Frontier,
     LiveCheck,
     Metric,
     ModelSpec,
@@ -73,13 +72,12 @@ from rolltape.schemas import (
     Verdict,
     canonical_bytes,
     canonical_dump_bytes,
-    consistency_from_frontier,
     derived_event_id,
     read_event,
     session_binding,
-    sign_tree_head,
     versioned_stream,
 )
+from rolltape.schemas.trust import Frontier, consistency_from_frontier, sign_tree_head
 
 log = logging.getLogger("rolltape.processors")
 

@@ -38,7 +38,8 @@ from rolltape.producers._errors import (
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
 from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
-from rolltape.schemas import SESSION_ID_PATTERN, KafkaConnection, Stream, ToolSpec
+from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
+from rolltape.schemas.clients import KafkaConnection
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _time_ns = time.time_ns

@@ -47,13 +47,11 @@ from rolltape.schemas import (
     PAYLOAD_MODELS,
     CanonicalEncodingError,
     ChainWriter,
-    KafkaConnection,
-    KeyPartitions,
     ProducerInfo,
     Stream,
-    fill_batch,
     topic_name,
 )
+from rolltape.schemas.clients import KafkaConnection, KeyPartitions, fill_batch
 
 log = logging.getLogger("rolltape.producers")
 

@@ -27,15 +27,14 @@ from rolltape.schemas import (
     ChainHeadLeaf,
     ChainVerifier,
     Checkpoint,
-    LogTree,
     TreeHead,
     TypedEvent,
     canonical_bytes,
     read_event,
     session_binding,
-    tree_head_signed_by,
 )
-from rolltape.schemas._merkle import verify_inclusion
+from rolltape.schemas.trust import LogTree, tree_head_signed_by
+from rolltape.schemas.trust._merkle import verify_inclusion
 
 CHECKPOINT_TYPE = "checkpoint"
 

@@ -39,14 +39,8 @@ from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import session_rows
-from rolltape.schemas import (
-    KafkaConnection,
-    Stream,
-    TypedEvent,
-    kafka_errors,
-    topic_name,
-    versioned_stream,
-)
+from rolltape.schemas import Stream, TypedEvent, topic_name, versioned_stream
+from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 _log = logging.getLogger(__name__)
 

@@ -15,15 +15,8 @@ import logging
 from rolltape.projections._export import Selection
 from rolltape.projections._feed import TrajectoryFeed
 from rolltape.projections._trajectory import Trajectory
-from rolltape.schemas import (
-    LIVE_JUDGE_VERSION,
-    KafkaConnection,
-    KafkaRecordError,
-    Stream,
-    canonical_bytes,
-    kafka_errors,
-    topic_name,
-)
+from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, canonical_bytes, topic_name
+from rolltape.schemas.clients import KafkaConnection, KafkaRecordError, kafka_errors
 
 _log = logging.getLogger(__name__)
 

@@ -1,10 +1,13 @@
 """rolltape.schemas: the event envelope, payload models, canonical encoding and hash chain.
 
-Depends on nothing else of rolltape; everything else depends on it.
+Depends on nothing else of rolltape; everything else depends on it. It is the wire format
+alone, so a third party that verifies a chain imports no client library: the Kafka connection,
+its error translation, record batching and model endpoints are `rolltape.schemas.clients`, and
+Merkle trees and checkpoint signatures are `rolltape.schemas.trust`; neither is loaded by
+`import rolltape.schemas`.
 """
 
 from rolltape.schemas._accel import implementation as codec_implementation
-from rolltape.schemas._batches import KeyPartitions, fill_batch
 from rolltape.schemas._canonical import (
     INT_MAX,
     INT_MIN,
@@ -14,21 +17,8 @@ from rolltape.schemas._canonical import (
     restore_non_finite,
 )
 from rolltape.schemas._chain_writer import ChainWriter, RecordTooLargeError
-from rolltape.schemas._checkpoint import (
-    ChainHeadLeaf,
-    Checkpoint,
-    LogTree,
-    TreeHead,
-    consistency_from_frontier,
-    key_id,
-    load_private_key,
-    load_public_key,
-    session_binding,
-    sign_tree_head,
-    tree_head_signed_by,
-)
+from rolltape.schemas._checkpoint import ChainHeadLeaf, Checkpoint, TreeHead, session_binding
 from rolltape.schemas._codec import UnreadableRecord, read_event, reread_event
-from rolltape.schemas._connection import KafkaConnection, SaslMechanism, SecurityProtocol
 from rolltape.schemas._cron import (
     FINAL_STATUSES,
     JOB_ID_PATTERN,
@@ -54,7 +44,6 @@ from rolltape.schemas._derived import (
     Verdict,
     Violation,
 )
-from rolltape.schemas._endpoints import ModelEndpoint
 from rolltape.schemas._envelope import (
     GENESIS_HASH,
     SCHEMA_VERSION,
@@ -103,19 +92,7 @@ from rolltape.schemas._events import (
     VerdictEvent,
 )
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
-from rolltape.schemas._kafka_errors import (
-    KafkaAuthenticationError,
-    KafkaAuthorizationError,
-    KafkaClientError,
-    KafkaRecordError,
-    KafkaRequestError,
-    KafkaTopicError,
-    KafkaUnavailableError,
-    kafka_errors,
-    translate_kafka_error,
-)
 from rolltape.schemas._links import LinkVerdict, classify_link
-from rolltape.schemas._merkle import Frontier
 from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
     PAYLOAD_MODELS,
@@ -212,26 +189,14 @@ __all__ = [
     "FilterOutcome",
     "FilterOutcomeEvent",
     "FilterReason",
-    "Frontier",
     "JobAction",
     "JobState",
-    "KafkaAuthenticationError",
-    "KafkaAuthorizationError",
-    "KafkaClientError",
-    "KafkaConnection",
-    "KafkaRecordError",
-    "KafkaRequestError",
-    "KafkaTopicError",
-    "KafkaUnavailableError",
-    "KeyPartitions",
     "LayerSpec",
     "LinkVerdict",
     "LiveCheck",
     "LiveCheckEvent",
-    "LogTree",
     "Metric",
     "MetricEvent",
-    "ModelEndpoint",
     "ModelError",
     "ModelErrorEvent",
     "ModelSpec",
@@ -252,9 +217,7 @@ __all__ = [
     "RuleId",
     "RuleOutcome",
     "RunStatus",
-    "SaslMechanism",
     "SchemaError",
-    "SecurityProtocol",
     "SessionEnded",
     "SessionEndedEvent",
     "SessionResumed",
@@ -283,17 +246,11 @@ __all__ = [
     "canonical_dump_bytes",
     "classify_link",
     "codec_implementation",
-    "consistency_from_frontier",
     "decode",
     "derived_event_id",
     "export_json_schemas",
-    "fill_batch",
     "hash_of",
     "json_schemas",
-    "kafka_errors",
-    "key_id",
-    "load_private_key",
-    "load_public_key",
     "parse_payload",
     "raw_event_id",
     "read_event",
@@ -302,12 +259,9 @@ __all__ = [
     "result_failed",
     "seal",
     "session_binding",
-    "sign_tree_head",
     "split_reasoning",
     "split_stream",
     "stream_of_topic",
     "topic_name",
-    "translate_kafka_error",
-    "tree_head_signed_by",
     "versioned_stream",
 ]

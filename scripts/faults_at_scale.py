@@ -39,13 +39,14 @@ from typing import Any
 import orjson
 
 from rolltape.infra import Settings, open_monitor_recorder, open_recorder
+from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.infra.broker import ManagedBroker
+from rolltape.infra.commands.worker_process import worker_running
+from rolltape.infra.kafka.readback import RawRecord, read_records
+from rolltape.infra.kafka.topics import provision
 from rolltape.infra.keys import judge_key
-from rolltape.infra.readback import RawRecord, read_records
-from rolltape.infra.topics import provision
-from rolltape.infra.worker_process import worker_running
-from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
-from rolltape.schemas import ChainVerifier, Checkpoint, LogTree, Role, Stream, decode
+from rolltape.schemas import ChainVerifier, Checkpoint, Role, Stream, decode
+from rolltape.schemas.trust import LogTree
 
 PREFIX = "faults"
 EPOCHS = 5

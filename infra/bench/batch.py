@@ -20,12 +20,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from rolltape.infra.batch import run_batch
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench.capture import start_instant_server
 from rolltape.infra.bench.cron import CronFigures, run_cron_bench
+from rolltape.infra.commands.batch import run_batch
+from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import scratch_prefix
 from rolltape.producers.agent import AgentResult, Tool
 from rolltape.producers.environments import (
     Environment,
@@ -34,7 +34,7 @@ from rolltape.producers.environments import (
     RolloutContext,
     binary,
 )
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas.clients import ModelEndpoint
 
 
 class _Instant(Environment):

@@ -22,9 +22,9 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.bench._machine import machine
-from rolltape.infra.cron import cron_jobs, open_scheduler
+from rolltape.infra.commands.cron import cron_jobs, open_scheduler
+from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import scratch_prefix
 from rolltape.producers.cron import CronRunContext, JobSpec
 from rolltape.schemas import CronRun
 

@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
 from rolltape.infra.bench._machine import machine
-from rolltape.infra.export import Collected, run_export
-from rolltape.infra.verify_export import verify_export
+from rolltape.infra.commands.export import Collected, run_export
+from rolltape.infra.commands.verify_export import verify_export
 from rolltape.processors import Emitted, ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import CheckpointSigner, InputRecord, Position
 from rolltape.projections import ExportOptions, SessionEvidence

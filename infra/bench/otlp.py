@@ -26,7 +26,8 @@ from pydantic import BaseModel
 
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.settings import Settings
-from rolltape.schemas import KafkaConnection, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import KafkaConnection
 
 
 class OtlpFigures(BaseModel):
@@ -169,7 +170,7 @@ def _run_receiver(settings_json: str, ports: multiprocessing.Queue[int], decode_
     """A receiver process: the real one, or the baseline that records nothing."""
     from aiohttp import web
 
-    from rolltape.infra.otlp import ReceiverConfig, open_receiver, serve
+    from rolltape.infra.commands.otlp_serve import ReceiverConfig, open_receiver, serve
     from rolltape.producers.otlp import decode, success_body, unpack
 
     async def main() -> None:
@@ -250,7 +251,7 @@ def _measure(
 
 
 def _events_written(connection: KafkaConnection, prefix: str) -> int:
-    from rolltape.infra.readback import end_offsets
+    from rolltape.infra.kafka.readback import end_offsets
     from rolltape.schemas import topic_name
 
     topic = topic_name("events", prefix)
@@ -270,7 +271,7 @@ def run_otlp_bench(
     in its own process, on a fresh scratch prefix per repeat (deleted after). The first two
     batches warm up and are not timed. Needs a broker."""
     from rolltape.infra.broker import require_connection
-    from rolltape.infra.topics import scratch_prefix
+    from rolltape.infra.kafka.topics import scratch_prefix
 
     batches = build_batches(spans + 2 * spans_per_batch, spans_per_batch)
     counts = [_count_spans(b) for b in batches]

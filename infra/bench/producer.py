@@ -28,10 +28,11 @@ from pydantic import BaseModel
 
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
+from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import scratch_prefix
 from rolltape.producers import Recorder
-from rolltape.schemas import KafkaConnection, Role, topic_name
+from rolltape.schemas import Role, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 CONTENT = ("The quick brown fox jumps over the lazy dog. " * 23)[:900]
 

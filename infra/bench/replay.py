@@ -41,24 +41,17 @@ from pydantic import BaseModel
 
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
-from rolltape.infra.producing import chain_producer
-from rolltape.infra.readback import read_records
-from rolltape.infra.replay import run_replay
+from rolltape.infra.commands.replay import run_replay
+from rolltape.infra.kafka.producing import chain_producer
+from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import scratch_prefix
 from rolltape.processors import ProcessorConfig, ReplayRecord, replay, replay_order
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.projections import ExportOptions, build_export, checked_event, fold
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
-from rolltape.schemas import (
-    ChainWriter,
-    KafkaConnection,
-    Role,
-    Stream,
-    TypedEvent,
-    read_event,
-    topic_name,
-)
+from rolltape.schemas import ChainWriter, Role, Stream, TypedEvent, read_event, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 _PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 _TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "object"}}]

@@ -31,15 +31,16 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.bench._machine import machine
+from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.infra.broker import require_connection
-from rolltape.infra.readback import read_records
+from rolltape.infra.commands.worker_process import WorkerProcess
+from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import scratch_prefix
-from rolltape.infra.worker_process import WorkerProcess
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
-from rolltape.schemas import KafkaConnection, Role, Stream, read_event, topic_name
+from rolltape.schemas import Role, Stream, read_event, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 
 class RulesBench(BaseModel):

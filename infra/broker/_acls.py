@@ -36,7 +36,8 @@ from aiokafka.protocol.api import Request
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.infra.broker._errors import BrokerError
-from rolltape.schemas import TOPIC_SPECS, KafkaConnection, Role, Stream, topic_name
+from rolltape.schemas import TOPIC_SPECS, Role, Stream, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 
 class ResourceType(IntEnum):

@@ -33,7 +33,8 @@ from rolltape.infra.broker._errors import BrokerStartError
 from rolltape.infra.broker._maven import kafka_classpath, uses_log4j2
 from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.broker._ready import broker_answers_sync
-from rolltape.schemas import KafkaConnection, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import KafkaConnection
 
 SCRAM = "SCRAM-SHA-512"
 

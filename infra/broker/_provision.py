@@ -11,7 +11,8 @@ from rolltape.infra.broker._errors import BrokerUnavailable
 from rolltape.infra.broker._kraft import ManagedBroker
 from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.settings import Settings
-from rolltape.schemas import KafkaConnection, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import KafkaConnection
 
 
 def managed_broker(settings: Settings, *, secure: bool = True) -> ManagedBroker:

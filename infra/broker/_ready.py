@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 
-from rolltape.schemas import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection
 
 
 async def broker_answers(connection: KafkaConnection, timeout_s: float = 3.0) -> bool:

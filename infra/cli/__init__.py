@@ -20,7 +20,6 @@ from rolltape.infra.cli import (
     feed,
     harness,
     importing,
-    inspect,
     keys,
     otlp,
     parse,
@@ -29,6 +28,8 @@ from rolltape.infra.cli import (
     replay,
     report,
     schemas,
+    tail,
+    verify,
     worker,
 )
 
@@ -69,8 +70,8 @@ def _reflowed(command: Callable[..., Any]) -> str:
 
 
 for name, command in (
-    ("tail", inspect.tail),
-    ("verify", inspect.verify),
+    ("tail", tail.tail),
+    ("verify", verify.verify),
     ("demo", demo.demo),
     ("worker", worker.worker),
     ("export", export.export),

@@ -21,6 +21,7 @@ from rolltape.infra.keys import JudgeKeyError
 from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError
 from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
+from rolltape.schemas.clients import KafkaClientError
 
 #: Options the Atropos paths share (`export -f atropos`, `feed atropos`).
 TokenizerOption = Annotated[
@@ -66,7 +67,14 @@ def user_errors() -> Iterator[None]:
     """Turn our errors into one red line and exit code 2; the message says what to do."""
     try:
         yield
-    except (BrokerError, RecorderError, SchemaError, JudgeKeyError, OSError) as exc:
+    except (
+        BrokerError,
+        RecorderError,
+        SchemaError,
+        KafkaClientError,
+        JudgeKeyError,
+        OSError,
+    ) as exc:
         err_console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from exc
 

@@ -12,10 +12,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rolltape.infra.batch import BatchSummary
 from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
+from rolltape.infra.commands.batch import BatchSummary
 from rolltape.producers.environments import Environment, Rollout, load_environment
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas.clients import ModelEndpoint
 
 T = TypeVar("T")
 EnvArgument = Annotated[

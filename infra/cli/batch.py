@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.batch import run_batch
 from rolltape.infra.cli._common import err_console, settings
 from rolltape.infra.cli._rollouts import (
     ConcurrencyOption,
@@ -17,6 +16,7 @@ from rolltape.infra.cli._rollouts import (
     print_summary,
     with_progress,
 )
+from rolltape.infra.commands.batch import run_batch
 from rolltape.producers.agent import DEFAULT_MODEL
 
 app = typer.Typer(help="Batches of rollouts: resumable from the log.", no_args_is_help=True)

@@ -13,8 +13,8 @@ from rolltape.infra.broker import (
     require_connection,
 )
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.kafka.topics import provision
 from rolltape.infra.keys import judge_key
-from rolltape.infra.topics import provision
 from rolltape.schemas import Role
 
 app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", no_args_is_help=True)

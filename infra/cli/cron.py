@@ -25,8 +25,8 @@ from rolltape.infra.cli._common import (
     stop_on_signals,
     user_errors,
 )
-from rolltape.infra.cron import cron_jobs, open_scheduler
-from rolltape.producers.agent import DEFAULT_MODEL, agent_runner
+from rolltape.infra.commands.cron import cron_jobs, open_scheduler
+from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.cron import (
     CRON_RUN_ENV,
     CronJobs,
@@ -35,6 +35,7 @@ from rolltape.producers.cron import (
     JobError,
     JobSpec,
     ScheduleError,
+    agent_runner,
     guard_against_recursion,
 )
 from rolltape.schemas import CronJob, CronRun, JobState, RetryPolicy, RunStatus
@@ -373,7 +374,7 @@ def to_env(
     environment items: the job's prompt, skills and workdir, the answer a successful run gave as
     the reference, and the run it came from. Run them with `rolltape env evaluate jsonl:FILE
     --split train` (or batch run, process, serve)."""
-    from rolltape.infra.cron import cron_items
+    from rolltape.infra.commands.cron import cron_items
 
     with _errors():
         report = asyncio.run(

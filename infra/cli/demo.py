@@ -12,7 +12,7 @@ from rolltape.infra.cli._common import console, settings, user_errors
 from rolltape.infra.cli.harness import print_attempts
 
 if TYPE_CHECKING:  # the demo trains with torch: imported when the command runs
-    from rolltape.infra.demo import DemoResult
+    from rolltape.infra.commands.demo import DemoResult
 
 
 def demo(
@@ -25,7 +25,7 @@ def demo(
     attempts of the decision harness, verify every chain, print rule firings, verdicts, both
     attempts' scores and filter outcomes, and export the sessions as ShareGPT, Atropos and
     OpenAI files."""
-    from rolltape.infra.demo import DemoError, run_demo
+    from rolltape.infra.commands.demo import DemoError, run_demo
 
     with user_errors():
         try:

@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra import open_recorder
-from rolltape.infra.batch import process_batch
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
     ScoreOption,
@@ -31,7 +30,8 @@ from rolltape.infra.cli._rollouts import (
     print_summary,
     with_progress,
 )
-from rolltape.infra.export import ExportError, open_tokenizer
+from rolltape.infra.commands.batch import process_batch
+from rolltape.infra.commands.export import ExportError, open_tokenizer
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.environments import (
     Rollout,
@@ -222,7 +222,7 @@ def serve(
     """Register with an Atropos API server, run GROUP_SIZE rollouts per item, and deliver each
     group once the worker's filters and judges decided its sessions (through the live feed and
     the Atropos sink). Ctrl-C or SIGTERM stops."""
-    from rolltape.infra.serve import ServeOptions, ServeStats, serve_env
+    from rolltape.infra.commands.env_serve import ServeOptions, ServeStats, serve_env
 
     env = open_environment(environment)
     try:

@@ -24,10 +24,11 @@ from rolltape.infra.cli._common import (
     transient_progress,
     user_errors,
 )
-from rolltape.infra.export import ExportError, collect, open_tokenizer, run_export
-from rolltape.infra.verify_export import verify_export as check_export
+from rolltape.infra.commands.export import ExportError, collect, open_tokenizer, run_export
+from rolltape.infra.commands.verify_export import verify_export as check_export
 from rolltape.projections import META_DIR, ExportOptions, Format, Selection
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role, load_public_key
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role
+from rolltape.schemas.trust import load_public_key
 
 
 def parse_time(text: str | None, option: str) -> int | None:

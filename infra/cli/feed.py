@@ -19,7 +19,7 @@ from rolltape.infra.cli._common import (
     stop_on_signals,
     user_errors,
 )
-from rolltape.infra.export import ExportError, open_tokenizer
+from rolltape.infra.commands.export import ExportError, open_tokenizer
 from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 

@@ -16,10 +16,10 @@ from rich.table import Table
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.commands.worker import can_provision
+from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
+from rolltape.infra.kafka.topics import provision
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import provision
-from rolltape.infra.worker import can_provision
-from rolltape.infra.worker_process import WorkerProcess, worker_running
 from rolltape.schemas import Role
 
 if TYPE_CHECKING:  # the training package needs torch: imported where a command runs

@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
-from rolltape.infra.importing import import_identity, judge_imported, send_sessions
-from rolltape.infra.worker import WorkerSetupError
+from rolltape.infra.commands.importing import import_identity, judge_imported, send_sessions
+from rolltape.infra.commands.worker import WorkerSetupError
 from rolltape.projections.importers import (
     ImportedSession,
     RowError,

@@ -10,19 +10,20 @@ from rich.markup import escape
 
 from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import err_console, settings, stop_on_signals, user_errors
-from rolltape.infra.otlp import (
+from rolltape.infra.commands.otlp_serve import (
     ReceiverBusyError,
     ReceiverConfig,
     open_receiver,
     otlp_dir,
     state_lock,
 )
-from rolltape.infra.otlp import (
+from rolltape.infra.commands.otlp_serve import (
     serve as serve_receiver,
 )
 from rolltape.infra.settings import Settings
 from rolltape.producers.parsing import FAMILIES
-from rolltape.schemas import KafkaConnection, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import KafkaConnection
 
 app = typer.Typer(help="Receive OpenTelemetry traces.", no_args_is_help=True)
 

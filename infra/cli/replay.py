@@ -18,8 +18,8 @@ from rolltape.infra.cli._common import (
     user_errors,
 )
 from rolltape.infra.cli.export import parse_time
-from rolltape.infra.replay import replay_config, run_replay
-from rolltape.infra.worker import WorkerSetupError
+from rolltape.infra.commands.replay import replay_config, run_replay
+from rolltape.infra.commands.worker import WorkerSetupError
 
 
 def replay(

@@ -34,7 +34,7 @@ def report(
     verdicts."""
     with user_errors():
         try:
-            from rolltape.infra.report import ReportError, read_sessions, write_report
+            from rolltape.infra.commands.report import ReportError, read_sessions, write_report
         except ImportError as exc:
             err_console.print(f"[red]error:[/red] {escape(str(exc))}")
             raise typer.Exit(2) from exc

@@ -9,8 +9,8 @@ from typing import Annotated, NoReturn
 import typer
 
 from rolltape.infra.cli._common import err_console, settings, user_errors
+from rolltape.infra.commands.worker import WorkerSetupError, worker_config
 from rolltape.infra.keys import judge_key
-from rolltape.infra.worker import WorkerSetupError, worker_config
 from rolltape.processors.worker import run_worker
 
 

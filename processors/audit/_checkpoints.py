@@ -13,7 +13,7 @@ from typing import Final
 from aiokafka.partitioner import DefaultPartitioner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from rolltape.schemas import key_id
+from rolltape.schemas.trust import key_id
 
 CHECKPOINT_VERSION: Final = "rolltape.checkpoint/1"
 CHECKPOINT_LOG_PREFIX: Final = "checkpoints.p"

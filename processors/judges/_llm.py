@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rolltape.processors.judges._transcript import Transcript
-from rolltape.schemas import ModelEndpoint, Verdict
+from rolltape.schemas import Verdict
+from rolltape.schemas.clients import ModelEndpoint
 
 
 class LLMJudge:

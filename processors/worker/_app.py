@@ -43,7 +43,9 @@ from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._reader import RawReader
 from rolltape.processors.worker._shell import Shell
 from rolltape.processors.worker._states import ChangelogTable, MemoryStates
-from rolltape.schemas import KafkaConnection, Stream, load_private_key, topic_name
+from rolltape.schemas import Stream, topic_name
+from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.trust import load_private_key
 
 log = logging.getLogger("rolltape.processors.worker")
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import TrainingJudgeConfig
 from rolltape.processors.rules import RuleSet
-from rolltape.schemas import KafkaConnection, ModelEndpoint
+from rolltape.schemas.clients import KafkaConnection, ModelEndpoint
 
 
 class WorkerConfig(BaseModel):

@@ -24,12 +24,12 @@ from rolltape.processors.worker._producers import OutputProducer
 from rolltape.schemas import (
     PAYLOAD_MODELS,
     ChainWriter,
-    ModelEndpoint,
     Stream,
     Verdict,
     canonical_bytes,
     topic_name,
 )
+from rolltape.schemas.clients import ModelEndpoint
 
 log = logging.getLogger("rolltape.processors.worker")
 

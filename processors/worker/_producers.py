@@ -16,7 +16,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from rolltape.schemas import KafkaConnection, KeyPartitions, Stream, fill_batch, topic_name
+from rolltape.schemas import Stream, topic_name
+from rolltape.schemas.clients import KafkaConnection, KeyPartitions, fill_batch
 
 OutgoingRecord = tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]
 """(topic, key, value, headers) of one record to send."""

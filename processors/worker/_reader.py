@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.partitioner import murmur2
 
-from rolltape.schemas import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection
 
 POSITION_KEY_PREFIX = b"~position~"
 

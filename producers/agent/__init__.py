@@ -1,19 +1,18 @@
 """rolltape.producers.agent: the reference agent (a chat model with tools) and its toolsets.
 
 `run_agent` drives an OpenAI-compatible model captured by a session until it answers or runs
-out of iterations, feeding tool errors back to the model; `agent_runner` makes it cron's
-default runner. Skills name toolsets (`files` is built in; `register_toolset` adds others).
+out of iterations, feeding tool errors back to the model (`rolltape.producers.cron.agent_runner`
+makes it cron's default runner). Skills name toolsets (`files` is built in; `register_toolset`
+adds others).
 """
 
-from rolltape.producers.agent._cron import DEFAULT_MODEL, agent_runner
-from rolltape.producers.agent._loop import AgentResult, run_agent
+from rolltape.producers.agent._loop import DEFAULT_MODEL, AgentResult, run_agent
 from rolltape.producers.agent._tools import Tool, file_tools, register_toolset, tools_for
 
 __all__ = [
     "DEFAULT_MODEL",
     "AgentResult",
     "Tool",
-    "agent_runner",
     "file_tools",
     "register_toolset",
     "run_agent",

@@ -21,6 +21,9 @@ from rolltape.producers._tools import result_text
 from rolltape.producers.agent._tools import Tool
 from rolltape.schemas import result_failed
 
+DEFAULT_MODEL = "agent"
+"""The logical model the reference agent calls unless told otherwise (settings bind it)."""
+
 
 class AgentResult(BaseModel):
     """How a rollout ended."""

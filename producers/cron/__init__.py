@@ -8,6 +8,7 @@ fresh session on the events topic, tagged with the job and run; its outcome is r
 delivered through a channel.
 """
 
+from rolltape.producers.cron._agent_runner import agent_runner
 from rolltape.producers.cron._book import Expire, Fire, Head, JobBook
 from rolltape.producers.cron._channels import (
     Channel,
@@ -62,6 +63,7 @@ __all__ = [
     "ScheduleError",
     "Scheduler",
     "WebhookChannel",
+    "agent_runner",
     "attempt_session_id",
     "backoff_s",
     "guard_against_recursion",

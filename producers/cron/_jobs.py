@@ -16,14 +16,8 @@ from rolltape.producers.cron._channels import open_channel
 from rolltape.producers.cron._log import JobsLog, read_book
 from rolltape.producers.cron._runs import guard_against_recursion, load_runner
 from rolltape.producers.cron._schedule import parse_schedule
-from rolltape.schemas import (
-    JOB_ID_PATTERN,
-    CronJob,
-    JobAction,
-    JobState,
-    KafkaConnection,
-    RetryPolicy,
-)
+from rolltape.schemas import JOB_ID_PATTERN, CronJob, JobAction, JobState, RetryPolicy
+from rolltape.schemas.clients import KafkaConnection
 
 
 class JobSpec(BaseModel):

@@ -22,12 +22,12 @@ from rolltape.producers.cron._book import JobBook
 from rolltape.schemas import (
     ChainWriter,
     EnvelopeError,
-    KafkaConnection,
     PayloadError,
     Stream,
     read_event,
     topic_name,
 )
+from rolltape.schemas.clients import KafkaConnection
 
 _log = logging.getLogger("rolltape.producers.cron")
 _partitioner = DefaultPartitioner()

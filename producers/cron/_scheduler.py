@@ -43,15 +43,8 @@ from rolltape.producers.cron._runs import (
     mark_cron_run,
     unmark_cron_run,
 )
-from rolltape.schemas import (
-    FINAL_STATUSES,
-    CronJob,
-    CronRun,
-    KafkaConnection,
-    RunStatus,
-    Stream,
-    topic_name,
-)
+from rolltape.schemas import FINAL_STATUSES, CronJob, CronRun, RunStatus, Stream, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 _log = logging.getLogger("rolltape.producers.cron")
 _NS = 1_000_000_000

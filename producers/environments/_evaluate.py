@@ -18,7 +18,8 @@ from pathlib import Path
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.environments._base import Environment
 from rolltape.producers.environments._rollout import Rollout, run_rollout
-from rolltape.schemas import EvaluatedItem, Evaluation, ModelEndpoint
+from rolltape.schemas import EvaluatedItem, Evaluation
+from rolltape.schemas.clients import ModelEndpoint
 
 
 async def evaluate(

@@ -4,7 +4,7 @@
 its gzip), `TraceIngest` applies the spans to sessions through a Recorder (see _ingest.py for
 the mapping and _genai.py for what is read from a span), and the `Journal` keeps what a
 restarted receiver must know. The HTTP server around them is `rolltape otlp serve`
-(rolltape.infra.otlp). Needs the `otlp` extra for protobuf.
+(rolltape.infra.commands.otlp_serve). Needs the `otlp` extra for protobuf.
 """
 
 from rolltape.producers.otlp._ingest import Applied, TraceIngest, session_id_for

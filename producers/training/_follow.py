@@ -19,7 +19,8 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from rolltape.producers._errors import HarnessError
-from rolltape.schemas import KafkaConnection, UnreadableRecord, read_event
+from rolltape.schemas import UnreadableRecord, read_event
+from rolltape.schemas.clients import KafkaConnection
 
 Match = Callable[[dict[str, Any]], bool]
 

@@ -41,7 +41,6 @@ from rolltape.producers.training._scenarios import Scenario
 from rolltape.schemas import (
     RULE_CLASS,
     Decision,
-    KafkaConnection,
     RuleEvaluation,
     RuleId,
     Stream,
@@ -49,6 +48,7 @@ from rolltape.schemas import (
     Violation,
     topic_name,
 )
+from rolltape.schemas.clients import KafkaConnection
 
 TASK = "digits-cnn"
 MODE = "iterative_self_refine"

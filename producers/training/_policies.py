@@ -25,11 +25,11 @@ from rolltape.schemas import (
     EditTarget,
     EventType,
     Metric,
-    ModelEndpoint,
     RemedyDirection,
     RuleEvaluation,
     RuleId,
 )
+from rolltape.schemas.clients import ModelEndpoint
 
 PRECEDENCE_TEXT = "R7, R6 (stability) > R5, R4 (capacity) > R1, R2 (tuning) > R3 (process)"
 

@@ -25,11 +25,12 @@ from rolltape.infra.broker import (
     require_connection,
     start_container_broker,
 )
+from rolltape.infra.kafka.readback import verify_topics
+from rolltape.infra.kafka.topics import provision
 from rolltape.infra.keys import judge_key
-from rolltape.infra.readback import verify_topics
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import provision
-from rolltape.schemas import CHAINED_STREAMS, ChainVerifier, KafkaConnection, Role
+from rolltape.schemas import CHAINED_STREAMS, ChainVerifier, Role
+from rolltape.schemas.clients import KafkaConnection
 
 pytestmark = pytest.mark.integration
 

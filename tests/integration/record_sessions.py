@@ -10,7 +10,7 @@ import sys
 import threading
 
 from rolltape.infra import Settings, open_recorder
-from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
+from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Role
 
 

@@ -11,8 +11,9 @@ import pytest
 
 from rolltape.infra.keys import judge_key
 from rolltape.producers import Recorder
-from rolltape.schemas import Checkpoint, LogTree, Role, Stream, decode
-from rolltape.schemas._merkle import verify_inclusion
+from rolltape.schemas import Checkpoint, Role, Stream, decode
+from rolltape.schemas.trust import LogTree
+from rolltape.schemas.trust._merkle import verify_inclusion
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, payloads, wait_for
 

@@ -22,10 +22,11 @@ import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
 from rolltape.infra import open_recorder
-from rolltape.infra.cron import cron_jobs, open_scheduler
-from rolltape.infra.readback import read_records
+from rolltape.infra.commands.cron import cron_jobs, open_scheduler
+from rolltape.infra.kafka.readback import read_records
 from rolltape.producers.cron import JobBook, JobSpec, run_id
-from rolltape.schemas import CronRun, ModelEndpoint, RetryPolicy, RunStatus, Stream, read_event
+from rolltape.schemas import CronRun, RetryPolicy, RunStatus, Stream, read_event
+from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rolltape.infra.readback import read_records
-from rolltape.schemas import Evaluation, ModelEndpoint, Stream, read_event
+from rolltape.infra.kafka.readback import read_records
+from rolltape.schemas import Evaluation, Stream, read_event
+from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply

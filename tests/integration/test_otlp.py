@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.infra.readback import read_records
+from rolltape.infra.kafka.readback import read_records
 from rolltape.schemas import Stream, decode
 from tests.support.otlp import agent_tracer, failed_call, weather_agent
 

@@ -153,7 +153,7 @@ def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
 def _read(topics: Topics, session_id: str) -> list:
     import asyncio
 
-    from rolltape.infra.readback import read_records
+    from rolltape.infra.kafka.readback import read_records
     from rolltape.schemas import Stream
 
     async def collect() -> list:

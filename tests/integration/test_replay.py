@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.producers import Recorder
-from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Stream, decode
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, chain_reports, payloads, read_all, wait_for

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.infra.readback import read_records
+from rolltape.infra.bench._synthetic import synthetic_metric
+from rolltape.infra.kafka.readback import read_records
 from rolltape.producers import EventsRejectedError, Recorder
 from rolltape.producers import _recorder as recorder_module
-from rolltape.producers._synthetic import synthetic_metric
 from rolltape.schemas import Role, Stream, decode
 
 from .conftest import Cluster, Topics, make_topics, managed_cluster, start_managed

@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 
-from rolltape.infra.report import read_sessions, write_report
+from rolltape.infra.commands.report import read_sessions, write_report
 from rolltape.producers import Recorder
 from rolltape.producers.training import (
     SCENARIOS,
@@ -33,7 +33,8 @@ from rolltape.producers.training import (
     build_model,
     rules_and_verdicts_follower,
 )
-from rolltape.schemas import ModelEndpoint, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess
 from tests.support.openai_server import OpenAICompatibleServer
@@ -178,7 +179,7 @@ def test_self_refine__attempt_two_sees_attempt_ones_violations_through_the_llm_p
     ended = next(e for e in summary if e.type == "session_ended").payload
     assert ended["outcome"]["best_attempt"] == 2
     # the policy conversations of the two attempts are a preference pair
-    from rolltape.infra.export import collect, run_export
+    from rolltape.infra.commands.export import collect, run_export
     from rolltape.projections import ExportOptions, Selection
 
     collected = asyncio.run(

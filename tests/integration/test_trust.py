@@ -16,10 +16,11 @@ from aiokafka.admin import RecordsToDelete
 from aiokafka.errors import KafkaError
 from pydantic import SecretStr
 
+from rolltape.infra.bench._synthetic import synthetic_metric
 from rolltape.infra.broker import PrincipalStore, describe_acls
 from rolltape.producers import EventsRejectedError, Recorder
-from rolltape.producers._synthetic import synthetic_metric
-from rolltape.schemas import TOPIC_SPECS, KafkaConnection, Role, Stream, topic_name
+from rolltape.schemas import TOPIC_SPECS, Role, Stream, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 from .conftest import Cluster, Topics
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.infra.topics import provision
-from rolltape.infra.worker_process import worker_running
+from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
+from rolltape.infra.commands.worker_process import worker_running
+from rolltape.infra.kafka.topics import provision
 from rolltape.producers import Recorder
-from rolltape.producers._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.schemas import Stream, decode
 from tests.integration.conftest import Cluster, Topics
 from tests.integration.workers import (

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rolltape.infra.readback import RawRecord, read_records
+from rolltape.infra.kafka.readback import RawRecord, read_records
 from rolltape.schemas import ChainReport, ChainVerifier, Stream, decode
 from tests.integration.conftest import Topics
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
-from rolltape.infra.otlp import OtlpReceiver, serve
+from rolltape.infra.commands.otlp_serve import OtlpReceiver, serve
 
 
 class ReceiverThread:

@@ -6,7 +6,8 @@ import pytest
 
 from rolltape.infra.broker import role_acls
 from rolltape.infra.broker._acls import Operation, PatternType, Permission, ResourceType
-from rolltape.schemas import TOPIC_SPECS, KafkaConnection, Role, Stream, topic_name
+from rolltape.schemas import TOPIC_SPECS, Role, Stream, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 
 def _writes(role: Role) -> set[str]:

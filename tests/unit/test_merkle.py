@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pymerkle import InmemoryTree
 
-from rolltape.schemas._checkpoint import consistency_from_frontier
-from rolltape.schemas._merkle import (
+from rolltape.schemas.trust import consistency_from_frontier
+from rolltape.schemas.trust._merkle import (
     EMPTY_ROOT,
     Frontier,
     ProofTree,

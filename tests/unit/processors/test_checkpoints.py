@@ -7,8 +7,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState
 from rolltape.processors.audit import CheckpointSigner, log_for_partition
-from rolltape.schemas import ChainHeadLeaf, Checkpoint, LogTree, decode
-from rolltape.schemas._merkle import verify_inclusion
+from rolltape.schemas import ChainHeadLeaf, Checkpoint, decode
+from rolltape.schemas.trust import LogTree
+from rolltape.schemas.trust._merkle import verify_inclusion
 from tests.unit.processors.scripted import Tape, dead_letters, run
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))

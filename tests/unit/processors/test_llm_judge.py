@@ -18,7 +18,7 @@ from rolltape.processors.judges import (
     TranscriptItem,
     run_llm_judge,
 )
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
 
 

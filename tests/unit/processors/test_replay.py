@@ -123,7 +123,7 @@ def test_plans_append_new_outputs_count_reproduced_ones_and_refuse_to_rewrite() 
 
 
 def test_since_takes_whole_sessions_that_started_after_the_time() -> None:
-    from rolltape.infra.replay import sessions_since
+    from rolltape.infra.commands.replay import sessions_since
 
     records = _as_read(_recorded())
     first_of = {}

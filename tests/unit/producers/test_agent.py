@@ -12,7 +12,7 @@ import pytest
 
 from rolltape.producers import Recorder
 from rolltape.producers.agent import file_tools, run_agent, tools_for
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 from tests.unit.producers.recorded import spooled
 

@@ -21,7 +21,7 @@ from rolltape.producers.environments import (
     run_rollout,
 )
 from rolltape.producers.environments.bugfix import BugFixEnv
-from rolltape.schemas import ModelEndpoint
+from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 from tests.unit.producers.recorded import spooled
 

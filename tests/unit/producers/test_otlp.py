@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.trace import SpanKind, StatusCode, Tracer
 from opentelemetry.trace import Status as SpanStatus
 
-from rolltape.infra.otlp import OtlpReceiver, ReceiverConfig
+from rolltape.infra.commands.otlp_serve import OtlpReceiver, ReceiverConfig
 from rolltape.producers import Recorder
 from rolltape.producers.otlp import Journal, TraceIngest
 from tests.support.otlp import (

@@ -18,15 +18,8 @@ from rolltape.producers.training import (
     ScriptedPolicy,
 )
 from rolltape.producers.training._harness import _Episodes, downgraded, feedback_text, plan
-from rolltape.schemas import (
-    PRECEDENCE,
-    Metric,
-    ModelEndpoint,
-    RuleEvaluation,
-    RuleOutcome,
-    Verdict,
-    Violation,
-)
+from rolltape.schemas import PRECEDENCE, Metric, RuleEvaluation, RuleOutcome, Verdict, Violation
+from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import OpenAICompatibleServer
 from tests.unit.producers.recorded import Spooled
 

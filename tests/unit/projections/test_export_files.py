@@ -6,7 +6,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rolltape.infra.export import Collected, ExportError, run_export
+from rolltape.infra.commands.export import Collected, ExportError, run_export
 from rolltape.processors import Emitted
 from rolltape.projections import ExportOptions, Selection
 from rolltape.schemas import LIVE_JUDGE_VERSION, read_event
@@ -240,7 +240,7 @@ def test_the_spill_orders_sessions_and_export_keys_as_python_sorts_them() -> Non
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from rolltape.infra.spill import Spill
+    from rolltape.infra.commands._spill import Spill
     from rolltape.projections import Chosen
     from tests.unit.processors.scripted import Tape
     from tests.unit.projections.sessions import trajectories

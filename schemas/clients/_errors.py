@@ -5,15 +5,17 @@ Callers should not need to know them: they need to know whether to wait (the clu
 to fix credentials, to ask for rights, to create a topic, or to shrink a record. Every place that
 talks to Kafka wraps its calls in `kafka_errors("what it was doing")`, which raises one of:
 
-    SchemaError
-    └── KafkaClientError            the cluster could not do what was asked (says what, and why)
-        ├── KafkaUnavailableError   no broker answered in time, or the one that should is moving:
-        │                           retrying later can succeed
-        ├── KafkaAuthenticationError  the broker refused who we are (SASL user, password, TLS)
-        ├── KafkaAuthorizationError   who we are may not do this (ACLs: trust domains)
-        ├── KafkaTopicError         a topic or partition is missing, invalid or already there
-        ├── KafkaRecordError        the broker refused a record (too large, corrupt, bad time)
-        └── KafkaRequestError       anything else the broker or the client reported
+    KafkaClientError            the cluster could not do what was asked (says what, and why)
+    ├── KafkaUnavailableError   no broker answered in time, or the one that should is moving:
+    │                           retrying later can succeed
+    ├── KafkaAuthenticationError  the broker refused who we are (SASL user, password, TLS)
+    ├── KafkaAuthorizationError   who we are may not do this (ACLs: trust domains)
+    ├── KafkaTopicError         a topic or partition is missing, invalid or already there
+    ├── KafkaRecordError        the broker refused a record (too large, corrupt, bad time)
+    └── KafkaRequestError       anything else the broker or the client reported
+
+`KafkaClientError` is a root of its own, not a `SchemaError`: a handler of bad data must never
+catch "the broker is down" by accident, nor the other way round.
 
 The original exception is kept as `__cause__`. `_KINDS` classifies every class aiokafka.errors
 defines, by name, so an aiokafka upgrade that adds one fails a test until it is classified (a
@@ -25,10 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rolltape.schemas._errors import SchemaError
 
-
-class KafkaClientError(SchemaError):
+class KafkaClientError(Exception):
     """The cluster could not do what was asked; the message says what was being done, what
     the client reported and what to do."""
 

@@ -7,9 +7,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from rolltape.infra.broker import current_connection, require_connection
-from rolltape.infra.producing import chain_producer
+from rolltape.infra.commands.worker import judging_configs
+from rolltape.infra.kafka.producing import chain_producer
 from rolltape.infra.settings import Settings
-from rolltape.infra.worker import judging_configs
 from rolltape.processors import ProcessorConfig, replay
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.worker import software_version

@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rolltape.producers.agent._loop import run_agent
-from rolltape.producers.agent._tools import tools_for
-from rolltape.producers.cron import CronRunContext, Runner, RunOutcome
-from rolltape.schemas import ModelEndpoint, RunStatus
+from rolltape.producers.agent import DEFAULT_MODEL, run_agent, tools_for
+from rolltape.producers.cron._routing import RunOutcome
+from rolltape.producers.cron._runs import CronRunContext, Runner
+from rolltape.schemas import RunStatus
+from rolltape.schemas.clients import ModelEndpoint
 
-DEFAULT_MODEL = "agent"
 SYSTEM = (
     "You are an agent started by a scheduled job. Use the tools to do the task in the working "
     "directory, then answer with a short report of what you found or did."

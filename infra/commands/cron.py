@@ -9,11 +9,10 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection, scheduler_group
-from rolltape.infra.export import collect
+from rolltape.infra.commands.export import collect
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
-from rolltape.producers.agent import agent_runner
-from rolltape.producers.cron import CronJobs, JobError, Runner, Scheduler
+from rolltape.producers.cron import CronJobs, JobError, Runner, Scheduler, agent_runner
 from rolltape.producers.environments import Item
 from rolltape.projections import fold
 from rolltape.schemas import FINAL_STATUSES, LIVE_JUDGE_VERSION, Role, RunStatus

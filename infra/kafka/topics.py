@@ -24,7 +24,8 @@ from rolltape.infra.broker import (
     role_acls,
 )
 from rolltape.infra.settings import Settings
-from rolltape.schemas import TOPIC_SPECS, KafkaConnection, Role, topic_name
+from rolltape.schemas import TOPIC_SPECS, Role, topic_name
+from rolltape.schemas.clients import KafkaConnection
 
 _ALREADY_EXISTS = 36
 

@@ -19,7 +19,8 @@ from aiokafka.errors import GroupCoordinatorNotAvailableError
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.settings import Settings
-from rolltape.schemas import KafkaConnection, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import KafkaConnection
 
 
 class WorkerProcess:

@@ -14,10 +14,10 @@ from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, principal_store, require_connection
+from rolltape.infra.kafka.readback import partition_counts
+from rolltape.infra.kafka.topics import ensure_plain_topics_sync, provision
 from rolltape.infra.keys import judge_key
-from rolltape.infra.readback import partition_counts
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import ensure_plain_topics_sync, provision
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import (
@@ -27,7 +27,8 @@ from rolltape.processors.judges import (
 )
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
-from rolltape.schemas import TOPIC_SPECS, ModelEndpoint, Role, Stream, topic_name
+from rolltape.schemas import TOPIC_SPECS, Role, Stream, topic_name
+from rolltape.schemas.clients import ModelEndpoint
 
 
 class WorkerSetupError(InfraError, ValueError):

@@ -21,13 +21,14 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection
-from rolltape.infra.export import Collected, collect, run_export
+from rolltape.infra.commands.export import Collected, collect, run_export
 from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
 from rolltape.projections import ExportOptions, Manifest, Trajectory, fold
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, ModelEndpoint, Role, TypedEvent
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role, TypedEvent
+from rolltape.schemas.clients import ModelEndpoint
 
 
 class ToolLine(BaseModel):

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from rolltape.schemas import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection
 
 
 def chain_producer(connection: KafkaConnection, **overrides: Any) -> AIOKafkaProducer:

@@ -31,7 +31,8 @@ from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, run_rollout
 from rolltape.projections import AtroposSink, Selection, TrajectoryFeed
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import ModelEndpoint, Role
+from rolltape.schemas import Role
+from rolltape.schemas.clients import ModelEndpoint
 
 
 class ServeOptions(BaseModel):

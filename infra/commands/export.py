@@ -18,8 +18,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.readback import read_records
-from rolltape.infra.spill import SessionRecords, Spill, SpilledStore
+from rolltape.infra.commands._spill import SessionRecords, Spill, SpilledStore
+from rolltape.infra.kafka.readback import read_records
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
     MANIFEST,
@@ -39,7 +39,8 @@ from rolltape.projections import (
     session_evidence,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, KafkaConnection, Stream, versioned_stream
+from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, versioned_stream
+from rolltape.schemas.clients import KafkaConnection
 
 
 class ExportError(InfraError, ValueError):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.readback import read_records
+from rolltape.infra.kafka.readback import read_records
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import FoldError, Trajectory, checked_event, fold
 from rolltape.projections.reports import (
@@ -23,7 +23,8 @@ from rolltape.projections.reports import (
     group_runs,
     render_report,
 )
-from rolltape.schemas import KafkaConnection, Stream, TypedEvent
+from rolltape.schemas import Stream, TypedEvent
+from rolltape.schemas.clients import KafkaConnection
 
 _STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
 _LIVE = {s.value for s in _STREAMS}

@@ -11,14 +11,8 @@ from typing import NamedTuple
 
 from aiokafka import TopicPartition
 
-from rolltape.schemas import (
-    ChainVerifier,
-    KafkaConnection,
-    Stream,
-    kafka_errors,
-    stream_of_topic,
-    topic_name,
-)
+from rolltape.schemas import ChainVerifier, Stream, stream_of_topic, topic_name
+from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 
 async def _partitions(connection: KafkaConnection, topics: list[str]) -> list[TopicPartition]:

@@ -19,10 +19,7 @@ from pydantic import BaseModel
 
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
-from rolltape.infra.producing import chain_producer
-from rolltape.infra.readback import partition_counts, read_records
-from rolltape.infra.settings import Settings
-from rolltape.infra.worker import (
+from rolltape.infra.commands.worker import (
     WorkerSetupError,
     check_llm_judges,
     judging_configs,
@@ -30,6 +27,9 @@ from rolltape.infra.worker import (
     role_principal,
     stream_writers,
 )
+from rolltape.infra.kafka.producing import chain_producer
+from rolltape.infra.kafka.readback import partition_counts, read_records
+from rolltape.infra.settings import Settings
 from rolltape.processors import (
     Conflict,
     ProcessorConfig,
@@ -44,16 +44,15 @@ from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.worker import JudgeRunner, OutputProducer, software_version
 from rolltape.schemas import (
     DERIVED_STREAMS,
-    KafkaConnection,
     Role,
     Stream,
     UnreadableRecord,
-    kafka_errors,
     read_event,
     split_stream,
     topic_name,
     versioned_stream,
 )
+from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:

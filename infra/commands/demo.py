@@ -22,13 +22,13 @@ from pydantic import BaseModel
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import managed_broker, require_connection
-from rolltape.infra.export import collect, run_export
-from rolltape.infra.readback import RawRecord, read_records, verify_topics
-from rolltape.infra.report import read_sessions, write_report
+from rolltape.infra.commands.export import collect, run_export
+from rolltape.infra.commands.report import read_sessions, write_report
+from rolltape.infra.commands.worker import can_provision
+from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
+from rolltape.infra.kafka.readback import RawRecord, read_records, verify_topics
+from rolltape.infra.kafka.topics import provision
 from rolltape.infra.settings import Settings
-from rolltape.infra.topics import provision
-from rolltape.infra.worker import can_provision
-from rolltape.infra.worker_process import WorkerProcess, worker_running
 from rolltape.producers import Recorder, Session
 from rolltape.producers.training import (
     SCENARIOS,
@@ -44,7 +44,6 @@ from rolltape.schemas import (
     ChainBroken,
     ChainReport,
     FilterOutcome,
-    KafkaConnection,
     Role,
     RuleEvaluation,
     Stream,
@@ -52,6 +51,7 @@ from rolltape.schemas import (
     Verdict,
     read_event,
 )
+from rolltape.schemas.clients import KafkaConnection
 
 _OPS: dict[type, Any] = {
     ast.Add: operator.add,

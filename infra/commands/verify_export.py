@@ -17,7 +17,7 @@ import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
 
-from rolltape.infra.export import ExportError, render_export
+from rolltape.infra.commands.export import ExportError, render_export
 from rolltape.projections import (
     MANIFEST,
     META_DIR,
@@ -29,7 +29,8 @@ from rolltape.projections import (
     fold,
 )
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, SchemaError, key_id
+from rolltape.schemas import LIVE_JUDGE_VERSION, SchemaError
+from rolltape.schemas.trust import key_id
 
 
 class ExportProblem(BaseModel):

@@ -1,0 +1,105 @@
+"""`rolltape tail`: records as they arrive, one line each."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import typer
+from rich.markup import escape
+
+from rolltape.infra.broker import require_connection
+from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.infra.kafka.readback import read_records
+from rolltape.schemas import (
+    CHAINED_STREAMS,
+    EnvelopeError,
+    Role,
+    Stream,
+    read_event,
+)
+
+
+def _short(text: Any, width: int = 80) -> str:
+    s = text if isinstance(text, str) else orjson.dumps(text).decode()
+    s = s.replace("\n", "⏎ ")
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def summarize(event_type: str, p: Mapping[str, Any]) -> str:
+    """One line a person can scan for each event type."""
+    match event_type:
+        case "session_started":
+            tools = ", ".join(t.get("name", "?") for t in p.get("tools", []))
+            return f"{p.get('kind')} task={_short(p.get('task'), 50)!r} model={p.get('model')} tools=[{tools}]"
+        case "turn":
+            think = " (reasoning)" if p.get("reasoning") else ""
+            return f"{p.get('role')}{think}: {_short(p.get('content'))}"
+        case "tool_call":
+            return f"{p.get('name')}({_short(p.get('arguments'), 60)}) id={p.get('id')}"
+        case "tool_result":
+            ok = "ok" if p.get("success") else f"FAILED {p.get('error')}"
+            return f"{p.get('call_id')} {ok}: {_short(p.get('content'), 60)}"
+        case "metric":
+            keys = ("train_loss", "val_loss", "val_acc", "lr")
+            return f"epoch {p.get('epoch')} " + " ".join(
+                f"{k}={p[k]}" for k in keys if p.get(k) is not None
+            )
+        case "session_ended":
+            return f"{p.get('status')} {_short(p.get('outcome') or '', 60)}"
+        case _:
+            return _short(p)
+
+
+def tail(
+    stream: list[Stream] = typer.Option(
+        list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to show (repeatable)."
+    ),
+    session: str | None = typer.Option(None, "--session", help="Only this session id."),
+    from_beginning: bool = typer.Option(
+        False, "--from-beginning", help="Start at the oldest record."
+    ),
+    follow: bool = typer.Option(True, "--follow/--no-follow", help="Keep waiting for new records."),
+    raw: bool = typer.Option(False, "--raw", help="Print the record bytes instead of a summary."),
+) -> None:
+    """Show records as they arrive, one line each."""
+    cfg = settings()
+    with user_errors():
+        connection = require_connection(cfg, Role.READER)
+
+    async def run() -> None:
+        needle = session.encode() if session else None
+        async for record in read_records(
+            connection,
+            stream,
+            prefix=cfg.topic_prefix,
+            from_beginning=from_beginning,
+            follow=follow,
+        ):
+            if needle is not None and record.key != needle:
+                continue
+            if raw:
+                console.print(record.value.decode(errors="replace"), markup=False, soft_wrap=True)
+                continue
+            when = dt.datetime.fromtimestamp(record.broker_ts_ms / 1000, dt.UTC).strftime(
+                "%H:%M:%S.%f"
+            )[:-3]
+            try:
+                env = read_event(record.value)
+            except EnvelopeError as exc:
+                console.print(
+                    f"{when} [red]{record.stream.value:<8} unreadable at {record.position}: {escape(str(exc)[:100])}[/red]"
+                )
+                continue
+            console.print(
+                f"[dim]{when}[/dim] {env.stream:<8} [cyan]{env.session_id[:12]}[/cyan] "
+                f"#{env.seq:<4} [bold]{env.type:<15}[/bold] {escape(summarize(env.type, env.payload))}",
+                soft_wrap=True,
+            )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())

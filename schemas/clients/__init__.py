@@ -1,0 +1,42 @@
+"""rolltape.schemas.clients: how rolltape talks to Kafka and to model servers.
+
+One connection model and one factory for every Kafka client (`KafkaConnection`), the one
+translation of the client library's errors into ours (`kafka_errors`, under its own root
+`KafkaClientError`), the packing of records into batches by partition, and the binding of a
+logical model name to an OpenAI-compatible endpoint. It sits below producers, processors and
+projections so that a security setting applies to all of them at once, and apart from
+`rolltape.schemas` so that reading the wire format never imports a client library.
+"""
+
+from rolltape.schemas.clients._batches import KeyPartitions, fill_batch
+from rolltape.schemas.clients._connection import KafkaConnection, SaslMechanism, SecurityProtocol
+from rolltape.schemas.clients._endpoints import ModelEndpoint
+from rolltape.schemas.clients._errors import (
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaClientError,
+    KafkaRecordError,
+    KafkaRequestError,
+    KafkaTopicError,
+    KafkaUnavailableError,
+    kafka_errors,
+    translate_kafka_error,
+)
+
+__all__ = [
+    "KafkaAuthenticationError",
+    "KafkaAuthorizationError",
+    "KafkaClientError",
+    "KafkaConnection",
+    "KafkaRecordError",
+    "KafkaRequestError",
+    "KafkaTopicError",
+    "KafkaUnavailableError",
+    "KeyPartitions",
+    "ModelEndpoint",
+    "SaslMechanism",
+    "SecurityProtocol",
+    "fill_batch",
+    "kafka_errors",
+    "translate_kafka_error",
+]
