@@ -5,6 +5,12 @@ it is secured). Otherwise start rolltape's managed KRaft broker from Maven jars 
 folder for the test session (jars cached in ROLLTAPE_CACHE_DIR): SASL/SCRAM with ACLs, as users
 get it. Each test gets its own topic prefix, provisioned like a real one (topics and every
 principal's ACLs), so tests never see each other's records.
+
+Every test collected under this folder carries the `integration` marker (added at collection,
+since pytest reads `pytestmark` from test modules only, never from a conftest), so
+`pytest -m "not integration"` deselects all of them and no broker is started: the broker is a
+session fixture that only integration tests request, and it starts on first use, not on
+collection.
 """
 
 from __future__ import annotations
@@ -32,7 +38,16 @@ from rolltape.infra.settings import Settings
 from rolltape.schemas import CHAINED_STREAMS, ChainVerifier, Role
 from rolltape.schemas.clients import KafkaConnection
 
-pytestmark = pytest.mark.integration
+_HERE = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test under this folder `integration`, before `-m` selects: a module that
+    forgets its `pytestmark` must still be deselected by `-m "not integration"`."""
+    for item in items:
+        if _HERE in item.path.resolve().parents:
+            item.add_marker(pytest.mark.integration)
 
 
 class _Connected:

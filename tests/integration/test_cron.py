@@ -442,7 +442,7 @@ def test_to_env__a_jobs_good_runs_become_items_an_environment_runs(
         return Completion(content="Open PRs: 12 and 14.")
 
     with OpenAICompatibleServer(model) as server:
-        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").to_config()}
         evaluated = subprocess.run(
             [*CLI, "env", "evaluate", f"jsonl:{items}", "--split", "train"],
             env={**topics.env(), "ROLLTAPE_MODELS": json.dumps(models), "COLUMNS": "200"},

@@ -67,7 +67,7 @@ def test_env_evaluate__records_each_rollout_with_its_reward_and_the_evaluation(
     topics: Topics,
 ) -> None:
     with OpenAICompatibleServer(_model) as server:
-        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+        models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").to_config()}
         done = subprocess.run(
             [
                 sys.executable,
@@ -140,7 +140,7 @@ def test_batch_run__killed_midway_and_resumed_finishes_every_item_exactly_once(
 ) -> None:
     with OpenAICompatibleServer(_slow_model) as server:
         models = json.dumps(
-            {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+            {"agent": ModelEndpoint(base_url=server.base_url, model="local").to_config()}
         )
         first = _batch(topics, models)
         deadline = time.monotonic() + 120
@@ -182,7 +182,7 @@ def test_env_process__runs_waits_for_the_judges_and_exports_the_batch(
     try:
         with OpenAICompatibleServer(_slow_model) as server:
             models = json.dumps(
-                {"agent": ModelEndpoint(base_url=server.base_url, model="local").model_dump()}
+                {"agent": ModelEndpoint(base_url=server.base_url, model="local").to_config()}
             )
             done = subprocess.run(
                 [
@@ -282,7 +282,7 @@ def test_env_serve__delivers_judged_groups_that_the_trainer_gets_from_batch(
             atropos.register_trainer(batch_size=4)
             assert atropos.batch() is None or atropos.batch() == []  # the trainer starts
             models = json.dumps(
-                {"agent": ModelEndpoint(base_url=model.base_url, model="local").model_dump()}
+                {"agent": ModelEndpoint(base_url=model.base_url, model="local").to_config()}
             )
             done = subprocess.run(
                 [
