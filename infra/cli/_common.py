@@ -22,6 +22,7 @@ from rolltape.infra.settings import Settings
 from rolltape.producers import RecorderError
 from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
 from rolltape.schemas.clients import KafkaClientError
+from rolltape.schemas.plugins import PluginError
 
 #: Options the Atropos paths share (`export -f atropos`, `feed atropos`).
 TokenizerOption = Annotated[
@@ -72,6 +73,7 @@ def user_errors() -> Iterator[None]:
         RecorderError,
         SchemaError,
         KafkaClientError,
+        PluginError,
         JudgeKeyError,
         OSError,
     ) as exc:

@@ -10,6 +10,7 @@ The judge's own conversation is returned so the worker can record it as a sessio
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -18,11 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rolltape.processors.judges._transcript import Transcript
 from rolltape.schemas import Verdict
 from rolltape.schemas.clients import ModelEndpoint
+from rolltape.schemas.plugins import Registry
 
 
-class LLMJudge:
-    """Subclass, set the class attributes, implement `messages` (and `scores` if the verdict
-    model's numeric fields are not the scores); register with `register_llm_judge`."""
+class LLMJudge(ABC):
+    """The base of every LLM judge: an ABC, because judges share how a verdict becomes scores
+    and the call settings. Subclass it, set `name`, `version` and `verdict_model` (and `model`,
+    the logical model, if not "grader"), implement `messages` (and `scores` if the verdict
+    model's numeric fields are not the scores), and register an instance with
+    `register_llm_judge`."""
 
     name: ClassVar[str]
     version: ClassVar[str]
@@ -31,10 +36,12 @@ class LLMJudge:
     temperature: ClassVar[float] = 0.0
     seed: ClassVar[int | None] = 0
 
+    @abstractmethod
     def messages(self, transcript: Transcript) -> list[dict[str, str]]:
-        raise NotImplementedError
+        """The chat messages that ask the model for a verdict on the transcript."""
 
     def scores(self, verdict: BaseModel) -> dict[str, float]:
+        """The verdict's scores: its numeric fields, by default."""
         return {
             k: float(v)
             for k, v in verdict.model_dump().items()
@@ -77,12 +84,15 @@ class AnswerQualityJudge(LLMJudge):
         return {"score": verdict.score, "passed": 1.0 if verdict.passed else 0.0}
 
 
-LLM_JUDGES: dict[str, LLMJudge] = {AnswerQualityJudge.name: AnswerQualityJudge()}
+LLM_JUDGES = Registry[LLMJudge]("LLM judge")
+"""LLM judges by name, selectable in ROLLTAPE_LLM_JUDGES."""
+LLM_JUDGES.register(AnswerQualityJudge.name, AnswerQualityJudge())
 
 
-def register_llm_judge(judge: LLMJudge) -> None:
-    """Make `judge` selectable by name in ROLLTAPE_LLM_JUDGES (a plugin module calls this)."""
-    LLM_JUDGES[judge.name] = judge
+def register_llm_judge(judge: LLMJudge, *, replace: bool = False) -> None:
+    """Make `judge` selectable by its name in ROLLTAPE_LLM_JUDGES (a plugin module calls this);
+    a name that is taken is refused (`DuplicatePluginError`) unless `replace`."""
+    LLM_JUDGES.register(judge.name, judge, replace=replace)
 
 
 @dataclass

@@ -8,28 +8,36 @@ error verdict; it never returns a silent 0.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import ClassVar
 
 from rolltape.processors._errors import ProcessorError
 from rolltape.processors.judges._transcript import Transcript
 from rolltape.schemas import Verdict
+from rolltape.schemas.plugins import Registry
 
 
 class RewardUnavailable(ProcessorError, ValueError):
     """The session lacks what this reward needs (the message says what)."""
 
 
-class RewardFunction:
-    """Subclass and implement `score`; register with `register_reward`."""
+class RewardFunction(ABC):
+    """The base of every reward function: an ABC, because they share `verdict`, which turns
+    scores into a verdict (and a `RewardUnavailable` or a non-finite score into an error one).
+    Subclass it, set `name` and `version`, implement `score`, and register an instance with
+    `register_reward`."""
 
     name: ClassVar[str]
     version: ClassVar[str]
 
+    @abstractmethod
     def score(self, transcript: Transcript) -> dict[str, float]:
-        raise NotImplementedError
+        """The scores of a finished session, by name; `RewardUnavailable` saying what is
+        missing when the session lacks what this reward needs."""
 
     def verdict(self, transcript: Transcript) -> Verdict:
+        """The score as a verdict of judge `reward:<name>`; never raises for a bad session."""
         judge = f"reward:{self.name}"
         try:
             scores = self.score(transcript)
@@ -93,9 +101,14 @@ class Composite(RewardFunction):
         return {"reward": total, **{f"component.{k}": components[k] for k in sorted(weights)}}
 
 
-REWARDS: dict[str, RewardFunction] = {f.name: f for f in (TaskPass(), FinalReward(), Composite())}
+REWARDS = Registry[RewardFunction]("reward function")
+"""Reward functions by name, selectable in ROLLTAPE_REWARDS."""
+REWARDS.register(TaskPass.name, TaskPass())
+REWARDS.register(FinalReward.name, FinalReward())
+REWARDS.register(Composite.name, Composite())
 
 
-def register_reward(function: RewardFunction) -> None:
-    """Make `function` selectable by name in ROLLTAPE_REWARDS (a plugin module calls this)."""
-    REWARDS[function.name] = function
+def register_reward(function: RewardFunction, *, replace: bool = False) -> None:
+    """Make `function` selectable by its name in ROLLTAPE_REWARDS (a plugin module calls this);
+    a name that is taken is refused (`DuplicatePluginError`) unless `replace`."""
+    REWARDS.register(function.name, function, replace=replace)

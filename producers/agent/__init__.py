@@ -7,12 +7,13 @@ adds others).
 """
 
 from rolltape.producers.agent._loop import DEFAULT_MODEL, AgentResult, run_agent
-from rolltape.producers.agent._tools import Tool, file_tools, register_toolset, tools_for
+from rolltape.producers.agent._tools import Tool, Toolset, file_tools, register_toolset, tools_for
 
 __all__ = [
     "DEFAULT_MODEL",
     "AgentResult",
     "Tool",
+    "Toolset",
     "file_tools",
     "register_toolset",
     "run_agent",

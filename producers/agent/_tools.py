@@ -10,9 +10,10 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rolltape.schemas import ToolSpec
+from rolltape.schemas.plugins import Registry, UnknownPluginError
 
 
 @dataclass(frozen=True)
@@ -115,21 +116,29 @@ def file_tools(root: Path) -> list[Tool]:
     ]
 
 
-Toolset = Callable[[Path], Sequence[Tool]]
-_TOOLSETS: dict[str, Toolset] = {"files": file_tools}
+class Toolset(Protocol):
+    """What a skill names: builds the agent's tools for one rollout, bound to its working
+    directory (as `file_tools` does). Register one with `register_toolset`."""
+
+    def __call__(self, workdir: Path, /) -> Sequence[Tool]: ...
 
 
-def register_toolset(name: str, toolset: Toolset) -> None:
-    """Make a skill name give the agent these tools (built from the rollout's workdir)."""
-    _TOOLSETS[name] = toolset
+_TOOLSETS = Registry[Toolset]("toolset")
+_TOOLSETS.register("files", file_tools)
+
+
+def register_toolset(name: str, toolset: Toolset, *, replace: bool = False) -> None:
+    """Make a skill name give the agent these tools (built from the rollout's workdir); a name
+    that is taken is refused (`DuplicatePluginError`) unless `replace`."""
+    _TOOLSETS.register(name, toolset, replace=replace)
 
 
 def tools_for(skills: Iterable[str], workdir: Path) -> list[Tool]:
-    """The tools of `skills`; ValueError naming the registered skills for an unknown one."""
+    """The tools of `skills`; `UnknownPluginError` (a ValueError) naming the registered
+    toolsets for an unknown one."""
     tools: list[Tool] = []
     for skill in skills:
         if skill not in _TOOLSETS:
-            known = ", ".join(sorted(_TOOLSETS))
-            raise ValueError(f"unknown skill {skill!r}: registered toolsets are {known}")
+            raise UnknownPluginError(f"unknown skill {skill!r}: {_TOOLSETS.known()}")
         tools += _TOOLSETS[skill](workdir)
     return tools

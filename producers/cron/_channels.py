@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rolltape.producers._errors import ProducerError
 from rolltape.schemas import RunStatus, canonical_bytes
+from rolltape.schemas.plugins import Registry, UnknownPluginError
 
 
 class Delivery(BaseModel):
@@ -103,23 +104,27 @@ class WebhookChannel:
         await asyncio.to_thread(self._post, delivery.to_json())
 
 
-_CHANNELS: dict[str, Callable[[str], Channel]] = {
-    "file": FileChannel,
-    "webhook": WebhookChannel,
-}
+ChannelFactory = Callable[[str], Channel]
+"""Builds a channel from the target of a `scheme:target` spec (a channel class is one)."""
+
+_CHANNELS = Registry[ChannelFactory]("delivery channel")
+_CHANNELS.register("file", FileChannel)
+_CHANNELS.register("webhook", WebhookChannel)
 
 
-def register_channel(scheme: str, factory: Callable[[str], Channel]) -> None:
-    """Make `scheme:target` specs open `factory(target)` (in a module named by plugins)."""
-    _CHANNELS[scheme] = factory
+def register_channel(scheme: str, factory: ChannelFactory, *, replace: bool = False) -> None:
+    """Make `scheme:target` specs open `factory(target)` (in a module named by plugins); a
+    scheme that is taken is refused (`DuplicatePluginError`) unless `replace`."""
+    _CHANNELS.register(scheme, factory, replace=replace)
 
 
 def open_channel(spec: str) -> Channel:
-    """The channel a spec names; ValueError listing the known schemes when it names none."""
+    """The channel a spec names; `UnknownPluginError` (a ValueError) listing the known schemes
+    when it names none, ValueError when the target does not suit the channel."""
     if spec.startswith(("http://", "https://")):
         return WebhookChannel(spec)
     scheme, sep, target = spec.partition(":")
     if not sep or scheme not in _CHANNELS:
-        known = ", ".join(f"{s}:..." for s in sorted(_CHANNELS))
-        raise ValueError(f"unknown delivery channel {spec!r}: use one of {known}")
+        known = ", ".join(f"{s}:..." for s in _CHANNELS)
+        raise UnknownPluginError(f"unknown delivery channel {spec!r}: use one of {known}")
     return _CHANNELS[scheme](target)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import contextvars
-import importlib
 import inspect
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 from rolltape.producers._errors import ProducerError
 from rolltape.producers.cron._routing import RunOutcome
 from rolltape.schemas import CronJob
+from rolltape.schemas.plugins import PluginLoadError, load_object
 
 if TYPE_CHECKING:
     from rolltape.producers._recorder import Session
@@ -51,7 +51,15 @@ class CronRunContext:
         return {**os.environ, CRON_RUN_ENV: self.run_id}
 
 
-Runner = Callable[[CronRunContext], "RunOutcome | str | Awaitable[RunOutcome | str | None] | None"]
+class Runner(Protocol):
+    """What runs one attempt of a cron job: called with the attempt's context, it returns the
+    outcome (a `RunOutcome`; a string is the output of a success, None a success without one),
+    or an awaitable of it. An exception it raises is a retryable failure of the attempt. A job
+    names its runner as `package.module:function` (`load_runner`)."""
+
+    def __call__(
+        self, context: CronRunContext, /
+    ) -> RunOutcome | str | Awaitable[RunOutcome | str | None] | None: ...
 
 
 def guard_against_recursion(action: str) -> None:
@@ -77,26 +85,22 @@ def unmark_cron_run(token: contextvars.Token[str | None]) -> None:
 
 
 def load_runner(spec: str) -> Runner:
-    """`package.module:function` -> the function; ValueError saying what is wrong."""
-    module_name, sep, attribute = spec.partition(":")
-    if not sep or not module_name or not attribute.isidentifier():
-        raise ValueError(f"runner {spec!r} must be 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"runner {spec!r}: cannot import {module_name!r}: {exc}") from exc
-    runner = getattr(module, attribute, None)
+    """`package.module:function` -> the function; `PluginLoadError` (a ValueError) saying what
+    is wrong: the form, the import, the name, or a function that does not take one argument."""
+    runner = load_object(spec, "runner", what="function")
     if not callable(runner):
-        raise ValueError(f"runner {spec!r}: {module_name} has no function {attribute!r}")
+        raise PluginLoadError(
+            f"runner {spec!r} is a {type(runner).__name__}, not a function of the CronRunContext"
+        )
     try:
         inspect.signature(runner).bind(None)
     except TypeError as exc:
-        raise ValueError(
+        raise PluginLoadError(
             f"runner {spec!r} must take one argument (the CronRunContext): {exc}"
         ) from exc
     except ValueError:  # no signature to inspect (a builtin): calling it will tell
         pass
-    return runner  # type: ignore[no-any-return]
+    return cast(Runner, runner)
 
 
 def as_outcome(returned: object) -> RunOutcome:

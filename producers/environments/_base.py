@@ -97,7 +97,10 @@ class RolloutContext:
 
 
 class Environment(ABC):
-    """Subclass and register with `register_environment` (or name it `module:Class`)."""
+    """The base of every environment: an ABC, because environments share the cursor over
+    the train items and the default tools and workdir. Subclass it, set `name`, implement
+    `items`, `format_prompt` and `compute_reward`, and register the class with
+    `register_environment` (or name it `package.module:Class`)."""
 
     name: ClassVar[str]
     system_prompt: ClassVar[str | None] = None

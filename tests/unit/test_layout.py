@@ -20,6 +20,7 @@ import rolltape.producers.training
 import rolltape.projections
 import rolltape.schemas
 import rolltape.schemas.clients
+import rolltape.schemas.plugins
 import rolltape.schemas.trust
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,9 @@ def test_public_api__is_pinned() -> None:
         "ToolRun",
         "__version__",
         "current_session",
+        "default_state_dir",
         "record_tool",
+        "spool_dir_in",
     }
     assert set(rolltape.infra.__all__) == {
         "InfraError",
@@ -181,6 +184,7 @@ def test_public_api__is_pinned() -> None:
         "CronJobEvent",
         "CronRun",
         "CronRunEvent",
+        "DEFAULT_PARTITIONS",
         "DEFAULT_PREFIX",
         "DERIVED_STREAMS",
         "Decision",
@@ -284,6 +288,7 @@ def test_public_api__is_pinned() -> None:
         "result_failed",
         "seal",
         "session_binding",
+        "software_version",
         "split_reasoning",
         "split_stream",
         "stream_of_topic",
@@ -309,6 +314,15 @@ def test_public_api__is_pinned() -> None:
             "ModelEndpoint",
         ]
     )
+    assert sorted(rolltape.schemas.plugins.__all__) == [
+        "DuplicatePluginError",
+        "PluginError",
+        "PluginLoadError",
+        "Registry",
+        "UnknownPluginError",
+        "load_module",
+        "load_object",
+    ]
     assert sorted(rolltape.schemas.trust.__all__) == sorted(
         [
             "LogTree",
@@ -414,6 +428,7 @@ def test_packaging__every_package_folder_is_listed_for_the_wheel() -> None:
     [
         ("schemas", "rolltape.schemas.SchemaError"),
         ("schemas/clients", "rolltape.schemas.clients.KafkaClientError"),
+        ("schemas/plugins", "rolltape.schemas.plugins.PluginError"),
         ("producers", "rolltape.producers.ProducerError"),
         ("processors", "rolltape.processors.ProcessorError"),
         ("projections", "rolltape.projections.ProjectionError"),
@@ -429,6 +444,8 @@ def test_exceptions__each_package_raises_under_its_one_root(package: str, root: 
             continue  # the bug-fix environment's task projects are data, not the package
         if package == "schemas" and "clients" in path.parts:
             continue  # Kafka client errors have a root of their own (bad data is not an outage)
+        if package == "schemas" and "plugins" in path.parts:
+            continue  # plugin errors have a root of their own (a broken plugin is not bad data)
         text = path.read_text()
         for name in re.findall(r"^class ([A-Za-z]\w*)\(", text, re.M):  # private: internal
             dotted = ".".join(("rolltape", *path.relative_to(ROOT).with_suffix("").parts))
