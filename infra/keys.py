@@ -60,7 +60,8 @@ class JudgeKey:
             return load_private_key(self.path.read_bytes())
         except FileNotFoundError as exc:
             raise JudgeKeyError(
-                f"no judge key at {self.path}: create one with `rolltape keys init`"
+                f"no judge key at {self.path}: create one with `rolltape keys init` "
+                "(`rolltape broker up` and `rolltape demo` create it when there is none)"
             ) from exc
         except ValueError as exc:
             raise JudgeKeyError(f"{self.path} holds no Ed25519 private key: {exc}") from exc

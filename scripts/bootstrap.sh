@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv (if missing) and install rolltape with its dev tools and the torch extra (the
-# training monitor and harness; torch comes from PyPI, about a minute), building the codec's
-# native core (Rust, from schemas/native; its crates come from crates.io). Idempotent.
+# training monitor and harness; torch comes from PyPI), building the codec's native core (Rust,
+# from schemas/native; its crates come from crates.io): about 3 minutes on a fresh machine, said
+# on stderr when it happens. Idempotent, and silent when there is nothing to install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -9,8 +10,14 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "rolltape needs Python >= 3.11; set PYTHON=/path/to/python3.11" >&2
   exit 2
 fi
+stamp=.venv/.rolltape-installed
 if [ ! -x .venv/bin/python ]; then
+  # pip runs quietly, so say what the silent minutes are for, once.
+  echo "== creating .venv and installing rolltape with its dev tools and torch (first run only," \
+    "about 3 minutes; the Kafka jars download on the first broker start)" >&2
   "$PYTHON" -m venv .venv
+elif [ ! -f "$stamp" ]; then
+  echo "== installing rolltape into .venv with its dev tools and torch (about 3 minutes)" >&2
 fi
 # rustup installs cargo in ~/.cargo/bin, which a non-login shell may not have on its PATH.
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
@@ -20,15 +27,19 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "warning: no cargo (Rust) here: rolltape installs without its native core and runs the" \
     "reference implementation alone (same bytes, slower); install Rust from https://rustup.rs" >&2
 fi
-stamp=.venv/.rolltape-installed
 native_changed() {
   [ -n "$(find schemas/native -newer "$stamp" -not -path '*/target/*' -type f -print -quit)" ]
 }
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || native_changed; then
+  if [ -f "$stamp" ]; then
+    echo "== reinstalling rolltape into .venv: pyproject.toml or the native core changed" >&2
+  fi
+  started=$SECONDS
   .venv/bin/python -m pip install -q --upgrade pip
   # setuptools warns on every editable install that folders named like the package could
   # shadow it; ours are named schemas/, processors/... and install as rolltape.*, so it never
   # applies, and nothing else is filtered.
   PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e ".[dev,torch]"
   touch "$stamp"
+  echo "== rolltape installed in .venv ($((SECONDS - started)) s)" >&2
 fi

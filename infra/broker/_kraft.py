@@ -30,7 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from rolltape.infra.broker._errors import BrokerStartError
-from rolltape.infra.broker._maven import kafka_classpath, uses_log4j2
+from rolltape.infra.broker._maven import kafka_classpath, kafka_jars_cached, uses_log4j2
 from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.broker._ready import broker_answers_sync
 from rolltape.schemas import Role
@@ -121,6 +121,11 @@ class ManagedBroker:
     @property
     def _state_file(self) -> Path:
         return self.home / "broker.json"
+
+    @property
+    def jars_cached(self) -> bool:
+        """False when `start` must first fetch the Kafka jars from Maven Central (minutes)."""
+        return kafka_jars_cached(self.kafka_version, self.scala_version, self.cache_dir)
 
     # -- connections ---------------------------------------------------------------------------
     def connection(self, role: Role = Role.ADMIN) -> KafkaConnection:

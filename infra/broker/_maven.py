@@ -54,9 +54,19 @@ def _dependencies(kafka_version: str, scala_version: str) -> list[tuple[str, str
     return deps
 
 
+def _cache_home(kafka_version: str, scala_version: str, cache_dir: Path) -> Path:
+    return cache_dir / f"kafka_{scala_version}-{kafka_version}"
+
+
+def kafka_jars_cached(kafka_version: str, scala_version: str, cache_dir: Path) -> bool:
+    """Whether `kafka_classpath` will find the jars without a download: a caller about to start
+    the broker for the first time can say that Maven is fetching, not hanging."""
+    return (_cache_home(kafka_version, scala_version, cache_dir) / ".complete").exists()
+
+
 def kafka_classpath(kafka_version: str, scala_version: str, cache_dir: Path) -> Path:
     """Return a folder of jars that runs `kafka.Kafka`; fetch it with Maven the first time."""
-    home = cache_dir / f"kafka_{scala_version}-{kafka_version}"
+    home = _cache_home(kafka_version, scala_version, cache_dir)
     libs = home / "libs"
     done = home / ".complete"
     if done.exists():

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.broker import (
-    BrokerUnavailable,
-    broker_answers_sync,
-    current_connection,
-    managed_broker,
-    principal_store,
-    require_connection,
-)
+from rolltape.infra.broker import broker_answers_sync, current_connection, managed_broker
 from rolltape.infra.cli._common import console, err_console, settings, user_errors
-from rolltape.infra.kafka.topics import provision
-from rolltape.infra.keys import judge_key
+from rolltape.infra.commands.broker import BrokerUp, broker_up
 from rolltape.schemas import Role
 
 app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", no_args_is_help=True)
@@ -22,50 +14,50 @@ app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", n
 
 @app.command()
 def up() -> None:
-    """Start the managed broker (unless ROLLTAPE_BOOTSTRAP names one) and create the topics.
+    """Start the managed broker (unless ROLLTAPE_BOOTSTRAP names one), create the topics and the
+    judge's signing key.
 
     The managed broker authenticates every client (SASL/SCRAM-SHA-512) and lets each principal
     write only its own trust domain; `rolltape principal list` shows who exists."""
-    cfg = settings()
     with user_errors():
-        if cfg.bootstrap:
-            admin = require_connection(cfg, Role.ADMIN)
-            if not broker_answers_sync(admin):
-                raise BrokerUnavailable(
-                    f"ROLLTAPE_BOOTSTRAP={cfg.bootstrap} does not answer as {admin}; start that "
-                    "cluster, check its security settings, or unset the variable to let rolltape "
-                    "run its own broker"
-                )
-            console.print(f"using the cluster at {admin}")
-        else:
-            broker = managed_broker(cfg)
-            state = broker.start()
-            console.print(
-                f"Kafka {state.kafka_version} (KRaft) is up at {state.bootstrap} (pid {state.pid}); "
-                f"logs in {broker.log_dir}"
+        done = broker_up(settings(), on_step=_step)
+    _print_up(done)
+
+
+def _step(line: str) -> None:
+    """A slow step about to start (the first start fetches the Kafka jars): on stderr."""
+    err_console.print(line, markup=False)
+
+
+def _print_up(done: BrokerUp) -> None:
+    """What `broker up` did, line by line (the demo does the same work and prints a summary)."""
+    if done.managed is None:
+        console.print(f"using the cluster at {done.cluster}")
+    else:
+        state = done.managed.state
+        console.print(
+            f"Kafka {state.kafka_version} (KRaft) is up at {state.bootstrap} (pid {state.pid}); "
+            f"logs in {done.managed.log_dir}"
+        )
+        if not state.secure:
+            err_console.print(
+                "[yellow]warning:[/yellow] this broker's storage was formatted before rolltape "
+                "provisioned principals: it runs PLAINTEXT and enforces no ACLs. To secure "
+                f"it, stop it and remove {done.managed.home} (its records go with it)."
             )
-            if not state.secure:
-                err_console.print(
-                    "[yellow]warning:[/yellow] this broker's storage was formatted before rolltape "
-                    "provisioned principals: it runs PLAINTEXT and enforces no ACLs. To secure "
-                    f"it, stop it and remove {broker.home} (its records go with it)."
-                )
-        for status in provision(cfg):
-            note = f"  [yellow]{status.note}[/yellow]" if status.note else ""
-            console.print(
-                f"  {status.topic:<32} {status.action.value:<15} {status.partitions} partitions{note}"
-            )
-        store = principal_store(cfg)
-        if store is not None:
-            names = ", ".join(f"{p.name} ({p.role.value})" for p in store.principals())
-            console.print(f"principals: {names}; secrets in {store.path} (mode 0600)")
-        key = judge_key(cfg)
-        if key.exists():
-            console.print(f"judge key {key.key_id()}: public key in {key.public_path}")
-        else:
-            kid = key.create()
-            console.print(f"new judge key {kid}: public key in {key.public_path}")
-        console.print(f"bootstrap: {require_connection(cfg, Role.ADMIN).bootstrap}")
+    for status in done.topics or ():
+        note = f"  [yellow]{status.note}[/yellow]" if status.note else ""
+        console.print(
+            f"  {status.topic:<32} {status.action.value:<15} {status.partitions} partitions{note}"
+        )
+    if done.not_provisioned:
+        err_console.print(f"[yellow]topics not provisioned:[/yellow] {done.not_provisioned}")
+    if done.principals:
+        names = ", ".join(f"{name} ({role.value})" for name, role in done.principals)
+        console.print(f"principals: {names}; secrets in {done.principals_file} (mode 0600)")
+    new = "new judge key" if done.judge_key_created else "judge key"
+    console.print(f"{new} {done.judge_key_id}: public key in {done.judge_public_key}")
+    console.print(f"bootstrap: {done.bootstrap}")
 
 
 @app.command()

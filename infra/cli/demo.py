@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.infra.cli._common import console, err_console, settings, user_errors
 from rolltape.infra.cli.harness import print_attempts
 
 if TYPE_CHECKING:  # the demo trains with torch: imported when the command runs
@@ -21,15 +21,15 @@ def demo(
         typer.Option(help="Folder for the exported training files (default: a new temp folder)."),
     ] = None,
 ) -> None:
-    """Start the broker if needed and a worker, record agent sessions and two monitored training
-    attempts of the decision harness, verify every chain, print rule firings, verdicts, both
-    attempts' scores and filter outcomes, and export the sessions as ShareGPT, Atropos and
-    OpenAI files."""
+    """Start the broker if needed (as `broker up` does: topics, the judge's key) and a worker,
+    record agent sessions and two monitored training attempts of the decision harness, verify
+    every chain, print rule firings, verdicts, both attempts' scores and filter outcomes, and
+    export the sessions as ShareGPT, Atropos and OpenAI files."""
     from rolltape.infra.commands.demo import DemoError, run_demo
 
     with user_errors():
         try:
-            result = run_demo(settings(), out)
+            result = run_demo(settings(), out, on_step=_step)
         except DemoError as exc:
             console.print(f"[red]demo: {exc}[/red]", markup=True)
             raise typer.Exit(1) from exc
@@ -47,7 +47,17 @@ def demo(
         raise typer.Exit(1)
     if result.report:
         console.print(f"report of the training attempts: {result.report}", soft_wrap=True)
+    console.print(
+        f"checkpoints signed with judge key {result.broker.judge_key_id} (public key in "
+        f"{result.broker.judge_public_key}): `rolltape export --evidence` can prove these sessions",
+        soft_wrap=True,
+    )
     console.print("demo: all chains verified")
+
+
+def _step(line: str) -> None:
+    """Progress on stderr while the demo works: the whole run takes minutes."""
+    err_console.print(f"demo: {line}", markup=False)
 
 
 def _chains(result: DemoResult) -> None:

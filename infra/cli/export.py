@@ -26,6 +26,8 @@ from rolltape.infra.cli._common import (
 )
 from rolltape.infra.commands.export import ExportError, collect, open_tokenizer, run_export
 from rolltape.infra.commands.verify_export import verify_export as check_export
+from rolltape.infra.keys import JudgeKeyError, judge_key
+from rolltape.infra.settings import Settings
 from rolltape.projections import META_DIR, ExportOptions, Format, Selection
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 from rolltape.schemas.trust import load_public_key
@@ -190,13 +192,38 @@ def export(
     if manifest.evidence:
         console.print(
             f"  evidence: {len(manifest.evidence)} file(s) in {out / META_DIR}; check with "
+            "`rolltape keys export judge.pub.pem` then "
             f"`rolltape verify-export {out} --public-key judge.pub.pem`"
         )
     if manifest.skipped.get("no_checkpoint"):
         console.print(
-            f"  {manifest.skipped['no_checkpoint']} session(s) were left out because no signed "
-            "checkpoint covers them yet: is `rolltape worker` running with the judge key?"
+            f"  {no_checkpoint_hint(s, manifest.skipped['no_checkpoint'])}", soft_wrap=True
         )
+
+
+def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
+    """Why an --evidence export left `sessions` out, naming the cause this machine can see:
+    without a judge key no worker using these settings signs anything, and a worker reads the
+    key only when it starts."""
+    left = f"{sessions} session(s) were left out because no signed checkpoint covers them"
+    key = judge_key(settings)
+    if not key.exists():
+        return (
+            f"{left}: there is no judge key at {key.path}, so the worker signs no checkpoints. "
+            "Create one with `rolltape keys init` (`rolltape broker up` and `rolltape demo` "
+            "create it when there is none) and restart `rolltape worker`: sessions it decides "
+            "from then on carry evidence"
+        )
+    try:
+        kid = key.key_id()
+    except JudgeKeyError as exc:
+        return f"{left}: the judge key is unusable: {exc}"
+    return (
+        f"{left}: the judge key {kid} exists ({key.path}) but no worker signed them. Is "
+        "`rolltape worker` running and caught up? A worker reads the key when it starts: "
+        "sessions decided by one started before the key existed stay unsigned; restart it "
+        "for the sessions to come"
+    )
 
 
 def verify_export(

@@ -22,7 +22,7 @@ def init(
         bool, typer.Option(help="Replace an existing key (earlier checkpoints stay signed by it).")
     ] = False,
 ) -> None:
-    """Create the judge's key pair (`broker up` does this when there is none)."""
+    """Create the judge's key pair (`broker up` and `demo` do this when there is none)."""
     with user_errors():
         key = judge_key(settings())
         kid = key.create(replace=replace)

@@ -14,6 +14,7 @@ import operator
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,12 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra._errors import InfraError
-from rolltape.infra.broker import managed_broker, require_connection
+from rolltape.infra.broker import require_connection
+from rolltape.infra.commands.broker import BrokerUp, broker_up
 from rolltape.infra.commands.export import collect, run_export
 from rolltape.infra.commands.report import read_sessions, write_report
-from rolltape.infra.commands.worker import can_provision
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.readback import RawRecord, read_records, verify_topics
-from rolltape.infra.kafka.topics import provision
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, Session
 from rolltape.producers.training import (
@@ -185,6 +185,9 @@ class DemoResult(BaseModel):
     `worker_error` says why and there are no exports and no report."""
 
     bootstrap: str
+    broker: BrokerUp
+    """The cluster as the demo left it: what `broker up` leaves (topics, principals, the judge's
+    key, which signed the worker's checkpoints)."""
     sessions: list[str]
     chains: list[ChainReport]
     rule_evaluations: list[RuleEvaluation]
@@ -293,15 +296,19 @@ def _export(
     return summaries
 
 
-def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
+def run_demo(
+    settings: Settings, out: Path | None = None, *, on_step: Callable[[str], None] | None = None
+) -> DemoResult:
     """Record the demo's agent, sampled and training sessions with a worker of its own running,
-    then verify their chains and gather what the processors wrote. Starts the managed broker
-    unless ROLLTAPE_BOOTSTRAP is set; exports and the report go to `out` (default: a new
-    temporary folder, kept). Raises `DemoError` if the worker does not come up."""
-    if not settings.bootstrap:
-        managed_broker(settings).start()
-    if can_provision(settings):
-        provision(settings)
+    then verify their chains and gather what the processors wrote. Brings the cluster up as
+    `broker up` does (the managed broker unless ROLLTAPE_BOOTSTRAP is set, topics, the judge's
+    key), so exports of the demo's sessions can carry evidence; exports and the report go to
+    `out` (default: a new temporary folder, kept). `on_step(line)`: before each slow step.
+    Raises `DemoError` if the worker does not come up."""
+    say = on_step or (lambda _line: None)
+    up = broker_up(settings, on_step=say)
+    new = "new judge key" if up.judge_key_created else "judge key"
+    say(f"broker at {up.bootstrap}; {new} {up.judge_key_id} signs the worker's checkpoints")
     connection = require_connection(settings, Role.READER)
     run = uuid.uuid4().hex[:8]
     agent_id, bad_id = f"demo-agent-{run}", f"demo-halluc-{run}"
@@ -313,18 +320,22 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
         tempfile.TemporaryDirectory() as logs,
         WorkerProcess(settings, Path(logs) / "worker.log") as worker,
     ):
+        say("starting a worker (the processors)")
         _wait_until_up(worker, settings, timeout_s=120)
         recorder = open_recorder(settings)
         try:
+            say("recording four agent sessions")
             record_agent_session(recorder, agent_id)
             record_hallucinating_session(recorder, bad_id)
             record_sampled_sessions(recorder, sampled)
             recorder.flush()
+            say(f"training: two monitored attempts of the decision harness ({DEMO_SCENARIO})")
             refine = _self_refine(settings, recorder)
         finally:
             recorder.close()
         training = [a.session_id for a in refine.attempts]
         sessions += [*training, refine.summary_session_id]
+        say("waiting for the worker's verdicts and filter outcomes")
         records, error = _wait_for_outputs(
             worker, connection, settings.topic_prefix, sessions, timeout_s=180
         )
@@ -364,6 +375,7 @@ def run_demo(settings: Settings, out: Path | None = None) -> DemoResult:
             outcomes[env.session_id] = payload
     return DemoResult(
         bootstrap=connection.bootstrap,
+        broker=up,
         sessions=sessions,
         chains=chains,
         rule_evaluations=[evaluations[k] for k in sorted(evaluations)],

@@ -1,0 +1,121 @@
+"""`rolltape broker up` wiring: bring a cluster to the state every other command expects.
+
+Every path that starts the managed broker for a user (`broker up`, `rolltape demo`) calls
+`broker_up`, so they all leave the same system behind: the broker running (or the explicit
+cluster answering), its principals provisioned, the topic prefix's topics and ACLs created, and
+the judge's key on disk, without which the worker signs no checkpoints and no export can carry
+evidence. A path that started the broker but skipped the key left exports unverifiable.
+
+It lives here, not in `broker/` or `keys.py`: it needs the managed broker, the topic admin
+(`kafka/topics.py`, which builds on `broker/`) and the key; placed in `broker/` it would import
+the module that imports it, and `keys.py` stays a leaf that knows nothing of clusters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from rolltape.infra.broker import (
+    BrokerState,
+    BrokerUnavailable,
+    broker_answers_sync,
+    managed_broker,
+    principal_store,
+    require_connection,
+)
+from rolltape.infra.commands.worker import can_provision
+from rolltape.infra.kafka.topics import TopicStatus, provision
+from rolltape.infra.keys import judge_key
+from rolltape.infra.settings import Settings
+from rolltape.schemas import Role
+
+
+class ManagedUp(BaseModel):
+    """The managed broker `broker_up` started or found running."""
+
+    model_config = ConfigDict(frozen=True)
+
+    state: BrokerState
+    home: Path
+    log_dir: Path
+
+
+class BrokerUp(BaseModel):
+    """What `broker_up` left behind, for the caller to show."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bootstrap: str
+    cluster: str
+    """The admin's connection, as it prints (address and principal)."""
+    managed: ManagedUp | None
+    """None when ROLLTAPE_BOOTSTRAP names the cluster."""
+    topics: list[TopicStatus] | None
+    """None when this process may not provision (`not_provisioned` says why)."""
+    not_provisioned: str | None = None
+    principals: list[tuple[str, Role]]
+    """Every principal rolltape keeps for this cluster (empty: it keeps none)."""
+    principals_file: Path | None
+    judge_key_id: str
+    judge_key_created: bool
+    """True when this call created the judge's key (there was none)."""
+    judge_public_key: Path
+
+
+def broker_up(settings: Settings, *, on_step: Callable[[str], None] | None = None) -> BrokerUp:
+    """Start the managed broker unless ROLLTAPE_BOOTSTRAP names a cluster (which must answer),
+    provision the topic prefix when this process may (`can_provision`), and create the judge's
+    key when there is none. Idempotent. `on_step(line)` hears of the slow first start (the
+    jars' download) before it happens. Raises `BrokerUnavailable` when the explicit cluster
+    does not answer, and the broker package's errors when the managed one cannot start."""
+    say = on_step or (lambda _line: None)
+    managed = None
+    if settings.bootstrap:
+        admin = require_connection(settings, Role.ADMIN)
+        if not broker_answers_sync(admin):
+            raise BrokerUnavailable(
+                f"ROLLTAPE_BOOTSTRAP={settings.bootstrap} does not answer as {admin}; start that "
+                "cluster, check its security settings, or unset the variable to let rolltape "
+                "run its own broker"
+            )
+    else:
+        broker = managed_broker(settings)
+        if broker.running() is None:
+            if not broker.jars_cached:
+                say(
+                    f"fetching Apache Kafka {settings.kafka_version} from Maven Central into "
+                    f"{settings.cache_dir} (first start only; a minute or two)"
+                )
+            say(f"starting Kafka {settings.kafka_version} (KRaft) in {broker.home}")
+        state = broker.start()
+        managed = ManagedUp(state=state, home=broker.home, log_dir=broker.log_dir)
+        admin = require_connection(settings, Role.ADMIN)
+    topics, why_not = None, None
+    if can_provision(settings):
+        topics = provision(settings)
+    else:
+        who = (
+            f"ROLLTAPE_SASL_USERNAME={settings.sasl_username} is used for every role"
+            if settings.sasl_username
+            else f"{settings.principals_file} holds no admin"
+        )
+        why_not = f"{who}: an admin must run `rolltape broker up` to create topics and ACLs"
+    store = principal_store(settings)
+    key = judge_key(settings)
+    created = not key.exists()
+    key_id = key.create() if created else key.key_id()
+    return BrokerUp(
+        bootstrap=admin.bootstrap,
+        cluster=str(admin),
+        managed=managed,
+        topics=topics,
+        not_provisioned=why_not,
+        principals=[(p.name, p.role) for p in store.principals()] if store is not None else [],
+        principals_file=store.path if store is not None else None,
+        judge_key_id=key_id,
+        judge_key_created=created,
+        judge_public_key=key.public_path,
+    )
