@@ -12,6 +12,9 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from rolltape.processors.audit import CHECKPOINT_INTERVAL_S
+from rolltape.producers import default_state_dir, spool_dir_in
+from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 from rolltape.schemas.clients import ModelEndpoint, SaslMechanism, SecurityProtocol
 
 
@@ -46,10 +49,10 @@ class Settings(BaseSettings):
     judge_key_file: Path | None = None
     """The judge's Ed25519 private key (PEM, 0600) that signs checkpoints, created by `broker
     up` or `rolltape keys init`. Default: state_dir/keys/judge.ed25519.pem."""
-    checkpoint_interval_s: float = Field(default=30.0, gt=0)
+    checkpoint_interval_s: float = Field(default=CHECKPOINT_INTERVAL_S, gt=0)
     """How often the worker commits the heads of sessions still running (ended ones: at once)."""
-    topic_prefix: str = "rolltape"
-    partitions: int = Field(default=6, ge=1)
+    topic_prefix: str = DEFAULT_PREFIX
+    partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     """Partitions per topic when `broker up` creates topics; sessions spread across them by key."""
     replication_factor: int = Field(default=1, ge=1)
 
@@ -59,9 +62,7 @@ class Settings(BaseSettings):
     broker_heap: str = "512m"
     cache_dir: Path = Field(default_factory=lambda: _xdg("XDG_CACHE_HOME", ".cache") / "rolltape")
     """Where Maven-fetched broker jars are kept between runs."""
-    state_dir: Path = Field(
-        default_factory=lambda: _xdg("XDG_STATE_HOME", ".local/state") / "rolltape"
-    )
+    state_dir: Path = Field(default_factory=default_state_dir)
     """Where the managed broker keeps its data, logs and pid file."""
 
     principal: str = "anonymous"
@@ -139,4 +140,6 @@ class Settings(BaseSettings):
         return env
 
     def resolved_spool_dir(self) -> Path:
-        return self.spool_dir if self.spool_dir is not None else self.state_dir / "spool"
+        """ROLLTAPE_SPOOL_DIR, else the spool folder of the state folder (the recorder's own
+        default when the state folder is the default one)."""
+        return self.spool_dir if self.spool_dir is not None else spool_dir_in(self.state_dir)

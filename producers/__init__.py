@@ -15,10 +15,17 @@ from rolltape.producers._errors import (
     SenderDiedError,
     SpoolFullError,
 )
-from rolltape.producers._recorder import FlushResult, Recorder, Session
+from rolltape.producers._recorder import (
+    FlushResult,
+    Recorder,
+    Session,
+    default_state_dir,
+    spool_dir_in,
+)
 from rolltape.producers._tools import ToolRun, current_session, record_tool
+from rolltape.schemas import software_version
 
-__version__ = "0.1.0"
+__version__ = software_version()
 
 __all__ = [
     "BacklogFullError",
@@ -40,5 +47,7 @@ __all__ = [
     "ToolRun",
     "__version__",
     "current_session",
+    "default_state_dir",
     "record_tool",
+    "spool_dir_in",
 ]

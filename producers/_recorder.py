@@ -38,7 +38,7 @@ from rolltape.producers._errors import (
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
 from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
-from rolltape.schemas import SESSION_ID_PATTERN, Stream, ToolSpec
+from rolltape.schemas import DEFAULT_PREFIX, SESSION_ID_PATTERN, Stream, ToolSpec
 from rolltape.schemas.clients import KafkaConnection
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
@@ -67,11 +67,23 @@ def _close_all_at_exit() -> None:
         recorder.close(timeout_s=10.0, raise_rejected=False)
 
 
-def default_spool_dir() -> Path:
-    """`$XDG_STATE_HOME/rolltape/spool` (or ~/.local/state/...): the same folder the settings
-    default to, so a recorder adopts what an earlier one on this machine left behind."""
+def default_state_dir() -> Path:
+    """`$XDG_STATE_HOME/rolltape` (or ~/.local/state/rolltape): where rolltape keeps what must
+    outlive a process on this machine (the spool, the managed broker, the judge's key). The
+    settings' default too, so a recorder built without settings adopts the spool an earlier
+    one left behind."""
     base = os.environ.get("XDG_STATE_HOME")
-    return (Path(base) if base else Path.home() / ".local" / "state") / "rolltape" / "spool"
+    return (Path(base) if base else Path.home() / ".local" / "state") / "rolltape"
+
+
+def spool_dir_in(state_dir: Path) -> Path:
+    """The spool folder of a state folder."""
+    return state_dir / "spool"
+
+
+def default_spool_dir() -> Path:
+    """The spool folder of the default state folder."""
+    return spool_dir_in(default_state_dir())
 
 
 class FlushResult(BaseModel):
@@ -106,7 +118,7 @@ class Recorder:
         self,
         connection: KafkaConnection | str | None,
         *,
-        topic_prefix: str = "rolltape",
+        topic_prefix: str = DEFAULT_PREFIX,
         spool_dir: str | os.PathLike[str] | None = None,
         spool_max_bytes: int = 1 << 30,
         producer_name: str = "rolltape.producers",

@@ -537,9 +537,7 @@ class Sender:
     async def _start_producer(self) -> bool:
         if self.config.connection is None:
             return False
-        producer = self.config.connection.producer(
-            enable_idempotence=True,
-            acks="all",
+        producer = self.config.connection.chain_producer(
             linger_ms=self.config.linger_ms,
             max_batch_size=self.config.max_batch_bytes,
             max_request_size=self.config.max_batch_bytes + 64 * 1024,

@@ -39,7 +39,7 @@ from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import session_rows
-from rolltape.schemas import Stream, TypedEvent, topic_name, versioned_stream
+from rolltape.schemas import DEFAULT_PREFIX, Stream, TypedEvent, topic_name, versioned_stream
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 _log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class TrajectoryFeed:
         connection: KafkaConnection | str,
         *,
         group_id: str,
-        prefix: str = "rolltape",
+        prefix: str = DEFAULT_PREFIX,
         selection: Selection | None = None,
         wait_for: tuple[str, ...] = (),
         from_beginning: bool = True,

@@ -15,7 +15,7 @@ import logging
 from rolltape.projections._export import Selection
 from rolltape.projections._feed import TrajectoryFeed
 from rolltape.projections._trajectory import Trajectory
-from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, canonical_bytes, topic_name
+from rolltape.schemas import DEFAULT_PREFIX, LIVE_JUDGE_VERSION, Stream, canonical_bytes, topic_name
 from rolltape.schemas.clients import KafkaConnection, KafkaRecordError, kafka_errors
 
 _log = logging.getLogger(__name__)
@@ -32,16 +32,14 @@ def trajectory_record(trajectory: Trajectory) -> tuple[bytes, bytes]:
 async def run_projector(
     connection: KafkaConnection,
     *,
-    prefix: str = "rolltape",
+    prefix: str = DEFAULT_PREFIX,
     judge_version: str = LIVE_JUDGE_VERSION,
     group_id: str | None = None,
     stop: asyncio.Event | None = None,
 ) -> int:
     """Publish trajectories until `stop` is set; returns how many were published."""
     selection = Selection(judge_version=judge_version, include_unfinished=True, include_broken=True)
-    producer = connection.producer(
-        enable_idempotence=True, acks="all", max_request_size=4 * 1024 * 1024
-    )
+    producer = connection.chain_producer()
     stop = stop or asyncio.Event()
     published = 0
     with kafka_errors(f"starting the trajectories producer on {connection}"):

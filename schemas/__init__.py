@@ -120,6 +120,7 @@ from rolltape.schemas._reasoning import split_reasoning
 from rolltape.schemas._tool_outcome import result_failed
 from rolltape.schemas._topics import (
     CHAINED_STREAMS,
+    DEFAULT_PARTITIONS,
     DEFAULT_PREFIX,
     DERIVED_STREAMS,
     JUDGE_VERSION_PATTERN,
@@ -138,9 +139,11 @@ from rolltape.schemas._verify import (
     ChainReport,
     ChainVerifier,
 )
+from rolltape.schemas._version import software_version
 
 __all__ = [
     "CHAINED_STREAMS",
+    "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
     "DERIVED_STREAMS",
     "EVENT_CLASSES",
@@ -259,6 +262,7 @@ __all__ = [
     "result_failed",
     "seal",
     "session_binding",
+    "software_version",
     "split_reasoning",
     "split_stream",
     "stream_of_topic",

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 TOPIC_VERSION = 1
 DEFAULT_PREFIX = "rolltape"
+DEFAULT_PARTITIONS = 6
+"""Partitions per topic unless settings say otherwise; sessions spread across them by key."""
 
 
 class Stream(StrEnum):

@@ -42,7 +42,6 @@ from pydantic import BaseModel
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.replay import run_replay
-from rolltape.infra.kafka.producing import chain_producer
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
@@ -128,7 +127,7 @@ def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict
 
 async def _write_load(connection: KafkaConnection, prefix: str, events: int, sessions: int) -> int:
     topic = topic_name(Stream.EVENTS, prefix)
-    producer = chain_producer(connection, linger_ms=20, max_batch_size=512 * 1024)
+    producer = connection.chain_producer(linger_ms=20, max_batch_size=512 * 1024)
     await producer.start()
     written = 0
     try:

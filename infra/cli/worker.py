@@ -33,11 +33,12 @@ def worker(
             err_console.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
         err_console.print(
-            f"worker {config.group_id} on {config.connection}: rules {config.rules.label}, "
-            f"filters {config.filters.label}, {config.partitions} partitions"
+            f"worker {config.group_id} on {config.connection}: rules "
+            f"{config.processor.rules.label}, filters {config.processor.filters.label}, "
+            f"{config.partitions} partitions"
         )
         key = judge_key(s)
-        if config.checkpoint_key_file is not None:
+        if config.processor.signer is not None:
             err_console.print(f"checkpoints signed with judge key {key.key_id()}")
         else:
             err_console.print(

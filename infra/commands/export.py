@@ -4,22 +4,22 @@ The pure parts (selection, rendering, sharding, manifest) are rolltape.projectio
 only reads Kafka, checks each record's hash, and writes what the projections return.
 
 Memory stays flat however long the log: the scan files each record under its session in a
-spill on disk (infra.spill), sessions are folded one at a time, the chosen trajectories wait in
+spill on disk (rolltape.infra.kafka.sessions), sessions are folded one at a time, the chosen trajectories wait in
 the spill sorted into export order, and lines go to their files as they are rendered.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.commands._spill import SessionRecords, Spill, SpilledStore
-from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
+from rolltape.infra.kafka.spill import SpilledStore
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
     MANIFEST,
@@ -34,12 +34,11 @@ from rolltape.projections import (
     SessionEvidence,
     Trajectory,
     build_export,
-    checked_event,
     fold,
     session_evidence,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, versioned_stream
+from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, TypedEvent, versioned_stream
 from rolltape.schemas.clients import KafkaConnection
 
 
@@ -47,10 +46,9 @@ class ExportError(InfraError, ValueError):
     """The export cannot run as asked (output folder in use, unusable tokenizer)."""
 
 
-class Collected:
-    """One scan's records filed by session in a spill on disk, read up to the end offsets taken
-    when the scan began: memory does not grow with the log. Close it (or use it as a context
-    manager) to remove the spill."""
+class Collected(SessionScan):
+    """A scan for an export: the events chains and one judge version's verdict and filter
+    chains (the checkpoint logs among the verdicts, for evidence)."""
 
     def __init__(self, judge_version: str = LIVE_JUDGE_VERSION) -> None:
         self.judge_version = judge_version
@@ -58,54 +56,10 @@ class Collected:
             versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)
         )
         """The derived chains kept: the judge version's verdicts and filter outcomes."""
-        self.spill = Spill()
-        self.bounds: dict[str, dict[int, tuple[int, int]]] = {}
-        self.records = 0
-        self.unreadable = 0
-        """Records that are not envelopes (the live audit dead-lettered them)."""
-        self.tampered = 0
-        """Records whose content does not match their hash: left out, so their chain shows a
-        gap."""
+        super().__init__(self._exported)
 
-    def add(self, value: bytes) -> None:
-        """File one record under its session: events, or the wanted derived chains."""
-        self.records += 1
-        env, problem = checked_event(value)
-        if env is None:
-            if problem == "tampered":
-                self.tampered += 1
-            else:
-                self.unreadable += 1
-            return
-        if env.stream == Stream.EVENTS.value or env.stream in self.wanted:
-            self.spill.add(env, value)
-
-    def sessions(self, prefix: str = "") -> Iterator[SessionRecords]:
-        """Every session filed whose id starts with `prefix`, by id, one at a time."""
-        return self.spill.sessions(prefix)
-
-    def session(self, session_id: str) -> SessionRecords | None:
-        return self.spill.session(session_id)
-
-    def source(self) -> dict[str, Any]:
-        return {
-            "topics": {
-                topic: {str(p): end for p, (_, end) in sorted(parts.items())}
-                for topic, parts in sorted(self.bounds.items())
-            },
-            "records_read": self.records,
-            "unreadable_records": self.unreadable,
-            "tampered_records": self.tampered,
-        }
-
-    def close(self) -> None:
-        self.spill.close()
-
-    def __enter__(self) -> Collected:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _exported(self, env: TypedEvent) -> bool:
+        return env.stream == Stream.EVENTS.value or env.stream in self.wanted
 
 
 async def collect(
@@ -116,24 +70,13 @@ async def collect(
     on_record: Callable[[int, int], None] | None = None,
 ) -> Collected:
     """Read the events topic and the judge version's verdict and filter chains."""
-    collected = Collected(judge_version)
-    try:
-        total = 0
-        async for record in read_records(
-            connection,
-            [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
-            prefix=prefix,
-            bounds=collected.bounds,
-        ):
-            if not total:
-                total = sum(e - s for parts in collected.bounds.values() for s, e in parts.values())
-            collected.add(record.value)
-            if on_record is not None:
-                on_record(collected.records, total)
-    except BaseException:
-        collected.close()
-        raise
-    return collected
+    return await scan_sessions(
+        connection,
+        [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
+        Collected(judge_version),
+        prefix=prefix,
+        on_record=on_record,
+    )
 
 
 def tokenizer_label(folder: Path) -> str:

@@ -8,13 +8,11 @@ from pydantic import BaseModel
 
 from rolltape.infra.broker import current_connection, require_connection
 from rolltape.infra.commands.worker import judging_configs
-from rolltape.infra.kafka.producing import chain_producer
 from rolltape.infra.settings import Settings
 from rolltape.processors import ProcessorConfig, replay
 from rolltape.processors.audit import InputRecord
-from rolltape.processors.worker import software_version
 from rolltape.projections.importers import ImportedSession
-from rolltape.schemas import Role, Stream, read_event, topic_name
+from rolltape.schemas import Role, Stream, read_event, software_version, topic_name
 
 
 class ImportIdentity(BaseModel):
@@ -53,7 +51,7 @@ async def send_sessions(
     connection; returns the records sent."""
     prefix = settings.topic_prefix
     senders = {
-        stream: chain_producer(require_connection(settings, role))
+        stream: require_connection(settings, role).chain_producer()
         for stream, role in _WRITERS.items()
     }
     for sender in senders.values():

@@ -20,14 +20,10 @@ from pydantic import BaseModel
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.worker import (
-    WorkerSetupError,
-    check_llm_judges,
-    judging_configs,
     load_plugins,
+    processor_config,
     role_principal,
-    stream_writers,
 )
-from rolltape.infra.kafka.producing import chain_producer
 from rolltape.infra.kafka.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
 from rolltape.processors import (
@@ -41,13 +37,14 @@ from rolltape.processors import (
     replay_order,
 )
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.processors.worker import JudgeRunner, OutputProducer, software_version
+from rolltape.processors.worker import JudgeRunner, OutputProducer
 from rolltape.schemas import (
     DERIVED_STREAMS,
     Role,
     Stream,
     UnreadableRecord,
     read_event,
+    software_version,
     split_stream,
     topic_name,
     versioned_stream,
@@ -56,28 +53,9 @@ from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
-    """The processor config of a judge version: rule set, filters and reward functions from the
-    same settings the worker reads."""
-    configs = judging_configs(settings)
-    try:
-        config = ProcessorConfig(
-            rules=configs.rules,
-            filters=configs.filters,
-            training_judge=configs.training_judge,
-            principal=role_principal(settings, Role.PROCESSOR),
-            judge_principal=role_principal(settings, Role.JUDGE),
-            writers=stream_writers(settings),
-            software_version=software_version(),
-            rewards=settings.rewards,
-            llm_judges=settings.llm_judges,
-            judge_version=judge_version,
-        )
-    except ValueError as exc:
-        raise WorkerSetupError(
-            f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES / --judge-version)"
-        ) from exc
-    check_llm_judges(settings.llm_judges, settings.models)
-    return config
+    """The processor config of a judge version: the worker's, from the same settings, under
+    that version's label and without a signer (replays never write checkpoints)."""
+    return processor_config(settings, judge_version=judge_version)
 
 
 async def read_raw(
@@ -153,7 +131,7 @@ def output_producer(settings: Settings) -> OutputProducer:
         require_connection(settings, Role.PROCESSOR),
         require_connection(settings, Role.JUDGE),
         settings.topic_prefix,
-        chain_producer,
+        KafkaConnection.chain_producer,
     )
 
 

@@ -6,16 +6,15 @@ records of the live chains) and writes the file.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
-from rolltape.projections import FoldError, Trajectory, checked_event, fold
+from rolltape.projections import FoldError, Trajectory, fold
 from rolltape.projections.reports import (
     RunView,
     TrainingView,
@@ -44,16 +43,16 @@ class ReportResult:
     agents: list[Trajectory] = field(default_factory=list)
 
 
+def _reported(env: TypedEvent) -> bool:
+    """A record of a live chain of a session (a checkpoint log is not a session)."""
+    return env.stream in _LIVE and not env.session_id.startswith(CHECKPOINT_LOG_PREFIX)
+
+
 async def read_sessions(connection: KafkaConnection, prefix: str) -> dict[str, list[TypedEvent]]:
-    """Every session's usable events on the live chains (tampered records left out)."""
-    sessions: dict[str, list[TypedEvent]] = defaultdict(list)
-    async for record in read_records(connection, _STREAMS, prefix=prefix):
-        env, _ = checked_event(record.value)
-        if env is None or env.stream not in _LIVE:
-            continue
-        if not env.session_id.startswith(CHECKPOINT_LOG_PREFIX):  # a log, not a session
-            sessions[env.session_id].append(env)
-    return sessions
+    """Every session's usable events on the live chains (tampered records left out), each
+    chain's events in the order they were read."""
+    with await scan_sessions(connection, _STREAMS, SessionScan(_reported), prefix=prefix) as scan:
+        return {s.session_id: [*s.events, *s.derived] for s in scan.sessions()}
 
 
 def _started(events: list[TypedEvent]) -> Mapping[str, Any] | None:

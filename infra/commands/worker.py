@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +18,7 @@ from rolltape.infra.kafka.topics import ensure_plain_topics_sync, provision
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
 from rolltape.processors import ProcessorConfig
+from rolltape.processors.audit import CheckpointSigner
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import (
     LLM_JUDGES,
@@ -27,8 +27,16 @@ from rolltape.processors.judges import (
 )
 from rolltape.processors.rules import RuleSet, RuleSetError
 from rolltape.processors.worker import WorkerConfig
-from rolltape.schemas import TOPIC_SPECS, Role, Stream, topic_name
+from rolltape.schemas import (
+    LIVE_JUDGE_VERSION,
+    TOPIC_SPECS,
+    Role,
+    Stream,
+    software_version,
+    topic_name,
+)
 from rolltape.schemas.clients import ModelEndpoint
+from rolltape.schemas.plugins import PluginError, load_module
 
 
 class WorkerSetupError(InfraError, ValueError):
@@ -62,12 +70,9 @@ def load_plugins(modules: tuple[str, ...]) -> None:
     """Import the modules that register custom judges and reward functions."""
     for name in modules:
         try:
-            importlib.import_module(name)
-        except Exception as exc:  # any failure to import is a setup error the user must fix
-            raise WorkerSetupError(
-                f"cannot import plugin module {name!r} (ROLLTAPE_PLUGINS): "
-                f"{type(exc).__name__}: {exc}; is it on PYTHONPATH?"
-            ) from exc
+            load_module(name, "plugin module")
+        except PluginError as exc:
+            raise WorkerSetupError(f"{exc} (ROLLTAPE_PLUGINS)") from exc
 
 
 class JudgingConfigs(NamedTuple):
@@ -93,6 +98,38 @@ def judging_configs(settings: Settings) -> JudgingConfigs:
         raise WorkerSetupError(str(exc)) from exc
     filters = _filters_from(settings.filters_file) if settings.filters_file else FilterConfig()
     return JudgingConfigs(rules, filters, training)
+
+
+def processor_config(
+    settings: Settings,
+    *,
+    judge_version: str = LIVE_JUDGE_VERSION,
+    signer: CheckpointSigner | None = None,
+) -> ProcessorConfig:
+    """What the pure step runs, from settings: the one mapping of settings to a processor
+    config, shared by the worker (with the judge's signer) and replay (under a judge version,
+    never signing)."""
+    configs = judging_configs(settings)
+    try:
+        config = ProcessorConfig(
+            rules=configs.rules,
+            filters=configs.filters,
+            training_judge=configs.training_judge,
+            principal=role_principal(settings, Role.PROCESSOR),
+            judge_principal=role_principal(settings, Role.JUDGE),
+            writers=stream_writers(settings),
+            software_version=software_version(),
+            rewards=settings.rewards,
+            llm_judges=settings.llm_judges,
+            judge_version=judge_version,
+            signer=signer,
+        )
+    except ValueError as exc:
+        raise WorkerSetupError(
+            f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES / --judge-version)"
+        ) from exc
+    check_llm_judges(settings.llm_judges, settings.models)
+    return config
 
 
 def role_principal(settings: Settings, role: Role) -> str:
@@ -135,7 +172,11 @@ def can_provision(settings: Settings) -> bool:
 def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerConfig:
     """Ensure the topics exist and build the worker's config. The raw topics must have the same
     number of partitions: a session's events and metrics must land on the same worker."""
-    configs = judging_configs(settings)
+    key = judge_key(settings)
+    signer = None
+    if key.exists():
+        signer = CheckpointSigner(key.private_key(), interval_s=settings.checkpoint_interval_s)
+    processor = processor_config(settings, signer=signer)
     connection = require_connection(settings, Role.PROCESSOR)
     judge = require_connection(settings, Role.JUDGE)
     if can_provision(settings):
@@ -155,7 +196,6 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
             f"the events topic has {events} partitions and the metrics topic {metrics}; they "
             "must match so that a session's streams meet on one worker. Recreate one of them."
         )
-    key = judge_key(settings)
     config = WorkerConfig(
         connection=connection,
         judge_connection=judge,
@@ -163,27 +203,13 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         app_id=settings.worker_id,
         partitions=events,
         replication_factor=settings.replication_factor,
-        rules=configs.rules,
-        filters=configs.filters,
-        training_judge=configs.training_judge,
-        principal=role_principal(settings, Role.PROCESSOR),
-        judge_principal=role_principal(settings, Role.JUDGE),
-        writers=stream_writers(settings),
-        checkpoint_key_file=key.path if key.exists() else None,
-        checkpoint_interval_s=settings.checkpoint_interval_s,
+        processor=processor,
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
-        rewards=settings.rewards,
-        llm_judges=settings.llm_judges,
         models=settings.models,
         log_level=log_level,
         data_dir=settings.state_dir / "worker",
     )
-    try:
-        ProcessorConfig(rewards=config.rewards, llm_judges=config.llm_judges)
-    except ValueError as exc:
-        raise WorkerSetupError(f"{exc} (ROLLTAPE_REWARDS / ROLLTAPE_LLM_JUDGES)") from exc
-    check_llm_judges(config.llm_judges, config.models)
     ensure_plain_topics_sync(
         connection,
         [config.assignment_topic, config.judge_requests_topic, config.judge_results_topic],

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from aiokafka import TopicPartition
 
-from rolltape.schemas import ChainVerifier, Stream, stream_of_topic, topic_name
+from rolltape.schemas import DEFAULT_PREFIX, ChainVerifier, Stream, stream_of_topic, topic_name
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 
@@ -79,7 +79,7 @@ async def read_records(
     connection: KafkaConnection,
     streams: Sequence[Stream],
     *,
-    prefix: str = "rolltape",
+    prefix: str = DEFAULT_PREFIX,
     from_beginning: bool = True,
     follow: bool = False,
     bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
@@ -143,7 +143,7 @@ async def verify_topics(
     connection: KafkaConnection,
     streams: Sequence[Stream],
     *,
-    prefix: str = "rolltape",
+    prefix: str = DEFAULT_PREFIX,
     session_id: str | None = None,
 ) -> ChainVerifier:
     """Read every record of `streams` up to the current end and check the chains."""

@@ -13,6 +13,7 @@ from rolltape.processors.audit._chain import (
     parse_record,
 )
 from rolltape.processors.audit._checkpoints import (
+    CHECKPOINT_INTERVAL_S,
     CHECKPOINT_LOG_PREFIX,
     CHECKPOINT_VERSION,
     CheckpointSigner,
@@ -22,6 +23,7 @@ from rolltape.processors.audit._checkpoints import (
 
 __all__ = [
     "AUDITOR_VERSION",
+    "CHECKPOINT_INTERVAL_S",
     "CHECKPOINT_LOG_PREFIX",
     "CHECKPOINT_VERSION",
     "Admitted",

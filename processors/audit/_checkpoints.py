@@ -18,6 +18,8 @@ from rolltape.schemas.trust import key_id
 CHECKPOINT_VERSION: Final = "rolltape.checkpoint/1"
 CHECKPOINT_LOG_PREFIX: Final = "checkpoints.p"
 """Session ids of this form are the judge's logs; a raw record using one is dead-lettered."""
+CHECKPOINT_INTERVAL_S: Final = 30.0
+"""How often, unless settings say otherwise, the heads of sessions still running are committed."""
 _partitioner = DefaultPartitioner()
 
 
@@ -27,7 +29,7 @@ class CheckpointSigner:
     (sessions that end are committed in the batch they end in)."""
 
     key: Ed25519PrivateKey
-    interval_s: float = 30.0
+    interval_s: float = CHECKPOINT_INTERVAL_S
     key_id: str = field(init=False)
 
     def __post_init__(self) -> None:

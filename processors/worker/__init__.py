@@ -1,6 +1,6 @@
 """The faust worker that runs the processors against Kafka (`rolltape worker`)."""
 
-from rolltape.processors.worker._app import create_app, run_worker, software_version
+from rolltape.processors.worker._app import create_app, run_worker
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
@@ -14,5 +14,4 @@ __all__ = [
     "create_app",
     "dead_letter_headers",
     "run_worker",
-    "software_version",
 ]

@@ -16,7 +16,6 @@ agent). A rebalance first waits for the batch in hand, then takes the partitions
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
 import io
 import logging
 import os
@@ -33,10 +32,9 @@ from pydantic import ValidationError
 from rolltape.processors._session import (
     DeadLetter,
     JudgeRequest,
-    ProcessorConfig,
     SessionProcessor,
 )
-from rolltape.processors.audit import CheckpointSigner, InputRecord, Position
+from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._producers import OutputProducer
@@ -45,19 +43,10 @@ from rolltape.processors.worker._shell import Shell
 from rolltape.processors.worker._states import ChangelogTable, MemoryStates
 from rolltape.schemas import Stream, topic_name
 from rolltape.schemas.clients import KafkaConnection
-from rolltape.schemas.trust import load_private_key
 
 log = logging.getLogger("rolltape.processors.worker")
 
 STATE_TABLE = "sessions"
-
-
-def software_version() -> str:
-    """The installed rolltape version, named in every output's producer."""
-    try:
-        return importlib.metadata.version("rolltape")
-    except importlib.metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def exit_for_a_supervisor() -> NoReturn:
@@ -101,20 +90,8 @@ def create_app(
         use_partitioner=True,
     )
     requests = _bytes_topic(app, config.judge_requests_topic)
-    processor = SessionProcessor(
-        ProcessorConfig(
-            rules=config.rules,
-            filters=config.filters,
-            training_judge=config.training_judge,
-            principal=config.principal,
-            judge_principal=config.judge_principal,
-            writers=config.writers,
-            signer=_signer(config),
-            software_version=software_version(),
-            rewards=config.rewards,
-            llm_judges=config.llm_judges,
-        )
-    )
+    processor = SessionProcessor(config.processor)
+    signer = config.processor.signer
 
     runtime = _Runtime(config, processor, table, app)
 
@@ -136,9 +113,9 @@ def create_app(
             on_stall()
         runtime.touch()  # idle with nothing to do: fine
 
-    @app.timer(interval=min(config.checkpoint_interval_s, 30.0))  # type: ignore[untyped-decorator]
+    @app.timer(interval=min(signer.interval_s if signer else 30.0, 30.0))  # type: ignore[untyped-decorator]
     async def commit_idle_sessions() -> None:
-        if config.checkpoint_key_file is not None and runtime.has_shell():
+        if signer is not None and runtime.has_shell():
             await (await runtime.shell()).commit_due()
 
     @app.task  # type: ignore[untyped-decorator]
@@ -200,9 +177,9 @@ def create_app(
             models=dict(config.models),
             topic_prefix=config.topic_prefix,
             results_topic=config.judge_results_topic,
-            software_version=software_version(),
+            software_version=config.processor.software_version,
             max_concurrent=config.max_concurrent_judges,
-            principal=config.judge_principal,
+            principal=config.processor.judge_principal,
         )
         try:
             async for events in stream.take_events(config.max_concurrent_judges, 0.05):
@@ -225,13 +202,6 @@ def create_app(
             await producer.stop()
 
     return app
-
-
-def _signer(config: WorkerConfig) -> CheckpointSigner | None:
-    if config.checkpoint_key_file is None:
-        return None
-    key = load_private_key(config.checkpoint_key_file.read_bytes())
-    return CheckpointSigner(key, interval_s=config.checkpoint_interval_s)
 
 
 class _Runtime:
@@ -356,9 +326,7 @@ def _data_dir(config: WorkerConfig) -> str:
 
 def _output_producer(config: WorkerConfig) -> OutputProducer:
     def make(connection: KafkaConnection) -> AIOKafkaProducer:
-        return connection.producer(
-            enable_idempotence=True,
-            acks="all",
+        return connection.chain_producer(
             linger_ms=1,
             max_batch_size=1 << 20,
             max_request_size=4 << 20,

@@ -1,20 +1,20 @@
-"""What a worker needs to know: where Kafka is, which topics, which rule set and filters."""
+"""What a worker needs to know: where Kafka is, which topics and group, and the processor config
+its pure step runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
-from rolltape.processors.filters import FilterConfig
-from rolltape.processors.judges import TrainingJudgeConfig
-from rolltape.processors.rules import RuleSet
+from rolltape.processors._session import ProcessorConfig
+from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 from rolltape.schemas.clients import KafkaConnection, ModelEndpoint
 
 
 class WorkerConfig(BaseModel):
-    """What a worker needs to know: where Kafka is, which topics and group, which rules,
-    filters and judges, and how it batches."""
+    """What a worker needs to know: where Kafka is, which topics and group, the processor
+    config its pure step runs, and how it batches."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -24,32 +24,18 @@ class WorkerConfig(BaseModel):
     judge_connection: KafkaConnection | None = None
     """The judge principal's connection, for the verdicts chain and the LLM judges' own
     conversations (None: the processor's, on clusters that do not separate them)."""
-    topic_prefix: str = "rolltape"
+    topic_prefix: str = DEFAULT_PREFIX
     app_id: str | None = None
     """The consumer group and the prefix of the changelog topics (default `<prefix>-worker`).
     Workers with the same id share the partitions. One group per topic prefix: it is the only
     writer of the output chains."""
-    partitions: int = Field(default=6, ge=1)
+    partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     """Partitions of the raw topics (the state changelog is created with as many)."""
     replication_factor: int = Field(default=1, ge=1)
-    rules: RuleSet = Field(default_factory=RuleSet)
-    filters: FilterConfig = Field(default_factory=FilterConfig)
-    training_judge: TrainingJudgeConfig = Field(default_factory=TrainingJudgeConfig)
-    principal: str = "processor"
-    """Named in the envelopes the processor role writes (its connection's SASL user when set)."""
-    judge_principal: str = "judge"
-    """Named in the envelopes the judge role writes (verdicts, judge conversations)."""
-    checkpoint_key_file: Path | None = None
-    """The judge's Ed25519 private key (PEM): with it the worker writes signed checkpoints of
-    the chain heads it verified; None, no checkpoints."""
-    checkpoint_interval_s: float = Field(default=30.0, gt=0)
-    """How often the heads of sessions still running are committed (ended sessions: at once)."""
-    writers: dict[str, frozenset[str]] = Field(default_factory=dict)
-    """stream -> principals that may write it (see ProcessorConfig.writers); empty: unchecked."""
-    rewards: tuple[str, ...] = ()
-    """Reward functions to run on every finished agent session (e.g. task_pass, final_reward)."""
-    llm_judges: tuple[str, ...] = ()
-    """LLM judges to run on every finished agent session (e.g. answer_quality)."""
+    processor: InstanceOf[ProcessorConfig] = Field(default_factory=ProcessorConfig)
+    """What the pure step runs (rules, filters, judges, principals, writers, the checkpoint
+    signer): built once from settings by whoever starts the worker, the same config replay and
+    imports build, so no field is mapped twice."""
     models: dict[str, ModelEndpoint] = Field(default_factory=dict)
     """Logical model name ("grader") -> OpenAI-compatible endpoint."""
     max_concurrent_judges: int = Field(default=8, ge=1)

@@ -72,7 +72,7 @@ class JobsLog:
 
     async def start(self) -> None:
         # aiokafka clients bind to the running loop: built here, not in __init__.
-        self._producer = self._connection.producer(enable_idempotence=True, acks="all")
+        self._producer = self._connection.chain_producer(linger_ms=0)
         await self._producer.start()
         partitions = await self._producer.partitions_for(self.topic)
         if not partitions:

@@ -9,6 +9,7 @@ Every client takes its connection from here:
 
     KafkaConnection            bootstrap, security protocol, SASL credentials, TLS files
       .producer(**settings)    AIOKafkaProducer
+      .chain_producer(**batching)  the one producer for records that extend a chain
       .consumer(*topics, ...)  AIOKafkaConsumer
       .admin(**settings)       AIOKafkaAdminClient
       .client(**settings)      AIOKafkaClient (a bare metadata client: "does it answer?")
@@ -115,6 +116,27 @@ class KafkaConnection(BaseModel):
         from aiokafka import AIOKafkaProducer
 
         return AIOKafkaProducer(**{**self.client_settings(), **settings})
+
+    def chain_producer(self, **batching: Any) -> AIOKafkaProducer:
+        """The producer of every record that extends a chain (the recorder's sender, the
+        worker's outputs, the projector, cron's jobs log, replay and imports): idempotent with
+        acks=all, so a retried batch is neither lost nor duplicated out of order, which would
+        break the chain. Not started yet (the caller starts and stops it). `batching` tunes
+        linger, batch and request sizes, timeouts and the client id; `acks` and
+        `enable_idempotence` are what this exists to fix, so passing them is a programming
+        error."""
+        fixed = {"acks", "enable_idempotence"} & set(batching)
+        if fixed:
+            raise ValueError(f"a chain producer is always idempotent with acks=all: {fixed}")
+        return self.producer(
+            **{
+                "linger_ms": 5,
+                "max_request_size": 4 * 1024 * 1024,
+                **batching,
+                "enable_idempotence": True,
+                "acks": "all",
+            }
+        )
 
     def consumer(self, *topics: str, **settings: Any) -> AIOKafkaConsumer:
         from aiokafka import AIOKafkaConsumer

@@ -240,7 +240,7 @@ def test_the_spill_orders_sessions_and_export_keys_as_python_sorts_them() -> Non
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from rolltape.infra.commands._spill import Spill
+    from rolltape.infra.kafka.spill import Spill
     from rolltape.projections import Chosen
     from tests.unit.processors.scripted import Tape
     from tests.unit.projections.sessions import trajectories

@@ -1,0 +1,107 @@
+"""The one scanner of the log into sessions: every record read through the codec (hash
+checked), counted, and filed under its session in a spill on disk.
+
+Exports, reports, batch summaries, cron's review and the demo all read sessions this way, so
+they leave out the same records (bytes that are not an envelope, envelopes whose content does
+not match their hash) and count them the same way. Memory stays flat however long the log: the
+records wait in the spill (`rolltape.infra.kafka.spill`) and come back a session at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Self, TypeVar
+
+from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.spill import SessionRecords, Spill
+from rolltape.projections import checked_event
+from rolltape.schemas import Stream, TypedEvent
+from rolltape.schemas.clients import KafkaConnection
+
+S = TypeVar("S", bound="SessionScan")
+
+
+class SessionScan:
+    """One scan's records filed by session, read up to the end offsets taken when the scan
+    began. `keeps` decides which intact records are filed (the others are counted only). Close
+    it (or use it as a context manager) to remove the spill."""
+
+    def __init__(self, keeps: Callable[[TypedEvent], bool]) -> None:
+        self.keeps = keeps
+        self.spill = Spill()
+        self.bounds: dict[str, dict[int, tuple[int, int]]] = {}
+        """topic -> partition -> (first, end) offsets the scan read."""
+        self.records = 0
+        self.unreadable = 0
+        """Records that are not envelopes (the live audit dead-lettered them)."""
+        self.tampered = 0
+        """Records whose content does not match their hash: left out, so their chain shows a
+        gap."""
+
+    def add(self, value: bytes) -> None:
+        """Count one record and file it under its session when it is intact and kept."""
+        self.records += 1
+        env, problem = checked_event(value)
+        if env is None:
+            if problem == "tampered":
+                self.tampered += 1
+            else:
+                self.unreadable += 1
+            return
+        if self.keeps(env):
+            self.spill.add(env, value)
+
+    def sessions(self, prefix: str = "") -> Iterator[SessionRecords]:
+        """Every session filed whose id starts with `prefix`, by id, one at a time."""
+        return self.spill.sessions(prefix)
+
+    def session(self, session_id: str) -> SessionRecords | None:
+        return self.spill.session(session_id)
+
+    def source(self) -> dict[str, Any]:
+        """What was read: end offsets per partition and the counts of records left out."""
+        return {
+            "topics": {
+                topic: {str(p): end for p, (_, end) in sorted(parts.items())}
+                for topic, parts in sorted(self.bounds.items())
+            },
+            "records_read": self.records,
+            "unreadable_records": self.unreadable,
+            "tampered_records": self.tampered,
+        }
+
+    def close(self) -> None:
+        self.spill.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+async def scan_sessions(
+    connection: KafkaConnection,
+    streams: Iterable[Stream],
+    scan: S,
+    *,
+    prefix: str,
+    on_record: Callable[[int, int], None] | None = None,
+) -> S:
+    """Read the streams' topics to their current ends into `scan`; `on_record(read, total)`
+    reports progress. On any error the scan is closed (its spill removed) and the error
+    raised."""
+    try:
+        total = 0
+        async for record in read_records(
+            connection, list(streams), prefix=prefix, bounds=scan.bounds
+        ):
+            if not total:
+                total = sum(e - s for parts in scan.bounds.values() for s, e in parts.values())
+            scan.add(record.value)
+            if on_record is not None:
+                on_record(scan.records, total)
+    except BaseException:
+        scan.close()
+        raise
+    return scan
