@@ -51,14 +51,13 @@ class RetryPolicy(BaseModel):
     max_s: float = Field(default=3600.0, gt=0)
 
 
-class CronJob(BaseModel):
-    """Payload of a `cron_job` record: a job's whole definition after one change."""
+class JobDefinition(BaseModel):
+    """What a person defines about a job: what `rolltape cron add` asks for and every
+    revision of the job carries. Written once, here, so a default (the timezone, the retry
+    policy, the timeout) cannot differ between the request and the record."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job_id: str = Field(pattern=JOB_ID_PATTERN)
-    action: JobAction
-    state: JobState
     schedule: str
     """As the user wrote it (`every 6h`, `daily at 09:00`, `*/5 * * * *`)."""
     timezone: str = "UTC"
@@ -76,6 +75,14 @@ class CronJob(BaseModel):
     timeout_s: int = Field(default=3600, ge=1)
     """An attempt with no status this long after it fired failed (retryable): its runner hung
     or its scheduler stopped."""
+
+
+class CronJob(JobDefinition):
+    """Payload of a `cron_job` record: a job's whole definition after one change."""
+
+    job_id: str = Field(pattern=JOB_ID_PATTERN)
+    action: JobAction
+    state: JobState
     anchor_ns: int
     """When the job was created: interval schedules tick at `anchor + k * interval`, and no
     tick before it is ever due."""

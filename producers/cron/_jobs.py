@@ -8,7 +8,7 @@ import time
 from types import TracebackType
 from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rolltape.producers._errors import ProducerError
 from rolltape.producers.cron._book import JobBook
@@ -16,26 +16,16 @@ from rolltape.producers.cron._channels import open_channel
 from rolltape.producers.cron._log import JobsLog, read_book
 from rolltape.producers.cron._runs import guard_against_recursion, load_runner
 from rolltape.producers.cron._schedule import parse_schedule
-from rolltape.schemas import JOB_ID_PATTERN, CronJob, JobAction, JobState, RetryPolicy
+from rolltape.schemas import JOB_ID_PATTERN, CronJob, JobAction, JobDefinition, JobState
 from rolltape.schemas.clients import KafkaConnection
 
 
-class JobSpec(BaseModel):
-    """What `rolltape cron add` asks for."""
+class JobSpec(JobDefinition):
+    """What `rolltape cron add` asks for: a job's definition, and the id it should have
+    (None: one made from the prompt)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schedule: str
     prompt: str = Field(min_length=1)
     job_id: str | None = None
-    timezone: str = "UTC"
-    skills: tuple[str, ...] = ()
-    workdir: str | None = None
-    deliver: str | None = None
-    runner: str | None = None
-    model: str | None = None
-    retry: RetryPolicy = RetryPolicy()
-    timeout_s: int = Field(default=3600, ge=1)
 
 
 class JobError(ProducerError, ValueError):

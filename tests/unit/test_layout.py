@@ -211,6 +211,7 @@ def test_public_api__is_pinned() -> None:
         "JOB_ID_PATTERN",
         "JUDGE_VERSION_PATTERN",
         "JobAction",
+        "JobDefinition",
         "JobState",
         "LIVE_JUDGE_VERSION",
         "LayerSpec",
