@@ -22,7 +22,8 @@ ProducerError
 ├── DeliveryError          a cron run's answer could not be delivered to its channel
 ├── CronRecursionError     a cron run tried to start cron runs itself
 ├── BlockError, UnknownFamilyError   a model completion the tool-call parsers cannot read
-└── OtlpRequestError       an OTLP request the receiver cannot decode (answered with its status)
+├── OtlpRequestError       an OTLP request the receiver cannot decode (answered with its status)
+└── NotStartedError        a client object (the scheduler, cron's jobs log) used before start()
 """
 
 from __future__ import annotations
@@ -101,3 +102,9 @@ class MonitorError(RecorderError):
 
 class HarnessError(RecorderError):
     """The decision harness cannot go on; the message says what to check."""
+
+
+class NotStartedError(ProducerError, RuntimeError):
+    """A client object that talks to Kafka (the cron scheduler, its jobs log) was used before
+    its start() or after its stop(): a programming error, named so callers can tell it from
+    the broker being away."""

@@ -33,6 +33,7 @@ from typing import Any, Self
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
+from rolltape.projections._errors import ProjectionError
 from rolltape.projections._evidence import CHECKPOINT_TYPE
 from rolltape.projections._export import Selection
 from rolltape.projections._fold import FoldError, fold
@@ -43,6 +44,10 @@ from rolltape.schemas import DEFAULT_PREFIX, Stream, TypedEvent, topic_name, ver
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 _log = logging.getLogger(__name__)
+
+
+class FeedNotStartedError(ProjectionError, RuntimeError):
+    """The feed was read before `start()` (or outside `async with TrajectoryFeed(...)`)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,9 @@ class TrajectoryFeed:
     @property
     def _consumer(self) -> AIOKafkaConsumer:
         if self._consumer_instance is None:
-            raise RuntimeError("the feed is not started: use `async with TrajectoryFeed(...)`")
+            raise FeedNotStartedError(
+                "the feed is not started: use `async with TrajectoryFeed(...)`"
+            )
         return self._consumer_instance
 
     async def start(self) -> Self:

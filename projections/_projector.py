@@ -39,38 +39,35 @@ async def run_projector(
 ) -> int:
     """Publish trajectories until `stop` is set; returns how many were published."""
     selection = Selection(judge_version=judge_version, include_unfinished=True, include_broken=True)
-    producer = connection.chain_producer()
     stop = stop or asyncio.Event()
     published = 0
-    with kafka_errors(f"starting the trajectories producer on {connection}"):
-        await producer.start()
-    try:
-        async with TrajectoryFeed(
-            connection,
-            group_id=group_id or f"{prefix}-projector-{judge_version}",
-            prefix=prefix,
-            selection=selection,
-        ) as feed:
-            async for item in feed.until(stop):
-                key, value = trajectory_record(item.trajectory)
-                try:
-                    with kafka_errors("publishing a trajectory"):
-                        await producer.send_and_wait(
-                            topic_name(Stream.TRAJECTORIES, prefix),
-                            value,
-                            key=key,
-                            headers=[("trajectory_id", item.id.encode())],
-                        )
-                except KafkaRecordError as exc:
-                    # Mostly the topic's max.message.bytes; the session stays exportable.
-                    _log.warning(
-                        "trajectory of %s (%d bytes) not published: %s",
-                        item.trajectory.session_id,
-                        len(value),
-                        exc,
+    doing = f"publishing trajectories on {connection}"
+    feed = TrajectoryFeed(
+        connection,
+        group_id=group_id or f"{prefix}-projector-{judge_version}",
+        prefix=prefix,
+        selection=selection,
+    )
+    async with connection.started(connection.chain_producer(), doing) as producer, feed:
+        async for item in feed.until(stop):
+            key, value = trajectory_record(item.trajectory)
+            try:
+                # Translated here to tell a refused record (skipped) from an outage.
+                with kafka_errors("publishing a trajectory"):
+                    await producer.send_and_wait(
+                        topic_name(Stream.TRAJECTORIES, prefix),
+                        value,
+                        key=key,
+                        headers=[("trajectory_id", item.id.encode())],
                     )
-                    continue
-                published += 1
-    finally:
-        await producer.stop()
+            except KafkaRecordError as exc:
+                # Mostly the topic's max.message.bytes; the session stays exportable.
+                _log.warning(
+                    "trajectory of %s (%d bytes) not published: %s",
+                    item.trajectory.session_id,
+                    len(value),
+                    exc,
+                )
+                continue
+            published += 1
     return published

@@ -246,12 +246,9 @@ async def create_acls(admin_connection: KafkaConnection, grants: dict[str, list[
     ]
     if not creations:
         return 0
-    admin = admin_connection.admin()
-    await admin.start()
-    try:
+    doing = f"creating {len(creations)} ACLs on {admin_connection}"
+    async with admin_connection.started(admin_connection.admin(), doing) as admin:
         response: Any = await admin._send_request(_CreateAcls(creations))
-    finally:
-        await admin.close()
     failures = [
         f"{creation[3]} {creation[1]}: {message or code}"
         for creation, (code, message) in zip(creations, response.creation_responses, strict=True)
@@ -272,12 +269,9 @@ async def create_acls(admin_connection: KafkaConnection, grants: dict[str, list[
 
 async def describe_acls(admin_connection: KafkaConnection, principal: str) -> list[Acl]:
     """The ACLs the broker holds for `principal`."""
-    admin = admin_connection.admin()
-    await admin.start()
-    try:
+    doing = f"listing the ACLs of {principal} on {admin_connection}"
+    async with admin_connection.started(admin_connection.admin(), doing) as admin:
         response: Any = await admin._send_request(_DescribeAcls(f"User:{principal}"))
-    finally:
-        await admin.close()
     if response.error_code != 0:
         raise AclError(f"listing ACLs failed: {response.error_message or response.error_code}")
     return sorted(

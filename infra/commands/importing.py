@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from pydantic import BaseModel
@@ -50,14 +51,15 @@ async def send_sessions(
     """Send every session's chains (idempotent, acks=all), each stream on its role's
     connection; returns the records sent."""
     prefix = settings.topic_prefix
-    senders = {
-        stream: require_connection(settings, role).chain_producer()
-        for stream, role in _WRITERS.items()
-    }
-    for sender in senders.values():
-        await sender.start()
     sent = 0
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        senders = {}
+        for stream, role in _WRITERS.items():
+            connection = require_connection(settings, role)
+            doing = f"importing sessions to {topic_name(Stream(stream), prefix)} on {connection}"
+            senders[stream] = await stack.enter_async_context(
+                connection.started(connection.chain_producer(), doing)
+            )
         futures = []
         for session in sessions:
             for stream, value in session.sealed(identity.producer, identity.principals):
@@ -69,9 +71,6 @@ async def send_sessions(
                 sent += 1
         for future in futures:
             await future
-    finally:
-        for sender in senders.values():
-            await sender.stop()
     return sent
 
 

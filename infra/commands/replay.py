@@ -49,7 +49,7 @@ from rolltape.schemas import (
     topic_name,
     versioned_stream,
 )
-from rolltape.schemas.clients import KafkaConnection, kafka_errors
+from rolltape.schemas.clients import KafkaConnection
 
 
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
@@ -140,22 +140,19 @@ async def write_outputs(settings: Settings, plan: WritePlan) -> int:
     if not plan.writes:
         return 0
     prefix = settings.topic_prefix
-    producer = output_producer(settings)
-    with kafka_errors(f"writing {len(plan.writes)} replayed outputs"):
-        await producer.start()
-        try:
-            futures = [
-                await producer.send(
-                    topic_name(split_stream(o.stream)[0], prefix),
-                    o.value,
-                    key=o.session_id.encode(),
-                )
-                for o in plan.writes
-            ]
-            for future in futures:
-                await future
-        finally:
-            await producer.stop()
+    connection = require_connection(settings, Role.PROCESSOR)
+    doing = f"writing {len(plan.writes)} replayed outputs on {connection}"
+    async with connection.started(output_producer(settings), doing) as producer:
+        futures = [
+            await producer.send(
+                topic_name(split_stream(o.stream)[0], prefix),
+                o.value,
+                key=o.session_id.encode(),
+            )
+            for o in plan.writes
+        ]
+        for future in futures:
+            await future
     return len(plan.writes)
 
 

@@ -67,14 +67,12 @@ class WorkerProcess:
 
 
 async def _members(connection: KafkaConnection, group_id: str) -> int:
-    admin = connection.admin()
-    await admin.start()
-    try:
-        responses: list[Any] = await admin.describe_consumer_groups([group_id])
-    except GroupCoordinatorNotAvailableError:
-        return 0  # no group of that name has a coordinator yet: nobody joined it
-    finally:
-        await admin.close()
+    doing = f"describing the consumer group {group_id} on {connection}"
+    async with connection.started(connection.admin(), doing) as admin:
+        try:
+            responses: list[Any] = await admin.describe_consumer_groups([group_id])
+        except GroupCoordinatorNotAvailableError:
+            return 0  # no group of that name has a coordinator yet: nobody joined it
     return sum(
         len(group[5])
         for response in responses

@@ -12,17 +12,13 @@ from typing import NamedTuple
 from aiokafka import TopicPartition
 
 from rolltape.schemas import DEFAULT_PREFIX, ChainVerifier, Stream, stream_of_topic, topic_name
-from rolltape.schemas.clients import KafkaConnection, kafka_errors
+from rolltape.schemas.clients import KafkaConnection
 
 
 async def _partitions(connection: KafkaConnection, topics: list[str]) -> list[TopicPartition]:
-    with kafka_errors(f"describing {', '.join(topics)} on {connection}"):
-        admin = connection.admin()
-        try:
-            await admin.start()
-            described = await admin.describe_topics(topics)
-        finally:
-            await admin.close()
+    doing = f"describing {', '.join(topics)} on {connection}"
+    async with connection.started(connection.admin(), doing) as admin:
+        described = await admin.describe_topics(topics)
     return [
         TopicPartition(t["topic"], p["partition"])
         for t in described
@@ -43,13 +39,9 @@ async def end_offsets(connection: KafkaConnection, topics: Sequence[str]) -> dic
     """topic -> the sum of its partitions' end offsets (records ever written, on topics that
     are never compacted or trimmed)."""
     assigned = await _partitions(connection, list(topics))
-    with kafka_errors(f"reading the end offsets of {', '.join(topics)} on {connection}"):
-        consumer = connection.consumer(enable_auto_commit=False)
-        try:
-            await consumer.start()
-            ends = await consumer.end_offsets(assigned) if assigned else {}
-        finally:
-            await consumer.stop()
+    doing = f"reading the end offsets of {', '.join(topics)} on {connection}"
+    async with connection.started(connection.consumer(enable_auto_commit=False), doing) as consumer:
+        ends = await consumer.end_offsets(assigned) if assigned else {}
     totals: dict[str, int] = {}
     for tp, end in ends.items():
         totals[tp.topic] = totals.get(tp.topic, 0) + end
@@ -91,52 +83,48 @@ async def read_records(
     partition numbers of every topic (a session's records share one, when the topics have the
     same partition count)."""
     topics = [topic_name(s, prefix) for s in streams]
-    with kafka_errors(f"reading {', '.join(topics)} on {connection}"):
-        consumer = connection.consumer(
-            enable_auto_commit=False,
-            fetch_max_wait_ms=100,
-            max_partition_fetch_bytes=4 * 1024 * 1024,
-        )
-        try:
-            await consumer.start()
-            assigned = await _partitions(connection, topics)
-            if partitions is not None:
-                assigned = [tp for tp in assigned if tp.partition in partitions]
-            if not assigned:
-                return
-            consumer.assign(assigned)
-            if from_beginning:
-                await consumer.seek_to_beginning(*assigned)
-            else:
-                await consumer.seek_to_end(*assigned)
-            ends = await consumer.end_offsets(assigned)
-            if bounds is not None:
-                for tp in assigned:
-                    start = await consumer.position(tp)
-                    bounds.setdefault(tp.topic, {})[tp.partition] = (start, ends[tp])
-            remaining = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
-            while follow or remaining:
-                batch = await consumer.getmany(timeout_ms=200, max_records=5000)
-                for tp, messages in batch.items():
-                    stream = stream_of_topic(tp.topic, prefix)
-                    assert stream is not None
-                    for m in messages:
-                        yield RawRecord(
-                            stream,
-                            tp.topic,
-                            tp.partition,
-                            m.offset,
-                            m.key,
-                            m.value,
-                            m.timestamp,
-                            tuple(m.headers or ()),
-                        )
-                if not follow:
-                    for tp in list(remaining):
-                        if await consumer.position(tp) >= ends[tp]:
-                            remaining.discard(tp)
-        finally:
-            await consumer.stop()
+    consumer = connection.consumer(
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+    )
+    async with connection.started(consumer, f"reading {', '.join(topics)} on {connection}"):
+        assigned = await _partitions(connection, topics)
+        if partitions is not None:
+            assigned = [tp for tp in assigned if tp.partition in partitions]
+        if not assigned:
+            return
+        consumer.assign(assigned)
+        if from_beginning:
+            await consumer.seek_to_beginning(*assigned)
+        else:
+            await consumer.seek_to_end(*assigned)
+        ends = await consumer.end_offsets(assigned)
+        if bounds is not None:
+            for tp in assigned:
+                start = await consumer.position(tp)
+                bounds.setdefault(tp.topic, {})[tp.partition] = (start, ends[tp])
+        remaining = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
+        while follow or remaining:
+            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for tp, messages in batch.items():
+                stream = stream_of_topic(tp.topic, prefix)
+                assert stream is not None
+                for m in messages:
+                    yield RawRecord(
+                        stream,
+                        tp.topic,
+                        tp.partition,
+                        m.offset,
+                        m.key,
+                        m.value,
+                        m.timestamp,
+                        tuple(m.headers or ()),
+                    )
+            if not follow:
+                for tp in list(remaining):
+                    if await consumer.position(tp) >= ends[tp]:
+                        remaining.discard(tp)
 
 
 async def verify_topics(

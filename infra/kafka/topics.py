@@ -11,11 +11,14 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 from enum import StrEnum
+from typing import Any
 
 from aiokafka.admin import NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import for_code
 from pydantic import BaseModel
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import (
     PrincipalStore,
     create_acls,
@@ -25,9 +28,23 @@ from rolltape.infra.broker import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.schemas import TOPIC_SPECS, Role, topic_name
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection, translate_kafka_error
 
 _ALREADY_EXISTS = 36
+
+
+def _check_created(topic_errors: list[Any]) -> None:
+    """The broker's answer to CreateTopics, per topic: an error code other than "created" or
+    "exists already" is translated as the client's own errors are."""
+    for name, code, *rest in topic_errors:
+        if code not in (0, _ALREADY_EXISTS):
+            refused = for_code(code)(*[r for r in rest if r])
+            raise translate_kafka_error(refused, f"creating topic {name}") from refused
+
+
+class TopicError(InfraError):
+    """A topic could not be created, or exists in a shape rolltape cannot use; the message
+    says which and what to do."""
 
 
 class TopicAction(StrEnum):
@@ -53,9 +70,10 @@ async def ensure_topics(
     connection: KafkaConnection, settings: Settings, *, timeout_s: float = 30.0
 ) -> list[TopicStatus]:
     """Create missing topics and align configs of existing ones; returns what was done."""
-    admin = connection.admin(request_timeout_ms=int(timeout_s * 1000))
-    await admin.start()
-    try:
+    doing = f"creating the topics of prefix {settings.topic_prefix} on {connection}"
+    async with connection.started(
+        connection.admin(request_timeout_ms=int(timeout_s * 1000)), doing
+    ) as admin:
         existing = {t["topic"]: t for t in await admin.describe_topics()}
         wanted = {topic_name(spec.stream, settings.topic_prefix): spec for spec in TOPIC_SPECS}
         missing = [name for name in wanted if name not in existing]
@@ -72,11 +90,7 @@ async def ensure_topics(
                     for name in missing
                 ]
             )
-            for name, code, *rest in response.topic_errors:
-                if code not in (0, _ALREADY_EXISTS):
-                    raise RuntimeError(
-                        f"creating topic {name} failed with error code {code}: {rest}"
-                    )
+            _check_created(response.topic_errors)
             statuses += [
                 TopicStatus(topic=n, action=TopicAction.CREATED, partitions=settings.partitions)
                 for n in missing
@@ -117,8 +131,6 @@ async def ensure_topics(
                 statuses.append(TopicStatus(topic=name, action=action, partitions=parts, note=note))
         order = list(wanted)
         return sorted(statuses, key=lambda s: order.index(s.topic))
-    finally:
-        await admin.close()
 
 
 def ensure_topics_sync(connection: KafkaConnection, settings: Settings) -> list[TopicStatus]:
@@ -132,17 +144,16 @@ async def delete_topics(
 ) -> list[str]:
     """Delete every rolltape topic under `prefix` (benchmarks and scratch runs clean up after
     themselves); returns the names deleted. Never call it on a prefix that holds real sessions."""
-    admin = connection.admin(request_timeout_ms=int(timeout_s * 1000))
-    await admin.start()
-    try:
+    doing = f"deleting the topics of prefix {prefix} on {connection}"
+    async with connection.started(
+        connection.admin(request_timeout_ms=int(timeout_s * 1000)), doing
+    ) as admin:
         existing = set(await admin.list_topics())
         names = [topic_name(spec.stream, prefix) for spec in TOPIC_SPECS]
         doomed = [n for n in names if n in existing]
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
-    finally:
-        await admin.close()
 
 
 async def ensure_plain_topics(
@@ -150,13 +161,12 @@ async def ensure_plain_topics(
 ) -> None:
     """Create internal topics (the worker's judge requests and results) if missing. They must
     have as many partitions as the raw topics: results return to their session's partition."""
-    admin = connection.admin()
-    await admin.start()
-    try:
+    doing = f"creating the worker's internal topics on {connection}"
+    async with connection.started(connection.admin(), doing) as admin:
         existing = {t["topic"]: t for t in await admin.describe_topics()}
         for name in names:
             if name in existing and len(existing[name]["partitions"]) != partitions:
-                raise RuntimeError(
+                raise TopicError(
                     f"topic {name} has {len(existing[name]['partitions'])} partitions, the raw "
                     f"topics {partitions}; delete it so the worker can recreate it"
                 )
@@ -165,13 +175,7 @@ async def ensure_plain_topics(
             response = await admin.create_topics(
                 [NewTopic(n, partitions, replication_factor) for n in missing]
             )
-            for name, code, *rest in response.topic_errors:
-                if code not in (0, _ALREADY_EXISTS):
-                    raise RuntimeError(
-                        f"creating topic {name} failed with error code {code}: {rest}"
-                    )
-    finally:
-        await admin.close()
+            _check_created(response.topic_errors)
 
 
 def ensure_plain_topics_sync(
@@ -189,9 +193,8 @@ def ensure_plain_topics_sync(
 async def delete_prefixed_topics(connection: KafkaConnection, prefix: str) -> list[str]:
     """Delete every topic whose name starts with `prefix.` or `prefix-` (a scratch run's raw
     topics and its worker's internal ones). Only for prefixes made up for one run."""
-    admin = connection.admin()
-    await admin.start()
-    try:
+    doing = f"deleting the topics of the scratch prefix {prefix} on {connection}"
+    async with connection.started(connection.admin(), doing) as admin:
         doomed = [
             t
             for t in await admin.list_topics()
@@ -200,8 +203,6 @@ async def delete_prefixed_topics(connection: KafkaConnection, prefix: str) -> li
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
-    finally:
-        await admin.close()
 
 
 def provision(settings: Settings) -> list[TopicStatus]:

@@ -23,9 +23,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.partitioner import murmur2
 
+from rolltape.processors._errors import ProcessorError
 from rolltape.schemas.clients import KafkaConnection
 
 POSITION_KEY_PREFIX = b"~position~"
+
+
+class ReaderNotStartedError(ProcessorError, RuntimeError):
+    """The raw reader was used before its partitions were assigned: a bug in the shell."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -130,5 +135,5 @@ class RawReader:
 
     def _require(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            raise RuntimeError("the reader is not started")
+            raise ReaderNotStartedError("the reader is not started")
         return self._consumer

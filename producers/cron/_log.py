@@ -18,6 +18,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import DefaultPartitioner
 from pydantic import BaseModel
 
+from rolltape.producers._errors import NotStartedError
 from rolltape.producers.cron._book import JobBook
 from rolltape.schemas import (
     ChainWriter,
@@ -27,7 +28,7 @@ from rolltape.schemas import (
     read_event,
     topic_name,
 )
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection, KafkaTopicError, kafka_errors
 
 _log = logging.getLogger("rolltape.producers.cron")
 _partitioner = DefaultPartitioner()
@@ -72,14 +73,18 @@ class JobsLog:
 
     async def start(self) -> None:
         # aiokafka clients bind to the running loop: built here, not in __init__.
-        self._producer = self._connection.chain_producer(linger_ms=0)
-        await self._producer.start()
-        partitions = await self._producer.partitions_for(self.topic)
+        producer = self._connection.chain_producer(linger_ms=0)
+        with kafka_errors(f"starting the jobs log's producer on {self._connection}"):
+            await producer.start()
+            try:
+                partitions = await producer.partitions_for(self.topic)
+            except BaseException:
+                await producer.stop()
+                raise
         if not partitions:
-            await self._producer.stop()
-            raise RuntimeError(
-                f"topic {self.topic} does not exist: `rolltape broker up` creates it"
-            )
+            await producer.stop()
+            raise KafkaTopicError(_missing(self.topic))
+        self._producer = producer
         self._partitions = sorted(partitions)
 
     async def stop(self) -> None:
@@ -90,7 +95,7 @@ class JobsLog:
     @property
     def producer(self) -> AIOKafkaProducer:
         if self._producer is None:
-            raise RuntimeError("JobsLog.start() first")
+            raise NotStartedError("the jobs log is not started: call JobsLog.start() first")
         return self._producer
 
     def partition_of(self, job_id: str) -> int:
@@ -121,29 +126,30 @@ class JobsLog:
         await self.producer.flush()
 
 
+def _missing(topic: str) -> str:
+    return f"the topic {topic} does not exist: `rolltape broker up` creates it"
+
+
 async def read_book(
     connection: KafkaConnection, *, prefix: str, timeout_s: float = 30.0
 ) -> JobBook:
     """Every job and run the topic holds, read from its start to its current end."""
     topic = topic_name(Stream.JOBS, prefix)
     consumer = connection.consumer(enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
+    async with connection.started(consumer, f"reading {topic} on {connection}"):
         partitions = consumer.partitions_for_topic(topic) or await _partitions(consumer, topic)
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         book = JobBook()
         await read_to_end(consumer, tps, book, timeout_s)
         return book
-    finally:
-        await consumer.stop()
 
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     await consumer._client.force_metadata_update()
     partitions = consumer.partitions_for_topic(topic)
     if not partitions:
-        raise RuntimeError(f"topic {topic} does not exist: `rolltape broker up` creates it")
+        raise KafkaTopicError(_missing(topic))
     return set(partitions)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
+from rolltape.producers._errors import NotStartedError
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.cron._book import Expire, Fire, JobBook
 from rolltape.producers.cron._channels import Delivery, DeliveryError, open_channel
@@ -138,7 +139,7 @@ class Scheduler:
     @property
     def consumer(self) -> AIOKafkaConsumer:
         if self._consumer is None:
-            raise RuntimeError("the scheduler is not running")
+            raise NotStartedError("the scheduler is not running: call run() first")
         return self._consumer
 
     async def run(self, stop: asyncio.Event) -> None:

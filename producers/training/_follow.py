@@ -95,14 +95,10 @@ class LogFollower:
 
     async def _follow(self) -> None:
         consumer = self.connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=20)
-        await consumer.start()
-        try:
-            admin = self.connection.admin()
-            await admin.start()
-            try:
+        doing = f"following {', '.join(self.topics)} on {self.connection}"
+        async with self.connection.started(consumer, doing):
+            async with self.connection.started(self.connection.admin(), doing) as admin:
                 described = await admin.describe_topics(self.topics)
-            finally:
-                await admin.close()
             partitions = [
                 TopicPartition(t["topic"], p["partition"])
                 for t in described
@@ -137,8 +133,6 @@ class LogFollower:
                                 self._seen.add(env["event_id"])
                                 self._records.append(env)
                         self._cond.notify_all()
-        finally:
-            await consumer.stop()
 
 
 def _checked(value: bytes) -> dict[str, Any] | None:

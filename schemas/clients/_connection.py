@@ -14,19 +14,32 @@ Every client takes its connection from here:
       .admin(**settings)       AIOKafkaAdminClient
       .client(**settings)      AIOKafkaClient (a bare metadata client: "does it answer?")
       .faust_credentials()     what faust.App(broker_credentials=...) takes
+      .started(client, doing)  async context: the client started, used, stopped, with every
+                               client-library error raised meanwhile translated into ours
+
+`started` is the one place call sites get the translation (`kafka_errors`): a command opens its
+clients with it and maps nothing itself. The long-running writers that retry or spool rather
+than stop (the recorder's sender, the worker's reader, the scheduler) handle the client's errors
+where they decide what to do with them.
 """
 
 from __future__ import annotations
 
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient
+
+from rolltape.schemas.clients._errors import kafka_errors
+
+Client = TypeVar("Client")
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
 SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]
@@ -152,6 +165,26 @@ class KafkaConnection(BaseModel):
         from aiokafka import AIOKafkaClient
 
         return AIOKafkaClient(**{**self.client_settings(), **settings})
+
+    @asynccontextmanager
+    async def started(self, client: Client, doing: str) -> AsyncIterator[Client]:
+        """`client` (one this factory built) started, handed to the block and stopped.
+        Whatever the client library raises while starting it, in the block or while stopping
+        it becomes one of our `KafkaClientError` kinds saying that it happened while `doing`
+        (e.g. "reading rolltape.events.v1 on ..."); other exceptions pass through unchanged."""
+        with kafka_errors(doing):
+            started: Any = client
+            if hasattr(started, "bootstrap"):  # a bare metadata client
+                await started.bootstrap()
+            else:
+                await started.start()
+            try:
+                yield client
+            finally:
+                if hasattr(started, "close"):  # the admin and metadata clients
+                    await started.close()
+                else:
+                    await started.stop()
 
     def faust_credentials(self) -> Any:
         """faust's credentials object for `faust.App(broker_credentials=...)` (None: plaintext)."""

@@ -3,7 +3,9 @@ has a kind, the message says what was being done and what to do, and the cause i
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+from typing import Any
 
 import aiokafka.errors
 import pytest
@@ -13,6 +15,7 @@ from rolltape.schemas.clients import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaClientError,
+    KafkaConnection,
     KafkaRecordError,
     KafkaTopicError,
     KafkaUnavailableError,
@@ -77,3 +80,66 @@ def test_the_kinds_a_caller_acts_on(raised: Exception, kind: type[KafkaClientErr
 def test_other_errors_pass_through_unchanged() -> None:
     with pytest.raises(ValueError, match="ours"), kafka_errors("anything"):
         raise ValueError("ours")
+
+
+class _Client:
+    """A stand-in with a client's lifecycle: what `started` does with start and stop is the
+    behaviour under test, not Kafka (the integration tests open real clients with it)."""
+
+    def __init__(self, fail_start: BaseException | None = None) -> None:
+        self.fail_start = fail_start
+        self.calls: list[str] = []
+
+    async def start(self) -> None:
+        self.calls.append("start")
+        if self.fail_start is not None:
+            raise self.fail_start
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_started__translates_what_the_client_raises_in_the_block_and_stops_it() -> None:
+    connection = KafkaConnection.plaintext("127.0.0.1:1")
+    client = _Client()
+
+    async def use() -> None:
+        async with connection.started(client, "reading the events topic") as started:
+            assert started is client and client.calls == ["start"]
+            raise aiokafka.errors.UnknownTopicOrPartitionError()
+
+    with pytest.raises(KafkaTopicError, match=r"^reading the events topic: ") as raised:
+        _run(use())
+    assert client.calls == ["start", "stop"]
+    assert isinstance(raised.value.__cause__, aiokafka.errors.UnknownTopicOrPartitionError)
+
+
+def test_started__translates_a_failed_start_and_passes_our_own_errors_through() -> None:
+    connection = KafkaConnection.plaintext("127.0.0.1:1")
+    refused = _Client(fail_start=aiokafka.errors.KafkaConnectionError("refused"))
+
+    async def start_only(client: _Client) -> None:
+        async with connection.started(client, "starting"):
+            pass
+
+    with pytest.raises(KafkaUnavailableError, match=r"^starting: "):
+        _run(start_only(refused))
+    assert refused.calls == ["start"]
+
+    async def ours() -> None:
+        async with connection.started(_Client(), "anything"):
+            raise ValueError("ours")
+
+    with pytest.raises(ValueError, match="ours"):
+        _run(ours())
+
+
+def test_chain_producer__refuses_to_give_up_idempotence_or_acks_all() -> None:
+    connection = KafkaConnection.plaintext("127.0.0.1:1")
+    for fixed in ({"acks": 1}, {"enable_idempotence": False}):
+        with pytest.raises(ValueError, match="idempotent with acks=all"):
+            connection.chain_producer(**fixed)
