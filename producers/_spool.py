@@ -92,9 +92,15 @@ class Spool:
                 self._remove(_Segment(path, fd, cursor, size))
                 continue
             self._segments.append(_Segment(path, fd, cursor, size))
-        own = directory / f"{os.getpid()}-{uuid.uuid4().hex[:12]}.spool"
-        fd = _open_locked(own)
+        # Created and locked under a name no other spool adopts, then renamed (the lock stays
+        # with the file): created under its final name, a recorder starting at the same moment
+        # in this folder could find it empty and unlocked, and remove it as drained.
+        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        fresh = directory / f".{name}.new"
+        fd = _open_locked(fresh)
         assert fd is not None  # a fresh unique name cannot be locked by anyone else
+        own = directory / f"{name}.spool"
+        os.rename(fresh, own)
         self._own = _Segment(own, fd, 0, 0)
         self._own.save_cursor()
 

@@ -1,7 +1,7 @@
 """`rolltape replay` wiring: read the raw topics, re-run the processors under a judge version,
 write what that version's chains do not hold yet.
 
-The pure parts (order, step, write plan) are rolltape.projections' replay; this module reads and
+The pure parts (order, step, write plan) are rolltape.processors' replay; this module reads and
 writes Kafka and builds the processor config from settings, like the worker does.
 """
 

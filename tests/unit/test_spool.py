@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from rolltape.producers import _spool as spool_module
 from rolltape.producers._spool import Spool
 
 
@@ -63,3 +66,26 @@ def test_spool__room_is_bounded_by_max_bytes(tmp_path: Path) -> None:
     assert spool.has_room(150)
     spool.append(records(5))
     assert not spool.has_room(150)
+
+
+def test_spool__its_own_segment_is_locked_before_another_spool_can_see_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sender processes of one recorder start together in one folder. A segment visible to a
+    scan before its owner locked it was adopted as empty and removed by the other spool, and its
+    owner then failed to lock it (seen as a sender process dying at start)."""
+    real = spool_module.fcntl.flock
+    seen_unlocked: list[list[str]] = []
+
+    def scanned_meanwhile(fd: int, operation: int) -> None:
+        # What another spool starting now would adopt: every *.spool, before this lock is taken.
+        seen_unlocked.append(sorted(p.name for p in tmp_path.glob("*.spool")))
+        real(fd, operation)
+
+    monkeypatch.setattr(spool_module.fcntl, "flock", scanned_meanwhile)
+    spool = Spool(tmp_path, 1 << 20)
+    own = [p.name for p in tmp_path.glob("*.spool")]
+    assert len(own) == 1 and all(own[0] not in names for names in seen_unlocked)
+    spool.append(records(2))
+    assert spool.read(5)[0] == records(2)
+    spool.close()
