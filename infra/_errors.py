@@ -8,7 +8,9 @@ InfraError
 ├── ReportError           the report cannot be drawn (no such session, not a training run)
 ├── JudgeKeyError         the judge's signing key is missing or unreadable
 ├── ReceiverBusyError     the OTLP receiver's queue is full (answered with 503)
-└── DemoError             a demo step did not produce what it should
+├── TopicError            a topic rolltape needs exists in a shape it cannot use
+├── DemoError             a demo step did not produce what it should
+└── CliError              a problem the CLI finds itself (a setting that does not read)
 """
 
 from __future__ import annotations

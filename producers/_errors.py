@@ -20,6 +20,9 @@ ProducerError
 │                              that is not configured)
 ├── ScheduleError, JobError   a cron schedule or job the scheduler cannot take
 ├── DeliveryError          a cron run's answer could not be delivered to its channel
+├── ChannelError           a cron delivery channel named without what it needs (path, URL)
+├── EnvError               an environment cannot run as asked (no items in a split, an items
+│                          file that does not read, a batch name that is not one)
 ├── CronRecursionError     a cron run tried to start cron runs itself
 ├── BlockError, UnknownFamilyError   a model completion the tool-call parsers cannot read
 ├── OtlpRequestError       an OTLP request the receiver cannot decode (answered with its status)
@@ -108,3 +111,13 @@ class NotStartedError(ProducerError, RuntimeError):
     """A client object that talks to Kafka (the cron scheduler, its jobs log) was used before
     its start() or after its stop(): a programming error, named so callers can tell it from
     the broker being away."""
+
+
+class EnvError(ProducerError, ValueError):
+    """An environment cannot run as asked: a split without items, an items file that does not
+    read, a batch name that is not one. The message says which."""
+
+
+class ChannelError(ProducerError, ValueError):
+    """A cron delivery channel named without what it needs (`file:` without a path, `webhook:`
+    without an http(s) URL)."""

@@ -20,10 +20,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolltape.projections._errors import ProjectionError
 from rolltape.schemas import Feedback, FilterOutcome, ToolCall, ToolSpec
 
 Role = Literal["system", "user", "assistant"]
 Status = Literal["completed", "interrupted", "failed", "unfinished"]
+
+
+class ScoreSourceError(ProjectionError, ValueError):
+    """A score source that names none of the kinds a trajectory holds (`--score`)."""
 
 
 class ToolOutcome(BaseModel):
@@ -208,4 +213,6 @@ class Trajectory(BaseModel):
                 if verdict.judge == judge and verdict.status == "ok":
                     return verdict.scores.get(key)
             return None
-        raise ValueError(f"score source {source!r}: use reward, reward:NAME or verdict:JUDGE:KEY")
+        raise ScoreSourceError(
+            f"score source {source!r}: use reward, reward:NAME or verdict:JUDGE:KEY"
+        )

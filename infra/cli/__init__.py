@@ -1,4 +1,5 @@
-"""The `rolltape` command: each package's commands mounted on one typer app."""
+"""The `rolltape` command: each package's commands mounted on one typer app, every one of them
+behind the one error boundary (`_common.error_boundary`), applied here at registration."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import typer
 
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.cli import (
+    _common,
     batch,
     bench,
     broker,
@@ -82,14 +84,25 @@ for name, command in (
     ("parse", parse.parse_command),
 ):
     app.command(name=name, short_help=_summary(command), help=_reflowed(command))(command)
-for group in app.registered_groups:
-    if group.typer_instance is not None:
-        for info in group.typer_instance.registered_commands:
-            if info.callback is not None:
-                if info.short_help is None:
-                    info.short_help = _summary(info.callback)
-                if info.help is None:
-                    info.help = _reflowed(info.callback)
+
+
+def _bound(typer_app: typer.Typer) -> None:
+    """Put every command of `typer_app` and of its groups, however deep, behind the error
+    boundary, and give each its help from its docstring (a one-sentence summary for the list)."""
+    for info in typer_app.registered_commands:
+        if info.callback is None:
+            continue
+        if info.short_help is None:
+            info.short_help = _summary(info.callback)
+        if info.help is None:
+            info.help = _reflowed(info.callback)
+        info.callback = _common.error_boundary(info.callback)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _bound(group.typer_instance)
+
+
+_bound(app)
 
 
 def main() -> None:

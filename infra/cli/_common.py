@@ -1,28 +1,41 @@
-"""Shared CLI plumbing: settings, the console, and one place where errors become messages."""
+"""Shared CLI plumbing: settings, the console, and the one place where errors become messages.
+
+The boundary (`error_boundary`) wraps every command once, where `rolltape.infra.cli` registers
+it: each package's exception root, an OSError, a pydantic ValidationError of options a command
+validates, and a missing optional dependency become one line `error: <message>` on stderr and
+exit code 2. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import functools
 import re
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn, ParamSpec, TypeVar
 
 import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, ProgressColumn
 
-from rolltape.infra.broker import BrokerError
-from rolltape.infra.keys import JudgeKeyError
+from rolltape.infra import InfraError
 from rolltape.infra.settings import Settings
-from rolltape.producers import RecorderError
+from rolltape.processors import ProcessorError
+from rolltape.producers import ProducerError
+from rolltape.projections import ProjectionError
 from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
 from rolltape.schemas.clients import KafkaClientError
 from rolltape.schemas.plugins import PluginError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: Options the Atropos paths share (`export -f atropos`, `feed atropos`).
 TokenizerOption = Annotated[
@@ -39,46 +52,137 @@ KeepEqualScoresOption = Annotated[
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
+#: The exception root of each package: what our code raises for input, state or a cluster it
+#: cannot work with, each with a message that says what to do.
+PACKAGE_ERRORS: tuple[type[Exception], ...] = (
+    SchemaError,
+    KafkaClientError,
+    PluginError,
+    ProducerError,
+    ProcessorError,
+    ProjectionError,
+    InfraError,
+)
+
+#: The import name of each optional dependency and the extra of pyproject.toml that installs it.
+OPTIONAL_MODULES = {
+    "torch": "torch",
+    "sklearn": "torch",
+    "openai": "openai",
+    "aiohttp": "otlp",
+    "opentelemetry": "otlp",
+    "google": "otlp",
+    "testcontainers": "containers",
+    "pytest": "env",
+    "coverage": "env",
+    "transformers": "tokenizer",
+    "httpx": "atropos",
+    "plotly": "report",
+}
+
+
+#: What the boundary prints as raised: a package's error, or the system's (a file, a port).
+_USER_ERRORS: tuple[type[Exception], ...] = (*PACKAGE_ERRORS, OSError)
+_bounded: set[Callable[..., object]] = set()
+
+
+class CliError(InfraError):
+    """What the CLI finds wrong itself (a file that is not there, a model no endpoint is bound
+    to, a setting that does not read), or a package's plain ValueError it translates; the
+    message says what to do."""
+
+
+def error_boundary(command: Callable[P, R]) -> Callable[P, R]:
+    """`command` with our errors turned into one line on stderr and exit code 2. Applied once
+    to every command at registration, so no command repeats it and none can forget it; typer
+    still reads the parameters through `functools.wraps`. Bounding a bounded command again
+    returns it as it is."""
+    if command in _bounded:
+        return command
+
+    @functools.wraps(command)
+    def bounded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except _USER_ERRORS as exc:
+            fail(exc)
+        except ValidationError as exc:
+            fail(exc, option_problems(exc))
+        except ImportError as exc:
+            advice = missing_extra(exc)
+            if advice is None:
+                raise  # one of our own modules: a bug, shown as one
+            fail(exc, advice)
+
+    _bounded.add(bounded)
+    return bounded
+
+
+def fail(exc: BaseException, message: str | None = None) -> NoReturn:
+    """Print `error: <message>` (default: what `exc` says) as one line and exit with 2."""
+    text = message if message is not None else _said(exc)
+    text = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    err_console.print(f"[red]error:[/red] {escape(text)}")
+    raise typer.Exit(2) from exc
+
+
+def _said(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        where = str(exc.filename)
+        if exc.filename2 is not None:
+            where += f" -> {exc.filename2}"
+        code = errno.errorcode.get(exc.errno, "") if exc.errno else ""
+        return f"{where}: {exc.strerror or exc}" + (f" ({code})" if code else "")
+    return str(exc) or type(exc).__name__
+
+
+def option_problems(exc: ValidationError) -> str:
+    """A ValidationError of the models a command builds from its options, in the options' own
+    words: `--score: 'correct' is not a score source: ...; --token-budget: ...`."""
+    problems = []
+    for error in exc.errors():
+        names = [part for part in error["loc"] if isinstance(part, str)]
+        message = error["msg"].removeprefix("Value error, ")
+        problems.append(f"--{names[-1].replace('_', '-')}: {message}" if names else message)
+    return "; ".join(problems)
+
+
+def missing_extra(exc: ImportError) -> str | None:
+    """What to install when `exc` is about a missing optional dependency (which extra has it),
+    or None for any other module: one of ours, or one every install has (a bug)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ImportError) and cause.name:
+            top = cause.name.partition(".")[0]
+            if top == "rolltape" or top not in OPTIONAL_MODULES:
+                return None
+            if "pip install" in str(exc):
+                return str(exc)
+            return f"{exc}: pip install 'rolltape[{OPTIONAL_MODULES[top]}]'"
+        cause = cause.__cause__ or cause.__context__
+    return None
+
 
 def settings() -> Settings:
     """The ROLLTAPE_* settings as the environment holds them now: read on each call, never at
     import, so a command (or a test) sees variables set after the CLI module loaded. A variable
-    that does not read is one red line naming it, and exit code 2."""
+    that does not read is a `CliError` naming it."""
     try:
         return Settings()
     except SettingsError as exc:
         field = re.search(r'field "(\w+)"', str(exc))
         name = f"ROLLTAPE_{field.group(1).upper()}" if field else "a ROLLTAPE_* variable"
-        err_console.print(
-            f"[red]error:[/red] {name} does not read: a list or mapping setting is written as "
-            f'JSON, e.g. {name}=\'["a", "b"]\''
-        )
-        raise typer.Exit(2) from exc
+        raise CliError(
+            f"{name} does not read: a list or mapping setting is written as JSON, "
+            f'e.g. {name}=\'["a", "b"]\''
+        ) from exc
     except ValidationError as exc:
-        problems = "; ".join(
-            f"ROLLTAPE_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
-            for e in exc.errors()
-        )
-        err_console.print(f"[red]error:[/red] {problems}")
-        raise typer.Exit(2) from exc
-
-
-@contextlib.contextmanager
-def user_errors() -> Iterator[None]:
-    """Turn our errors into one red line and exit code 2; the message says what to do."""
-    try:
-        yield
-    except (
-        BrokerError,
-        RecorderError,
-        SchemaError,
-        KafkaClientError,
-        PluginError,
-        JudgeKeyError,
-        OSError,
-    ) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from exc
+        raise CliError(
+            "; ".join(
+                f"ROLLTAPE_{'_'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+                for e in exc.errors()
+            )
+        ) from exc
 
 
 def check_judge_version(label: str) -> str:

@@ -8,11 +8,16 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals, user_errors
+from rolltape.infra.cli._common import (
+    CliError,
+    console,
+    err_console,
+    settings,
+    stop_on_signals,
+)
 from rolltape.infra.commands.batch import BatchSummary
 from rolltape.producers.environments import Environment, Rollout, load_environment
 from rolltape.schemas.clients import ModelEndpoint
@@ -30,25 +35,20 @@ OnRollout = Callable[[Rollout], None]
 
 
 def open_environment(spec: str) -> Environment:
-    """The environment a command names, or a usage error saying which ones exist."""
-    try:
-        return load_environment(spec)
-    except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    """The environment a command names; an unknown name is a `PluginError` saying which ones
+    exist."""
+    return load_environment(spec)
 
 
 def endpoint_for(model: str) -> ModelEndpoint:
-    """The endpoint ROLLTAPE_MODELS binds `model` to, or a usage error saying how to bind it."""
+    """The endpoint ROLLTAPE_MODELS binds `model` to, or a `CliError` saying how to bind it."""
     endpoints = settings().models
     if model not in endpoints:
         bound = ", ".join(sorted(endpoints)) or "none"
-        err_console.print(
-            f"[red]error:[/red] no endpoint is bound to model {escape(model)!r} (bound: {bound}); "
-            f'set ROLLTAPE_MODELS=\'{{"{escape(model)}": {{"base_url": "http://HOST/v1", '
-            '"model": "NAME"}}\''
+        raise CliError(
+            f"no endpoint is bound to model {model!r} (bound: {bound}); set "
+            f'ROLLTAPE_MODELS=\'{{"{model}": {{"base_url": "http://HOST/v1", "model": "NAME"}}}}\''
         )
-        raise typer.Exit(2)
     return endpoints[model]
 
 
@@ -112,10 +112,5 @@ def with_progress(description: str, start: Callable[[OnPlan, OnRollout], Awaitab
         stopper.cancel()
         return job.result()
 
-    with user_errors(), progress:
-        try:
-            return asyncio.run(main())
-        except ValueError as exc:
-            progress.stop()
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+    with progress:
+        return asyncio.run(main())

@@ -7,7 +7,7 @@ import json
 import typer
 
 from rolltape.infra.broker import require_connection
-from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.infra.cli._common import console, settings
 from rolltape.schemas import Role
 
 app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
@@ -15,9 +15,9 @@ app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
 
 @app.command()
 def producer(
-    calls: int = typer.Option(200_000, help="Hot-path record calls in all."),
-    events: int = typer.Option(200_000, help="Events per sustained-throughput run."),
-    repeats: int = typer.Option(3, help="Runs; medians are reported."),
+    calls: int = typer.Option(200_000, min=1, help="Hot-path record calls in all."),
+    events: int = typer.Option(200_000, min=1, help="Events per sustained-throughput run."),
+    repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
     senders: list[int] = typer.Option(
         [],
         min=1,
@@ -30,8 +30,7 @@ def producer(
     from rolltape.infra.bench.producer import run_producer_bench
 
     cfg = settings()
-    with user_errors():
-        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_producer_bench(
         cfg,
         partitions=cfg.partitions,
@@ -93,9 +92,13 @@ def producer(
 
 @app.command()
 def rules(
-    epochs: int = typer.Option(1000, help="Epochs timed for the firing latency (after warm-up)."),
-    events: int = typer.Option(100_000, help="Events for the worker throughput run."),
-    sessions: int = typer.Option(100, help="Sessions the throughput events are spread over."),
+    epochs: int = typer.Option(
+        1000, min=1, help="Epochs timed for the firing latency (after warm-up)."
+    ),
+    events: int = typer.Option(100_000, min=1, help="Events for the worker throughput run."),
+    sessions: int = typer.Option(
+        100, min=1, help="Sessions the throughput events are spread over."
+    ),
     two_workers: bool = typer.Option(
         True, help="Also run the throughput load through two worker processes in one group."
     ),
@@ -111,8 +114,7 @@ def rules(
     from rolltape.infra.bench.rules import run_rules_bench
 
     cfg = settings()
-    with user_errors():
-        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_rules_bench(
         cfg,
         partitions=cfg.partitions,
@@ -160,8 +162,8 @@ def rules(
 
 @app.command()
 def replay(
-    events: int = typer.Option(1_000_000, help="Events on the scratch topic."),
-    sessions: int = typer.Option(10_000, help="Agent sessions the events are spread over."),
+    events: int = typer.Option(1_000_000, min=1, help="Events on the scratch topic."),
+    sessions: int = typer.Option(10_000, min=1, help="Agent sessions the events are spread over."),
     passes: int = typer.Option(3, min=1, help="Full passes over the topic (medians reported)."),
     jobs: int = typer.Option(2, min=1, help="Processes for the `rolltape replay --jobs` figure."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
@@ -170,8 +172,7 @@ def replay(
     from rolltape.infra.bench.replay import run_replay_bench
 
     cfg = settings()
-    with user_errors():
-        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_replay_bench(
         cfg, partitions=cfg.partitions, events=events, sessions=sessions, passes=passes, jobs=jobs
     )
@@ -217,9 +218,11 @@ def replay(
 
 @app.command()
 def monitor(
-    steps: int = typer.Option(2000, help="Training steps timed with and without the monitor."),
-    block: int = typer.Option(25, help="Steps per alternating block."),
-    width: list[int] = typer.Option([32, 64], help="Channel widths of the CNN to measure."),
+    steps: int = typer.Option(
+        2000, min=1, help="Training steps timed with and without the monitor."
+    ),
+    block: int = typer.Option(25, min=1, help="Steps per alternating block."),
+    width: list[int] = typer.Option([32, 64], min=1, help="Channel widths of the CNN to measure."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Training-step time with the monitor measuring every step vs the same loop without it
@@ -247,7 +250,7 @@ def monitor(
 @app.command()
 def capture(
     calls: int = typer.Option(
-        3000, help="Timed calls per client back to back (half as many in the paused run)."
+        3000, min=2, help="Timed calls per client back to back (half as many in the paused run)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
@@ -281,18 +284,17 @@ def capture(
 
 @app.command()
 def otlp(
-    spans: int = typer.Option(100_000, help="Spans per timed run."),
-    batch: int = typer.Option(512, help="Spans per request (the SDK exporter's default)."),
-    connections: int = typer.Option(4, help="Concurrent keep-alive connections."),
-    repeats: int = typer.Option(3, help="Runs; medians are reported."),
+    spans: int = typer.Option(100_000, min=1, help="Spans per timed run."),
+    batch: int = typer.Option(512, min=1, help="Spans per request (the SDK exporter's default)."),
+    connections: int = typer.Option(4, min=1, help="Concurrent keep-alive connections."),
+    repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Spans/s through `rolltape otlp serve` into Kafka, against a receiver that only decodes."""
     from rolltape.infra.bench.otlp import run_otlp_bench
 
     cfg = settings()
-    with user_errors():
-        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_otlp_bench(
         cfg,
         partitions=cfg.partitions,
@@ -327,8 +329,10 @@ def otlp(
 
 @app.command()
 def evidence(
-    sessions: int = typer.Option(2000, help="Agent sessions in the export that is verified."),
-    repeats: int = typer.Option(3, help="Runs; medians are reported."),
+    sessions: int = typer.Option(
+        2000, min=1, help="Agent sessions in the export that is verified."
+    ),
+    repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Checkpoint signing and `verify-export` throughput (no broker: the code's own cost)."""
@@ -355,10 +359,14 @@ def evidence(
 
 @app.command()
 def batch(
-    rollouts: int = typer.Option(400, help="Rollouts per concurrency."),
-    concurrency: list[int] = typer.Option([1, 8, 64], help="Concurrencies to run (repeatable)."),
-    cron_jobs: int = typer.Option(20, help="Cron jobs due every second (bursts of this many)."),
-    cron_fires: int = typer.Option(1000, help="Cron runs measured after the warm-up."),
+    rollouts: int = typer.Option(400, min=1, help="Rollouts per concurrency."),
+    concurrency: list[int] = typer.Option(
+        [1, 8, 64], min=1, help="Concurrencies to run (repeatable)."
+    ),
+    cron_jobs: int = typer.Option(
+        20, min=1, help="Cron jobs due every second (bursts of this many)."
+    ),
+    cron_fires: int = typer.Option(1000, min=1, help="Cron runs measured after the warm-up."),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """The batch runner's rollouts/s against a server that answers at once (its own overhead),
@@ -366,8 +374,7 @@ def batch(
     from rolltape.infra.bench.batch import run_batch_bench
 
     cfg = settings()
-    with user_errors():
-        require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
     r = run_batch_bench(
         cfg,
         concurrencies=tuple(concurrency),

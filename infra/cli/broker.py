@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from rolltape.infra.broker import broker_answers_sync, current_connection, managed_broker
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import CliError, console, err_console, settings
 from rolltape.infra.commands.broker import BrokerUp, broker_up
 from rolltape.schemas import Role
 
@@ -19,9 +19,7 @@ def up() -> None:
 
     The managed broker authenticates every client (SASL/SCRAM-SHA-512) and lets each principal
     write only its own trust domain; `rolltape principal list` shows who exists."""
-    with user_errors():
-        done = broker_up(settings(), on_step=_step)
-    _print_up(done)
+    _print_up(broker_up(settings(), on_step=_step))
 
 
 def _step(line: str) -> None:
@@ -65,19 +63,18 @@ def down() -> None:
     """Stop the managed broker cleanly; its data stays for the next `up`."""
     cfg = settings()
     if cfg.bootstrap:
-        err_console.print("ROLLTAPE_BOOTSTRAP is set: that cluster is not rolltape's to stop.")
-        raise typer.Exit(2)
-    with user_errors():
-        stopped = managed_broker(cfg).stop()
+        raise CliError(
+            f"ROLLTAPE_BOOTSTRAP={cfg.bootstrap} is set: that cluster is not rolltape's to stop "
+            "(unset the variable to stop the managed broker)"
+        )
+    stopped = managed_broker(cfg).stop()
     console.print("broker stopped" if stopped else "no managed broker was running")
 
 
 @app.command()
 def status() -> None:
     """Exit 0 and print the bootstrap address only when a broker answers."""
-    cfg = settings()
-    with user_errors():
-        connection = current_connection(cfg, Role.READER)
+    connection = current_connection(settings(), Role.READER)
     if connection is None:
         err_console.print("no broker: run `rolltape broker up` or set ROLLTAPE_BOOTSTRAP")
         raise typer.Exit(1)

@@ -4,11 +4,9 @@ runs, failures, review)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,18 +21,15 @@ from rolltape.infra.cli._common import (
     err_console,
     settings,
     stop_on_signals,
-    user_errors,
 )
 from rolltape.infra.commands.cron import cron_jobs, open_scheduler
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.cron import (
     CRON_RUN_ENV,
     CronJobs,
-    CronRecursionError,
     JobBook,
     JobError,
     JobSpec,
-    ScheduleError,
     agent_runner,
     guard_against_recursion,
 )
@@ -71,27 +66,14 @@ def _duration(seconds: int) -> str:
 
 
 def _jobs_action(action: str, job_id: str) -> CronJob:
-    with _errors():
-        guard_against_recursion(f"{action} cron job {job_id!r}")
+    guard_against_recursion(f"{action} cron job {job_id!r}")
 
     async def main() -> CronJob:
         async with cron_jobs(settings()) as jobs:
             method = {"pause": jobs.pause, "resume": jobs.resume, "remove": jobs.remove}[action]
             return await method(job_id)
 
-    with _errors():
-        return asyncio.run(main())
-
-
-@contextlib.contextmanager
-def _errors() -> Iterator[None]:
-    """`user_errors` plus the cron layer's own: one red line, exit code 2."""
-    with user_errors():
-        try:
-            yield
-        except (ScheduleError, JobError, CronRecursionError, ValueError) as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+    return asyncio.run(main())
 
 
 @app.command()
@@ -134,28 +116,26 @@ def add(
     timeout: Annotated[int, typer.Option(min=1, help="Seconds an attempt may take.")] = 3600,
 ) -> None:
     """Create a job. Its definition is a record on the jobs topic; `rolltape cron run` fires it."""
-    with _errors():
-        guard_against_recursion("create a cron job")
-        spec = _spec(
-            schedule=schedule,
-            prompt=prompt,
-            job_id=job_id,
-            timezone=tz,
-            skills=tuple(skills or ()),
-            workdir=workdir,
-            deliver=deliver,
-            runner=runner,
-            model=model,
-            retry=RetryPolicy(max_attempts=max_attempts, base_s=backoff, max_s=max_backoff),
-            timeout_s=timeout,
-        )
+    guard_against_recursion("create a cron job")
+    spec = _spec(
+        schedule=schedule,
+        prompt=prompt,
+        job_id=job_id,
+        timezone=tz,
+        skills=tuple(skills or ()),
+        workdir=workdir,
+        deliver=deliver,
+        runner=runner,
+        model=model,
+        retry=RetryPolicy(max_attempts=max_attempts, base_s=backoff, max_s=max_backoff),
+        timeout_s=timeout,
+    )
 
     async def main() -> tuple[CronJob, JobBook]:
         async with cron_jobs(settings()) as jobs:
             return await jobs.add(spec), jobs.book
 
-    with _errors():
-        job, book = asyncio.run(main())
+    job, book = asyncio.run(main())
     now = time.time_ns()
     console.print(
         f"added job {job.job_id}: {book.schedule(job.job_id).describe()}; next run "
@@ -178,8 +158,7 @@ def _read_book() -> JobBook:
         async with cron_jobs(settings()) as jobs:
             return jobs.book
 
-    with _errors():
-        return asyncio.run(main())
+    return asyncio.run(main())
 
 
 @app.command("list")
@@ -268,8 +247,7 @@ def runs(job_id: JobArgument, as_json: JsonOption = False) -> None:
     """A job's runs, oldest first, each with its latest status and session."""
     book = _read_book()
     if job_id not in book.jobs:
-        err_console.print(f"[red]error:[/red] no job {escape(job_id)!r}; see `rolltape cron list`")
-        raise typer.Exit(2)
+        raise JobError(f"no job {job_id!r}; see `rolltape cron list`")
     _print_runs(book.runs_of(job_id), as_json, f"{job_id} has not run yet")
 
 
@@ -318,14 +296,13 @@ def run(
     """The scheduler: fire due jobs of the partitions this process owns (run several to share
     them), one fresh session per attempt, statuses routed, results delivered. Ctrl-C stops."""
     os.environ[CRON_RUN_ENV] = "scheduler"  # nothing started from here may create jobs
-    with _errors():
-        s = settings()
-        scheduler = open_scheduler(
-            s,
-            default_runner=agent_runner(s.models, max_iterations=max_iterations),
-            max_concurrent=max_concurrent,
-            on_write=_report,
-        )
+    s = settings()
+    scheduler = open_scheduler(
+        s,
+        default_runner=agent_runner(s.models, max_iterations=max_iterations),
+        max_concurrent=max_concurrent,
+        on_write=_report,
+    )
 
     async def main() -> None:
         err_console.print(
@@ -333,8 +310,7 @@ def run(
         )
         await scheduler.run(stop_on_signals())
 
-    with _errors():
-        asyncio.run(main())
+    asyncio.run(main())
     err_console.print(f"stopped: {scheduler.fired} attempt(s) fired", highlight=False)
 
 
@@ -376,23 +352,21 @@ def to_env(
     --split train` (or batch run, process, serve)."""
     from rolltape.infra.commands.cron import cron_items
 
-    with _errors():
-        report = asyncio.run(
-            cron_items(
-                settings(),
-                job_id,
-                min_reward=min_reward,
-                include_failures=include_failures,
-                score=score,
-            )
+    report = asyncio.run(
+        cron_items(
+            settings(),
+            job_id,
+            min_reward=min_reward,
+            include_failures=include_failures,
+            score=score,
         )
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(
-            "".join(
-                json.dumps(item.model_dump(mode="json"), sort_keys=True) + "\n"
-                for item in report.items
-            )
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        "".join(
+            json.dumps(item.model_dump(mode="json"), sort_keys=True) + "\n" for item in report.items
         )
+    )
     skipped = ", ".join(f"{k} {v}" for k, v in report.skipped.items()) or "none"
     console.print(f"wrote {len(report.items)} item(s) to {out}; skipped runs: {skipped}")
     console.print(f"run them: rolltape env evaluate jsonl:{out} --split train")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import console, err_console, settings
 from rolltape.infra.cli.harness import print_attempts
 
 if TYPE_CHECKING:  # the demo trains with torch: imported when the command runs
@@ -25,14 +25,10 @@ def demo(
     record agent sessions and two monitored training attempts of the decision harness, verify
     every chain, print rule firings, verdicts, both attempts' scores and filter outcomes, and
     export the sessions as ShareGPT, Atropos and OpenAI files."""
-    from rolltape.infra.commands.demo import DemoError, run_demo
+    s = settings()
+    from rolltape.infra.commands.demo import run_demo  # loads torch: a bad setting is told first
 
-    with user_errors():
-        try:
-            result = run_demo(settings(), out, on_step=_step)
-        except DemoError as exc:
-            console.print(f"[red]demo: {exc}[/red]", markup=True)
-            raise typer.Exit(1) from exc
+    result = run_demo(s, out, on_step=_step)
     _chains(result)
     _firings(result)
     _verdicts(result)

@@ -19,7 +19,6 @@ from rolltape.infra.cli._common import (
     err_console,
     settings,
     stop_on_signals,
-    user_errors,
 )
 from rolltape.infra.cli._rollouts import (
     ConcurrencyOption,
@@ -31,7 +30,7 @@ from rolltape.infra.cli._rollouts import (
     with_progress,
 )
 from rolltape.infra.commands.batch import process_batch
-from rolltape.infra.commands.export import ExportError, open_tokenizer
+from rolltape.infra.commands.export import open_tokenizer
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.environments import (
     Rollout,
@@ -93,12 +92,7 @@ def evaluate_(
         finally:
             await recorder.aclose()
 
-    with user_errors():
-        try:
-            evaluation, session_id = asyncio.run(main())
-        except ValueError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+    evaluation, session_id = asyncio.run(main())
     _print(evaluation, {r.item_id: r for r in rows})
     console.print(f"recorded as session {session_id}")
 
@@ -155,11 +149,7 @@ def process(
     filters, and export the batch's scored sessions from the log (with provenance and a
     manifest, as `rolltape export` writes them)."""
     env = open_environment(environment)
-    try:
-        chat_tokenizer, label = open_tokenizer(tokenizer)
-    except ExportError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    chat_tokenizer, label = open_tokenizer(tokenizer)
     endpoint = endpoint_for(model)
     name = run or env.name
     options = ExportOptions(
@@ -225,11 +215,7 @@ def serve(
     from rolltape.infra.commands.env_serve import ServeOptions, ServeStats, serve_env
 
     env = open_environment(environment)
-    try:
-        chat_tokenizer, _ = open_tokenizer(tokenizer)
-    except ExportError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    chat_tokenizer, _ = open_tokenizer(tokenizer)
     endpoint = endpoint_for(model)
     options = ServeOptions(
         url=url,
@@ -251,8 +237,7 @@ def serve(
             say=lambda line: err_console.print(escape(line), highlight=False),
         )
 
-    with user_errors():
-        stats = asyncio.run(main())
+    stats = asyncio.run(main())
     skipped = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
     console.print(
         f"served {stats.groups_run} group(s) ({stats.rollouts} rollouts); sent "

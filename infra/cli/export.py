@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
+from cryptography.exceptions import UnsupportedAlgorithm
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
@@ -22,7 +22,6 @@ from rolltape.infra.cli._common import (
     err_console,
     settings,
     transient_progress,
-    user_errors,
 )
 from rolltape.infra.commands.export import ExportError, collect, open_tokenizer, run_export
 from rolltape.infra.commands.verify_export import verify_export as check_export
@@ -102,84 +101,64 @@ def export(
     if accepted_only and rejected_only:
         raise typer.BadParameter("choose one of --accepted-only and --rejected-only")
     check_judge_version(judge_version)
-    with user_errors():
-        try:
-            options = ExportOptions(
-                format=format,
-                selection=Selection(
-                    judge_version=judge_version,
-                    accepted="accepted"
-                    if accepted_only
-                    else "rejected"
-                    if rejected_only
-                    else "any",
-                    sessions=tuple(session or ()),
-                    since_ns=parse_time(since, "--since"),
-                    until_ns=parse_time(until, "--until"),
-                    include_unfinished=include_unfinished,
-                    include_broken=include_broken,
-                ),
-                shard_lines=shard_lines,
-                token_budget=token_budget,
-                score=score,
-                keep_equal_scores=keep_equal_scores,
+    options = ExportOptions(  # a ValidationError names the option: the boundary says which
+        format=format,
+        selection=Selection(
+            judge_version=judge_version,
+            accepted="accepted" if accepted_only else "rejected" if rejected_only else "any",
+            sessions=tuple(session or ()),
+            since_ns=parse_time(since, "--since"),
+            until_ns=parse_time(until, "--until"),
+            include_unfinished=include_unfinished,
+            include_broken=include_broken,
+        ),
+        shard_lines=shard_lines,
+        token_budget=token_budget,
+        score=score,
+        keep_equal_scores=keep_equal_scores,
+    )
+    chat_tokenizer, label = open_tokenizer(tokenizer)
+    options = options.model_copy(update={"tokenizer": label})
+    s = settings()
+    connection = require_connection(s, Role.READER)
+    with transient_progress(
+        TextColumn("reading topics"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    ) as progress:
+        task = progress.add_task("read", total=None)
+
+        def advance(done: int, total: int) -> None:
+            if done % 2000 == 0 or done == total:
+                progress.update(task, completed=done, total=total)
+
+        collected = asyncio.run(
+            collect(
+                connection,
+                prefix=s.topic_prefix,
+                judge_version=judge_version,
+                on_record=advance,
             )
-            chat_tokenizer, label = open_tokenizer(tokenizer)
-        except ValidationError as exc:  # one line per option, in the option's own words
-            for error in exc.errors():
-                names = [part for part in error["loc"] if isinstance(part, str)]
-                option = "--" + (names[-1] if names else "options").replace("_", "-")
-                message = error["msg"].removeprefix("Value error, ")
-                err_console.print(f"[red]error:[/red] {option}: {escape(message)}")
-            raise typer.Exit(2) from exc
-        except ExportError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
-        options = options.model_copy(update={"tokenizer": label})
-        s = settings()
-        connection = require_connection(s, Role.READER)
-        with transient_progress(
-            TextColumn("reading topics"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-        ) as progress:
-            task = progress.add_task("read", total=None)
+        )
+    with (
+        collected,
+        transient_progress(
+            TextColumn("folding sessions"), MofNCompleteColumn(), TimeElapsedColumn()
+        ) as progress,
+    ):
+        task = progress.add_task("fold", total=None)
 
-            def advance(done: int, total: int) -> None:
-                if done % 2000 == 0 or done == total:
-                    progress.update(task, completed=done, total=total)
+        def folded(done: int) -> None:
+            if done % 500 == 0:
+                progress.update(task, completed=done)
 
-            collected = asyncio.run(
-                collect(
-                    connection,
-                    prefix=s.topic_prefix,
-                    judge_version=judge_version,
-                    on_record=advance,
-                )
-            )
-        try:
-            with (
-                collected,
-                transient_progress(
-                    TextColumn("folding sessions"), MofNCompleteColumn(), TimeElapsedColumn()
-                ) as progress,
-            ):
-                task = progress.add_task("fold", total=None)
-
-                def folded(done: int) -> None:
-                    if done % 500 == 0:
-                        progress.update(task, completed=done)
-
-                manifest = run_export(
-                    collected,
-                    options,
-                    out,
-                    tokenizer=chat_tokenizer,
-                    overwrite=overwrite,
-                    evidence=evidence,
-                    on_session=folded,
-                )
-        except ExportError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+        manifest = run_export(
+            collected,
+            options,
+            out,
+            tokenizer=chat_tokenizer,
+            overwrite=overwrite,
+            evidence=evidence,
+            on_session=folded,
+        )
     console.print(
         f"{manifest.lines} {format} lines from {manifest.sessions_exported} of "
         f"{manifest.sessions_read} sessions (judge version {judge_version}) in {out}"
@@ -236,18 +215,15 @@ def verify_export(
     """Check an export offline with the judge's public key: every line must re-fold, byte for
     byte, from envelopes whose chains are intact and whose heads the judge signed. Needs no
     Kafka. Exit 1 naming each file and line that does not check out."""
-    with user_errors():
-        try:
-            key = load_public_key(public_key.read_bytes())
-        except ValueError as exc:
-            err_console.print(f"[red]error:[/red] {public_key}: {escape(str(exc))}")
-            raise typer.Exit(2) from exc
-        try:
-            chat_tokenizer, _ = open_tokenizer(tokenizer)
-            result = check_export(folder, key, chat_tokenizer)
-        except ExportError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+    try:
+        key = load_public_key(public_key.read_bytes())
+    except (ValueError, UnsupportedAlgorithm) as exc:  # schemas.trust's plain refusals
+        raise ExportError(
+            f"{public_key}: {exc}; pass the judge's public key as `rolltape keys export FILE` "
+            "writes it"
+        ) from exc
+    chat_tokenizer, _ = open_tokenizer(tokenizer)
+    result = check_export(folder, key, chat_tokenizer)
     for problem in result.problems:
         console.print(escape(str(problem)), highlight=False)
     what = (

@@ -6,7 +6,6 @@ import asyncio
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
@@ -17,9 +16,8 @@ from rolltape.infra.cli._common import (
     err_console,
     settings,
     stop_on_signals,
-    user_errors,
 )
-from rolltape.infra.commands.export import ExportError, open_tokenizer
+from rolltape.infra.commands.export import open_tokenizer
 from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 
@@ -45,14 +43,9 @@ def atropos(
     """Follow the topics and POST ScoredDataGroups to /scored_data_list as groups fill up (at
     least once: a restart resumes from the group's committed offsets). Ctrl-C or SIGTERM stops."""
     check_judge_version(judge_version)
-    with user_errors():
-        try:
-            chat_tokenizer, _ = open_tokenizer(tokenizer)
-        except ExportError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
-        s = settings()
-        connection = require_connection(s, Role.READER)
+    chat_tokenizer, _ = open_tokenizer(tokenizer)
+    s = settings()
+    connection = require_connection(s, Role.READER)
     selection = Selection(
         judge_version=judge_version, accepted="accepted" if accepted_only else "any"
     )
@@ -88,8 +81,9 @@ def atropos(
 
     try:
         sent, skipped = asyncio.run(main())
-    except AtroposSinkError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}; restart to resume")
-        raise typer.Exit(1) from exc
+    except AtroposSinkError as exc:  # the sink cannot know that the feed resumes
+        raise AtroposSinkError(
+            f"{exc}; restart the feed to resume from its group's committed offsets"
+        ) from exc
     reasons = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items())) or "none"
     err_console.print(f"sent {sent} group(s); sessions left out: {reasons}")

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import CliError, console, settings
 from rolltape.infra.commands.worker import can_provision
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.topics import provision
@@ -91,60 +91,53 @@ def run(
     bad = [r for r in waive or () if r not in {f"R{i}" for i in range(1, 8)}]
     if bad:
         raise typer.BadParameter(f"{', '.join(bad)}: rules are R1..R7", param_hint="--waive")
-    with user_errors():
-        s = settings()
-        if can_provision(s):
-            provision(s)
-        if policy is PolicyName.llm and importlib.util.find_spec("openai") is None:
-            err_console.print(
-                "[red]error:[/red] the llm policy needs the openai client: "
-                "pip install 'rolltape[openai]'"
+    s = settings()
+    if policy is PolicyName.llm and importlib.util.find_spec("openai") is None:
+        raise CliError("the llm policy needs the openai client: pip install 'rolltape[openai]'")
+    if policy is PolicyName.llm and "policy" not in s.models:
+        raise CliError(
+            "the llm policy needs an endpoint for the logical model 'policy': set "
+            'ROLLTAPE_MODELS, e.g. \'{"policy": {"base_url": "http://host:8000/v1", "model": "m"}}\''
+        )
+    if can_provision(s):
+        provision(s)
+    with tempfile.TemporaryDirectory() as logs:
+        worker = _worker(s, Path(logs), start_worker)
+        try:
+            agent = open_recorder(s)
+            monitor = open_monitor_recorder(s)
+            follower = rules_and_verdicts_follower(
+                require_connection(s, Role.MONITOR), s.topic_prefix
             )
-            raise typer.Exit(2)
-        if policy is PolicyName.llm and "policy" not in s.models:
-            err_console.print(
-                "[red]error:[/red] the llm policy needs an endpoint for the logical model "
-                "'policy': set ROLLTAPE_MODELS, e.g. "
-                '\'{"policy": {"base_url": "http://host:8000/v1", "model": "m"}}\''
-            )
-            raise typer.Exit(2)
-        with tempfile.TemporaryDirectory() as logs:
-            worker = _worker(s, Path(logs), start_worker)
             try:
-                agent = open_recorder(s)
-                monitor = open_monitor_recorder(s)
-                follower = rules_and_verdicts_follower(
-                    require_connection(s, Role.MONITOR), s.topic_prefix
+                chosen: Policy = (
+                    LLMPolicy(s.models["policy"], agent)
+                    if policy is PolicyName.llm
+                    else ScriptedPolicy()
                 )
-                try:
-                    chosen: Policy = (
-                        LLMPolicy(s.models["policy"], agent)
-                        if policy is PolicyName.llm
-                        else ScriptedPolicy()
-                    )
-                    harness = Harness(
-                        agent=agent,
-                        monitor_recorder=monitor,
-                        follower=follower,
-                        policy=chosen,
-                        config=HarnessConfig(
-                            epochs=epochs,
-                            seed=seed,
-                            waived_rules=tuple(waive or ()),
-                        ),
-                    )
-                    console.print(
-                        f"training {SCENARIOS[scenario].description} ({attempts} attempt(s), "
-                        f"{chosen.name} policy)"
-                    )
-                    result = harness.self_refine(SCENARIOS[scenario], attempts)
-                finally:
-                    follower.close()
-                    monitor.close()
-                    agent.close()
+                harness = Harness(
+                    agent=agent,
+                    monitor_recorder=monitor,
+                    follower=follower,
+                    policy=chosen,
+                    config=HarnessConfig(
+                        epochs=epochs,
+                        seed=seed,
+                        waived_rules=tuple(waive or ()),
+                    ),
+                )
+                console.print(
+                    f"training {SCENARIOS[scenario].description} ({attempts} attempt(s), "
+                    f"{chosen.name} policy)"
+                )
+                result = harness.self_refine(SCENARIOS[scenario], attempts)
             finally:
-                if worker is not None:
-                    worker.stop()
+                follower.close()
+                monitor.close()
+                agent.close()
+        finally:
+            if worker is not None:
+                worker.stop()
     print_attempts(result)
     console.print(f"report: rolltape report --task digits-cnn/{scenario} -o report.html")
 
@@ -182,20 +175,18 @@ def print_attempts(result: SelfRefineResult) -> None:
 def _worker(s: Settings, logs: Path, start: bool) -> WorkerProcess | None:
     if not start:
         if not worker_running(s):
-            err_console.print(
-                "[red]error:[/red] no `rolltape worker` is running against "
+            raise CliError(
+                "no `rolltape worker` is running against "
                 f"{require_connection(s, Role.PROCESSOR).bootstrap} (its consumer group "
                 f"{s.worker_group} has no members): start one in another shell, or pass "
                 "--start-worker"
             )
-            raise typer.Exit(2)
         return None
     worker = WorkerProcess(s, logs / "worker.log")
     deadline = time.monotonic() + 120
     while not worker_running(s):
         if not worker.alive() or time.monotonic() > deadline:
             worker.stop()
-            err_console.print(f"[red]error:[/red] the worker did not start:\n{worker.log_tail()}")
-            raise typer.Exit(2)
+            raise CliError(f"the worker did not start: {worker.log_tail()}")
         time.sleep(0.5)
     return worker

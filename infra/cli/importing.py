@@ -10,9 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import CliError, console, settings
 from rolltape.infra.commands.importing import import_identity, judge_imported, send_sessions
-from rolltape.infra.commands.worker import WorkerSetupError
 from rolltape.projections.importers import (
     ImportedSession,
     RowError,
@@ -35,17 +34,15 @@ def hermes(
     on import). Importing a file twice writes the same records again, which readers drop as
     redeliveries. Rows that cannot be read are listed by line; the others are imported."""
     if not file.is_file():
-        err_console.print(f"[red]error:[/red] {escape(str(file))} is not a file")
-        raise typer.Exit(2)
+        raise CliError(f"{file} is not a file: give the path of a Hermes JSONL file")
     sessions: list[ImportedSession] = []
     errors: list[RowError] = []
     for item in hermes_sessions(file.read_bytes().splitlines()):
         (errors if isinstance(item, RowError) else sessions).append(item)  # type: ignore[arg-type]
-    with user_errors():
-        s = settings()
-        sent = 0
-        if sessions and not dry_run:
-            sent = asyncio.run(send_sessions(s, import_identity(s, "hermes"), sessions))
+    s = settings()
+    sent = 0
+    if sessions and not dry_run:
+        sent = asyncio.run(send_sessions(s, import_identity(s, "hermes"), sessions))
     verb = "checked" if dry_run else f"imported ({sent} events)"
     console.print(f"{len(sessions)} session(s) {verb} from {escape(file.name)}")
     for session in sessions[:20]:
@@ -69,8 +66,7 @@ def env_rl(
     decisions as a training session, re-judge it with rolltape's rule engine and judge, and show
     where the two judges disagree and why."""
     if not folder.is_dir():
-        err_console.print(f"[red]error:[/red] {escape(str(folder))} is not a folder")
-        raise typer.Exit(2)
+        raise CliError(f"{folder} is not a folder: give an env_rl judge_logs folder")
     run = read_env_rl(folder)
     if not run.verified:
         for problem in run.problems:
@@ -82,17 +78,12 @@ def env_rl(
         )
         raise typer.Exit(1)
     session = env_rl_session(run, source=folder.name)
-    with user_errors():
-        s = settings()
-        identity = import_identity(s, "env_rl")
-        try:
-            ours, verdict = judge_imported(session, identity, s)
-        except WorkerSetupError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
-        sent = 0
-        if not dry_run:
-            sent = asyncio.run(send_sessions(s, identity, [session]))
+    s = settings()
+    identity = import_identity(s, "env_rl")
+    ours, verdict = judge_imported(session, identity, s)
+    sent = 0
+    if not dry_run:
+        sent = asyncio.run(send_sessions(s, identity, [session]))
     counts = {name: len(records) for name, records in run.records.items()}
     console.print(
         "env_rl chains verified: " + ", ".join(f"{name} {n} lines" for name, n in counts.items())

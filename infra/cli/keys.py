@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.infra.cli._common import console, settings
 from rolltape.infra.keys import judge_key
 
 app = typer.Typer(
@@ -23,18 +23,16 @@ def init(
     ] = False,
 ) -> None:
     """Create the judge's key pair (`broker up` and `demo` do this when there is none)."""
-    with user_errors():
-        key = judge_key(settings())
-        kid = key.create(replace=replace)
+    key = judge_key(settings())
+    kid = key.create(replace=replace)
     console.print(f"judge key {kid}: private {key.path} (mode 0600), public {key.public_path}")
 
 
 @app.command()
 def show() -> None:
     """The key id and the public key (PEM): what a verifier of exports needs."""
-    with user_errors():
-        key = judge_key(settings())
-        kid, pem = key.key_id(), key.public_pem().decode()
+    key = judge_key(settings())
+    kid, pem = key.key_id(), key.public_pem().decode()
     console.print(f"key id {kid} ({key.path})", highlight=False)
     console.print(pem.rstrip(), highlight=False, markup=False)
 
@@ -44,8 +42,7 @@ def export(
     path: Annotated[Path, typer.Argument(help="Where to write the public key (PEM).")],
 ) -> None:
     """Write the public key to a file, to hand to whoever verifies exports."""
-    with user_errors():
-        key = judge_key(settings())
-        path.write_bytes(key.public_pem())
-        kid = key.key_id()
+    key = judge_key(settings())
+    path.write_bytes(key.public_pem())
+    kid = key.key_id()
     console.print(f"public key {kid} written to {path}")

@@ -9,9 +9,8 @@ import typer
 from rich.markup import escape
 
 from rolltape.infra.broker import current_connection
-from rolltape.infra.cli._common import err_console, settings, stop_on_signals, user_errors
+from rolltape.infra.cli._common import CliError, err_console, settings, stop_on_signals
 from rolltape.infra.commands.otlp_serve import (
-    ReceiverBusyError,
     ReceiverConfig,
     open_receiver,
     otlp_dir,
@@ -21,7 +20,7 @@ from rolltape.infra.commands.otlp_serve import (
     serve as serve_receiver,
 )
 from rolltape.infra.settings import Settings
-from rolltape.producers.parsing import FAMILIES
+from rolltape.producers.parsing import FAMILIES, UnknownFamilyError
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
@@ -55,20 +54,14 @@ def serve(
     broker or spooled. Point an agent's exporter at it with
     OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT. Ctrl-C or SIGTERM stops."""
     if family is not None and family not in FAMILIES:
-        err_console.print(
-            f"[red]error:[/red] unknown family {escape(family)!r}; one of {', '.join(sorted(FAMILIES))}"
+        raise UnknownFamilyError(
+            f"--family: unknown model family {family!r}; one of {', '.join(sorted(FAMILIES))}"
         )
-        raise typer.Exit(2)
-    with user_errors():
-        s = settings()
-        connection = current_connection(s, Role.AGENT)
+    s = settings()
+    connection = current_connection(s, Role.AGENT)
     config = ReceiverConfig(family=family, linger_s=linger, idle_s=idle)
-    try:
-        with state_lock(otlp_dir(s)):
-            _run(s, connection, config, host, port)
-    except ReceiverBusyError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+    with state_lock(otlp_dir(s)):
+        _run(s, connection, config, host, port)
 
 
 def _run(
@@ -95,13 +88,11 @@ def _run(
 
     try:
         asyncio.run(main())
-    except OSError as exc:
+    except OSError as exc:  # the port is taken or not ours to bind: say which option to change
         receiver.shutdown()
-        err_console.print(
-            f"[red]error:[/red] cannot listen on {host}:{port}: {escape(str(exc))}; "
-            "pick another --port (0 for a free one)"
-        )
-        raise typer.Exit(2) from exc
+        raise CliError(
+            f"cannot listen on {host}:{port}: {exc}; pick another --port (0 for a free one)"
+        ) from exc
     ended = receiver.shutdown()
     st = receiver.stats
     err_console.print(

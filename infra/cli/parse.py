@@ -8,10 +8,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from rolltape.infra.cli._common import err_console
-from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, parse
+from rolltape.infra.cli._common import CliError
+from rolltape.producers.parsing import FAMILIES, parse
 
 
 def parse_command(
@@ -28,19 +27,22 @@ def parse_command(
     """Parse a raw completion of an open model and print the result as JSON: content,
     reasoning, tool calls (id, name, arguments) and the blocks that could not be read (raw text,
     offset, why). Exits 1 when there were problems, so scripts can tell."""
-    if source == "-":
-        text = sys.stdin.read()
-    else:
-        path = Path(source)
-        if not path.is_file():
-            err_console.print(f"[red]error:[/red] no such file: {escape(source)} (use - for stdin)")
-            raise typer.Exit(2)
-        text = path.read_text(encoding="utf-8")
     try:
-        result = parse(text, family)
-    except UnknownFamilyError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(2) from exc
+        if source == "-":  # bytes decoded strictly (stdin's own decoder may let them past as
+            # surrogates), newlines as a text-mode read gives them, like the file's below
+            raw = sys.stdin.buffer.read().decode("utf-8")
+            text = raw.replace("\r\n", "\n").replace("\r", "\n")
+        else:
+            path = Path(source)
+            if not path.is_file():
+                raise CliError(
+                    f"{source} is not a file: give the completion's text file, or - for stdin"
+                )
+            text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        where = "stdin" if source == "-" else source
+        raise CliError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    result = parse(text, family)
     sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2))
     sys.stdout.write("\n")
     if result.problems:

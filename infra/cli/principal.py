@@ -20,7 +20,7 @@ from rolltape.infra.broker import (
     require_connection,
     role_acls,
 )
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import console, err_console, settings
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
 
@@ -51,9 +51,8 @@ def _store(s: Settings) -> PrincipalStore:
 @app.command("list")
 def list_() -> None:
     """Every principal with its role and what it may write (never its secret)."""
-    with user_errors():
-        store = _store(settings())
-        principals = store.principals()
+    store = _store(settings())
+    principals = store.principals()
     table = Table(title=f"principals in {store.path}", title_justify="left")
     for column in ("name", "role", "writes"):
         table.add_column(column)
@@ -81,10 +80,9 @@ def show(
     ] = Format.env,
 ) -> None:
     """Print NAME's credentials (including its secret) for another process or machine."""
-    with user_errors():
-        s = settings()
-        principal = _store(s).get(name)
-        bootstrap = require_connection(s, Role.ADMIN).bootstrap
+    s = settings()
+    principal = _store(s).get(name)
+    bootstrap = require_connection(s, Role.ADMIN).bootstrap
     secret = principal.password.get_secret_value()
     if format is Format.env:
         lines = [
@@ -112,22 +110,21 @@ def add(
 ) -> None:
     """Create a principal on the running managed broker: SCRAM credentials, and its role's ACLs
     on every topic prefix provisioned so far. Its secret is stored, not printed."""
-    with user_errors():
-        s = settings()
-        store = _store(s)
-        store.check_new(name)
-        if role == Role.ADMIN:
-            raise PrincipalError(
-                "admin is the broker's super user and is not added; give a process the role it "
-                "needs (agent, monitor, processor, judge, projector, reader)"
-            )
-        secret = new_secret()
-        managed_broker(s).add_scram_user(name, secret)
-        admin = require_connection(s, Role.ADMIN)
-        prefixes = store.prefixes()
-        grants = [a for prefix, group in prefixes.items() for a in role_acls(role, prefix, group)]
-        created = asyncio.run(create_acls(admin, {name: grants}))
-        store.add(name, role, secret)
+    if role == Role.ADMIN:
+        raise PrincipalError(
+            "admin is the broker's super user and is not added; give a process the role it "
+            "needs (agent, monitor, processor, judge, projector, reader)"
+        )
+    s = settings()
+    store = _store(s)
+    store.check_new(name)
+    secret = new_secret()
+    managed_broker(s).add_scram_user(name, secret)
+    admin = require_connection(s, Role.ADMIN)
+    prefixes = store.prefixes()
+    grants = [a for prefix, group in prefixes.items() for a in role_acls(role, prefix, group)]
+    created = asyncio.run(create_acls(admin, {name: grants}))
+    store.add(name, role, secret)
     err_console.print(
         f"added {escape(name)} ({role.value}): {created} ACLs on "
         f"{len(prefixes)} topic prefix(es); credentials: rolltape principal show {escape(name)}"

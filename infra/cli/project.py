@@ -13,7 +13,6 @@ from rolltape.infra.cli._common import (
     err_console,
     settings,
     stop_on_signals,
-    user_errors,
 )
 from rolltape.projections import run_projector
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role
@@ -28,9 +27,8 @@ def project(
     <prefix>.trajectories.v1 (compacted, keyed by session; `sid@V` for versions other than live).
     Runs until Ctrl-C or SIGTERM; restarts resume where the projector's group left off."""
     check_judge_version(judge_version)
-    with user_errors():
-        s = settings()
-        connection = require_connection(s, Role.PROJECTOR)
+    s = settings()
+    connection = require_connection(s, Role.PROJECTOR)
 
     async def main() -> int:
         stop = stop_on_signals()

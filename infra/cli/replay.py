@@ -12,14 +12,11 @@ from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 from rolltape.infra.cli._common import (
     check_judge_version,
     console,
-    err_console,
     settings,
     transient_progress,
-    user_errors,
 )
 from rolltape.infra.cli.export import parse_time
 from rolltape.infra.commands.replay import replay_config, run_replay
-from rolltape.infra.commands.worker import WorkerSetupError
 
 
 def replay(
@@ -64,32 +61,27 @@ def replay(
         raise typer.BadParameter("choose one of --since and --from-beginning")
     check_judge_version(judge_version)
     since_ns = parse_time(since, "--since")
-    with user_errors():
-        s = settings()
-        try:
-            config = replay_config(s, judge_version)
-        except WorkerSetupError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
-        with transient_progress(
-            SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()
-        ) as progress:
-            task = progress.add_task("reading raw topics")
+    s = settings()
+    config = replay_config(s, judge_version)
+    with transient_progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()
+    ) as progress:
+        task = progress.add_task("reading raw topics")
 
-            def advance(done: int) -> None:
-                if jobs > 1 or done % 5000 == 0:  # with jobs: called once per finished slice
-                    progress.update(task, description=f"read {done} raw records")
+        def advance(done: int) -> None:
+            if jobs > 1 or done % 5000 == 0:  # with jobs: called once per finished slice
+                progress.update(task, description=f"read {done} raw records")
 
-            summary = asyncio.run(
-                run_replay(
-                    s,
-                    config,
-                    since_ms=None if since_ns is None else since_ns // 1_000_000,
-                    dry_run=dry_run,
-                    on_record=advance,
-                    jobs=jobs,
-                )
+        summary = asyncio.run(
+            run_replay(
+                s,
+                config,
+                since_ms=None if since_ns is None else since_ns // 1_000_000,
+                dry_run=dry_run,
+                on_record=advance,
+                jobs=jobs,
             )
+        )
     console.print(
         f"replayed {summary.sessions} sessions ({summary.records_read} raw records) as judge "
         f"version {summary.judge_version}: rules {summary.rules}, filters {summary.filters}"

@@ -7,10 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from rolltape.infra.broker import require_connection
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import console, settings
 from rolltape.schemas import Role
 
 
@@ -32,22 +31,15 @@ def report(
     waived), the decisions with their justifications, both scores per attempt and the violations
     with their evidence; for agent sessions, the conversation, tool calls, filter reasons and
     verdicts."""
-    with user_errors():
-        try:
-            from rolltape.infra.commands.report import ReportError, read_sessions, write_report
-        except ImportError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
-        if (session is None) == (task is None):
-            raise typer.BadParameter("choose what to report on: --session ID or --task NAME")
-        s = settings()
-        connection = require_connection(s, Role.READER)
-        sessions = asyncio.run(read_sessions(connection, s.topic_prefix))
-        try:
-            result = write_report(sessions, out, session=session, task=task, runs=runs)
-        except ReportError as exc:
-            err_console.print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from exc
+    if (session is None) == (task is None):
+        raise typer.BadParameter("choose what to report on: --session ID or --task NAME")
+    # Loads plotly: without the report extra, the boundary says which one to install.
+    from rolltape.infra.commands.report import read_sessions, write_report
+
+    s = settings()
+    connection = require_connection(s, Role.READER)
+    sessions = asyncio.run(read_sessions(connection, s.topic_prefix))
+    result = write_report(sessions, out, session=session, task=task, runs=runs)
     attempts = sum(len(r.attempts) for r in result.runs)
     console.print(
         f"wrote {result.path} ({len(result.runs)} training run(s), {attempts} attempt(s), "

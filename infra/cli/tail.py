@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from rolltape.infra.broker import require_connection
-from rolltape.infra.cli._common import console, settings, user_errors
+from rolltape.infra.cli._common import console, err_console, settings
 from rolltape.infra.kafka.readback import read_records
 from rolltape.schemas import (
     CHAINED_STREAMS,
@@ -68,8 +68,12 @@ def tail(
 ) -> None:
     """Show records as they arrive, one line each."""
     cfg = settings()
-    with user_errors():
-        connection = require_connection(cfg, Role.READER)
+    connection = require_connection(cfg, Role.READER)
+
+    def ready() -> None:
+        where = "the oldest record" if from_beginning else "now"
+        more = "; Ctrl-C stops" if follow else ""
+        err_console.print(f"reading {', '.join(s.value for s in stream)} from {where}{more}")
 
     async def run() -> None:
         needle = session.encode() if session else None
@@ -79,6 +83,7 @@ def tail(
             prefix=cfg.topic_prefix,
             from_beginning=from_beginning,
             follow=follow,
+            on_ready=ready,
         ):
             if needle is not None and record.key != needle:
                 continue

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.broker import require_connection
-from rolltape.infra.cli._common import console, err_console, settings, user_errors
+from rolltape.infra.cli._common import console, err_console, settings
 from rolltape.infra.kafka.readback import verify_topics
 from rolltape.schemas import (
     CHAINED_STREAMS,
@@ -39,14 +39,12 @@ def verify(
     Exit code: 0 when every chain is intact, 1 on any break, 2 on a usage or broker error.
     """
     if session and all_sessions:
-        err_console.print("give either --session ID or --all, not both")
-        raise typer.Exit(2)
+        raise typer.BadParameter("give either --session ID or --all, not both")
     cfg = settings()
-    with user_errors():
-        connection = require_connection(cfg, Role.READER)
-        verifier = asyncio.run(
-            verify_topics(connection, stream, prefix=cfg.topic_prefix, session_id=session)
-        )
+    connection = require_connection(cfg, Role.READER)
+    verifier = asyncio.run(
+        verify_topics(connection, stream, prefix=cfg.topic_prefix, session_id=session)
+    )
     reports = verifier.reports()
     broken = [r for r in reports if not r.ok]
     orphans = verifier.unattributed_counts

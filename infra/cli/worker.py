@@ -8,8 +8,8 @@ from typing import Annotated, NoReturn
 
 import typer
 
-from rolltape.infra.cli._common import err_console, settings, user_errors
-from rolltape.infra.commands.worker import WorkerSetupError, worker_config
+from rolltape.infra.cli._common import err_console, settings
+from rolltape.infra.commands.worker import worker_config
 from rolltape.infra.keys import judge_key
 from rolltape.processors.worker import run_worker
 
@@ -25,26 +25,21 @@ def worker(
     evaluations, verdicts, filter outcomes and dead letters. Run several (same ROLLTAPE_WORKER_ID)
     to share the partitions; stop with Ctrl-C or SIGTERM.
     """
-    with user_errors():
-        s = settings()
-        try:
-            config = worker_config(s, log_level=log_level)
-        except WorkerSetupError as exc:
-            err_console.print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
+    s = settings()
+    config = worker_config(s, log_level=log_level)
+    err_console.print(
+        f"worker {config.group_id} on {config.connection}: rules "
+        f"{config.processor.rules.label}, filters {config.processor.filters.label}, "
+        f"{config.partitions} partitions"
+    )
+    key = judge_key(s)
+    if config.processor.signer is not None:
+        err_console.print(f"checkpoints signed with judge key {key.key_id()}")
+    else:
         err_console.print(
-            f"worker {config.group_id} on {config.connection}: rules "
-            f"{config.processor.rules.label}, filters {config.processor.filters.label}, "
-            f"{config.partitions} partitions"
+            f"[yellow]no judge key at {key.path}: no signed checkpoints[/yellow] (exports "
+            "cannot carry evidence); create it with `rolltape keys init`"
         )
-        key = judge_key(s)
-        if config.processor.signer is not None:
-            err_console.print(f"checkpoints signed with judge key {key.key_id()}")
-        else:
-            err_console.print(
-                f"[yellow]no judge key at {key.path}: no signed checkpoints[/yellow] (exports "
-                "cannot carry evidence); create it with `rolltape keys init`"
-            )
     run_worker(config, on_stall=start_again)
 
 

@@ -6,7 +6,7 @@ processor's committed offsets, and a scan has a natural end, the end offsets tak
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import NamedTuple
 
 from aiokafka import TopicPartition
@@ -76,12 +76,14 @@ async def read_records(
     follow: bool = False,
     bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
     partitions: Collection[int] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> AsyncIterator[RawRecord]:
     """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start.
     `bounds`, when given, is filled with topic -> partition -> (start, end) offsets of the scan
     before the first record (progress bars, manifests). `partitions` limits the scan to those
     partition numbers of every topic (a session's records share one, when the topics have the
-    same partition count)."""
+    same partition count). `on_ready` is called once the scan is positioned, before it waits
+    for the first record: a follower reading from the end sees every record written after."""
     topics = [topic_name(s, prefix) for s in streams]
     consumer = connection.consumer(
         enable_auto_commit=False,
@@ -105,6 +107,8 @@ async def read_records(
                 start = await consumer.position(tp)
                 bounds.setdefault(tp.topic, {})[tp.partition] = (start, ends[tp])
         remaining = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
+        if on_ready is not None:
+            on_ready()
         while follow or remaining:
             batch = await consumer.getmany(timeout_ms=200, max_records=5000)
             for tp, messages in batch.items():

@@ -18,7 +18,7 @@ from typing import ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from rolltape.producers._errors import ProducerError
+from rolltape.producers._errors import ChannelError, ProducerError
 from rolltape.schemas import RunStatus, canonical_bytes
 from rolltape.schemas.plugins import Registry, UnknownPluginError
 
@@ -61,7 +61,7 @@ class FileChannel:
 
     def __init__(self, path: str) -> None:
         if not path:
-            raise ValueError("file channel needs a path: file:PATH")
+            raise ChannelError("file channel needs a path: file:PATH")
         self.path = Path(path).expanduser()
 
     def _append(self, line: bytes) -> None:
@@ -83,7 +83,7 @@ class WebhookChannel:
 
     def __init__(self, url: str, timeout_s: float = 10.0) -> None:
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"webhook channel needs an http(s) URL, not {url!r}")
+            raise ChannelError(f"webhook channel needs an http(s) URL, not {url!r}")
         self.url = url
         self.timeout_s = timeout_s
 
@@ -120,7 +120,7 @@ def register_channel(scheme: str, factory: ChannelFactory, *, replace: bool = Fa
 
 def open_channel(spec: str) -> Channel:
     """The channel a spec names; `UnknownPluginError` (a ValueError) listing the known schemes
-    when it names none, ValueError when the target does not suit the channel."""
+    when it names none, `ChannelError` when the target does not suit the channel."""
     if spec.startswith(("http://", "https://")):
         return WebhookChannel(spec)
     scheme, sep, target = spec.partition(":")

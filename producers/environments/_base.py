@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolltape.producers._errors import EnvError
 from rolltape.producers.agent import AgentResult, Tool, file_tools
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class Environment(ABC):
         """The next training item, cycling through the train split."""
         items = self.items("train")
         if not items:
-            raise ValueError(f"environment {self.name} has no train items")
+            raise EnvError(f"environment {self.name} has no train items")
         item = items[self._cursor % len(items)]
         self._cursor += 1
         return item

@@ -15,6 +15,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rolltape.producers._errors import EnvError
 from rolltape.producers.environments._base import Environment, Item
 from rolltape.producers.environments._rollout import Rollout
 from rolltape.schemas import TypedEvent
@@ -72,10 +73,10 @@ def plan(
 ) -> tuple[list[Slot], int]:
     """(the slots still to run, how many are finished already)."""
     if not re.match(RUN_PATTERN, run):
-        raise ValueError(f"batch name {run!r} must match {RUN_PATTERN}")
+        raise EnvError(f"batch name {run!r} must match {RUN_PATTERN}")
     items = list(env.items("train"))
     if not items:
-        raise ValueError(f"environment {env.name} has no train items")
+        raise EnvError(f"environment {env.name} has no train items")
     todo: list[Slot] = []
     finished = 0
     for index in range(count):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rolltape.producers._errors import EnvError
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.environments._base import Environment
 from rolltape.producers.environments._rollout import Rollout, run_rollout
@@ -36,7 +37,7 @@ async def evaluate(
     """(the evaluation, the session it was recorded in)."""
     items = list(env.items(split))
     if not items:
-        raise ValueError(f"environment {env.name} has no items in split {split!r}")
+        raise EnvError(f"environment {env.name} has no items in split {split!r}")
     label = label or datetime.fromtimestamp(time.time(), UTC).strftime("%Y%m%dT%H%M%SZ")
     base = f"eval.{env.name}.{split}.{label}"
     slots = asyncio.Semaphore(concurrency)

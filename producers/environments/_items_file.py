@@ -17,6 +17,7 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
+from rolltape.producers._errors import EnvError
 from rolltape.producers.agent import AgentResult, Tool, tools_for
 from rolltape.producers.environments._base import (
     Environment,
@@ -60,7 +61,7 @@ class ItemsFileEnv(Environment):
         try:
             lines = path.read_text().splitlines()
         except OSError as exc:
-            raise ValueError(f"cannot read items from {path}: {exc}") from exc
+            raise EnvError(f"cannot read items from {path}: {exc}") from exc
         self._items: list[Item] = []
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -68,7 +69,7 @@ class ItemsFileEnv(Environment):
             try:
                 self._items.append(Item.model_validate(json.loads(line)))
             except ValueError as exc:
-                raise ValueError(f"{path}:{number}: not an item: {exc}") from exc
+                raise EnvError(f"{path}:{number}: not an item: {exc}") from exc
 
     def items(self, split: str = "train") -> list[Item]:
         return [item for item in self._items if item.split == split]

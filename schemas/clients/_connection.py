@@ -25,6 +25,7 @@ where they decide what to do with them.
 
 from __future__ import annotations
 
+import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -174,17 +175,22 @@ class KafkaConnection(BaseModel):
         (e.g. "reading rolltape.events.v1 on ..."); other exceptions pass through unchanged."""
         with kafka_errors(doing):
             started: Any = client
-            if hasattr(started, "bootstrap"):  # a bare metadata client
-                await started.bootstrap()
-            else:
-                await started.start()
+            stop = started.close if hasattr(started, "close") else started.stop
+            try:
+                if hasattr(started, "bootstrap"):  # a bare metadata client
+                    await started.bootstrap()
+                else:
+                    await started.start()
+            except BaseException:
+                # A client that failed to start still holds connections and tasks: stop it,
+                # and report why it did not start rather than why stopping it failed too.
+                with contextlib.suppress(Exception):
+                    await stop()
+                raise
             try:
                 yield client
             finally:
-                if hasattr(started, "close"):  # the admin and metadata clients
-                    await started.close()
-                else:
-                    await started.stop()
+                await stop()
 
     def faust_credentials(self) -> Any:
         """faust's credentials object for `faust.App(broker_credentials=...)` (None: plaintext)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -23,7 +23,10 @@ def key_id(public_key: Ed25519PublicKey) -> str:
 
 def load_public_key(pem: bytes) -> Ed25519PublicKey:
     """An Ed25519 public key from PEM (SubjectPublicKeyInfo); ValueError for anything else."""
-    key = serialization.load_pem_public_key(pem)
+    try:
+        key = serialization.load_pem_public_key(pem)
+    except UnsupportedAlgorithm as exc:
+        raise ValueError(f"the public key's algorithm is not supported: {exc}") from exc
     if not isinstance(key, Ed25519PublicKey):
         raise ValueError("the public key is not an Ed25519 key")
     return key
@@ -31,7 +34,14 @@ def load_public_key(pem: bytes) -> Ed25519PublicKey:
 
 def load_private_key(pem: bytes) -> Ed25519PrivateKey:
     """An unencrypted Ed25519 private key from PEM (PKCS #8); ValueError for anything else."""
-    key = serialization.load_pem_private_key(pem, password=None)
+    try:
+        key = serialization.load_pem_private_key(pem, password=None)
+    except TypeError as exc:  # the PEM is encrypted
+        raise ValueError(
+            f"the private key is encrypted; rolltape reads unencrypted keys ({exc})"
+        ) from exc
+    except UnsupportedAlgorithm as exc:
+        raise ValueError(f"the private key's algorithm is not supported: {exc}") from exc
     if not isinstance(key, Ed25519PrivateKey):
         raise ValueError("the private key is not an Ed25519 key")
     return key

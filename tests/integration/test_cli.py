@@ -209,9 +209,10 @@ def test_tail__follows_new_records_live_and_filters_by_session(
         text=True,
     )
     try:
-        import time
-
-        time.sleep(2.0)  # let it reach the end of the (empty) topics before we record
+        # It says when it is positioned at the end: what is recorded after that is shown.
+        assert follower.stderr is not None
+        ready = follower.stderr.readline()
+        assert ready.startswith("reading ") and "from now" in ready, ready
         recorder = Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path)
         with recorder.session("watched live", session_id="live-1") as s:
             s.turn("user", "are you there?")

@@ -118,7 +118,7 @@ def test_started__translates_what_the_client_raises_in_the_block_and_stops_it() 
     assert isinstance(raised.value.__cause__, aiokafka.errors.UnknownTopicOrPartitionError)
 
 
-def test_started__translates_a_failed_start_and_passes_our_own_errors_through() -> None:
+def test_started__translates_a_failed_start_stops_the_client_and_passes_our_errors_through() -> None:
     connection = KafkaConnection.plaintext("127.0.0.1:1")
     refused = _Client(fail_start=aiokafka.errors.KafkaConnectionError("refused"))
 
@@ -128,7 +128,7 @@ def test_started__translates_a_failed_start_and_passes_our_own_errors_through() 
 
     with pytest.raises(KafkaUnavailableError, match=r"^starting: "):
         _run(start_only(refused))
-    assert refused.calls == ["start"]
+    assert refused.calls == ["start", "stop"]  # a client that failed to start is stopped too
 
     async def ours() -> None:
         async with connection.started(_Client(), "anything"):
