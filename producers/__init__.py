@@ -1,5 +1,6 @@
 """rolltape.producers: the SDK that agents and training loops embed to record sessions."""
 
+from rolltape.producers._client_log import keep_client_logs_in
 from rolltape.producers._errors import (
     BacklogFullError,
     ChainConflictError,
@@ -48,6 +49,7 @@ __all__ = [
     "__version__",
     "current_session",
     "default_state_dir",
+    "keep_client_logs_in",
     "record_tool",
     "spool_dir_in",
 ]

@@ -96,7 +96,10 @@ def _bound(typer_app: typer.Typer) -> None:
             info.short_help = _summary(info.callback)
         if info.help is None:
             info.help = _reflowed(info.callback)
-        info.callback = _common.error_boundary(info.callback)
+        command = info.callback
+        if command is not worker.worker:  # the worker's own log shows the client's lines
+            command = _common.client_logs_kept(command)
+        info.callback = _common.error_boundary(command)
     for group in typer_app.registered_groups:
         if group.typer_instance is not None:
             _bound(group.typer_instance)

@@ -28,7 +28,7 @@ from rich.progress import Progress, ProgressColumn
 from rolltape.infra import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.processors import ProcessorError
-from rolltape.producers import ProducerError
+from rolltape.producers import ProducerError, keep_client_logs_in
 from rolltape.projections import ProjectionError
 from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
 from rolltape.schemas.clients import KafkaClientError
@@ -88,8 +88,7 @@ _bounded: set[Callable[..., object]] = set()
 
 class CliError(InfraError):
     """What the CLI finds wrong itself (a file that is not there, a model no endpoint is bound
-    to, a setting that does not read), or a package's plain ValueError it translates; the
-    message says what to do."""
+    to, a setting that does not read); the message says what to do."""
 
 
 def error_boundary(command: Callable[P, R]) -> Callable[P, R]:
@@ -116,6 +115,21 @@ def error_boundary(command: Callable[P, R]) -> Callable[P, R]:
 
     _bounded.add(bounded)
     return bounded
+
+
+def client_logs_kept(command: Callable[P, R]) -> Callable[P, R]:
+    """`command` with the Kafka client's own log lines kept in `<state dir>/logs/client.log`
+    instead of stderr, as the recorder keeps them (aiokafka logs every failed connection and
+    retry; against a broker that is away a command printed those before its one error line,
+    which already says what failed and what to check)."""
+
+    @functools.wraps(command)
+    def kept(*args: P.args, **kwargs: P.kwargs) -> R:
+        with contextlib.suppress(SettingsError, ValidationError):  # the command reports them
+            keep_client_logs_in(Settings().state_dir / "logs")
+        return command(*args, **kwargs)
+
+    return kept
 
 
 def fail(exc: BaseException, message: str | None = None) -> NoReturn:

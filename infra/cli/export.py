@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from cryptography.exceptions import UnsupportedAlgorithm
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
@@ -217,7 +216,7 @@ def verify_export(
     Kafka. Exit 1 naming each file and line that does not check out."""
     try:
         key = load_public_key(public_key.read_bytes())
-    except (ValueError, UnsupportedAlgorithm) as exc:  # schemas.trust's plain refusals
+    except ValueError as exc:  # schemas.trust refuses what is not an Ed25519 public key
         raise ExportError(
             f"{public_key}: {exc}; pass the judge's public key as `rolltape keys export FILE` "
             "writes it"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import errno
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,10 @@ folder is a fresh one and ROLLTAPE_BOOTSTRAP is unset, so nothing is ever dialle
 # A cluster address that is never dialled: each case using it fails on its credentials first.
 NOWHERE = {"ROLLTAPE_BOOTSTRAP": "127.0.0.1:1", "ROLLTAPE_SASL_USERNAME": "nobody"}
 NO_PASSWORD = "ROLLTAPE_SASL_USERNAME=nobody is set without ROLLTAPE_SASL_PASSWORD"
+# A closed local port, dialled for real: refused at once, and the Kafka client's own log lines
+# about it go to the state folder's client log, so the error line is still the only line.
+CLOSED = {"ROLLTAPE_BOOTSTRAP": "127.0.0.1:1"}
+REFUSED = "KafkaConnectionError: Unable to bootstrap from"
 BAD_SETTING = {"ROLLTAPE_PARTITIONS": "zero"}
 BAD_SETTING_SAID = "ROLLTAPE_PARTITIONS: Input should be a valid integer"
 
@@ -65,6 +71,9 @@ CASES = [
     # Commands that read the topics fail first through the broker when there is none.
     Case(("tail",), said=NO_BROKER),
     Case(("verify",), said=NO_BROKER),
+    Case(("verify",), said=REFUSED, env=CLOSED),
+    Case(("tail",), ("--no-follow",), REFUSED, env=CLOSED),
+    Case(("export",), ("-f", "sharegpt", "-o", "{tmp}/out"), REFUSED, env=CLOSED),
     Case(
         ("verify",), ("--session", "s-1", "--all"), "give either --session ID or --all", usage=True
     ),
@@ -419,3 +428,23 @@ def _bounded_failure(error: BaseException, capsys: pytest.CaptureFixture[str]) -
     lines = [line for line in _plain(captured.err).splitlines() if line.strip()]
     assert len(lines) == 1, captured.err
     return lines[0]
+
+
+def test_cli__a_refused_connection_is_one_line_and_the_clients_own_lines_go_to_its_log(
+    tmp_path: Path,
+) -> None:
+    """In its own process (the test runner's log capture would hide the client's lines): the
+    Kafka client logs each failed connection, which a command printed before its error line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLTAPE_")}
+    env.update(CLOSED, ROLLTAPE_STATE_DIR=str(tmp_path / "state"))
+    done = subprocess.run(
+        [sys.executable, "-m", "rolltape.infra", "verify"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = [line for line in _plain(done.stderr).splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: ") and REFUSED in lines[0]
+    assert "Unable connect" in (tmp_path / "state" / "logs" / "client.log").read_text()

@@ -89,6 +89,7 @@ def test_public_api__is_pinned() -> None:
         "__version__",
         "current_session",
         "default_state_dir",
+        "keep_client_logs_in",
         "record_tool",
         "spool_dir_in",
     }
