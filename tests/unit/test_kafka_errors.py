@@ -118,7 +118,7 @@ def test_started__translates_what_the_client_raises_in_the_block_and_stops_it() 
     assert isinstance(raised.value.__cause__, aiokafka.errors.UnknownTopicOrPartitionError)
 
 
-def test_started__translates_a_failed_start_stops_the_client_and_passes_our_errors_through() -> None:
+def test_started__a_failed_start_is_translated_and_the_client_stopped() -> None:
     connection = KafkaConnection.plaintext("127.0.0.1:1")
     refused = _Client(fail_start=aiokafka.errors.KafkaConnectionError("refused"))
 
