@@ -9,7 +9,7 @@ judge we learn from map onto ours one to one.
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -156,6 +156,21 @@ class Metric(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    DIAGNOSTICS: ClassVar[tuple[str, ...]] = (
+        "train_loss",
+        "val_loss",
+        "train_acc",
+        "val_acc",
+        "max_layer_grad_norm",
+        "min_layer_grad_norm",
+        "dead_relu_fraction",
+        "saturated_fraction",
+        "update_to_param_ratio",
+        "grad_noise_scale",
+    )
+    """The scalar diagnostics of an epoch, in the order people read them: the rules check
+    each for a non-finite value, and a decision policy is shown each that was measured."""
 
     epoch: int = Field(ge=0)
     steps: int | None = Field(default=None, ge=0)

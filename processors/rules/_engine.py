@@ -49,19 +49,7 @@ _EXPLODING_FIELDS: Final[tuple[str, ...]] = (
     "min_layer_grad_norm",
     "update_to_param_ratio",
 )
-_CHECKED_FIELDS: Final[tuple[str, ...]] = (
-    "train_loss",
-    "val_loss",
-    "train_acc",
-    "val_acc",
-    "max_layer_grad_norm",
-    "min_layer_grad_norm",
-    "dead_relu_fraction",
-    "saturated_fraction",
-    "update_to_param_ratio",
-    "grad_noise_scale",
-    "lr",
-)
+_CHECKED_FIELDS: Final[tuple[str, ...]] = (*Metric.DIAGNOSTICS, "lr")
 
 
 class EpochOrderError(ProcessorError, ValueError):

@@ -123,18 +123,7 @@ class DecisionContext(BaseModel):
             "",
             "Measured this epoch:",
         ]
-        for name in (
-            "train_loss",
-            "val_loss",
-            "train_acc",
-            "val_acc",
-            "max_layer_grad_norm",
-            "min_layer_grad_norm",
-            "dead_relu_fraction",
-            "saturated_fraction",
-            "update_to_param_ratio",
-            "grad_noise_scale",
-        ):
+        for name in Metric.DIAGNOSTICS:
             value = getattr(m, name)
             if value is not None:
                 lines.append(f"  {name} = {value:.4g}")
