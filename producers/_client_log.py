@@ -6,7 +6,8 @@ What the agent's author needs to know is two things, and the recorder says them 
 `rolltape.producers` logger, one line each: records are being spooled, and the spool drained.
 
 So once a recorder exists in a process, aiokafka's records below CRITICAL are written as they
-are to `client.log` in the recorder's spool folder (rotated at 5 MB) and then passed on demoted
+are to `client.log` in the first recorder's spool folder, or where the process asked first (the
+`rolltape` commands: `<state dir>/logs`), rotated at 5 MB, and then passed on demoted
 to DEBUG: an application that logs at DEBUG still sees them, nothing else prints them. A logger's
 filter applies only to records created on that very logger, hence one filter per aiokafka logger.
 """

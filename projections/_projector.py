@@ -48,7 +48,8 @@ async def run_projector(
         prefix=prefix,
         selection=selection,
     )
-    async with connection.started(connection.chain_producer(), doing) as producer, feed:
+    # Each trajectory is awaited alone: nothing to linger for (as before the one chain producer).
+    async with connection.started(connection.chain_producer(linger_ms=0), doing) as producer, feed:
         async for item in feed.until(stop):
             key, value = trajectory_record(item.trajectory)
             try:

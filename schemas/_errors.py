@@ -3,9 +3,10 @@
 SchemaError
 ├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
 ├── EnvelopeError            bytes are not a valid envelope (unparseable, missing fields, bad version)
-├── PayloadError             an envelope's payload does not validate against its type's model
-└── KafkaClientError         the cluster could not do what was asked (the client's errors,
-                             translated at the boundary: see _kafka_errors.py for the tree)
+└── PayloadError             an envelope's payload does not validate against its type's model
+
+The Kafka client's errors have a root of their own (`rolltape.schemas.clients.KafkaClientError`):
+the broker being away is not bad data.
 """
 
 from __future__ import annotations

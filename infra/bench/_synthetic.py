@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers import Recorder, Session
 from rolltape.schemas import Stream
 
 _METRICS = Stream.METRICS.value

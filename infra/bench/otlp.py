@@ -166,7 +166,7 @@ def build_batches(spans: int, spans_per_batch: int, turns: int = 3) -> list[byte
     return batches
 
 
-def _run_receiver(settings_json: str, ports: multiprocessing.Queue[int], decode_only: bool) -> None:
+def _run_receiver(settings: Settings, ports: multiprocessing.Queue[int], decode_only: bool) -> None:
     """A receiver process: the real one, or the baseline that records nothing."""
     from aiohttp import web
 
@@ -190,7 +190,6 @@ def _run_receiver(settings_json: str, ports: multiprocessing.Queue[int], decode_
             ports.put(int(runner.addresses[0][1]))
             await stop.wait()
             return
-        settings = Settings.model_validate_json(settings_json)
         receiver = open_receiver(settings, ReceiverConfig(linger_s=0.2))
         await serve(receiver, "127.0.0.1", 0, stop, ports.put)
 
@@ -233,9 +232,7 @@ def _measure(
 ) -> float:
     ctx = multiprocessing.get_context("spawn")
     ports: multiprocessing.Queue[int] = ctx.Queue()
-    receiver = ctx.Process(
-        target=_run_receiver, args=(settings.model_dump_json(), ports, decode_only), daemon=True
-    )
+    receiver = ctx.Process(target=_run_receiver, args=(settings, ports, decode_only), daemon=True)
     receiver.start()
     try:
         url = f"http://127.0.0.1:{ports.get(timeout=120)}/v1/traces"

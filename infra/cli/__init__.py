@@ -86,6 +86,14 @@ for name, command in (
     app.command(name=name, short_help=_summary(command), help=_reflowed(command))(command)
 
 
+_CLIENT_LOGS_LEFT_AS_THEY_ARE = {
+    worker.worker,  # its own log shows the client's lines, as an operator expects
+    export.verify_export,  # offline, and what a third party runs: no Kafka client, no state
+    parse.parse_command,  # offline
+    schemas.export,  # offline
+}
+
+
 def _bound(typer_app: typer.Typer) -> None:
     """Put every command of `typer_app` and of its groups, however deep, behind the error
     boundary, and give each its help from its docstring (a one-sentence summary for the list)."""
@@ -97,7 +105,7 @@ def _bound(typer_app: typer.Typer) -> None:
         if info.help is None:
             info.help = _reflowed(info.callback)
         command = info.callback
-        if command is not worker.worker:  # the worker's own log shows the client's lines
+        if command not in _CLIENT_LOGS_LEFT_AS_THEY_ARE:
             command = _common.client_logs_kept(command)
         info.callback = _common.error_boundary(command)
     for group in typer_app.registered_groups:

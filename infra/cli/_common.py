@@ -125,7 +125,9 @@ def client_logs_kept(command: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(command)
     def kept(*args: P.args, **kwargs: P.kwargs) -> R:
-        with contextlib.suppress(SettingsError, ValidationError):  # the command reports them
+        # A setting that does not read is the command's to report; a state folder that cannot
+        # be made leaves the client's lines where they were rather than stopping the command.
+        with contextlib.suppress(SettingsError, ValidationError, OSError):
             keep_client_logs_in(Settings().state_dir / "logs")
         return command(*args, **kwargs)
 

@@ -19,7 +19,7 @@ def up() -> None:
 
     The managed broker authenticates every client (SASL/SCRAM-SHA-512) and lets each principal
     write only its own trust domain; `rolltape principal list` shows who exists."""
-    _print_up(broker_up(settings(), on_step=_step))
+    _print_up(broker_up(settings(), as_admin=True, on_step=_step))
 
 
 def _step(line: str) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import console, err_console, settings
@@ -36,7 +37,7 @@ def demo(
     _outcomes(result)
     _exports(result)
     if result.worker_error:
-        console.print(f"[red]demo: {result.worker_error}[/red]", markup=True)
+        console.print(f"[red]demo: {escape(result.worker_error)}[/red]")
         raise typer.Exit(1)
     if not result.ok:
         console.print("[red]demo: a chain did not verify[/red]")

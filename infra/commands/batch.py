@@ -77,7 +77,7 @@ async def run_batch(
     A killed earlier run's spool is delivered first, so planning sees every finished rollout;
     `on_rollout` fires only once a rollout is flushed, so a kill after it loses nothing. Waits
     up to `wait_judged_s` for the worker's filter outcomes. Raises `BrokerUnavailable` without a
-    broker and `ValueError` for a bad batch name or an environment without train items."""
+    broker and `EnvError` for a bad batch name or an environment without train items."""
     reader = require_connection(settings, Role.READER)
     recorder = open_recorder(settings, spool_dir=settings.resolved_spool_dir() / "batch" / run)
     try:

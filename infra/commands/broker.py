@@ -65,12 +65,22 @@ class BrokerUp(BaseModel):
     judge_public_key: Path
 
 
-def broker_up(settings: Settings, *, on_step: Callable[[str], None] | None = None) -> BrokerUp:
+def broker_up(
+    settings: Settings,
+    *,
+    as_admin: bool = False,
+    on_step: Callable[[str], None] | None = None,
+) -> BrokerUp:
     """Start the managed broker unless ROLLTAPE_BOOTSTRAP names a cluster (which must answer),
-    provision the topic prefix when this process may (`can_provision`), and create the judge's
-    key when there is none. Idempotent. `on_step(line)` hears of the slow first start (the
-    jars' download) before it happens. Raises `BrokerUnavailable` when the explicit cluster
-    does not answer, and the broker package's errors when the managed one cannot start."""
+    provision the topic prefix, and create the judge's key when there is none. Idempotent.
+
+    `as_admin` is `broker up`'s: the caller says it is the cluster's admin, so the topics and
+    ACLs are provisioned with whatever credentials the settings give (ROLLTAPE_SASL_USERNAME
+    included) and a refusal is an error. Otherwise (the demo) they are provisioned only when
+    this process may (`can_provision`), and `not_provisioned` says why not. `on_step(line)`
+    hears of the slow first start (the jars' download) before it happens. Raises
+    `BrokerUnavailable` when the explicit cluster does not answer, and the broker package's
+    errors when the managed one cannot start."""
     say = on_step or (lambda _line: None)
     managed = None
     if settings.bootstrap:
@@ -94,7 +104,7 @@ def broker_up(settings: Settings, *, on_step: Callable[[str], None] | None = Non
         managed = ManagedUp(state=state, home=broker.home, log_dir=broker.log_dir)
         admin = require_connection(settings, Role.ADMIN)
     topics, why_not = None, None
-    if can_provision(settings):
+    if as_admin or can_provision(settings):
         topics = provision(settings)
     else:
         who = (

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from rolltape.processors._session import ProcessorConfig
-from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX
+from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX, software_version
 from rolltape.schemas.clients import KafkaConnection, ModelEndpoint
 
 
@@ -32,7 +32,9 @@ class WorkerConfig(BaseModel):
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     """Partitions of the raw topics (the state changelog is created with as many)."""
     replication_factor: int = Field(default=1, ge=1)
-    processor: InstanceOf[ProcessorConfig] = Field(default_factory=ProcessorConfig)
+    processor: InstanceOf[ProcessorConfig] = Field(
+        default_factory=lambda: ProcessorConfig(software_version=software_version())
+    )
     """What the pure step runs (rules, filters, judges, principals, writers, the checkpoint
     signer): built once from settings by whoever starts the worker, the same config replay and
     imports build, so no field is mapped twice."""

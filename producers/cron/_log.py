@@ -8,6 +8,7 @@ scheduler may not write the dead-letter topic, and a forged job must never fire.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -28,7 +29,12 @@ from rolltape.schemas import (
     read_event,
     topic_name,
 )
-from rolltape.schemas.clients import KafkaConnection, KafkaTopicError, kafka_errors
+from rolltape.schemas.clients import (
+    KafkaConnection,
+    KafkaTopicError,
+    KafkaUnavailableError,
+    kafka_errors,
+)
 
 _log = logging.getLogger("rolltape.producers.cron")
 _partitioner = DefaultPartitioner()
@@ -73,13 +79,16 @@ class JobsLog:
 
     async def start(self) -> None:
         # aiokafka clients bind to the running loop: built here, not in __init__.
-        producer = self._connection.chain_producer(linger_ms=0)
+        # Each revision is awaited alone (linger 0); a job's definition is small (1 MiB).
+        producer = self._connection.chain_producer(linger_ms=0, max_request_size=1 << 20)
         with kafka_errors(f"starting the jobs log's producer on {self._connection}"):
-            await producer.start()
             try:
+                await producer.start()
                 partitions = await producer.partitions_for(self.topic)
             except BaseException:
-                await producer.stop()
+                # A producer that failed to start still holds connections: stop it too.
+                with contextlib.suppress(Exception):
+                    await producer.stop()
                 raise
         if not partitions:
             await producer.stop()
@@ -163,7 +172,9 @@ async def read_to_end(
     deadline = time.monotonic() + timeout_s
     while waiting:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"reading the jobs topic took over {timeout_s:.0f} s")
+            raise KafkaUnavailableError(
+                f"reading the jobs topic took over {timeout_s:.0f} s; {KafkaUnavailableError.advice}"
+            )
         batch = await consumer.getmany(*waiting, timeout_ms=200, max_records=10_000)
         for tp, messages in batch.items():
             for message in messages:

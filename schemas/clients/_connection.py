@@ -38,7 +38,11 @@ if TYPE_CHECKING:
     from aiokafka import AIOKafkaClient, AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.admin import AIOKafkaAdminClient
 
-from rolltape.schemas.clients._errors import kafka_errors
+from rolltape.schemas.clients._errors import (
+    kafka_errors,
+    raised_by_client_library,
+    translate_kafka_error,
+)
 
 Client = TypeVar("Client")
 
@@ -172,10 +176,12 @@ class KafkaConnection(BaseModel):
         """`client` (one this factory built) started, handed to the block and stopped.
         Whatever the client library raises while starting it, in the block or while stopping
         it becomes one of our `KafkaClientError` kinds saying that it happened while `doing`
-        (e.g. "reading rolltape.events.v1 on ..."); other exceptions pass through unchanged."""
+        (e.g. "reading rolltape.events.v1 on ..."); other exceptions pass through unchanged.
+        In the block only the client library's own exceptions are translated: a timeout or a
+        broken pipe of the caller's own code there is not the broker's doing."""
+        started: Any = client
+        stop = started.close if hasattr(started, "close") else started.stop
         with kafka_errors(doing):
-            started: Any = client
-            stop = started.close if hasattr(started, "close") else started.stop
             try:
                 if hasattr(started, "bootstrap"):  # a bare metadata client
                     await started.bootstrap()
@@ -187,9 +193,14 @@ class KafkaConnection(BaseModel):
                 with contextlib.suppress(Exception):
                     await stop()
                 raise
-            try:
-                yield client
-            finally:
+        try:
+            yield client
+        except Exception as exc:
+            if not raised_by_client_library(exc):
+                raise
+            raise translate_kafka_error(exc, doing) from exc
+        finally:
+            with kafka_errors(doing):
                 await stop()
 
     def faust_credentials(self) -> Any:

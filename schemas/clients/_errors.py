@@ -208,6 +208,11 @@ _KINDS: dict[str, type[KafkaClientError]] = {
 """aiokafka.errors class name -> our kind; a test holds it to every class aiokafka defines."""
 
 
+def raised_by_client_library(exc: BaseException) -> bool:
+    """Raised by aiokafka itself (one of its errors, or one it raised from its own code)."""
+    return type(exc).__module__.startswith("aiokafka")
+
+
 def is_kafka_client_error(exc: BaseException) -> bool:
     """Raised by aiokafka (its errors module), or a connection the OS refused or timed out."""
     return type(exc).__module__.startswith("aiokafka") or isinstance(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.schemas import TOPIC_SPECS
+from rolltape.schemas import TOPIC_SPECS, Role
 
 from .conftest import Topics
 
@@ -63,6 +63,25 @@ def test_broker_up__with_an_explicit_cluster_creates_the_topics_idempotently(
     first = run(["broker", "up"], topics.env())
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("unchanged") == len(TOPIC_SPECS)
+
+
+def test_broker_up__as_an_admin_named_by_its_credentials_creates_the_topics(
+    topics: Topics,
+) -> None:
+    """`broker up` run with an admin's own credentials (as an external cluster's operator
+    gives them) provisions, as it did before the demo shared its start-up path."""
+    admin = topics.connection(Role.ADMIN)
+    if admin.username is None or admin.password is None:
+        pytest.skip("this cluster has no SASL principals")
+    env = {
+        **topics.env(),
+        "ROLLTAPE_TOPIC_PREFIX": f"{topics.prefix}-admin",
+        "ROLLTAPE_SASL_USERNAME": admin.username,
+        "ROLLTAPE_SASL_PASSWORD": admin.password.get_secret_value(),
+    }
+    up = run(["broker", "up"], env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert up.stdout.count("created") == len(TOPIC_SPECS), up.stdout + up.stderr
 
 
 @pytest.mark.parametrize(

@@ -143,3 +143,16 @@ def test_chain_producer__refuses_to_give_up_idempotence_or_acks_all() -> None:
     for fixed in ({"acks": 1}, {"enable_idempotence": False}):
         with pytest.raises(ValueError, match="idempotent with acks=all"):
             connection.chain_producer(**fixed)
+
+
+def test_started__a_timeout_of_the_callers_own_code_in_the_block_is_not_an_outage() -> None:
+    connection = KafkaConnection.plaintext("127.0.0.1:1")
+    client = _Client()
+
+    async def use() -> None:
+        async with connection.started(client, "reading the jobs topic"):
+            raise TimeoutError("the book took over 30 s to read")
+
+    with pytest.raises(TimeoutError, match="over 30 s"):
+        _run(use())
+    assert client.calls == ["start", "stop"]
