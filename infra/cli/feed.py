@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
     ScoreOption,
@@ -18,8 +17,9 @@ from rolltape.infra.cli._common import (
     stop_on_signals,
 )
 from rolltape.infra.commands.export import open_tokenizer
-from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role
+from rolltape.infra.commands.feed import AtroposFeedOptions, AtroposFeedResult, feed_atropos
+from rolltape.projections import Selection
+from rolltape.schemas import LIVE_JUDGE_VERSION
 
 app = typer.Typer(help="Stream judged sessions to training pipelines.", no_args_is_help=True)
 
@@ -45,45 +45,25 @@ def atropos(
     check_judge_version(judge_version)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
     s = settings()
-    connection = require_connection(s, Role.READER)
-    selection = Selection(
-        judge_version=judge_version, accepted="accepted" if accepted_only else "any"
+    options = AtroposFeedOptions(
+        url=url,
+        group_size=group_size,
+        selection=Selection(
+            judge_version=judge_version, accepted="accepted" if accepted_only else "any"
+        ),
+        group_id=group_id,
+        tokenizer=chat_tokenizer,
+        score=score,
+        keep_equal_scores=keep_equal_scores,
+        batch_groups=batch_groups,
     )
 
-    async def main() -> tuple[int, dict[str, int]]:
-        stop = stop_on_signals()
-        sink = AtroposSink(
-            url,
-            group_size=group_size,
-            tokenizer=chat_tokenizer,
-            score=score,
-            keep_equal_scores=keep_equal_scores,
-            batch_groups=batch_groups,
-        )
-        async with TrajectoryFeed(
-            connection,
-            group_id=group_id,
-            prefix=s.topic_prefix,
-            selection=selection,
-            auto_ack=False,  # a session is processed once its group reached the server
-        ) as feed:
-            err_console.print(
-                f"feeding {url} from {connection.bootstrap} (judge version {judge_version})"
-            )
-            try:
-                async for item in feed.until(stop):
-                    for settled in await sink.add(item.trajectory):
-                        feed.ack(settled)
-            finally:
-                for settled in await sink.close():
-                    feed.ack(settled)
-        return sink.sent_groups, dict(sink.skipped)
+    def started(bootstrap: str) -> None:
+        err_console.print(f"feeding {url} from {bootstrap} (judge version {judge_version})")
 
-    try:
-        sent, skipped = asyncio.run(main())
-    except AtroposSinkError as exc:  # the sink cannot know that the feed resumes
-        raise AtroposSinkError(
-            f"{exc}; restart the feed to resume from its group's committed offsets"
-        ) from exc
-    reasons = ", ".join(f"{k} {n}" for k, n in sorted(skipped.items())) or "none"
-    err_console.print(f"sent {sent} group(s); sessions left out: {reasons}")
+    async def main() -> AtroposFeedResult:
+        return await feed_atropos(s, options, stop_on_signals(), on_started=started)
+
+    result = asyncio.run(main())
+    reasons = ", ".join(f"{k} {n}" for k, n in sorted(result.skipped.items())) or "none"
+    err_console.print(f"sent {result.sent_groups} group(s); sessions left out: {reasons}")

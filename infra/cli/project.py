@@ -7,15 +7,14 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
     check_judge_version,
     err_console,
     settings,
     stop_on_signals,
 )
-from rolltape.projections import run_projector
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role
+from rolltape.infra.commands.project import project as run_project
+from rolltape.schemas import LIVE_JUDGE_VERSION
 
 
 def project(
@@ -28,14 +27,12 @@ def project(
     Runs until Ctrl-C or SIGTERM; restarts resume where the projector's group left off."""
     check_judge_version(judge_version)
     s = settings()
-    connection = require_connection(s, Role.PROJECTOR)
+
+    def started(bootstrap: str) -> None:
+        err_console.print(f"projecting judge version {judge_version} from {bootstrap}")
 
     async def main() -> int:
-        stop = stop_on_signals()
-        err_console.print(f"projecting judge version {judge_version} from {connection.bootstrap}")
-        return await run_projector(
-            connection, prefix=s.topic_prefix, judge_version=judge_version, stop=stop
-        )
+        return await run_project(s, judge_version, stop_on_signals(), on_started=started)
 
     published = asyncio.run(main())
     err_console.print(f"published {published} trajectories")

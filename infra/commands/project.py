@@ -1,0 +1,30 @@
+"""`rolltape project` wiring: the projector (rolltape.projections.run_projector) run as the
+projector principal, on the settings' topic prefix, until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from rolltape.infra.broker import require_connection
+from rolltape.infra.settings import Settings
+from rolltape.projections import run_projector
+from rolltape.schemas import Role
+
+
+async def project(
+    settings: Settings,
+    judge_version: str,
+    stop: asyncio.Event,
+    *,
+    on_started: Callable[[str], None] | None = None,
+) -> int:
+    """Publish every session's trajectory once `judge_version` decided on it, until `stop` is
+    set; returns how many were published. `on_started(bootstrap)` hears where it reads from.
+    Restarts resume where the projector's group left off."""
+    connection = require_connection(settings, Role.PROJECTOR)
+    if on_started is not None:
+        on_started(connection.bootstrap)
+    return await run_projector(
+        connection, prefix=settings.topic_prefix, judge_version=judge_version, stop=stop
+    )
