@@ -38,7 +38,6 @@ from pydantic import BaseModel
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import Message, Trajectory
 from rolltape.projections.exporters._tags import escape, unescape
-from rolltape.schemas import split_reasoning
 
 
 def _json(value: Any) -> str:
@@ -142,16 +141,19 @@ def sharegpt_row(trajectory: Trajectory, known_tools: Iterable[str] = ()) -> dic
 
 # -- reading rows back (round trip, importers) -----------------------------------------------------
 
-# The think block is optional on reading (rows of other writers may lack it), and Hermes writes
-# it as `<think>\n...\n</think>\n`, `<think>\n</think>\n` (no reasoning) or `<think>...</think>`
-# (scratchpad reasoning, no newlines): one newline on each side belongs to the tags.
-_GPT = re.compile(
-    r"\A(?:<think>\n?(.*?)\n?</think>\n?)?(.*?)((?:\n?<tool_call>\n.*?\n</tool_call>)*)\Z", re.S
-)
-_CALL = re.compile(r"\n?<tool_call>\n(.*?)\n</tool_call>", re.S)
+# Reading a gpt turn: only a `<think>` block at the very start is reasoning, and only a run of
+# well-formed `<tool_call>` blocks at the very end are calls; everything between is content,
+# exactly as written, tag literals included (Hermes escapes nothing, so prose that quotes
+# `</think><tool_call>` must stay prose). Hermes writes `<think>\n...\n</think>\n`,
+# `<think>\n</think>\n` (no reasoning) or `<think>...</think>` (scratchpad): one newline on each
+# side belongs to the tags, as does the one newline before each call block.
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
-# rolltape puts the block last after a blank line; Hermes between its preamble and more text.
-_TOOLS = re.compile(r"(\A|\n\n|\n)<tools>\n(.*?)\n</tools>", re.S)
+_TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.S)
+_TOOLS_SEPARATOR = {True: "\n\n", False: "\n"}
+"""Before the `<tools>` block: rolltape puts it last after a blank line (key: the row is
+rolltape's), Hermes on its own line between its preamble and more text."""
 
 ESCAPING_MARK = "rolltape-tags-v1"
 """The `text_escaping` value of rows rolltape writes: only their text is un-escaped on reading
@@ -169,51 +171,103 @@ class ShareGPTFormatError(ProjectionError, ValueError):
 def parse_gpt_value(
     value: str, unescape: Callable[[str], str] = unescape
 ) -> tuple[str, str, list[tuple[str, Any]]]:
-    """(reasoning, content, [(tool name, arguments)]) of one gpt turn."""
-    match = _GPT.match(value)
-    if match is None:  # pragma: no cover - the pattern matches any text
-        raise ShareGPTFormatError(f"unreadable gpt turn: {value[:80]!r}")
-    calls = []
-    for body in _CALL.findall(match.group(3)):
-        try:
-            call = orjson.loads(unescape(body))
-        except orjson.JSONDecodeError as exc:
-            raise ShareGPTFormatError(f"a <tool_call> block is not JSON: {body[:80]!r}") from exc
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str):
-            raise ShareGPTFormatError(f"a <tool_call> block has no name: {body[:80]!r}")
-        calls.append((call["name"], call.get("arguments", call.get("parameters", {}))))
-    return unescape(match.group(1) or ""), unescape(match.group(2)), calls
+    """(reasoning, content, [(tool name, arguments)]) of one gpt turn. The structure is found on
+    the text as stored, the pieces are un-escaped after (escaped text holds no structural tag)."""
+    reasoning, start = _leading_reasoning(value)
+    end, calls = _trailing_calls(value, start, unescape)
+    return unescape(reasoning), unescape(value[start:end]), calls
+
+
+def _leading_reasoning(value: str) -> tuple[str, int]:
+    """The leading `<think>` block's text and where the content starts. A turn that does not
+    start with a closed block has no reasoning: a tag elsewhere is the text's own."""
+    if not value.startswith(_THINK_OPEN):
+        return "", 0
+    close = value.find(_THINK_CLOSE, len(_THINK_OPEN))
+    if close == -1:
+        return "", 0
+    inner = value[len(_THINK_OPEN) : close]
+    inner = inner[1:] if inner.startswith("\n") else inner
+    inner = inner[:-1] if inner.endswith("\n") else inner
+    start = close + len(_THINK_CLOSE)
+    return inner, start + 1 if value.startswith("\n", start) else start
+
+
+def _trailing_calls(
+    value: str, start: int, unescape: Callable[[str], str]
+) -> tuple[int, list[tuple[str, Any]]]:
+    """Where the content ends and the calls after it, read back to front: a block counts only
+    when its body is a JSON object with a name (a JSON body holds no raw newline, so the last
+    `<tool_call>\\n` before a closing tag opens its block). The first block from the end that is
+    not a call ends the run; it and all before it are content."""
+    calls: list[tuple[str, Any]] = []
+    end = len(value)
+    while value.endswith(_CALL_CLOSE, start, end):
+        body_end = end - len(_CALL_CLOSE)
+        open_at = value.rfind(_CALL_OPEN, start, body_end)
+        if open_at == -1:
+            break
+        call = _call_body(unescape(value[open_at + len(_CALL_OPEN) : body_end]))
+        if call is None:
+            break
+        calls.append(call)
+        end = open_at - 1 if open_at > start and value[open_at - 1] == "\n" else open_at
+    calls.reverse()
+    return end, calls
+
+
+def _call_body(body: str) -> tuple[str, Any] | None:
+    try:
+        call = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        return None
+    return call["name"], call.get("arguments", call.get("parameters", {}))
 
 
 def parse_tool_value(value: str, unescape: Callable[[str], str] = unescape) -> list[dict[str, Any]]:
-    """The {tool_call_id, name, content} blocks of one tool turn."""
+    """The {tool_call_id, name, content} blocks of one tool turn. Text outside the blocks is an
+    error rather than dropped: a tool turn holds nothing else."""
+    bodies: list[str] = []
+    pos = 0
+    for match in _RESPONSE.finditer(value):
+        if value[pos : match.start()].strip():
+            break
+        bodies.append(match.group(1))
+        pos = match.end()
+    stray = value[pos:].strip()
+    if stray:
+        raise ShareGPTFormatError(f"text outside the <tool_response> blocks: {stray[:80]!r}")
     try:
-        blocks = [orjson.loads(unescape(body)) for body in _RESPONSE.findall(value)]
+        blocks = [orjson.loads(unescape(body)) for body in bodies]
     except orjson.JSONDecodeError as exc:
         raise ShareGPTFormatError(f"a <tool_response> block is not JSON: {exc}") from exc
     if not all(isinstance(block, dict) for block in blocks):
         raise ShareGPTFormatError("a <tool_response> block is not a JSON object")
-    if not blocks and value:
-        raise ShareGPTFormatError(f"tool turn without <tool_response> blocks: {value[:80]!r}")
     return blocks
 
 
 def parse_system_value(
     value: str, unescape: Callable[[str], str] = unescape
 ) -> tuple[str | None, list[dict[str, Any]]]:
-    """(system text, declared tools) of a system turn. The `<tools>` block is taken out of the
-    text wherever it stands (Hermes puts more text after it); None when nothing else is left."""
-    match = _TOOLS.search(value)
-    if match is None:
-        return unescape(value), []
-    try:
-        tools = orjson.loads(unescape(match.group(2)))
-    except orjson.JSONDecodeError as exc:
-        raise ShareGPTFormatError(f"the <tools> block is not JSON: {exc}") from exc
-    if not isinstance(tools, list):
-        raise ShareGPTFormatError("the <tools> block is not a JSON list")
-    rest = value[: match.start()] + value[match.end() :]
-    return (unescape(rest) if rest else None), tools
+    """(system text, declared tools) of a system turn. The first `<tools>` block that holds a
+    JSON list is taken out of the text wherever it stands (Hermes puts more text after it),
+    with the line break its writer put before it; a block that does not is the text's own.
+    None when nothing else is left."""
+    separator = _TOOLS_SEPARATOR[unescape is not _identity]
+    for match in _TOOLS.finditer(value):
+        try:
+            tools = orjson.loads(unescape(match.group(1)))
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(tools, list):
+            start = match.start()
+            if value.endswith(separator, 0, start):
+                start -= len(separator)
+            rest = value[:start] + value[match.end() :]
+            return (unescape(rest) if rest else None), tools
+    return unescape(value), []
 
 
 class ParsedCall(BaseModel):
@@ -291,10 +345,6 @@ def parse_sharegpt_row(row: dict[str, Any]) -> ParsedRow:
             system, tools = parse_system_value(value, text)
         elif role == "assistant":
             reasoning, content, calls = parse_gpt_value(value, text)
-            if text is _identity:  # a Hermes row: its text may carry the model's own reasoning
-                rest, more = split_reasoning(content)
-                content = rest.lstrip("\n") if rest != content else content
-                reasoning = "\n\n".join(r for r in (reasoning, more) if r)
             turn_ids = ids[gpt_index] if gpt_index < len(ids) else []
             gpt_index += 1
             parsed_calls = [

@@ -8,10 +8,12 @@ reordered file writes the same records (redeliveries readers drop), never a fork
 
 Mapping: the first system turn gives the system message and the declared tools (the `<tools>`
 block, wherever it stands: Hermes writes more text after it); `human` turns are user turns, `gpt`
-turns assistant turns with their reasoning (the `<think>` block, empty or without newlines, plus
-reasoning the model closed with its own `</think>` in the text) and tool calls, `tool` turns the
-results. Text is taken as Hermes wrote it (Hermes escapes nothing); only rows rolltape wrote
-(`text_escaping`) are un-escaped. Hermes rows carry no call ids on the calls: results are matched
+turns assistant turns: the `<think>` block at the start is the reasoning (empty or without
+newlines), the run of well-formed `<tool_call>` blocks at the end the calls, and everything between
+the content, character for character, tag literals included (a model that quotes `</think>` in its
+answer, or closed its own reasoning in the text, wrote that text); `tool` turns the results. Text
+is taken as Hermes wrote it (Hermes escapes nothing); only rows rolltape wrote (`text_escaping`)
+are un-escaped. Hermes rows carry no call ids on the calls: results are matched
 by their `tool_call_id` when it names a call of the preceding turn (rows written by rolltape keep
 ids in `tool_call_ids`), else by tool name and order within the preceding turn; a result that
 matches no call is still recorded (with its own id) and the fold lists it as unmatched. A result

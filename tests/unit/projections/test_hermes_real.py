@@ -70,15 +70,42 @@ def test_real_row__imports_with_its_tools_model_time_and_reasoning(
     assistants = [m for m in trajectory.messages if m.role == "assistant"]
     assert len(assistants) == sum(1 for t in turns if t["from"] == "gpt")
     for message, turn in zip(assistants, (t for t in turns if t["from"] == "gpt"), strict=True):
-        value = turn["value"]
-        assert "<think>" not in message.content and "</think>" not in message.content
-        if value.startswith("<think>\n</think>") and value.count("</think>") == 1:
-            assert not message.reasoning  # an empty block: no reasoning, and not content
-        elif message.reasoning:  # the block's, plus any the model closed itself
-            assert all(piece in value for piece in message.reasoning.split("\n\n"))
-        else:
-            assert re.fullmatch(r"(</?think>\n*)+", value[: value.rfind("</think>") + 9])
-        assert not message.content.startswith("\n")
+        assert hermes_gpt_value(message) == in_key_order(turn["value"])  # every character
+
+
+def in_key_order(value: str) -> str:
+    """The turn with each call's arguments in sorted key order: events keep arguments as
+    canonical JSON (DESIGN.md), so an object's key order is the one thing not kept as written."""
+    return re.sub(
+        r"(?<=<tool_call>\n)(.*)(?=\n</tool_call>)",
+        lambda m: json.dumps(
+            {**(c := json.loads(m.group(1))), "arguments": _sorted(c["arguments"])},
+            ensure_ascii=False,
+        ),
+        value,
+    )
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def hermes_gpt_value(message: Any) -> str:
+    """The gpt turn as the Hermes agent writes it (reasoning block, content, one call block per
+    call), from what was imported: equal to the row's value when nothing was lost or moved."""
+    blocks = [
+        "<tool_call>\n"
+        + json.dumps({"name": c.name, "arguments": c.arguments}, ensure_ascii=False)
+        + "\n</tool_call>"
+        for c in message.tool_calls
+    ]
+    body = message.content + ("\n" if message.content and blocks else "") + "\n".join(blocks)
+    reasoning = f"<think>\n{message.reasoning}\n</think>\n" if message.reasoning else ""
+    return (reasoning or "<think>\n</think>\n") + body
 
 
 def test_real_rows__failures_are_counted_by_hermes_rule() -> None:
