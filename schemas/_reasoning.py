@@ -1,18 +1,22 @@
-"""Reasoning blocks, separated from the answer before tool calls are looked for.
+"""Reasoning blocks in a raw completion, separated from the answer before tool calls are looked
+for.
 
-Recognised: `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks anywhere in the text, an
-unclosed block at the end (generation stopped while thinking), and a leading `...</think>` with no
-opening tag (Qwen3 and DeepSeek-R1 chat templates put `<think>` in the prompt; real Hermes rows
-repeat that closing tag, so everything up to the last closing tag before any opening one is
-reasoning). Tool-call markup inside a reasoning block is thought, not a call. One rule, used by
-the tool-call parsers, the client capture and the Hermes importer.
+Recognised: `<think>`, `<reasoning>` and `<REASONING_SCRATCHPAD>` blocks (and Seed-OSS's and
+MiniMax's own spellings) anywhere in the text, an unclosed block at the end (generation stopped
+while thinking), and a leading `...</think>` with no opening tag (Qwen3 and DeepSeek-R1 chat
+templates put `<think>` in the prompt, so everything up to the last closing tag before any
+opening one is reasoning). Tool-call markup inside a reasoning block is thought, not a call. One
+rule, used by the tool-call parsers, the client capture and the OTLP ingest: for text a model is
+producing. Imported rows are read by their writer's own layout instead (only the leading block
+is reasoning there: `rolltape.projections.exporters.parse_gpt_value`).
 """
 
 from __future__ import annotations
 
 import re
 
-_TAGS = ("think", "reasoning", "REASONING_SCRATCHPAD")
+_TAGS = ("think", "reasoning", "REASONING_SCRATCHPAD", "seed:think", "mm:think")
+"""Seed-OSS writes `<seed:think>`, MiniMax M3 `<mm:think>`; the rest are everyone else's."""
 _OPEN = re.compile("<(" + "|".join(_TAGS) + ")>")
 
 

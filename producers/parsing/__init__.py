@@ -22,59 +22,46 @@ reasoning blocks were taken out.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+import pkgutil
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rolltape.producers._errors import ProducerError
-from rolltape.producers.parsing._blocks import Scan
-from rolltape.producers.parsing._json_calls import (
-    parse_hermes,
-    parse_llama_json,
-    parse_longcat,
-    parse_mistral,
-)
-from rolltape.producers.parsing._keyed_calls import (
-    ParamTypes,
-    parse_glm45,
-    parse_glm47,
-    parse_qwen3_coder,
-)
+from rolltape.producers.parsing._blocks import Parser
 from rolltape.producers.parsing._result import ParsedCompletion, decode_arguments
-from rolltape.producers.parsing._token_calls import (
-    parse_deepseek_v3,
-    parse_deepseek_v3_1,
-    parse_kimi_k2,
-)
 from rolltape.schemas import ToolCall, ToolParseError, ToolSpec, split_reasoning
-
-_Parser = Callable[[str, str, ParamTypes], Scan]
-
-
-def _untyped(parser: Callable[[str, str], Scan]) -> _Parser:
-    return lambda text, seed, _types: parser(text, seed)
+from rolltape.schemas.plugins import load_module
 
 
-def _no_text_calls(text: str, seed: str, _types: ParamTypes) -> Scan:
-    """OpenAI-style servers return calls as structured `tool_calls`; the text is content."""
-    return Scan(content=[text])
+def _family_parsers() -> dict[str, Parser]:
+    """Every `_*_calls` module's `FAMILIES`, merged: a format lives in one module with its
+    parser, and a name may be claimed by only one module."""
+    merged: dict[str, Parser] = {}
+    owner: dict[str, str] = {}
+    for module_info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not (module_info.name.startswith("_") and module_info.name.endswith("_calls")):
+            continue
+        module = load_module(f"{__name__}.{module_info.name}", "tool-call parser module")
+        for name, parser in module.FAMILIES.items():
+            if name in merged:
+                raise ImportError(
+                    f"model family {name!r} is claimed by {owner[name]} and {module_info.name}"
+                )
+            merged[name] = parser
+            owner[name] = module_info.name
+    return merged
 
 
-FAMILIES: dict[str, _Parser] = {
-    "hermes": _untyped(parse_hermes),
-    "qwen": _untyped(parse_hermes),
-    "qwen3_coder": parse_qwen3_coder,
-    "deepseek_v3": _untyped(parse_deepseek_v3),
-    "deepseek_v3_1": _untyped(parse_deepseek_v3_1),
-    "glm45": parse_glm45,
-    "glm47": parse_glm47,
-    "kimi_k2": _untyped(parse_kimi_k2),
-    "llama3_json": _untyped(parse_llama_json),
-    "llama4_json": _untyped(parse_llama_json),
-    "mistral": _untyped(parse_mistral),
-    "longcat": _untyped(parse_longcat),
-    "openai": _no_text_calls,
+ALIASES: dict[str, str] = {
+    "deepseek_v3_1": "deepseek_v31",  # the Hermes agent's name; vLLM's is deepseek_v31
+    "deepseek_dsml": "deepseek_v4",  # the Hermes agent's second name of its DSML parser
 }
-"""Family name -> parser. Names follow the serving engines' tool-parser names."""
+"""Other names of a family -> the name results carry."""
+
+FAMILIES: dict[str, Parser] = _family_parsers()
+FAMILIES.update({alias: FAMILIES[name] for alias, name in ALIASES.items() if name in FAMILIES})
+"""Family name -> parser, under the names the Hermes agent's and vLLM's tool parsers use (and
+rolltape's earlier names, kept as aliases)."""
 
 
 class UnknownFamilyError(ProducerError, ValueError):
@@ -92,6 +79,7 @@ def parse(
     arguments of formats that write values as text; `seed` makes generated ids unique across a
     session (default: the text itself)."""
     parser = FAMILIES.get(family)
+    family = ALIASES.get(family, family)
     if parser is None:
         raise UnknownFamilyError(
             f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
@@ -99,10 +87,11 @@ def parse(
     rest, reasoning = split_reasoning(text)
     seed = seed if seed is not None else hashlib.sha256(text.encode()).hexdigest()
     scan = parser(rest, seed, _parameter_types(tools))
+    thoughts = [r for r in (reasoning, *scan.reasoning) if r is not None]
     return ParsedCompletion(
         family=family,
         content="\n".join(piece.strip() for piece in scan.content if piece.strip()),
-        reasoning=reasoning,
+        reasoning="\n\n".join(thoughts) if thoughts else None,
         tool_calls=tuple(scan.calls),
         problems=tuple(
             ToolParseError(family=family, raw=p.raw, error=p.error, offset=p.offset)
@@ -158,6 +147,7 @@ def _parameter_types(tools: Sequence[ToolSpec]) -> dict[str, dict[str, str]]:
 
 
 __all__ = [
+    "ALIASES",
     "FAMILIES",
     "ParsedCompletion",
     "UnknownFamilyError",

@@ -135,6 +135,7 @@ def test_public_api__is_pinned() -> None:
         rolltape.producers.environments.__all__
     )
     assert set(rolltape.producers.parsing.__all__) == {
+        "ALIASES",
         "FAMILIES",
         "ParsedCompletion",
         "UnknownFamilyError",

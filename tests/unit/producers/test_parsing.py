@@ -101,7 +101,7 @@ MIXED = {
     "llama4_json": 'Let me look.<|python_start|>{"name": "calc", "arguments": {"expr": "1+1"}}'
     '<|python_end|>\n{"name": "broken", "arguments": {\n'
     '<|python_start|>{"name": "search", "parameters": {"q": "x"}}<|python_end|>\nThen I answer.',
-    "mistral": 'Let me look.[TOOL_CALLS]calc{"expr": "1+1"}[TOOL_CALLS]broken{oops'
+    "mistral": 'Let me look.[TOOL_CALLS]calc{"expr": "1+1"}[TOOL_CALLS]{oops'
     '[TOOL_CALLS]search{"q": "x"} Then I answer.',
 }
 
@@ -120,8 +120,8 @@ def test_parse__a_malformed_block_costs_only_itself_and_text_around_calls_is_con
     assert "calc" not in result.content and "search" not in result.content
 
 
-def test_families__every_named_family_and_the_openai_passthrough_are_registered() -> None:
-    assert set(FAMILIES) == set(MIXED) | {"openai"}
+def test_families__every_family_above_and_the_openai_passthrough_are_registered() -> None:
+    assert set(MIXED) | {"openai"} <= set(FAMILIES)
 
 
 def test_parse__the_same_text_gives_the_same_ids_and_a_seed_separates_turns() -> None:
@@ -214,12 +214,13 @@ def test_qwen3_coder__a_call_without_the_outer_tags_is_read() -> None:
     assert calls(result) == [("ls", {"path": "/tmp"})]
 
 
-def test_glm__45_needs_a_newline_after_the_name_47_does_not_and_takes_zero_arguments() -> None:
+def test_glm__45_reads_as_vllm_reads_it_name_and_arguments_on_one_line_zero_arguments() -> None:
+    # vLLM registers glm45 with its GLM 4.7 parser; the Hermes agent's stricter glm45 (a newline
+    # after the name) is a listed disagreement in the conformance table
     same_line = "<tool_call>calc<arg_key>expr</arg_key><arg_value>1</arg_value></tool_call>"
-    assert parse(same_line, "glm45").tool_calls == ()
-    assert "newline" in parse(same_line, "glm45").problems[0].error
-    assert calls(parse(same_line, "glm47")) == [("calc", {"expr": 1})]
-    assert calls(parse("<tool_call>now</tool_call>", "glm47")) == [("now", {})]
+    for family in ("glm45", "glm47"):
+        assert calls(parse(same_line, family)) == [("calc", {"expr": 1})]
+        assert calls(parse("<tool_call>now</tool_call>", family)) == [("now", {})]
 
 
 def test_llama__braces_in_prose_are_content_not_calls() -> None:
@@ -277,4 +278,4 @@ def test_cli__prints_the_parse_as_json_and_exits_1_when_a_block_was_unreadable(
     assert len(json.loads(mixed.stdout)["problems"]) == 1
     unknown = subprocess.run([*cli, "-f", "gpt2", str(completion)], capture_output=True,
                              text=True, check=False)  # fmt: skip
-    assert unknown.returncode == 2 and "known: deepseek_v3" in unknown.stderr
+    assert unknown.returncode == 2 and "deepseek_v3" in unknown.stderr
