@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rolltape.processors.audit import CHECKPOINT_INTERVAL_S
@@ -103,7 +103,22 @@ class Settings(BaseSettings):
     """LLM judges the worker runs on finished agent sessions, as a JSON list: '["answer_quality"]'."""
     models: dict[str, ModelEndpoint] = Field(default_factory=dict)
     """Logical model names bound to OpenAI-compatible endpoints, as JSON:
-    '{"grader": {"base_url": "http://host:8000/v1", "model": "qwen2.5-7b"}}'."""
+    '{"grader": {"base_url": "http://host:8000/v1", "model": "qwen2.5-7b"}}'; `"family":
+    "qwen3_coder"` for a server that returns tool calls as text."""
+
+    @field_validator("models")
+    @classmethod
+    def _known_families(cls, models: dict[str, ModelEndpoint]) -> dict[str, ModelEndpoint]:
+        """A misspelt family fails here, when the settings are read, not mid-run."""
+        from rolltape.producers.parsing import FAMILIES
+
+        for name, endpoint in models.items():
+            if endpoint.family is not None and endpoint.family not in FAMILIES:
+                raise ValueError(
+                    f"model {name!r}: unknown family {endpoint.family!r}; "
+                    f"known: {', '.join(sorted(FAMILIES))}"
+                )
+        return models
 
     @property
     def worker_group(self) -> str:

@@ -99,6 +99,7 @@ async def run_batch(
                 recorder=recorder,
                 client=client,
                 model=endpoint.model,
+                family=endpoint.family,
                 session_id=slot.session_id(run),
                 sample=slot.sample,
                 tags=["batch", f"batch={run}"],

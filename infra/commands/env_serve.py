@@ -134,6 +134,7 @@ async def serve_env(
                         recorder=recorder,
                         client=client,
                         model=endpoint.model,
+                        family=endpoint.family,
                         session_id=f"{group}.{k}",
                         sample=k,
                         group_id=group,

@@ -6,6 +6,13 @@ tool run is recorded by `Session.tool`, linked to the model's call by its id. A 
 (an exception, arguments that are not JSON, a name the agent does not have) is answered with an
 `error: ...` result the model sees on its next turn, as agents do; only the model's own failure
 ends the loop early.
+
+Servers that return calls as text (no tool parser enabled, or a model family the server does not
+parse) are served by `family`: a reply without structured calls is parsed with that family's
+parser (rolltape.producers.parsing) and its calls are run like structured ones. The capture,
+given the same family, records the parsed calls and a `tool_parse_error` event for each block it
+could not read; the loop runs the calls under the ids the capture recorded, and the model sees
+its own text echoed back with the results.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from pydantic import BaseModel, ConfigDict
 from rolltape.producers._recorder import Session
 from rolltape.producers._tools import result_text
 from rolltape.producers.agent._tools import Tool
-from rolltape.schemas import result_failed
+from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, parse
+from rolltape.schemas import ToolCall, result_failed
 
 DEFAULT_MODEL = "agent"
 """The logical model the reference agent calls unless told otherwise (settings bind it)."""
@@ -48,10 +56,19 @@ async def run_agent(
     system: str | None = None,
     max_iterations: int = 10,
     temperature: float | None = None,
+    family: str | None = None,
 ) -> AgentResult:
-    """Run the loop with a captured `openai.AsyncOpenAI` client. Exceptions of the client (the
-    endpoint failing) propagate: the caller decides whether they are worth a retry."""
+    """Run the loop with a captured `openai.AsyncOpenAI` client. `family` names the model's
+    tool-call text format when the server returns calls as text; capture the client with the
+    same family (`session.capture(client, family=family)`) so the calls and the unreadable
+    blocks are recorded. Exceptions of the client (the endpoint failing) propagate: the caller
+    decides whether they are worth a retry."""
+    if family is not None and family not in FAMILIES:
+        raise UnknownFamilyError(
+            f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
+        )
     by_name = {tool.name: tool for tool in tools}
+    specs = [tool.spec for tool in tools]
     messages: list[dict[str, Any]] = []
     if system:
         messages.append({"role": "system", "content": system})
@@ -66,9 +83,13 @@ async def run_agent(
     for iteration in range(1, max_iterations + 1):
         reply = await client.chat.completions.create(model=model, messages=messages, **options)
         message = reply.choices[0].message
-        tool_calls = list(message.tool_calls or ())
+        tool_calls = [_structured(call) for call in message.tool_calls or ()]
         final = message.content or ""
         messages.append(_assistant(message.content, tool_calls))
+        from_text = not tool_calls and family is not None and bool(message.content)
+        if from_text and family is not None:
+            parsed = parse(final, family, tools=specs)  # as the capture parsed it
+            tool_calls, final = list(parsed.tool_calls), parsed.content
         if not tool_calls:
             return AgentResult(
                 final=final,
@@ -79,9 +100,9 @@ async def run_agent(
             )
         for call in tool_calls:
             calls += 1
-            text, failed = await _run_tool(session, by_name, call)
+            call_id, text, failed = await _run_tool(session, by_name, call, claim=from_text)
             errors += failed
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
     return AgentResult(
         final=final,
         stop="max_iterations",
@@ -91,42 +112,65 @@ async def run_agent(
     )
 
 
-def _assistant(content: str | None, tool_calls: list[Any]) -> dict[str, Any]:
+def _structured(call: Any) -> ToolCall:
+    """A structured call of the reply; arguments that are not a JSON object stay raw, so the
+    tool run can tell the model what was wrong with them."""
+    text = call.function.arguments or "{}"
+    try:
+        arguments = json.loads(text)
+    except ValueError:
+        arguments = None
+    if isinstance(arguments, dict):
+        return ToolCall(id=call.id, name=call.function.name, arguments=arguments)
+    return ToolCall(id=call.id, name=call.function.name, raw_arguments=text)
+
+
+def _assistant(content: str | None, tool_calls: list[ToolCall]) -> dict[str, Any]:
+    """The reply as the next request carries it: structured calls as the server sent them;
+    text calls are in `content`, as the model wrote them."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = [
             {
                 "id": call.id,
                 "type": "function",
-                "function": {"name": call.function.name, "arguments": call.function.arguments},
+                "function": {
+                    "name": call.name,
+                    "arguments": call.raw_arguments
+                    if call.raw_arguments is not None
+                    else json.dumps(call.arguments, ensure_ascii=False),
+                },
             }
             for call in tool_calls
         ]
     return message
 
 
-async def _run_tool(session: Session, tools: dict[str, Tool], call: Any) -> tuple[str, bool]:
-    """(the result the model sees, whether it failed)."""
-    name = call.function.name
-    try:
-        arguments = json.loads(call.function.arguments or "{}")
-        if not isinstance(arguments, dict):
-            raise ValueError("arguments must be a JSON object")
-    except ValueError as exc:
-        text = f"error: the arguments of {name} are not a JSON object: {exc}"
-        with session.tool(name, {}, call_id=call.id) as run:
+async def _run_tool(
+    session: Session, tools: dict[str, Tool], call: ToolCall, *, claim: bool = False
+) -> tuple[str, str, bool]:
+    """(the id the result answers, the result the model sees, whether it failed). With
+    `claim`, a text call runs under the id the capture recorded for it (found by name and
+    arguments), or is recorded afresh when the capture did not parse it."""
+    name = call.name
+    given = None if claim else call.id
+    if call.raw_arguments is not None:
+        text = f"error: the arguments of {name} are not a JSON object: {call.raw_arguments[:200]}"
+        with session.tool(name, {} if not claim else call.arguments, call_id=given) as run:
             run.result, run.success = text, False
-        return text, True
+        return run.call_id or call.id, text, True
     tool = tools.get(name)
+    call_id = call.id
     try:
-        with session.tool(name, arguments, call_id=call.id) as run:
+        with session.tool(name, call.arguments, call_id=given) as run:
+            call_id = run.call_id or call_id
             if tool is None:
                 available = ", ".join(sorted(tools)) or "none"
                 run.result = f"error: there is no tool {name!r} (tools: {available})"
                 run.success = False
             else:
-                run.result = await tool(arguments)
+                run.result = await tool(call.arguments)
         text = result_text(run.result)
-        return text, run.success is False or (run.success is None and result_failed(text))
+        return call_id, text, run.success is False or (run.success is None and result_failed(text))
     except Exception as exc:  # the model sees the failure and may try again
-        return f"error: {type(exc).__name__}: {exc}", True
+        return call_id, f"error: {type(exc).__name__}: {exc}", True

@@ -50,7 +50,7 @@ def agent_runner(endpoints: Mapping[str, ModelEndpoint], *, max_iterations: int 
             return RunOutcome(status=RunStatus.TERMINAL_FAILURE, reason=str(exc))
         if logical not in clients:
             clients[logical] = endpoint.async_client()
-        client = context.session.capture(clients[logical])
+        client = context.session.capture(clients[logical], family=endpoint.family)
         try:
             result = await run_agent(
                 client,
@@ -60,6 +60,7 @@ def agent_runner(endpoints: Mapping[str, ModelEndpoint], *, max_iterations: int 
                 session=context.session,
                 system=SYSTEM,
                 max_iterations=max_iterations,
+                family=endpoint.family,
             )
         except Exception as exc:
             return RunOutcome(status=_status_of(exc), reason=f"{type(exc).__name__}: {exc}")

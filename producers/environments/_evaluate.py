@@ -52,6 +52,7 @@ async def evaluate(
                 recorder=recorder,
                 client=client,
                 model=endpoint.model,
+                family=endpoint.family,
                 session_id=f"{base}.{item.item_id}",
                 tags=["evaluation", f"split={split}"],
                 workdir_root=workdir_root,

@@ -48,9 +48,11 @@ async def run_rollout(
     group_id: str | None = None,
     tags: Sequence[str] = (),
     workdir_root: Path | None = None,
+    family: str | None = None,
 ) -> Rollout:
     """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
-    removed afterwards. An agent that raises gives a `failed` rollout with no reward instead of
+    removed afterwards (`family`: the endpoint's tool-call text format, see
+    run_agent). An agent that raises gives a `failed` rollout with no reward instead of
     an exception; `client` stays the caller's to close, so one can serve a whole batch."""
     with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
         workdir = Path(tmp)
@@ -71,7 +73,7 @@ async def run_rollout(
         async with session:
             # A recording copy sharing `client`'s connections (one client serves a whole batch:
             # building one loads the CA bundle, tens of milliseconds).
-            captured = session.capture(client)
+            captured = session.capture(client, family=family)
             try:
                 result = await run_agent(
                     captured,
@@ -81,6 +83,7 @@ async def run_rollout(
                     session=session,
                     system=env.system_prompt,
                     max_iterations=env.max_iterations,
+                    family=family,
                 )
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"

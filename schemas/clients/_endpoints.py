@@ -39,6 +39,10 @@ class ModelEndpoint(BaseModel):
     api_key: SecretStr = SecretStr("not-needed")
     """The server's key; local servers (vLLM, llama.cpp) ignore it, so it has a placeholder."""
     timeout_s: float = Field(default=60.0, gt=0)
+    family: str | None = None
+    """The model family whose tool-call text format the reply is parsed with, for a server that
+    returns calls as text (no tool parser enabled): one of rolltape.producers.parsing.FAMILIES,
+    checked where the client is captured. None: the server returns structured calls."""
 
     @field_serializer("api_key")
     def _api_key(self, key: SecretStr, info: SerializationInfo) -> SecretStr | str:

@@ -159,6 +159,14 @@ CASES = [
         env={"ROLLTAPE_MODELS": "not json"},
     ),
     Case(
+        ("cron", "run"),
+        said="model 'agent': unknown family 'qwen3-coder'; known: apertus",
+        env={
+            "ROLLTAPE_MODELS": '{"agent": {"base_url": "http://h/v1", "model": "m", '
+            '"family": "qwen3-coder"}}'
+        },
+    ),
+    Case(
         ("cron", "add"),
         ("--schedule", "every 6h", "--prompt", "x"),
         "recursion guard",
