@@ -30,10 +30,11 @@ from typing import Any, TypeVar
 
 from rolltape.producers._recorder import Session
 from rolltape.producers._tools import current_session
-from rolltape.producers.capture._conversation import Conversation, declared_tools
+from rolltape.producers.capture._conversation import Conversation, as_dict
 from rolltape.producers.capture._reply import Reply, StreamAssembler
 from rolltape.producers.capture._stream import AsyncCapturedStream, CapturedStream
-from rolltape.producers.parsing import FAMILIES, UnknownFamilyError
+from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, declared_tools
+from rolltape.schemas import ToolSpec
 
 C = TypeVar("C")
 log = logging.getLogger("rolltape.producers.capture")
@@ -60,6 +61,11 @@ class _Recorder:
                 del self.conversations[old]
             found = self.conversations[key] = Conversation(session, self.family)
         return found
+
+
+def _declared(tools: Any) -> list[ToolSpec]:
+    """The request's `tools` (dicts or the openai pydantic objects) as ToolSpecs."""
+    return declared_tools(as_dict(entry) for entry in tools or [])
 
 
 def _safely(what: str, fn: Callable[..., None], *args: Any) -> None:
@@ -164,7 +170,7 @@ def _answered(
     _safely(
         "reply",
         lambda: conversation.reply(
-            Reply.from_completion(result), latency_ms, declared_tools(kwargs.get("tools"))
+            Reply.from_completion(result), latency_ms, _declared(kwargs.get("tools"))
         ),
     )
     return result
@@ -195,7 +201,7 @@ class _Finisher:
             _safely(
                 "reply",
                 lambda: self.conversation.reply(
-                    self.assembler.result(), latency_ms, declared_tools(tools)
+                    self.assembler.result(), latency_ms, _declared(tools)
                 ),
             )
 

@@ -78,22 +78,6 @@ def fingerprint(message: Mapping[str, Any]) -> Fingerprint:
     return (role, text, ())
 
 
-def declared_tools(tools: Any) -> list[ToolSpec]:
-    """The request's `tools` as ToolSpecs (to type the arguments of text tool calls)."""
-    out = []
-    for entry in tools or []:
-        function = as_dict(entry).get("function") or {}
-        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
-            parameters = function.get("parameters")
-            out.append(
-                ToolSpec(
-                    name=function["name"],
-                    parameters=dict(parameters) if isinstance(parameters, Mapping) else {},
-                )
-            )
-    return out
-
-
 class Conversation:
     """One session's view through a captured client."""
 

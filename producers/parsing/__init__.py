@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import pkgutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rolltape.producers._errors import ProducerError
@@ -133,6 +133,24 @@ def structured_calls(
     return tuple(calls), tuple(problems)
 
 
+def declared_tools(tools: Iterable[Mapping[str, Any]]) -> list[ToolSpec]:
+    """A request's `tools` as ToolSpecs, to type the arguments of formats that write values as
+    text: OpenAI's form (`{"type": "function", "function": {name, parameters}}`) or rolltape's
+    (`{name, parameters}`); entries without a name are skipped."""
+    out = []
+    for entry in tools:
+        function = entry.get("function", entry)
+        if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+            parameters = function.get("parameters")
+            out.append(
+                ToolSpec(
+                    name=function["name"],
+                    parameters=dict(parameters) if isinstance(parameters, Mapping) else {},
+                )
+            )
+    return out
+
+
 def _parameter_types(tools: Sequence[ToolSpec]) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for tool in tools:
@@ -151,6 +169,7 @@ __all__ = [
     "FAMILIES",
     "ParsedCompletion",
     "UnknownFamilyError",
+    "declared_tools",
     "parse",
     "split_reasoning",
     "structured_calls",

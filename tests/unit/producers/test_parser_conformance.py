@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from rolltape.infra.cli import app
 from rolltape.producers.parsing import ALIASES, FAMILIES, parse
 from rolltape.schemas import ToolSpec
 
@@ -117,6 +119,17 @@ def _calls(items: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return [(item["name"], item.get("arguments", {})) for item in items]
 
 
+def _got(calls: list[dict[str, Any]], expected: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The calls as (name, arguments), where the reference returned text it could not read as
+    an object, rolltape's raw_arguments in its place."""
+    raw = [isinstance(arguments, str) for _, arguments in expected]
+    raw += [False] * (len(calls) - len(raw))
+    return [
+        (c["name"], c["raw_arguments"] if as_text and not c["arguments"] else c["arguments"])
+        for c, as_text in zip(calls, raw, strict=False)
+    ]
+
+
 @pytest.mark.parametrize(("case_id", "table", "case"), CASES, ids=[c[0] for c in CASES])
 def test_parse__returns_the_calls_the_reference_parser_returns(
     case_id: str, table: dict[str, Any], case: dict[str, Any]
@@ -125,12 +138,7 @@ def test_parse__returns_the_calls_the_reference_parser_returns(
     tools = [ToolSpec.model_validate(tool) for tool in case.get("tools", [])]
     result = parse(case["text"], family, tools=tools)
     expected = _calls(case["calls"] if "calls" in case else case["reference_calls"])
-    raw = [isinstance(arguments, str) for _, arguments in expected]
-    raw += [False] * (len(result.tool_calls) - len(raw))
-    got = [  # text the reference returned as arguments: rolltape keeps it as raw_arguments
-        (c.name, c.raw_arguments if as_text and not c.arguments else c.arguments)
-        for c, as_text in zip(result.tool_calls, raw, strict=False)
-    ]
+    got = _got([c.model_dump() for c in result.tool_calls], expected)
     assert got == expected, case["behaviour"]
     if "content" in case:
         assert result.content == case["content"], case["behaviour"]
@@ -170,3 +178,30 @@ def test_families__every_family_has_conformance_cases_from_its_reference() -> No
     }
     named = {ALIASES.get(f, f) for f in HERMES_AGENT_FAMILIES | VLLM_FAMILIES}
     assert not named - covered, sorted(named - covered)
+
+
+def _calling_cases() -> list[tuple[str, dict[str, Any]]]:
+    """Per family, its first case whose text makes calls (the calls rolltape returns)."""
+    out: dict[str, dict[str, Any]] = {}
+    for _, table, case in CASES:
+        named = case.get("family", table["families"][0])
+        family = ALIASES.get(named, named)
+        calls = case["calls"] if "calls" in case else case["reference_calls"]
+        if family not in out and calls and "\r" not in case["text"]:  # a file read as text
+            out[family] = case
+    return sorted(out.items())
+
+
+@pytest.mark.parametrize(("family", "case"), _calling_cases(), ids=lambda v: str(v)[:20])
+def test_cli__parse_prints_the_calls_for_every_family(
+    family: str, case: dict[str, Any], tmp_path: Path
+) -> None:
+    text, tools = tmp_path / "completion.txt", tmp_path / "tools.json"
+    text.write_bytes(case["text"].encode())
+    tools.write_text(json.dumps(case.get("tools", [])))
+    argv = ["parse", "--family", family, "--tools", str(tools), str(text)]
+    result = CliRunner().invoke(app, argv, catch_exceptions=False)
+    printed = json.loads(result.stdout)
+    expected = _calls(case["calls"] if "calls" in case else case["reference_calls"])
+    assert _got(printed["tool_calls"], expected) == expected
+    assert result.exit_code == (1 if printed["problems"] else 0)
