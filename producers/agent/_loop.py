@@ -12,7 +12,8 @@ parse) are served by `family`: a reply without structured calls is parsed with t
 parser (rolltape.producers.parsing) and its calls are run like structured ones. The capture,
 given the same family, records the parsed calls and a `tool_parse_error` event for each block it
 could not read; the loop runs the calls under the ids the capture recorded, and the model sees
-its own text echoed back with the results.
+its own text echoed back with the results. A reply whose call blocks could none of them be read
+gets a user message saying why, and the loop goes on (it counts as a tool error).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rolltape.producers._recorder import Session
 from rolltape.producers._tools import result_text
 from rolltape.producers.agent._tools import Tool
 from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, parse
-from rolltape.schemas import ToolCall, result_failed
+from rolltape.schemas import ToolCall, ToolParseError, result_failed
 
 DEFAULT_MODEL = "agent"
 """The logical model the reference agent calls unless told otherwise (settings bind it)."""
@@ -85,11 +86,15 @@ async def run_agent(
         message = reply.choices[0].message
         tool_calls = [_structured(call) for call in message.tool_calls or ()]
         final = message.content or ""
-        messages.append(_assistant(message.content, tool_calls))
+        messages.append(_assistant(message.content, message.tool_calls or ()))
         from_text = not tool_calls and family is not None and bool(message.content)
         if from_text and family is not None:
             parsed = parse(final, family, tools=specs)  # as the capture parsed it
             tool_calls, final = list(parsed.tool_calls), parsed.content
+            if not tool_calls and parsed.problems:  # it tried to call and wrote it wrong
+                errors += len(parsed.problems)
+                messages.append({"role": "user", "content": _unreadable(parsed.problems)})
+                continue
         if not tool_calls:
             return AgentResult(
                 final=final,
@@ -125,7 +130,7 @@ def _structured(call: Any) -> ToolCall:
     return ToolCall(id=call.id, name=call.function.name, raw_arguments=text)
 
 
-def _assistant(content: str | None, tool_calls: list[ToolCall]) -> dict[str, Any]:
+def _assistant(content: str | None, tool_calls: Sequence[Any]) -> dict[str, Any]:
     """The reply as the next request carries it: structured calls as the server sent them;
     text calls are in `content`, as the model wrote them."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
@@ -134,16 +139,18 @@ def _assistant(content: str | None, tool_calls: list[ToolCall]) -> dict[str, Any
             {
                 "id": call.id,
                 "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": call.raw_arguments
-                    if call.raw_arguments is not None
-                    else json.dumps(call.arguments, ensure_ascii=False),
-                },
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
             }
             for call in tool_calls
         ]
     return message
+
+
+def _unreadable(problems: Sequence[ToolParseError]) -> str:
+    """What the model is told when none of its call blocks could be read, so it can write
+    them again (the blocks themselves are recorded as tool_parse_error events)."""
+    reasons = "; ".join(problem.error for problem in problems)
+    return f"error: your tool call could not be read ({reasons}). Write it again."
 
 
 async def _run_tool(

@@ -2,7 +2,7 @@
 
 `parse(text, family)` splits a completion into content, reasoning, tool calls (id, name,
 arguments) and problems. Where it does better than the parsers of the serving engines and agents
-we learn from (REFERENCE.md section 2):
+we learn from (the Hermes agent's and vLLM's; docs/capture.md lists each difference):
 
 - a malformed block costs only itself: the good calls around it are returned and the bad block
   is kept as a `ToolParseError` (family, raw text, offset and why: the event capture records);

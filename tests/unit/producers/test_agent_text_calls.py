@@ -7,6 +7,7 @@ a block it cannot read is recorded as a `tool_parse_error` and costs only itself
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,24 @@ TEXT_FAMILIES = sorted(f for f in FAMILIES if f not in ALIASES)
 def _run(
     tmp_path: Path, family: str, text: str, specs: list[ToolSpec]
 ) -> tuple[Any, list[tuple[str, dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
+    requests: list[dict[str, Any]] = []
+
+    def reply(body: dict[str, Any]) -> Reply:
+        requests.append(body)
+        return text if len(body["messages"]) == 1 else "All done."
+
+    result, ran, envelopes = _run_replies(tmp_path, reply, specs, family)
+    return result, ran, requests, envelopes
+
+
+def _run_replies(
+    tmp_path: Path,
+    reply: Callable[[dict[str, Any]], Reply],
+    specs: list[ToolSpec],
+    family: str = "hermes",
+) -> tuple[Any, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """Run the agent against a local server answering with `reply`: (its result, the tool runs,
+    the recorded envelopes)."""
     ran: list[tuple[str, dict[str, Any]]] = []
 
     def tool(spec: ToolSpec) -> Tool:
@@ -48,9 +67,6 @@ def _run(
             return f"ok {spec.name}"
 
         return Tool(spec=spec, fn=fn)
-
-    def reply(body: dict[str, Any]) -> Reply:
-        return text if len(body["messages"]) == 1 else "All done."
 
     recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
     with OpenAICompatibleServer(reply) as server:
@@ -72,9 +88,8 @@ def _run(
                     await client.close()
 
         result = asyncio.run(main())
-        requests = server.requests
     recorder.close(10)
-    return result, ran, requests, spooled(tmp_path / "spool")
+    return result, ran, spooled(tmp_path / "spool")
 
 
 @pytest.mark.parametrize("family", TEXT_FAMILIES)
@@ -113,3 +128,29 @@ def test_run_agent__an_unreadable_block_is_recorded_and_costs_only_itself(tmp_pa
     assert problem["family"] == "hermes" and '"path": ' in problem["raw"]
     turns = [e["payload"] for e in envelopes if e["type"] == "turn"]
     assert turns[1]["role"] == "assistant" and turns[1]["content"] == "Reading both."
+
+
+def test_run_agent__a_reply_whose_only_call_is_unreadable_is_told_why_and_tries_again(
+    tmp_path: Path,
+) -> None:
+    broken = '<tool_call>\n{"name": "read_file", "arguments": {"path": \n</tool_call>'
+    fixed = '<tool_call>\n{"name": "read_file", "arguments": {"path": "a.txt"}}\n</tool_call>'
+    spec = ToolSpec(name="read_file", parameters={"type": "object"})
+    replies = iter([broken, fixed, "Read it."])
+    seen: list[list[dict[str, Any]]] = []
+
+    def reply(body: dict[str, Any]) -> Reply:
+        seen.append(body["messages"])
+        return next(replies)
+
+    result, ran, envelopes = _run_replies(tmp_path, reply, [spec])
+    assert ran == [("read_file", {"path": "a.txt"})]
+    assert (result.stop, result.iterations, result.tool_calls, result.tool_errors) == (
+        "answered",
+        3,
+        1,
+        1,
+    )
+    told = seen[1][-1]
+    assert told["role"] == "user" and told["content"].startswith("error: your tool call could")
+    assert [e["type"] for e in envelopes].count("tool_parse_error") == 1
