@@ -110,14 +110,14 @@ class Settings(BaseSettings):
     @classmethod
     def _known_families(cls, models: dict[str, ModelEndpoint]) -> dict[str, ModelEndpoint]:
         """A misspelt family fails here, when the settings are read, not mid-run."""
-        from rolltape.producers.parsing import FAMILIES
+        from rolltape.producers.parsing import UnknownFamilyError, check_family
 
         for name, endpoint in models.items():
-            if endpoint.family is not None and endpoint.family not in FAMILIES:
-                raise ValueError(
-                    f"model {name!r}: unknown family {endpoint.family!r}; "
-                    f"known: {', '.join(sorted(FAMILIES))}"
-                )
+            try:
+                if endpoint.family is not None:
+                    check_family(endpoint.family)
+            except UnknownFamilyError as exc:
+                raise ValueError(f"model {name!r}: {exc}") from None
         return models
 
     @property

@@ -20,7 +20,7 @@ from rolltape.infra.commands.otlp_serve import (
     serve as serve_receiver,
 )
 from rolltape.infra.settings import Settings
-from rolltape.producers.parsing import FAMILIES, UnknownFamilyError
+from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, check_family
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
@@ -53,10 +53,11 @@ def serve(
     results, evaluation events as feedback. A batch is acknowledged once its records are on the
     broker or spooled. Point an agent's exporter at it with
     OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT. Ctrl-C or SIGTERM stops."""
-    if family is not None and family not in FAMILIES:
-        raise UnknownFamilyError(
-            f"--family: unknown model family {family!r}; one of {', '.join(sorted(FAMILIES))}"
-        )
+    if family is not None:
+        try:
+            check_family(family)
+        except UnknownFamilyError as exc:
+            raise UnknownFamilyError(f"--family: {exc}") from None
     s = settings()
     connection = current_connection(s, Role.AGENT)
     config = ReceiverConfig(family=family, linger_s=linger, idle_s=idle)

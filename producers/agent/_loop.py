@@ -12,8 +12,8 @@ parse) are served by `family`: a reply without structured calls is parsed with t
 parser (rolltape.producers.parsing) and its calls are run like structured ones. The capture,
 given the same family, records the parsed calls and a `tool_parse_error` event for each block it
 could not read; the loop runs the calls under the ids the capture recorded, and the model sees
-its own text echoed back with the results. A reply whose call blocks could none of them be read
-gets a user message saying why, and the loop goes on (it counts as a tool error).
+its own text echoed back with the results. Blocks it could not read are told to the model in a
+user message after the results (each counts as a tool error), so it can write them again.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from rolltape.producers._recorder import Session
 from rolltape.producers._tools import result_text
 from rolltape.producers.agent._tools import Tool
-from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, parse
+from rolltape.producers.parsing import check_family, parse
 from rolltape.schemas import ToolCall, ToolParseError, result_failed
 
 DEFAULT_MODEL = "agent"
@@ -64,10 +64,8 @@ async def run_agent(
     same family (`session.capture(client, family=family)`) so the calls and the unreadable
     blocks are recorded. Exceptions of the client (the endpoint failing) propagate: the caller
     decides whether they are worth a retry."""
-    if family is not None and family not in FAMILIES:
-        raise UnknownFamilyError(
-            f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
-        )
+    if family is not None:
+        check_family(family)
     by_name = {tool.name: tool for tool in tools}
     specs = [tool.spec for tool in tools]
     messages: list[dict[str, Any]] = []
@@ -84,16 +82,22 @@ async def run_agent(
     for iteration in range(1, max_iterations + 1):
         reply = await client.chat.completions.create(model=model, messages=messages, **options)
         message = reply.choices[0].message
-        tool_calls = [_structured(call) for call in message.tool_calls or ()]
+        structured = list(message.tool_calls or ())
+        tool_calls = [_structured(call, index) for index, call in enumerate(structured)]
+        # calls without the server's id (and text calls) run under the id the capture recorded,
+        # found by name and arguments
+        claim = any(not call.id for call in structured)
         final = message.content or ""
-        messages.append(_assistant(message.content, message.tool_calls or ()))
-        from_text = not tool_calls and family is not None and bool(message.content)
-        if from_text and family is not None:
-            parsed = parse(final, family, tools=specs)  # as the capture parsed it
-            tool_calls, final = list(parsed.tool_calls), parsed.content
-            if not tool_calls and parsed.problems:  # it tried to call and wrote it wrong
+        messages.append(_assistant(message.content, structured))
+        unreadable: str | None = None
+        if not tool_calls and family is not None and message.content:
+            parsed = parse(final, family, tools=specs)  # the calls the capture recorded
+            tool_calls, final, claim = list(parsed.tool_calls), parsed.content, True
+            if parsed.problems:  # it tried to call and wrote some of it wrong: tell it why
                 errors += len(parsed.problems)
-                messages.append({"role": "user", "content": _unreadable(parsed.problems)})
+                unreadable = _unreadable(parsed.problems)
+            if not tool_calls and unreadable is not None:
+                messages.append({"role": "user", "content": unreadable})
                 continue
         if not tool_calls:
             return AgentResult(
@@ -105,9 +109,11 @@ async def run_agent(
             )
         for call in tool_calls:
             calls += 1
-            call_id, text, failed = await _run_tool(session, by_name, call, claim=from_text)
+            call_id, text, failed = await _run_tool(session, by_name, call, claim=claim)
             errors += failed
             messages.append({"role": "tool", "tool_call_id": call_id, "content": text})
+        if unreadable is not None:
+            messages.append({"role": "user", "content": unreadable})
     return AgentResult(
         final=final,
         stop="max_iterations",
@@ -117,17 +123,18 @@ async def run_agent(
     )
 
 
-def _structured(call: Any) -> ToolCall:
+def _structured(call: Any, index: int) -> ToolCall:
     """A structured call of the reply; arguments that are not a JSON object stay raw, so the
-    tool run can tell the model what was wrong with them."""
+    tool run can tell the model what was wrong with them. A call the server sent without an id
+    gets the one the capture gives it (`call_<index>`)."""
     text = call.function.arguments or "{}"
     try:
         arguments = json.loads(text)
     except ValueError:
         arguments = None
     if isinstance(arguments, dict):
-        return ToolCall(id=call.id, name=call.function.name, arguments=arguments)
-    return ToolCall(id=call.id, name=call.function.name, raw_arguments=text)
+        return ToolCall(id=call.id or f"call_{index}", name=call.function.name, arguments=arguments)
+    return ToolCall(id=call.id or f"call_{index}", name=call.function.name, raw_arguments=text)
 
 
 def _assistant(content: str | None, tool_calls: Sequence[Any]) -> dict[str, Any]:
@@ -157,13 +164,13 @@ async def _run_tool(
     session: Session, tools: dict[str, Tool], call: ToolCall, *, claim: bool = False
 ) -> tuple[str, str, bool]:
     """(the id the result answers, the result the model sees, whether it failed). With
-    `claim`, a text call runs under the id the capture recorded for it (found by name and
-    arguments), or is recorded afresh when the capture did not parse it."""
+    `claim`, the call runs under the id the capture recorded for it (found by name and
+    arguments), or is recorded afresh when the capture has no such call."""
     name = call.name
     given = None if claim else call.id
     if call.raw_arguments is not None:
         text = f"error: the arguments of {name} are not a JSON object: {call.raw_arguments[:200]}"
-        with session.tool(name, {} if not claim else call.arguments, call_id=given) as run:
+        with session.tool(name, call.arguments, call_id=given) as run:
             run.result, run.success = text, False
         return run.call_id or call.id, text, True
     tool = tools.get(name)

@@ -33,7 +33,7 @@ from rolltape.producers._tools import current_session
 from rolltape.producers.capture._conversation import Conversation, as_dict
 from rolltape.producers.capture._reply import Reply, StreamAssembler
 from rolltape.producers.capture._stream import AsyncCapturedStream, CapturedStream
-from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, declared_tools
+from rolltape.producers.parsing import check_family, declared_tools
 from rolltape.schemas import ToolSpec
 
 C = TypeVar("C")
@@ -83,10 +83,8 @@ def capture(client: C, *, session: Session | None = None, family: str | None = N
     it records there; without, into the session whose `with` block is current at each call
     (calls outside any session are not recorded). `family` names the model's tool-call text
     format (rolltape.producers.parsing.FAMILIES) for servers that return calls as text."""
-    if family is not None and family not in FAMILIES:
-        raise UnknownFamilyError(
-            f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
-        )
+    if family is not None:
+        check_family(family)
     with_options = getattr(client, "with_options", None)
     if with_options is None:
         raise TypeError(f"capture() takes an openai.OpenAI or AsyncOpenAI client, not {client!r}")

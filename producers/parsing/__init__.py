@@ -27,8 +27,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rolltape.producers._errors import ProducerError
-from rolltape.producers.parsing._blocks import Parser
-from rolltape.producers.parsing._result import ParsedCompletion, decode_arguments
+from rolltape.producers.parsing._blocks import Parser, Scan
+from rolltape.producers.parsing._result import ParsedCompletion, ParseProblem, decode_arguments
 from rolltape.schemas import ToolCall, ToolParseError, ToolSpec, split_reasoning
 from rolltape.schemas.plugins import load_module
 
@@ -68,6 +68,16 @@ class UnknownFamilyError(ProducerError, ValueError):
     """The family is not one of FAMILIES."""
 
 
+def check_family(family: str) -> str:
+    """The name results carry for `family` (aliases resolved); UnknownFamilyError naming every
+    known family when it is none of them. The one check every caller that takes a family uses."""
+    if family not in FAMILIES:
+        raise UnknownFamilyError(
+            f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
+        )
+    return ALIASES.get(family, family)
+
+
 def parse(
     text: str,
     family: str,
@@ -78,15 +88,14 @@ def parse(
     """Split a raw completion of `family`. `tools` (the session's declared tools) type the
     arguments of formats that write values as text; `seed` makes generated ids unique across a
     session (default: the text itself)."""
-    parser = FAMILIES.get(family)
-    family = ALIASES.get(family, family)
-    if parser is None:
-        raise UnknownFamilyError(
-            f"unknown model family {family!r}; known: {', '.join(sorted(FAMILIES))}"
-        )
+    parser = FAMILIES[family := check_family(family)]
     rest, reasoning = split_reasoning(text)
     seed = seed if seed is not None else hashlib.sha256(text.encode()).hexdigest()
-    scan = parser(rest, seed, _parameter_types(tools))
+    try:
+        scan = parser(rest, seed, _parameter_types(tools))
+    except RecursionError:  # nesting the parser's readers cannot follow: nothing is lost
+        scan = Scan(content=[rest])
+        scan.problems.append(ParseProblem(raw=rest, error="nested too deeply to read", offset=0))
     thoughts = [r for r in (reasoning, *scan.reasoning) if r is not None]
     return ParsedCompletion(
         family=family,
@@ -157,11 +166,29 @@ def _parameter_types(tools: Sequence[ToolSpec]) -> dict[str, dict[str, str]]:
         props = tool.parameters.get("properties")
         if isinstance(props, Mapping):
             out[tool.name] = {
-                key: spec["type"]
+                key: declared
                 for key, spec in props.items()
-                if isinstance(spec, Mapping) and isinstance(spec.get("type"), str)
+                if isinstance(spec, Mapping) and (declared := _declared_type(spec)) is not None
             }
     return out
+
+
+def _declared_type(spec: Mapping[str, Any]) -> str | None:
+    """A parameter's one JSON Schema type, null aside: `"string"`, `["string", "null"]` and
+    pydantic's `anyOf: [{"type": "string"}, {"type": "null"}]` (an Optional[str]) all say
+    string."""
+    declared = spec.get("type")
+    if declared is None:
+        declared = [
+            member.get("type")
+            for member in (spec.get("anyOf") or spec.get("oneOf") or [])
+            if isinstance(member, Mapping)
+        ]
+    kinds = [declared] if isinstance(declared, str) else declared
+    if not isinstance(kinds, list):
+        return None
+    named = {k for k in kinds if isinstance(k, str) and k != "null"}
+    return named.pop() if len(named) == 1 else None
 
 
 __all__ = [
@@ -169,6 +196,7 @@ __all__ = [
     "FAMILIES",
     "ParsedCompletion",
     "UnknownFamilyError",
+    "check_family",
     "declared_tools",
     "parse",
     "split_reasoning",

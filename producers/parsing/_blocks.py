@@ -68,9 +68,9 @@ def scan_blocks(
     while (start := text.find(open_tag, pos)) != -1:
         scan.content.append(text[pos:start])
         inner_start = start + len(open_tag)
-        end = text.find(close_tag, inner_start)
         reopened = text.find(open_tag, inner_start)
-        if reopened != -1 and (end == -1 or reopened < end):  # unclosed: ends where the next opens
+        end = text.find(close_tag, inner_start, len(text) if reopened == -1 else reopened)
+        if reopened != -1 and end == -1:  # unclosed: ends where the next opens
             inner_end = pos = reopened
         else:
             inner_end, pos = (len(text), len(text)) if end == -1 else (end, end + len(close_tag))

@@ -22,13 +22,12 @@ is JSON when it parses, else the text, and the tool's declared types type it fur
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from rolltape.producers.parsing._blocks import BlockCall, BlockError, ParamTypes, Parser, Scan
-from rolltape.producers.parsing._result import decode_arguments
+from rolltape.producers.parsing._result import decode_arguments, json_loads
 from rolltape.producers.parsing._token_calls import read_blocks
 
 _BAR = r"\s*[｜|]\s*"
@@ -59,8 +58,8 @@ def typed_value(text: str, declared: str | None) -> Any:
         "number": lambda v: float(v) if any(c in v for c in ".eE") else int(v),
         "boolean": lambda v: {"true": True, "false": False}[v.strip().lower()],
         "null": lambda v: {"null": None}[v.strip().lower()],
-        "object": json.loads,
-        "array": json.loads,
+        "object": json_loads,
+        "array": json_loads,
     }
     convert = converters.get(declared or "string")
     if convert is None:
@@ -75,7 +74,7 @@ def _value(text: str, is_string: str | None, declared: str | None) -> Any:
     """`string="true"` is the text as written; otherwise JSON when it parses, else the text."""
     if is_string != "true":
         try:
-            return json.loads(text)
+            return json_loads(text)
         except ValueError:
             pass
     return typed_value(text, declared) if declared not in (None, "string") else text
@@ -91,7 +90,7 @@ def _unwrap(arguments: dict[str, Any], declared: Mapping[str, str]) -> dict[str,
         return arguments
     if isinstance(inner, str):
         try:
-            inner = json.loads(inner)
+            inner = json_loads(inner)
         except ValueError:
             return arguments
     if isinstance(inner, dict) and set(inner) <= set(declared):

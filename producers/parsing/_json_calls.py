@@ -26,9 +26,13 @@ from rolltape.producers.parsing._blocks import (
     scan_blocks,
     untyped,
 )
-from rolltape.producers.parsing._result import ParseProblem, call_id, decode_arguments
+from rolltape.producers.parsing._result import (
+    ParseProblem,
+    call_id,
+    decode_arguments,
+    json_raw_decode,
+)
 
-_DECODER = json.JSONDecoder()
 _BLANK = " \t\r\n"
 
 
@@ -54,7 +58,7 @@ def _skip(text: str, pos: int, chars: str) -> int:
 def _decode_at(text: str, pos: int) -> tuple[Any, int]:
     """The JSON value at `pos` and where it ends; BlockError (with the decoder's reason)."""
     try:
-        return _DECODER.raw_decode(text, pos)
+        return json_raw_decode(text, pos)
     except json.JSONDecodeError as exc:
         raise BlockError(f"not valid JSON: {exc}") from exc
 
@@ -112,6 +116,7 @@ def parse_longcat(text: str, seed: str) -> Scan:
 
 
 _CALL_START = re.compile(r'\{\s*"name"\s*:')
+_OBJECT_START = re.compile(r'\{\s*["}]')
 _PYTHON_TAGS = ("<|python_tag|>", "<|python_start|>", "<|python_end|>")
 
 
@@ -122,8 +127,11 @@ def parse_llama_json(text: str, seed: str) -> Scan:
     scan = Scan()
     pos = content_from = 0
     while (start := text.find("{", pos)) != -1:
+        if not _OBJECT_START.match(text, start):  # `{{`, `{x}`: not JSON, not worth decoding
+            pos = start + 1
+            continue
         try:
-            obj, end = _DECODER.raw_decode(text, start)
+            obj, end = json_raw_decode(text, start)
         except json.JSONDecodeError as exc:
             if not _CALL_START.match(text, start):
                 pos = start + 1

@@ -31,12 +31,17 @@ from rolltape.producers.parsing._blocks import (
     untyped,
 )
 from rolltape.producers.parsing._json_calls import call_from_object
-from rolltape.producers.parsing._result import ParseProblem, decode_arguments, literal_value
+from rolltape.producers.parsing._result import (
+    ParseProblem,
+    decode_arguments,
+    json_loads,
+    json_raw_decode,
+    literal_value,
+)
 
 ReadItem = Callable[[Any], BlockCall]
 """One decoded JSON item -> a call, or BlockError when the item is not one."""
 
-_DECODER = json.JSONDecoder(strict=False)
 """Raw control characters inside strings are accepted: models write real newlines in code."""
 
 
@@ -88,7 +93,7 @@ def scan_marked(
         scan.content.append(text[pos:start])
         at = _skip_blank(text, match.end())
         try:
-            value, end = _DECODER.raw_decode(text, at)
+            value, end = json_raw_decode(text, at, strict=False)
         except json.JSONDecodeError as exc:
             pos = _block_stop(text, match.end(), opener, close)
             error = f"not valid JSON: {exc.msg} (char {exc.pos - at})"
@@ -118,7 +123,7 @@ def leading_list(text: str, read: ReadItem, seed: str) -> Scan | None:
     if not text.startswith("[", at):
         return None
     try:
-        value, end = _DECODER.raw_decode(text, at)
+        value, end = json_raw_decode(text, at, strict=False)
     except json.JSONDecodeError:
         return None
     if not isinstance(value, list) or not value:
@@ -301,7 +306,7 @@ def parse_xlam(text: str, seed: str) -> Scan:
         kind = match.lastgroup or "tag"
         body = match.group(kind).strip()
         try:
-            value = _DECODER.decode(body)
+            value = json_loads(body, strict=False)
         except json.JSONDecodeError as exc:
             if kind == "fence":
                 continue

@@ -45,19 +45,25 @@ def scan_kinds(text: str, kinds: tuple[BlockKind, ...], seed: str) -> Scan:
     and the text between blocks is content."""
     scan = Scan()
     pos = 0
-    while found := [
-        (m.start(), i, m) for i, k in enumerate(kinds) if (m := k.open.search(text, pos))
-    ]:
+    # each kind's next opening, searched again only once the scan has passed it: searching every
+    # kind from every block would cost the square of the text's length
+    upcoming: dict[int, re.Match[str] | None] = {}
+    while True:
+        for i, k in enumerate(kinds):
+            seen = upcoming.get(i, ...)
+            if seen is ... or (seen is not None and seen.start() < pos):
+                upcoming[i] = k.open.search(text, pos)
+        found = [(m.start(), i, m) for i, m in upcoming.items() if m is not None]
+        if not found:
+            break
         start, index, opened = min(found, key=lambda item: (item[0], item[1]))
         kind = kinds[index]
         scan.content.append(text[pos:start])
         inner = opened.end()
         stop = kind.stop.search(text, start + 1)
         cut = stop.start() if stop is not None else len(text)
-        close = kind.close.search(text, inner)
-        inner_end, end = (
-            (close.start(), close.end()) if close and close.start() < cut else (cut, cut)
-        )
+        close = kind.close.search(text, inner, cut)  # only up to the next block: linear
+        inner_end, end = (close.start(), close.end()) if close else (cut, cut)
         _read_block(text[start:end], text[inner:inner_end], kind.read, seed, start, scan)
         pos = max(end, start + 1)
     scan.content.append(text[pos:])

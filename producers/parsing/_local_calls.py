@@ -22,7 +22,11 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from rolltape.producers.parsing._blocks import BlockCall, BlockError, Parser, Scan, untyped
-from rolltape.producers.parsing._result import ParseProblem, decode_arguments
+from rolltape.producers.parsing._result import (
+    ParseProblem,
+    decode_arguments,
+    json_loads,
+)
 
 # --- <parameter=...> blocks ----------------------------------------------------------------------
 
@@ -114,7 +118,7 @@ def _xml_arguments(text: str, bare_json: bool) -> tuple[dict[str, Any], str | No
         return decode_arguments(text)
     if bare_json:
         try:
-            return {"value": json.loads(text)}, None, None
+            return {"value": json_loads(text)}, None, None
         except json.JSONDecodeError:
             pass
     return {"value": text}, None, None
@@ -178,7 +182,7 @@ def _unquote(body: str, quote: str) -> str:
     `\\"` into `"`, so `\\n` or `\\\\` inside the JSON reach it doubled)."""
     try:
         decoded: str = (
-            json.loads(f'"{body}"', strict=False) if quote == '"' else ast.literal_eval(f"'{body}'")
+            json_loads(f'"{body}"', strict=False) if quote == '"' else ast.literal_eval(f"'{body}'")
         )
     except (ValueError, SyntaxError):
         return body.replace('\\"', '"')

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,28 @@ class ParsedCompletion(BaseModel):
     problems: tuple[ToolParseError, ...] = ()
 
 
+_DECODERS = {True: json.JSONDecoder(), False: json.JSONDecoder(strict=False)}
+
+
+def json_loads(text: str, **options: Any) -> Any:
+    """`json.loads`, with nesting too deep for the interpreter reported as the JSONDecodeError
+    every caller handles: a model's pathological block costs only itself, never the parse."""
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+
+
+def json_raw_decode(text: str, start: int, *, strict: bool = True) -> tuple[Any, int]:
+    """The JSON value that starts at `start` and where it ends (`JSONDecoder.raw_decode`; not
+    `strict`: control characters allowed in strings), deep nesting reported as a
+    JSONDecodeError like `json_loads`."""
+    try:
+        return _DECODERS[strict].raw_decode(text, start)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, start) from None
+
+
 def call_id(seed: str, index: int) -> str:
     """A deterministic id for a format that has none: the same text (and seed) gives the same
     ids, so parsing a completion twice, or importing it again, never invents new calls."""
@@ -62,7 +85,7 @@ def decode_arguments(value: Any) -> tuple[dict[str, Any], str | None, str | None
         if not text:
             return {}, None, None
         try:
-            decoded = json.loads(text)
+            decoded = json_loads(text)
         except json.JSONDecodeError as exc:
             return {}, value, f"arguments are not valid JSON: {exc}"
         if isinstance(decoded, dict):
@@ -78,11 +101,13 @@ def literal_value(text: str, declared_type: str | None = None) -> Any:
     if declared_type == "string":
         return text
     try:
-        return json.loads(text)
+        return json_loads(text)
     except (json.JSONDecodeError, ValueError):
         pass
     try:
-        return ast.literal_eval(text)
+        with warnings.catch_warnings():  # model text such as "\\d" must read the same everywhere
+            warnings.simplefilter("ignore")
+            return ast.literal_eval(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return text
 
@@ -90,6 +115,6 @@ def literal_value(text: str, declared_type: str | None = None) -> Any:
 def json_object_at(text: str, start: int) -> tuple[Any, int] | None:
     """The JSON value that starts at `start` and where it ends, or None."""
     try:
-        return json.JSONDecoder().raw_decode(text, start)
+        return json_raw_decode(text, start)
     except json.JSONDecodeError:
         return None

@@ -8,7 +8,6 @@ one, as the reference parsers do.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ from rolltape.producers.parsing._blocks import (
     untyped,
 )
 from rolltape.producers.parsing._dsml_calls import typed_value
-from rolltape.producers.parsing._result import decode_arguments
+from rolltape.producers.parsing._result import decode_arguments, json_loads
 from rolltape.producers.parsing._token_calls import literal, read_blocks, sections
 
 _STEP3_SECTION = (("<｜tool_calls_begin｜>", "<｜tool_calls_end｜>"),)
@@ -111,7 +110,7 @@ def _kimi_k3_call(inner: str) -> list[BlockCall]:
             arguments[tags.get("key", "")] = value
         else:
             try:
-                arguments[tags.get("key", "")] = json.loads(value)
+                arguments[tags.get("key", "")] = json_loads(value)
             except ValueError:
                 arguments[tags.get("key", "")] = value
     return [(None, name, arguments, None, None)]

@@ -29,16 +29,16 @@ def blocks(
     the next opening tag, at `stop_re` (the end of the calls section) or at the end of the text:
     a lost close token must not swallow the calls after it."""
     pos = 0
+    stop: re.Match[str] | None = None  # searched again only once passed: linear in the text
+    stop_searched = stop_re is None
     while (opened := open_re.search(text, pos)) is not None:
         inner = opened.end()
-        close = close_re.search(text, inner)
-        cuts = [
-            m.start()
-            for m in (open_re.search(text, inner), stop_re and stop_re.search(text, inner))
-            if m
-        ]
+        if stop_re is not None and (not stop_searched or (stop and stop.start() < inner)):
+            stop, stop_searched = stop_re.search(text, inner), True
+        cuts = [m.start() for m in (open_re.search(text, inner), stop) if m]
         cut = min(cuts, default=len(text))
-        if close is not None and close.start() < cut:
+        close = close_re.search(text, inner, cut)
+        if close is not None:
             yield opened.start(), inner, close.start(), close.end()
             pos = close.end()
         else:

@@ -151,9 +151,9 @@ _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _CALL_OPEN, _CALL_CLOSE = "<tool_call>\n", "\n</tool_call>"
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.S)
 _TOOLS = re.compile(r"<tools>\n(.*?)\n</tools>", re.S)
-_TOOLS_SEPARATOR = {True: "\n\n", False: "\n"}
-"""Before the `<tools>` block: rolltape puts it last after a blank line (key: the row is
-rolltape's), Hermes on its own line between its preamble and more text."""
+ROLLTAPE_TOOLS_SEPARATOR, HERMES_TOOLS_SEPARATOR = "\n\n", "\n"
+"""Before the `<tools>` block: rolltape puts it last after a blank line, Hermes on its own line
+between its preamble and more text."""
 
 ESCAPING_MARK = "rolltape-tags-v1"
 """The `text_escaping` value of rows rolltape writes: only their text is un-escaped on reading
@@ -249,13 +249,14 @@ def parse_tool_value(value: str, unescape: Callable[[str], str] = unescape) -> l
 
 
 def parse_system_value(
-    value: str, unescape: Callable[[str], str] = unescape
+    value: str,
+    unescape: Callable[[str], str] = unescape,
+    separator: str = ROLLTAPE_TOOLS_SEPARATOR,
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """(system text, declared tools) of a system turn. The first `<tools>` block that holds a
     JSON list is taken out of the text wherever it stands (Hermes puts more text after it),
-    with the line break its writer put before it; a block that does not is the text's own.
-    None when nothing else is left."""
-    separator = _TOOLS_SEPARATOR[unescape is not _identity]
+    with the `separator` its writer put before it; a block that does not is the text's own.
+    None when the turn holds the block alone (an empty system text written before it is "")."""
     for match in _TOOLS.finditer(value):
         try:
             tools = orjson.loads(unescape(match.group(1)))
@@ -263,10 +264,10 @@ def parse_system_value(
             continue
         if isinstance(tools, list):
             start = match.start()
-            if value.endswith(separator, 0, start):
-                start -= len(separator)
+            written = value.endswith(separator, 0, start)
+            start -= len(separator) if written else 0
             rest = value[:start] + value[match.end() :]
-            return (unescape(rest) if rest else None), tools
+            return (unescape(rest) if rest or written else None), tools
     return unescape(value), []
 
 
@@ -342,7 +343,11 @@ def parse_sharegpt_row(row: dict[str, Any]) -> ParsedRow:
             raise ShareGPTFormatError(f"turn {position}: unknown 'from' {turn.get('from')!r}")
         value = turn["value"]
         if role == "system" and position == 0:
-            system, tools = parse_system_value(value, text)
+            system, tools = parse_system_value(
+                value,
+                text,
+                ROLLTAPE_TOOLS_SEPARATOR if text is unescape else HERMES_TOOLS_SEPARATOR,
+            )
         elif role == "assistant":
             reasoning, content, calls = parse_gpt_value(value, text)
             turn_ids = ids[gpt_index] if gpt_index < len(ids) else []

@@ -13,7 +13,8 @@ newlines), the run of well-formed `<tool_call>` blocks at the end the calls, and
 the content, character for character, tag literals included (a model that quotes `</think>` in its
 answer, or closed its own reasoning in the text, wrote that text); `tool` turns the results. Text
 is taken as Hermes wrote it (Hermes escapes nothing); only rows rolltape wrote (`text_escaping`)
-are un-escaped. Hermes rows carry no call ids on the calls: results are matched
+are un-escaped. Tags are read as Hermes writes them (`\n` line breaks, nothing after the last
+block): a row another writer framed with `\r\n` keeps its calls as content, never loses them. Hermes rows carry no call ids on the calls: results are matched
 by their `tool_call_id` when it names a call of the preceding turn (rows written by rolltape keep
 ids in `tool_call_ids`), else by tool name and order within the preceding turn; a result that
 matches no call is still recorded (with its own id) and the fold lists it as unmatched. A result

@@ -42,7 +42,8 @@ class ModelEndpoint(BaseModel):
     family: str | None = None
     """The model family whose tool-call text format the reply is parsed with, for a server that
     returns calls as text (no tool parser enabled): one of rolltape.producers.parsing.FAMILIES,
-    checked where the client is captured. None: the server returns structured calls."""
+    checked when the settings are read and where the client is captured. None: the server
+    returns structured calls."""
 
     @field_serializer("api_key")
     def _api_key(self, key: SecretStr, info: SerializationInfo) -> SecretStr | str:

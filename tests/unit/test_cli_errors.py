@@ -160,7 +160,7 @@ CASES = [
     ),
     Case(
         ("cron", "run"),
-        said="model 'agent': unknown family 'qwen3-coder'; known: apertus",
+        said="model 'agent': unknown model family 'qwen3-coder'; known: apertus",
         env={
             "ROLLTAPE_MODELS": '{"agent": {"base_url": "http://h/v1", "model": "m", '
             '"family": "qwen3-coder"}}'

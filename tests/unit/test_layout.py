@@ -139,6 +139,8 @@ def test_public_api__is_pinned() -> None:
         "FAMILIES",
         "ParsedCompletion",
         "UnknownFamilyError",
+        "check_family",
+        "declared_tools",
         "parse",
         "split_reasoning",
         "structured_calls",

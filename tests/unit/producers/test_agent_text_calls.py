@@ -18,7 +18,7 @@ from rolltape.producers.agent import Tool, run_agent
 from rolltape.producers.parsing import ALIASES, FAMILIES
 from rolltape.schemas import ToolSpec
 from rolltape.schemas.clients import ModelEndpoint
-from tests.support.openai_server import OpenAICompatibleServer, Reply
+from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 from tests.unit.producers.recorded import spooled
 from tests.unit.producers.test_parser_conformance import CASES
 
@@ -55,7 +55,7 @@ def _run_replies(
     tmp_path: Path,
     reply: Callable[[dict[str, Any]], Reply],
     specs: list[ToolSpec],
-    family: str = "hermes",
+    family: str | None = "hermes",
 ) -> tuple[Any, list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
     """Run the agent against a local server answering with `reply`: (its result, the tool runs,
     the recorded envelopes)."""
@@ -121,9 +121,11 @@ def test_run_agent__an_unreadable_block_is_recorded_and_costs_only_itself(tmp_pa
         '<tool_call>\n{"name": "read_file", "arguments": {"path": \n</tool_call>'
     )
     spec = ToolSpec(name="read_file", parameters={"type": "object"})
-    result, ran, _, envelopes = _run(tmp_path, "hermes", text, [spec])
+    result, ran, requests, envelopes = _run(tmp_path, "hermes", text, [spec])
     assert ran == [("read_file", {"path": "a.txt"})]
-    assert (result.stop, result.tool_calls) == ("answered", 1)
+    assert (result.stop, result.tool_calls, result.tool_errors) == ("answered", 1, 1)
+    told = requests[1]["messages"][-1]  # after the good call's result
+    assert told["role"] == "user" and "could not be read" in told["content"]
     (problem,) = [e["payload"] for e in envelopes if e["type"] == "tool_parse_error"]
     assert problem["family"] == "hermes" and '"path": ' in problem["raw"]
     turns = [e["payload"] for e in envelopes if e["type"] == "turn"]
@@ -154,3 +156,15 @@ def test_run_agent__a_reply_whose_only_call_is_unreadable_is_told_why_and_tries_
     told = seen[1][-1]
     assert told["role"] == "user" and told["content"].startswith("error: your tool call could")
     assert [e["type"] for e in envelopes].count("tool_parse_error") == 1
+
+
+def test_run_agent__a_structured_call_without_an_id_runs_under_the_captured_id(
+    tmp_path: Path,
+) -> None:
+    spec = ToolSpec(name="read_file", parameters={"type": "object"})
+    replies = iter([Completion(tool_calls=[("", "read_file", '{"path": "a.txt"}')]), "Read it."])
+    result, ran, envelopes = _run_replies(tmp_path, lambda body: next(replies), [spec], None)
+    assert ran == [("read_file", {"path": "a.txt"})] and result.tool_errors == 0
+    (call,) = [e["payload"] for e in envelopes if e["type"] == "tool_call"]
+    (answer,) = [e["payload"] for e in envelopes if e["type"] == "tool_result"]
+    assert answer["call_id"] == call["id"]

@@ -279,3 +279,23 @@ def test_cli__prints_the_parse_as_json_and_exits_1_when_a_block_was_unreadable(
     unknown = subprocess.run([*cli, "-f", "gpt2", str(completion)], capture_output=True,
                              text=True, check=False)  # fmt: skip
     assert unknown.returncode == 2 and "deepseek_v3" in unknown.stderr
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_parse__nesting_too_deep_to_read_costs_only_its_block(family: str) -> None:
+    deep = '{"name": "f", "arguments": {"a": ' + "[" * 5000 + "]" * 5000 + "}}"
+    text = f"before <tool_call>\n{deep}\n</tool_call> after"
+    result = parse(text, family)  # never RecursionError: the block is content or a problem
+    assert all(call.name != "f" or call.arguments for call in result.tool_calls)
+    kept = (result.reasoning or "") + result.content + "".join(p.raw for p in result.problems)
+    assert "before" in kept and "after" in kept
+
+
+def test_parse__a_nullable_string_parameter_stays_text() -> None:
+    text = "<tool_call>\n<function=book>\n<parameter=code>\n42\n</parameter>\n</function>\n</tool_call>"
+    for declared in (
+        {"type": ["string", "null"]},
+        {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    ):
+        tool = ToolSpec(name="book", parameters={"properties": {"code": declared}})
+        assert calls(parse(text, "qwen3_coder", tools=[tool])) == [("book", {"code": "42"})]
