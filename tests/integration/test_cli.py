@@ -350,6 +350,7 @@ def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:
 def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
     topics: Topics, tmp_path: Path
 ) -> None:
+    from rolltape.projections.exporters import parse_sharegpt_row
     from tests.support.env_rl_fixture import write_run
     from tests.unit.projections.test_importers import HERMES_ROW
 
@@ -368,6 +369,35 @@ def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
     assert verify.returncode == 0, verify.stdout + verify.stderr
     tail = run(["tail", "--from-beginning", "--no-follow"], env)
     assert "list files" in tail.stdout and "terminal" in tail.stdout
+
+    # Prose that quotes the tags comes out of import and export exactly as it was written.
+    prose = "The parser splits on '</think><tool_call>', so every word before it must stay."
+    quoting = {
+        "conversations": [
+            {"from": "human", "value": "explain the parser"},
+            {"from": "gpt", "value": f"<think>\n</think>\n{prose}"},
+        ],
+        "completed": True,
+    }
+    (tmp_path / "quoting.jsonl").write_text(json.dumps(quoting) + "\n")
+    assert run(["import", "hermes", str(tmp_path / "quoting.jsonl")], env).returncode == 0
+    for fmt in ("openai", "sharegpt"):
+        out = tmp_path / f"quoting-{fmt}"
+        exported = run(["export", "-f", fmt, "-o", str(out), "-s", "hermes-*"], env)
+        assert exported.returncode == 0, exported.stdout + exported.stderr
+        lines = [json.loads(x) for f in out.glob("*.jsonl") for x in f.read_text().splitlines()]
+        if fmt == "openai":
+            answers = [
+                m["content"] for r in lines for m in r["messages"] if m["role"] == "assistant"
+            ]
+        else:
+            answers = [
+                m.content
+                for r in lines
+                for m in parse_sharegpt_row(r).messages
+                if m.role == "assistant"
+            ]
+        assert prose in answers
 
     logs = write_run(tmp_path / "judge_logs")
     imported = run(["import", "env-rl", str(logs)], env)
