@@ -29,6 +29,7 @@ from rolltape.infra.cli import (
     project,
     replay,
     report,
+    rules,
     schemas,
     tail,
     verify,
@@ -49,6 +50,7 @@ app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
 app.add_typer(feed.app, name="feed")
 app.add_typer(harness.app, name="harness")
+app.add_typer(rules.app, name="rules")
 app.add_typer(otlp.app, name="otlp")
 app.add_typer(cron.app, name="cron")
 app.add_typer(env.app, name="env")
@@ -91,6 +93,8 @@ _CLIENT_LOGS_LEFT_AS_THEY_ARE = {
     export.verify_export,  # offline, and what a third party runs: no Kafka client, no state
     parse.parse_command,  # offline
     schemas.export,  # offline
+    rules.calibrate_command,  # offline: trains here, no Kafka client
+    rules.evaluate_command,  # offline
 }
 
 

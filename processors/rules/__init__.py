@@ -1,5 +1,16 @@
-"""The canonical rule engine (R1..R7) and its versioned rule-set config."""
+"""The canonical rule engine (R1..R7), its versioned rule-set config, and rule sets calibrated on
+healthy runs with their measured false alarms and detections."""
 
+from rolltape.processors.rules._calibrate import (
+    Detection,
+    RuleFigures,
+    RuleSetFigures,
+    calibrate,
+    fired_per_epoch,
+    measure,
+    quantile,
+    smoothed_signals,
+)
 from rolltape.processors.rules._engine import (
     EMA_SIGNALS,
     RULES_VERSION,
@@ -7,14 +18,24 @@ from rolltape.processors.rules._engine import (
     RuleState,
     evaluate,
 )
-from rolltape.processors.rules._ruleset import RuleSet, RuleSetError
+from rolltape.processors.rules._ruleset import Calibration, RuleSet, RuleSetError, SignalRange
 
 __all__ = [
     "EMA_SIGNALS",
     "RULES_VERSION",
+    "Calibration",
+    "Detection",
     "EpochOrderError",
+    "RuleFigures",
     "RuleSet",
     "RuleSetError",
+    "RuleSetFigures",
     "RuleState",
+    "SignalRange",
+    "calibrate",
     "evaluate",
+    "fired_per_epoch",
+    "measure",
+    "quantile",
+    "smoothed_signals",
 ]

@@ -41,6 +41,10 @@ EMA_SIGNALS: Final[tuple[str, ...]] = (
     "min_layer_grad_norm",
     "max_layer_grad_norm",
 )
+#: R2's signal under `RuleSet.r2_relative_to_batch`, smoothed in place of grad_noise_scale.
+_RELATIVE_SIGNALS: Final[tuple[str, ...]] = tuple(
+    "noise_scale_to_batch" if name == "grad_noise_scale" else name for name in EMA_SIGNALS
+)
 #: Non-finite values here mean the run is exploding (R7).
 _EXPLODING_FIELDS: Final[tuple[str, ...]] = (
     "train_loss",
@@ -131,6 +135,10 @@ def evaluate(
     state.last_epoch = metric.epoch
     fields = metric.__dict__
     values = {name: fields[name] for name in _CHECKED_FIELDS}
+    noise, batch = metric.grad_noise_scale_simple, metric.batch_size
+    # McCandlish et al.'s B_simple is a batch size (the critical one): against the batch in use
+    # it says whether that batch is small or large for the gradient's noise, whatever the task
+    values["noise_scale_to_batch"] = noise / batch if noise is not None and batch else None
     non_finite = [n for n, v in values.items() if v is not None and not math.isfinite(v)]
     if metric.per_layer_grad_norm:
         non_finite += [
@@ -152,7 +160,7 @@ def evaluate(
 
     _push(state.recent, metric_hash, rules.history)
     alpha, persistence = rules.ema_alpha, rules.persistence
-    for name in EMA_SIGNALS:
+    for name in _RELATIVE_SIGNALS if rules.r2_relative_to_batch else EMA_SIGNALS:
         value = values[name]
         if value is None:
             # not measured this epoch: smoothing restarts when it is measured again
@@ -261,9 +269,8 @@ def _r1(rules: RuleSet, state: RuleState) -> _Outcome:
 
 
 def _r2(rules: RuleSet, state: RuleState) -> _Outcome:
-    return _band_rule(
-        rules, state, "grad_noise_scale", rules.r2_noise_scale_low, rules.r2_noise_scale_high
-    )
+    signal = "noise_scale_to_batch" if rules.r2_relative_to_batch else "grad_noise_scale"
+    return _band_rule(rules, state, signal, rules.r2_noise_scale_low, rules.r2_noise_scale_high)
 
 
 def _r3(rules: RuleSet, state: RuleState, val_loss: float | None) -> _Outcome:

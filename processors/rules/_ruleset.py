@@ -8,13 +8,47 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, Self
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rolltape.processors._errors import ProcessorError
 from rolltape.schemas import canonical_bytes
+
+_ADDED_LATER = ("r2_relative_to_batch", "calibration")
+
+
+class SignalRange(BaseModel):
+    """A smoothed signal's spread on the healthy runs a rule set was calibrated on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    samples: int
+    low: float
+    """Its value at the lower calibration quantile."""
+    high: float
+    """Its value at the upper calibration quantile."""
+
+
+class Calibration(BaseModel):
+    """Where a calibrated rule set's thresholds came from: part of the rule set, so of its
+    digest (the same thresholds from other runs are another rule set)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: str
+    scenarios: tuple[str, ...]
+    seeds: tuple[int, ...]
+    epochs: int
+    quantiles: tuple[float, float]
+    margin: float
+    """Each threshold sits this many times beyond its quantile (divided below, times above)."""
+    base: str
+    """The rule set calibrated from (`name@digest12`); no threshold is tighter than its."""
+    ranges: dict[str, SignalRange]
 
 
 class RuleSetError(ProcessorError, ValueError):
@@ -37,6 +71,15 @@ class RuleSet(BaseModel):
     """R1 also fires when the last N val losses are all >= the one N epochs earlier."""
     r2_noise_scale_low: float = 50.0
     r2_noise_scale_high: float = 5000.0
+    r2_relative_to_batch: bool = False
+    """R2's band is on McCandlish et al.'s B_simple (`grad_noise_scale_simple`, measured when
+    the monitor's `noise_scale_simple` is on) divided by the batch size in use, not on the
+    monitor's default noise scale. B_simple estimates the critical batch size, so against the
+    batch in use it reads the same on any task: well above 1, the batch is smaller than the
+    gradient's noise calls for; well below, larger. Off by default: B_simple costs a copy of
+    the parameters per step, and the default estimator (env_rl's mean^2/var of the per-step
+    gradient norm) grows with the batch itself, which is what the playbook's remedy (a larger
+    batch) relies on."""
     r3_min_delta: float = Field(default=1e-3, ge=0)
     r3_patience: int = Field(default=5, ge=1)
     r4_train_acc_delta: float = Field(default=0.02, ge=0)
@@ -50,6 +93,8 @@ class RuleSet(BaseModel):
     below its threshold), the analogue of dead ReLUs for activations never exactly zero."""
     r6_min_grad_norm_low: float = 1e-5
     r7_max_grad_norm_high: float = 10.0
+    calibration: Calibration | None = None
+    """Set on rule sets `rolltape rules calibrate` wrote: the healthy runs they came from."""
 
     @model_validator(mode="after")
     def _bands_are_ordered(self) -> RuleSet:
@@ -59,9 +104,24 @@ class RuleSet(BaseModel):
             raise ValueError("r2_noise_scale_low must be below r2_noise_scale_high")
         return self
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with `update` applied; the digest, label and history cached on this rule set
+        are not carried over (pydantic copies the instance's dict, caches included)."""
+        copy = super().model_copy(update=update, deep=deep)
+        for cached in ("digest", "label", "history"):
+            copy.__dict__.pop(cached, None)
+        return copy
+
     @functools.cached_property
     def digest(self) -> str:
-        return hashlib.sha256(canonical_bytes(self.model_dump())).hexdigest()
+        """sha256 of the canonical thresholds. Fields added since the first rule sets enter it
+        only when they differ from their default, so a rule set written before keeps its digest
+        (and every evaluation that names it stays traceable to it)."""
+        fields = self.model_dump()
+        for name in _ADDED_LATER:
+            if fields[name] == type(self).model_fields[name].default:
+                del fields[name]
+        return hashlib.sha256(canonical_bytes(fields)).hexdigest()
 
     @functools.cached_property
     def label(self) -> str:

@@ -158,6 +158,9 @@ CASES = [
         said="ROLLTAPE_MODELS does not read: a list or mapping setting is written as JSON",
         env={"ROLLTAPE_MODELS": "not json"},
     ),
+    Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--quantiles", "0.99,0.01"), "low < high"),
+    Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--base", "{tmp}/missing.json"), "--base"),
+    Case(("rules", "evaluate"), ("--ruleset", "{tmp}/missing.json"), "--ruleset: cannot read"),
     Case(
         ("cron", "run"),
         said="model 'agent': unknown model family 'qwen3-coder'; known: apertus",

@@ -1,0 +1,108 @@
+"""`rolltape rules calibrate` and `rolltape rules evaluate`: rule sets calibrated on healthy runs
+of the reference task, and any rule set's false alarms and detections measured on seeded runs.
+
+Both train the named scenarios under the monitor here, with nothing acting on the firings (no
+broker, no worker: the metrics go straight to the pure rule engine, as the worker's would).
+Evaluation uses other seeds than calibration by default, so a rule set is never scored on the
+runs it was fitted to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import orjson
+
+from rolltape.processors.rules import RuleSet, RuleSetFigures, calibrate, measure
+from rolltape.schemas import Metric, RuleId
+
+HEALTHY = ("baseline",)
+"""Scenarios that are healthy runs: calibration reads them, evaluation counts their firings as
+false alarms."""
+EVALUATION_SEED_OFFSET = 1000
+"""Evaluation seeds start here by default, away from the calibration seeds (0, 1, ...)."""
+
+
+def _runs(
+    scenario: str,
+    seeds: Sequence[int],
+    epochs: int | None,
+    progress: Callable[[str], None],
+    simple: bool = False,
+) -> list[list[Metric]]:
+    from rolltape.producers.training import SCENARIOS, MonitorConfig
+    from rolltape.producers.training._offline import monitored_run
+
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    runs = []
+    for seed in seeds:
+        progress(f"{scenario} seed {seed}")
+        monitor = MonitorConfig(noise_scale_simple=simple)
+        runs.append(monitored_run(SCENARIOS[scenario], seed=seed, epochs=epochs, monitor=monitor))
+    return runs
+
+
+def calibrate_rules(
+    *,
+    name: str,
+    scenarios: Sequence[str] = HEALTHY,
+    seeds: Sequence[int],
+    epochs: int | None = None,
+    quantiles: tuple[float, float] = (0.01, 0.99),
+    margin: float = 2.0,
+    relative_r2: bool = False,
+    base: RuleSet | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> RuleSet:
+    """A rule set calibrated on seeded healthy runs of the reference task."""
+    from rolltape.producers.training._harness import TASK
+
+    runs = [
+        run
+        for scenario in scenarios
+        for run in _runs(scenario, seeds, epochs, progress, simple=relative_r2)
+    ]
+    return calibrate(
+        runs,
+        base=base or RuleSet(),
+        name=name,
+        task=TASK,
+        scenarios=scenarios,
+        seeds=seeds,
+        quantiles=quantiles,
+        margin=margin,
+        relative_r2=relative_r2,
+    )
+
+
+def write_ruleset(rules: RuleSet, path: Path) -> None:
+    """The rule set as the JSON `ROLLTAPE_RULES_FILE` and `RuleSet.from_file` read."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(
+        orjson.dumps(rules.model_dump(mode="json"), option=orjson.OPT_INDENT_2) + b"\n"
+    )
+
+
+def evaluate_rules(
+    rules: RuleSet,
+    *,
+    seeds: Sequence[int],
+    scenarios: Sequence[str] | None = None,
+    healthy: Sequence[str] = HEALTHY,
+    epochs: int | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> RuleSetFigures:
+    """`rules`' false alarms on the healthy scenarios and its detections on the others (each
+    scenario's intended rules are the ones it is built to provoke), over `seeds`."""
+    from rolltape.producers.training import SCENARIOS
+
+    names = list(scenarios) if scenarios is not None else [s for s in SCENARIOS if s not in healthy]
+    simple = rules.r2_relative_to_batch  # its signal needs the monitor's B_simple
+    healthy_runs = [run for h in healthy for run in _runs(h, seeds, epochs, progress, simple)]
+    faulty: dict[str, tuple[tuple[RuleId, ...], Sequence[Sequence[Metric]]]] = {}
+    for scenario in names:
+        runs = _runs(scenario, seeds, epochs, progress, simple)
+        faulty[scenario] = (SCENARIOS[scenario].expected, runs)
+    return measure(rules, healthy_runs, faulty)

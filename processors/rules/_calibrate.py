@@ -1,0 +1,237 @@
+"""Rule sets calibrated on healthy runs, and a rule set's measured false alarms and detections.
+
+Thresholds inherited from another task fire on healthy runs of this one (the reference monitor's
+noise-scale band was set on CIFAR-10; the digits task's healthy noise scale sits far below it).
+Calibration reads what the rules read, the engine's own smoothed signals over healthy runs, and
+places each threshold beyond a stated quantile of that healthy distribution, `margin` times
+further out. A calibrated threshold is never tighter than the base rule set's: a handful of seeds
+under-samples the healthy tail, and a rule set that fires on healthy runs teaches the policies
+that act on it to chase noise.
+
+R2 is calibrated on the monitor's default noise scale unless asked for the relative form
+(`RuleSet.r2_relative_to_batch`: McCandlish's B_simple against the batch in use, which needs
+runs measured with the monitor's `noise_scale_simple` on); see that field for why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rolltape.processors.rules._engine import RuleState, evaluate
+from rolltape.processors.rules._ruleset import Calibration, RuleSet, SignalRange
+from rolltape.schemas import PRECEDENCE, Metric, RuleId
+
+
+def smoothed_signals(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> dict[str, list[float]]:
+    """Every smoothed value the engine holds after each epoch of each run, per signal: what
+    the band rules compare with their thresholds."""
+    out: dict[str, list[float]] = {}
+    for run in runs:
+        state = RuleState()
+        for index, metric in enumerate(run):
+            evaluate(rules, state, metric, f"{index:064x}")
+            if metric.steps:
+                for name, value in state.ema.items():
+                    out.setdefault(name, []).append(value)
+    return out
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile by linear interpolation between order statistics (numpy's default), so
+    the same values give the same threshold everywhere."""
+    ordered = sorted(v for v in values if math.isfinite(v))
+    if not ordered:
+        raise ValueError("no finite values to take a quantile of")
+    at = q * (len(ordered) - 1)
+    below = math.floor(at)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (at - below)
+
+
+def _range(values: Sequence[float], quantiles: tuple[float, float]) -> SignalRange:
+    return SignalRange(
+        samples=len(values), low=quantile(values, quantiles[0]), high=quantile(values, quantiles[1])
+    )
+
+
+def calibrate(
+    runs: Sequence[Sequence[Metric]],
+    *,
+    base: RuleSet,
+    name: str,
+    task: str,
+    scenarios: Sequence[str],
+    seeds: Sequence[int],
+    quantiles: tuple[float, float] = (0.01, 0.99),
+    margin: float = 2.0,
+    relative_r2: bool = False,
+) -> RuleSet:
+    """A rule set whose band thresholds sit beyond the healthy runs' `quantiles`, `margin` times
+    further out (divided below, multiplied above), and never tighter than `base`. The persistence
+    window, EMA and the non-band rules (R3's patience, R4's window) are kept from `base`."""
+    if not runs:
+        raise ValueError("calibration needs at least one healthy run")
+    if not 0 <= quantiles[0] < quantiles[1] <= 1:
+        raise ValueError(f"quantiles must be 0 <= low < high <= 1, got {quantiles}")
+    if margin < 1:
+        raise ValueError(f"margin must be at least 1, got {margin}")
+    absolute = smoothed_signals(runs, base.model_copy(update={"r2_relative_to_batch": False}))
+    relative = smoothed_signals(runs, base.model_copy(update={"r2_relative_to_batch": True}))
+    signals = {**absolute, **relative}
+    ranges = {k: _range(v, quantiles) for k, v in sorted(signals.items()) if v}
+
+    def low(signal: str, floor: float) -> float:
+        found = ranges.get(signal)
+        return floor if found is None else min(floor, found.low / margin)
+
+    def high(signal: str, ceiling: float) -> float:
+        found = ranges.get(signal)
+        return ceiling if found is None else max(ceiling, found.high * margin)
+
+    update: dict[str, object] = {
+        "name": name,
+        "r1_update_ratio_low": low("update_to_param_ratio", base.r1_update_ratio_low),
+        "r1_update_ratio_high": high("update_to_param_ratio", base.r1_update_ratio_high),
+        "r5_dead_relu_high": min(1.0, high("dead_relu_fraction", base.r5_dead_relu_high)),
+        "r5_saturated_high": min(1.0, high("saturated_fraction", base.r5_saturated_high)),
+        "r6_min_grad_norm_low": low("min_layer_grad_norm", base.r6_min_grad_norm_low),
+        "r7_max_grad_norm_high": high("max_layer_grad_norm", base.r7_max_grad_norm_high),
+        "r2_relative_to_batch": relative_r2,
+    }
+    if relative_r2:
+        found = ranges.get("noise_scale_to_batch")
+        if found is None:
+            raise ValueError(
+                "the relative R2 form needs B_simple: run the monitor with noise_scale_simple on"
+            )  # no base band in these units to stay within
+        update["r2_noise_scale_low"] = found.low / margin
+        update["r2_noise_scale_high"] = found.high * margin
+    elif not relative_r2:
+        update["r2_noise_scale_low"] = low("grad_noise_scale", base.r2_noise_scale_low)
+        update["r2_noise_scale_high"] = high("grad_noise_scale", base.r2_noise_scale_high)
+    update["calibration"] = Calibration(
+        task=task,
+        scenarios=tuple(scenarios),
+        seeds=tuple(seeds),
+        epochs=max(len(run) for run in runs),
+        quantiles=quantiles,
+        margin=margin,
+        base=base.label,
+        ranges=ranges,
+    )
+    return RuleSet.model_validate({**base.model_dump(), **update})
+
+
+# -- a rule set's measured false alarms and detections ---------------------------------------------
+
+
+class RuleFigures(BaseModel):
+    """One rule over the healthy runs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rule: RuleId
+    healthy_epochs: int
+    false_alarms: int
+    """Healthy epochs on which the rule fired."""
+    longest_streak: int
+    """The most consecutive healthy epochs it fired on (a persisting false alarm)."""
+
+    @property
+    def false_alarm_rate(self) -> float:
+        return self.false_alarms / self.healthy_epochs if self.healthy_epochs else 0.0
+
+
+class Detection(BaseModel):
+    """One scenario's intended rule over its seeds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: str
+    rule: RuleId
+    seeds: int
+    detected: int
+    first_epochs: tuple[int | None, ...]
+    """Per seed, the first epoch the rule fired (None: never)."""
+    unintended: dict[str, int] = Field(default_factory=dict)
+    """Other rules that fired, with the number of epochs summed over the seeds."""
+
+
+class RuleSetFigures(BaseModel):
+    """What `rolltape rules evaluate` prints and records."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    ruleset: str
+    healthy_runs: int
+    rules: tuple[RuleFigures, ...]
+    detections: tuple[Detection, ...]
+    kind: Literal["ruleset_figures"] = "ruleset_figures"
+
+
+def fired_per_epoch(run: Sequence[Metric], rules: RuleSet) -> list[tuple[RuleId, ...]]:
+    """The rules that fired at each epoch of one run, as the engine evaluates them."""
+    state = RuleState()
+    return [
+        evaluate(rules, state, metric, f"{index:064x}")[0].fired for index, metric in enumerate(run)
+    ]
+
+
+def measure(
+    rules: RuleSet,
+    healthy: Sequence[Sequence[Metric]],
+    scenarios: Mapping[str, tuple[tuple[RuleId, ...], Sequence[Sequence[Metric]]]],
+) -> RuleSetFigures:
+    """Per rule, its false alarms on the healthy runs; per scenario (its intended rules and its
+    runs, one per seed), how many seeds each intended rule caught, when first, and which other
+    rules fired."""
+    figures = []
+    healthy_fired = [fired_per_epoch(run, rules) for run in healthy]
+    for rule in PRECEDENCE:
+        epochs = alarms = longest = 0
+        for run in healthy_fired:
+            streak = 0
+            for fired in run:
+                epochs += 1
+                streak = streak + 1 if rule in fired else 0
+                alarms += rule in fired
+                longest = max(longest, streak)
+        figures.append(
+            RuleFigures(
+                rule=rule, healthy_epochs=epochs, false_alarms=alarms, longest_streak=longest
+            )
+        )
+    detections = []
+    for name, (intended, runs) in scenarios.items():
+        per_run = [fired_per_epoch(run, rules) for run in runs]
+        others: dict[str, int] = {}
+        for run in per_run:
+            for fired in run:
+                for rule in fired:
+                    if rule not in intended:
+                        others[rule] = others.get(rule, 0) + 1
+        for rule in intended:
+            first = tuple(
+                next((epoch for epoch, fired in enumerate(run) if rule in fired), None)
+                for run in per_run
+            )
+            detections.append(
+                Detection(
+                    scenario=name,
+                    rule=rule,
+                    seeds=len(per_run),
+                    detected=sum(f is not None for f in first),
+                    first_epochs=first,
+                    unintended=dict(sorted(others.items())),
+                )
+            )
+    return RuleSetFigures(
+        ruleset=rules.label,
+        healthy_runs=len(healthy),
+        rules=tuple(figures),
+        detections=tuple(detections),
+    )
