@@ -19,7 +19,7 @@ from rolltape.infra.commands.rules import (
     evaluate_rules,
     write_ruleset,
 )
-from rolltape.processors.rules import RuleSet, RuleSetError
+from rolltape.processors.rules import RuleSet, RuleSetError, RuleSetFigures
 
 app = typer.Typer(
     help="Calibrate rule sets on healthy runs of the reference task and measure their alarms.",
@@ -90,7 +90,8 @@ def calibrate_command(
         progress=_progress,
     )
     write_ruleset(rules, out)
-    table = Table(title=f"{rules.label} -> {out}", title_justify="left")
+    console.print(f"wrote {rules.label} to {out}")
+    table = Table(title=f"thresholds changed from {start.label}", title_justify="left")
     for col in ("threshold", "base", "calibrated"):
         table.add_column(col)
     for field, value in rules.model_dump().items():
@@ -106,8 +107,11 @@ def calibrate_command(
 @app.command("evaluate")
 def evaluate_command(
     ruleset: Annotated[
-        Path | None,
-        typer.Option(help="The rule set to measure (default: the reference monitor's)."),
+        list[Path] | None,
+        typer.Option(
+            help="A rule set to measure; repeat it to compare several on the same runs "
+            "(default: the reference monitor's)."
+        ),
     ] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Seeded runs per scenario.")] = 10,
     first_seed: Annotated[
@@ -122,23 +126,28 @@ def evaluate_command(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
-    """Measure a rule set: per rule, its firings on healthy baseline epochs (false alarms) and
+    """Measure rule sets: per rule, its firings on healthy baseline epochs (false alarms) and
     the longest run of them; per scenario, in how many seeds its intended rule fired and at
-    which epoch first, and which other rules fired."""
+    which epoch first, and which other rules fired. Every rule set reads the same runs."""
     try:
-        rules = RuleSet.from_file(ruleset) if ruleset else RuleSet()
+        rulesets = [RuleSet.from_file(path) for path in ruleset] if ruleset else [RuleSet()]
     except RuleSetError as exc:
         raise CliError(f"--ruleset: {exc}") from exc
-    figures = evaluate_rules(
-        rules,
+    measured = evaluate_rules(
+        rulesets,
         seeds=tuple(range(first_seed, first_seed + seeds)),
         scenarios=scenario,
         epochs=epochs,
         progress=_progress,
     )
     if as_json:
-        print(json.dumps(figures.model_dump(mode="json"), indent=2))
+        print(json.dumps([f.model_dump(mode="json") for f in measured], indent=2))
         return
+    for figures in measured:
+        _print(figures)
+
+
+def _print(figures: RuleSetFigures) -> None:
     alarms = Table(
         title=f"{figures.ruleset}: healthy runs ({figures.healthy_runs})", title_justify="left"
     )

@@ -86,23 +86,24 @@ def write_ruleset(rules: RuleSet, path: Path) -> None:
 
 
 def evaluate_rules(
-    rules: RuleSet,
+    rulesets: Sequence[RuleSet],
     *,
     seeds: Sequence[int],
     scenarios: Sequence[str] | None = None,
     healthy: Sequence[str] = HEALTHY,
     epochs: int | None = None,
     progress: Callable[[str], None] = lambda _: None,
-) -> RuleSetFigures:
-    """`rules`' false alarms on the healthy scenarios and its detections on the others (each
-    scenario's intended rules are the ones it is built to provoke), over `seeds`."""
+) -> list[RuleSetFigures]:
+    """Each rule set's false alarms on the healthy scenarios and its detections on the others
+    (each scenario's intended rules are the ones it is built to provoke), over `seeds`. The
+    runs are trained once and every rule set reads the same ones: the figures compare."""
     from rolltape.producers.training import SCENARIOS
 
     names = list(scenarios) if scenarios is not None else [s for s in SCENARIOS if s not in healthy]
-    simple = rules.r2_relative_to_batch  # its signal needs the monitor's B_simple
+    simple = any(r.r2_relative_to_batch for r in rulesets)  # that signal needs B_simple
     healthy_runs = [run for h in healthy for run in _runs(h, seeds, epochs, progress, simple)]
     faulty: dict[str, tuple[tuple[RuleId, ...], Sequence[Sequence[Metric]]]] = {}
     for scenario in names:
         runs = _runs(scenario, seeds, epochs, progress, simple)
         faulty[scenario] = (SCENARIOS[scenario].expected, runs)
-    return measure(rules, healthy_runs, faulty)
+    return [measure(rules, healthy_runs, faulty) for rules in rulesets]

@@ -32,7 +32,7 @@ def test_rules_calibrate_then_evaluate__on_short_seeded_runs(tmp_path: Path) -> 
          "--scenario", "lr_too_high", "--json"],
     )  # fmt: skip
     assert scored.exit_code == 0, scored.output
-    figures = json.loads(scored.stdout[scored.stdout.index("{") :])
+    (figures,) = json.loads(scored.stdout[scored.stdout.index("[") :])
     assert figures["ruleset"] == rules.label and figures["healthy_runs"] == 1
     assert [r["rule"] for r in figures["rules"]] == list(PRECEDENCE)
     (detection,) = figures["detections"]
