@@ -19,7 +19,7 @@ from rolltape.infra.commands.rules import (
     evaluate_rules,
     write_ruleset,
 )
-from rolltape.processors.rules import RuleSet, RuleSetError, RuleSetFigures
+from rolltape.processors.rules import RuleSet, RuleSetError, RuleSetFigures, goals
 
 app = typer.Typer(
     help="Calibrate rule sets on healthy runs of the reference task and measure their alarms.",
@@ -141,7 +141,11 @@ def evaluate_command(
         progress=_progress,
     )
     if as_json:
-        print(json.dumps([f.model_dump(mode="json") for f in measured], indent=2))
+        report = [
+            {**f.model_dump(mode="json"), "goals": [g.model_dump() for g in goals(f)]}
+            for f in measured
+        ]
+        print(json.dumps(report, indent=2))
         return
     for figures in measured:
         _print(figures)
@@ -174,3 +178,6 @@ def _print(figures: RuleSetFigures) -> None:
             ", ".join(f"{r} ({n})" for r, n in d.unintended.items()) or "-",
         )
     console.print(found)
+    for goal in goals(figures):
+        mark = "[green]met[/green]" if goal.met else "[red]not met[/red]"
+        console.print(f"  {mark}  {goal.goal}: {goal.detail}")

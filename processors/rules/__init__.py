@@ -3,10 +3,12 @@ healthy runs with their measured false alarms and detections."""
 
 from rolltape.processors.rules._calibrate import (
     Detection,
+    Goal,
     RuleFigures,
     RuleSetFigures,
     calibrate,
     fired_per_epoch,
+    goals,
     measure,
     quantile,
     smoothed_signals,
@@ -26,6 +28,7 @@ __all__ = [
     "Calibration",
     "Detection",
     "EpochOrderError",
+    "Goal",
     "RuleFigures",
     "RuleSet",
     "RuleSetError",
@@ -35,6 +38,7 @@ __all__ = [
     "calibrate",
     "evaluate",
     "fired_per_epoch",
+    "goals",
     "measure",
     "quantile",
     "smoothed_signals",

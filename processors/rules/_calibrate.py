@@ -15,6 +15,7 @@ runs measured with the monitor's `noise_scale_simple` on); see that field for wh
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -71,8 +72,10 @@ def calibrate(
     relative_r2: bool = False,
 ) -> RuleSet:
     """A rule set whose band thresholds sit beyond the healthy runs' `quantiles`, `margin` times
-    further out (divided below, multiplied above), and never tighter than `base`. The persistence
-    window, EMA and the non-band rules (R3's patience, R4's window) are kept from `base`."""
+    further out (divided below, multiplied above), and never tighter than `base`. R4 fires only
+    below the training accuracy at which healthy runs stall (its lower quantile: a bounded
+    signal, so no margin). The persistence window, EMA, R3's patience and R4's window are kept
+    from `base`."""
     if not runs:
         raise ValueError("calibration needs at least one healthy run")
     if not 0 <= quantiles[0] < quantiles[1] <= 1:
@@ -113,6 +116,10 @@ def calibrate(
     elif not relative_r2:
         update["r2_noise_scale_low"] = low("grad_noise_scale", base.r2_noise_scale_low)
         update["r2_noise_scale_high"] = high("grad_noise_scale", base.r2_noise_scale_high)
+    stalled = _stalled_accuracies(runs, base)
+    if stalled:  # the accuracy healthy runs stop improving at is convergence, not capacity
+        ranges["train_acc_when_stalled"] = _range(stalled, quantiles)
+        update["r4_train_acc_below"] = ranges["train_acc_when_stalled"].low
     update["calibration"] = Calibration(
         task=task,
         scenarios=tuple(scenarios),
@@ -124,6 +131,22 @@ def calibrate(
         ranges=ranges,
     )
     return RuleSet.model_validate({**base.model_dump(), **update})
+
+
+def _stalled_accuracies(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
+    """The training accuracy at every healthy epoch on which R4's stall condition held."""
+    out: list[float] = []
+    window = rules.r4_window
+    for run in runs:
+        state = RuleState()
+        for index, metric in enumerate(run):
+            evaluate(rules, state, metric, f"{index:064x}")
+            accs = state.train_accs[-(window + 1) :]
+            if len(accs) == window + 1 and metric.steps:
+                moved = max(abs(b - a) for a, b in itertools.pairwise(accs))
+                if moved < rules.r4_train_acc_delta:
+                    out.append(accs[-1])
+    return out
 
 
 # -- a rule set's measured false alarms and detections ---------------------------------------------
@@ -234,4 +257,54 @@ def measure(
         healthy_runs=len(healthy),
         rules=tuple(figures),
         detections=tuple(detections),
+    )
+
+
+class Goal(BaseModel):
+    """One of the goals a rule set is measured against, and whether it met it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    goal: str
+    met: bool
+    detail: str
+
+
+def goals(
+    figures: RuleSetFigures,
+    *,
+    max_false_alarm_rate: float = 0.02,
+    min_detected: float = 0.9,
+    within_epochs: int = 4,
+) -> tuple[Goal, ...]:
+    """The goals of a rule set that holds on the reference task: no rule fires on more than 2%
+    of healthy epochs, none fires on two healthy epochs in a row, and every scenario's intended
+    rule fires in 9 of 10 seeds within 4 epochs of the fault (every scenario's fault is there
+    from the first epoch)."""
+    noisy = [r for r in figures.rules if r.false_alarm_rate > max_false_alarm_rate]
+    persisting = [r for r in figures.rules if r.longest_streak > 1]
+    missed = [
+        d
+        for d in figures.detections
+        if sum(1 for e in d.first_epochs if e is not None and e <= within_epochs)
+        < min_detected * d.seeds
+    ]
+    return (
+        Goal(
+            goal=f"healthy: every rule fires on at most {max_false_alarm_rate:.0%} of epochs",
+            met=not noisy,
+            detail=", ".join(f"{r.rule} {r.false_alarm_rate:.1%}" for r in noisy) or "all do",
+        ),
+        Goal(
+            goal="healthy: no rule fires on two epochs in a row",
+            met=not persisting,
+            detail=", ".join(f"{r.rule} {r.longest_streak} in a row" for r in persisting)
+            or "none does",
+        ),
+        Goal(
+            goal=f"scenarios: each intended rule in {min_detected:.0%} of seeds by epoch "
+            f"{within_epochs}",
+            met=not missed,
+            detail=", ".join(f"{d.scenario} {d.rule}" for d in missed) or "all are",
+        ),
     )

@@ -306,6 +306,13 @@ def _r4(rules: RuleSet, state: RuleState, unhealthy: list[RuleId]) -> _Outcome:
         return _Outcome(
             False, f"train acc moved {_g(max(deltas))} >= {_g(rules.r4_train_acc_delta)}", signals
         )
+    ceiling = rules.r4_train_acc_below
+    if ceiling is not None and accs[-1] >= ceiling:
+        return _Outcome(
+            False,
+            f"train acc stalled at {_g(accs[-1])}, at or above {_g(ceiling)}: converged",
+            signals,
+        )
     if rules.r4_requires_healthy and unhealthy:
         return _Outcome(
             False,

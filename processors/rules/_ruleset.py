@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rolltape.processors._errors import ProcessorError
 from rolltape.schemas import canonical_bytes
 
-_ADDED_LATER = ("r2_relative_to_batch", "calibration")
+_ADDED_LATER = ("r2_relative_to_batch", "r4_train_acc_below", "calibration")
 
 
 class SignalRange(BaseModel):
@@ -84,6 +84,10 @@ class RuleSet(BaseModel):
     r3_patience: int = Field(default=5, ge=1)
     r4_train_acc_delta: float = Field(default=0.02, ge=0)
     r4_window: int = Field(default=3, ge=1)
+    r4_train_acc_below: float | None = Field(default=None, gt=0, le=1)
+    """R4 fires only while the training accuracy is below this: a run that stopped improving
+    at the accuracy healthy runs converge to has converged, not run out of capacity. None: at
+    any accuracy (the reference monitor's rule)."""
     r4_requires_healthy: bool = True
     """R4 (capacity) fires only while R5, R6 and R7 do not: a net that is not learning because its
     gradients or activations are broken has a stability problem, not a capacity one."""

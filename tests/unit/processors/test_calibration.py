@@ -16,6 +16,7 @@ from rolltape.processors.rules import (
     calibrate,
     evaluate,
     fired_per_epoch,
+    goals,
     measure,
     quantile,
     smoothed_signals,
@@ -158,3 +159,36 @@ def test_calibrate__the_relative_form_without_b_simple_says_what_to_measure() ->
             seeds=(0,),
             relative_r2=True,
         )
+
+
+def stalled(accs: list[float]) -> list[Metric]:
+    return [
+        m.model_copy(update={"train_acc": a})
+        for m, a in zip(run([10.0] * len(accs)), accs, strict=True)
+    ]
+
+
+def test_r4__a_run_stalled_where_healthy_runs_converge_has_converged_not_run_out_of_capacity() -> (
+    None
+):
+    healthy = [stalled([0.5, 0.9, 0.97, 0.975, 0.98, 0.98]), stalled([0.6, 0.95, 0.99, 0.99, 0.99])]
+    base = RuleSet()
+    assert any("R4" in f for f in fired_per_epoch(healthy[0], base))  # the reference fires
+    rules = calibrate(healthy, base=base, name="t", task="x", scenarios=("b",), seeds=(0, 1))
+    # R4's stall held at 0.98, 0.98 (run 1) and 0.99, 0.99 (run 2): the lower quantile
+    assert rules.r4_train_acc_below == pytest.approx(quantile([0.98, 0.98, 0.99, 0.99], 0.01))
+    assert all("R4" not in f for run_ in healthy for f in fired_per_epoch(run_, rules))
+    capped = stalled([0.3, 0.31, 0.31, 0.31, 0.31])  # no capacity: stuck far below
+    assert "R4" in fired_per_epoch(capped, rules)[-1]
+
+
+def test_goals__name_the_rules_and_scenarios_that_miss_them() -> None:
+    rules = RuleSet(r2_noise_scale_low=5.0, r2_noise_scale_high=50.0)
+    healthy = [run([10.0] * 5), run([2.0] * 5)]
+    faulty = {"noisy": (("R2",), [run([1.0] * 6), run([20.0] * 6)])}
+    alarms, streaks, detections = goals(measure(rules, healthy, faulty))
+    assert (alarms.met, alarms.detail) == (False, "R2 30.0%")
+    assert (streaks.met, streaks.detail) == (False, "R2 3 in a row")
+    assert (detections.met, detections.detail) == (False, "noisy R2")
+    quiet = goals(measure(rules, [run([10.0] * 5)], {"noisy": (("R2",), [run([1.0] * 6)])}))
+    assert all(goal.met for goal in quiet)
