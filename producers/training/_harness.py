@@ -36,7 +36,7 @@ from rolltape.producers.training._policies import (
     Policy,
     PolicyDecision,
 )
-from rolltape.producers.training._remedies import TrainingRun, apply, start_run
+from rolltape.producers.training._remedies import TrainingRun, apply
 from rolltape.producers.training._scenarios import Scenario
 from rolltape.schemas import (
     RULE_CLASS,
@@ -267,15 +267,7 @@ class Harness:
         epochs = config.epochs or scenario.epochs
         seed = config.seed + attempt - 1  # attempts differ by initialisation, not only by policy
         data = DigitsData(config.seed, scenario.train_subset)
-        run = start_run(
-            data,
-            scenario.architecture,
-            lr=scenario.lr,
-            momentum=scenario.momentum,
-            batch_size=scenario.batch_size,
-            seed=seed,
-            dead_units=scenario.dead_units,
-        )
+        run = scenario.start(data, seed=seed)
         run_config: dict[str, Any] = {
             "task": TASK,
             "scenario": scenario.name,

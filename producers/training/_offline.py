@@ -13,7 +13,6 @@ from rolltape.producers._recorder import Recorder
 from rolltape.producers.training._digits import DigitsData
 from rolltape.producers.training._harness import TASK, _train_epoch
 from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor
-from rolltape.producers.training._remedies import start_run
 from rolltape.producers.training._scenarios import Scenario
 from rolltape.schemas import Metric
 
@@ -29,15 +28,7 @@ def monitored_run(
     shuffling all follow it, so seeds differ as independent runs do), for `epochs` (default:
     the scenario's), and return the monitor's metric of every epoch."""
     data = DigitsData(seed, scenario.train_subset)
-    run = start_run(
-        data,
-        scenario.architecture,
-        lr=scenario.lr,
-        momentum=scenario.momentum,
-        batch_size=scenario.batch_size,
-        seed=seed,
-        dead_units=scenario.dead_units,
-    )
+    run = scenario.start(data, seed=seed)
     metrics: list[Metric] = []
     with tempfile.TemporaryDirectory(prefix="rolltape-offline-") as tmp:
         agent = Recorder(None, spool_dir=Path(tmp) / "agent", principal="agent")

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rolltape.producers.training._digits import ArchitectureSpec
+from rolltape.producers.training._digits import ArchitectureSpec, DigitsData
+from rolltape.producers.training._remedies import TrainingRun, start_run
 from rolltape.schemas import RuleId
 
 
@@ -33,6 +34,18 @@ class Scenario(BaseModel):
     """Train on the first N training images only."""
     expected: tuple[RuleId, ...] = ()
     """Rules this setup fires from real hooks (on the default rule set)."""
+
+    def start(self, data: DigitsData, *, seed: int) -> TrainingRun:
+        """A fresh run of this setup on `data`, its network initialised with `seed`."""
+        return start_run(
+            data,
+            self.architecture,
+            lr=self.lr,
+            momentum=self.momentum,
+            batch_size=self.batch_size,
+            seed=seed,
+            dead_units=self.dead_units,
+        )
 
 
 SCENARIOS: dict[str, Scenario] = {
