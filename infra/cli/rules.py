@@ -96,12 +96,13 @@ def calibrate_command(
         table.add_column(col)
     for field, value in rules.model_dump().items():
         if field.startswith("r") and field[1].isdigit() and value != getattr(start, field):
-            table.add_row(
-                field,
-                str(getattr(start, field)),
-                f"{value:.4g}" if isinstance(value, float) else str(value),
-            )
+            table.add_row(field, _shown(getattr(start, field)), _shown(value))
     console.print(table)
+
+
+def _shown(value: object) -> str:
+    """A threshold as both columns print it (4 significant digits), so they compare."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 @app.command("evaluate")

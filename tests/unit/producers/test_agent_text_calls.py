@@ -20,20 +20,7 @@ from rolltape.schemas import ToolSpec
 from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 from tests.unit.producers.recorded import spooled
-from tests.unit.producers.test_parser_conformance import CASES
-
-
-def _calling_case(family: str) -> dict[str, Any] | None:
-    """The family's first conformance case whose text makes calls and reads cleanly."""
-    for _, table, case in CASES:
-        named = case.get("family", table["families"][0])
-        if ALIASES.get(named, named) != family:
-            continue
-        expected = case["calls"] if "calls" in case else case["reference_calls"]
-        if expected and not case.get("problems"):
-            return {**case, "expected": expected}
-    return None
-
+from tests.unit.producers.test_parser_conformance import calling_cases
 
 TEXT_FAMILIES = sorted(f for f in FAMILIES if f not in ALIASES)
 
@@ -94,7 +81,7 @@ def _run_replies(
 
 @pytest.mark.parametrize("family", TEXT_FAMILIES)
 def test_run_agent__runs_the_calls_a_family_writes_as_text(tmp_path: Path, family: str) -> None:
-    case = _calling_case(family)
+    case = calling_cases().get(family)
     assert case is not None, f"no conformance case of {family} makes a call"
     expected = [(c["name"], c.get("arguments", {})) for c in case["expected"]]
     declared = {t["name"]: t for t in case.get("tools", [])}
