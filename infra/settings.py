@@ -79,7 +79,13 @@ class Settings(BaseSettings):
     core seals (about 50,000 of ~1 KB), at the cost of ~0.5 s to start them."""
 
     rules_file: Path | None = None
-    """A JSON rule set (thresholds, EMA alpha, persistence) for the worker; default REFERENCE.md's."""
+    """One rule set (a JSON file, or a shipped set's name: `reference-monitor`,
+    `digits-cnn-calibrated`) for every task the worker judges. Unset: the rule book, where each
+    task family has its own (the reference task its calibrated set, others the reference
+    monitor's, plus `rules_by_task`)."""
+    rules_by_task: dict[str, Path] = Field(default_factory=dict)
+    """Task family -> rule set (file or shipped name) added to the rule book, as JSON:
+    '{"my-task": "my-task-rules.json"}' judges sessions of `my-task` and `my-task/...`."""
     filters_file: Path | None = None
     """A JSON reward-filter config for the worker."""
     training_judge_file: Path | None = None

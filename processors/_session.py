@@ -49,7 +49,15 @@ from rolltape.processors.judges import (
     Transcript,
     judge,
 )
-from rolltape.processors.rules import RULES_VERSION, EpochOrderError, RuleSet, RuleState, evaluate
+from rolltape.processors.rules import (
+    RULES_VERSION,
+    EpochOrderError,
+    RuleBook,
+    RuleState,
+    default_rulebook,
+    epoch_order_error,
+    evaluate,
+)
 from rolltape.schemas import (
     JUDGE_VERSION_PATTERN,
     LIVE_JUDGE_VERSION,
@@ -73,6 +81,7 @@ from rolltape.schemas import (
     canonical_bytes,
     canonical_dump_bytes,
     derived_event_id,
+    parse_payload,
     read_event,
     session_binding,
     versioned_stream,
@@ -99,6 +108,8 @@ _EVENT_TYPES: Final = {
             "feedback",
             "session_ended",
             "session_resumed",
+            "evaluation",
+            "ruleset_evaluation",
         }
     ),
     Stream.METRICS.value: frozenset(
@@ -112,7 +123,8 @@ class ProcessorConfig:
     """What the pure step needs to know: rules, filters, judges, principals and the label its
     outputs are written under. Frozen: one config serves every session of a worker."""
 
-    rules: RuleSet = field(default_factory=RuleSet)
+    rules: RuleBook = field(default_factory=default_rulebook)
+    """The rule set of each task: a session's metrics are evaluated under its task's."""
     filters: FilterConfig = field(default_factory=FilterConfig)
     training_judge: TrainingJudgeConfig = field(default_factory=TrainingJudgeConfig)
     principal: str = "processor"
@@ -222,6 +234,12 @@ class SessionState:
     """output stream -> (next seq, head hash): the heads of the chains written for the session
     (a ChainWriter's heads)."""
     kind: str | None = None
+    task: str | None = None
+    """From the events stream's session_started; until it is read, the metrics stream's events
+    wait in `early` (the rule set to evaluate them under is the task's)."""
+    early: list[tuple[str, str, int, dict[str, Any]]] = field(default_factory=list)
+    """(type, hash, ts_ns, payload as decoded) of the metrics stream's events read before the
+    session's task was known, in chain order."""
     rules: RuleState = field(default_factory=RuleState)
     filters: FilterState = field(default_factory=FilterState)
     judge: TrainingJudgeState = field(default_factory=TrainingJudgeState)
@@ -274,6 +292,12 @@ class SessionState:
         if binding:
             leaves.append(session_binding(sid, heads))
         return leaves
+
+
+def _last_epoch(state: SessionState) -> int:
+    """The latest epoch evaluated or waiting to be (a metric must come after it)."""
+    waiting = [int(fields["epoch"]) for kind, _, _, fields in state.early if kind == "metric"]
+    return max(waiting, default=state.rules.last_epoch)
 
 
 @functools.cache
@@ -348,35 +372,13 @@ class SessionProcessor:
     def _use(
         self, state: SessionState, env: TypedEvent, payload: BaseModel, out: list[StepOutput]
     ) -> None:
-        if isinstance(payload, Metric):
-            try:
-                evaluation, causes = evaluate(self.config.rules, state.rules, payload, env.hash)
-            except EpochOrderError as exc:
-                out.append(Refused("epoch_out_of_order", str(exc)))
-                state.judge.rejected_metrics += 1
-                return
-            out.append(
-                self._emit(
-                    state,
-                    env.session_id,
-                    env.ts_ns,
-                    Stream.RULES,
-                    "rule_evaluation",
-                    evaluation,
-                    causes,
-                    RULES_VERSION,
-                )
-            )
-            if state.kind != "agent":  # only training runs are judged on their epochs
-                state.judge.add_metric(evaluation, payload, env.hash)
-            return
-        if isinstance(payload, ModelSpec):
-            if state.kind != "agent":
-                state.judge.add_spec(payload, env.hash)
-            return
-        if isinstance(payload, LiveCheck):
-            if state.kind != "agent":
-                state.judge.add_live_check(payload, env.hash)
+        if isinstance(payload, Metric | ModelSpec | LiveCheck):
+            if state.task is not None:
+                self._measured(state, env.session_id, env.hash, env.ts_ns, payload, out)
+            elif isinstance(payload, Metric) and payload.epoch <= _last_epoch(state):
+                self._refuse_epoch(state, payload.epoch, _last_epoch(state), out)
+            else:  # the rule set is the task's: wait for the session_started that names it
+                state.early.append((env.type, env.hash, env.ts_ns, dict(env.payload)))
             return
         if isinstance(payload, SessionEnded):
             state.ended[env.stream] = env.hash
@@ -386,10 +388,12 @@ class SessionProcessor:
         if env.stream != _EVENTS:
             return
         if isinstance(payload, SessionStarted):
-            state.kind = payload.kind
-            if payload.kind == "agent":  # metrics that came first need no judge history
-                state.judge = TrainingJudgeState()
+            state.kind, state.task = payload.kind, payload.task
             state.judge.run_config = dict(payload.run_config)
+            early, state.early = state.early, []
+            for kind, event_hash, ts_ns, fields in early:
+                measured = parse_payload(kind, fields, lenient=True)
+                self._measured(state, env.session_id, event_hash, ts_ns, measured, out)
             judged = payload.trainable and payload.linked_session_id is None
             if (
                 payload.kind == "agent"
@@ -402,6 +406,49 @@ class SessionProcessor:
         observe(state.filters, self.config.filters, payload, env.hash)
         if state.transcript is not None:
             state.transcript.observe(payload, self.config.transcript_max_chars)
+
+    def _measured(
+        self,
+        state: SessionState,
+        sid: str,
+        event_hash: str,
+        ts_ns: int,
+        payload: BaseModel,
+        out: list[StepOutput],
+    ) -> None:
+        """Use a metrics-stream event once the session's task is known: a metric is evaluated
+        under the task's rule set; training runs' judge keeps metrics, specs and live checks."""
+        training = state.kind != "agent"  # only training runs are judged on their epochs
+        if isinstance(payload, Metric):
+            rules = self.config.rules.for_task(state.task)
+            try:
+                evaluation, causes = evaluate(rules, state.rules, payload, event_hash)
+            except EpochOrderError:
+                self._refuse_epoch(state, payload.epoch, state.rules.last_epoch, out)
+                return
+            out.append(
+                self._emit(
+                    state,
+                    sid,
+                    ts_ns,
+                    Stream.RULES,
+                    "rule_evaluation",
+                    evaluation,
+                    causes,
+                    RULES_VERSION,
+                )
+            )
+            if training:
+                state.judge.add_metric(evaluation, payload, event_hash)
+        elif isinstance(payload, ModelSpec) and training:
+            state.judge.add_spec(payload, event_hash)
+        elif isinstance(payload, LiveCheck) and training:
+            state.judge.add_live_check(payload, event_hash)
+
+    @staticmethod
+    def _refuse_epoch(state: SessionState, epoch: int, last: int, out: list[StepOutput]) -> None:
+        out.append(Refused("epoch_out_of_order", epoch_order_error(epoch, last)))
+        state.judge.rejected_metrics += 1
 
     def _maybe_finish(self, state: SessionState, env: TypedEvent, out: list[StepOutput]) -> None:
         end = state.end

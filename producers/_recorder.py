@@ -527,6 +527,11 @@ class Session:
         """An environment's evaluation of a split (rolltape.schemas.Evaluation, dumped)."""
         self._record(_EVENTS, "evaluation", dict(evaluation))
 
+    def ruleset_evaluation(self, evaluation: Mapping[str, Any]) -> None:
+        """A rule set's measured false alarms and detections (rolltape.schemas.RulesetEvaluation,
+        dumped)."""
+        self._record(_EVENTS, "ruleset_evaluation", dict(evaluation))
+
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
         self._record(_EVENTS, "decision", _copy_containers(fields))

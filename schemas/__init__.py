@@ -81,6 +81,7 @@ from rolltape.schemas._events import (
     Producer,
     RewardEvent,
     RuleEvaluationEvent,
+    RulesetEvaluationEvent,
     SessionEndedEvent,
     SessionResumedEvent,
     SessionStartedEvent,
@@ -118,6 +119,13 @@ from rolltape.schemas._payloads import (
     parse_payload,
 )
 from rolltape.schemas._reasoning import split_reasoning
+from rolltape.schemas._rule_figures import (
+    Detection,
+    Goal,
+    RuleFigures,
+    RulesetEvaluation,
+    RuleSetFigures,
+)
 from rolltape.schemas._tool_outcome import result_failed
 from rolltape.schemas._topics import (
     CHAINED_STREAMS,
@@ -179,6 +187,7 @@ __all__ = [
     "CronRunEvent",
     "Decision",
     "DecisionEvent",
+    "Detection",
     "EditOp",
     "EditTarget",
     "Envelope",
@@ -193,6 +202,7 @@ __all__ = [
     "FilterOutcome",
     "FilterOutcomeEvent",
     "FilterReason",
+    "Goal",
     "JobAction",
     "JobDefinition",
     "JobState",
@@ -219,8 +229,12 @@ __all__ = [
     "RuleClass",
     "RuleEvaluation",
     "RuleEvaluationEvent",
+    "RuleFigures",
     "RuleId",
     "RuleOutcome",
+    "RuleSetFigures",
+    "RulesetEvaluation",
+    "RulesetEvaluationEvent",
     "RunStatus",
     "SchemaError",
     "SessionEnded",

@@ -50,6 +50,7 @@ from rolltape.schemas._payloads import (
     Turn,
     parse_payload,
 )
+from rolltape.schemas._rule_figures import RulesetEvaluation
 
 Body = TypeVar("Body", bound=BaseModel, covariant=True)
 
@@ -245,6 +246,11 @@ class EvaluationEvent(Event[Evaluation]):
     type: Literal["evaluation"]
 
 
+class RulesetEvaluationEvent(Event[RulesetEvaluation]):
+    __slots__ = ()
+    type: Literal["ruleset_evaluation"]
+
+
 class UnknownEvent(Event[BaseModel]):
     """An event of a type this version has no model for (a newer producer's): its header is
     read and checked like any other; `body` raises PayloadError."""
@@ -275,6 +281,7 @@ TypedEvent = (
     | CronJobEvent
     | CronRunEvent
     | EvaluationEvent
+    | RulesetEvaluationEvent
     | UnknownEvent
 )
 """What `read_event` returns: one member per event type, chosen by the record's `type`."""

@@ -24,6 +24,7 @@ from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
+from rolltape.schemas._rule_figures import RulesetEvaluation
 
 
 class ToolSpec(BaseModel):
@@ -327,6 +328,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "cron_job": CronJob,
     "cron_run": CronRun,
     "evaluation": Evaluation,
+    "ruleset_evaluation": RulesetEvaluation,
 }
 
 

@@ -41,14 +41,21 @@ class PolicyName(StrEnum):
 
 @app.command()
 def scenarios() -> None:
-    """List the named scenarios and the rules each is expected to fire."""
+    """List the named scenarios: the rules each is built to provoke, and those it fires under
+    the reference task's default rule set (`rolltape rules list`)."""
     from rolltape.producers.training import SCENARIOS
 
     table = Table(title="scenarios of the reference task (digits CNN)", title_justify="left")
-    for col in ("name", "fires", "epochs", "what it does"):
+    for col in ("name", "provokes", "fires (default set)", "epochs", "what it does"):
         table.add_column(col, no_wrap=col == "name")
     for s in SCENARIOS.values():
-        table.add_row(s.name, ", ".join(s.expected) or "-", str(s.epochs), s.description)
+        table.add_row(
+            s.name,
+            ", ".join(s.provokes) or "-",
+            ", ".join(s.expected) or "none",
+            str(s.epochs),
+            s.description,
+        )
     console.print(table)
 
 

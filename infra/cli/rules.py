@@ -11,15 +11,27 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rolltape.infra.cli._common import CliError, console
+from rolltape.infra.cli._common import CliError, console, settings
 from rolltape.infra.commands.rules import (
     EVALUATION_SEED_OFFSET,
     HEALTHY,
+    TASK,
     calibrate_rules,
     evaluate_rules,
+    record_evaluations,
+    rulebook,
+    ruleset_evaluations,
     write_ruleset,
 )
-from rolltape.processors.rules import RuleSet, RuleSetError, RuleSetFigures, goals
+from rolltape.processors.rules import (
+    DIGITS_CALIBRATED,
+    REFERENCE_MONITOR,
+    RuleSet,
+    RuleSetError,
+    load_ruleset,
+    shipped_rulesets,
+)
+from rolltape.schemas import RulesetEvaluation
 
 app = typer.Typer(
     help="Calibrate rule sets on healthy runs of the reference task and measure their alarms.",
@@ -37,6 +49,21 @@ def _quantiles(text: str) -> tuple[float, float]:
     return low, high
 
 
+def _ruleset(spec: str, option: str) -> RuleSet:
+    try:
+        return load_ruleset(spec)
+    except RuleSetError as exc:
+        raise CliError(f"{option}: {exc}") from exc
+
+
+def _reference_task(task: str) -> None:
+    if task != TASK:
+        raise CliError(
+            f"--task: only the reference task's scenarios run here ({TASK}); calibrating on "
+            "another task's recorded runs is not built yet"
+        )
+
+
 def _progress(line: str) -> None:
     print(f"  training {line} ...", file=sys.stderr, flush=True)
 
@@ -44,7 +71,8 @@ def _progress(line: str) -> None:
 @app.command("calibrate")
 def calibrate_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the rule set (JSON).")],
-    name: Annotated[str, typer.Option(help="The rule set's name.")] = "digits-cnn-calibrated",
+    task: Annotated[str, typer.Option(help="The task whose healthy runs to train.")] = TASK,
+    name: Annotated[str, typer.Option(help="The rule set's name.")] = DIGITS_CALIBRATED,
     seeds: Annotated[int, typer.Option(min=1, help="Seeded healthy runs (seeds 0..N-1).")] = 10,
     scenario: Annotated[
         list[str] | None, typer.Option(help="Healthy scenario(s) to run (default: baseline).")
@@ -66,18 +94,16 @@ def calibrate_command(
         ),
     ] = False,
     base: Annotated[
-        Path | None,
-        typer.Option(help="The rule set to start from (default: the reference monitor's)."),
-    ] = None,
+        str,
+        typer.Option(help="The rule set to start from: a file or a shipped set's name."),
+    ] = REFERENCE_MONITOR,
 ) -> None:
     """Train N seeded healthy runs of the reference task under the monitor (no broker needed),
     read every rule's smoothed signal per epoch, and write a rule set whose thresholds sit beyond
     the healthy quantiles (never tighter than the base). Its `calibration` header records the
     runs, seeds, quantiles and the spread of every signal."""
-    try:
-        start = RuleSet.from_file(base) if base else RuleSet()
-    except RuleSetError as exc:
-        raise CliError(f"--base: {exc}") from exc
+    _reference_task(task)
+    start = _ruleset(base, "--base")
     rules = calibrate_rules(
         name=name,
         scenarios=tuple(scenario or HEALTHY),
@@ -108,12 +134,13 @@ def _shown(value: object) -> str:
 @app.command("evaluate")
 def evaluate_command(
     ruleset: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Option(
-            help="A rule set to measure; repeat it to compare several on the same runs "
-            "(default: the reference monitor's)."
+            help="A rule set to measure (a file or a shipped set's name); repeat it to compare "
+            "several on the same runs (default: the task's rule set in the worker's rule book)."
         ),
     ] = None,
+    task: Annotated[str, typer.Option(help="The task whose scenarios to train.")] = TASK,
     seeds: Annotated[int, typer.Option(min=1, help="Seeded runs per scenario.")] = 10,
     first_seed: Annotated[
         int, typer.Option(help="The first seed (default: away from calibration's 0..N-1).")
@@ -125,34 +152,73 @@ def evaluate_command(
     epochs: Annotated[
         int | None, typer.Option(min=1, help="Epochs per run (default: the scenario's).")
     ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            help="Also record each rule set with its figures as a `ruleset_evaluation` event "
+            "(needs a broker)."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
 ) -> None:
     """Measure rule sets: per rule, its firings on healthy baseline epochs (false alarms) and
     the longest run of them; per scenario, in how many seeds its intended rule fired and at
     which epoch first, and which other rules fired. Every rule set reads the same runs."""
-    try:
-        rulesets = [RuleSet.from_file(path) for path in ruleset] if ruleset else [RuleSet()]
-    except RuleSetError as exc:
-        raise CliError(f"--ruleset: {exc}") from exc
+    _reference_task(task)
+    if ruleset:
+        rulesets = [_ruleset(spec, "--ruleset") for spec in ruleset]
+    else:
+        try:
+            rulesets = [rulebook(settings()).for_task(task)]
+        except RuleSetError as exc:
+            raise CliError(f"{exc} (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)") from exc
+    run_seeds = tuple(range(first_seed, first_seed + seeds))
     measured = evaluate_rules(
-        rulesets,
-        seeds=tuple(range(first_seed, first_seed + seeds)),
-        scenarios=scenario,
-        epochs=epochs,
-        progress=_progress,
+        rulesets, seeds=run_seeds, scenarios=scenario, epochs=epochs, progress=_progress
     )
+    evaluations = ruleset_evaluations(rulesets, measured, seeds=run_seeds, epochs=epochs)
     if as_json:
         report = [
-            {**f.model_dump(mode="json"), "goals": [g.model_dump() for g in goals(f)]}
-            for f in measured
+            {**e.figures.model_dump(mode="json"), "goals": [g.model_dump() for g in e.goals]}
+            for e in evaluations
         ]
         print(json.dumps(report, indent=2))
-        return
-    for figures in measured:
-        _print(figures)
+    else:
+        for evaluation in evaluations:
+            _print(evaluation)
+    if record:
+        session_id, sent = record_evaluations(evaluations, settings())
+        where = "recorded" if sent else "spooled (the broker did not take them yet)"
+        print(f"{where} as session {session_id}", file=sys.stderr if as_json else sys.stdout)
 
 
-def _print(figures: RuleSetFigures) -> None:
+@app.command("list")
+def list_command() -> None:
+    """The shipped rule sets, and which one judges each task family in the worker's rule book
+    (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)."""
+    table = Table(title="shipped rule sets", title_justify="left")
+    table.add_column("rule set (name@digest)", no_wrap=True)
+    table.add_column("calibrated on")
+    for rules in shipped_rulesets().values():
+        c = rules.calibration
+        on = f"{c.task}: {', '.join(c.scenarios)}, {len(c.seeds)} seeds" if c else "-"
+        table.add_row(rules.label, on)
+    console.print(table)
+    try:
+        book = rulebook(settings())
+    except RuleSetError as exc:
+        raise CliError(f"{exc} (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)") from exc
+    judged = Table(title="the worker's rule book", title_justify="left")
+    for col in ("task family", "rule set"):
+        judged.add_column(col)
+    for family, rules in sorted(book.tasks.items()):
+        judged.add_row(family, rules.label)
+    judged.add_row("(any other)", book.fallback.label)
+    console.print(judged)
+
+
+def _print(evaluation: RulesetEvaluation) -> None:
+    figures = evaluation.figures
     alarms = Table(
         title=f"{figures.ruleset}: healthy runs ({figures.healthy_runs})", title_justify="left"
     )
@@ -179,6 +245,6 @@ def _print(figures: RuleSetFigures) -> None:
             ", ".join(f"{r} ({n})" for r, n in d.unintended.items()) or "-",
         )
     console.print(found)
-    for goal in goals(figures):
+    for goal in evaluation.goals:
         mark = "[green]met[/green]" if goal.met else "[red]not met[/red]"
         console.print(f"  {mark}  {goal.goal}: {goal.detail}")

@@ -10,18 +10,42 @@ runs it was fitted to.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
 
-from rolltape.processors.rules import RuleSet, RuleSetFigures, calibrate, measure
-from rolltape.schemas import Metric, RuleId
+from rolltape.infra.settings import Settings
+from rolltape.processors.rules import (
+    RuleBook,
+    RuleSet,
+    calibrate,
+    default_rulebook,
+    goals,
+    load_ruleset,
+    measure,
+)
+from rolltape.schemas import Metric, RuleId, RulesetEvaluation, RuleSetFigures
 
+TASK = "digits-cnn"
+"""The task whose scenarios these commands can run: the reference task (the harness's)."""
 HEALTHY = ("baseline",)
 """Scenarios that are healthy runs: calibration reads them, evaluation counts their firings as
 false alarms."""
 EVALUATION_SEED_OFFSET = 1000
 """Evaluation seeds start here by default, away from the calibration seeds (0, 1, ...)."""
+
+
+def rulebook(settings: Settings) -> RuleBook:
+    """The rule set of each task family: `rules_file` for all of them when set, else the default
+    book with `rules_by_task` over it."""
+    if settings.rules_file:
+        return RuleBook.only(load_ruleset(settings.rules_file))
+    book = default_rulebook()
+    if not settings.rules_by_task:
+        return book
+    added = {family: load_ruleset(spec) for family, spec in settings.rules_by_task.items()}
+    return RuleBook(tasks={**book.tasks, **added}, fallback=book.fallback)
 
 
 def _runs(
@@ -57,8 +81,6 @@ def calibrate_rules(
     progress: Callable[[str], None] = lambda _: None,
 ) -> RuleSet:
     """A rule set calibrated on seeded healthy runs of the reference task."""
-    from rolltape.producers.training._harness import TASK
-
     runs = [
         run
         for scenario in scenarios
@@ -105,5 +127,54 @@ def evaluate_rules(
     faulty: dict[str, tuple[tuple[RuleId, ...], Sequence[Sequence[Metric]]]] = {}
     for scenario in names:
         runs = _runs(scenario, seeds, epochs, progress, simple)
-        faulty[scenario] = (SCENARIOS[scenario].expected, runs)
+        faulty[scenario] = (SCENARIOS[scenario].provokes, runs)
     return [measure(rules, healthy_runs, faulty) for rules in rulesets]
+
+
+def ruleset_evaluations(
+    rulesets: Sequence[RuleSet],
+    figures: Sequence[RuleSetFigures],
+    *,
+    seeds: Sequence[int],
+    healthy: Sequence[str] = HEALTHY,
+    epochs: int | None = None,
+) -> list[RulesetEvaluation]:
+    """Each rule set with its figures and goals, as the `ruleset_evaluation` event records it."""
+    return [
+        RulesetEvaluation(
+            ruleset=rules.model_dump(mode="json"),
+            label=rules.label,
+            task=TASK,
+            healthy=tuple(healthy),
+            seeds=tuple(seeds),
+            epochs=epochs,
+            figures=measured,
+            goals=goals(measured),
+        )
+        for rules, measured in zip(rulesets, figures, strict=True)
+    ]
+
+
+def record_evaluations(
+    evaluations: Sequence[RulesetEvaluation], settings: Settings
+) -> tuple[str, bool]:
+    """Record the evaluations as one session (not trainable) of `ruleset_evaluation` events, one
+    per rule set: (its id, whether the broker took them; else they wait in the spool, sent by
+    the next recorder on it)."""
+    from rolltape.infra import open_recorder
+
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    session_id = f"rules.evaluate.{TASK}.{stamp}"
+    recorder = open_recorder(settings)
+    try:
+        with recorder.session(
+            f"evaluate rule sets on {TASK}",
+            session_id=session_id,
+            tags=["ruleset_evaluation", f"task={TASK}"],
+            trainable=False,
+        ) as session:
+            for evaluation in evaluations:
+                session.ruleset_evaluation(evaluation.model_dump(mode="json"))
+    finally:
+        flushed = recorder.close()
+    return session_id, flushed.acked == flushed.sealed

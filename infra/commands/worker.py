@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, principal_store, require_connection
+from rolltape.infra.commands.rules import rulebook
 from rolltape.infra.kafka.readback import partition_counts
 from rolltape.infra.kafka.topics import ensure_plain_topics_sync, provision
 from rolltape.infra.keys import judge_key
@@ -25,7 +26,7 @@ from rolltape.processors.judges import (
     TrainingJudgeConfig,
     TrainingJudgeConfigError,
 )
-from rolltape.processors.rules import RuleSet, RuleSetError
+from rolltape.processors.rules import RuleBook, RuleSetError
 from rolltape.processors.worker import WorkerConfig
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
@@ -78,7 +79,7 @@ def load_plugins(modules: tuple[str, ...]) -> None:
 class JudgingConfigs(NamedTuple):
     """What decides a judge version's outputs besides the code versions."""
 
-    rules: RuleSet
+    rules: RuleBook
     filters: FilterConfig
     training_judge: TrainingJudgeConfig
 
@@ -88,7 +89,7 @@ def judging_configs(settings: Settings) -> JudgingConfigs:
     worker, replay and the importers)."""
     load_plugins(settings.plugins)
     try:
-        rules = RuleSet.from_file(settings.rules_file) if settings.rules_file else RuleSet()
+        rules = rulebook(settings)
         training = (
             TrainingJudgeConfig.from_file(settings.training_judge_file)
             if settings.training_judge_file

@@ -18,13 +18,18 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.processors.rules._engine import RuleState, evaluate
 from rolltape.processors.rules._ruleset import Calibration, RuleSet, SignalRange
-from rolltape.schemas import PRECEDENCE, Metric, RuleId
+from rolltape.schemas import (
+    PRECEDENCE,
+    Detection,
+    Goal,
+    Metric,
+    RuleFigures,
+    RuleId,
+    RuleSetFigures,
+)
 
 
 def smoothed_signals(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> dict[str, list[float]]:
@@ -72,10 +77,15 @@ def calibrate(
     relative_r2: bool = False,
 ) -> RuleSet:
     """A rule set whose band thresholds sit beyond the healthy runs' `quantiles`, `margin` times
-    further out (divided below, multiplied above), and never tighter than `base`. R4 fires only
-    below the training accuracy at which healthy runs stall (its lower quantile: a bounded
-    signal, so no margin). The persistence window, EMA, R3's patience and R4's window are kept
-    from `base`."""
+    further out (divided below, multiplied above), and never tighter than `base`.
+
+    R3 and R4 watch the course of a run, not a band, and are set from the healthy course: an
+    improvement of the val loss must be at least the smallest healthy one (its lower quantile,
+    relative to the best loss) divided by the margin; R3's patience is one epoch past the
+    longest stall without improvement healthy runs reach (the upper quantile), never under the
+    persistence window and possibly shorter than the base's (set on runs of another length); R4 fires only below the training
+    accuracy at which healthy runs stall (its lower quantile: a bounded signal, so no margin).
+    The persistence window, the EMA and R4's window are kept from `base`."""
     if not runs:
         raise ValueError("calibration needs at least one healthy run")
     if not 0 <= quantiles[0] < quantiles[1] <= 1:
@@ -116,6 +126,16 @@ def calibrate(
     elif not relative_r2:
         update["r2_noise_scale_low"] = low("grad_noise_scale", base.r2_noise_scale_low)
         update["r2_noise_scale_high"] = high("grad_noise_scale", base.r2_noise_scale_high)
+    improvements = _val_loss_improvements(runs, base)
+    if improvements:  # a change smaller than any healthy improvement (by the margin) is noise
+        ranges["val_loss_relative_improvement"] = _range(improvements, quantiles)
+        delta = ranges["val_loss_relative_improvement"].low / margin
+        update["r3_min_relative_delta"] = max(base.r3_min_relative_delta, delta)
+    stalls = _epochs_since_best(runs, RuleSet.model_validate({**base.model_dump(), **update}))
+    if stalls:  # one epoch past the stalls healthy runs reach, and never under persistence
+        ranges["epochs_since_best_val_loss"] = _range(stalls, quantiles)
+        longest = math.floor(ranges["epochs_since_best_val_loss"].high)
+        update["r3_patience"] = max(base.persistence, longest + 1)
     stalled = _stalled_accuracies(runs, base)
     if stalled:  # the accuracy healthy runs stop improving at is convergence, not capacity
         ranges["train_acc_when_stalled"] = _range(stalled, quantiles)
@@ -131,6 +151,32 @@ def calibrate(
         ranges=ranges,
     )
     return RuleSet.model_validate({**base.model_dump(), **update})
+
+
+def _val_loss_improvements(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
+    """Each healthy improvement of the best val loss (by R3's absolute delta), as a fraction of
+    the best it improved on."""
+    out: list[float] = []
+    for run in runs:
+        state = RuleState()
+        for index, metric in enumerate(run):
+            best = state.best_val
+            evaluate(rules, state, metric, f"{index:064x}")
+            if best and state.best_val is not None and state.best_val < best:
+                out.append((best - state.best_val) / abs(best))
+    return out
+
+
+def _epochs_since_best(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
+    """R3's count of epochs since the best val loss, at every healthy epoch after the first."""
+    out: list[float] = []
+    for run in runs:
+        state = RuleState()
+        for index, metric in enumerate(run):
+            evaluate(rules, state, metric, f"{index:064x}")
+            if index and state.best_val is not None:
+                out.append(float(state.since_best))
+    return out
 
 
 def _stalled_accuracies(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
@@ -150,50 +196,6 @@ def _stalled_accuracies(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> lis
 
 
 # -- a rule set's measured false alarms and detections ---------------------------------------------
-
-
-class RuleFigures(BaseModel):
-    """One rule over the healthy runs."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rule: RuleId
-    healthy_epochs: int
-    false_alarms: int
-    """Healthy epochs on which the rule fired."""
-    longest_streak: int
-    """The most consecutive healthy epochs it fired on (a persisting false alarm)."""
-
-    @property
-    def false_alarm_rate(self) -> float:
-        return self.false_alarms / self.healthy_epochs if self.healthy_epochs else 0.0
-
-
-class Detection(BaseModel):
-    """One scenario's intended rule over its seeds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scenario: str
-    rule: RuleId
-    seeds: int
-    detected: int
-    first_epochs: tuple[int | None, ...]
-    """Per seed, the first epoch the rule fired (None: never)."""
-    unintended: dict[str, int] = Field(default_factory=dict)
-    """Other rules that fired, with the number of epochs summed over the seeds."""
-
-
-class RuleSetFigures(BaseModel):
-    """What `rolltape rules evaluate` prints and records."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    ruleset: str
-    healthy_runs: int
-    rules: tuple[RuleFigures, ...]
-    detections: tuple[Detection, ...]
-    kind: Literal["ruleset_figures"] = "ruleset_figures"
 
 
 def fired_per_epoch(run: Sequence[Metric], rules: RuleSet) -> list[tuple[RuleId, ...]]:
@@ -258,16 +260,6 @@ def measure(
         rules=tuple(figures),
         detections=tuple(detections),
     )
-
-
-class Goal(BaseModel):
-    """One of the goals a rule set is measured against, and whether it met it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    goal: str
-    met: bool
-    detail: str
 
 
 def goals(

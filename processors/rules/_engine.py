@@ -121,6 +121,14 @@ def _ema_signals(state: RuleState, name: str) -> dict[str, float | None]:
     return out
 
 
+def epoch_order_error(epoch: int, last: int) -> str:
+    """Why a metric for `epoch` cannot be evaluated after `last` was."""
+    return (
+        f"epoch {epoch} was already evaluated or is older than epoch {last}; rules run once "
+        "per (session, epoch)"
+    )
+
+
 def evaluate(
     rules: RuleSet, state: RuleState, metric: Metric, metric_hash: str
 ) -> tuple[RuleEvaluation, tuple[str, ...]]:
@@ -128,10 +136,7 @@ def evaluate(
     (hashes of the metric events it used, oldest first). Raises EpochOrderError for an epoch that
     is not after the last one evaluated; `state` is then unchanged."""
     if metric.epoch <= state.last_epoch:
-        raise EpochOrderError(
-            f"epoch {metric.epoch} was already evaluated or is older than epoch "
-            f"{state.last_epoch}; rules run once per (session, epoch)"
-        )
+        raise EpochOrderError(epoch_order_error(metric.epoch, state.last_epoch))
     state.last_epoch = metric.epoch
     fields = metric.__dict__
     values = {name: fields[name] for name in _CHECKED_FIELDS}
@@ -177,7 +182,7 @@ def evaluate(
     val_loss, train_acc = values["val_loss"], values["train_acc"]
     if val_loss is not None and math.isfinite(val_loss):
         _push(state.val_losses, val_loss, rules.r1_plateau_window + 1)
-        if state.best_val is None or val_loss < state.best_val - rules.r3_min_delta:
+        if state.best_val is None or val_loss < state.best_val - _min_improvement(rules, state):
             state.best_val, state.best_hash, state.since_best = val_loss, metric_hash, 0
         else:
             state.since_best += 1
@@ -273,6 +278,13 @@ def _r2(rules: RuleSet, state: RuleState) -> _Outcome:
     return _band_rule(rules, state, signal, rules.r2_noise_scale_low, rules.r2_noise_scale_high)
 
 
+def _min_improvement(rules: RuleSet, state: RuleState) -> float:
+    """How far below the best val loss a new one must be to count as an improvement."""
+    best = state.best_val
+    relative = rules.r3_min_relative_delta * abs(best) if best is not None else 0.0
+    return max(rules.r3_min_delta, relative)
+
+
 def _r3(rules: RuleSet, state: RuleState, val_loss: float | None) -> _Outcome:
     signals: dict[str, float | None] = {
         "best_val_loss": state.best_val,
@@ -282,7 +294,8 @@ def _r3(rules: RuleSet, state: RuleState, val_loss: float | None) -> _Outcome:
         return _Outcome(False, "val loss not measured yet", signals)
     if state.since_best >= rules.r3_patience:
         reason = (
-            f"no val-loss improvement by {_g(rules.r3_min_delta)} for {state.since_best} epochs "
+            f"no val-loss improvement by {_g(_min_improvement(rules, state))} for "
+            f"{state.since_best} epochs "
             f"(patience {rules.r3_patience}, best {_g(state.best_val)})"
         )
         return _Outcome(True, reason, signals)

@@ -1,7 +1,8 @@
 """The versioned rule-set config: thresholds, EMA alpha and persistence of R1..R7.
 
-Defaults are those of REFERENCE.md section 1. A rule evaluation names the rule set by name and
-digest, so a firing can always be traced to the exact thresholds that produced it.
+`RuleSet()` is the reference monitor's rule set (REFERENCE.md section 1, calibrated there on
+CIFAR-10). A rule evaluation names the rule set by name and digest, so a firing can always be
+traced to the exact thresholds that produced it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rolltape.processors._errors import ProcessorError
 from rolltape.schemas import canonical_bytes
 
-_ADDED_LATER = ("r2_relative_to_batch", "r4_train_acc_below", "calibration")
+_ADDED_LATER = (
+    "r2_relative_to_batch",
+    "r3_min_relative_delta",
+    "r4_train_acc_below",
+    "calibration",
+)
 
 
 class SignalRange(BaseModel):
@@ -60,7 +66,7 @@ class RuleSet(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = "default"
+    name: str = "reference-monitor"
     ema_alpha: float = Field(default=0.1, gt=0, le=1)
     """EMA smoothing; the EMA is seeded by the first finite value."""
     persistence: int = Field(default=3, ge=1)
@@ -81,6 +87,10 @@ class RuleSet(BaseModel):
     gradient norm) grows with the batch itself, which is what the playbook's remedy (a larger
     batch) relies on."""
     r3_min_delta: float = Field(default=1e-3, ge=0)
+    r3_min_relative_delta: float = Field(default=0.0, ge=0, lt=1)
+    """An improvement must also be this fraction of the best val loss: on a loss of 2.30 a step
+    of 0.002 is noise, on a loss of 0.08 it is progress. 0: the absolute delta alone (the
+    reference monitor's rule)."""
     r3_patience: int = Field(default=5, ge=1)
     r4_train_acc_delta: float = Field(default=0.02, ge=0)
     r4_window: int = Field(default=3, ge=1)

@@ -1,10 +1,10 @@
 """Named training setups of the reference task, each provoking rules with real training.
 
-The expected rules are those the canonical engine fires from the monitor's real measurements on
-this setup (checked by the integration tests against a real worker); other rules may fire too.
-On the reference task R2 fires from batch 32 on: its per-step gradient norms are noisy (their
-mean^2/var sits near 10-30, under REFERENCE.md's band of 50-5000), so the playbook's remedy, a
-larger batch, is called for; that is the band of the default rule set, not a defect of a run.
+Each names the rules it is built to provoke (what `rolltape rules evaluate` scores a rule set's
+detections against) and the rules it fires under the task's default rule set, the calibrated
+`digits-cnn-calibrated` (checked by the integration tests against a real worker; measured over
+ten held-out seeds in docs/training-monitor.md). Other rules may fire too. The healthy baseline
+fires none; the two setups whose fault the default set does not see say so.
 """
 
 from __future__ import annotations
@@ -32,8 +32,11 @@ class Scenario(BaseModel):
     """Fraction of every block's channels killed at initialisation (see build_model)."""
     train_subset: int | None = Field(default=None, ge=1)
     """Train on the first N training images only."""
+    provokes: tuple[RuleId, ...] = ()
+    """The rules this setup is built to provoke (its fault's rules)."""
     expected: tuple[RuleId, ...] = ()
-    """Rules this setup fires from real hooks (on the default rule set)."""
+    """The rules it fires from real hooks under the default rule set, in at least 9 of 10
+    seeds; a rule it provokes is missing here when that set does not detect it."""
 
     def start(self, data: DigitsData, *, seed: int) -> TrainingRun:
         """A fresh run of this setup on `data`, its network initialised with `seed`."""
@@ -54,8 +57,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             name="baseline",
             description="3 ReLU blocks of 32 channels, SGD lr 0.05, batch 32: trains to ~95% "
-            "validation accuracy; R2 fires (noisy gradients at batch 32)",
-            expected=("R2",),
+            "validation accuracy; a healthy run, no rule fires",
         ),
         Scenario(
             name="lr_too_high",
@@ -63,22 +65,25 @@ SCENARIOS: dict[str, Scenario] = {
             architecture=ArchitectureSpec(activation="leaky_relu"),
             lr=20.0,
             epochs=8,
+            provokes=("R7",),
             expected=("R7",),
         ),
         Scenario(
             name="batch_of_two",
-            description="batches of 2 on 300 images: every step follows a pair of samples",
+            description="batches of 2 on 300 images: every step follows a pair of samples; the "
+            "monitor's noise scale reads as on healthy runs, so R2 does not fire by default",
             lr=0.005,
             batch_size=2,
             train_subset=300,
             epochs=6,
-            expected=("R2",),
+            provokes=("R2",),
         ),
         Scenario(
             name="dead_relu",
             description="60% of every block's ReLU channels dead from initialisation",
             dead_units=0.6,
             epochs=10,
+            provokes=("R5",),
             expected=("R5",),
         ),
         Scenario(
@@ -87,6 +92,7 @@ SCENARIOS: dict[str, Scenario] = {
             architecture=ArchitectureSpec(blocks=10, activation="sigmoid"),
             lr=0.02,
             epochs=8,
+            provokes=("R6",),
             expected=("R6",),
         ),
         Scenario(
@@ -94,6 +100,7 @@ SCENARIOS: dict[str, Scenario] = {
             description="lr 1e-5: updates four orders of magnitude too small to move the weights",
             lr=1e-5,
             epochs=6,
+            provokes=("R1", "R4"),
             expected=("R1", "R4"),
         ),
         Scenario(
@@ -102,14 +109,16 @@ SCENARIOS: dict[str, Scenario] = {
             "memorises them",
             train_subset=80,
             epochs=14,
+            provokes=("R3",),
             expected=("R3",),
         ),
         Scenario(
             name="no_capacity",
-            description="one block of 2 channels: training accuracy stalls",
+            description="one block of 2 channels: training accuracy stalls, but late and with "
+            "a dead channel in some seeds (R5), so R4 fires in few seeds",
             architecture=ArchitectureSpec(blocks=1, width=2),
             epochs=8,
-            expected=("R4",),
+            provokes=("R4",),
         ),
     )
 }

@@ -91,12 +91,14 @@ def test_scenarios__each_fires_its_expected_rules_from_real_hooks(rig: Rig) -> N
         fired[name] = {r for e in evaluations for r in e["fired"]}
         assert set(scenario.expected) <= fired[name], (name, fired[name])
         # the harness answered what fired, and recorded nothing it did not apply
-        assert result.verdict.judge == "training_audit" and result.decisions >= 1
+        assert result.verdict.judge == "training_audit"
+        assert result.decisions >= 1 if fired[name] else result.decisions == 0, name
         assert result.verdict.details["architecture_replay"]["result"] == "match", name
         # the playbook's remedies are defensible answers to the rules they cite
         codes = {v.code for v in result.verdict.violations}
         assert not codes & {"indefensible_decision", "spurious_citation"}, (name, codes)
-    assert "R7" not in fired["baseline"] and "R5" not in fired["baseline"]
+    # the worker judges the reference task by its calibrated rule set: a healthy run is quiet
+    assert fired["baseline"] == set()
 
 
 def _answer(body: dict[str, Any]) -> str:

@@ -160,7 +160,18 @@ CASES = [
     ),
     Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--quantiles", "0.99,0.01"), "low < high"),
     Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--base", "{tmp}/missing.json"), "--base"),
-    Case(("rules", "evaluate"), ("--ruleset", "{tmp}/missing.json"), "--ruleset: cannot read"),
+    Case(("rules", "evaluate"), ("--ruleset", "{tmp}/missing.json"), "--ruleset: no rule-set file"),
+    Case(("rules", "evaluate"), ("--task", "cifar"), "--task: only the reference task's"),
+    Case(
+        ("rules", "evaluate"),
+        env={"ROLLTAPE_RULES_BY_TASK": '{"x": "{tmp}/no.json"}'},
+        said="no.json",
+    ),
+    Case(
+        ("rules", "list"),
+        env={"ROLLTAPE_RULES_FILE": "{tmp}/rules.json"},
+        said="rules.json is not JSON",
+    ),
     Case(
         ("cron", "run"),
         said="model 'agent': unknown model family 'qwen3-coder'; known: apertus",

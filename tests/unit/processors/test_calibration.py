@@ -79,7 +79,9 @@ def test_calibrate__thresholds_sit_beyond_the_healthy_quantiles_and_never_tighte
     assert rules.r2_noise_scale_high == base.r2_noise_scale_high  # 2 x q95 is far below 5000
     assert rules.r1_update_ratio_low == base.r1_update_ratio_low  # healthy 5e-3 / 2 is looser
     assert rules.r6_min_grad_norm_low == base.r6_min_grad_norm_low  # 0.025 would be tighter
-    assert rules.persistence == base.persistence and rules.r3_patience == base.r3_patience
+    assert rules.persistence == base.persistence
+    # the val loss improves every epoch: no healthy stall, so R3 waits the persistence window
+    assert rules.r3_patience == base.persistence
     header = rules.calibration
     assert header is not None
     assert (header.seeds, header.quantiles, header.base) == ((0, 1), (0.05, 0.95), base.label)
@@ -192,3 +194,40 @@ def test_goals__name_the_rules_and_scenarios_that_miss_them() -> None:
     assert (detections.met, detections.detail) == (False, "noisy R2")
     quiet = goals(measure(rules, [run([10.0] * 5)], {"noisy": (("R2",), [run([1.0] * 6)])}))
     assert all(goal.met for goal in quiet)
+
+
+def test_r3_relative_delta__a_small_step_on_a_large_loss_is_no_improvement() -> None:
+    losses = [2.30, 2.298, 2.296, 2.10]  # steps of 0.002 (0.09%), then a real one (8.5%)
+    metrics = [Metric(epoch=e, steps=5, val_loss=v) for e, v in enumerate(losses)]
+    absolute = RuleSet(r3_patience=2)
+    relative = absolute.model_copy(update={"r3_min_relative_delta": 0.01})
+    state = RuleState()
+    since = [
+        evaluate(absolute, state, m, f"{i:064x}") and state.since_best
+        for i, m in enumerate(metrics)
+    ]
+    assert since == [0, 0, 0, 0]  # each step of 0.002 beats the absolute delta of 0.001
+    state = RuleState()
+    fired = [evaluate(relative, state, m, f"{i:064x}")[0] for i, m in enumerate(metrics)]
+    # 1% of 2.30 is 0.023: the small steps are not improvements, the 0.2 one is
+    assert [e.rules["R3"].signals["epochs_since_best"] for e in fired] == [0, 1, 2, 0]
+    assert ["R3" in e.fired for e in fired] == [False, False, True, False]
+    assert "by 0.023 for 2 epochs" in fired[2].rules["R3"].reason
+
+
+def test_calibrate__r3_is_set_from_the_healthy_val_loss_course() -> None:
+    def course(losses: list[float]) -> list[Metric]:
+        return [Metric(epoch=e, steps=5, val_loss=v) for e, v in enumerate(losses)]
+
+    # improvements of 50%, 20% and 10% of the best; the longest stall is 4 epochs
+    healthy = [course([1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.4]), course([1.0, 0.9, 0.9])]
+    rules = calibrate(
+        healthy, base=RuleSet(), name="t", task="x", scenarios=("b",), seeds=(0, 1),
+        quantiles=(0.0, 1.0), margin=2.0,
+    )  # fmt: skip
+    assert rules.r3_min_relative_delta == pytest.approx(0.1 / 2.0)  # the smallest, halved
+    assert rules.r3_patience == 5  # one past the longest healthy stall
+    header = rules.calibration
+    assert header is not None
+    assert header.ranges["val_loss_relative_improvement"].low == pytest.approx(0.1)
+    assert header.ranges["epochs_since_best_val_loss"].high == 4.0

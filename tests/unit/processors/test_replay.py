@@ -14,7 +14,7 @@ from rolltape.processors import (
     replay_order,
 )
 from rolltape.processors.audit import InputRecord
-from rolltape.processors.rules import RuleSet
+from rolltape.processors.rules import RuleBook, RuleSet
 from rolltape.schemas import decode
 from tests.unit.processors.scripted import Tape, run
 from tests.unit.projections.sessions import CONFIG, record_sessions
@@ -82,7 +82,10 @@ def test_a_new_version_writes_its_own_chains_and_a_changed_threshold_changes_onl
     records = replay_order(_as_read(_recorded()))
     live = replay(records, CONFIG)
     strict = RuleSet(name="low-noise-ok", r2_noise_scale_low=30.0)
-    v2 = replay(records, ProcessorConfig(rewards=CONFIG.rewards, rules=strict, judge_version="v2"))
+    v2 = replay(
+        records,
+        ProcessorConfig(rewards=CONFIG.rewards, rules=RuleBook.only(strict), judge_version="v2"),
+    )
     assert {stream for stream, _ in v2.chains} == {"rules@v2", "verdicts@v2", "filtered@v2"}
 
     def fired(result: Any, stream: str, sid: str) -> list[tuple[str, ...]]:

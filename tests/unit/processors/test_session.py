@@ -20,6 +20,7 @@ from rolltape.processors import (
 )
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.filters import FilterConfig
+from rolltape.processors.rules import RuleBook, RuleSet
 from rolltape.schemas import ChainVerifier, Verdict, decode
 from tests.support.golden import GOLDEN
 from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
@@ -130,7 +131,11 @@ def _restore_case() -> tuple[list[InputRecord], ProcessorConfig]:
     nan_agent += tape.end("nan-agent", passed=True, score=math.nan)
     records = training_session(tape, epochs=6) + agent_session(tape) + nan_run + nan_agent
     config = ProcessorConfig(
-        rewards=("final_reward", "task_pass"), filters=FilterConfig(min_reward=0.5)
+        rewards=("final_reward", "task_pass"),
+        filters=FilterConfig(min_reward=0.5),
+        # the reference monitor's thresholds under the name they had when the golden states
+        # of test_state__saved_before_the_stored_form_was_typed were written
+        rules=RuleBook.only(RuleSet(name="default")),
     )
     return records, config
 
@@ -383,3 +388,27 @@ def test_state__saved_before_the_stored_form_was_typed__loads_and_continues_exac
         assert [[getattr(o, "value", None) for o in outs] for outs in resumed] == [
             [getattr(o, "value", None) for o in outs] for outs in straight[cut["after"] :]
         ]
+
+
+@pytest.mark.parametrize("event_type", ["evaluation", "ruleset_evaluation"])
+def test_evaluation_events__belong_on_the_events_stream(event_type: str) -> None:
+    """An environment's evaluation and a rule set's figures are recorded on the events stream
+    of a session of their own; the worker reads them as part of it, not as dead letters."""
+    payloads = {
+        "evaluation": {"environment": "bugfix", "split": "test", "model": "m", "items": 0,
+                       "scored": 0, "passed": 0},
+        "ruleset_evaluation": {"ruleset": {"name": "x"}, "label": "x@0", "task": "t",
+                               "healthy": ["baseline"], "seeds": [1],
+                               "figures": {"ruleset": "x@0", "healthy_runs": 1, "rules": [],
+                                           "detections": []},
+                               "goals": []},
+    }  # fmt: skip
+    tape = Tape()
+    records = [
+        tape.start("e", trainable=False),
+        tape.event("e", event_type, **payloads[event_type]),
+        *tape.end("e"),
+    ]
+    outputs, _ = run(records)
+    assert dead_letters(outputs) == []
+    assert len(emitted(outputs, "filter_outcome")) == 1
