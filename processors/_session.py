@@ -57,6 +57,7 @@ from rolltape.processors.rules import (
     default_rulebook,
     epoch_order_error,
     evaluate,
+    restart_course,
 )
 from rolltape.schemas import (
     JUDGE_VERSION_PATTERN,
@@ -419,8 +420,8 @@ class SessionProcessor:
         """Use a metrics-stream event once the session's task is known: a metric is evaluated
         under the task's rule set; training runs' judge keeps metrics, specs and live checks."""
         training = state.kind != "agent"  # only training runs are judged on their epochs
+        rules = self.config.rules.for_task(state.task)
         if isinstance(payload, Metric):
-            rules = self.config.rules.for_task(state.task)
             try:
                 evaluation, causes = evaluate(rules, state.rules, payload, event_hash)
             except EpochOrderError:
@@ -440,8 +441,11 @@ class SessionProcessor:
             )
             if training:
                 state.judge.add_metric(evaluation, payload, event_hash)
-        elif isinstance(payload, ModelSpec) and training:
-            state.judge.add_spec(payload, event_hash)
+        elif isinstance(payload, ModelSpec):
+            if payload.phase != "final":  # a new network from here on
+                restart_course(rules, state.rules)
+            if training:
+                state.judge.add_spec(payload, event_hash)
         elif isinstance(payload, LiveCheck) and training:
             state.judge.add_live_check(payload, event_hash)
 

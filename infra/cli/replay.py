@@ -47,9 +47,9 @@ def replay(
     ] = 1,
 ) -> None:
     """Re-run the rule engine, training judge, reward functions, LLM judges and filters over the
-    raw topics with the configuration of the current settings (ROLLTAPE_RULES_FILE,
-    ROLLTAPE_FILTERS_FILE, ROLLTAPE_REWARDS, ROLLTAPE_LLM_JUDGES, ROLLTAPE_MODELS), under
-    --judge-version. LLM verdicts the version already holds are kept (a model is not asked again);
+    raw topics with the configuration of the current settings (the rule book: ROLLTAPE_RULES_FILE,
+    ROLLTAPE_RULES_BY_TASK; ROLLTAPE_FILTERS_FILE, ROLLTAPE_REWARDS, ROLLTAPE_LLM_JUDGES,
+    ROLLTAPE_MODELS), under --judge-version. LLM verdicts the version already holds are kept (a model is not asked again);
     missing ones are asked for.
 
     A version's chains are never rewritten: outputs already there byte for byte are counted as

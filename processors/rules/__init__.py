@@ -17,6 +17,7 @@ from rolltape.processors.rules._engine import (
     RuleState,
     epoch_order_error,
     evaluate,
+    restart_course,
 )
 from rolltape.processors.rules._rulebook import (
     DIGITS_CALIBRATED,
@@ -50,6 +51,7 @@ __all__ = [
     "load_ruleset",
     "measure",
     "quantile",
+    "restart_course",
     "shipped_rulesets",
     "smoothed_signals",
     "task_family",

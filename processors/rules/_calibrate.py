@@ -85,7 +85,9 @@ def calibrate(
     longest stall without improvement healthy runs reach (the upper quantile), never under the
     persistence window and possibly shorter than the base's (set on runs of another length); R4 fires only below the training
     accuracy at which healthy runs stall (its lower quantile: a bounded signal, so no margin).
-    The persistence window, the EMA and R4's window are kept from `base`."""
+    The persistence window, the EMA and R4's window are kept from `base`. A calibrated set
+    restarts the course rules when the network is edited (`new_model_restarts_course`): not a
+    threshold, but the reference task's harness repairs networks mid-run."""
     if not runs:
         raise ValueError("calibration needs at least one healthy run")
     if not 0 <= quantiles[0] < quantiles[1] <= 1:
@@ -114,6 +116,7 @@ def calibrate(
         "r6_min_grad_norm_low": low("min_layer_grad_norm", base.r6_min_grad_norm_low),
         "r7_max_grad_norm_high": high("max_layer_grad_norm", base.r7_max_grad_norm_high),
         "r2_relative_to_batch": relative_r2,
+        "new_model_restarts_course": True,
     }
     if relative_r2:
         found = ranges.get("noise_scale_to_batch")

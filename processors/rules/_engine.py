@@ -121,6 +121,18 @@ def _ema_signals(state: RuleState, name: str) -> dict[str, float | None]:
     return out
 
 
+def restart_course(rules: RuleSet, state: RuleState) -> None:
+    """A new network (rebuilt or edited mid-run): under `RuleSet.new_model_restarts_course`, the
+    rules that watch the run's course (R1's plateau, R3, R4) start over; the smoothed gradient
+    and activation signals keep their EMAs (they measure the network as it is now)."""
+    if not rules.new_model_restarts_course:
+        return
+    state.val_losses.clear()
+    state.train_accs.clear()
+    state.best_val = state.best_hash = None
+    state.since_best = 0
+
+
 def epoch_order_error(epoch: int, last: int) -> str:
     """Why a metric for `epoch` cannot be evaluated after `last` was."""
     return (

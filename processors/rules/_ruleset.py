@@ -23,6 +23,7 @@ _ADDED_LATER = (
     "r2_relative_to_batch",
     "r3_min_relative_delta",
     "r4_train_acc_below",
+    "new_model_restarts_course",
     "calibration",
 )
 
@@ -107,6 +108,13 @@ class RuleSet(BaseModel):
     below its threshold), the analogue of dead ReLUs for activations never exactly zero."""
     r6_min_grad_norm_low: float = 1e-5
     r7_max_grad_norm_high: float = 10.0
+    new_model_restarts_course: bool = False
+    """When the network is rebuilt or edited mid-run (the monitor's `model_spec` of phase
+    `attach` or `changed`), R1's val-loss plateau, R3's best val loss and R4's accuracy window
+    start over: a repaired network's course is a new one, and the epochs its broken predecessor
+    spent without improving are not its own. Off: the reference monitor's rules, which keep
+    counting across an edit (so an early stop can follow a repair at once). `rolltape rules
+    calibrate` turns it on."""
     calibration: Calibration | None = None
     """Set on rule sets `rolltape rules calibrate` wrote: the healthy runs they came from."""
 

@@ -297,8 +297,9 @@ class GradientStats:
 @dataclass(frozen=True)
 class EpochGradients:
     """One epoch's gradient measurements; None where the epoch gave too little to measure.
-    `per_param` is each parameter's mean gradient norm. A NaN norm is both `max_norm` and
-    `min_norm`, so the exploding and vanishing rules both see it. `noise_scale` is the env_rl
+    `per_param` is each parameter's mean gradient norm; `max_norm` is their largest, `min_norm`
+    the smallest of the weights' (tensors of 2 dimensions and up; of all, when none is). A NaN
+    norm is both `max_norm` and `min_norm`, so the exploding and vanishing rules both see it. `noise_scale` is the env_rl
     estimator R2's band is set for; `noise_scale_simple` is McCandlish et al.'s B_simple."""
 
     per_param: dict[str, float]
@@ -319,10 +320,17 @@ class EpochGradients:
         total_sum, diff_sq, ratio_sum, pairs, small, big = values[p : p + 6]
         per_param = {n: v for n, v, m in zip(names, means, stats.missing, strict=True) if m < steps}
         finite = list(per_param.values())
+        # The vanishing rule reads weights (2-D and up): a bias or scale whose output a batch
+        # norm re-centres gets no gradient by construction (about 1e-8), on every healthy step.
+        weights = [
+            per_param[n]
+            for n, p in zip(names, stats.params, strict=True)
+            if p.dim() >= 2 and n in per_param
+        ]
         return cls(
             per_param=per_param,
             max_norm=max(finite, key=_nan_first) if finite else None,
-            min_norm=min(finite, key=_nan_last) if finite else None,
+            min_norm=min(weights or finite, key=_nan_last) if finite else None,
             update_ratio=ratio_sum / steps if steps else None,
             noise_scale=_env_rl_noise_scale(total_sum, diff_sq, steps),
             noise_scale_simple=_b_simple(small, big, int(pairs), samples / steps)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolltape.schemas import ChainWriter
+from rolltape.schemas import ChainWriter, canonical_bytes
 
 
 @dataclass
@@ -24,6 +24,10 @@ class ImportedSession:
     """(stream, type, ts_ns, payload) in chain order per stream."""
 
     def add(self, stream: str, event_type: str, ts_ns: int, payload: dict[str, Any]) -> None:
+        """Add an event; CanonicalEncodingError (a ValueError naming the value's path) when its
+        payload has no canonical form (an integer past 64 bits), so the importer reports the
+        row it came from instead of failing when the session is sealed."""
+        canonical_bytes(payload)
         self.events.append((stream, event_type, ts_ns, payload))
 
     def sealed(

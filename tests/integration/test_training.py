@@ -33,10 +33,10 @@ from rolltape.producers.training import (
     build_model,
     rules_and_verdicts_follower,
 )
-from rolltape.schemas import Role
+from rolltape.schemas import Role, RulesetEvaluation, Stream, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, dead_letters, payloads, read_all, wait_for
 from tests.support.openai_server import OpenAICompatibleServer
 
 
@@ -292,3 +292,82 @@ def test_report__renders_its_charts_in_headless_chromium(rig: Rig, tmp_path: Pat
     colors = image.getcolors(maxcolors=1 << 20) or []
     assert len(colors) > 50  # lines, bars and cells, not a blank page
     assert result.attempts[0].session_id in text
+
+
+def test_calibrated_rule_set__baseline_is_quiet_and_scenarios_still_fire_through_a_real_worker(
+    topics: Topics, tmp_path: Path
+) -> None:
+    """Calibrate on two short seeded baseline runs, judge the reference task by that rule set
+    in a real worker (ROLLTAPE_RULES_BY_TASK), then the harness's baseline fires nothing and
+    each fault fires its rule; the rule set's measured figures are recorded as an event the
+    worker reads as part of its session, not as a dead letter."""
+    from rolltape.infra.commands.rules import (
+        calibrate_rules,
+        evaluate_rules,
+        record_evaluations,
+        ruleset_evaluations,
+        write_ruleset,
+    )
+    from rolltape.processors.rules import RuleSet
+
+    epochs = {"baseline": 5, "lr_too_high": 2, "dead_relu": 4, "deep_sigmoid": 4, "plateau": 6}
+    calibrated = calibrate_rules(name="digits-small", seeds=(0, 1), epochs=epochs["baseline"])
+    path = tmp_path / "digits-small.json"
+    write_ruleset(calibrated, path)
+    assert calibrated.r2_noise_scale_low < RuleSet().r2_noise_scale_low
+    worker = WorkerProcess(
+        topics, tmp_path, ROLLTAPE_RULES_BY_TASK=json.dumps({"digits-cnn": str(path)})
+    ).start()
+    agent = Recorder(
+        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=tmp_path / "a"
+    )
+    monitor = Recorder(
+        topics.connection(Role.MONITOR), topic_prefix=topics.prefix, spool_dir=tmp_path / "m"
+    )
+    follower = rules_and_verdicts_follower(topics.connection(Role.MONITOR), topics.prefix)
+    rig = Rig(topics, agent, monitor, follower, worker)
+    try:
+        harness = rig.harness(firing_timeout_s=120)
+        for name, count in epochs.items():
+            scenario = SCENARIOS[name].model_copy(update={"epochs": count})
+            result = harness.run_attempt(scenario)
+            evaluations = [
+                e["payload"]
+                for e in follower.seen(result.session_id)
+                if e["type"] == "rule_evaluation"
+            ]
+            assert {e["ruleset"] for e in evaluations} == {calibrated.label}, name
+            fired = {r for e in evaluations for r in e["fired"]}
+            assert fired == set() if name == "baseline" else set(scenario.provokes) <= fired, (
+                name,
+                fired,
+            )
+        seeds = (1000,)
+        figures = evaluate_rules([calibrated], seeds=seeds, scenarios=["lr_too_high"], epochs=2)
+        (evaluation,) = ruleset_evaluations([calibrated], figures, seeds=seeds, epochs=2)
+        session_id, sent = record_evaluations([evaluation], topics.settings)
+        assert sent
+        records = wait_for(
+            topics,
+            lambda rs: bool(payloads(rs, "filter_outcome", session_id)),
+            worker=worker,
+        )
+        assert not [d for d in dead_letters(records) if session_id in d["value"]]
+    finally:
+        follower.close()
+        agent.close()
+        monitor.close()
+        worker.stop()
+    events = [
+        e
+        for e in read_all(topics, (Stream.EVENTS,))
+        if read_event(e.value).session_id == session_id
+    ]
+    (recorded,) = [
+        read_event(r.value).body for r in events if read_event(r.value).type == "ruleset_evaluation"
+    ]
+    assert isinstance(recorded, RulesetEvaluation)
+    assert RuleSet.model_validate(recorded.ruleset) == calibrated
+    assert recorded.label == calibrated.label and recorded.seeds == (1000,)
+    (detection,) = recorded.figures.detections
+    assert (detection.scenario, detection.rule, detection.detected) == ("lr_too_high", "R7", 1)

@@ -123,3 +123,45 @@ def test_waiting_metric_for_an_epoch_already_waiting__is_dead_lettered_at_once()
     (letter,) = [o for o in outputs if isinstance(o, DeadLetter)]
     assert letter.record.value == again.value
     assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1]
+
+
+def _spec(epoch: int, phase: str, activation: str) -> dict[str, object]:
+    return {
+        "epoch": epoch,
+        "phase": phase,
+        "layers": [],
+        "activations": {activation: 3},
+        "activation": activation,
+        "weight_layers": 3,
+        "batchnorm_layers": 0,
+        "parameter_count": 100,
+    }
+
+
+@pytest.mark.parametrize("restarts", [True, False])
+def test_an_edited_network__restarts_the_course_rules_only_where_the_rule_set_says(
+    restarts: bool,
+) -> None:
+    """A dead network's val loss stalls for three epochs; it is repaired (a `changed` model
+    spec) and its loss falls epoch by epoch, but not yet below the dead one's. Under a rule set
+    that restarts the course, the repaired network's two epochs are its own: R3 (patience 4)
+    does not fire; under the reference monitor's rule it fires at epoch 4, right after the
+    repair."""
+    rules = RuleSet(name="r", r3_patience=4, new_model_restarts_course=restarts)
+    tape = Tape()
+    records = [tape.start("s", kind="training", task="t")]
+    records.append(tape.record("s", "metrics", "model_spec", **_spec(0, "attach", "relu")))
+    losses = [2.30, 2.31, 2.31, 2.40, 2.38, 2.36]
+    for epoch, loss in enumerate(losses):
+        if epoch == 3:
+            spec = _spec(3, "changed", "leaky_relu")
+            records.append(tape.record("s", "metrics", "model_spec", **spec))
+        records.append(tape.metric("s", epoch, **HEALTHY, val_loss=loss))
+    outputs, _ = run(records, ProcessorConfig(rules=RuleBook.only(rules)))
+    r3 = [("R3" in e["fired"]) for e in emitted(outputs, "rule_evaluation")]
+    assert r3 == [False] * 6 if restarts else [False] * 4 + [True, True]
+    since = [
+        e["rules"]["R3"]["signals"]["epochs_since_best"]
+        for e in emitted(outputs, "rule_evaluation")
+    ]
+    assert since == ([0, 1, 2, 0, 0, 0] if restarts else [0, 1, 2, 3, 4, 5])

@@ -111,7 +111,9 @@ def by_hand(model: nn.Module, lr: float, train_loader: Any, val_loader: Any) -> 
         "val_acc": float((val_logits.argmax(1) == vy).float().mean()),
         "per_layer_grad_norm": per_param,
         "max_layer_grad_norm": max(per_param.values()),
-        "min_layer_grad_norm": min(per_param.values()),
+        "min_layer_grad_norm": min(  # the weights' (a bias can lose its gradient to a norm)
+            per_param[n] for n, p in model.named_parameters() if p.dim() >= 2
+        ),
         "update_to_param_ratio": sum(ratios) / len(ratios),
         "grad_noise_scale": mean * mean / var,
         "dead_relu_fraction": 1 - float(alive.float().mean()),
@@ -224,6 +226,25 @@ def test_monitor__validation_leaves_batch_norm_statistics_and_gradients_alone(
         assert model.training
 
 
+def test_monitor__the_smallest_gradient_is_a_weights_so_batch_norm_does_not_look_vanishing(
+    tmp_path: Path,
+) -> None:
+    """The bias of a layer whose output a batch norm re-centres gets no gradient by
+    construction; the vanishing rule reads the weights' smallest norm, not that bias's."""
+    spooled = Spooled(tmp_path)
+    train_loader, val_loader = data()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with spooled.session() as session, TrainingMonitor(spooled.monitor, session) as monitor:
+        monitor.attach(model, optimizer, nn.CrossEntropyLoss(), train_loader, val_loader)
+        train(model, optimizer, monitor.loss_fn, train_loader)
+        metric = monitor.end_epoch()
+    norms = metric.per_layer_grad_norm
+    assert norms["0.bias"] < 1e-6  # normalised away: no gradient
+    assert metric.min_layer_grad_norm == min(norms["0.weight"], norms["3.weight"]) > 1e-3
+
+
 def test_monitor__hooks_follow_a_swap_to_gelu_and_measure_it(tmp_path: Path) -> None:
     spooled = Spooled(tmp_path)
     train_loader, val_loader = data()
@@ -296,6 +317,7 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
         "ended",
         "feedback",
         "reward",
+        "ruleset_evaluation",
         "session_id",
         "tool",
         "tool_call",

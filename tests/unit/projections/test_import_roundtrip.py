@@ -50,7 +50,8 @@ TEXT = st.lists(
     max_size=7,
 ).map("".join)
 PLAIN = st.text(alphabet="abcdefgh_", min_size=1, max_size=6)
-ARGUMENTS = st.dictionaries(PLAIN, st.one_of(TEXT, st.integers(), st.booleans()), max_size=3)
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)  # the canonical form's integers
+ARGUMENTS = st.dictionaries(PLAIN, st.one_of(TEXT, INT64, st.booleans()), max_size=3)
 
 
 @st.composite

@@ -123,10 +123,18 @@ def test_bad_rows_are_reported_by_line_and_the_rest_imported() -> None:
         b"",
         orjson.dumps(HERMES_ROW),
     ]
+    huge = 'Calling.\n<tool_call>\n{"name": "calc", "arguments": {"n": 9223372036854775808}}\n</tool_call>'
+    lines.append(
+        orjson.dumps(
+            {"conversations": [{"from": "human", "value": "?"}, {"from": "gpt", "value": huge}]}
+        )
+    )
     items = list(hermes_sessions(lines))
     errors = [i for i in items if isinstance(i, RowError)]
-    assert [e.line for e in errors] == [1, 2, 3]
+    assert [e.line for e in errors] == [1, 2, 3, 6]
     assert "unknown 'from'" in errors[2].reason
+    # an integer past 64 bits has no canonical form: that row is reported, not the import failed
+    assert "arguments.n: integer 9223372036854775808 is outside" in errors[3].reason
     assert sum(1 for i in items if not isinstance(i, RowError)) == 1
 
 
