@@ -6,6 +6,7 @@ InfraError
 ├── WorkerSetupError      the worker or replay cannot start as configured
 ├── ExportError           the export cannot run as asked (folder in use, tokenizer)
 ├── ReportError           the report cannot be drawn (no such session, not a training run)
+├── RecordedRunsError     `rules calibrate --from-log` finds no recorded runs to read
 ├── JudgeKeyError         the judge's signing key is missing or unreadable
 ├── ReceiverBusyError     the OTLP receiver's queue is full (answered with 503)
 ├── TopicError            a topic rolltape needs exists in a shape it cannot use

@@ -16,6 +16,7 @@ from rolltape.infra.commands.rules import (
     EVALUATION_SEED_OFFSET,
     HEALTHY,
     TASK,
+    calibrate_recorded,
     calibrate_rules,
     evaluate_rules,
     record_evaluations,
@@ -59,8 +60,8 @@ def _ruleset(spec: str, option: str) -> RuleSet:
 def _reference_task(task: str) -> None:
     if task != TASK:
         raise CliError(
-            f"--task: only the reference task's scenarios run here ({TASK}); calibrating on "
-            "another task's recorded runs is not built yet"
+            f"--task: only the reference task's scenarios run here ({TASK}); for another task "
+            "read its recorded healthy runs with --from-log"
         )
 
 
@@ -71,8 +72,12 @@ def _progress(line: str) -> None:
 @app.command("calibrate")
 def calibrate_command(
     out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the rule set (JSON).")],
-    task: Annotated[str, typer.Option(help="The task whose healthy runs to train.")] = TASK,
-    name: Annotated[str, typer.Option(help="The rule set's name.")] = DIGITS_CALIBRATED,
+    task: Annotated[
+        str, typer.Option(help="The task (family) whose healthy runs to train or read.")
+    ] = TASK,
+    name: Annotated[
+        str | None, typer.Option(help="The rule set's name (default: <task>-calibrated).")
+    ] = None,
     seeds: Annotated[int, typer.Option(min=1, help="Seeded healthy runs (seeds 0..N-1).")] = 10,
     scenario: Annotated[
         list[str] | None, typer.Option(help="Healthy scenario(s) to run (default: baseline).")
@@ -97,24 +102,53 @@ def calibrate_command(
         str,
         typer.Option(help="The rule set to start from: a file or a shipped set's name."),
     ] = REFERENCE_MONITOR,
+    from_log: Annotated[
+        bool,
+        typer.Option(
+            help="Read the healthy runs from the log instead of training them: every recorded "
+            "training session of --task (any task), or the --session(s) named."
+        ),
+    ] = False,
+    session: Annotated[
+        list[str] | None,
+        typer.Option(help="With --from-log: a recorded healthy run to read (repeatable)."),
+    ] = None,
 ) -> None:
     """Train N seeded healthy runs of the reference task under the monitor (no broker needed),
-    read every rule's smoothed signal per epoch, and write a rule set whose thresholds sit beyond
-    the healthy quantiles (never tighter than the base). Its `calibration` header records the
-    runs, seeds, quantiles and the spread of every signal."""
-    _reference_task(task)
+    or read any task's recorded healthy runs from the log (--from-log), read every rule's
+    smoothed signal per epoch, and write a rule set whose thresholds sit beyond the healthy
+    quantiles (never tighter than the base). Its `calibration` header records the runs (seeds
+    or sessions), quantiles and the spread of every signal. Judge the task by it with
+    ROLLTAPE_RULES_BY_TASK='{"TASK": "FILE"}'."""
     start = _ruleset(base, "--base")
-    rules = calibrate_rules(
-        name=name,
-        scenarios=tuple(scenario or HEALTHY),
-        seeds=tuple(range(seeds)),
-        epochs=epochs,
-        quantiles=_quantiles(quantiles),
-        margin=margin,
-        relative_r2=relative_r2,
-        base=start,
-        progress=_progress,
-    )
+    if session and not from_log:
+        raise CliError("--session names recorded runs: add --from-log")
+    if from_log:
+        if scenario or epochs:
+            raise CliError("--scenario and --epochs train runs; --from-log reads recorded ones")
+        rules = calibrate_recorded(
+            settings(),
+            name=name or f"{task}-calibrated",
+            task=task,
+            sessions=tuple(session or ()),
+            quantiles=_quantiles(quantiles),
+            margin=margin,
+            relative_r2=relative_r2,
+            base=start,
+        )
+    else:
+        _reference_task(task)
+        rules = calibrate_rules(
+            name=name or DIGITS_CALIBRATED,
+            scenarios=tuple(scenario or HEALTHY),
+            seeds=tuple(range(seeds)),
+            epochs=epochs,
+            quantiles=_quantiles(quantiles),
+            margin=margin,
+            relative_r2=relative_r2,
+            base=start,
+            progress=_progress,
+        )
     write_ruleset(rules, out)
     console.print(f"wrote {rules.label} to {out}")
     table = Table(title=f"thresholds changed from {start.label}", title_justify="left")

@@ -1,20 +1,26 @@
 """`rolltape rules calibrate` and `rolltape rules evaluate`: rule sets calibrated on healthy runs
-of the reference task, and any rule set's false alarms and detections measured on seeded runs.
+(of the reference task, trained here; or of any task, read from the log), and any rule set's
+false alarms and detections measured on seeded runs of the reference task.
 
-Both train the named scenarios under the monitor here, with nothing acting on the firings (no
-broker, no worker: the metrics go straight to the pure rule engine, as the worker's would).
+The reference task's scenarios are trained under the monitor here, with nothing acting on the
+firings (no broker, no worker: the metrics go straight to the pure rule engine, as the worker's
+would).
 Evaluation uses other seeds than calibration by default, so a rule set is never scored on the
 runs it was fitted to.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import orjson
 
+from rolltape.infra._errors import InfraError
+from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
 from rolltape.processors.rules import (
     RuleBook,
@@ -24,8 +30,10 @@ from rolltape.processors.rules import (
     goals,
     load_ruleset,
     measure,
+    task_family,
 )
-from rolltape.schemas import Metric, RuleId, RulesetEvaluation, RuleSetFigures
+from rolltape.schemas import Metric, Role, RuleId, RulesetEvaluation, RuleSetFigures, Stream
+from rolltape.schemas.clients import KafkaConnection
 
 TASK = "digits-cnn"
 """The task whose scenarios these commands can run: the reference task (the harness's)."""
@@ -93,6 +101,84 @@ def calibrate_rules(
         task=TASK,
         scenarios=scenarios,
         seeds=seeds,
+        quantiles=quantiles,
+        margin=margin,
+        relative_r2=relative_r2,
+    )
+
+
+class RecordedRunsError(InfraError, ValueError):
+    """The log holds no recorded runs to calibrate on as asked; the message says what to pass."""
+
+
+async def _recorded(
+    connection: KafkaConnection, prefix: str, task: str, sessions: Sequence[str]
+) -> list[tuple[str, list[Metric]]]:
+    keep = {Stream.EVENTS.value, Stream.METRICS.value}
+    scan = SessionScan(lambda env: env.stream in keep)
+    runs = []
+    with await scan_sessions(connection, (Stream.EVENTS, Stream.METRICS), scan, prefix=prefix):
+        for found in scan.sessions():
+            started = next((e for e in found.events if e.type == "session_started"), None)
+            if started is None or started.payload.get("kind") != "training":
+                continue
+            named = found.session_id in sessions
+            if not named and (sessions or task_family(str(started.payload["task"])) != task):
+                continue
+            metrics = sorted(
+                (e for e in found.derived if e.stream == "metrics" and e.type == "metric"),
+                key=lambda e: e.seq,
+            )
+            runs.append((found.session_id, [cast(Metric, e.body) for e in metrics]))
+    return runs
+
+
+def recorded_runs(
+    settings: Settings, *, task: str, sessions: Sequence[str] = ()
+) -> list[tuple[str, list[Metric]]]:
+    """(session id, its metrics in chain order) of every training session of `task`'s family
+    recorded on the topics, or of the `sessions` named; RecordedRunsError when there is none."""
+    from rolltape.infra.broker import require_connection
+
+    connection = require_connection(settings, Role.READER)
+    runs = asyncio.run(_recorded(connection, settings.topic_prefix, task, sessions))
+    missing = sorted(set(sessions) - {sid for sid, _ in runs})
+    if missing:
+        raise RecordedRunsError(
+            f"no recorded training session {', '.join(missing)} on these topics (check --session)"
+        )
+    if not runs:
+        raise RecordedRunsError(
+            f"no training session of task {task!r} (or {task}/...) on these topics; record "
+            "healthy runs under the training monitor first, or name them with --session"
+        )
+    if not any(metrics for _, metrics in runs):
+        raise RecordedRunsError(f"the recorded sessions of {task!r} hold no metric events")
+    return runs
+
+
+def calibrate_recorded(
+    settings: Settings,
+    *,
+    name: str,
+    task: str,
+    sessions: Sequence[str] = (),
+    quantiles: tuple[float, float] = (0.01, 0.99),
+    margin: float = 2.0,
+    relative_r2: bool = False,
+    base: RuleSet | None = None,
+) -> RuleSet:
+    """A rule set calibrated on healthy runs of any task recorded in the log: every training
+    session of `task` (or the `sessions` named), read as the worker reads them."""
+    runs = recorded_runs(settings, task=task, sessions=sessions)
+    return calibrate(
+        [metrics for _, metrics in runs if metrics],
+        base=base or RuleSet(),
+        name=name,
+        task=task,
+        scenarios=(),
+        seeds=(),
+        sessions=sorted(sid for sid, metrics in runs if metrics),
         quantiles=quantiles,
         margin=margin,
         relative_r2=relative_r2,

@@ -48,7 +48,10 @@ class Calibration(BaseModel):
 
     task: str
     scenarios: tuple[str, ...]
+    """The reference task's scenarios trained for it (none when read from the log)."""
     seeds: tuple[int, ...]
+    sessions: tuple[str, ...] = ()
+    """The recorded sessions read from the log (`rules calibrate --from-log`), if any."""
     epochs: int
     quantiles: tuple[float, float]
     margin: float
@@ -143,6 +146,8 @@ class RuleSet(BaseModel):
         for name in _ADDED_LATER:
             if fields[name] == type(self).model_fields[name].default:
                 del fields[name]
+        if fields.get("calibration") and not fields["calibration"]["sessions"]:
+            del fields["calibration"]["sessions"]  # added later, like the fields above
         return hashlib.sha256(canonical_bytes(fields)).hexdigest()
 
     @functools.cached_property

@@ -9,6 +9,8 @@ import asyncio
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,3 +373,71 @@ def test_calibrated_rule_set__baseline_is_quiet_and_scenarios_still_fire_through
     assert recorded.label == calibrated.label and recorded.seeds == (1000,)
     (detection,) = recorded.figures.detections
     assert (detection.scenario, detection.rule, detection.detected) == ("lr_too_high", "R7", 1)
+
+
+def _record_runs(topics: Topics, tmp_path: Path, task: str, seeds: range) -> list[str]:
+    """Short healthy digits runs recorded under the monitor as sessions of `task`."""
+    from rolltape.producers.training._harness import _train_epoch
+
+    agent = Recorder(
+        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=tmp_path / "ra"
+    )
+    monitor = Recorder(
+        topics.connection(Role.MONITOR), topic_prefix=topics.prefix, spool_dir=tmp_path / "rm"
+    )
+    scenario = SCENARIOS["baseline"]
+    ids = []
+    try:
+        for seed in seeds:
+            data = DigitsData(seed)
+            run = scenario.start(data, seed=seed)
+            with (
+                agent.session(f"{task}/run-{seed}", kind="training") as session,
+                TrainingMonitor(monitor, session) as watching,
+            ):
+                watching.attach(
+                    run.model, run.optimizer, nn.CrossEntropyLoss(), run.loader, data.val_loader()
+                )
+                for _ in range(3):
+                    _train_epoch(run, watching)
+                    watching.end_epoch()
+                ids.append(session.session_id)
+    finally:
+        agent.close()
+        monitor.close()
+    return ids
+
+
+def test_rules_calibrate_from_log__reads_any_tasks_recorded_runs(
+    topics: Topics, tmp_path: Path
+) -> None:
+    """A task rolltape has no scenarios for is calibrated on its recorded healthy runs: every
+    training session of the task family, or the ones named, as the worker reads them."""
+    from rolltape.processors.rules import RuleSet
+
+    ids = _record_runs(topics, tmp_path, "toy-task", range(2))
+    out = tmp_path / "toy.json"
+
+    def calibrate(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "rolltape.infra", "rules", "calibrate", *args],
+            env={**topics.env(), "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    done = calibrate("--task", "toy-task", "--from-log", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    rules = RuleSet.from_file(out)
+    assert rules.name == "toy-task-calibrated" and rules.calibration is not None
+    assert rules.calibration.task == "toy-task" and rules.calibration.sessions == tuple(sorted(ids))
+    assert rules.calibration.seeds == () and rules.calibration.epochs == 3
+    assert rules.calibration.ranges["grad_noise_scale"].samples == 6
+    one = calibrate("--task", "toy-task", "--from-log", "--session", ids[0], "-o", str(out))
+    assert one.returncode == 0, one.stderr
+    assert RuleSet.from_file(out).calibration.sessions == (ids[0],)  # type: ignore[union-attr]
+    none = calibrate("--task", "other-task", "--from-log", "-o", str(out))
+    assert none.returncode == 2 and "no training session of task 'other-task'" in none.stderr
+    trained = calibrate("--task", "toy-task", "-o", str(out))
+    assert trained.returncode == 2 and "--from-log" in trained.stderr

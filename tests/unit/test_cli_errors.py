@@ -162,6 +162,14 @@ CASES = [
     Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--base", "{tmp}/missing.json"), "--base"),
     Case(("rules", "evaluate"), ("--ruleset", "{tmp}/missing.json"), "--ruleset: no rule-set file"),
     Case(("rules", "evaluate"), ("--task", "cifar"), "--task: only the reference task's"),
+    Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--task", "cifar"), "with --from-log"),
+    Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--session", "s"), "add --from-log"),
+    Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--from-log"), NO_BROKER),
+    Case(
+        ("rules", "calibrate"),
+        ("-o", "{tmp}/r.json", "--from-log", "--epochs", "3"),
+        "--from-log reads recorded ones",
+    ),
     Case(
         ("rules", "evaluate"),
         env={"ROLLTAPE_RULES_BY_TASK": '{"x": "{tmp}/no.json"}'},

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 
 from rolltape.infra.commands.rules import write_ruleset
@@ -134,6 +135,15 @@ def test_ruleset__a_calibrated_set_is_another_set_and_the_old_digests_stand(tmp_
         update={"calibration": rules.calibration.model_copy(update={"seeds": (4,)})}
     )
     assert other.digest != rules.digest  # the same thresholds from other runs: another set
+    # a file written before calibration headers named sessions reads back with its digest
+    older = orjson.loads(path.read_bytes())
+    del older["calibration"]["sessions"]
+    path.write_bytes(orjson.dumps(older))
+    assert RuleSet.from_file(path).digest == rules.digest
+    from_log = rules.model_copy(
+        update={"calibration": rules.calibration.model_copy(update={"sessions": ("s1",)})}
+    )
+    assert from_log.digest != rules.digest
 
 
 def test_measure__counts_false_alarms_detections_and_unintended_firings() -> None:
