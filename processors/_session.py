@@ -236,8 +236,8 @@ class SessionState:
     (a ChainWriter's heads)."""
     kind: str | None = None
     task: str | None = None
-    """From the events stream's session_started; until it is read, the metrics stream's events
-    wait in `early` (the rule set to evaluate them under is the task's)."""
+    """From the events stream's session_started (as `kind`); until it is read, the metrics
+    stream's events wait in `early` (the rule set to evaluate them under is the task's)."""
     early: list[tuple[str, str, int, dict[str, Any]]] = field(default_factory=list)
     """(type, hash, ts_ns, payload as decoded) of the metrics stream's events read before the
     session's task was known, in chain order."""
@@ -374,7 +374,8 @@ class SessionProcessor:
         self, state: SessionState, env: TypedEvent, payload: BaseModel, out: list[StepOutput]
     ) -> None:
         if isinstance(payload, Metric | ModelSpec | LiveCheck):
-            if state.task is not None:
+            if state.kind is not None:  # session_started read (a state saved before tasks were
+                # kept has its kind but no task: its metrics go on under the book's fallback)
                 self._measured(state, env.session_id, env.hash, env.ts_ns, payload, out)
             elif isinstance(payload, Metric) and payload.epoch <= _last_epoch(state):
                 self._refuse_epoch(state, payload.epoch, _last_epoch(state), out)
@@ -391,10 +392,7 @@ class SessionProcessor:
         if isinstance(payload, SessionStarted):
             state.kind, state.task = payload.kind, payload.task
             state.judge.run_config = dict(payload.run_config)
-            early, state.early = state.early, []
-            for kind, event_hash, ts_ns, fields in early:
-                measured = parse_payload(kind, fields, lenient=True)
-                self._measured(state, env.session_id, event_hash, ts_ns, measured, out)
+            self._measure_early(state, env.session_id, out)
             judged = payload.trainable and payload.linked_session_id is None
             if (
                 payload.kind == "agent"
@@ -449,6 +447,13 @@ class SessionProcessor:
         elif isinstance(payload, LiveCheck) and training:
             state.judge.add_live_check(payload, event_hash)
 
+    def _measure_early(self, state: SessionState, sid: str, out: list[StepOutput]) -> None:
+        """The metrics-stream events that waited for the session's task, in chain order."""
+        early, state.early = state.early, []
+        for kind, event_hash, ts_ns, fields in early:
+            measured = parse_payload(kind, fields, lenient=True)
+            self._measured(state, sid, event_hash, ts_ns, measured, out)
+
     @staticmethod
     def _refuse_epoch(state: SessionState, epoch: int, last: int, out: list[StepOutput]) -> None:
         out.append(Refused("epoch_out_of_order", epoch_order_error(epoch, last)))
@@ -461,6 +466,9 @@ class SessionProcessor:
         if any(stream not in state.ended for stream in end.get("streams", ())):
             return  # another of the session's chains has not ended yet
         state.finished = True
+        # A session whose session_started never came (lost, or tampered with) is judged on its
+        # metrics all the same, under the book's fallback: deterministic, as every chain ended.
+        self._measure_early(state, env.session_id, out)
         causes = tuple(state.ended[s] for s in sorted(state.ended))
         # Anchored on the session's ends, not on the record that happened to arrive last: the
         # raw topics interleave differently on every read, the outputs must not.

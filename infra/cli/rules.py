@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.cli._common import CliError, console, settings
 from rolltape.infra.commands.rules import (
     EVALUATION_SEED_OFFSET,
@@ -27,6 +28,7 @@ from rolltape.infra.commands.rules import (
 from rolltape.processors.rules import (
     DIGITS_CALIBRATED,
     REFERENCE_MONITOR,
+    RuleBook,
     RuleSet,
     RuleSetError,
     load_ruleset,
@@ -57,6 +59,13 @@ def _ruleset(spec: str, option: str) -> RuleSet:
         raise CliError(f"{option}: {exc}") from exc
 
 
+def _rulebook() -> RuleBook:
+    try:
+        return rulebook(settings())
+    except RuleSetError as exc:
+        raise CliError(f"{exc} (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)") from exc
+
+
 def _reference_task(task: str) -> None:
     if task != TASK:
         raise CliError(
@@ -78,7 +87,9 @@ def calibrate_command(
     name: Annotated[
         str | None, typer.Option(help="The rule set's name (default: <task>-calibrated).")
     ] = None,
-    seeds: Annotated[int, typer.Option(min=1, help="Seeded healthy runs (seeds 0..N-1).")] = 10,
+    seeds: Annotated[
+        int | None, typer.Option(min=1, help="Seeded healthy runs (seeds 0..N-1; default 10).")
+    ] = None,
     scenario: Annotated[
         list[str] | None, typer.Option(help="Healthy scenario(s) to run (default: baseline).")
     ] = None,
@@ -123,39 +134,49 @@ def calibrate_command(
     start = _ruleset(base, "--base")
     if session and not from_log:
         raise CliError("--session names recorded runs: add --from-log")
-    if from_log:
-        if scenario or epochs:
-            raise CliError("--scenario and --epochs train runs; --from-log reads recorded ones")
-        rules = calibrate_recorded(
-            settings(),
-            name=name or f"{task}-calibrated",
-            task=task,
-            sessions=tuple(session or ()),
-            quantiles=_quantiles(quantiles),
-            margin=margin,
-            relative_r2=relative_r2,
-            base=start,
-        )
-    else:
-        _reference_task(task)
-        rules = calibrate_rules(
-            name=name or DIGITS_CALIBRATED,
-            scenarios=tuple(scenario or HEALTHY),
-            seeds=tuple(range(seeds)),
-            epochs=epochs,
-            quantiles=_quantiles(quantiles),
-            margin=margin,
-            relative_r2=relative_r2,
-            base=start,
-            progress=_progress,
-        )
+    try:
+        if from_log:
+            if scenario or epochs or seeds:
+                raise CliError(
+                    "--scenario, --seeds and --epochs train runs; --from-log reads recorded ones"
+                )
+            rules, found = calibrate_recorded(
+                settings(),
+                name=name or f"{task}-calibrated",
+                task=task,
+                sessions=tuple(session or ()),
+                quantiles=_quantiles(quantiles),
+                margin=margin,
+                relative_r2=relative_r2,
+                base=start,
+            )
+            console.print(f"read {len(found.runs)} recorded run(s) of {task}")
+            for sid, why in sorted(found.skipped.items()):
+                console.print(f"  left out {sid}: {why}", highlight=False)
+        else:
+            _reference_task(task)
+            rules = calibrate_rules(
+                name=name or DIGITS_CALIBRATED,
+                scenarios=tuple(scenario or HEALTHY),
+                seeds=tuple(range(seeds or 10)),
+                epochs=epochs,
+                quantiles=_quantiles(quantiles),
+                margin=margin,
+                relative_r2=relative_r2,
+                base=start,
+                progress=_progress,
+            )
+    except ValueError as exc:  # what calibrate says of the runs it was given
+        if isinstance(exc, CliError | InfraError):
+            raise
+        raise CliError(f"cannot calibrate: {exc}") from exc
     write_ruleset(rules, out)
     console.print(f"wrote {rules.label} to {out}")
-    table = Table(title=f"thresholds changed from {start.label}", title_justify="left")
+    table = Table(title=f"settings changed from {start.label}", title_justify="left")
     for col in ("threshold", "base", "calibrated"):
         table.add_column(col)
     for field, value in rules.model_dump().items():
-        if field.startswith("r") and field[1].isdigit() and value != getattr(start, field):
+        if field not in ("name", "calibration") and value != getattr(start, field):
             table.add_row(field, _shown(getattr(start, field)), _shown(value))
     console.print(table)
 
@@ -202,10 +223,7 @@ def evaluate_command(
     if ruleset:
         rulesets = [_ruleset(spec, "--ruleset") for spec in ruleset]
     else:
-        try:
-            rulesets = [rulebook(settings()).for_task(task)]
-        except RuleSetError as exc:
-            raise CliError(f"{exc} (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)") from exc
+        rulesets = [_rulebook().for_task(task)]
     run_seeds = tuple(range(first_seed, first_seed + seeds))
     measured = evaluate_rules(
         rulesets, seeds=run_seeds, scenarios=scenario, epochs=epochs, progress=_progress
@@ -231,17 +249,15 @@ def list_command() -> None:
     """The shipped rule sets, and which one judges each task family in the worker's rule book
     (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)."""
     table = Table(title="shipped rule sets", title_justify="left")
-    table.add_column("rule set (name@digest)", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("label (as evaluations name it)", no_wrap=True)
     table.add_column("calibrated on")
-    for rules in shipped_rulesets().values():
+    for name, rules in shipped_rulesets().items():
         c = rules.calibration
         on = f"{c.task}: {', '.join(c.scenarios)}, {len(c.seeds)} seeds" if c else "-"
-        table.add_row(rules.label, on)
+        table.add_row(name, rules.label, on)
     console.print(table)
-    try:
-        book = rulebook(settings())
-    except RuleSetError as exc:
-        raise CliError(f"{exc} (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)") from exc
+    book = _rulebook()
     judged = Table(title="the worker's rule book", title_justify="left")
     for col in ("task family", "rule set"):
         judged.add_column(col)

@@ -12,10 +12,11 @@ runs it was fitted to.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import NamedTuple
 
 import orjson
 
@@ -25,12 +26,12 @@ from rolltape.infra.settings import Settings
 from rolltape.processors.rules import (
     RuleBook,
     RuleSet,
+    RuleSetError,
     calibrate,
     default_rulebook,
     goals,
     load_ruleset,
     measure,
-    task_family,
 )
 from rolltape.schemas import Metric, Role, RuleId, RulesetEvaluation, RuleSetFigures, Stream
 from rolltape.schemas.clients import KafkaConnection
@@ -47,11 +48,22 @@ EVALUATION_SEED_OFFSET = 1000
 def rulebook(settings: Settings) -> RuleBook:
     """The rule set of each task family: `rules_file` for all of them when set, else the default
     book with `rules_by_task` over it."""
+    if settings.rules_file and settings.rules_by_task:
+        raise RuleSetError(
+            "ROLLTAPE_RULES_FILE sets one rule set for every task, ROLLTAPE_RULES_BY_TASK one per "
+            "task family: set one of them"
+        )
     if settings.rules_file:
         return RuleBook.only(load_ruleset(settings.rules_file))
     book = default_rulebook()
     if not settings.rules_by_task:
         return book
+    nested = [family for family in settings.rules_by_task if "/" in family]
+    if nested:
+        raise RuleSetError(
+            f"ROLLTAPE_RULES_BY_TASK names a task family, the part of a task before its first "
+            f"'/': {', '.join(nested)} can never match"
+        )
     added = {family: load_ruleset(spec) for family, spec in settings.rules_by_task.items()}
     return RuleBook(tasks={**book.tasks, **added}, fallback=book.fallback)
 
@@ -111,50 +123,68 @@ class RecordedRunsError(InfraError, ValueError):
     """The log holds no recorded runs to calibrate on as asked; the message says what to pass."""
 
 
+class RecordedRuns(NamedTuple):
+    """The recorded runs a calibration reads, and the ones of the task it left out (why)."""
+
+    runs: list[tuple[str, list[Metric]]]
+    """(session id, its metrics by epoch, one per epoch) of each run read."""
+    skipped: dict[str, str]
+
+
+def _of_task(task: str, wanted: str) -> bool:
+    return task == wanted or task.startswith(wanted + "/")
+
+
 async def _recorded(
     connection: KafkaConnection, prefix: str, task: str, sessions: Sequence[str]
-) -> list[tuple[str, list[Metric]]]:
+) -> RecordedRuns:
+    from rolltape.projections.reports import fold_training
+
     keep = {Stream.EVENTS.value, Stream.METRICS.value}
     scan = SessionScan(lambda env: env.stream in keep)
-    runs = []
+    found = RecordedRuns([], {})
     with await scan_sessions(connection, (Stream.EVENTS, Stream.METRICS), scan, prefix=prefix):
-        for found in scan.sessions():
-            started = next((e for e in found.events if e.type == "session_started"), None)
-            if started is None or started.payload.get("kind") != "training":
+        for records in scan.sessions():
+            view = fold_training([*records.events, *records.derived])
+            named = records.session_id in sessions
+            if view is None or not (named or (not sessions and _of_task(view.task, task))):
                 continue
-            named = found.session_id in sessions
-            if not named and (sessions or task_family(str(started.payload["task"])) != task):
-                continue
-            metrics = sorted(
-                (e for e in found.derived if e.stream == "metrics" and e.type == "metric"),
-                key=lambda e: e.seq,
-            )
-            runs.append((found.session_id, [cast(Metric, e.body) for e in metrics]))
-    return runs
+            metrics = [e.metric for e in view.epochs if e.metric is not None]
+            acted = [
+                d for d in view.decisions if d.decision.event_type != "rule_triggered_no_action"
+            ]
+            if not metrics:
+                found.skipped[view.session_id] = "no metric events"
+            elif acted and not named:  # a run something changed is not a run left alone
+                epochs = ", ".join(str(d.decision.epoch) for d in acted)
+                found.skipped[view.session_id] = f"decisions applied at epoch(s) {epochs}"
+            else:
+                found.runs.append((view.session_id, metrics))
+    return found
 
 
-def recorded_runs(
-    settings: Settings, *, task: str, sessions: Sequence[str] = ()
-) -> list[tuple[str, list[Metric]]]:
-    """(session id, its metrics in chain order) of every training session of `task`'s family
-    recorded on the topics, or of the `sessions` named; RecordedRunsError when there is none."""
+def recorded_runs(settings: Settings, *, task: str, sessions: Sequence[str] = ()) -> RecordedRuns:
+    """The healthy runs of `task` recorded on the topics: every training session whose task is
+    `task` or `task/...` and on which no decision was applied, or the `sessions` named (taken as
+    they are). RecordedRunsError when there is none to read."""
     from rolltape.infra.broker import require_connection
 
     connection = require_connection(settings, Role.READER)
-    runs = asyncio.run(_recorded(connection, settings.topic_prefix, task, sessions))
-    missing = sorted(set(sessions) - {sid for sid, _ in runs})
+    found = asyncio.run(_recorded(connection, settings.topic_prefix, task, sessions))
+    read = {sid for sid, _ in found.runs}
+    missing = sorted(set(sessions) - read - set(found.skipped))
     if missing:
         raise RecordedRunsError(
             f"no recorded training session {', '.join(missing)} on these topics (check --session)"
         )
-    if not runs:
+    if not found.runs:
+        why = "; ".join(f"{sid}: {reason}" for sid, reason in sorted(found.skipped.items()))
         raise RecordedRunsError(
-            f"no training session of task {task!r} (or {task}/...) on these topics; record "
-            "healthy runs under the training monitor first, or name them with --session"
+            f"no healthy training run of task {task!r} (or {task}/...) on these topics"
+            + (f" (left out: {why})" if why else "")
+            + "; record runs under the training monitor first, or name them with --session"
         )
-    if not any(metrics for _, metrics in runs):
-        raise RecordedRunsError(f"the recorded sessions of {task!r} hold no metric events")
-    return runs
+    return found
 
 
 def calibrate_recorded(
@@ -167,22 +197,23 @@ def calibrate_recorded(
     margin: float = 2.0,
     relative_r2: bool = False,
     base: RuleSet | None = None,
-) -> RuleSet:
-    """A rule set calibrated on healthy runs of any task recorded in the log: every training
-    session of `task` (or the `sessions` named), read as the worker reads them."""
-    runs = recorded_runs(settings, task=task, sessions=sessions)
-    return calibrate(
-        [metrics for _, metrics in runs if metrics],
+) -> tuple[RuleSet, RecordedRuns]:
+    """A rule set calibrated on healthy runs of any task recorded in the log (`recorded_runs`),
+    and the runs it read and left out."""
+    found = recorded_runs(settings, task=task, sessions=sessions)
+    rules = calibrate(
+        [metrics for _, metrics in found.runs],
         base=base or RuleSet(),
         name=name,
         task=task,
         scenarios=(),
         seeds=(),
-        sessions=sorted(sid for sid, metrics in runs if metrics),
+        sessions=sorted(sid for sid, _ in found.runs),
         quantiles=quantiles,
         margin=margin,
         relative_r2=relative_r2,
     )
+    return rules, found
 
 
 def write_ruleset(rules: RuleSet, path: Path) -> None:
@@ -250,7 +281,7 @@ def record_evaluations(
     from rolltape.infra import open_recorder
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    session_id = f"rules.evaluate.{TASK}.{stamp}"
+    session_id = f"rules.evaluate.{TASK}.{stamp}.{uuid.uuid4().hex[:8]}"
     recorder = open_recorder(settings)
     try:
         with recorder.session(

@@ -1,7 +1,7 @@
 """The versioned rule-set config: thresholds, EMA alpha and persistence of R1..R7.
 
 `RuleSet()` is the reference monitor's rule set (REFERENCE.md section 1, calibrated there on
-CIFAR-10). A rule evaluation names the rule set by name and digest, so a firing can always be
+CIFAR-10), shipped as `reference-monitor` and labelled `default@2713ec7281ea`. A rule evaluation names the rule set by name and digest, so a firing can always be
 traced to the exact thresholds that produced it.
 """
 
@@ -70,7 +70,9 @@ class RuleSet(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    name: str = "reference-monitor"
+    name: str = "default"
+    """`RuleSet()` keeps the name it had before rule sets were shipped by name (so its digest, and
+    every evaluation that names it, stand); it is the shipped `reference-monitor` set."""
     ema_alpha: float = Field(default=0.1, gt=0, le=1)
     """EMA smoothing; the EMA is seeded by the first finite value."""
     persistence: int = Field(default=3, ge=1)

@@ -299,7 +299,8 @@ class EpochGradients:
     """One epoch's gradient measurements; None where the epoch gave too little to measure.
     `per_param` is each parameter's mean gradient norm; `max_norm` is their largest, `min_norm`
     the smallest of the weights' (tensors of 2 dimensions and up; of all, when none is). A NaN
-    norm is both `max_norm` and `min_norm`, so the exploding and vanishing rules both see it. `noise_scale` is the env_rl
+    norm is `max_norm`, and `min_norm` too when it is a weight's, so the exploding rule always
+    sees it and the vanishing rule where it reads. `noise_scale` is the env_rl
     estimator R2's band is set for; `noise_scale_simple` is McCandlish et al.'s B_simple."""
 
     per_param: dict[str, float]

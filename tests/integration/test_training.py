@@ -307,6 +307,7 @@ def test_calibrated_rule_set__baseline_is_quiet_and_scenarios_still_fire_through
         calibrate_rules,
         evaluate_rules,
         record_evaluations,
+        recorded_runs,
         ruleset_evaluations,
         write_ruleset,
     )
@@ -330,9 +331,11 @@ def test_calibrated_rule_set__baseline_is_quiet_and_scenarios_still_fire_through
     rig = Rig(topics, agent, monitor, follower, worker)
     try:
         harness = rig.harness(firing_timeout_s=120)
+        session_of: dict[str, str] = {}
         for name, count in epochs.items():
             scenario = SCENARIOS[name].model_copy(update={"epochs": count})
             result = harness.run_attempt(scenario)
+            session_of[name] = result.session_id
             evaluations = [
                 e["payload"]
                 for e in follower.seen(result.session_id)
@@ -344,6 +347,10 @@ def test_calibrated_rule_set__baseline_is_quiet_and_scenarios_still_fire_through
                 name,
                 fired,
             )
+        # read back from the log, the runs the harness acted on are not healthy runs
+        found = recorded_runs(topics.settings, task="digits-cnn")
+        assert session_of["baseline"] in {sid for sid, _ in found.runs}
+        assert "decisions applied" in found.skipped[session_of["dead_relu"]]
         seeds = (1000,)
         figures = evaluate_rules([calibrated], seeds=seeds, scenarios=["lr_too_high"], epochs=2)
         (evaluation,) = ruleset_evaluations([calibrated], figures, seeds=seeds, epochs=2)
@@ -429,6 +436,7 @@ def test_rules_calibrate_from_log__reads_any_tasks_recorded_runs(
 
     done = calibrate("--task", "toy-task", "--from-log", "-o", str(out))
     assert done.returncode == 0, done.stderr
+    assert "read 2 recorded run(s) of toy-task" in done.stdout
     rules = RuleSet.from_file(out)
     assert rules.name == "toy-task-calibrated" and rules.calibration is not None
     assert rules.calibration.task == "toy-task" and rules.calibration.sessions == tuple(sorted(ids))
@@ -438,6 +446,6 @@ def test_rules_calibrate_from_log__reads_any_tasks_recorded_runs(
     assert one.returncode == 0, one.stderr
     assert RuleSet.from_file(out).calibration.sessions == (ids[0],)  # type: ignore[union-attr]
     none = calibrate("--task", "other-task", "--from-log", "-o", str(out))
-    assert none.returncode == 2 and "no training session of task 'other-task'" in none.stderr
+    assert none.returncode == 2 and "no healthy training run of task 'other-task'" in none.stderr
     trained = calibrate("--task", "toy-task", "-o", str(out))
     assert trained.returncode == 2 and "--from-log" in trained.stderr

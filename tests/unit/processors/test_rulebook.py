@@ -3,6 +3,7 @@ and a session's metrics evaluated under its task's set whichever topic was read 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import orjson
@@ -39,9 +40,11 @@ def test_default_book__judges_the_reference_task_by_its_calibrated_set_and_other
     book = default_rulebook()
     assert book.for_task("digits-cnn/dead_relu").name == DIGITS_CALIBRATED
     assert book.for_task("digits-cnn").name == DIGITS_CALIBRATED
-    assert book.for_task("digits-cnn-v2/x").name == REFERENCE_MONITOR  # a family, not a prefix
-    assert book.for_task("my-task").name == REFERENCE_MONITOR
-    assert book.for_task(None).name == REFERENCE_MONITOR
+    reference = shipped_rulesets()[REFERENCE_MONITOR]
+    assert reference == RuleSet()
+    assert book.for_task("digits-cnn-v2/x") == reference  # a family, not a prefix
+    assert book.for_task("my-task") == reference
+    assert book.for_task(None) == reference
 
 
 def test_shipped_calibrated_set__names_the_task_and_runs_it_came_from() -> None:
@@ -54,6 +57,7 @@ def test_shipped_calibrated_set__names_the_task_and_runs_it_came_from() -> None:
 
 def test_load_ruleset__reads_a_file_or_a_shipped_name_and_says_what_exists(tmp_path: Path) -> None:
     assert load_ruleset(REFERENCE_MONITOR) == RuleSet()
+    assert RuleSet().label == "default@2713ec7281ea"  # its label since the first rule sets
     path = tmp_path / "strict.json"
     path.write_bytes(orjson.dumps(STRICT.model_dump(mode="json")))
     assert load_ruleset(path) == STRICT
@@ -103,7 +107,9 @@ def test_metrics_read_before_session_started__wait_and_give_the_same_outputs() -
 
 def test_waiting_metrics__survive_the_stored_state() -> None:
     config = ProcessorConfig(rules=RuleBook(tasks={"strict-task": STRICT}))
-    start, metrics = _session(Tape(), "strict-task")
+    tape = Tape()
+    start, metrics = _session(tape, "strict-task")
+    metrics.append(tape.metric("s", 3, **{**HEALTHY, "val_loss": math.nan, "lr": math.inf}))
     straight, _ = run(metrics + start, config)
     processor, states, restored = SessionProcessor(config), {}, []
     for record in metrics + start:
@@ -159,9 +165,36 @@ def test_an_edited_network__restarts_the_course_rules_only_where_the_rule_set_sa
         records.append(tape.metric("s", epoch, **HEALTHY, val_loss=loss))
     outputs, _ = run(records, ProcessorConfig(rules=RuleBook.only(rules)))
     r3 = [("R3" in e["fired"]) for e in emitted(outputs, "rule_evaluation")]
-    assert r3 == [False] * 6 if restarts else [False] * 4 + [True, True]
+    assert r3 == ([False] * 6 if restarts else [False] * 4 + [True, True])
     since = [
         e["rules"]["R3"]["signals"]["epochs_since_best"]
         for e in emitted(outputs, "rule_evaluation")
     ]
     assert since == ([0, 1, 2, 0, 0, 0] if restarts else [0, 1, 2, 3, 4, 5])
+
+
+def test_a_state_saved_before_tasks_were_kept__goes_on_evaluating_under_the_fallback() -> None:
+    """A worker upgraded mid-session reads a state with the session's kind but no task (the
+    previous build kept none): its later metrics are evaluated at once, not left waiting for a
+    session_started that was read before the upgrade."""
+    tape = Tape()
+    start, metrics = _session(tape, "digits-cnn/x", epochs=4)
+    processor, states = SessionProcessor(ProcessorConfig()), {}
+    for record in start + metrics[:2]:
+        handle(processor, states, record)
+    saved = orjson.loads(states["s"].to_bytes())
+    del saved["task"], saved["early"]
+    states = {"s": SessionState.from_bytes(orjson.dumps(saved))}
+    later = [o for record in metrics[2:] for o in handle(processor, states, record)[1]]
+    evaluations = emitted(later, "rule_evaluation")
+    assert [e["epoch"] for e in evaluations] == [2, 3]
+    assert {e["ruleset"] for e in evaluations} == {RuleSet().label}
+
+
+def test_metrics_of_a_session_whose_start_never_came__are_evaluated_when_it_ends() -> None:
+    tape = Tape()
+    _lost, metrics = _session(tape, "t", epochs=3)
+    ends = tape.end("s", streams=("metrics",))
+    outputs, states = run([*metrics, *ends])  # the session_started was lost
+    assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1, 2]
+    assert states["s"].early == [] and states["s"].finished

@@ -20,7 +20,6 @@ from rolltape.processors import (
 )
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.filters import FilterConfig
-from rolltape.processors.rules import RuleBook, RuleSet
 from rolltape.schemas import ChainVerifier, Verdict, decode
 from tests.support.golden import GOLDEN
 from tests.unit.processors.scripted import Tape, dead_letters, emitted, in_log_order, run
@@ -133,9 +132,6 @@ def _restore_case() -> tuple[list[InputRecord], ProcessorConfig]:
     config = ProcessorConfig(
         rewards=("final_reward", "task_pass"),
         filters=FilterConfig(min_reward=0.5),
-        # the reference monitor's thresholds under the name they had when the golden states
-        # of test_state__saved_before_the_stored_form_was_typed were written
-        rules=RuleBook.only(RuleSet(name="default")),
     )
     return records, config
 
