@@ -123,3 +123,19 @@ def emitted(outputs: list[Output], event_type: str) -> list[dict[str, Any]]:
 
 def dead_letters(outputs: list[Output]) -> list[str]:
     return [o.reason for o in outputs if isinstance(o, DeadLetter)]
+
+
+def spec(
+    epoch: int, phase: str, activation: str = "relu", layers: int = 3, bn: int = 0
+) -> dict[str, Any]:
+    """A `model_spec` payload: the monitor's summary of the network at `epoch`."""
+    return {
+        "epoch": epoch,
+        "phase": phase,
+        "layers": [],
+        "activations": {activation: 3},
+        "activation": activation,
+        "weight_layers": layers,
+        "batchnorm_layers": bn,
+        "parameter_count": 100,
+    }

@@ -28,7 +28,7 @@ from rolltape.processors.rules import (
     load_ruleset,
     shipped_rulesets,
 )
-from tests.unit.processors.scripted import Tape, dead_letters, emitted, run
+from tests.unit.processors.scripted import Tape, dead_letters, emitted, run, spec
 
 HEALTHY = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3, "lr": 0.1}
 STRICT = RuleSet(name="strict", r7_max_grad_norm_high=0.5)  # fires R7 on HEALTHY's grad norm
@@ -131,19 +131,6 @@ def test_waiting_metric_for_an_epoch_already_waiting__is_dead_lettered_at_once()
     assert [e["epoch"] for e in emitted(outputs, "rule_evaluation")] == [0, 1]
 
 
-def _spec(epoch: int, phase: str, activation: str) -> dict[str, object]:
-    return {
-        "epoch": epoch,
-        "phase": phase,
-        "layers": [],
-        "activations": {activation: 3},
-        "activation": activation,
-        "weight_layers": 3,
-        "batchnorm_layers": 0,
-        "parameter_count": 100,
-    }
-
-
 @pytest.mark.parametrize("restarts", [True, False])
 def test_an_edited_network__restarts_the_course_rules_only_where_the_rule_set_says(
     restarts: bool,
@@ -156,12 +143,12 @@ def test_an_edited_network__restarts_the_course_rules_only_where_the_rule_set_sa
     rules = RuleSet(name="r", r3_patience=4, new_model_restarts_course=restarts)
     tape = Tape()
     records = [tape.start("s", kind="training", task="t")]
-    records.append(tape.record("s", "metrics", "model_spec", **_spec(0, "attach", "relu")))
+    records.append(tape.record("s", "metrics", "model_spec", **spec(0, "attach")))
     losses = [2.30, 2.31, 2.31, 2.40, 2.38, 2.36]
     for epoch, loss in enumerate(losses):
         if epoch == 3:
-            spec = _spec(3, "changed", "leaky_relu")
-            records.append(tape.record("s", "metrics", "model_spec", **spec))
+            repaired = spec(3, "changed", "leaky_relu")
+            records.append(tape.record("s", "metrics", "model_spec", **repaired))
         records.append(tape.metric("s", epoch, **HEALTHY, val_loss=loss))
     outputs, _ = run(records, ProcessorConfig(rules=RuleBook.only(rules)))
     r3 = [("R3" in e["fired"]) for e in emitted(outputs, "rule_evaluation")]

@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from rolltape.processors.audit import InputRecord
-from tests.unit.processors.scripted import Tape, emitted, run
+from tests.unit.processors.scripted import Tape, emitted, run, spec
 
 OK = {"steps": 5, "max_layer_grad_norm": 1.0, "min_layer_grad_norm": 1e-3, "val_acc": 0.5}
 VANISHING = {**OK, "min_layer_grad_norm": 1e-8}
@@ -202,21 +202,6 @@ def test_judge__a_flood_of_decisions_is_counted_not_kept_and_is_a_violation() ->
     verdict = training([VANISHING] * 5, flood)
     assert verdict["counts"]["decisions"] == MAX_DECISIONS_KEPT + 5
     assert ("decision_flood", None, None) in codes(verdict)
-
-
-def spec(
-    epoch: int, phase: str, activation: str = "relu", layers: int = 3, bn: int = 0
-) -> dict[str, Any]:
-    return {
-        "epoch": epoch,
-        "phase": phase,
-        "layers": [],
-        "activations": {activation: 3},
-        "activation": activation,
-        "weight_layers": layers,
-        "batchnorm_layers": bn,
-        "parameter_count": 100,
-    }
 
 
 PROBE = {"fc.weight": 0.5, "fc.bias": 0.1}
