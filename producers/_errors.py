@@ -22,7 +22,8 @@ ProducerError
 ├── DeliveryError          a cron run's answer could not be delivered to its channel
 ├── ChannelError           a cron delivery channel named without what it needs (path, URL)
 ├── EnvError               an environment cannot run as asked (no items in a split, an items
-│                          file that does not read, a batch name that is not one)
+│   │                      file that does not read, a batch name that is not one)
+│   └── WorldError         a workdir that cannot be snapshotted, a snapshot not restorable
 ├── CronRecursionError     a cron run tried to start cron runs itself
 ├── BlockError, UnknownFamilyError   a model completion the tool-call parsers cannot read
 ├── OtlpRequestError       an OTLP request the receiver cannot decode (answered with its status)

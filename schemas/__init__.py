@@ -149,6 +149,7 @@ from rolltape.schemas._verify import (
     ChainVerifier,
 )
 from rolltape.schemas._version import software_version
+from rolltape.schemas._world import WorldEntry, WorldSnapshot
 
 __all__ = [
     "CHAINED_STREAMS",
@@ -261,6 +262,8 @@ __all__ = [
     "Verdict",
     "VerdictEvent",
     "Violation",
+    "WorldEntry",
+    "WorldSnapshot",
     "canonical_bytes",
     "canonical_dump_bytes",
     "classify_link",

@@ -282,6 +282,8 @@ def test_public_api__is_pinned() -> None:
         "Verdict",
         "VerdictEvent",
         "Violation",
+        "WorldEntry",
+        "WorldSnapshot",
         "canonical_bytes",
         "canonical_dump_bytes",
         "classify_link",

@@ -1,0 +1,97 @@
+"""Taking a workdir's snapshot and restoring one: the world a rollout changed, kept so that judges
+that act in it (now, or years later on replay) all read the same tree.
+
+Links are recorded, never followed: a policy that links `verdict.json` or a file outside the
+workdir into it gets the link recorded as a link. Files larger than the limits are recorded by
+hash and size only (`WorldEntry.stored` false), and a restore leaves them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from rolltape.producers._errors import EnvError
+from rolltape.schemas import WorldEntry, WorldSnapshot
+
+
+class WorldError(EnvError):
+    """A workdir that cannot be snapshotted, or a snapshot that cannot be restored as asked."""
+
+
+def take_snapshot(
+    root: Path, *, max_file_bytes: int = 1 << 20, max_total_bytes: int = 64 << 20
+) -> tuple[WorldSnapshot, dict[str, bytes]]:
+    """The snapshot of the tree under `root` and the contents it keeps, by sha256 (each once).
+    A file is kept when it is at most `max_file_bytes` and the kept total stays within
+    `max_total_bytes` (files are taken in path order, so the same tree keeps the same ones)."""
+    if not root.is_dir():
+        raise WorldError(f"{root} is not a folder to snapshot")
+    entries: list[WorldEntry] = []
+    blobs: dict[str, bytes] = {}
+    kept = 0
+    for path in sorted(_walk(root), key=lambda p: p.relative_to(root).as_posix()):
+        rel = path.relative_to(root).as_posix()
+        info = path.lstat()
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISLNK(info.st_mode):
+            entries.append(
+                WorldEntry(path=rel, kind="symlink", mode=mode, target=os.readlink(path))
+            )
+        elif stat.S_ISDIR(info.st_mode):
+            entries.append(WorldEntry(path=rel, kind="dir", mode=mode))
+        elif stat.S_ISREG(info.st_mode):
+            data = path.read_bytes()
+            digest = hashlib.sha256(data).hexdigest()
+            fits = len(data) <= max_file_bytes and (
+                digest in blobs or kept + len(data) <= max_total_bytes
+            )
+            if fits and digest not in blobs:
+                blobs[digest] = data
+                kept += len(data)
+            entries.append(
+                WorldEntry(
+                    path=rel, kind="file", mode=mode, size=len(data), sha256=digest, stored=fits
+                )
+            )
+        else:
+            raise WorldError(f"{rel}: not a file, folder or link (a socket or device)")
+    return WorldSnapshot(entries=tuple(entries), max_file_bytes=max_file_bytes), blobs
+
+
+def _walk(root: Path) -> list[Path]:
+    found: list[Path] = []
+    for folder, dirs, files in os.walk(root, followlinks=False):
+        base = Path(folder)
+        found.extend(base / name for name in dirs)  # a link to a folder is listed here too
+        found.extend(base / name for name in files)
+    return found
+
+
+def restore_snapshot(snapshot: WorldSnapshot, blobs: Mapping[str, bytes], dest: Path) -> None:
+    """Recreate the snapshot's tree under `dest` (an empty or new folder): folders, kept files
+    and links with their permission bits. Files whose contents were not kept are left out."""
+    if dest.exists() and any(dest.iterdir()):
+        raise WorldError(f"{dest} is not empty: restore a world into a fresh folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    folders: list[tuple[Path, int]] = []
+    for entry in snapshot.entries:
+        target = dest / entry.path
+        if entry.kind == "dir":
+            target.mkdir(exist_ok=True)
+            folders.append((target, entry.mode))
+        elif entry.kind == "symlink":
+            assert entry.target is not None
+            target.symlink_to(entry.target)
+        elif entry.stored:
+            assert entry.sha256 is not None
+            data = blobs.get(entry.sha256)
+            if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
+                raise WorldError(f"{entry.path}: its contents ({entry.sha256[:12]}) are missing")
+            target.write_bytes(data)
+            target.chmod(entry.mode)
+    for folder, mode in reversed(folders):  # deepest last written, so set modes bottom-up
+        folder.chmod(mode)
