@@ -95,7 +95,7 @@ from rolltape.schemas._events import (
 )
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
 from rolltape.schemas._links import LinkVerdict, classify_link
-from rolltape.schemas._monitoring import LayerSpec, LiveCheck, ModelSpec
+from rolltape.schemas._monitoring import REFERENCE_TASK, LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
     PAYLOAD_MODELS,
     Decision,
@@ -166,6 +166,7 @@ __all__ = [
     "LIVE_JUDGE_VERSION",
     "PAYLOAD_MODELS",
     "PRECEDENCE",
+    "REFERENCE_TASK",
     "RULE_CLASS",
     "RUN_ID_PATTERN",
     "SCHEMA_VERSION",

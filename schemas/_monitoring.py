@@ -8,9 +8,13 @@ against them and never against a spec the agent reports.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+REFERENCE_TASK: Final = "digits-cnn"
+"""The reference training task's family: the harness records its runs as `digits-cnn/<scenario>`,
+and its calibrated rule set judges them (named here so the CLI knows it without loading torch)."""
 
 
 class LayerSpec(BaseModel):

@@ -20,7 +20,7 @@ from rolltape.infra.commands.worker import can_provision
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.topics import provision
 from rolltape.infra.settings import Settings
-from rolltape.schemas import Role
+from rolltape.schemas import REFERENCE_TASK, Role
 
 if TYPE_CHECKING:  # the training package needs torch: imported where a command runs
     from rolltape.producers.training import SelfRefineResult
@@ -146,7 +146,7 @@ def run(
             if worker is not None:
                 worker.stop()
     print_attempts(result)
-    console.print(f"report: rolltape report --task digits-cnn/{scenario} -o report.html")
+    console.print(f"report: rolltape report --task {REFERENCE_TASK}/{scenario} -o report.html")
 
 
 def print_attempts(result: SelfRefineResult) -> None:

@@ -41,6 +41,7 @@ from rolltape.projections import ExportOptions, Selection
 from rolltape.schemas import (
     CHAINED_STREAMS,
     LIVE_JUDGE_VERSION,
+    REFERENCE_TASK,
     ChainBroken,
     ChainReport,
     FilterOutcome,
@@ -393,5 +394,5 @@ def _report(connection: KafkaConnection, prefix: str, refine: SelfRefineResult, 
     sessions = asyncio.run(read_sessions(connection, prefix))
     path = out / "report.html"
     mine = {sid: envs for sid, envs in sessions.items() if sid.startswith(refine.run_id)}
-    write_report(mine, path, task=f"digits-cnn/{refine.scenario}", runs=1)
+    write_report(mine, path, task=f"{REFERENCE_TASK}/{refine.scenario}", runs=1)
     return str(path)

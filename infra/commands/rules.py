@@ -33,10 +33,18 @@ from rolltape.processors.rules import (
     load_ruleset,
     measure,
 )
-from rolltape.schemas import Metric, Role, RuleId, RulesetEvaluation, RuleSetFigures, Stream
+from rolltape.schemas import (
+    REFERENCE_TASK,
+    Metric,
+    Role,
+    RuleId,
+    RulesetEvaluation,
+    RuleSetFigures,
+    Stream,
+)
 from rolltape.schemas.clients import KafkaConnection
 
-TASK = "digits-cnn"
+TASK = REFERENCE_TASK
 """The task whose scenarios these commands can run: the reference task (the harness's)."""
 HEALTHY = ("baseline",)
 """Scenarios that are healthy runs: calibration reads them, evaluation counts their firings as

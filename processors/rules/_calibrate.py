@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import NamedTuple
 
 from rolltape.processors.rules._engine import RuleState, evaluate
 from rolltape.processors.rules._ruleset import Calibration, RuleSet, SignalRange
@@ -36,14 +37,34 @@ def smoothed_signals(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> dict[s
     """Every smoothed value the engine holds after each epoch of each run, per signal: what
     the band rules compare with their thresholds."""
     out: dict[str, list[float]] = {}
+    for epoch in _epochs(runs, rules):
+        if epoch.metric.steps:
+            for name, value in epoch.state.ema.items():
+                out.setdefault(name, []).append(value)
+    return out
+
+
+class _Epoch(NamedTuple):
+    """One epoch of a run as the engine left it: what calibration and measurement read."""
+
+    number: int
+    """The epoch's place in its run (0 first)."""
+    metric: Metric
+    state: RuleState
+    """The run's rule state after this epoch (the same object all run long)."""
+    best_before: float | None
+    """The best val loss before this epoch."""
+    fired: tuple[RuleId, ...]
+
+
+def _epochs(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> Iterator[_Epoch]:
+    """Every epoch of every run through the engine, each run from a fresh state."""
     for run in runs:
         state = RuleState()
         for index, metric in enumerate(run):
-            evaluate(rules, state, metric, f"{index:064x}")
-            if metric.steps:
-                for name, value in state.ema.items():
-                    out.setdefault(name, []).append(value)
-    return out
+            best = state.best_val
+            evaluation, _ = evaluate(rules, state, metric, f"{index:064x}")
+            yield _Epoch(index, metric, state, best, evaluation.fired)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -84,8 +105,9 @@ def calibrate(
     improvement of the val loss must be at least the smallest healthy one (its lower quantile,
     relative to the best loss) divided by the margin; R3's patience is one epoch past the
     longest stall without improvement healthy runs reach (the upper quantile), never under the
-    persistence window and possibly shorter than the base's (set on runs of another length); R4 fires only below the training
-    accuracy at which healthy runs stall (its lower quantile: a bounded signal, so no margin).
+    persistence window and possibly shorter than the base's (set on runs of another length); R4
+    fires only below the training accuracy at which healthy runs stall (its lower quantile: a
+    bounded signal, so no margin).
     The persistence window, the EMA and R4's window are kept from `base`. A calibrated set
     restarts the course rules when the network is edited (`new_model_restarts_course`): not a
     threshold, but the reference task's harness repairs networks mid-run."""
@@ -161,42 +183,32 @@ def calibrate(
 def _val_loss_improvements(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
     """Each healthy improvement of the best val loss (by R3's absolute delta), as a fraction of
     the best it improved on."""
-    out: list[float] = []
-    for run in runs:
-        state = RuleState()
-        for index, metric in enumerate(run):
-            best = state.best_val
-            evaluate(rules, state, metric, f"{index:064x}")
-            if best and state.best_val is not None and state.best_val < best:
-                out.append((best - state.best_val) / abs(best))
-    return out
+    return [
+        (e.best_before - e.state.best_val) / abs(e.best_before)
+        for e in _epochs(runs, rules)
+        if e.best_before and e.state.best_val is not None and e.state.best_val < e.best_before
+    ]
 
 
 def _epochs_since_best(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
     """R3's count of epochs since the best val loss, at every healthy epoch after the first."""
-    out: list[float] = []
-    for run in runs:
-        state = RuleState()
-        for index, metric in enumerate(run):
-            evaluate(rules, state, metric, f"{index:064x}")
-            if index and state.best_val is not None:
-                out.append(float(state.since_best))
-    return out
+    return [
+        float(e.state.since_best)
+        for e in _epochs(runs, rules)
+        if e.number and e.state.best_val is not None
+    ]
 
 
 def _stalled_accuracies(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> list[float]:
     """The training accuracy at every healthy epoch on which R4's stall condition held."""
     out: list[float] = []
     window = rules.r4_window
-    for run in runs:
-        state = RuleState()
-        for index, metric in enumerate(run):
-            evaluate(rules, state, metric, f"{index:064x}")
-            accs = state.train_accs[-(window + 1) :]
-            if len(accs) == window + 1 and metric.steps:
-                moved = max(abs(b - a) for a, b in itertools.pairwise(accs))
-                if moved < rules.r4_train_acc_delta:
-                    out.append(accs[-1])
+    for epoch in _epochs(runs, rules):
+        accs = epoch.state.train_accs[-(window + 1) :]
+        if len(accs) == window + 1 and epoch.metric.steps:
+            moved = max(abs(b - a) for a, b in itertools.pairwise(accs))
+            if moved < rules.r4_train_acc_delta:
+                out.append(accs[-1])
     return out
 
 
@@ -205,10 +217,7 @@ def _stalled_accuracies(runs: Sequence[Sequence[Metric]], rules: RuleSet) -> lis
 
 def fired_per_epoch(run: Sequence[Metric], rules: RuleSet) -> list[tuple[RuleId, ...]]:
     """The rules that fired at each epoch of one run, as the engine evaluates them."""
-    state = RuleState()
-    return [
-        evaluate(rules, state, metric, f"{index:064x}")[0].fired for index, metric in enumerate(run)
-    ]
+    return [epoch.fired for epoch in _epochs([run], rules)]
 
 
 def measure(

@@ -39,6 +39,7 @@ from rolltape.producers.training._policies import (
 from rolltape.producers.training._remedies import TrainingRun, apply
 from rolltape.producers.training._scenarios import Scenario
 from rolltape.schemas import (
+    REFERENCE_TASK,
     RULE_CLASS,
     Decision,
     RuleEvaluation,
@@ -50,7 +51,7 @@ from rolltape.schemas import (
 )
 from rolltape.schemas.clients import KafkaConnection
 
-TASK = "digits-cnn"
+TASK = REFERENCE_TASK
 MODE = "iterative_self_refine"
 
 

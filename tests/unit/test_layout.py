@@ -235,6 +235,7 @@ def test_public_api__is_pinned() -> None:
         "PayloadError",
         "Producer",
         "ProducerInfo",
+        "REFERENCE_TASK",
         "RULE_CLASS",
         "RUN_ID_PATTERN",
         "RecordTooLargeError",
