@@ -45,8 +45,11 @@ def scenarios() -> None:
     the reference task's default rule set (`rolltape rules list`)."""
     from rolltape.producers.training import SCENARIOS
 
-    table = Table(title="scenarios of the reference task (digits CNN)", title_justify="left")
-    for col in ("name", "provokes", "fires (default set)", "epochs", "what it does"):
+    table = Table(
+        title="scenarios of the reference task (digits CNN); fires: under the default rule set",
+        title_justify="left",
+    )
+    for col in ("name", "provokes", "fires", "epochs", "what it does"):
         table.add_column(col, no_wrap=col == "name")
     for s in SCENARIOS.values():
         table.add_row(

@@ -85,7 +85,7 @@ def calibrate_command(
         str, typer.Option(help="The task (family) whose healthy runs to train or read.")
     ] = TASK,
     name: Annotated[
-        str | None, typer.Option(help="The rule set's name (default: <task>-calibrated).")
+        str | None, typer.Option(help="The rule set's name (default: <task>-calibrated, / as -).")
     ] = None,
     seeds: Annotated[
         int | None, typer.Option(min=1, help="Seeded healthy runs (seeds 0..N-1; default 10).")
@@ -142,7 +142,7 @@ def calibrate_command(
                 )
             rules, found = calibrate_recorded(
                 settings(),
-                name=name or f"{task}-calibrated",
+                name=name or f"{task.replace('/', '-')}-calibrated",
                 task=task,
                 sessions=tuple(session or ()),
                 quantiles=_quantiles(quantiles),
@@ -173,7 +173,7 @@ def calibrate_command(
     write_ruleset(rules, out)
     console.print(f"wrote {rules.label} to {out}")
     table = Table(title=f"settings changed from {start.label}", title_justify="left")
-    for col in ("threshold", "base", "calibrated"):
+    for col in ("setting", "base", "calibrated"):
         table.add_column(col)
     for field, value in rules.model_dump().items():
         if field not in ("name", "calibration") and value != getattr(start, field):
@@ -250,7 +250,7 @@ def list_command() -> None:
     (ROLLTAPE_RULES_FILE / ROLLTAPE_RULES_BY_TASK)."""
     table = Table(title="shipped rule sets", title_justify="left")
     table.add_column("name", no_wrap=True)
-    table.add_column("label (as evaluations name it)", no_wrap=True)
+    table.add_column("label in evaluations", no_wrap=True)
     table.add_column("calibrated on")
     for name, rules in shipped_rulesets().items():
         c = rules.calibration

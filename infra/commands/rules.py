@@ -153,6 +153,9 @@ async def _recorded(
     found = RecordedRuns([], {})
     with await scan_sessions(connection, (Stream.EVENTS, Stream.METRICS), scan, prefix=prefix):
         for records in scan.sessions():
+            started = next((e for e in records.events if e.type == "session_started"), None)
+            if started is None or started.payload.get("kind") != "training":
+                continue  # an agent session (a self-refine summary, a policy's conversation)
             view = fold_training([*records.events, *records.derived])
             named = records.session_id in sessions
             if view is None or not (named or (not sessions and _of_task(view.task, task))):

@@ -423,6 +423,13 @@ def test_rules_calibrate_from_log__reads_any_tasks_recorded_runs(
     from rolltape.processors.rules import RuleSet
 
     ids = _record_runs(topics, tmp_path, "toy-task", range(2))
+    with (
+        Recorder(
+            topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=tmp_path / "chat"
+        ) as chat,
+        chat.session("toy-task/notes") as notes,  # an agent session of the task
+    ):
+        notes.turn("assistant", "both runs look healthy")
     out = tmp_path / "toy.json"
 
     def calibrate(*args: str) -> subprocess.CompletedProcess[str]:
@@ -437,6 +444,7 @@ def test_rules_calibrate_from_log__reads_any_tasks_recorded_runs(
     done = calibrate("--task", "toy-task", "--from-log", "-o", str(out))
     assert done.returncode == 0, done.stderr
     assert "read 2 recorded run(s) of toy-task" in done.stdout
+    assert "left out" not in done.stdout  # the agent session of the task is not a run
     rules = RuleSet.from_file(out)
     assert rules.name == "toy-task-calibrated" and rules.calibration is not None
     assert rules.calibration.task == "toy-task" and rules.calibration.sessions == tuple(sorted(ids))
