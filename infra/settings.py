@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rolltape.processors.audit import CHECKPOINT_INTERVAL_S
-from rolltape.producers import default_state_dir, spool_dir_in
+from rolltape.producers import WorldLimits, default_state_dir, spool_dir_in
 from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 from rolltape.schemas.clients import ModelEndpoint, SaslMechanism, SecurityProtocol
 
@@ -78,6 +78,13 @@ class Settings(BaseSettings):
     the agent's process; N > 1 shards sessions over N processes, for more events/s than one
     core seals (about 50,000 of ~1 KB), at the cost of ~0.5 s to start them."""
 
+    world_max_file_bytes: int = Field(default=WorldLimits().max_file_bytes, ge=0)
+    """A rollout's world (its workdir, recorded before any judge reads it) keeps the contents of
+    files up to this size; larger ones are recorded by size and sha256, and judges are told
+    they are absent."""
+    world_max_total_bytes: int = Field(default=WorldLimits().max_total_bytes, ge=0)
+    """The contents a world keeps in all (files in path order; the rest by hash only)."""
+
     rules_file: Path | None = None
     """One rule set (a JSON file, or a shipped set's name: `reference-monitor`,
     `digits-cnn-calibrated`) for every task the worker judges. Unset: the rule book, where each
@@ -125,6 +132,12 @@ class Settings(BaseSettings):
             except UnknownFamilyError as exc:
                 raise ValueError(f"model {name!r}: {exc}") from None
         return models
+
+    @property
+    def world_limits(self) -> WorldLimits:
+        return WorldLimits(
+            max_file_bytes=self.world_max_file_bytes, max_total_bytes=self.world_max_total_bytes
+        )
 
     @property
     def worker_group(self) -> str:

@@ -42,7 +42,7 @@ from rolltape.processors.audit import (
 from rolltape.processors.filters import FILTER_VERSION, FilterConfig, FilterState, observe, outcome
 from rolltape.processors.judges import (
     JUDGE_VERSION,
-    LLM_JUDGES,
+    JUDGES,
     REWARDS,
     TrainingJudgeConfig,
     TrainingJudgeState,
@@ -111,6 +111,7 @@ _EVENT_TYPES: Final = {
             "session_resumed",
             "evaluation",
             "ruleset_evaluation",
+            "world_snapshot",
         }
     ),
     Stream.METRICS.value: frozenset(
@@ -136,7 +137,7 @@ class ProcessorConfig:
     rewards: tuple[str, ...] = ()
     """Reward functions (rolltape.processors.judges.REWARDS) run on every finished agent session."""
     llm_judges: tuple[str, ...] = ()
-    """LLM judges (LLM_JUDGES) requested for every finished agent session."""
+    """Judges (JUDGES, by name) requested for every finished agent session."""
     transcript_max_chars: int = 32_000
     signer: CheckpointSigner | None = None
     """The judge's key: with it, the worker commits the chain heads it verified to signed
@@ -155,9 +156,9 @@ class ProcessorConfig:
                 f"judge version {self.judge_version!r} must match {JUDGE_VERSION_PATTERN}"
             )
         unknown = [n for n in self.rewards if n not in REWARDS]
-        unknown += [n for n in self.llm_judges if n not in LLM_JUDGES]
+        unknown += [n for n in self.llm_judges if n not in JUDGES]
         if unknown:
-            known = sorted(REWARDS) + sorted(LLM_JUDGES)
+            known = sorted(REWARDS) + sorted(JUDGES)
             raise ValueError(f"unknown judge(s) {', '.join(unknown)}; known: {', '.join(known)}")
 
 
@@ -172,11 +173,12 @@ class JudgeRequest(BaseModel):
 
 
 class JudgeResult(BaseModel):
-    """An LLM judge's verdict on its way back to the session's verdict chain."""
+    """A judge's verdict on its way back to the session's verdict chain; None when the judge's
+    hook found nothing to judge (no verdict is chained)."""
 
     session_id: str
     judge: str
-    verdict: Verdict
+    verdict: Verdict | None
     causes: tuple[str, ...]
     ts_ns: int
 
@@ -308,10 +310,10 @@ def _stored_state() -> TypeAdapter[SessionState]:
 
 
 def _llm_judge_version(name: str, reported: str) -> str:
-    """The version an LLM judge's verdict is chained under: the registered judge's, else what
-    its verdict reported (a judge no longer registered here)."""
-    spec = LLM_JUDGES.get(name)
-    return spec.version if spec else reported
+    """The version a judge's verdict is chained under: the registered judge's, else what its
+    verdict reported (a judge no longer registered here)."""
+    registered = JUDGES.get(name)
+    return registered.version if registered else reported
 
 
 class SessionProcessor:
@@ -543,7 +545,7 @@ class SessionProcessor:
         called itself."""
         if _seen_before(state, position):
             return []
-        if result.judge in state.judged:
+        if result.judge in state.judged or result.verdict is None:
             return []  # the judge ran twice (its agent restarted): the first verdict stands
         version = _llm_judge_version(result.judge, result.verdict.judge_version)
         emitted = self._emit(

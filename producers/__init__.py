@@ -13,6 +13,7 @@ from rolltape.producers._errors import (
     RecorderError,
     RejectedEvent,
     ResumeError,
+    SandboxError,
     SenderDiedError,
     SpoolFullError,
 )
@@ -24,6 +25,13 @@ from rolltape.producers._recorder import (
     spool_dir_in,
 )
 from rolltape.producers._tools import ToolRun, current_session, record_tool
+from rolltape.producers._world import (
+    WorldError,
+    WorldLimits,
+    reset_world,
+    restore_snapshot,
+    take_snapshot,
+)
 from rolltape.schemas import software_version
 
 __version__ = software_version()
@@ -42,14 +50,20 @@ __all__ = [
     "RecorderError",
     "RejectedEvent",
     "ResumeError",
+    "SandboxError",
     "SenderDiedError",
     "Session",
     "SpoolFullError",
     "ToolRun",
+    "WorldError",
+    "WorldLimits",
     "__version__",
     "current_session",
     "default_state_dir",
     "keep_client_logs_in",
     "record_tool",
+    "reset_world",
+    "restore_snapshot",
     "spool_dir_in",
+    "take_snapshot",
 ]

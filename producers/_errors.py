@@ -25,6 +25,11 @@ ProducerError
 │   │                      file that does not read, a batch name that is not one)
 │   └── WorldError         a workdir that cannot be snapshotted, a snapshot not restorable
 ├── CronRecursionError     a cron run tried to start cron runs itself
+├── JudgeError             a judge run that gave no valid verdict (its model failed, it spent its
+│                          budget, wrote no verdict or an invalid one): an error verdict that
+│                          fails the rollout's grade, never a silent 0
+├── SandboxError           a shell tool's command cannot run in a bubblewrap sandbox here (not
+│                          installed, no user namespaces) and the caller did not opt out
 ├── BlockError, UnknownFamilyError   a model completion the tool-call parsers cannot read
 ├── OtlpRequestError       an OTLP request the receiver cannot decode (answered with its status)
 └── NotStartedError        a client object (the scheduler, cron's jobs log) used before start()
@@ -39,6 +44,11 @@ from pydantic import BaseModel
 
 class ProducerError(Exception):
     """Root of every error the producer SDK raises."""
+
+
+class JudgeError(ProducerError):
+    """A judge run gave no valid verdict. Raised inside the run and recorded as an error verdict
+    naming the cause, so a judge that failed fails the grade instead of scoring 0."""
 
 
 class RecorderError(ProducerError):
@@ -122,3 +132,9 @@ class EnvError(ProducerError, ValueError):
 class ChannelError(ProducerError, ValueError):
     """A cron delivery channel named without what it needs (`file:` without a path, `webhook:`
     without an http(s) URL)."""
+
+
+class SandboxError(ProducerError):
+    """A shell tool's command cannot run in a bubblewrap sandbox here: bubblewrap is missing
+    or cannot make namespaces. Raised rather than running the command unsandboxed, which only
+    an explicit opt-out allows; the message says why and how to opt out."""

@@ -38,10 +38,20 @@ from rolltape.producers._errors import (
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
 from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
-from rolltape.schemas import DEFAULT_PREFIX, SESSION_ID_PATTERN, Stream, ToolSpec
+from rolltape.producers._world import WorldLimits, take_snapshot
+from rolltape.schemas import (
+    DEFAULT_PREFIX,
+    SESSION_ID_PATTERN,
+    Stream,
+    ToolSpec,
+    WorldSnapshot,
+    blob_records,
+)
 from rolltape.schemas.clients import KafkaConnection
 
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
+_BLOBS = Stream.BLOBS.value
+_BLOBS_REMEMBERED = 100_000
 _time_ns = time.time_ns
 _EVENTS = Stream.EVENTS.value
 
@@ -165,6 +175,9 @@ class Recorder:
             if senders == 1
             else ShardedSender(config, self._queue, senders)
         )
+        self._blobs_sent: collections.OrderedDict[str, None] = collections.OrderedDict()
+        """sha256 of the blobs this recorder queued, newest last (bounded): a file that many
+        rollouts leave unchanged is sent once, not once per rollout."""
         _open_recorders.add(self)
 
     # -- the hot path ----------------------------------------------------------------------------
@@ -188,6 +201,19 @@ class Recorder:
         if sender.idle:
             sender.idle = False
             sender.wake()
+
+    def _queue_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        """Queue the chunks of the blobs not sent yet; they travel (and spool) like events."""
+        sent = self._blobs_sent
+        for sha, data in blobs.items():
+            if sha in sent:
+                sent.move_to_end(sha)
+                continue
+            for key, value in blob_records(data):
+                self._enqueue(key.decode(), _BLOBS, "blob", {"value": value})
+            sent[sha] = None
+            if len(sent) > _BLOBS_REMEMBERED:
+                sent.popitem(last=False)
 
     def _closed_message(self) -> str:
         if self._forked_from is not None:
@@ -531,6 +557,19 @@ class Session:
         """A rule set's measured false alarms and detections (rolltape.schemas.RulesetEvaluation,
         dumped)."""
         self._record(_EVENTS, "ruleset_evaluation", dict(evaluation))
+
+    def world(
+        self, root: str | os.PathLike[str], limits: WorldLimits | None = None
+    ) -> WorldSnapshot:
+        """Record the tree under `root` as the session's world (after a rollout, before any judge
+        reads it): the contents within `limits` as blobs on the blobs topic (each once per
+        recorder), then a `world_snapshot` event listing every entry's path, mode, size and
+        sha256. Returns the snapshot; its digest names the world in the verdicts of judges that
+        read it, and a replay restores it from the log (`restore_snapshot`)."""
+        snapshot, blobs = take_snapshot(Path(root), limits)
+        self._recorder._queue_blobs(blobs)
+        self._record(_EVENTS, "world_snapshot", snapshot.model_dump())
+        return snapshot
 
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""

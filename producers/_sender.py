@@ -55,8 +55,11 @@ from rolltape.schemas.clients import KafkaConnection, KeyPartitions, fill_batch
 
 log = logging.getLogger("rolltape.producers")
 
-#: (session_id, stream, type, payload, ts_ns)
+#: (session_id, stream, type, payload, ts_ns); on the blobs stream (record key, "blobs", "blob",
+#: {"value": the record's bytes}, ts_ns): a chunk that travels (and spools) like an event,
+#: unchained.
 QueuedEvent = tuple[str, str, str, dict[str, Any], int]
+_BLOBS = Stream.BLOBS.value
 #: (topic, key, value)
 Record = tuple[str, bytes, bytes]
 
@@ -402,6 +405,9 @@ class Sender:
 
     def _seal(self, item: QueuedEvent) -> Record | None:
         session_id, stream, event_type, payload, ts_ns = item
+        if stream == _BLOBS:  # a chunk of a world's file: content-addressed, not chained
+            self.stats.sealed += 1
+            return self._topics[stream], session_id.encode(), payload["value"]
         key = (stream, session_id)
         try:
             codec = _CODECS.get(event_type)

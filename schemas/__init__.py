@@ -8,6 +8,14 @@ Merkle trees and checkpoint signatures are `rolltape.schemas.trust`; neither is 
 """
 
 from rolltape.schemas._accel import implementation as codec_implementation
+from rolltape.schemas._blobs import (
+    BLOB_CHUNK_BYTES,
+    BlobAssembler,
+    BlobChunk,
+    BlobError,
+    blob_records,
+    read_blob_record,
+)
 from rolltape.schemas._canonical import (
     INT_MAX,
     INT_MIN,
@@ -92,8 +100,22 @@ from rolltape.schemas._events import (
     TypedEvent,
     UnknownEvent,
     VerdictEvent,
+    WorldSnapshotEvent,
 )
 from rolltape.schemas._jsonschema import export_json_schemas, json_schemas
+from rolltape.schemas._judging import (
+    JUDGE_NAME_PATTERN,
+    POLICY_MODEL,
+    VERDICT_FILE,
+    AgentSpec,
+    Harness,
+    JudgeBudget,
+    JudgeSpec,
+    Placement,
+    VerdictError,
+    VerdictSource,
+    parse_verdict,
+)
 from rolltape.schemas._links import LinkVerdict, classify_link
 from rolltape.schemas._monitoring import REFERENCE_TASK, LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
@@ -149,9 +171,10 @@ from rolltape.schemas._verify import (
     ChainVerifier,
 )
 from rolltape.schemas._version import software_version
-from rolltape.schemas._world import WorldEntry, WorldSnapshot
+from rolltape.schemas._world import WorldEntry, WorldSnapshot, world_digest
 
 __all__ = [
+    "BLOB_CHUNK_BYTES",
     "CHAINED_STREAMS",
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
@@ -162,9 +185,11 @@ __all__ = [
     "INT_MAX",
     "INT_MIN",
     "JOB_ID_PATTERN",
+    "JUDGE_NAME_PATTERN",
     "JUDGE_VERSION_PATTERN",
     "LIVE_JUDGE_VERSION",
     "PAYLOAD_MODELS",
+    "POLICY_MODEL",
     "PRECEDENCE",
     "REFERENCE_TASK",
     "RULE_CLASS",
@@ -172,6 +197,11 @@ __all__ = [
     "SCHEMA_VERSION",
     "SESSION_ID_PATTERN",
     "TOPIC_SPECS",
+    "VERDICT_FILE",
+    "AgentSpec",
+    "BlobAssembler",
+    "BlobChunk",
+    "BlobError",
     "BreakKind",
     "CanonicalEncodingError",
     "ChainBreak",
@@ -205,9 +235,12 @@ __all__ = [
     "FilterOutcomeEvent",
     "FilterReason",
     "Goal",
+    "Harness",
     "JobAction",
     "JobDefinition",
     "JobState",
+    "JudgeBudget",
+    "JudgeSpec",
     "LayerSpec",
     "LinkVerdict",
     "LiveCheck",
@@ -219,6 +252,7 @@ __all__ = [
     "ModelSpec",
     "ModelSpecEvent",
     "PayloadError",
+    "Placement",
     "Producer",
     "ProducerInfo",
     "RecordTooLargeError",
@@ -261,10 +295,14 @@ __all__ = [
     "UnknownEvent",
     "UnreadableRecord",
     "Verdict",
+    "VerdictError",
     "VerdictEvent",
+    "VerdictSource",
     "Violation",
     "WorldEntry",
     "WorldSnapshot",
+    "WorldSnapshotEvent",
+    "blob_records",
     "canonical_bytes",
     "canonical_dump_bytes",
     "classify_link",
@@ -275,7 +313,9 @@ __all__ = [
     "hash_of",
     "json_schemas",
     "parse_payload",
+    "parse_verdict",
     "raw_event_id",
+    "read_blob_record",
     "read_event",
     "reread_event",
     "restore_non_finite",
@@ -288,4 +328,5 @@ __all__ = [
     "stream_of_topic",
     "topic_name",
     "versioned_stream",
+    "world_digest",
 ]

@@ -3,7 +3,9 @@
 SchemaError
 ├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
 ├── EnvelopeError            bytes are not a valid envelope (unparseable, missing fields, bad version)
-└── PayloadError             an envelope's payload does not validate against its type's model
+├── PayloadError             an envelope's payload does not validate against its type's model
+├── BlobError                a blob record that is not one, or chunks that do not make its sha256
+└── VerdictError             a judge's reply or verdict file that is not a valid verdict
 
 The Kafka client's errors have a root of their own (`rolltape.schemas.clients.KafkaClientError`):
 the broker being away is not bad data.

@@ -51,6 +51,7 @@ from rolltape.schemas._payloads import (
     parse_payload,
 )
 from rolltape.schemas._rule_figures import RulesetEvaluation
+from rolltape.schemas._world import WorldSnapshot
 
 Body = TypeVar("Body", bound=BaseModel, covariant=True)
 
@@ -251,6 +252,11 @@ class RulesetEvaluationEvent(Event[RulesetEvaluation]):
     type: Literal["ruleset_evaluation"]
 
 
+class WorldSnapshotEvent(Event[WorldSnapshot]):
+    __slots__ = ()
+    type: Literal["world_snapshot"]
+
+
 class UnknownEvent(Event[BaseModel]):
     """An event of a type this version has no model for (a newer producer's): its header is
     read and checked like any other; `body` raises PayloadError."""
@@ -282,6 +288,7 @@ TypedEvent = (
     | CronRunEvent
     | EvaluationEvent
     | RulesetEvaluationEvent
+    | WorldSnapshotEvent
     | UnknownEvent
 )
 """What `read_event` returns: one member per event type, chosen by the record's `type`."""

@@ -25,6 +25,7 @@ from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 from rolltape.schemas._rule_figures import RulesetEvaluation
+from rolltape.schemas._world import WorldSnapshot
 
 
 class ToolSpec(BaseModel):
@@ -329,6 +330,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "cron_run": CronRun,
     "evaluation": Evaluation,
     "ruleset_evaluation": RulesetEvaluation,
+    "world_snapshot": WorldSnapshot,
 }
 
 

@@ -29,11 +29,12 @@ class Stream(StrEnum):
     TRAJECTORIES = "trajectories"
     JOBS = "jobs"
     DEADLETTER = "deadletter"
+    BLOBS = "blobs"
 
 
 #: Streams whose records are hash-chained per session (the dead-letter topic carries foreign bytes,
 #: trajectories are a compacted projection, jobs a compacted table whose keys keep their latest
-#: revision: schemas._cron).
+#: revision: schemas._cron; blobs are content-addressed, their hashes on the chains: schemas._blobs).
 CHAINED_STREAMS: tuple[Stream, ...] = (
     Stream.EVENTS,
     Stream.METRICS,
@@ -99,6 +100,20 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
         writers=(Role.PROCESSOR,),
         # Carries the original bytes plus a reason, so it needs headroom over a normal record.
         configs={**_RAW, "max.message.bytes": str(4 * 1024 * 1024)},
+    ),
+    TopicSpec(
+        # The contents of recorded worlds (schemas._blobs), keyed by sha256 and chunk: compaction
+        # keeps one copy of each, however many rollouts wrote it; never deleted by age, since
+        # a replay restores worlds from it years later. Judges read it (tool judges re-run in a
+        # restored world).
+        stream=Stream.BLOBS,
+        writers=(Role.AGENT,),
+        configs={
+            "message.timestamp.type": "LogAppendTime",
+            "cleanup.policy": "compact",
+            "retention.ms": "-1",
+            "max.message.bytes": str(1024 * 1024),
+        },
     ),
 )
 

@@ -10,8 +10,8 @@ snapshot and the same digest.
 
 from __future__ import annotations
 
-import functools
 import hashlib
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -51,14 +51,38 @@ class WorldEntry(BaseModel):
         return self
 
 
+def world_digest(entries: Sequence[WorldEntry]) -> str:
+    """sha256 of the canonical entries: the same tree, the same digest. The limits are not part
+    of it (two snapshots of one tree under different limits name the same world)."""
+    dumped = [e.model_dump() for e in entries]
+    return hashlib.sha256(canonical_bytes({"entries": dumped})).hexdigest()
+
+
 class WorldSnapshot(BaseModel):
-    """Every entry of a workdir, sorted by path; `digest` names the whole."""
+    """Payload of a `world_snapshot` event: every entry of a workdir, sorted by path, with the
+    limits it was taken under; `digest` names the whole. Build one with `WorldSnapshot.of`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     entries: tuple[WorldEntry, ...]
+    digest: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """`world_digest(entries)`, checked on every read: what judges' verdicts and sessions name."""
     max_file_bytes: int = Field(ge=0)
     """Files larger than this were recorded by hash only (`stored` false)."""
+    max_total_bytes: int = Field(ge=0)
+    """Contents kept in all, at most; files past it (in path order) were recorded by hash only."""
+
+    @classmethod
+    def of(
+        cls, entries: Sequence[WorldEntry], *, max_file_bytes: int, max_total_bytes: int
+    ) -> WorldSnapshot:
+        """The snapshot of `entries` (sorted by path), its digest computed."""
+        return cls(
+            entries=tuple(entries),
+            digest=world_digest(entries),
+            max_file_bytes=max_file_bytes,
+            max_total_bytes=max_total_bytes,
+        )
 
     @model_validator(mode="after")
     def _a_tree(self) -> WorldSnapshot:
@@ -72,13 +96,14 @@ class WorldSnapshot(BaseModel):
             parent = path.rpartition("/")[0]
             if parent and kinds.get(parent) != "dir":
                 raise ValueError(f"{path}: its parent {parent!r} is not a folder of the snapshot")
+        if self.digest != world_digest(self.entries):
+            raise ValueError("the digest is not the digest of the entries")
         return self
 
-    @functools.cached_property
-    def digest(self) -> str:
-        """sha256 of the canonical entries: the same tree, the same digest."""
-        entries = [e.model_dump() for e in self.entries]
-        return hashlib.sha256(canonical_bytes({"entries": entries})).hexdigest()
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the contents kept (each blob once)."""
+        return sum({e.sha256: e.size for e in self.entries if e.stored}.values())
 
     @property
     def missing(self) -> tuple[WorldEntry, ...]:

@@ -7,14 +7,18 @@ cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
 PY=.venv/bin/python
 
-# The run report is checked in a real headless Chromium: Debian's package (tests never download a
-# browser of their own).
-if ! command -v chromium >/dev/null 2>&1; then
+# Debian packages the tests use as they are: the run report is checked in a real headless
+# Chromium (tests never download a browser of their own), and the agents' shell tool runs in a
+# bubblewrap sandbox. One apt-get update for whatever is missing.
+packages=()
+command -v chromium >/dev/null 2>&1 || packages+=(chromium)
+command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
+if [ ${#packages[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "== installing Debian's chromium (for the report test)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    echo "== installing Debian's ${packages[*]} (for the report test and the sandbox tests)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   else
-    echo "chromium is missing and cannot be installed here (needs root and apt-get): the report test will fail" >&2
+    echo "${packages[*]} missing and cannot be installed here (needs root and apt-get): without chromium the report test fails, without bubblewrap the sandbox tests do" >&2
   fi
 fi
 

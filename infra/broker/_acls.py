@@ -1,12 +1,13 @@
 """DESIGN.md's trust domains as Kafka ACLs, and the one request that installs them.
 
     role        writes                                 reads
-    agent       events                                 events (to resume a session's chain)
+    agent       events, blobs (its worlds' contents)   events (to resume a session's chain)
     monitor     metrics                                metrics, rules, verdicts (the harness
                                                        waits for them)
     processor   rules, filtered, deadletter, the       events, metrics, what it writes, its
                 worker's internal topics, its group    internal topics
-    judge       verdicts, events (its conversations)   events, metrics, rules, filtered, verdicts
+    judge       verdicts, events (its conversations)   events, metrics, rules, filtered, verdicts,
+                                                       blobs (to restore worlds)
     projector   trajectories                           every topic of the prefix
     scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
     reader      -                                      every topic of the prefix, any group but
@@ -122,7 +123,7 @@ _READS: dict[Role, tuple[Stream, ...]] = {
     Role.AGENT: (),
     Role.MONITOR: (Stream.RULES, Stream.VERDICTS),
     Role.PROCESSOR: (Stream.EVENTS, Stream.METRICS),
-    Role.JUDGE: (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.FILTERED),
+    Role.JUDGE: (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.FILTERED, Stream.BLOBS),
     Role.SCHEDULER: (),
 }
 
@@ -141,8 +142,13 @@ def role_acls(role: Role, prefix: str, worker_group: str) -> list[Acl]:
         _topic(spec.stream, prefix, Operation.WRITE) for spec in TOPIC_SPECS if role in spec.writers
     ]
     if role in _READS:
-        # A writer reads its own domain too: taking over a chain (resume) reads its head.
-        written = [spec.stream for spec in TOPIC_SPECS if role in spec.writers]
+        # A writer reads its own domain too: taking over a chain (resume) reads its head. Not
+        # blobs: a recorder never reads them back, and they hold other sessions' files.
+        written = [
+            spec.stream
+            for spec in TOPIC_SPECS
+            if role in spec.writers and spec.stream != Stream.BLOBS
+        ]
         reads = dict.fromkeys([*_READS[role], *written])
         acls += [_topic(stream, prefix, Operation.READ) for stream in reads]
     else:  # projector, reader: everything of the prefix

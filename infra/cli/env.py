@@ -79,7 +79,8 @@ def evaluate_(
         err_console.print(f"[{len(rows)}] {rollout.item_id}: {escape(reward)}", highlight=False)
 
     async def main() -> tuple[Evaluation, str]:
-        recorder = open_recorder(settings())
+        config = settings()
+        recorder = open_recorder(config)
         try:
             return await evaluate(
                 env,
@@ -87,6 +88,7 @@ def evaluate_(
                 recorder=recorder,
                 endpoint=endpoint,
                 concurrency=concurrency,
+                world_limits=config.world_limits,
                 on_rollout=progress,
             )
         finally:

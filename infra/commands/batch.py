@@ -104,6 +104,7 @@ async def run_batch(
                 sample=slot.sample,
                 tags=["batch", f"batch={run}"],
                 workdir_root=workdir_root,
+                world_limits=settings.world_limits,
             )
 
         async def flushed(done: Rollout) -> None:

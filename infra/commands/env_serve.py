@@ -139,6 +139,7 @@ async def serve_env(
                         sample=k,
                         group_id=group,
                         tags=["serve", f"serve={options.run}"],
+                        world_limits=settings.world_limits,
                     )
                     for k in range(options.group_size)
                 )

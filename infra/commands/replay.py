@@ -19,11 +19,7 @@ from pydantic import BaseModel
 
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
-from rolltape.infra.commands.worker import (
-    load_plugins,
-    processor_config,
-    role_principal,
-)
+from rolltape.infra.commands.worker import judge_runtime, load_plugins, processor_config
 from rolltape.infra.kafka.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
 from rolltape.processors import (
@@ -44,7 +40,6 @@ from rolltape.schemas import (
     Stream,
     UnreadableRecord,
     read_event,
-    software_version,
     split_stream,
     topic_name,
     versioned_stream,
@@ -185,22 +180,14 @@ async def _run_llm_judges(
     result: ReplayResult,
     held: dict[tuple[str, str], list[bytes]],
 ) -> None:
-    """The LLM judges, as the worker runs them: each conversation recorded as an untrainable
-    session linked to the judged one; verdicts chained by the replayer."""
-    producer = output_producer(settings)
-    await producer.start()
+    """The judges, as the worker runs them: each run recorded as an untrainable session linked
+    to the judged one; verdicts chained by the replayer."""
+    runtime = judge_runtime(settings)
     try:
-        runner = JudgeRunner(
-            producer,
-            models=dict(settings.models),
-            topic_prefix=settings.topic_prefix,
-            results_topic="",
-            software_version=software_version(),
-            principal=role_principal(settings, Role.JUDGE),
-        )
+        runner = JudgeRunner(runtime)
         await replayer.judge(result, held, runner.judge)
     finally:
-        await producer.stop()
+        await runtime.aclose()
 
 
 async def replay_slices(connection: KafkaConnection, prefix: str) -> list[frozenset[int] | None]:

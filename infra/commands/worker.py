@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import NamedTuple
 import orjson
 from pydantic import ValidationError
 
+from rolltape.infra import open_recorder
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, principal_store, require_connection
 from rolltape.infra.commands.rules import rulebook
@@ -22,12 +24,13 @@ from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import CheckpointSigner
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import (
-    LLM_JUDGES,
+    JUDGES,
     TrainingJudgeConfig,
     TrainingJudgeConfigError,
 )
 from rolltape.processors.rules import RuleBook, RuleSetError
 from rolltape.processors.worker import WorkerConfig
+from rolltape.producers.judging import JudgeRuntime
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
     TOPIC_SPECS,
@@ -54,12 +57,12 @@ def _filters_from(path: Path) -> FilterConfig:
 
 
 def check_llm_judges(llm_judges: tuple[str, ...], models: Mapping[str, ModelEndpoint]) -> None:
-    """LLM judges need the openai client and an endpoint for each logical model they name."""
+    """Judges need the openai client and an endpoint for each logical model they name."""
     if not llm_judges:
         return
     if importlib.util.find_spec("openai") is None:
-        raise WorkerSetupError("LLM judges need the openai client: pip install 'rolltape[openai]'")
-    unbound = sorted({LLM_JUDGES[n].model for n in llm_judges} - set(models))
+        raise WorkerSetupError("judges need the openai client: pip install 'rolltape[openai]'")
+    unbound = sorted({JUDGES[n].model for n in llm_judges} - set(models))
     if unbound:
         raise WorkerSetupError(
             f"no endpoint for the logical model(s) {', '.join(unbound)}; bind them in "
@@ -131,6 +134,19 @@ def processor_config(
         ) from exc
     check_llm_judges(settings.llm_judges, settings.models)
     return config
+
+
+def judge_runtime(settings: Settings) -> JudgeRuntime:
+    """What runs judge specs for the worker and replay: the endpoints of ROLLTAPE_MODELS, and a
+    recorder of the judge's principal (its own spool folder) for the judges' own sessions."""
+    recorder = open_recorder(
+        settings,
+        role=Role.JUDGE,
+        spool_dir=settings.resolved_spool_dir() / "judge",
+        senders=1,
+        principal=role_principal(settings, Role.JUDGE),
+    )
+    return JudgeRuntime(recorder, settings.models, close_recorder=True)
 
 
 def role_principal(settings: Settings, role: Role) -> str:
@@ -207,7 +223,7 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         processor=processor,
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
-        models=settings.models,
+        judges=functools.partial(judge_runtime, settings) if settings.llm_judges else None,
         log_level=log_level,
         data_dir=settings.state_dir / "worker",
     )

@@ -6,7 +6,7 @@ processor's committed offsets, and a scan has a natural end, the end offsets tak
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, Callable, Collection, Sequence
 from typing import NamedTuple
 
 from aiokafka import TopicPartition
@@ -77,7 +77,7 @@ async def read_records(
     bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
     partitions: Collection[int] | None = None,
     on_ready: Callable[[], None] | None = None,
-) -> AsyncIterator[RawRecord]:
+) -> AsyncGenerator[RawRecord, None]:
     """Yield records of `streams`. Without `follow`, stop at the end offsets seen at the start.
     `bounds`, when given, is filled with topic -> partition -> (start, end) offsets of the scan
     before the first record (progress bars, manifests). `partitions` limits the scan to those

@@ -1,13 +1,12 @@
-"""Judges: the training-run audit, LLM judges and programmatic reward functions."""
+"""Judges: the training-run audit, judges as agents (specs by name) and programmatic reward
+functions."""
 
-from rolltape.processors.judges._llm import (
-    LLM_JUDGES,
+from rolltape.processors.judges._judges import (
+    JUDGES,
     AnswerQuality,
-    AnswerQualityJudge,
-    JudgeRun,
-    LLMJudge,
-    register_llm_judge,
-    run_llm_judge,
+    Judge,
+    answer_quality,
+    register_judge,
 )
 from rolltape.processors.judges._rewards import (
     REWARDS,
@@ -32,17 +31,15 @@ from rolltape.processors.judges._training_config import (
 from rolltape.processors.judges._transcript import Transcript, TranscriptItem
 
 __all__ = [
+    "JUDGES",
     "JUDGE_NAME",
     "JUDGE_VERSION",
-    "LLM_JUDGES",
     "REWARDS",
     "WINDOW",
     "AnswerQuality",
-    "AnswerQualityJudge",
     "Composite",
     "FinalReward",
-    "JudgeRun",
-    "LLMJudge",
+    "Judge",
     "RewardFunction",
     "RewardUnavailable",
     "TaskPass",
@@ -51,8 +48,8 @@ __all__ = [
     "TrainingJudgeState",
     "Transcript",
     "TranscriptItem",
+    "answer_quality",
     "judge",
-    "register_llm_judge",
+    "register_judge",
     "register_reward",
-    "run_llm_judge",
 ]

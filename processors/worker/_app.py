@@ -172,15 +172,8 @@ def create_app(
     async def judges(stream: Any) -> None:
         producer = _output_producer(config)
         await producer.start()
-        runner = JudgeRunner(
-            producer,
-            models=dict(config.models),
-            topic_prefix=config.topic_prefix,
-            results_topic=config.judge_results_topic,
-            software_version=config.processor.software_version,
-            max_concurrent=config.max_concurrent_judges,
-            principal=config.processor.judge_principal,
-        )
+        executor = config.judges() if config.judges is not None else None
+        runner = JudgeRunner(executor, producer=producer, results_topic=config.judge_results_topic)
         try:
             async for events in stream.take_events(config.max_concurrent_judges, 0.05):
                 batch, letters = [], []
@@ -199,6 +192,8 @@ def create_app(
                         letters
                     )
         finally:
+            if executor is not None:
+                await executor.aclose()
             await producer.stop()
 
     return app

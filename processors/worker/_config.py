@@ -3,13 +3,15 @@ its pure step runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from rolltape.processors._session import ProcessorConfig
+from rolltape.processors.worker._judging import JudgeExecutor
 from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX, software_version
-from rolltape.schemas.clients import KafkaConnection, ModelEndpoint
+from rolltape.schemas.clients import KafkaConnection
 
 
 class WorkerConfig(BaseModel):
@@ -38,9 +40,12 @@ class WorkerConfig(BaseModel):
     """What the pure step runs (rules, filters, judges, principals, writers, the checkpoint
     signer): built once from settings by whoever starts the worker, the same config replay and
     imports build, so no field is mapped twice."""
-    models: dict[str, ModelEndpoint] = Field(default_factory=dict)
-    """Logical model name ("grader") -> OpenAI-compatible endpoint."""
+    judges: Callable[[], JudgeExecutor] | None = None
+    """Builds the judge runtime (in the worker's process, when its judge agent starts): what
+    runs the judges' specs and records their sessions. None: judges requested by the processor
+    config get error verdicts saying this worker runs none."""
     max_concurrent_judges: int = Field(default=8, ge=1)
+    """Judge requests the judge agent takes at once."""
     batch_max: int = Field(default=1000, ge=1)
     """Records processed between two saves of the touched sessions' state."""
     batch_within_s: float = Field(default=0.02, gt=0)

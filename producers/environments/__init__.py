@@ -23,7 +23,6 @@ from rolltape.producers.environments._registry import (
     register_environment,
 )
 from rolltape.producers.environments._rollout import Rollout, run_rollout
-from rolltape.producers.environments._world import WorldError, restore_snapshot, take_snapshot
 
 __all__ = [
     "Environment",
@@ -31,7 +30,6 @@ __all__ = [
     "RewardResult",
     "Rollout",
     "RolloutContext",
-    "WorldError",
     "binary",
     "composite",
     "continuous",
@@ -39,8 +37,6 @@ __all__ = [
     "evaluate",
     "load_environment",
     "register_environment",
-    "restore_snapshot",
     "run_rollout",
     "summarise",
-    "take_snapshot",
 ]

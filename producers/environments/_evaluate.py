@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rolltape.producers._errors import EnvError
 from rolltape.producers._recorder import Recorder
+from rolltape.producers._world import WorldLimits
 from rolltape.producers.environments._base import Environment
 from rolltape.producers.environments._rollout import Rollout, run_rollout
 from rolltape.schemas import EvaluatedItem, Evaluation
@@ -32,6 +33,7 @@ async def evaluate(
     concurrency: int = 4,
     label: str | None = None,
     workdir_root: Path | None = None,
+    world_limits: WorldLimits | None = None,
     on_rollout: Callable[[Rollout], None] | None = None,
 ) -> tuple[Evaluation, str]:
     """(the evaluation, the session it was recorded in)."""
@@ -56,6 +58,7 @@ async def evaluate(
                 session_id=f"{base}.{item.item_id}",
                 tags=["evaluation", f"split={split}"],
                 workdir_root=workdir_root,
+                world_limits=world_limits,
             )
         if on_rollout is not None:
             on_rollout(rollout)

@@ -1,8 +1,10 @@
-"""One rollout: a working directory, a fresh session, the reference agent, the reward.
+"""One rollout: a working directory, a fresh session, the reference agent, the world, the reward.
 
 The session declares the environment's tools (so filters can flag hallucinated names), is tagged
 with the environment and item, records every model call through the captured client and every
-tool run, then the reward as a `reward` event (with its components) and ends with the outcome
+tool run, then the world the agent left (`Session.world`: the workdir as a `world_snapshot`
+event and its contents as blobs, before anything scores or judges it, so every judge reads the
+same world and a replay can restore it), then the reward as a `reward` event (with its components) and ends with the outcome
 `{"passed", "reward", "shape", "item_id", ...}` that the `task_pass` reward function reads. A
 model endpoint that fails ends the session `failed` with the error, and the rollout has no
 reward: a rollout that never ran is not scored 0.
@@ -18,8 +20,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.producers._recorder import Recorder
+from rolltape.producers._world import WorldLimits
 from rolltape.producers.agent import AgentResult, run_agent
 from rolltape.producers.environments._base import Environment, Item, RewardResult, RolloutContext
+from rolltape.schemas import WorldSnapshot
 
 
 class Rollout(BaseModel):
@@ -33,6 +37,8 @@ class Rollout(BaseModel):
     status: Literal["completed", "failed"]
     result: AgentResult | None = None
     reward: RewardResult | None = None
+    world: WorldSnapshot | None = None
+    """The workdir as the agent left it (recorded on the session)."""
     error: str | None = None
 
 
@@ -49,6 +55,7 @@ async def run_rollout(
     tags: Sequence[str] = (),
     workdir_root: Path | None = None,
     family: str | None = None,
+    world_limits: WorldLimits | None = None,
 ) -> Rollout:
     """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
     removed afterwards (`family`: the endpoint's tool-call text format, see
@@ -95,6 +102,7 @@ async def run_rollout(
                     status="failed",
                     error=error,
                 )
+            world = session.world(workdir, world_limits)
             reward = await env.compute_reward(item, result, ctx)
             session.reward(
                 reward.reward,
@@ -120,4 +128,5 @@ async def run_rollout(
             status="completed",
             result=result,
             reward=reward,
+            world=world,
         )

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rolltape.infra.kafka.blobs import restore_world
 from rolltape.infra.kafka.readback import read_records
-from rolltape.schemas import Evaluation, Stream, read_event
+from rolltape.producers import take_snapshot
+from rolltape.schemas import Evaluation, Role, Stream, WorldSnapshotEvent, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess
@@ -63,8 +65,8 @@ def _events(topics: Topics) -> list[Any]:
     return asyncio.run(main())
 
 
-def test_env_evaluate__records_each_rollout_with_its_reward_and_the_evaluation(
-    topics: Topics,
+def test_env_evaluate__records_each_rollout_with_its_world_reward_and_the_evaluation(
+    topics: Topics, tmp_path: Path
 ) -> None:
     with OpenAICompatibleServer(_model) as server:
         models = {"agent": ModelEndpoint(base_url=server.base_url, model="local").to_config()}
@@ -99,6 +101,16 @@ def test_env_evaluate__records_each_rollout_with_its_reward_and_the_evaluation(
         assert types.count("tool_result") == 2 and types.count("reward") == 1
         [reward] = [e.payload for e in recorded if e.type == "reward"]
         assert reward["value"] == rollout.reward and reward["source"] == "env:bugfix"
+        # The world the agent left, recorded before the reward: restored from the log by the
+        # judge's principal, it holds the agent's fix and not the scorer's files.
+        assert types.index("world_snapshot") < types.index("reward")
+        [world] = [e.body for e in recorded if isinstance(e, WorldSnapshotEvent)]
+        dest = tmp_path / rollout.item_id
+        asyncio.run(restore_world(topics.connection(Role.JUDGE), world, dest, prefix=topics.prefix))
+        module = next(m for m in SOLUTIONS if (dest / m).exists())
+        assert (dest / module).read_text() == SOLUTIONS[module]
+        assert not (dest / "pytest.ini").exists() and not (dest / ".coverage").exists()
+        assert take_snapshot(dest)[0].digest == world.digest
     for chain in topics.verify().reports():
         assert not chain.breaks, chain
 

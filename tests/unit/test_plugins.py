@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.processors.judges import LLM_JUDGES, REWARDS
+from rolltape.processors.judges import JUDGES, REWARDS
 from rolltape.producers.agent import _tools
 from rolltape.producers.cron import _channels
 from rolltape.producers.environments import _registry
@@ -166,9 +166,9 @@ def test_registry__iterates_its_names_sorted_whatever_the_registration_order() -
         (_tools._TOOLSETS, {"files"}),
         (_registry._ENVIRONMENTS, {"bugfix"}),
         (REWARDS, {"task_pass", "final_reward", "composite"}),
-        (LLM_JUDGES, {"answer_quality"}),
+        (JUDGES, {"answer_quality"}),
     ],
-    ids=["channels", "toolsets", "environments", "rewards", "llm_judges"],
+    ids=["channels", "toolsets", "environments", "rewards", "judges"],
 )
 def test_registries__each_extension_point_is_a_registry(
     registry: object, shipped: set[str]

@@ -7,7 +7,7 @@ from typing import Any
 
 from rolltape.producers import Recorder, Session
 from rolltape.producers._spool import Spool
-from rolltape.schemas import TypedEvent, decode, read_event
+from rolltape.schemas import Stream, TypedEvent, decode, read_event, topic_name
 
 
 def spooled(folder: Path) -> list[dict[str, Any]]:
@@ -17,15 +17,24 @@ def spooled(folder: Path) -> list[dict[str, Any]]:
 
 
 def spooled_records(folder: Path) -> list[bytes]:
-    """The record values a closed recorder left in its spool folder, in order (read once)."""
+    """The chained record values a closed recorder left in its spool folder, in order (read
+    once); the blobs of recorded worlds are left out (they are no envelopes)."""
+    return [value for topic, _, value in spooled_topic_records(folder) if topic != BLOBS_TOPIC]
+
+
+def spooled_topic_records(folder: Path) -> list[tuple[str, bytes, bytes]]:
+    """Every (topic, key, value) a closed recorder left in its spool folder (read once)."""
     spool = Spool(folder, 1 << 30)
-    out: list[bytes] = []
+    out: list[tuple[str, bytes, bytes]] = []
     while not spool.empty:
         batch, token = spool.read(1000)
-        out += [value for _, _, value in batch]
+        out += [(topic, key, value) for topic, key, value in batch]
         spool.commit(token)
     spool.close()
     return out
+
+
+BLOBS_TOPIC = topic_name(Stream.BLOBS)
 
 
 class Spooled:

@@ -11,8 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.producers.environments import WorldError, restore_snapshot, take_snapshot
-from rolltape.schemas import WorldEntry, WorldSnapshot
+from rolltape.producers import (
+    Recorder,
+    WorldError,
+    WorldLimits,
+    reset_world,
+    restore_snapshot,
+    take_snapshot,
+)
+from rolltape.schemas import (
+    BlobAssembler,
+    WorldEntry,
+    WorldSnapshot,
+    WorldSnapshotEvent,
+    read_event,
+)
+from tests.unit.producers.recorded import BLOBS_TOPIC, spooled_topic_records
 
 
 def world(root: Path) -> Path:
@@ -52,12 +66,12 @@ def test_entries__keep_modes_empty_folders_and_links_unfollowed(tmp_path: Path) 
 def test_files_over_the_limits__are_recorded_by_hash_only(tmp_path: Path) -> None:
     root = world(tmp_path / "w")
     (root / "big.bin").write_bytes(b"x" * 5000)
-    snapshot, blobs = take_snapshot(root, max_file_bytes=4096)
+    snapshot, blobs = take_snapshot(root, WorldLimits(max_file_bytes=4096))
     (big,) = snapshot.missing
     assert (big.path, big.size, big.stored) == ("big.bin", 5000, False)
     assert big.sha256 == hashlib.sha256(b"x" * 5000).hexdigest() and big.sha256 not in blobs
     # the total limit keeps the first files in path order, the rest by hash
-    _, few = take_snapshot(root, max_total_bytes=30)
+    _, few = take_snapshot(root, WorldLimits(max_total_bytes=30))
     assert sum(len(b) for b in few.values()) <= 30
 
 
@@ -85,12 +99,10 @@ def test_snapshot_models__refuse_paths_that_leave_the_world() -> None:
     with pytest.raises(ValueError, match="needs its sha256"):
         WorldEntry(path="f", kind="file", mode=0o644)
     with pytest.raises(ValueError, match="sorted by path"):
-        WorldSnapshot(
-            entries=(
-                WorldEntry(path="b", kind="dir", mode=0),
-                WorldEntry(path="a", kind="dir", mode=0),
-            ),
+        WorldSnapshot.of(
+            (WorldEntry(path="b", kind="dir", mode=0), WorldEntry(path="a", kind="dir", mode=0)),
             max_file_bytes=1,
+            max_total_bytes=1,
         )
 
 
@@ -99,4 +111,62 @@ def test_a_snapshot_whose_entry_sits_under_a_link__is_refused() -> None:
     link = WorldEntry(path="out", kind="symlink", mode=0o777, target="/tmp")
     planted = WorldEntry(path="out/x", kind="file", mode=0o644, size=1, sha256="0" * 64)
     with pytest.raises(ValueError, match="is not a folder of the snapshot"):
-        WorldSnapshot(entries=(link, planted), max_file_bytes=1)
+        WorldSnapshot.of((link, planted), max_file_bytes=1, max_total_bytes=1)
+
+
+def test_a_snapshot_whose_digest_is_not_its_entries__is_refused(tmp_path: Path) -> None:
+    """A snapshot read from the log names its world by digest; one that lies is invalid."""
+    snapshot, _ = take_snapshot(world(tmp_path / "w"))
+    fields = snapshot.model_dump()
+    fields["entries"] = fields["entries"][:-1]
+    with pytest.raises(ValueError, match="not the digest of the entries"):
+        WorldSnapshot.model_validate(fields)
+    assert WorldSnapshot.model_validate(snapshot.model_dump()) == snapshot
+
+
+def test_session_world__records_the_snapshot_event_and_each_blob_once(tmp_path: Path) -> None:
+    """The contents go to the blobs topic (chunked, each blob once per recorder, also for a
+    second session leaving the same files); the event on the chain names every entry."""
+    root = world(tmp_path / "w")
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with recorder.session("fix it") as first:
+        snapshot = first.world(root)
+    with recorder.session("fix it again") as second:
+        assert second.world(root) == snapshot
+    recorder.close(10)
+    records = spooled_topic_records(tmp_path / "spool")
+    blobs = [(key, value) for topic, key, value in records if topic == BLOBS_TOPIC]
+    assembler = BlobAssembler([e.sha256 for e in snapshot.entries if e.stored and e.sha256])
+    for key, value in blobs:
+        assembler.add(key, value)
+    assert len(blobs) == 3 and assembler.missing == []
+    events = [read_event(v) for topic, _, v in records if topic != BLOBS_TOPIC]
+    worlds = [e for e in events if isinstance(e, WorldSnapshotEvent)]
+    assert [w.body for w in worlds] == [snapshot, snapshot]
+    restore_snapshot(worlds[0].body, assembler.blobs, tmp_path / "restored")
+    assert take_snapshot(tmp_path / "restored")[0].digest == snapshot.digest
+
+
+def test_reset_world__undoes_what_a_scorer_or_judge_changed(tmp_path: Path) -> None:
+    root = world(tmp_path / "w")
+    snapshot, blobs = take_snapshot(root)
+    (root / "pkg" / "mod.py").write_text("changed\n")
+    (root / "run.sh").chmod(0o600)
+    (root / "tests" / "test_mod.py").unlink()
+    (root / ".pytest_cache").mkdir()
+    (root / ".pytest_cache" / "v").write_text("x")
+    (root / "empty").rmdir()
+    (root / "empty").write_text("a file where a folder was")
+    assert reset_world(root, snapshot, blobs) == 6
+    assert take_snapshot(root)[0].digest == snapshot.digest
+    assert reset_world(root, snapshot, blobs) == 0
+
+
+def test_reset_world__refuses_to_guess_a_changed_file_whose_contents_were_not_kept(
+    tmp_path: Path,
+) -> None:
+    root = world(tmp_path / "w")
+    snapshot, blobs = take_snapshot(root, WorldLimits(max_file_bytes=1))
+    (root / "run.sh").write_text("changed")
+    with pytest.raises(WorldError, match="were not kept"):
+        reset_world(root, snapshot, blobs)
