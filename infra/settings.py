@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     world_max_total_bytes: int = Field(default=WorldLimits().max_total_bytes, ge=0)
     """The contents a world keeps in all (files in path order; the rest by hash only)."""
 
+    tools_unsandboxed: bool = False
+    """The explicit opt-out of the sandbox: shell tools of agents and judges run as plain
+    processes where bubblewrap cannot run. Without it such a tool refuses with the reason."""
+
     rules_file: Path | None = None
     """One rule set (a JSON file, or a shipped set's name: `reference-monitor`,
     `digits-cnn-calibrated`) for every task the worker judges. Unset: the rule book, where each

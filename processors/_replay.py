@@ -164,7 +164,7 @@ class Replayer:
         if call is None:
             return
         answers = await asyncio.gather(*(call(request, name) for request, name in pending))
-        result.llm_called += len(answers)
+        result.llm_called += sum(1 for answer in answers if answer.verdict is not None)
         for (request, _), answer in zip(pending, answers, strict=True):
             state = self.states[request.session_id]  # an answer from no log: no position
             for output in self.processor.judge_result(state, answer, None):

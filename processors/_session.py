@@ -112,6 +112,7 @@ _EVENT_TYPES: Final = {
             "evaluation",
             "ruleset_evaluation",
             "world_snapshot",
+            "verdict",
         }
     ),
     Stream.METRICS.value: frozenset(

@@ -209,7 +209,7 @@ class Recorder:
             if sha in sent:
                 sent.move_to_end(sha)
                 continue
-            for key, value in blob_records(data):
+            for key, value in blob_records(data, sha256=sha):
                 self._enqueue(key.decode(), _BLOBS, "blob", {"value": value})
             sent[sha] = None
             if len(sent) > _BLOBS_REMEMBERED:
@@ -560,16 +560,24 @@ class Session:
 
     def world(
         self, root: str | os.PathLike[str], limits: WorldLimits | None = None
-    ) -> WorldSnapshot:
+    ) -> tuple[WorldSnapshot, dict[str, bytes]]:
         """Record the tree under `root` as the session's world (after a rollout, before any judge
         reads it): the contents within `limits` as blobs on the blobs topic (each once per
-        recorder), then a `world_snapshot` event listing every entry's path, mode, size and
-        sha256. Returns the snapshot; its digest names the world in the verdicts of judges that
-        read it, and a replay restores it from the log (`restore_snapshot`)."""
+        recorder) with the snapshot's manifest under its digest, then a `world_snapshot` event
+        listing every entry's path, mode, size and sha256. Returns the snapshot and the contents it kept (`take_snapshot`'s answer); the
+        digest names the world in the verdicts of judges that read it, and a replay restores
+        it from the log."""
         snapshot, blobs = take_snapshot(Path(root), limits)
-        self._recorder._queue_blobs(blobs)
+        # The manifest too, under the digest: a world is found on the blobs topic by its digest.
+        self._recorder._queue_blobs({**blobs, snapshot.digest: snapshot.manifest})
         self._record(_EVENTS, "world_snapshot", snapshot.model_dump())
-        return snapshot
+        return snapshot, blobs
+
+    def verdict(self, verdict: Mapping[str, Any]) -> None:
+        """A judge's verdict on this session given where it ran (an environment's judges at the
+        end of a rollout: rolltape.schemas.Verdict, dumped). The agent's own record, as its
+        rewards are; the worker's verdicts go on the verdicts stream, in the judge's domain."""
+        self._record(_EVENTS, "verdict", dict(verdict))
 
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""

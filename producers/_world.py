@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rolltape.producers._errors import ProducerError
 from rolltape.schemas import WorldEntry, WorldSnapshot
 
+_ENTRY = WorldEntry.__pydantic_validator__.validate_python
+
 
 class WorldError(ProducerError):
     """A workdir that cannot be snapshotted, or a snapshot that cannot be restored as asked."""
@@ -42,7 +44,8 @@ def take_snapshot(
 ) -> tuple[WorldSnapshot, dict[str, bytes]]:
     """The snapshot of the tree under `root` and the contents it keeps, by sha256 (each once).
     A file is kept when it is at most `max_file_bytes` and the kept total stays within
-    `max_total_bytes` (files are taken in path order, so the same tree keeps the same ones)."""
+    `max_total_bytes` (files are taken in path order, so the same tree keeps the same ones);
+    a larger one is hashed as it is read, never held whole."""
     limits = limits or WorldLimits()
     max_file_bytes, max_total_bytes = limits.max_file_bytes, limits.max_total_bytes
     if not root.is_dir():
@@ -50,28 +53,36 @@ def take_snapshot(
     entries: list[WorldEntry] = []
     blobs: dict[str, bytes] = {}
     kept = 0
-    for path in sorted(_walk(root), key=lambda p: p.relative_to(root).as_posix()):
-        rel = path.relative_to(root).as_posix()
-        info = path.lstat()
+    # Validated by the core's validator itself: cheaper than the model's constructor (or even
+    # model_construct), and a name the model refuses is refused here, not on replay.
+    construct = _ENTRY
+    for rel, full, info in sorted(_walk(str(root))):
         mode = stat.S_IMODE(info.st_mode)
         if stat.S_ISLNK(info.st_mode):
             entries.append(
-                WorldEntry(path=rel, kind="symlink", mode=mode, target=os.readlink(path))
+                construct(
+                    {"path": rel, "kind": "symlink", "mode": mode, "target": os.readlink(full)}
+                )
             )
         elif stat.S_ISDIR(info.st_mode):
-            entries.append(WorldEntry(path=rel, kind="dir", mode=mode))
+            entries.append(construct({"path": rel, "kind": "dir", "mode": mode}))
         elif stat.S_ISREG(info.st_mode):
-            data = path.read_bytes()
-            digest = hashlib.sha256(data).hexdigest()
-            fits = len(data) <= max_file_bytes and (
-                digest in blobs or kept + len(data) <= max_total_bytes
-            )
+            digest, size, data = _read(full, max_file_bytes)
+            fits = data is not None and (digest in blobs or kept + size <= max_total_bytes)
             if fits and digest not in blobs:
+                assert data is not None
                 blobs[digest] = data
-                kept += len(data)
+                kept += size
             entries.append(
-                WorldEntry(
-                    path=rel, kind="file", mode=mode, size=len(data), sha256=digest, stored=fits
+                construct(
+                    {
+                        "path": rel,
+                        "kind": "file",
+                        "mode": mode,
+                        "size": size,
+                        "sha256": digest,
+                        "stored": fits,
+                    }
                 )
             )
         else:
@@ -82,13 +93,39 @@ def take_snapshot(
     return snapshot, blobs
 
 
-def _walk(root: Path) -> list[Path]:
-    found: list[Path] = []
-    for folder, dirs, files in os.walk(root, followlinks=False):
-        base = Path(folder)
-        found.extend(base / name for name in dirs)  # a link to a folder is listed here too
-        found.extend(base / name for name in files)
+def _walk(root: str) -> list[tuple[str, str, os.stat_result]]:
+    """(path relative to `root` with / separators, full path, lstat) of every entry under it;
+    links are listed, never followed."""
+    found: list[tuple[str, str, os.stat_result]] = []
+    pending = [("", root)]
+    while pending:
+        prefix, folder = pending.pop()
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                rel = prefix + entry.name
+                info = entry.stat(follow_symlinks=False)
+                found.append((rel, entry.path, info))
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append((rel + "/", entry.path))
     return found
+
+
+def _read(path: str, max_bytes: int) -> tuple[str, int, bytes | None]:
+    """(sha256, size, the contents when at most `max_bytes`), read once, without following a
+    link that replaced the file since it was listed."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size <= max_bytes:
+            data = os.read(fd, size + 1)  # one more: a file that grew is read to its end below
+            if len(data) <= size and len(data) <= max_bytes:
+                return hashlib.sha256(data).hexdigest(), len(data), data
+        with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
+            f.seek(0)
+            digest = hashlib.file_digest(f, "sha256")
+            return digest.hexdigest(), f.tell(), None
+    finally:
+        os.close(fd)
 
 
 def restore_snapshot(snapshot: WorldSnapshot, blobs: Mapping[str, bytes], dest: Path) -> None:
@@ -97,24 +134,37 @@ def restore_snapshot(snapshot: WorldSnapshot, blobs: Mapping[str, bytes], dest: 
     if dest.exists() and any(dest.iterdir()):
         raise WorldError(f"{dest} is not empty: restore a world into a fresh folder")
     dest.mkdir(parents=True, exist_ok=True)
-    folders: list[tuple[Path, int]] = []
+    root = str(dest)
+    checked: set[str] = set()
+    folders: list[tuple[str, int]] = []
     for entry in snapshot.entries:
-        target = dest / entry.path
+        target = os.path.join(root, entry.path)
         if entry.kind == "dir":
-            target.mkdir(exist_ok=True)
+            os.mkdir(target)
             folders.append((target, entry.mode))
         elif entry.kind == "symlink":
             assert entry.target is not None
-            target.symlink_to(entry.target)
+            os.symlink(entry.target, target)
         elif entry.stored:
             assert entry.sha256 is not None
             data = blobs.get(entry.sha256)
-            if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
-                raise WorldError(f"{entry.path}: its contents ({entry.sha256[:12]}) are missing")
-            target.write_bytes(data)
-            target.chmod(entry.mode)
+            if entry.sha256 not in checked:
+                if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
+                    raise WorldError(
+                        f"{entry.path}: its contents ({entry.sha256[:12]}) are missing"
+                    )
+                checked.add(entry.sha256)
+            assert data is not None
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, entry.mode)
+            finally:
+                os.close(fd)
     for folder, mode in reversed(folders):  # deepest last written, so set modes bottom-up
-        folder.chmod(mode)
+        os.chmod(folder, mode)
 
 
 def reset_world(root: Path, snapshot: WorldSnapshot, blobs: Mapping[str, bytes]) -> int:

@@ -14,19 +14,20 @@ by hash, and the hash is on the chain.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Collection
 from typing import Final
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from rolltape.schemas._canonical import canonical_bytes
 from rolltape.schemas._errors import SchemaError
 
 BLOB_CHUNK_BYTES: Final = 512 * 1024
 """Bytes of a blob per record: half the broker's default record limit, with room for the header
 and the batch's overhead."""
 _SHA256 = r"^[0-9a-f]{64}$"
+_SHA256_HEX = re.compile(_SHA256)
 
 
 class BlobError(SchemaError, ValueError):
@@ -55,18 +56,24 @@ class BlobChunk(BaseModel):
         return f"{self.sha256}/{self.index}".encode()
 
 
-def blob_records(data: bytes, chunk_bytes: int = BLOB_CHUNK_BYTES) -> list[tuple[bytes, bytes]]:
-    """The (key, value) records that store `data` (an empty blob is one empty chunk)."""
+def blob_records(
+    data: bytes, chunk_bytes: int = BLOB_CHUNK_BYTES, *, sha256: str | None = None
+) -> list[tuple[bytes, bytes]]:
+    """The (key, value) records that store `data` (an empty blob is one empty chunk).
+    `sha256`: the data's hash when the caller has it already (a snapshot hashed every file)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes={chunk_bytes}: at least one byte per chunk")
-    sha = hashlib.sha256(data).hexdigest()
-    count = max(1, -(-len(data) // chunk_bytes))
+    sha = sha256 or hashlib.sha256(data).hexdigest()
+    if not _SHA256_HEX.match(sha):
+        raise ValueError(f"{sha!r} is not a sha256 in hex")
+    size = len(data)
+    count = max(1, -(-size // chunk_bytes))
     records = []
     for index in range(count):
-        chunk = BlobChunk(sha256=sha, index=index, count=count, size=len(data))
-        header = canonical_bytes(chunk.model_dump())
+        # BlobChunk's canonical form, written out: its fields are three ints and a hex string
+        header = f'{{"count":{count},"index":{index},"sha256":"{sha}","size":{size}}}\n'
         body = data[index * chunk_bytes : (index + 1) * chunk_bytes]
-        records.append((chunk.key, header + b"\n" + body))
+        records.append((f"{sha}/{index}".encode(), header.encode() + body))
     return records
 
 

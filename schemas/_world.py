@@ -10,10 +10,12 @@ snapshot and the same digest.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from typing import Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rolltape.schemas._canonical import canonical_bytes
@@ -51,11 +53,41 @@ class WorldEntry(BaseModel):
         return self
 
 
-def world_digest(entries: Sequence[WorldEntry]) -> str:
-    """sha256 of the canonical entries: the same tree, the same digest. The limits are not part
-    of it (two snapshots of one tree under different limits name the same world)."""
-    dumped = [e.model_dump() for e in entries]
-    return hashlib.sha256(canonical_bytes({"entries": dumped})).hexdigest()
+def world_manifest(
+    entries: Sequence[WorldEntry], *, max_file_bytes: int, max_total_bytes: int
+) -> bytes:
+    """The canonical bytes of a snapshot without its digest: what the digest is the sha256 of,
+    and what the blobs topic stores under it, so a world can be found by its digest alone."""
+    return canonical_bytes(
+        {
+            "entries": [e.model_dump() for e in entries],
+            "max_file_bytes": max_file_bytes,
+            "max_total_bytes": max_total_bytes,
+        }
+    )
+
+
+def world_digest(
+    entries: Sequence[WorldEntry], *, max_file_bytes: int, max_total_bytes: int
+) -> str:
+    """sha256 of the world's manifest: the same tree under the same limits, the same digest."""
+    manifest = world_manifest(
+        entries, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes
+    )
+    return hashlib.sha256(manifest).hexdigest()
+
+
+def _check_tree(entries: Sequence[WorldEntry]) -> None:
+    """Sorted, each path once, and every entry inside a folder entry: a restore then never
+    writes through a link (a snapshot read from the log is checked before it is used)."""
+    paths = [e.path for e in entries]
+    if paths != sorted(set(paths)):
+        raise ValueError("snapshot entries must be sorted by path, each path once")
+    kinds = {e.path: e.kind for e in entries}
+    for path in paths:
+        parent = path.rpartition("/")[0]
+        if parent and kinds.get(parent) != "dir":
+            raise ValueError(f"{path}: its parent {parent!r} is not a folder of the snapshot")
 
 
 class WorldSnapshot(BaseModel):
@@ -66,7 +98,8 @@ class WorldSnapshot(BaseModel):
 
     entries: tuple[WorldEntry, ...]
     digest: str = Field(pattern=r"^[0-9a-f]{64}$")
-    """`world_digest(entries)`, checked on every read: what judges' verdicts and sessions name."""
+    """sha256 of the manifest (entries and limits), checked on every read: what judges' verdicts
+    and sessions name, and the key of the manifest on the blobs topic."""
     max_file_bytes: int = Field(ge=0)
     """Files larger than this were recorded by hash only (`stored` false)."""
     max_total_bytes: int = Field(ge=0)
@@ -76,28 +109,43 @@ class WorldSnapshot(BaseModel):
     def of(
         cls, entries: Sequence[WorldEntry], *, max_file_bytes: int, max_total_bytes: int
     ) -> WorldSnapshot:
-        """The snapshot of `entries` (sorted by path), its digest computed."""
-        return cls(
-            entries=tuple(entries),
-            digest=world_digest(entries),
+        """The snapshot of `entries` (valid entries, sorted by path, each inside a folder
+        entry), its digest computed once. Reading a snapshot back validates it in full."""
+        entries = tuple(entries)
+        _check_tree(entries)
+        manifest = world_manifest(
+            entries, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes
+        )
+        return cls.model_construct(
+            entries=entries,
+            digest=hashlib.sha256(manifest).hexdigest(),
             max_file_bytes=max_file_bytes,
             max_total_bytes=max_total_bytes,
         )
 
+    @classmethod
+    def from_manifest(cls, manifest: bytes) -> WorldSnapshot:
+        """The snapshot whose manifest (`world_manifest`) these bytes are, as the blobs topic
+        keeps it under the digest, validated in full; ValueError for bytes that are not one."""
+        fields = orjson.loads(manifest)
+        if not isinstance(fields, dict):
+            raise ValueError("a world manifest is a JSON object")
+        return cls.model_validate({**fields, "digest": hashlib.sha256(manifest).hexdigest()})
+
+    @functools.cached_property
+    def manifest(self) -> bytes:
+        return world_manifest(
+            self.entries,
+            max_file_bytes=self.max_file_bytes,
+            max_total_bytes=self.max_total_bytes,
+        )
+
     @model_validator(mode="after")
     def _a_tree(self) -> WorldSnapshot:
-        """Sorted, each path once, and every entry inside a folder entry: a restore then never
-        writes through a link (a snapshot read from the log is checked before it is used)."""
-        paths = [e.path for e in self.entries]
-        if paths != sorted(set(paths)):
-            raise ValueError("snapshot entries must be sorted by path, each path once")
-        kinds = {e.path: e.kind for e in self.entries}
-        for path in paths:
-            parent = path.rpartition("/")[0]
-            if parent and kinds.get(parent) != "dir":
-                raise ValueError(f"{path}: its parent {parent!r} is not a folder of the snapshot")
-        if self.digest != world_digest(self.entries):
-            raise ValueError("the digest is not the digest of the entries")
+        """A snapshot read back: a tree, and its digest that of its manifest."""
+        _check_tree(self.entries)
+        if self.digest != hashlib.sha256(self.manifest).hexdigest():
+            raise ValueError("the digest is not the digest of the entries and limits")
         return self
 
     @property

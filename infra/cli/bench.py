@@ -409,3 +409,37 @@ def batch(
         f"    asyncio wake-up floor   p50 {c.asyncio_floor_p50_ms:7.1f} ms   "
         f"p99 {c.asyncio_floor_p99_ms:7.1f} ms"
     )
+
+
+@app.command()
+def judges(
+    repeats: int = typer.Option(9, min=1, help="Rounds of the world operations; medians."),
+    calls: int = typer.Option(200, min=1, help="Shell tool calls each way (alternating)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Recording and restoring a rollout's world against tar of the same tree; a shell tool
+    call in the bubblewrap sandbox against the same command unsandboxed. No broker needed."""
+    from rolltape.infra.bench.judges import run_judges_bench
+
+    r = run_judges_bench(repeats=repeats, calls=calls)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; {r.repeats} repeats, medians")
+    console.print("(a) a world recorded (snapshot + blob records) and restored, against GNU tar")
+    for s in r.snapshots:
+        console.print(
+            f"    {s.files:>5} files, {s.bytes / 2**20:.0f} MB: record {s.record_p50_ms:7.1f} ms "
+            f"(tar -cf {s.tar_create_p50_ms:6.1f} ms, ratio {s.record_ratio:.2f}); restore "
+            f"{s.restore_p50_ms:7.1f} ms (tar -xf {s.tar_extract_p50_ms:6.1f} ms, ratio "
+            f"{s.restore_ratio:.2f}); goal: ratios at most 2"
+        )
+    if r.sandbox is None:
+        console.print(f"(b) sandbox: not measured: {r.sandbox_problem}")
+        return
+    b = r.sandbox
+    console.print(
+        f"(b) a shell tool call ({b.command!r}, {b.calls} each way): bubblewrap "
+        f"{b.sandboxed_p50_ms:.1f} ms, unsandboxed {b.unsandboxed_p50_ms:.1f} ms, added "
+        f"{b.added_p50_ms:.1f} ms (goal: at most 20 ms)"
+    )

@@ -31,6 +31,7 @@ from rolltape.infra.cli._rollouts import (
 )
 from rolltape.infra.commands.batch import process_batch
 from rolltape.infra.commands.export import open_tokenizer
+from rolltape.infra.judging import open_judge_runtime
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.environments import (
     Rollout,
@@ -81,6 +82,7 @@ def evaluate_(
     async def main() -> tuple[Evaluation, str]:
         config = settings()
         recorder = open_recorder(config)
+        judges = open_judge_runtime(config, recorder=recorder, policy=endpoint)
         try:
             return await evaluate(
                 env,
@@ -89,9 +91,11 @@ def evaluate_(
                 endpoint=endpoint,
                 concurrency=concurrency,
                 world_limits=config.world_limits,
+                judges=judges,
                 on_rollout=progress,
             )
         finally:
+            await judges.aclose()
             await recorder.aclose()
 
     evaluation, session_id = asyncio.run(main())

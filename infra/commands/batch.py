@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.export import Collected, collect, run_export
+from rolltape.infra.judging import open_judge_runtime
 from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
@@ -91,6 +92,7 @@ async def run_batch(
             on_plan(len(todo), finished)
 
         client = endpoint.async_client()
+        judges = open_judge_runtime(settings, recorder=recorder, policy=endpoint)
 
         async def rollout(slot: Slot) -> Rollout:
             return await run_rollout(
@@ -105,6 +107,7 @@ async def run_batch(
                 tags=["batch", f"batch={run}"],
                 workdir_root=workdir_root,
                 world_limits=settings.world_limits,
+                judges=judges,
             )
 
         async def flushed(done: Rollout) -> None:
@@ -116,6 +119,7 @@ async def run_batch(
             rollouts = await run_slots(todo, rollout, concurrency=concurrency, on_rollout=flushed)
         finally:
             await client.close()
+            await judges.aclose()
         await recorder.adelivered(120)
     finally:
         await recorder.aclose()

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection
+from rolltape.infra.judging import open_judge_runtime
 from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, run_rollout
 from rolltape.projections import AtroposSink, Selection, TrajectoryFeed
@@ -116,6 +117,7 @@ async def serve_env(
         settings, spool_dir=settings.resolved_spool_dir() / "serve" / options.run
     )
     client = endpoint.async_client()
+    judges = open_judge_runtime(settings, recorder=recorder, policy=endpoint)
 
     async def rollouts() -> None:
         for n in itertools.count():
@@ -140,6 +142,7 @@ async def serve_env(
                         group_id=group,
                         tags=["serve", f"serve={options.run}"],
                         world_limits=settings.world_limits,
+                        judges=judges,
                     )
                     for k in range(options.group_size)
                 )
@@ -195,5 +198,6 @@ async def serve_env(
         await asyncio.gather(rollouts(), delivery())
     finally:
         await client.close()
+        await judges.aclose()
         await recorder.aclose()
     return stats

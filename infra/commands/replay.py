@@ -19,7 +19,8 @@ from pydantic import BaseModel
 
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
-from rolltape.infra.commands.worker import judge_runtime, load_plugins, processor_config
+from rolltape.infra.commands.worker import load_plugins, processor_config
+from rolltape.infra.judging import LogJudges
 from rolltape.infra.kafka.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
 from rolltape.processors import (
@@ -182,7 +183,7 @@ async def _run_llm_judges(
 ) -> None:
     """The judges, as the worker runs them: each run recorded as an untrainable session linked
     to the judged one; verdicts chained by the replayer."""
-    runtime = judge_runtime(settings)
+    runtime = LogJudges(settings)
     try:
         runner = JudgeRunner(runtime)
         await replayer.judge(result, held, runner.judge)

@@ -12,10 +12,10 @@ from typing import NamedTuple
 import orjson
 from pydantic import ValidationError
 
-from rolltape.infra import open_recorder
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, principal_store, require_connection
 from rolltape.infra.commands.rules import rulebook
+from rolltape.infra.judging import LogJudges, register_environment_judges
 from rolltape.infra.kafka.readback import partition_counts
 from rolltape.infra.kafka.topics import ensure_plain_topics_sync, provision
 from rolltape.infra.keys import judge_key
@@ -30,7 +30,6 @@ from rolltape.processors.judges import (
 )
 from rolltape.processors.rules import RuleBook, RuleSetError
 from rolltape.processors.worker import WorkerConfig
-from rolltape.producers.judging import JudgeRuntime
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
     TOPIC_SPECS,
@@ -71,12 +70,14 @@ def check_llm_judges(llm_judges: tuple[str, ...], models: Mapping[str, ModelEndp
 
 
 def load_plugins(modules: tuple[str, ...]) -> None:
-    """Import the modules that register custom judges and reward functions."""
+    """Import the modules that register custom judges and reward functions (and environments,
+    whose judges become selectable too)."""
     for name in modules:
         try:
             load_module(name, "plugin module")
         except PluginError as exc:
             raise WorkerSetupError(f"{exc} (ROLLTAPE_PLUGINS)") from exc
+    register_environment_judges()
 
 
 class JudgingConfigs(NamedTuple):
@@ -134,19 +135,6 @@ def processor_config(
         ) from exc
     check_llm_judges(settings.llm_judges, settings.models)
     return config
-
-
-def judge_runtime(settings: Settings) -> JudgeRuntime:
-    """What runs judge specs for the worker and replay: the endpoints of ROLLTAPE_MODELS, and a
-    recorder of the judge's principal (its own spool folder) for the judges' own sessions."""
-    recorder = open_recorder(
-        settings,
-        role=Role.JUDGE,
-        spool_dir=settings.resolved_spool_dir() / "judge",
-        senders=1,
-        principal=role_principal(settings, Role.JUDGE),
-    )
-    return JudgeRuntime(recorder, settings.models, close_recorder=True)
 
 
 def role_principal(settings: Settings, role: Role) -> str:
@@ -223,7 +211,7 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         processor=processor,
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
-        judges=functools.partial(judge_runtime, settings) if settings.llm_judges else None,
+        judges=functools.partial(LogJudges, settings) if settings.llm_judges else None,
         log_level=log_level,
         data_dir=settings.state_dir / "worker",
     )

@@ -45,6 +45,23 @@ async def read_blobs(
     return assembler.blobs
 
 
+async def read_world(
+    connection: KafkaConnection, digest: str, *, prefix: str = DEFAULT_PREFIX
+) -> WorldSnapshot:
+    """A recorded world's snapshot found by its digest alone (its manifest is a blob under
+    it): what a judge request names."""
+    found = await read_blobs(connection, [digest], prefix=prefix)
+    if digest not in found:
+        raise BlobsMissingError(
+            f"world {digest[:12]} is not on the {prefix} blobs topic (recorded before worlds "
+            "kept their manifest, or not delivered yet)"
+        )
+    try:
+        return WorldSnapshot.from_manifest(found[digest])
+    except ValueError as exc:
+        raise InfraError(f"world {digest[:12]}: its manifest does not read: {exc}") from exc
+
+
 async def restore_world(
     connection: KafkaConnection,
     snapshot: WorldSnapshot,

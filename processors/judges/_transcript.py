@@ -25,6 +25,7 @@ from rolltape.schemas import (
     ToolCall,
     ToolResult,
     Turn,
+    WorldSnapshot,
 )
 
 DEFAULT_MAX_CHARS = 32_000
@@ -65,6 +66,12 @@ class Transcript(BaseModel):
     """Characters of text held (kept up to date so a long session is not re-measured per item)."""
     truncated: int = 0
     """Items dropped from the middle to stay under the size bound."""
+    environment: dict[str, Any] | None = None
+    """The environment and item the session is a rollout of (its run_config's `environment`),
+    so a judge can take the task's own data."""
+    world: str | None = None
+    """Digest of the world the session recorded last (its `world_snapshot`): a tools judge
+    grades inside it, restored from the log."""
     conversation: Conversation = Field(
         default_factory=Conversation, exclude_if=lambda conversation: conversation.ended
     )
@@ -74,6 +81,9 @@ class Transcript(BaseModel):
 
     def observe(self, payload: BaseModel, max_chars: int = DEFAULT_MAX_CHARS) -> None:
         """Fold the typed payload of one usable event of the session's events stream."""
+        if isinstance(payload, WorldSnapshot):
+            self.world = payload.digest
+            return
         self.conversation.tell(payload, (self, max_chars), _VIEW)
 
     def _add(self, item: TranscriptItem, max_chars: int) -> None:
@@ -113,6 +123,8 @@ class _TranscriptView(View[tuple[Transcript, int]]):
 
     def started(self, start: SessionStarted, at: tuple[Transcript, int]) -> None:
         at[0].task, at[0].tools = start.task, [t.name for t in start.tools]
+        environment = start.run_config.get("environment")
+        at[0].environment = dict(environment) if isinstance(environment, dict) else None
 
     def turn(self, turn: Turn, at: tuple[Transcript, int]) -> None:
         at[0]._add(TranscriptItem("turn", turn.role, turn.content, turn.reasoning), at[1])

@@ -29,10 +29,11 @@ log = logging.getLogger("rolltape.processors.worker")
 
 
 class JudgeExecutor(Protocol):
-    """Runs one judge spec on one judged session; every failure of the judge is an error
-    verdict, never an exception (rolltape.producers.judging.JudgeRuntime is one)."""
+    """Runs one judge spec on the session a request is about (its transcript, and for a tools
+    judge its recorded world); every failure of the judge is an error verdict, never an
+    exception (rolltape.infra.judging.LogJudges is one)."""
 
-    async def run(self, spec: JudgeSpec, judged_session_id: str) -> Verdict: ...
+    async def run(self, spec: JudgeSpec, request: JudgeRequest) -> Verdict: ...
 
     async def aclose(self) -> None: ...
 
@@ -82,7 +83,7 @@ class JudgeRunner:
             return self._result(request, name, None)
         if self.executor is None:
             return self._error(request, name, judge.version, "this worker runs no judges")
-        verdict = await self.executor.run(spec, request.session_id)
+        verdict = await self.executor.run(spec, request)
         return self._result(request, name, verdict)
 
     def _error(self, request: JudgeRequest, name: str, version: str, error: str) -> JudgeResult:

@@ -22,7 +22,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.producers._recorder import Session
 from rolltape.producers._tools import result_text
@@ -45,6 +45,9 @@ class AgentResult(BaseModel):
     iterations: int
     tool_calls: int
     tool_errors: int
+    messages: tuple[dict[str, Any], ...] = Field(default=(), exclude=True, repr=False)
+    """The conversation as the last request carried it, then the final reply (what a judge
+    reads of the rollout); left out of dumps: the session has it recorded."""
 
 
 async def run_agent(
@@ -106,6 +109,7 @@ async def run_agent(
                 iterations=iteration,
                 tool_calls=calls,
                 tool_errors=errors,
+                messages=tuple(messages),
             )
         for call in tool_calls:
             calls += 1
@@ -120,6 +124,7 @@ async def run_agent(
         iterations=max_iterations,
         tool_calls=calls,
         tool_errors=errors,
+        messages=tuple(messages),
     )
 
 

@@ -5,7 +5,9 @@ In the spirit of the Hermes agent's environments (and Atropos's): `get_next_item
 `format_prompt`, the tools, a working directory per rollout prepared by `setup_workdir`, and
 `compute_reward(item, result, ctx)` returning a reward with its shape and metadata. Rewards are
 recorded as `reward` events of the rollout's session, so a replay re-scores from them (the
-`final_reward` and `composite` reward functions read them).
+`final_reward` and `composite` reward functions read them). `judges(item, result, reward)` adds
+judges as agents (a single call, or a tools-using agent grading inside the world the policy
+left) and `combine` folds their verdicts into the reward.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.producers._errors import EnvError
 from rolltape.producers.agent import AgentResult, Tool, file_tools
+from rolltape.schemas import JudgeSpec, Verdict
 
 if TYPE_CHECKING:
     from rolltape.producers._recorder import Session
@@ -108,6 +111,9 @@ class Environment(ABC):
     max_iterations: ClassVar[int] = 10
     group_size: ClassVar[int] = 4
     """Rollouts per item when serving (an Atropos group)."""
+    judge_versions: ClassVar[Mapping[str, str]] = {}
+    """The judges `judges` may return, by name, with their versions: the worker and replay can
+    run them on recorded rollouts too (selected by name in ROLLTAPE_LLM_JUDGES)."""
 
     def __init__(self) -> None:
         self._cursor = 0
@@ -141,3 +147,19 @@ class Environment(ABC):
         self, item: Item, result: AgentResult, ctx: RolloutContext
     ) -> RewardResult:
         """Score the rollout from the workdir and the agent's result."""
+
+    def judges(self, item: Item, result: AgentResult, reward: RewardResult) -> list[JudgeSpec]:
+        """The judges of one rollout (rolltape.schemas.JudgeSpec, criteria rendered from the
+        item and what the agent did), run after the world is recorded and the programmatic
+        reward computed; none by default. Return [] when the programmatic reward settles the
+        grade already (conditional judging). A judge with the `policy` model judges with the
+        rollout's own endpoint."""
+        return []
+
+    def combine(
+        self, item: Item, reward: RewardResult, verdicts: Mapping[str, Verdict]
+    ) -> RewardResult:
+        """The rollout's reward from the programmatic one and the judges' verdicts (by judge
+        name, every one `ok`: a judge that failed fails the rollout before this is called). By
+        default the programmatic reward stands."""
+        return reward

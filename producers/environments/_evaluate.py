@@ -20,6 +20,7 @@ from rolltape.producers._recorder import Recorder
 from rolltape.producers._world import WorldLimits
 from rolltape.producers.environments._base import Environment
 from rolltape.producers.environments._rollout import Rollout, run_rollout
+from rolltape.producers.judging import JudgeRuntime
 from rolltape.schemas import EvaluatedItem, Evaluation
 from rolltape.schemas.clients import ModelEndpoint
 
@@ -34,6 +35,7 @@ async def evaluate(
     label: str | None = None,
     workdir_root: Path | None = None,
     world_limits: WorldLimits | None = None,
+    judges: JudgeRuntime | None = None,
     on_rollout: Callable[[Rollout], None] | None = None,
 ) -> tuple[Evaluation, str]:
     """(the evaluation, the session it was recorded in)."""
@@ -59,6 +61,7 @@ async def evaluate(
                 tags=["evaluation", f"split={split}"],
                 workdir_root=workdir_root,
                 world_limits=world_limits,
+                judges=judges,
             )
         if on_rollout is not None:
             on_rollout(rollout)

@@ -19,8 +19,15 @@ def _bugfix() -> Environment:
     return BugFixEnv()
 
 
+def _bugfix_judged() -> Environment:
+    from rolltape.producers.environments.bugfix import BugFixJudgedEnv
+
+    return BugFixJudgedEnv()
+
+
 _ENVIRONMENTS = Registry[EnvironmentFactory]("environment")
 _ENVIRONMENTS.register("bugfix", _bugfix)
+_ENVIRONMENTS.register("bugfix-judged", _bugfix_judged)
 
 
 def register_environment(name: str, factory: EnvironmentFactory, *, replace: bool = False) -> None:

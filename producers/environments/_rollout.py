@@ -23,7 +23,14 @@ from rolltape.producers._recorder import Recorder
 from rolltape.producers._world import WorldLimits
 from rolltape.producers.agent import AgentResult, run_agent
 from rolltape.producers.environments._base import Environment, Item, RewardResult, RolloutContext
-from rolltape.schemas import WorldSnapshot
+from rolltape.producers.judging import (
+    JudgeInputs,
+    JudgeRuntime,
+    RecordedWorld,
+    render_messages,
+    run_judges,
+)
+from rolltape.schemas import JudgeSpec, Verdict, WorldSnapshot
 
 
 class Rollout(BaseModel):
@@ -39,6 +46,8 @@ class Rollout(BaseModel):
     reward: RewardResult | None = None
     world: WorldSnapshot | None = None
     """The workdir as the agent left it (recorded on the session)."""
+    verdicts: tuple[Verdict, ...] = ()
+    """The environment's judges' verdicts, in the order of its specs."""
     error: str | None = None
 
 
@@ -56,11 +65,13 @@ async def run_rollout(
     workdir_root: Path | None = None,
     family: str | None = None,
     world_limits: WorldLimits | None = None,
+    judges: JudgeRuntime | None = None,
 ) -> Rollout:
     """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
     removed afterwards (`family`: the endpoint's tool-call text format, see
     run_agent). An agent that raises gives a `failed` rollout with no reward instead of
-    an exception; `client` stays the caller's to close, so one can serve a whole batch."""
+    an exception; `client` stays the caller's to close, so one can serve a whole batch.
+    `judges` runs the environment's judges (a judge that fails fails the rollout: no reward)."""
     with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
         workdir = Path(tmp)
         env.setup_workdir(item, workdir)
@@ -102,8 +113,33 @@ async def run_rollout(
                     status="failed",
                     error=error,
                 )
-            world = session.world(workdir, world_limits)
+            world, blobs = session.world(workdir, world_limits)
             reward = await env.compute_reward(item, result, ctx)
+            specs = env.judges(item, result, reward)
+            verdicts: list[Verdict] = []
+            if specs:
+                recorded = RecordedWorld(world, blobs, live=workdir)
+                verdicts = await _judge(
+                    env, item, result, reward, specs, session_id, judges, recorded, workdir_root
+                )
+                for verdict in verdicts:
+                    session.verdict(verdict.model_dump())
+                failed = [(s, v) for s, v in zip(specs, verdicts, strict=True) if v.status != "ok"]
+                if failed:
+                    error = "; ".join(f"judge {s.name}: {v.error}" for s, v in failed)
+                    session.end("failed", error=error, outcome={"item_id": item.item_id})
+                    return Rollout(
+                        item_id=item.item_id,
+                        session_id=session_id,
+                        sample=sample,
+                        status="failed",
+                        result=result,
+                        world=world,
+                        verdicts=tuple(verdicts),
+                        error=error,
+                    )
+                by_name = {s.name: v for s, v in zip(specs, verdicts, strict=True)}
+                reward = env.combine(item, reward, by_name)
             session.reward(
                 reward.reward,
                 name="reward",
@@ -129,4 +165,51 @@ async def run_rollout(
             result=result,
             reward=reward,
             world=world,
+            verdicts=tuple(verdicts),
         )
+
+
+async def _judge(
+    env: Environment,
+    item: Item,
+    result: AgentResult,
+    reward: RewardResult,
+    specs: Sequence[JudgeSpec],
+    session_id: str,
+    judges: JudgeRuntime | None,
+    world: RecordedWorld,
+    workdir_root: Path | None,
+) -> list[Verdict]:
+    """The verdicts of the environment's judges on the rollout, every judge reading the one
+    recorded world and the same inputs."""
+    if judges is None:
+        return [
+            Verdict(
+                judge=f"llm:{spec.name}",
+                judge_version=spec.version,
+                status="error",
+                error=f"environment {env.name} has judges and the rollout was given no judge "
+                "runtime (run_rollout(judges=...))",
+            )
+            for spec in specs
+        ]
+    prompt = env.format_prompt(item)
+    inputs = JudgeInputs(
+        task={
+            "environment": env.name,
+            "item_id": item.item_id,
+            "split": item.split,
+            "data": item.data,
+            "prompt": prompt,
+        },
+        transcript=render_messages(prompt, result.messages),
+        trace={
+            "messages": list(result.messages),
+            "final": result.final,
+            "stop": result.stop,
+            "reward": reward.model_dump(mode="json"),
+        },
+    )
+    return await run_judges(
+        judges, specs, session_id, inputs=inputs, world=world, workdir_root=workdir_root
+    )

@@ -8,7 +8,12 @@ judge; the `tools` harness grades inside the world the policy left, its shell in
 once) so that all of them read the one recorded world.
 """
 
-from rolltape.producers.judging._inputs import INPUT_FILES, JudgeInputs, WorldView
+from rolltape.producers.judging._inputs import (
+    INPUT_FILES,
+    JudgeInputs,
+    WorldView,
+    render_messages,
+)
 from rolltape.producers.judging._null import reply_format
 from rolltape.producers.judging._placement import RecordedWorld, run_judges
 from rolltape.producers.judging._runtime import JudgeRuntime
@@ -20,6 +25,7 @@ __all__ = [
     "JudgeRuntime",
     "RecordedWorld",
     "WorldView",
+    "render_messages",
     "reply_format",
     "run_judges",
     "tools_system",

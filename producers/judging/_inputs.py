@@ -6,6 +6,7 @@ plant them; a null judge's hook renders what it needs into its prompt.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -50,3 +51,20 @@ class JudgeInputs(BaseModel):
         (folder / "task.json").write_bytes(canonical_bytes(self.task))
         (folder / "transcript.md").write_text(self.transcript)
         (folder / "trace.json").write_bytes(canonical_bytes(self.trace))
+
+
+def render_messages(task: str, messages: Sequence[Mapping[str, Any]]) -> str:
+    """An agent's conversation (chat-completions messages) as a judge reads it, in the form
+    the worker's transcripts take (`TASK:`, `USER:`, `TOOL CALL name: args`, `TOOL RESULT:`)."""
+    lines = [f"TASK: {task}"]
+    for message in messages:
+        role = str(message.get("role", "?"))
+        if role == "tool":
+            lines.append(f"TOOL RESULT: {message.get('content') or ''}")
+            continue
+        if message.get("content"):
+            lines.append(f"{role.upper()}: {message['content']}")
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", {})
+            lines.append(f"TOOL CALL {function.get('name')}: {function.get('arguments')}")
+    return "\n".join(lines)

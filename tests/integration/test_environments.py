@@ -21,8 +21,10 @@ from rolltape.producers import take_snapshot
 from rolltape.schemas import Evaluation, Role, Stream, WorldSnapshotEvent, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, payloads, read_all, wait_for
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+
+CLI = [sys.executable, "-m", "rolltape.infra"]
 
 SOLUTIONS = {
     "nested.py": (
@@ -330,3 +332,115 @@ def test_env_serve__delivers_judged_groups_that_the_trainer_gets_from_batch(
         low, high = sorted(group["scores"])
         assert low == 0.0 and high >= 0.6  # one sample fixed the bug, one did not
         assert len(group["tokens"]) == 2 and all(group["tokens"])
+
+
+REVIEW = {
+    "tests_pass": True,
+    "fixes_bug": True,
+    "tests_weakened": False,
+    "score": 0.8,
+    "rationale": "flatten now recurses into nested lists.",
+}
+
+
+def _judged_model(body: dict[str, Any]) -> Reply:
+    """The policy of `_model`; the judge re-runs the tests in the sandbox, reads the module and
+    writes its verdict file."""
+    messages = body["messages"]
+    if not messages[0]["content"].startswith("You are a judge"):
+        return _model(body)
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    commands = ["python -m pytest -q -p no:cacheprovider", "cat nested.py"]
+    if len(results) < len(commands):
+        n = len(results)
+        return Completion(tool_calls=[(f"j{n}", "shell", json.dumps({"command": commands[n]}))])
+    if len(results) == len(commands):
+        verdict = {**REVIEW, "tests_pass": " passed" in results[0]}
+        write = f"cat > /judge/verdict.json <<'EOF'\n{json.dumps(verdict)}\nEOF"
+        return Completion(tool_calls=[("jw", "shell", json.dumps({"command": write}))])
+    return Completion(content="Reviewed.")
+
+
+def test_env_evaluate__a_tools_judge_reviews_the_passing_fix_and_replay_rejudges_its_world(
+    topics: Topics, tmp_path: Path
+) -> None:
+    """bugfix-judged on a real broker and worker: the passing rollout's judge re-runs pytest in
+    bubblewrap and writes its verdict; the failing one is settled by its tests (no judge). The
+    worker takes the world, verdict and judge sessions without a dead letter. A replay restores
+    the world from the log and re-runs the judge there: the same verdict, under the version's
+    own chain; a second replay of the version asks nothing; another version writes beside it."""
+    worker = WorkerProcess(topics, tmp_path).start()
+    with OpenAICompatibleServer(_judged_model) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local").to_config()
+        models = json.dumps({"agent": endpoint, "grader": endpoint})
+        try:
+            done = subprocess.run(
+                [*CLI, "env", "evaluate", "bugfix-judged", "--split", "test"],
+                env={**topics.env(), "ROLLTAPE_MODELS": models, "COLUMNS": "200"},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr
+            envelopes = _events(topics)
+            [evaluation] = [e for e in envelopes if e.type == "evaluation"]
+            rollouts = Evaluation.model_validate(evaluation.payload).rollouts
+            rewards = {r.item_id: r for r in rollouts}
+            assert rewards["merge_intervals"].reward == 0.0
+            fixed = rewards["flatten"].session_id
+            [verdict] = [e.payload for e in envelopes if e.type == "verdict"]
+            [world] = [
+                e.body
+                for e in envelopes
+                if isinstance(e, WorldSnapshotEvent) and e.session_id == fixed
+            ]
+            assert verdict["status"] == "ok" and verdict["details"]["verdict"]["tests_pass"]
+            assert verdict["details"]["world"] == world.digest
+            [reward] = [
+                e.payload for e in envelopes if e.type == "reward" and e.session_id == fixed
+            ]
+            assert (
+                reward["components"]["review"] == 0.8
+                and rewards["flatten"].reward == reward["value"]
+            )
+            judge = [e for e in envelopes if e.session_id == verdict["judge_session_id"]]
+            results = [e.payload["content"] for e in judge if e.type == "tool_result"]
+            assert " passed" in results[0] and "def flatten" in results[1]
+            assert judge[0].payload["trainable"] is False
+            assert judge[0].payload["linked_session_id"] == fixed
+            # the worker decides every session (the two rollouts, the judge's): none dead-lettered
+            records = wait_for(
+                topics, lambda rs: len(payloads(rs, "filter_outcome")) >= 3, worker=worker
+            )
+        finally:
+            worker.stop()
+        assert [r for r in records if r.stream == Stream.DEADLETTER] == []
+
+        judged = {**topics.env(), "ROLLTAPE_MODELS": models, "COLUMNS": "200"}
+        judged["ROLLTAPE_LLM_JUDGES"] = '["fix_review"]'
+        replays = []
+        for version in ("v1", "v1", "v2"):
+            replay = subprocess.run(
+                [*CLI, "replay", "--judge-version", version],
+                env=judged,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert replay.returncode == 0, replay.stdout + replay.stderr
+            replays.append(replay.stdout)
+    assert "LLM verdicts: 0 held (not asked again), 1 asked" in replays[0]
+    assert "LLM verdicts: 1 held (not asked again), 0 asked" in replays[1]
+    assert "LLM verdicts: 0 held (not asked again), 1 asked" in replays[2]
+    rejudged = {
+        r.stream: r.payload
+        for r in (read_event(x.value) for x in read_all(topics, (Stream.VERDICTS,)))
+        if r.session_id == fixed and r.type == "verdict" and r.payload["judge"] == "llm:fix_review"
+    }
+    assert set(rejudged) == {"verdicts@v1", "verdicts@v2"}
+    for again in rejudged.values():
+        # the same verdict file, world, spec and model; only the judge's own session differs
+        assert again["judge_session_id"] != verdict["judge_session_id"]
+        assert {**again, "judge_session_id": None} == {**verdict, "judge_session_id": None}
+    for chain in topics.verify().reports():
+        assert not chain.breaks, chain

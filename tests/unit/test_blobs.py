@@ -8,7 +8,13 @@ import random
 
 import pytest
 
-from rolltape.schemas import BlobAssembler, BlobError, blob_records, read_blob_record
+from rolltape.schemas import (
+    BlobAssembler,
+    BlobError,
+    blob_records,
+    canonical_bytes,
+    read_blob_record,
+)
 
 
 def test_a_blob__round_trips_through_chunks_read_in_any_order() -> None:
@@ -51,3 +57,15 @@ def test_a_tampered_or_misplaced_chunk__is_an_error() -> None:
         read_blob_record(key, b"no header line")
     with pytest.raises(BlobError, match="tombstone"):
         read_blob_record(key, None)
+
+
+def test_a_chunk_header__is_the_canonical_form_of_its_model() -> None:
+    """The writer spells the header out for speed; the reader's model must agree byte for byte."""
+    data = b"z" * 1000
+    for key, value in blob_records(data, chunk_bytes=300):
+        chunk, _ = read_blob_record(key, value)
+        header = value.partition(b"\n")[0]
+        assert header == canonical_bytes(chunk.model_dump())
+    assert blob_records(data, sha256=hashlib.sha256(data).hexdigest()) == blob_records(data)
+    with pytest.raises(ValueError, match="not a sha256"):
+        blob_records(data, sha256="../../etc")

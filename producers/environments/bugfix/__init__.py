@@ -1,5 +1,6 @@
-"""The reference bug-fix environment (`rolltape env evaluate bugfix`)."""
+"""The reference bug-fix environment (`rolltape env evaluate bugfix`), and `bugfix-judged`, the
+same with a tools judge reviewing each fix in the world the agent left."""
 
-from rolltape.producers.environments.bugfix._env import BugFixEnv
+from rolltape.producers.environments.bugfix._env import BugFixEnv, BugFixJudgedEnv
 
-__all__ = ["BugFixEnv"]
+__all__ = ["BugFixEnv", "BugFixJudgedEnv"]

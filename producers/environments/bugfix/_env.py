@@ -16,9 +16,10 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rolltape.producers.agent import AgentResult
 from rolltape.producers.environments._base import (
@@ -28,6 +29,12 @@ from rolltape.producers.environments._base import (
     RolloutContext,
     composite,
 )
+from rolltape.producers.environments.bugfix._review import (
+    REVIEW_VERSION,
+    judged_reward,
+    review_spec,
+)
+from rolltape.schemas import JudgeSpec, Verdict
 
 _PYTEST_INI = "[pytest]\naddopts = -q -p no:cacheprovider\n"
 _TIMEOUT_S = 120.0
@@ -51,6 +58,9 @@ class BugFixEnv(Environment):
     )
     max_iterations = 12
     group_size = 4
+
+    judged: ClassVar[bool] = False
+    """With a tools judge reviewing every fix whose tests pass (`BugFixJudgedEnv`)."""
 
     def __init__(self, root: Path | None = None) -> None:
         super().__init__()
@@ -108,6 +118,29 @@ class BugFixEnv(Environment):
             pytest_exit=code,
             pytest_output=output[-_OUTPUT_CHARS:],
         )
+
+    def judges(self, item: Item, result: AgentResult, reward: RewardResult) -> list[JudgeSpec]:
+        """The fix review, when judged and the tests pass (a failing run is settled at 0; the
+        test run's component decides, so a replay of a judged reward decides alike)."""
+        if not self.judged or reward.components.get("tests_pass") != 1.0:
+            return []
+        return [review_spec(item, self.root / item.item_id)]
+
+    def combine(
+        self, item: Item, reward: RewardResult, verdicts: Mapping[str, Verdict]
+    ) -> RewardResult:
+        review = verdicts.get("fix_review")
+        return reward if review is None else judged_reward(reward, review)
+
+
+class BugFixJudgedEnv(BugFixEnv):
+    """`bugfix-judged`: the bug-fix environment with a tools judge (`fix_review`) reviewing
+    every fix whose tests pass, inside the world the agent left; its review is a third
+    component of the reward (rolltape.producers.environments.bugfix._review)."""
+
+    name = "bugfix-judged"
+    judged = True
+    judge_versions: ClassVar[Mapping[str, str]] = {"fix_review": REVIEW_VERSION}
 
 
 async def _run(workdir: Path, *args: str) -> tuple[int, str]:

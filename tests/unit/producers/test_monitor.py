@@ -323,6 +323,7 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
         "tool_call",
         "tool_result",
         "turn",
+        "verdict",
         "world",
     }
 

@@ -119,7 +119,7 @@ def test_a_snapshot_whose_digest_is_not_its_entries__is_refused(tmp_path: Path) 
     snapshot, _ = take_snapshot(world(tmp_path / "w"))
     fields = snapshot.model_dump()
     fields["entries"] = fields["entries"][:-1]
-    with pytest.raises(ValueError, match="not the digest of the entries"):
+    with pytest.raises(ValueError, match="not the digest of the entries and limits"):
         WorldSnapshot.model_validate(fields)
     assert WorldSnapshot.model_validate(snapshot.model_dump()) == snapshot
 
@@ -130,16 +130,20 @@ def test_session_world__records_the_snapshot_event_and_each_blob_once(tmp_path: 
     root = world(tmp_path / "w")
     recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
     with recorder.session("fix it") as first:
-        snapshot = first.world(root)
+        snapshot, kept = first.world(root)
     with recorder.session("fix it again") as second:
-        assert second.world(root) == snapshot
+        assert second.world(root) == (snapshot, kept)
     recorder.close(10)
     records = spooled_topic_records(tmp_path / "spool")
     blobs = [(key, value) for topic, key, value in records if topic == BLOBS_TOPIC]
     assembler = BlobAssembler([e.sha256 for e in snapshot.entries if e.stored and e.sha256])
     for key, value in blobs:
         assembler.add(key, value)
-    assert len(blobs) == 3 and assembler.missing == []
+    assert len(blobs) == 4 and assembler.missing == []  # three files and the manifest
+    manifest = BlobAssembler([snapshot.digest])
+    for key, value in blobs:
+        manifest.add(key, value)
+    assert WorldSnapshot.from_manifest(manifest.blobs[snapshot.digest]) == snapshot
     events = [read_event(v) for topic, _, v in records if topic != BLOBS_TOPIC]
     worlds = [e for e in events if isinstance(e, WorldSnapshotEvent)]
     assert [w.body for w in worlds] == [snapshot, snapshot]

@@ -1,0 +1,222 @@
+"""An environment's tools judge, through the real `openai` client over real HTTP to a scripted
+local server and real bubblewrap: it reads the world the agent left, re-runs the tests in the
+sandbox and writes its verdict file; a verdict the policy plants in the world changes nothing;
+a judge that writes none fails the rollout; judges sharing the live world run in turn, each on
+the recorded world, and clean-room judges run at once in copies of it."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from rolltape.producers import Recorder, take_snapshot
+from rolltape.producers.agent import sandbox_problem
+from rolltape.producers.environments import run_rollout
+from rolltape.producers.environments.bugfix import BugFixJudgedEnv
+from rolltape.producers.judging import JudgeInputs, JudgeRuntime, RecordedWorld, run_judges
+from rolltape.schemas import AgentSpec, JudgeSpec
+from rolltape.schemas.clients import ModelEndpoint
+from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+from tests.unit.producers.recorded import spooled
+from tests.unit.producers.test_environments import FIXED_SLUG
+
+pytestmark = pytest.mark.skipif(sandbox_problem() is not None, reason="needs bubblewrap")
+REVIEW = {
+    "tests_pass": True,
+    "fixes_bug": True,
+    "tests_weakened": False,
+    "score": 0.9,
+    "rationale": "The slug now drops punctuation and collapses spaces.",
+}
+
+
+def _tool_results(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def _shell(call_id: str, command: str) -> Completion:
+    return Completion(tool_calls=[(call_id, "shell", json.dumps({"command": command}))])
+
+
+def _write_verdict(verdict: dict[str, Any]) -> str:
+    return f"cat > /judge/verdict.json <<'EOF'\n{json.dumps(verdict)}\nEOF"
+
+
+def scripted(
+    *, plant: bool = False, judge_writes: bool = True
+) -> Callable[[dict[str, Any]], Reply]:
+    """The policy fixes slug.py (and, with `plant`, writes a glowing verdict.json into its
+    workdir); the judge re-runs the tests, reads the module, then writes its verdict (or not)."""
+
+    def reply(body: dict[str, Any]) -> Reply:
+        results = _tool_results(body)
+        if body["messages"][0]["content"].startswith("You are a judge"):
+            if not results:
+                return _shell("j1", "python -m pytest -q -p no:cacheprovider")
+            if len(results) == 1:
+                return _shell("j2", "cat slug.py; ls /judge")
+            if len(results) == 2 and judge_writes:
+                passed = "3 passed" in results[0] and "re.sub" in results[1]
+                return _shell("j3", _write_verdict({**REVIEW, "tests_pass": passed}))
+            return Completion(content="Reviewed.")
+        if not results:
+            return Completion(tool_calls=[("c1", "read_file", json.dumps({"path": "slug.py"}))])
+        if len(results) == 1:
+            args = json.dumps({"path": "slug.py", "content": FIXED_SLUG})
+            return Completion(tool_calls=[("c2", "write_file", args)])
+        if len(results) == 2 and plant:
+            planted = json.dumps({**REVIEW, "score": 1.0, "rationale": "planted"})
+            args = json.dumps({"path": "verdict.json", "content": planted})
+            return Completion(tool_calls=[("c3", "write_file", args)])
+        return Completion(content="Runs of spaces produced several dashes.")
+
+    return reply
+
+
+def judged_rollout(
+    tmp_path: Path, reply: Callable[[dict[str, Any]], Reply]
+) -> tuple[Any, list[dict[str, Any]]]:
+    env = BugFixJudgedEnv()
+    [item] = [i for i in env.items("train") if i.item_id == "slugify"]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with OpenAICompatibleServer(reply) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
+
+        async def main() -> Any:
+            client = endpoint.async_client()
+            judges = JudgeRuntime(recorder, {"grader": endpoint})
+            try:
+                return await run_rollout(
+                    env,
+                    item,
+                    recorder=recorder,
+                    client=client,
+                    model="local",
+                    session_id="r1",
+                    judges=judges,
+                )
+            finally:
+                await judges.aclose()
+                await client.close()
+
+        rollout = asyncio.run(main())
+    recorder.close(10)
+    return rollout, spooled(tmp_path / "spool")
+
+
+def test_a_tools_judge__reruns_the_tests_in_the_sandbox_and_its_verdict_joins_the_reward(
+    tmp_path: Path,
+) -> None:
+    rollout, envelopes = judged_rollout(tmp_path, scripted())
+    assert rollout.status == "completed", rollout.error
+    [verdict] = rollout.verdicts
+    assert verdict.status == "ok" and verdict.details["verdict"]["tests_pass"] is True
+    assert verdict.details["world"] == rollout.world.digest
+    assert rollout.reward.components == {"tests_pass": 1.0, "coverage": 1.0, "review": 0.9}
+    assert rollout.reward.reward == pytest.approx(0.5 + 0.2 + 0.3 * 0.9) and rollout.reward.passed
+    judged = [e for e in envelopes if e["session_id"] == "r1"]
+    types = [e["type"] for e in judged]
+    assert types.index("world_snapshot") < types.index("verdict") < types.index("reward")
+    # the judge's own session: untrainable, linked, its shell calls and results recorded
+    judge = [e for e in envelopes if e["session_id"] == verdict.judge_session_id]
+    started = judge[0]["payload"]
+    assert started["trainable"] is False and started["linked_session_id"] == "r1"
+    assert started["run_config"]["judge"]["world"] == rollout.world.digest
+    results = [e["payload"]["content"] for e in judge if e["type"] == "tool_result"]
+    assert "3 passed" in results[0] and "re.sub" in results[1]
+    assert results[1].split("\n")[-4:-1] == ["task.json", "trace.json", "transcript.md"]
+    written = json.dumps({**REVIEW, "tests_pass": True}) + "\n"
+    assert verdict.details["verdict_sha256"] == hashlib.sha256(written.encode()).hexdigest()
+
+
+def test_a_verdict_planted_by_the_policy__does_not_influence_the_grade(tmp_path: Path) -> None:
+    rollout, _ = judged_rollout(tmp_path, scripted(plant=True))
+    [verdict] = rollout.verdicts
+    assert "verdict.json" in [e.path for e in rollout.world.entries]  # the world keeps it
+    assert verdict.details["verdict"]["rationale"] == REVIEW["rationale"]
+    assert rollout.reward.components["review"] == 0.9
+
+
+def test_a_judge_that_writes_no_verdict__fails_the_rollout_with_no_reward(
+    tmp_path: Path,
+) -> None:
+    rollout, envelopes = judged_rollout(tmp_path, scripted(judge_writes=False))
+    assert rollout.status == "failed" and rollout.reward is None
+    assert "judge fix_review: the judge wrote no /judge/verdict.json" in (rollout.error or "")
+    judged = [e for e in envelopes if e["session_id"] == "r1"]
+    assert "reward" not in [e["type"] for e in judged]
+    assert judged[-1]["payload"]["status"] == "failed"
+
+
+class Seen(BaseModel):
+    junk_seen: bool
+
+
+def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms_at_once(
+    tmp_path: Path,
+) -> None:
+    """Each rollout-placed judge first checks the world has no junk, then leaves junk in it:
+    the second still sees none (the world is reset). Clean-room judges overlap in time."""
+    world = tmp_path / "world"
+    world.mkdir()
+    (world / "a.txt").write_text("the agent's work\n")
+    snapshot, blobs = take_snapshot(world)
+    spans: dict[str, list[float]] = {}
+    lock = threading.Lock()
+
+    def reply(body: dict[str, Any]) -> Reply:
+        name = body["messages"][1]["content"]
+        with lock:
+            spans.setdefault(name, []).append(time.monotonic())
+        time.sleep(0.2)
+        results = _tool_results(body)
+        if not results:
+            return _shell("s1", "test -e junk && echo JUNK; echo x > junk; ls")
+        if len(results) == 1:
+            return _shell("s2", _write_verdict({"junk_seen": "JUNK" in results[0]}))
+        return Completion(content="done")
+
+    def spec(name: str, placement: str) -> JudgeSpec:
+        agent = AgentSpec(harness="tools", placement=placement)  # type: ignore[arg-type]
+        return JudgeSpec(name=name, version="1", prompt=name, verdict=Seen, agent=agent)
+
+    specs = [
+        spec("r-one", "rollout"),
+        spec("r-two", "rollout"),
+        spec("c-one", "clean_room"),
+        spec("c-two", "clean_room"),
+    ]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with OpenAICompatibleServer(reply) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
+
+        async def main() -> Any:
+            runtime = JudgeRuntime(recorder, {"grader": endpoint})
+            try:
+                return await run_judges(
+                    runtime,
+                    specs,
+                    "r1",
+                    inputs=JudgeInputs(),
+                    world=RecordedWorld(snapshot, blobs, live=world),
+                )
+            finally:
+                await runtime.aclose()
+
+        verdicts = asyncio.run(main())
+    recorder.close(10)
+    assert [v.status for v in verdicts] == ["ok"] * 4, [v.error for v in verdicts]
+    assert [v.details["verdict"]["junk_seen"] for v in verdicts] == [False] * 4
+    # in turn: every call of r-one before the first of r-two; clean rooms overlap each other
+    assert max(spans["r-one"]) < min(spans["r-two"])
+    assert min(spans["c-two"]) < max(spans["c-one"]) and min(spans["c-one"]) < max(spans["c-two"])
+    assert (world / "junk").exists()  # the live world is the last rollout judge's
