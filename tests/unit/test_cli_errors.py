@@ -142,6 +142,7 @@ CASES = [
     Case(("bench", "monitor"), ("--block", "0"), "--block", usage=True),
     Case(("bench", "capture"), ("--calls", "1"), "--calls", usage=True),
     Case(("bench", "evidence"), ("--repeats", "0"), "--repeats", usage=True),
+    Case(("bench", "judges"), ("--calls", "0"), "--calls", usage=True),
     Case(("import", "hermes"), ("{tmp}/missing.jsonl",), "missing.jsonl is not a file"),
     Case(("import", "env-rl"), ("{tmp}/missing",), "missing is not a folder"),
     Case(("feed", "atropos"), ("--url", "http://127.0.0.1:1", "--group-size", "2"), NO_BROKER),

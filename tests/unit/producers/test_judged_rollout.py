@@ -23,7 +23,7 @@ from rolltape.producers.agent import sandbox_problem
 from rolltape.producers.environments import run_rollout
 from rolltape.producers.environments.bugfix import BugFixJudgedEnv
 from rolltape.producers.judging import JudgeInputs, JudgeRuntime, RecordedWorld, run_judges
-from rolltape.schemas import AgentSpec, JudgeSpec
+from rolltape.schemas import AgentSpec, JudgeBudget, JudgeSpec
 from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 from tests.unit.producers.recorded import spooled
@@ -220,3 +220,38 @@ def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms
     assert max(spans["r-one"]) < min(spans["r-two"])
     assert min(spans["c-two"]) < max(spans["c-one"]) and min(spans["c-one"]) < max(spans["c-two"])
     assert (world / "junk").exists()  # the live world is the last rollout judge's
+
+
+def test_a_tools_judge_past_its_turns__is_an_error_not_a_verdict(tmp_path: Path) -> None:
+    world = tmp_path / "world"
+    world.mkdir()
+    snapshot, blobs = take_snapshot(world)
+    spec = JudgeSpec(
+        name="busy",
+        version="1",
+        prompt="busy",
+        verdict=Seen,
+        agent=AgentSpec(harness="tools", budget=JudgeBudget(turns=2)),
+    )
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with OpenAICompatibleServer(lambda body: _shell("s", "ls")) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
+
+        async def main() -> Any:
+            runtime = JudgeRuntime(recorder, {"grader": endpoint})
+            try:
+                return await run_judges(
+                    runtime,
+                    [spec],
+                    "r1",
+                    inputs=JudgeInputs(),
+                    world=RecordedWorld(snapshot, blobs, live=world),
+                )
+            finally:
+                await runtime.aclose()
+
+        [verdict] = asyncio.run(main())
+        calls = len(server.requests)
+    recorder.close(10)
+    assert verdict.status == "error" and "turn budget spent" in (verdict.error or "")
+    assert calls == 2
