@@ -89,12 +89,19 @@ class LogJudges:
         prefix = self.settings.topic_prefix
         try:
             snapshot = await read_world(connection, transcript.world, prefix=prefix)
+            limit = self.settings.world_max_total_bytes
+            if snapshot.stored_bytes > limit:  # a manifest from the log names its own limits
+                return self.runtime.error(
+                    spec,
+                    f"world {snapshot.digest[:12]} keeps {snapshot.stored_bytes:,} bytes, more "
+                    f"than this judge restores (ROLLTAPE_WORLD_MAX_TOTAL_BYTES={limit:,})",
+                )
             with tempfile.TemporaryDirectory(prefix="rolltape-world-") as folder:
                 path = Path(folder) / "world"
                 await restore_world(connection, snapshot, path, prefix=prefix)
                 view = WorldView(path, snapshot, restored=True)
                 return await self.runtime.run(spec, sid, inputs=inputs, world=view)
-        except (InfraError, KafkaClientError, WorldError) as exc:
+        except (InfraError, KafkaClientError, WorldError, OSError, ValueError) as exc:
             return self.runtime.error(spec, f"the world could not be restored: {exc}")
 
     async def aclose(self) -> None:

@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     files up to this size; larger ones are recorded by size and sha256, and judges are told
     they are absent."""
     world_max_total_bytes: int = Field(default=WorldLimits().max_total_bytes, ge=0)
-    """The contents a world keeps in all (files in path order; the rest by hash only)."""
+    """The contents a world keeps in all (the smallest files first; the rest by hash only)."""
 
     tools_unsandboxed: bool = False
     """The explicit opt-out of the sandbox: shell tools of agents and judges run as plain

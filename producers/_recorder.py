@@ -38,7 +38,7 @@ from rolltape.producers._errors import (
 from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
 from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
-from rolltape.producers._world import WorldLimits, take_snapshot
+from rolltape.producers._world import WorldError, WorldLimits, take_snapshot
 from rolltape.schemas import (
     DEFAULT_PREFIX,
     SESSION_ID_PATTERN,
@@ -52,6 +52,8 @@ from rolltape.schemas.clients import KafkaConnection
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _BLOBS = Stream.BLOBS.value
 _BLOBS_REMEMBERED = 100_000
+_MAX_WORLD_EVENT_BYTES = 900_000
+"""A world_snapshot event is its manifest and a digest: under the record limit (1 MB)."""
 _time_ns = time.time_ns
 _EVENTS = Stream.EVENTS.value
 
@@ -566,8 +568,15 @@ class Session:
         recorder) with the snapshot's manifest under its digest, then a `world_snapshot` event
         listing every entry's path, mode, size and sha256. Returns the snapshot and the contents it kept (`take_snapshot`'s answer); the
         digest names the world in the verdicts of judges that read it, and a replay restores
-        it from the log."""
+        it from the log. A world of more entries than one event may list (some 5,000) is a
+        WorldError."""
         snapshot, blobs = take_snapshot(Path(root), limits)
+        if len(snapshot.manifest) > _MAX_WORLD_EVENT_BYTES:
+            raise WorldError(
+                f"the world under {root} lists {len(snapshot.entries)} entries "
+                f"({len(snapshot.manifest):,} bytes), more than one event may hold "
+                f"({_MAX_WORLD_EVENT_BYTES:,}): leave build outputs and caches out of the workdir"
+            )
         # The manifest too, under the digest: a world is found on the blobs topic by its digest.
         self._recorder._queue_blobs({**blobs, snapshot.digest: snapshot.manifest})
         self._record(_EVENTS, "world_snapshot", snapshot.model_dump())

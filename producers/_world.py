@@ -16,12 +16,19 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rolltape.producers._errors import ProducerError
 from rolltape.schemas import WorldEntry, WorldSnapshot
 
-_ENTRY = WorldEntry.__pydantic_validator__.validate_python
+_VALIDATE_ENTRY = WorldEntry.__pydantic_validator__.validate_python
+
+
+def _validated(fields: dict[str, object]) -> WorldEntry:
+    """An entry through the core's validator itself: cheaper than the model's constructor (or
+    even model_construct), and a name the model refuses is refused at once, not on replay."""
+    entry: WorldEntry = _VALIDATE_ENTRY(fields)
+    return entry
 
 
 class WorldError(ProducerError):
@@ -43,54 +50,85 @@ def take_snapshot(
     root: Path, limits: WorldLimits | None = None
 ) -> tuple[WorldSnapshot, dict[str, bytes]]:
     """The snapshot of the tree under `root` and the contents it keeps, by sha256 (each once).
-    A file is kept when it is at most `max_file_bytes` and the kept total stays within
-    `max_total_bytes` (files are taken in path order, so the same tree keeps the same ones);
-    a larger one is hashed as it is read, never held whole."""
+    Files of at most `max_file_bytes` are kept, smallest first (ties by path) while the total
+    stays within `max_total_bytes`, so a few large files cannot crowd out the sources and the
+    same tree keeps the same ones; a file over the limits is hashed as it is read, never held
+    whole. A name or an entry that cannot be recorded (not UTF-8, unreadable, a socket) is a
+    WorldError."""
     limits = limits or WorldLimits()
     max_file_bytes, max_total_bytes = limits.max_file_bytes, limits.max_total_bytes
     if not root.is_dir():
         raise WorldError(f"{root} is not a folder to snapshot")
+    try:
+        listed = sorted(_walk(str(root)))
+    except OSError as exc:
+        raise WorldError(f"{root} cannot be listed: {exc}") from exc
+    keep = _kept(listed, max_file_bytes, max_total_bytes)
     entries: list[WorldEntry] = []
     blobs: dict[str, bytes] = {}
-    kept = 0
-    # Validated by the core's validator itself: cheaper than the model's constructor (or even
-    # model_construct), and a name the model refuses is refused here, not on replay.
-    construct = _ENTRY
-    for rel, full, info in sorted(_walk(str(root))):
-        mode = stat.S_IMODE(info.st_mode)
-        if stat.S_ISLNK(info.st_mode):
-            entries.append(
-                construct(
-                    {"path": rel, "kind": "symlink", "mode": mode, "target": os.readlink(full)}
-                )
-            )
-        elif stat.S_ISDIR(info.st_mode):
-            entries.append(construct({"path": rel, "kind": "dir", "mode": mode}))
-        elif stat.S_ISREG(info.st_mode):
-            digest, size, data = _read(full, max_file_bytes)
-            fits = data is not None and (digest in blobs or kept + size <= max_total_bytes)
-            if fits and digest not in blobs:
-                assert data is not None
-                blobs[digest] = data
-                kept += size
-            entries.append(
-                construct(
-                    {
-                        "path": rel,
-                        "kind": "file",
-                        "mode": mode,
-                        "size": size,
-                        "sha256": digest,
-                        "stored": fits,
-                    }
-                )
-            )
-        else:
-            raise WorldError(f"{rel}: not a file, folder or link (a socket or device)")
+    for rel, full, info in listed:
+        try:
+            entries.append(_entry(rel, full, info, rel in keep, max_file_bytes, blobs))
+        except ValidationError as exc:
+            raise WorldError(f"{rel!r}: {exc.errors()[0]['msg']}") from exc
+        except OSError as exc:
+            raise WorldError(f"{rel!r} cannot be read: {exc.strerror or exc}") from exc
     snapshot = WorldSnapshot.of(
         entries, max_file_bytes=max_file_bytes, max_total_bytes=max_total_bytes
     )
     return snapshot, blobs
+
+
+def _kept(
+    listed: list[tuple[str, str, os.stat_result]], max_file_bytes: int, max_total_bytes: int
+) -> set[str]:
+    """The files whose contents are kept, decided by size before anything is read."""
+    keep: set[str] = set()
+    budget = max_total_bytes
+    candidates = sorted(
+        (info.st_size, rel)
+        for rel, _, info in listed
+        if stat.S_ISREG(info.st_mode) and info.st_size <= max_file_bytes
+    )
+    for size, rel in candidates:
+        if size > budget:
+            break  # the rest are no smaller
+        keep.add(rel)
+        budget -= size
+    return keep
+
+
+def _entry(
+    rel: str,
+    full: str,
+    info: os.stat_result,
+    keep: bool,
+    max_file_bytes: int,
+    blobs: dict[str, bytes],
+) -> WorldEntry:
+    """One entry; a kept file's contents go into `blobs` (once per sha256)."""
+    mode = stat.S_IMODE(info.st_mode)
+    if stat.S_ISLNK(info.st_mode):
+        return _validated(
+            {"path": rel, "kind": "symlink", "mode": mode, "target": os.readlink(full)}
+        )
+    if stat.S_ISDIR(info.st_mode):
+        return _validated({"path": rel, "kind": "dir", "mode": mode})
+    if not stat.S_ISREG(info.st_mode):
+        raise WorldError(f"{rel!r}: not a file, folder or link (a socket or device)")
+    digest, size, data = _read(full, max_file_bytes if keep else -1)
+    if data is not None:
+        blobs.setdefault(digest, data)
+    return _validated(
+        {
+            "path": rel,
+            "kind": "file",
+            "mode": mode,
+            "size": size,
+            "sha256": digest,
+            "stored": data is not None,
+        }
+    )
 
 
 def _walk(root: str) -> list[tuple[str, str, os.stat_result]]:

@@ -2,13 +2,18 @@
 
 A world's `world_snapshot` event (on the session's chain) names each file by sha256; the contents
 travel apart, on the blobs topic, so a file that many rollouts leave unchanged is one blob, and
-compaction keeps one copy of a blob however often it was written. A blob larger than one record
-may be is split into chunks; each chunk is a record whose key is `<sha256>/<index>` and whose
-value is a header line (canonical JSON: the blob's sha256, the chunk's index, the count of
-chunks and the blob's size) followed by the chunk's bytes. A reader reassembles a blob from its
-chunks in any order and checks the whole against its sha256, so a chunk that was tampered with,
-lost or compacted away is an error, never a wrong file. Blobs are not chained: they are evidence
-by hash, and the hash is on the chain.
+compaction keeps one copy of it however often it was written. A blob larger than one record may
+be is split into chunks. Each chunk is a record whose value is a header line (canonical JSON: the
+blob's sha256 and size, the chunk's index, and the sha256 of every chunk of the blob, `parts`)
+followed by the chunk's bytes, and whose key is `<blob sha256>/<index>/<chunk sha256>`.
+
+Why the chunk's own hash is in the key: compaction keeps the last record of a key, and anyone
+who may write the topic could otherwise write a wrong chunk under an honest chunk's key and
+have the honest one compacted away, making a world unrestorable for good. With the chunk's hash
+in the key, a wrong chunk has a key of its own; a reader groups chunks by the `parts` they claim,
+checks each chunk against its hash and each complete group against the blob's sha256, and sets
+aside what does not hold (counted in `rejected`), never a wrong file. Blobs are not chained: they
+are evidence by hash, and the hash is on the chain.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ _SHA256_HEX = re.compile(_SHA256)
 
 
 class BlobError(SchemaError, ValueError):
-    """A blob record that is not one, or a blob whose chunks do not make its sha256."""
+    """A blob record that is not one (a reader sets it aside and goes on)."""
 
 
 class BlobChunk(BaseModel):
@@ -40,20 +45,23 @@ class BlobChunk(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     sha256: str = Field(pattern=_SHA256)
-    index: int = Field(ge=0)
-    count: int = Field(ge=1)
     size: int = Field(ge=0)
     """Bytes of the whole blob."""
+    index: int = Field(ge=0)
+    parts: tuple[str, ...] = Field(min_length=1)
+    """sha256 of each chunk of the blob, in order."""
 
     @model_validator(mode="after")
     def _inside(self) -> BlobChunk:
-        if self.index >= self.count:
-            raise ValueError(f"chunk {self.index} of {self.count}")
+        if self.index >= len(self.parts):
+            raise ValueError(f"chunk {self.index} of {len(self.parts)}")
+        if not all(_SHA256_HEX.match(part) for part in self.parts):
+            raise ValueError("a part is not a sha256 in hex")
         return self
 
     @property
     def key(self) -> bytes:
-        return f"{self.sha256}/{self.index}".encode()
+        return f"{self.sha256}/{self.index}/{self.parts[self.index]}".encode()
 
 
 def blob_records(
@@ -67,18 +75,20 @@ def blob_records(
     if not _SHA256_HEX.match(sha):
         raise ValueError(f"{sha!r} is not a sha256 in hex")
     size = len(data)
-    count = max(1, -(-size // chunk_bytes))
+    bodies = [data[i : i + chunk_bytes] for i in range(0, size, chunk_bytes)] or [b""]
+    parts = [sha] if len(bodies) == 1 else [hashlib.sha256(b).hexdigest() for b in bodies]
+    listed = ",".join(f'"{part}"' for part in parts)
     records = []
-    for index in range(count):
-        # BlobChunk's canonical form, written out: its fields are three ints and a hex string
-        header = f'{{"count":{count},"index":{index},"sha256":"{sha}","size":{size}}}\n'
-        body = data[index * chunk_bytes : (index + 1) * chunk_bytes]
-        records.append((f"{sha}/{index}".encode(), header.encode() + body))
+    for index, body in enumerate(bodies):
+        # BlobChunk's canonical form, written out: ints and hex strings, keys in order
+        header = f'{{"index":{index},"parts":[{listed}],"sha256":"{sha}","size":{size}}}\n'
+        records.append((f"{sha}/{index}/{parts[index]}".encode(), header.encode() + body))
     return records
 
 
 def read_blob_record(key: bytes | None, value: bytes | None) -> tuple[BlobChunk, bytes]:
-    """One chunk's header and bytes; BlobError for a record that is not a chunk of a blob."""
+    """One chunk's header and bytes, checked against its key and its hash; BlobError for a
+    record that is not a chunk of a blob."""
     if value is None:
         raise BlobError("a blob record without a value (a tombstone)")
     header, newline, body = value.partition(b"\n")
@@ -90,40 +100,58 @@ def read_blob_record(key: bytes | None, value: bytes | None) -> tuple[BlobChunk,
         raise BlobError(f"a blob record with an invalid header: {exc}"[:300]) from exc
     if key != chunk.key:
         raise BlobError(f"a blob record keyed {key!r} holds chunk {chunk.key.decode()}")
+    if hashlib.sha256(body).hexdigest() != chunk.parts[chunk.index]:
+        raise BlobError(f"chunk {chunk.key.decode()} does not hash to its key")
     return chunk, body
 
 
 class BlobAssembler:
     """Collects the chunks of the blobs a reader wants from a scan of the blobs topic, in any
-    order (the topic's partitions interleave them), and hands each blob out once complete and
-    checked against its sha256."""
+    order (the topic's partitions interleave them), and hands each blob out once a complete set
+    of chunks makes its sha256. Records that are not valid chunks, and sets that do not make
+    their blob, are set aside and counted; the scan goes on."""
 
     def __init__(self, wanted: Collection[str]) -> None:
-        self._parts: dict[str, dict[int, bytes]] = {sha: {} for sha in wanted}
-        self._counts: dict[str, int] = {}
+        self._wanted = set(wanted)
+        self._groups: dict[tuple[str, tuple[str, ...]], dict[int, bytes]] = {}
         self.blobs: dict[str, bytes] = {}
         """The complete blobs, by sha256."""
+        self.rejected: list[str] = []
+        """Why records of wanted blobs were set aside (at most 20 kept)."""
+        self.rejections = 0
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
-        """Take one record of the blobs topic; records of unwanted blobs are skipped unread,
-        a wanted blob's chunk that is not valid raises BlobError."""
-        if key is None or key.partition(b"/")[0].decode(errors="replace") not in self._parts:
+        """Take one record of the blobs topic (records of unwanted blobs are skipped unread)."""
+        if key is None:
             return
-        chunk, body = read_blob_record(key, value)
-        if chunk.sha256 in self.blobs:
-            return  # written twice (two rollouts left the same file): the first copy stands
-        parts = self._parts[chunk.sha256]
-        if self._counts.setdefault(chunk.sha256, chunk.count) != chunk.count:
-            raise BlobError(f"blob {chunk.sha256[:12]}: chunks disagree on their count")
+        sha = key.partition(b"/")[0].decode(errors="replace")
+        if sha not in self._wanted or sha in self.blobs:
+            return
+        try:
+            chunk, body = read_blob_record(key, value)
+        except BlobError as exc:
+            self._reject(str(exc))
+            return
+        group = (sha, chunk.parts)
+        parts = self._groups.setdefault(group, {})
         parts[chunk.index] = body
-        if len(parts) == chunk.count:
-            data = b"".join(parts[i] for i in range(chunk.count))
-            if hashlib.sha256(data).hexdigest() != chunk.sha256 or len(data) != chunk.size:
-                raise BlobError(f"blob {chunk.sha256[:12]}: its chunks do not make its sha256")
-            self.blobs[chunk.sha256] = data
-            parts.clear()
+        if len(parts) < len(chunk.parts):
+            return
+        del self._groups[group]
+        data = b"".join(parts[i] for i in range(len(chunk.parts)))
+        if hashlib.sha256(data).hexdigest() != sha or len(data) != chunk.size:
+            self._reject(f"blob {sha[:12]}: a set of {len(chunk.parts)} chunks does not make it")
+            return
+        self.blobs[sha] = data
+        for other in [g for g in self._groups if g[0] == sha]:
+            del self._groups[other]
+
+    def _reject(self, reason: str) -> None:
+        self.rejections += 1
+        if len(self.rejected) < 20:
+            self.rejected.append(reason)
 
     @property
     def missing(self) -> list[str]:
         """Wanted blobs not complete yet, sorted."""
-        return sorted(sha for sha in self._parts if sha not in self.blobs)
+        return sorted(self._wanted - set(self.blobs))

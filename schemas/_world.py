@@ -50,6 +50,8 @@ class WorldEntry(BaseModel):
         parts = self.path.split("/")
         if self.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"{self.path!r} is not a plain relative path")
+        if "\x00" in self.path or any(len(p.encode(errors="surrogateescape")) > 255 for p in parts):
+            raise ValueError(f"{self.path!r} is not a name a file system takes")
         return self
 
 

@@ -49,14 +49,18 @@ app = typer.Typer(
 
 @app.command("list")
 def list_() -> None:
-    """The environments this installation knows, with their splits."""
+    """The environments this installation knows, with their splits and judges."""
     table = Table(title="environments", title_justify="left")
-    for column in ("name", "train items", "test items", "group size"):
+    for column in ("name", "train items", "test items", "group size", "judges"):
         table.add_column(column)
     for name in environment_names():
         env = load_environment(name)
         table.add_row(
-            name, str(len(env.items("train"))), str(len(env.items("test"))), str(env.group_size)
+            name,
+            str(len(env.items("train"))),
+            str(len(env.items("test"))),
+            str(env.group_size),
+            ", ".join(sorted(env.judge_versions)) or "-",
         )
     console.print(table)
 

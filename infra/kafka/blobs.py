@@ -7,6 +7,7 @@ A replay that restores many worlds asks for all their blobs in one scan.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Collection
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.readback import read_records
 from rolltape.producers import restore_snapshot
-from rolltape.schemas import DEFAULT_PREFIX, BlobAssembler, BlobError, Stream, WorldSnapshot
+from rolltape.schemas import DEFAULT_PREFIX, BlobAssembler, Stream, WorldSnapshot
 from rolltape.schemas.clients import KafkaConnection
 
 
@@ -25,24 +26,35 @@ class BlobsMissingError(InfraError):
 
 async def read_blobs(
     connection: KafkaConnection, wanted: Collection[str], *, prefix: str = DEFAULT_PREFIX
-) -> dict[str, bytes]:
-    """The blobs of `wanted` (sha256 hex) found on the topic, each checked against its hash;
-    those not found are absent from the answer (the caller says what is missing)."""
+) -> BlobAssembler:
+    """The blobs of `wanted` (sha256 hex) found on the topic, each checked against its hash, in
+    the answer's `blobs`; what was set aside on the way is in its `rejected`."""
     assembler = BlobAssembler(wanted)
     if not wanted:
-        return {}
+        return assembler
     # Closed explicitly: leaving the scan early must stop its consumer before the loop ends.
     async with contextlib.aclosing(
         read_records(connection, [Stream.BLOBS], prefix=prefix)
     ) as records:
         async for record in records:
-            try:
-                assembler.add(record.key, record.value)
-            except BlobError as exc:
-                raise InfraError(f"{record.position}: {exc}") from exc
+            assembler.add(record.key, record.value)
             if not assembler.missing:
                 break
-    return assembler.blobs
+    return assembler
+
+
+def _missing(what: str, missing: list[str], assembler: BlobAssembler, prefix: str) -> str:
+    set_aside = (
+        f"; {assembler.rejections} record(s) of them were set aside (first: "
+        f"{assembler.rejected[0]})"
+        if assembler.rejected
+        else ""
+    )
+    return (
+        f"{what}: {len(missing)} blob(s) are not on the {prefix} blobs topic (first: "
+        f"{missing[0][:12]}){set_aside}; if the recorder spooled them, they arrive once it "
+        "reaches the broker again"
+    )
 
 
 async def read_world(
@@ -51,13 +63,10 @@ async def read_world(
     """A recorded world's snapshot found by its digest alone (its manifest is a blob under
     it): what a judge request names."""
     found = await read_blobs(connection, [digest], prefix=prefix)
-    if digest not in found:
-        raise BlobsMissingError(
-            f"world {digest[:12]} is not on the {prefix} blobs topic (recorded before worlds "
-            "kept their manifest, or not delivered yet)"
-        )
+    if digest not in found.blobs:
+        raise BlobsMissingError(_missing(f"world {digest[:12]}", [digest], found, prefix))
     try:
-        return WorldSnapshot.from_manifest(found[digest])
+        return WorldSnapshot.from_manifest(found.blobs[digest])
     except ValueError as exc:
         raise InfraError(f"world {digest[:12]}: its manifest does not read: {exc}") from exc
 
@@ -72,12 +81,8 @@ async def restore_world(
     """Recreate a recorded world under `dest` (a fresh folder) from the log: folders, links and
     every file whose contents were kept; files recorded by hash only stay absent."""
     wanted = {e.sha256 for e in snapshot.entries if e.stored and e.sha256 is not None}
-    blobs = await read_blobs(connection, wanted, prefix=prefix)
-    missing = sorted(wanted - set(blobs))
+    found = await read_blobs(connection, wanted, prefix=prefix)
+    missing = sorted(wanted - set(found.blobs))
     if missing:
-        raise BlobsMissingError(
-            f"world {snapshot.digest[:12]}: {len(missing)} of its {len(wanted)} blobs are not on "
-            f"the {prefix} blobs topic (first: {missing[0][:12]}); if the recorder spooled them, "
-            "they arrive once it reaches the broker again"
-        )
-    restore_snapshot(snapshot, blobs, dest)
+        raise BlobsMissingError(_missing(f"world {snapshot.digest[:12]}", missing, found, prefix))
+    await asyncio.to_thread(restore_snapshot, snapshot, found.blobs, dest)

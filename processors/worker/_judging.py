@@ -83,7 +83,11 @@ class JudgeRunner:
             return self._result(request, name, None)
         if self.executor is None:
             return self._error(request, name, judge.version, "this worker runs no judges")
-        verdict = await self.executor.run(spec, request)
+        try:
+            verdict = await self.executor.run(spec, request)
+        except Exception as exc:  # an executor's own failure is this judge's, not the worker's
+            log.exception("judge %s failed on %s", name, request.session_id)
+            return self._error(request, name, judge.version, f"the judge run failed: {exc!r}")
         return self._result(request, name, verdict)
 
     def _error(self, request: JudgeRequest, name: str, version: str, error: str) -> JudgeResult:

@@ -60,6 +60,7 @@ async def run_agent(
     system: str | None = None,
     max_iterations: int = 10,
     temperature: float | None = None,
+    seed: int | None = None,
     family: str | None = None,
 ) -> AgentResult:
     """Run the loop with a captured `openai.AsyncOpenAI` client. `family` names the model's
@@ -80,6 +81,8 @@ async def run_agent(
         options["tools"] = [tool.openai() for tool in tools]
     if temperature is not None:
         options["temperature"] = temperature
+    if seed is not None:
+        options["seed"] = seed
     calls = errors = 0
     final = ""
     for iteration in range(1, max_iterations + 1):

@@ -71,6 +71,8 @@ class SandboxLimits(BaseModel):
     """Stdout and stderr together; past it the head and the tail are kept."""
     max_file_bytes: int = Field(256 << 20, gt=0)
     """Largest file a process may write (RLIMIT_FSIZE)."""
+    tmp_bytes: int = Field(256 << 20, gt=0)
+    """Size of the private /tmp (a tmpfs, in memory)."""
 
 
 class SandboxResult(BaseModel):
@@ -170,7 +172,7 @@ class Sandbox:
         )
 
     def _bwrap_args(self) -> list[str]:
-        args = [*_system_args(), "--bind", str(self.world), _WORLD]
+        args = [*_system_args(self.limits.tmp_bytes), "--bind", str(self.world), _WORLD]
         for inside, host in self.binds.items():
             args += ["--bind", str(host), inside]
         for inside, host in self.ro_binds.items():
@@ -227,8 +229,9 @@ def shell_tool(sandbox: Sandbox, *, name: str = "shell") -> Tool:
     result the model reads (`exit code N` or `timed out after T s`, then the output); a
     `SandboxError` (no sandbox here) is raised."""
     timeout = f"{sandbox.limits.timeout_s:g}"
+    writable = ", ".join([_WORLD, *sandbox.binds, "/tmp"])
     where = (
-        f"in {_WORLD}, the working directory, with no network (only {_WORLD} and /tmp are writable)"
+        f"in {_WORLD}, the working directory, with no network (only {writable} are writable)"
         if sandbox.mode == "bubblewrap"
         else "in the working directory"
     )
@@ -253,7 +256,7 @@ def shell_tool(sandbox: Sandbox, *, name: str = "shell") -> Tool:
     )
 
 
-def _system_args() -> list[str]:
+def _system_args(tmp_bytes: int = 256 << 20) -> list[str]:
     """The sandbox without the world: /usr and /etc read-only, /bin and friends as the host
     has them (links under merged /usr, else read-only folders), its own /proc, /dev and /tmp,
     then the interpreter's folders read-only (after /tmp, which may hold a venv)."""
@@ -263,7 +266,8 @@ def _system_args() -> list[str]:
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    args += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     for path in _interpreter_paths():
         args += ["--ro-bind", path, path]
     return args

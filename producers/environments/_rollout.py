@@ -12,6 +12,8 @@ reward: a rollout that never ran is not scored 0.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.producers._recorder import Recorder
-from rolltape.producers._world import WorldLimits
+from rolltape.producers._world import WorldError, WorldLimits
 from rolltape.producers.agent import AgentResult, run_agent
 from rolltape.producers.environments._base import Environment, Item, RewardResult, RolloutContext
 from rolltape.producers.judging import (
@@ -88,6 +90,15 @@ async def run_rollout(
             group_id=group_id,
         )
         ctx = RolloutContext(item=item, workdir=workdir, session=session, sample=sample)
+        rollout = functools.partial(
+            Rollout, item_id=item.item_id, session_id=session_id, sample=sample
+        )
+
+        def failed(error: str, **recorded: Any) -> Rollout:
+            """The session ended failed, the rollout with no reward (never scored 0)."""
+            session.end("failed", error=error, outcome={"item_id": item.item_id})
+            return rollout(status="failed", error=error, **recorded)
+
         async with session:
             # A recording copy sharing `client`'s connections (one client serves a whole batch:
             # building one loads the CA bundle, tens of milliseconds).
@@ -104,16 +115,12 @@ async def run_rollout(
                     family=family,
                 )
             except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                session.end("failed", error=error)
-                return Rollout(
-                    item_id=item.item_id,
-                    session_id=session_id,
-                    sample=sample,
-                    status="failed",
-                    error=error,
-                )
-            world, blobs = session.world(workdir, world_limits)
+                return failed(f"{type(exc).__name__}: {exc}")
+            try:
+                # off the loop: reading and hashing the tree must not stall other rollouts
+                world, blobs = await asyncio.to_thread(session.world, workdir, world_limits)
+            except WorldError as exc:  # a rollout whose world cannot be recorded is not scored
+                return failed(f"the world could not be recorded: {exc}", result=result)
             reward = await env.compute_reward(item, result, ctx)
             specs = env.judges(item, result, reward)
             verdicts: list[Verdict] = []
@@ -124,20 +131,10 @@ async def run_rollout(
                 )
                 for verdict in verdicts:
                     session.verdict(verdict.model_dump())
-                failed = [(s, v) for s, v in zip(specs, verdicts, strict=True) if v.status != "ok"]
-                if failed:
-                    error = "; ".join(f"judge {s.name}: {v.error}" for s, v in failed)
-                    session.end("failed", error=error, outcome={"item_id": item.item_id})
-                    return Rollout(
-                        item_id=item.item_id,
-                        session_id=session_id,
-                        sample=sample,
-                        status="failed",
-                        result=result,
-                        world=world,
-                        verdicts=tuple(verdicts),
-                        error=error,
-                    )
+                errors = [(s, v) for s, v in zip(specs, verdicts, strict=True) if v.status != "ok"]
+                if errors:
+                    error = "; ".join(f"judge {s.name}: {v.error}" for s, v in errors)
+                    return failed(error, result=result, world=world, verdicts=tuple(verdicts))
                 by_name = {s.name: v for s, v in zip(specs, verdicts, strict=True)}
                 reward = env.combine(item, reward, by_name)
             session.reward(
@@ -157,10 +154,7 @@ async def run_rollout(
                     **{f"metadata.{k}": v for k, v in sorted(reward.metadata.items())},
                 },
             )
-        return Rollout(
-            item_id=item.item_id,
-            session_id=session_id,
-            sample=sample,
+        return rollout(
             status="completed",
             result=result,
             reward=reward,

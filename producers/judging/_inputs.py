@@ -46,10 +46,10 @@ class JudgeInputs(BaseModel):
     """The session as data: its messages, tool calls and results, its reward."""
 
     def write(self, folder: Path) -> None:
-        """The three input files, in canonical JSON where they are data (the same inputs give
-        the same bytes, so a judge re-run on replay reads what the first run read)."""
+        """The three input files, in canonical JSON where they are data: the same inputs give
+        the same bytes."""
         (folder / "task.json").write_bytes(canonical_bytes(self.task))
-        (folder / "transcript.md").write_text(self.transcript)
+        (folder / "transcript.md").write_text(self.transcript, encoding="utf-8")
         (folder / "trace.json").write_bytes(canonical_bytes(self.trace))
 
 

@@ -50,8 +50,8 @@ async def run_judges(
         with tempfile.TemporaryDirectory(prefix="rolltape-world-", dir=workdir_root) as folder:
             path = Path(folder) / "world"
             try:
-                restore_snapshot(recorded.snapshot, recorded.blobs, path)
-            except WorldError as exc:
+                await asyncio.to_thread(restore_snapshot, recorded.snapshot, recorded.blobs, path)
+            except (WorldError, OSError, ValueError) as exc:
                 return runtime.error(spec, f"the world could not be restored: {exc}")
             view = WorldView(path, recorded.snapshot, restored=True)
             return await runtime.run(spec, judged_session_id, inputs=inputs, world=view)
@@ -68,8 +68,8 @@ async def run_judges(
                 await one(index, spec)
                 continue
             try:
-                reset_world(world.live, world.snapshot, world.blobs)
-            except WorldError as exc:
+                await asyncio.to_thread(reset_world, world.live, world.snapshot, world.blobs)
+            except (WorldError, OSError, ValueError) as exc:
                 verdicts[index] = runtime.error(spec, f"the world could not be reset: {exc}")
                 continue
             view = WorldView(world.live, world.snapshot, restored=False)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import tempfile
 import uuid
 from collections.abc import Mapping
@@ -31,6 +32,8 @@ from rolltape.producers.judging._outcome import HarnessOutcome
 from rolltape.producers.judging._tools import run_tools
 from rolltape.schemas import POLICY_MODEL, JudgeSpec, Verdict
 from rolltape.schemas.clients import ModelEndpoint
+
+log = logging.getLogger("rolltape.producers.judging")
 
 
 class JudgeRuntime:
@@ -119,12 +122,17 @@ class JudgeRuntime:
             try:
                 async with asyncio.timeout(spec.agent.budget.seconds):
                     outcome = await self._harness(spec, session, endpoint, inputs, world)
-            except (JudgeError, TimeoutError) as exc:
-                error = (
-                    f"the judge ran past its budget of {spec.agent.budget.seconds:g} s"
-                    if isinstance(exc, TimeoutError)
-                    else str(exc)
-                )
+            except asyncio.CancelledError:
+                session.end("interrupted", error="the judge run was cancelled")
+                raise
+            except Exception as exc:  # every failure of a judge is its error verdict
+                if isinstance(exc, TimeoutError):
+                    error = f"the judge ran past its budget of {spec.agent.budget.seconds:g} s"
+                elif isinstance(exc, JudgeError):
+                    error = str(exc)
+                else:  # not foreseen: named, so that it can be fixed, and never a silent 0
+                    log.exception("judge %s failed on %s", spec.name, judged_session_id)
+                    error = f"the judge run failed: {type(exc).__name__}: {exc}"[:500]
                 session.end("failed", error=error)
                 return Verdict(
                     judge=name,

@@ -14,6 +14,8 @@ before each call from the usage the server reported, and the time limit bounds t
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,11 +35,17 @@ from rolltape.producers.agent import (
 from rolltape.producers.judging._outcome import HarnessOutcome, add_usage, usage_of
 from rolltape.schemas import VERDICT_FILE, JudgeSpec, VerdictError, parse_verdict
 
+WORLD = "/world"
 RUN_FOLDER = "/judge"
+MAX_VERDICT_BYTES = 1 << 20
 
 
-def tools_system(spec: JudgeSpec, absent: Sequence[str]) -> str:
-    """The system message of a tools judge: where things are and what to write."""
+def tools_system(
+    spec: JudgeSpec, absent: Sequence[str], *, world: str = WORLD, run_folder: str = RUN_FOLDER
+) -> str:
+    """The system message of a tools judge: where things are and what to write (`world` and
+    `run_folder` as the judge's commands see them: fixed paths in the sandbox, the host's when
+    the sandbox was opted out of)."""
     schema = orjson.dumps(spec.verdict_schema, option=orjson.OPT_SORT_KEYS).decode()
     missing = (
         "These files of the world were too large to keep and are absent: "
@@ -47,12 +55,13 @@ def tools_system(spec: JudgeSpec, absent: Sequence[str]) -> str:
         else ""
     )
     return (
-        "You are a judge. The world you grade is the working directory /world, as the agent "
-        "left it; your shell commands run there in a sandbox without network. Your inputs are "
-        f"in {RUN_FOLDER}: task.json (the task), transcript.md (the agent's session) and "
-        f"trace.json (the same as data).\n{missing}"
+        f"You are a judge. The world you grade is the working directory {world}, as the agent "
+        "left it; your shell commands run there (in a sandbox without network). The file "
+        f"tools take paths relative to {world}. Your inputs are in {run_folder}: task.json "
+        "(the task), transcript.md (the agent's session) and trace.json (the same as data).\n"
+        f"{missing}"
         "Investigate as the request asks (read the files, run the tests), then write your "
-        f"verdict to {RUN_FOLDER}/{VERDICT_FILE} with the shell: one JSON object valid against "
+        f"verdict to {run_folder}/{VERDICT_FILE} with the shell: one JSON object valid against "
         f"this JSON Schema.\n{schema}\nWhen the file is written, reply with one sentence."
     )
 
@@ -109,6 +118,8 @@ async def run_tools(
     verdict_file = run_folder / VERDICT_FILE
     verdict_file.unlink(missing_ok=True)  # whatever put it there, it is not this judge's
     sandbox = Sandbox(world, limits, binds={RUN_FOLDER: run_folder}, unsandboxed=unsandboxed)
+    # Unsandboxed, nothing is mounted: the judge is told the host's paths.
+    seen_world, seen_run = (WORLD, RUN_FOLDER) if not unsandboxed else (str(world), str(run_folder))
     budgeted = _Budgeted(client, spec.agent.budget.tokens)
     result = await run_agent(
         budgeted,
@@ -116,18 +127,26 @@ async def run_tools(
         spec.prompt,
         [*file_tools(world), shell_tool(sandbox)],
         session=session,
-        system=tools_system(spec, absent),
+        system=tools_system(spec, absent, world=seen_world, run_folder=seen_run),
         max_iterations=spec.agent.budget.turns,
         temperature=spec.agent.temperature,
+        seed=spec.agent.seed,
         family=family,
     )
+    spent = budgeted.usage.get("total_tokens", 0)
+    if spent > spec.agent.budget.tokens:
+        raise JudgeError(
+            f"the judge spent {spent} tokens, over its budget of {spec.agent.budget.tokens}"
+        )
     try:
-        source = verdict_file.read_bytes()
+        source = _read_verdict(verdict_file)
     except FileNotFoundError:
         raise JudgeError(
             f"the judge wrote no {RUN_FOLDER}/{VERDICT_FILE} ({result.iterations} turns, "
             f"{'it answered' if result.stop == 'answered' else 'turn budget spent'})"
         ) from None
+    except OSError as exc:  # a link, a folder, too large: not a verdict file
+        raise JudgeError(f"{RUN_FOLDER}/{VERDICT_FILE} cannot be read as a verdict: {exc}") from exc
     try:
         verdict = parse_verdict(source.decode(errors="replace"), spec.verdict)
     except VerdictError as exc:
@@ -139,3 +158,17 @@ async def run_tools(
         usage=budgeted.usage,
         turns=result.iterations,
     )
+
+
+def _read_verdict(path: Path) -> bytes:
+    """The verdict file's bytes: a regular file (a link is not followed) of at most 1 MiB."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        data = os.read(fd, MAX_VERDICT_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_VERDICT_BYTES:
+        raise OSError(f"{path.name} is larger than {MAX_VERDICT_BYTES} bytes")
+    return data

@@ -44,7 +44,7 @@ def review_spec(item: Item, task_folder: Path) -> JudgeSpec:
     """The review of one rollout of `item`, its criteria and the original code rendered in."""
     module = f"{item.data['module']}.py"
     originals = "\n\n".join(
-        f"--- original {name} ---\n{(task_folder / name).read_text()}"
+        f"--- original {name} ---\n{(task_folder / name).read_text(encoding='utf-8')}"
         for name in [module, *item.data["tests"]]
     )
     return JudgeSpec(

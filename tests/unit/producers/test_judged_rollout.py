@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,6 @@ import pytest
 from pydantic import BaseModel
 
 from rolltape.producers import Recorder, take_snapshot
-from rolltape.producers.agent import sandbox_problem
 from rolltape.producers.environments import run_rollout
 from rolltape.producers.environments.bugfix import BugFixJudgedEnv
 from rolltape.producers.judging import JudgeInputs, JudgeRuntime, RecordedWorld, run_judges
@@ -29,7 +29,6 @@ from tests.support.openai_server import Completion, OpenAICompatibleServer, Repl
 from tests.unit.producers.recorded import spooled
 from tests.unit.producers.test_environments import FIXED_SLUG
 
-pytestmark = pytest.mark.skipif(sandbox_problem() is not None, reason="needs bubblewrap")
 REVIEW = {
     "tests_pass": True,
     "fixes_bug": True,
@@ -157,6 +156,39 @@ def test_a_judge_that_writes_no_verdict__fails_the_rollout_with_no_reward(
     assert judged[-1]["payload"]["status"] == "failed"
 
 
+def judge_world(
+    tmp_path: Path,
+    specs: list[JudgeSpec],
+    reply: Callable[[dict[str, Any]], Reply],
+    world: Path,
+    *,
+    unsandboxed: bool = False,
+) -> tuple[list[Any], int]:
+    """Run `specs` on session r1 in `world` (live, recorded first); (verdicts, model calls)."""
+    snapshot, blobs = take_snapshot(world)
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with OpenAICompatibleServer(reply) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
+
+        async def main() -> list[Any]:
+            runtime = JudgeRuntime(recorder, {"grader": endpoint}, unsandboxed=unsandboxed)
+            try:
+                return await run_judges(
+                    runtime,
+                    specs,
+                    "r1",
+                    inputs=JudgeInputs(),
+                    world=RecordedWorld(snapshot, blobs, live=world),
+                )
+            finally:
+                await runtime.aclose()
+
+        verdicts = asyncio.run(main())
+        calls = len(server.requests)
+    recorder.close(10)
+    return verdicts, calls
+
+
 class Seen(BaseModel):
     junk_seen: bool
 
@@ -169,7 +201,6 @@ def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms
     world = tmp_path / "world"
     world.mkdir()
     (world / "a.txt").write_text("the agent's work\n")
-    snapshot, blobs = take_snapshot(world)
     spans: dict[str, list[float]] = {}
     lock = threading.Lock()
 
@@ -195,25 +226,7 @@ def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms
         spec("c-one", "clean_room"),
         spec("c-two", "clean_room"),
     ]
-    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
-    with OpenAICompatibleServer(reply) as server:
-        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
-
-        async def main() -> Any:
-            runtime = JudgeRuntime(recorder, {"grader": endpoint})
-            try:
-                return await run_judges(
-                    runtime,
-                    specs,
-                    "r1",
-                    inputs=JudgeInputs(),
-                    world=RecordedWorld(snapshot, blobs, live=world),
-                )
-            finally:
-                await runtime.aclose()
-
-        verdicts = asyncio.run(main())
-    recorder.close(10)
+    verdicts, _ = judge_world(tmp_path, specs, reply, world)
     assert [v.status for v in verdicts] == ["ok"] * 4, [v.error for v in verdicts]
     assert [v.details["verdict"]["junk_seen"] for v in verdicts] == [False] * 4
     # in turn: every call of r-one before the first of r-two; clean rooms overlap each other
@@ -225,7 +238,6 @@ def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms
 def test_a_tools_judge_past_its_turns__is_an_error_not_a_verdict(tmp_path: Path) -> None:
     world = tmp_path / "world"
     world.mkdir()
-    snapshot, blobs = take_snapshot(world)
     spec = JudgeSpec(
         name="busy",
         version="1",
@@ -233,25 +245,26 @@ def test_a_tools_judge_past_its_turns__is_an_error_not_a_verdict(tmp_path: Path)
         verdict=Seen,
         agent=AgentSpec(harness="tools", budget=JudgeBudget(turns=2)),
     )
-    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
-    with OpenAICompatibleServer(lambda body: _shell("s", "ls")) as server:
-        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
-
-        async def main() -> Any:
-            runtime = JudgeRuntime(recorder, {"grader": endpoint})
-            try:
-                return await run_judges(
-                    runtime,
-                    [spec],
-                    "r1",
-                    inputs=JudgeInputs(),
-                    world=RecordedWorld(snapshot, blobs, live=world),
-                )
-            finally:
-                await runtime.aclose()
-
-        [verdict] = asyncio.run(main())
-        calls = len(server.requests)
-    recorder.close(10)
+    [verdict], calls = judge_world(tmp_path, [spec], lambda body: _shell("s", "ls"), world)
     assert verdict.status == "error" and "turn budget spent" in (verdict.error or "")
     assert calls == 2
+
+
+def test_an_unsandboxed_judge__is_told_the_host_paths_it_can_write(tmp_path: Path) -> None:
+    """The explicit opt-out mounts nothing, so the prompt names the real folders."""
+    world = tmp_path / "world"
+    world.mkdir()
+    spec = JudgeSpec(
+        name="plain", version="1", prompt="plain", verdict=Seen, agent=AgentSpec(harness="tools")
+    )
+
+    def reply(body: dict[str, Any]) -> Reply:
+        if _tool_results(body):
+            return Completion(content="done")
+        folder = re.search(r"Your inputs are in (\S+): task.json", body["messages"][0]["content"])
+        assert folder is not None and folder.group(1) != "/judge"
+        write = _write_verdict({"junk_seen": False}).replace("/judge", folder.group(1))
+        return _shell("w", write)
+
+    [verdict], _ = judge_world(tmp_path, [spec], reply, world, unsandboxed=True)
+    assert verdict.status == "ok", verdict.error

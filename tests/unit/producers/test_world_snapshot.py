@@ -70,9 +70,18 @@ def test_files_over_the_limits__are_recorded_by_hash_only(tmp_path: Path) -> Non
     (big,) = snapshot.missing
     assert (big.path, big.size, big.stored) == ("big.bin", 5000, False)
     assert big.sha256 == hashlib.sha256(b"x" * 5000).hexdigest() and big.sha256 not in blobs
-    # the total limit keeps the first files in path order, the rest by hash
-    _, few = take_snapshot(root, WorldLimits(max_total_bytes=30))
-    assert sum(len(b) for b in few.values()) <= 30
+    # the total limit keeps the smallest files first (a large one cannot crowd out the sources)
+    (root / "a-large-first.txt").write_bytes(b"y" * 40)
+    snapshot, few = take_snapshot(root, WorldLimits(max_total_bytes=70))
+    kept = {e.path for e in snapshot.entries if e.stored}
+    assert kept == {"copy.py", "pkg/mod.py", "run.sh"} and sum(len(b) for b in few.values()) <= 70
+
+
+def test_a_name_that_is_not_utf8__is_a_world_error_not_a_crash(tmp_path: Path) -> None:
+    root = world(tmp_path / "w")
+    (root / os.fsdecode(b"bad-\xff-name")).write_text("x")
+    with pytest.raises(WorldError, match="bad-"):
+        take_snapshot(root)
 
 
 def test_a_restored_snapshot__is_the_same_world(tmp_path: Path) -> None:
@@ -174,3 +183,14 @@ def test_reset_world__refuses_to_guess_a_changed_file_whose_contents_were_not_ke
     (root / "run.sh").write_text("changed")
     with pytest.raises(WorldError, match="were not kept"):
         reset_world(root, snapshot, blobs)
+
+
+def test_session_world__a_world_too_large_for_one_event_is_an_error(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    root.mkdir()
+    for n in range(9000):
+        (root / f"build-output-file-number-{n:05d}.o").write_bytes(b"")
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with recorder.session("big") as session, pytest.raises(WorldError, match="9000 entries"):
+        session.world(root)
+    recorder.close(10)
