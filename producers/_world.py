@@ -151,9 +151,13 @@ def _walk(root: str) -> list[tuple[str, str, os.stat_result]]:
 def _read(path: str, max_bytes: int) -> tuple[str, int, bytes | None]:
     """(sha256, size, the contents when at most `max_bytes`), read once, without following a
     link that replaced the file since it was listed."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    # Non-blocking: a FIFO swapped in since the listing must not hang the snapshot.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is no longer a regular file")
+        size = info.st_size
         if size <= max_bytes:
             data = os.read(fd, size + 1)  # one more: a file that grew is read to its end below
             if len(data) <= size and len(data) <= max_bytes:

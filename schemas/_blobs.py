@@ -75,8 +75,15 @@ def blob_records(
     if not _SHA256_HEX.match(sha):
         raise ValueError(f"{sha!r} is not a sha256 in hex")
     size = len(data)
-    bodies = [data[i : i + chunk_bytes] for i in range(0, size, chunk_bytes)] or [b""]
-    parts = [sha] if len(bodies) == 1 else [hashlib.sha256(b).hexdigest() for b in bodies]
+    if size <= chunk_bytes:  # most files: one chunk, whose hash is the blob's
+        header = b'{"index":0,"parts":["%s"],"sha256":"%s","size":%d}\n' % (
+            sha.encode(),
+            sha.encode(),
+            size,
+        )
+        return [(f"{sha}/0/{sha}".encode(), header + data)]
+    bodies = [data[i : i + chunk_bytes] for i in range(0, size, chunk_bytes)]
+    parts = [hashlib.sha256(b).hexdigest() for b in bodies]
     listed = ",".join(f'"{part}"' for part in parts)
     records = []
     for index, body in enumerate(bodies):

@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rolltape.schemas._canonical import canonical_bytes
 
+_NOT_NAMES = frozenset({"", ".", ".."})
+
 
 class WorldEntry(BaseModel):
     """One entry of a snapshot, by its path relative to the workdir (POSIX separators)."""
@@ -47,11 +49,16 @@ class WorldEntry(BaseModel):
             raise ValueError(f"{self.path}: only a file has contents")
         if (self.kind == "symlink") != (self.target is not None):
             raise ValueError(f"{self.path}: a symlink, and only a symlink, has a target")
-        parts = self.path.split("/")
-        if self.path.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"{self.path!r} is not a plain relative path")
-        if "\x00" in self.path or any(len(p.encode(errors="surrogateescape")) > 255 for p in parts):
-            raise ValueError(f"{self.path!r} is not a name a file system takes")
+        path = self.path
+        parts = path.split("/")
+        if path[0] == "/" or not _NOT_NAMES.isdisjoint(parts):
+            raise ValueError(f"{path!r} is not a plain relative path")
+        # (a name of at most 63 characters is at most 252 bytes: most names skip the encoding)
+        if "\x00" in path or (
+            max(map(len, parts)) > 63
+            and any(len(p.encode(errors="surrogateescape")) > 255 for p in parts)
+        ):
+            raise ValueError(f"{path!r} is not a name a file system takes")
         return self
 
 
@@ -60,9 +67,12 @@ def world_manifest(
 ) -> bytes:
     """The canonical bytes of a snapshot without its digest: what the digest is the sha256 of,
     and what the blobs topic stores under it, so a world can be found by its digest alone."""
+    dump = (
+        WorldEntry.__pydantic_serializer__.to_python
+    )  # model_dump's own core, without its wrapper
     return canonical_bytes(
         {
-            "entries": [e.model_dump() for e in entries],
+            "entries": [dump(e) for e in entries],
             "max_file_bytes": max_file_bytes,
             "max_total_bytes": max_total_bytes,
         }
