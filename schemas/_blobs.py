@@ -76,12 +76,12 @@ def blob_records(
         raise ValueError(f"{sha!r} is not a sha256 in hex")
     size = len(data)
     if size <= chunk_bytes:  # most files: one chunk, whose hash is the blob's
-        header = b'{"index":0,"parts":["%s"],"sha256":"%s","size":%d}\n' % (
+        single = b'{"index":0,"parts":["%s"],"sha256":"%s","size":%d}\n' % (
             sha.encode(),
             sha.encode(),
             size,
         )
-        return [(f"{sha}/0/{sha}".encode(), header + data)]
+        return [(f"{sha}/0/{sha}".encode(), single + data)]
     bodies = [data[i : i + chunk_bytes] for i in range(0, size, chunk_bytes)]
     parts = [hashlib.sha256(b).hexdigest() for b in bodies]
     listed = ",".join(f'"{part}"' for part in parts)
