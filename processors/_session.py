@@ -113,6 +113,8 @@ _EVENT_TYPES: Final = {
             "ruleset_evaluation",
             "world_snapshot",
             "verdict",
+            "prompt_version",
+            "prompt_promotion",
         }
     ),
     Stream.METRICS.value: frozenset(

@@ -588,6 +588,15 @@ class Session:
         rewards are; the worker's verdicts go on the verdicts stream, in the judge's domain."""
         self._record(_EVENTS, "verdict", dict(verdict))
 
+    def prompt_version(self, version: Mapping[str, Any]) -> None:
+        """A version of a prompt target (rolltape.schemas.PromptVersion, dumped)."""
+        self._record(_EVENTS, "prompt_version", dict(version))
+
+    def prompt_promotion(self, promotion: Mapping[str, Any]) -> None:
+        """A target's new champion (rolltape.schemas.PromptPromotion, dumped): the log, not a
+        file, says which version is the champion."""
+        self._record(_EVENTS, "prompt_promotion", dict(promotion))
+
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
         self._record(_EVENTS, "decision", _copy_containers(fields))

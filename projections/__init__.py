@@ -37,6 +37,7 @@ from rolltape.projections._export import (
 from rolltape.projections._feed import FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._projector import run_projector, trajectory_record
+from rolltape.projections._prompts import PromptLookupError, PromptTarget, fold_prompts
 from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import (
     ChainSpan,
@@ -74,6 +75,8 @@ __all__ = [
     "MemoryStore",
     "Message",
     "ProjectionError",
+    "PromptLookupError",
+    "PromptTarget",
     "RewardRecord",
     "Selection",
     "SessionEvidence",
@@ -89,6 +92,7 @@ __all__ = [
     "checked_event",
     "evidence_problems",
     "fold",
+    "fold_prompts",
     "order_key",
     "run_projector",
     "session_evidence",

@@ -87,6 +87,8 @@ from rolltape.schemas._events import (
     ModelErrorEvent,
     ModelSpecEvent,
     Producer,
+    PromptPromotionEvent,
+    PromptVersionEvent,
     RewardEvent,
     RuleEvaluationEvent,
     RulesetEvaluationEvent,
@@ -140,6 +142,12 @@ from rolltape.schemas._payloads import (
     Turn,
     parse_payload,
 )
+from rolltape.schemas._prompts import (
+    PROMPT_TARGET_PATTERN,
+    PromptPromotion,
+    PromptVersion,
+    prompt_digest,
+)
 from rolltape.schemas._reasoning import split_reasoning
 from rolltape.schemas._rule_figures import (
     Detection,
@@ -191,6 +199,7 @@ __all__ = [
     "PAYLOAD_MODELS",
     "POLICY_MODEL",
     "PRECEDENCE",
+    "PROMPT_TARGET_PATTERN",
     "REFERENCE_TASK",
     "RULE_CLASS",
     "RUN_ID_PATTERN",
@@ -255,6 +264,10 @@ __all__ = [
     "Placement",
     "Producer",
     "ProducerInfo",
+    "PromptPromotion",
+    "PromptPromotionEvent",
+    "PromptVersion",
+    "PromptVersionEvent",
     "RecordTooLargeError",
     "RemedyDirection",
     "RemedyParams",
@@ -314,6 +327,7 @@ __all__ = [
     "json_schemas",
     "parse_payload",
     "parse_verdict",
+    "prompt_digest",
     "raw_event_id",
     "read_blob_record",
     "read_event",

@@ -50,6 +50,7 @@ from rolltape.schemas._payloads import (
     Turn,
     parse_payload,
 )
+from rolltape.schemas._prompts import PromptPromotion, PromptVersion
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
 
@@ -257,6 +258,16 @@ class WorldSnapshotEvent(Event[WorldSnapshot]):
     type: Literal["world_snapshot"]
 
 
+class PromptVersionEvent(Event[PromptVersion]):
+    __slots__ = ()
+    type: Literal["prompt_version"]
+
+
+class PromptPromotionEvent(Event[PromptPromotion]):
+    __slots__ = ()
+    type: Literal["prompt_promotion"]
+
+
 class UnknownEvent(Event[BaseModel]):
     """An event of a type this version has no model for (a newer producer's): its header is
     read and checked like any other; `body` raises PayloadError."""
@@ -289,6 +300,8 @@ TypedEvent = (
     | EvaluationEvent
     | RulesetEvaluationEvent
     | WorldSnapshotEvent
+    | PromptVersionEvent
+    | PromptPromotionEvent
     | UnknownEvent
 )
 """What `read_event` returns: one member per event type, chosen by the record's `type`."""

@@ -24,6 +24,7 @@ from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
+from rolltape.schemas._prompts import PromptPromotion, PromptVersion
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
 
@@ -331,6 +332,8 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "evaluation": Evaluation,
     "ruleset_evaluation": RulesetEvaluation,
     "world_snapshot": WorldSnapshot,
+    "prompt_version": PromptVersion,
+    "prompt_promotion": PromptPromotion,
 }
 
 

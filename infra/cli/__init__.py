@@ -27,6 +27,7 @@ from rolltape.infra.cli import (
     parse,
     principal,
     project,
+    prompts,
     replay,
     report,
     rules,
@@ -55,6 +56,7 @@ app.add_typer(otlp.app, name="otlp")
 app.add_typer(cron.app, name="cron")
 app.add_typer(env.app, name="env")
 app.add_typer(batch.app, name="batch")
+app.add_typer(prompts.app, name="prompts")
 
 
 def _summary(command: Callable[..., Any]) -> str:

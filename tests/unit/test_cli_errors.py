@@ -159,6 +159,14 @@ CASES = [
         said="ROLLTAPE_MODELS does not read: a list or mapping setting is written as JSON",
         env={"ROLLTAPE_MODELS": "not json"},
     ),
+    Case(("prompts", "list"), said=NO_BROKER),
+    Case(("prompts", "show"), ("harness.policy",), NO_BROKER),
+    Case(("prompts", "diff"), ("harness.policy", "v000"), NO_BROKER),
+    Case(("prompts", "champion"), ("harness.policy",), NO_BROKER),
+    Case(
+        ("prompts", "add"), ("harness.policy", "--file", "{tmp}/missing.txt"), "--file", usage=True
+    ),
+    Case(("prompts", "add"), ("harness.policy", "--file", "{tmp}/empty"), "--file", usage=True),
     Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--quantiles", "0.99,0.01"), "low < high"),
     Case(("rules", "calibrate"), ("-o", "{tmp}/r.json", "--base", "{tmp}/missing.json"), "--base"),
     Case(("rules", "evaluate"), ("--ruleset", "{tmp}/missing.json"), "--ruleset: no rule-set file"),
