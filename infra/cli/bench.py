@@ -427,19 +427,26 @@ def judges(
         return
     console.print(f"machine: {r.machine}; {r.repeats} repeats, medians")
     console.print("(a) a world recorded (snapshot + blob records) and restored, against GNU tar")
+    console.print("    (goal: each ratio at most 2)")
     for s in r.snapshots:
+        console.print(f"    {s.files:,} files, {s.bytes / 2**20:.0f} MB:", highlight=False)
         console.print(
-            f"    {s.files:>5} files, {s.bytes / 2**20:.0f} MB: record {s.record_p50_ms:7.1f} ms "
-            f"(tar -cf {s.tar_create_p50_ms:6.1f} ms, ratio {s.record_ratio:.2f}); restore "
-            f"{s.restore_p50_ms:7.1f} ms (tar -xf {s.tar_extract_p50_ms:6.1f} ms, ratio "
-            f"{s.restore_ratio:.2f}); goal: ratios at most 2"
+            f"      record  {s.record_p50_ms:7.1f} ms  tar -cf {s.tar_create_p50_ms:7.1f} ms  "
+            f"ratio {s.record_ratio:.2f}",
+            highlight=False,
+        )
+        console.print(
+            f"      restore {s.restore_p50_ms:7.1f} ms  tar -xf {s.tar_extract_p50_ms:7.1f} ms  "
+            f"ratio {s.restore_ratio:.2f}",
+            highlight=False,
         )
     if r.sandbox is None:
         console.print(f"(b) sandbox: not measured: {r.sandbox_problem}")
         return
     b = r.sandbox
+    console.print(f"(b) a shell tool call ({b.command!r}, {b.calls} each way)", highlight=False)
     console.print(
-        f"(b) a shell tool call ({b.command!r}, {b.calls} each way): bubblewrap "
-        f"{b.sandboxed_p50_ms:.1f} ms, unsandboxed {b.unsandboxed_p50_ms:.1f} ms, added "
-        f"{b.added_p50_ms:.1f} ms (goal: at most 20 ms)"
+        f"    bubblewrap {b.sandboxed_p50_ms:.1f} ms, unsandboxed {b.unsandboxed_p50_ms:.1f} ms,"
+        f" added {b.added_p50_ms:.1f} ms (goal: at most 20 ms)",
+        highlight=False,
     )
