@@ -115,6 +115,7 @@ _EVENT_TYPES: Final = {
             "verdict",
             "prompt_version",
             "prompt_promotion",
+            "prompt_decision",
         }
     ),
     Stream.METRICS.value: frozenset(

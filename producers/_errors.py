@@ -24,6 +24,8 @@ ProducerError
 ├── EnvError               an environment cannot run as asked (no items in a split, an items
 │   │                      file that does not read, a batch name that is not one)
 │   └── WorldError         a workdir that cannot be snapshotted, a snapshot not restorable
+├── PromptLoopError        a prompt loop that cannot go on (no tuner endpoint, a tuner that gave
+│                          no valid proposal, a budget the estimate exceeds, a bad suite)
 ├── CronRecursionError     a cron run tried to start cron runs itself
 ├── JudgeError             a judge run that gave no valid verdict (its model failed, it spent its
 │                          budget, wrote no verdict or an invalid one): an error verdict that
@@ -116,6 +118,10 @@ class MonitorError(RecorderError):
 
 class HarnessError(RecorderError):
     """The decision harness cannot go on; the message says what to check."""
+
+
+class PromptLoopError(ProducerError):
+    """A prompt loop cannot go on; the rounds judged before it stopped stay on the log."""
 
 
 class NotStartedError(ProducerError, RuntimeError):

@@ -597,6 +597,11 @@ class Session:
         file, says which version is the champion."""
         self._record(_EVENTS, "prompt_promotion", dict(promotion))
 
+    def prompt_decision(self, decision: Mapping[str, Any]) -> None:
+        """A prompt loop's round judged (rolltape.schemas.PromptDecision, dumped): the rule, the
+        paired held-out results and the outcome, so anyone can recompute it from the log."""
+        self._record(_EVENTS, "prompt_decision", _copy_containers(dict(decision)))
+
     def decision(self, **fields: Any) -> None:
         """A training decision in the strict schema (rolltape.schemas.Decision)."""
         self._record(_EVENTS, "decision", _copy_containers(fields))

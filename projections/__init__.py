@@ -37,7 +37,14 @@ from rolltape.projections._export import (
 from rolltape.projections._feed import FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._projector import run_projector, trajectory_record
-from rolltape.projections._prompts import PromptLookupError, PromptTarget, fold_prompts
+from rolltape.projections._prompts import (
+    PROMPT_EVENT_TYPES,
+    Decided,
+    PromptLookupError,
+    PromptTarget,
+    TechniqueTally,
+    fold_prompts,
+)
 from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import (
     ChainSpan,
@@ -54,12 +61,14 @@ from rolltape.projections._trajectory import (
 __all__ = [
     "MANIFEST",
     "META_DIR",
+    "PROMPT_EVENT_TYPES",
     "AtroposSink",
     "AtroposSinkError",
     "ChainSpan",
     "Checkpoints",
     "Chosen",
     "ChosenStore",
+    "Decided",
     "ExportFile",
     "ExportLine",
     "ExportOptions",
@@ -82,6 +91,7 @@ __all__ = [
     "SessionEvidence",
     "SortKey",
     "Tally",
+    "TechniqueTally",
     "ToolCallRecord",
     "ToolOutcome",
     "ToolStats",

@@ -13,7 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rolltape.projections._errors import ProjectionError
-from rolltape.schemas import PromptPromotion, PromptVersion, TypedEvent
+from rolltape.schemas import PromptDecision, PromptPromotion, PromptVersion, TypedEvent
+
+PROMPT_EVENT_TYPES = frozenset({"prompt_version", "prompt_promotion", "prompt_decision"})
+"""The events a prompt target's history is folded from."""
 
 
 class PromptLookupError(ProjectionError, LookupError):
@@ -37,6 +40,24 @@ class Promoted:
     ts_ns: int
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A round of a prompt loop as the log holds it."""
+
+    decision: PromptDecision
+    session_id: str
+    ts_ns: int
+
+
+@dataclass(frozen=True)
+class TechniqueTally:
+    """One technique's record on the scoreboard."""
+
+    technique: str
+    wins: int
+    losses: int
+
+
 @dataclass
 class PromptTarget:
     """One target's history."""
@@ -44,6 +65,7 @@ class PromptTarget:
     name: str
     versions: list[Recorded] = field(default_factory=list)
     promotions: list[Promoted] = field(default_factory=list)
+    decisions: list[Decided] = field(default_factory=list)
 
     def by_digest(self) -> dict[str, Recorded]:
         return {r.version.digest: r for r in self.versions}
@@ -59,6 +81,22 @@ class PromptTarget:
     def label_of(self, digest: str) -> str:
         found = self.by_digest().get(digest)
         return found.label if found is not None else digest[:12]
+
+    def scoreboard(self) -> list[TechniqueTally]:
+        """Wins and losses per technique over every judged round (a round's technique is its
+        proposal's), by technique name."""
+        versions = self.by_digest()
+        counts: dict[str, list[int]] = {}
+        for decided in self.decisions:
+            proposal = versions.get(decided.decision.proposal)
+            technique = (proposal.version.technique if proposal else None) or "unknown"
+            row = counts.setdefault(technique, [0, 0])
+            row[0 if decided.decision.promoted else 1] += 1
+        return [TechniqueTally(name, w, lost) for name, (w, lost) in sorted(counts.items())]
+
+    def rounds(self, loop: str | None = None) -> list[Decided]:
+        """The judged rounds (of one loop run, or all), in log order."""
+        return [d for d in self.decisions if loop is None or d.decision.loop == loop]
 
     def find(self, ref: str) -> Recorded:
         """A version by label (`v003`), `champion`, or digest (a unique prefix of 6 or more)."""
@@ -80,10 +118,10 @@ class PromptTarget:
 
 def fold_prompts(events: Iterable[tuple[str, TypedEvent]]) -> dict[str, PromptTarget]:
     """Every target's history from `(session_id, event)` pairs of any sessions (events other
-    than prompt versions and promotions are ignored), by target name."""
+    than prompt versions, promotions and decisions are ignored), by target name."""
     found: list[tuple[int, str, int, TypedEvent]] = []
     for session_id, env in events:
-        if env.type in ("prompt_version", "prompt_promotion"):
+        if env.type in PROMPT_EVENT_TYPES:
             found.append((env.ts_ns, session_id, env.seq, env))
     targets: dict[str, PromptTarget] = {}
     for ts_ns, session_id, _, env in sorted(found, key=lambda f: f[:3]):
@@ -96,4 +134,7 @@ def fold_prompts(events: Iterable[tuple[str, TypedEvent]]) -> dict[str, PromptTa
         elif isinstance(body, PromptPromotion):
             target = targets.setdefault(body.target, PromptTarget(body.target))
             target.promotions.append(Promoted(body, session_id, ts_ns))
+        elif isinstance(body, PromptDecision):
+            target = targets.setdefault(body.target, PromptTarget(body.target))
+            target.decisions.append(Decided(body, session_id, ts_ns))
     return dict(sorted(targets.items()))

@@ -87,6 +87,7 @@ from rolltape.schemas._events import (
     ModelErrorEvent,
     ModelSpecEvent,
     Producer,
+    PromptDecisionEvent,
     PromptPromotionEvent,
     PromptVersionEvent,
     RewardEvent,
@@ -141,6 +142,12 @@ from rolltape.schemas._payloads import (
     ToolSpec,
     Turn,
     parse_payload,
+)
+from rolltape.schemas._prompt_decisions import (
+    PairedResult,
+    PromotionFigures,
+    PromotionRule,
+    PromptDecision,
 )
 from rolltape.schemas._prompts import (
     PROMPT_TARGET_PATTERN,
@@ -260,10 +267,15 @@ __all__ = [
     "ModelErrorEvent",
     "ModelSpec",
     "ModelSpecEvent",
+    "PairedResult",
     "PayloadError",
     "Placement",
     "Producer",
     "ProducerInfo",
+    "PromotionFigures",
+    "PromotionRule",
+    "PromptDecision",
+    "PromptDecisionEvent",
     "PromptPromotion",
     "PromptPromotionEvent",
     "PromptVersion",

@@ -50,6 +50,7 @@ from rolltape.schemas._payloads import (
     Turn,
     parse_payload,
 )
+from rolltape.schemas._prompt_decisions import PromptDecision
 from rolltape.schemas._prompts import PromptPromotion, PromptVersion
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
@@ -268,6 +269,11 @@ class PromptPromotionEvent(Event[PromptPromotion]):
     type: Literal["prompt_promotion"]
 
 
+class PromptDecisionEvent(Event[PromptDecision]):
+    __slots__ = ()
+    type: Literal["prompt_decision"]
+
+
 class UnknownEvent(Event[BaseModel]):
     """An event of a type this version has no model for (a newer producer's): its header is
     read and checked like any other; `body` raises PayloadError."""
@@ -302,6 +308,7 @@ TypedEvent = (
     | WorldSnapshotEvent
     | PromptVersionEvent
     | PromptPromotionEvent
+    | PromptDecisionEvent
     | UnknownEvent
 )
 """What `read_event` returns: one member per event type, chosen by the record's `type`."""

@@ -24,6 +24,7 @@ from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
+from rolltape.schemas._prompt_decisions import PromptDecision
 from rolltape.schemas._prompts import PromptPromotion, PromptVersion
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
@@ -334,6 +335,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "world_snapshot": WorldSnapshot,
     "prompt_version": PromptVersion,
     "prompt_promotion": PromptPromotion,
+    "prompt_decision": PromptDecision,
 }
 
 

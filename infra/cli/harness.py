@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -16,11 +19,12 @@ from rich.table import Table
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import CliError, console, settings
+from rolltape.infra.commands.prompts import POLICY_TARGET, prompt_targets
 from rolltape.infra.commands.worker import can_provision
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.topics import provision
 from rolltape.infra.settings import Settings
-from rolltape.schemas import REFERENCE_TASK, Role
+from rolltape.schemas import REFERENCE_TASK, PromptVersion, Role
 
 if TYPE_CHECKING:  # the training package needs torch: imported where a command runs
     from rolltape.producers.training import SelfRefineResult
@@ -80,6 +84,14 @@ def run(
         bool, typer.Option(help="Run a `rolltape worker` for the duration (else one must run).")
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed of the first attempt (+1 per attempt).")] = 0,
+    prompt_ref: Annotated[
+        str,
+        typer.Option(
+            "--prompt",
+            help="The llm policy's system prompt: a version of harness.policy (label, digest "
+            "prefix), `champion` (the log's, else the playbook) or `base` (the playbook).",
+        ),
+    ] = "champion",
 ) -> None:
     """Self-refine attempts: each a monitored training session of the reference task linked to
     the previous one; attempt k+1's policy sees attempt k's verdict. Needs a worker: the
@@ -109,47 +121,63 @@ def run(
             "the llm policy needs an endpoint for the logical model 'policy': set "
             'ROLLTAPE_MODELS, e.g. \'{"policy": {"base_url": "http://host:8000/v1", "model": "m"}}\''
         )
+    prompt = _policy_prompt(s, prompt_ref) if policy is PolicyName.llm else None
     if can_provision(s):
         provision(s)
-    with tempfile.TemporaryDirectory() as logs:
-        worker = _worker(s, Path(logs), start_worker)
+    with running_worker(s, start_worker):
+        agent = open_recorder(s)
+        monitor = open_monitor_recorder(s)
+        follower = rules_and_verdicts_follower(require_connection(s, Role.MONITOR), s.topic_prefix)
         try:
-            agent = open_recorder(s)
-            monitor = open_monitor_recorder(s)
-            follower = rules_and_verdicts_follower(
-                require_connection(s, Role.MONITOR), s.topic_prefix
+            chosen: Policy = (
+                LLMPolicy(s.models["policy"], agent, prompt=prompt)
+                if policy is PolicyName.llm
+                else ScriptedPolicy()
             )
-            try:
-                chosen: Policy = (
-                    LLMPolicy(s.models["policy"], agent)
-                    if policy is PolicyName.llm
-                    else ScriptedPolicy()
-                )
-                harness = Harness(
-                    agent=agent,
-                    monitor_recorder=monitor,
-                    follower=follower,
-                    policy=chosen,
-                    config=HarnessConfig(
-                        epochs=epochs,
-                        seed=seed,
-                        waived_rules=tuple(waive or ()),
-                    ),
-                )
-                console.print(
-                    f"training {SCENARIOS[scenario].description} ({attempts} attempt(s), "
-                    f"{chosen.name} policy)"
-                )
-                result = harness.self_refine(SCENARIOS[scenario], attempts)
-            finally:
-                follower.close()
-                monitor.close()
-                agent.close()
+            harness = Harness(
+                agent=agent,
+                monitor_recorder=monitor,
+                follower=follower,
+                policy=chosen,
+                config=HarnessConfig(
+                    epochs=epochs,
+                    seed=seed,
+                    waived_rules=tuple(waive or ()),
+                ),
+            )
+            console.print(
+                f"training {SCENARIOS[scenario].description} ({attempts} attempt(s), "
+                f"{chosen.name} policy)"
+            )
+            result = harness.self_refine(SCENARIOS[scenario], attempts)
         finally:
-            if worker is not None:
-                worker.stop()
+            follower.close()
+            monitor.close()
+            agent.close()
     print_attempts(result)
     console.print(f"report: rolltape report --task {REFERENCE_TASK}/{scenario} -o report.html")
+
+
+def _policy_prompt(s: Settings, ref: str) -> PromptVersion | None:
+    """The version `--prompt` names (None: the playbook, unrecorded)."""
+    if ref == "base":
+        return None
+    targets = asyncio.run(prompt_targets(s))
+    history = targets.get(POLICY_TARGET)
+    if ref == "champion" and (history is None or history.champion is None):
+        console.print(f"{POLICY_TARGET} has no champion in the log: the policy uses the playbook")
+        return None
+    if history is None:
+        raise CliError(
+            f"the log holds no versions of {POLICY_TARGET}, so --prompt {ref} names nothing: "
+            "use --prompt base, or record one with `rolltape prompts add`"
+        )
+    recorded = history.find(ref)
+    console.print(
+        f"policy prompt: {POLICY_TARGET} {recorded.label} ({recorded.version.digest[:12]})",
+        highlight=False,
+    )
+    return recorded.version
 
 
 def print_attempts(result: SelfRefineResult) -> None:
@@ -180,6 +208,19 @@ def print_attempts(result: SelfRefineResult) -> None:
                 x for x in (v.rule or "", "" if v.epoch is None else f"epoch {v.epoch}") if x
             )
             console.print(f"  attempt {a.attempt}: {v.code} ({where}): {escape(v.message)}")
+
+
+@contextmanager
+def running_worker(s: Settings, start: bool) -> Iterator[None]:
+    """A worker judging for the duration: the one already running, or (with `start`) one run
+    here and stopped after."""
+    with tempfile.TemporaryDirectory() as logs:
+        worker = _worker(s, Path(logs), start)
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
 
 
 def _worker(s: Settings, logs: Path, start: bool) -> WorkerProcess | None:

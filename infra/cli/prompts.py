@@ -1,5 +1,5 @@
-"""`rolltape prompts list | show | diff | champion | add`: prompt targets' versions, their lineage
-and champions, as the log holds them."""
+"""`rolltape prompts list | show | diff | champion | add | evolve | scoreboard`: prompt targets'
+versions, their lineage and champions as the log holds them, and the prompt loop."""
 
 from __future__ import annotations
 
@@ -9,12 +9,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import console, settings
-from rolltape.infra.commands.prompts import prompt_targets, record_version
+from rolltape.infra.commands.prompts import (
+    check_evolve,
+    plan_evolve,
+    prompt_targets,
+    record_version,
+)
+from rolltape.infra.commands.prompts import evolve as evolve_loop
+from rolltape.producers.prompts import Case, RoundResult, Suite
 from rolltape.projections import PromptLookupError, PromptTarget
+from rolltape.schemas import PromotionRule
 
 app = typer.Typer(
     help="Prompt targets' versions (content-addressed, with their lineage) and champions, "
@@ -173,3 +182,208 @@ def add(
     console.print(f"{target} {label} ({version.digest[:12]}) recorded", highlight=False)
     if promotion is not None:
         console.print(f"{target}: {label} is the champion", highlight=False)
+
+
+def _cases(values: list[str], option: str) -> tuple[Case, ...]:
+    cases = []
+    for value in values:
+        name, _, seed = value.partition(":")
+        try:
+            cases.append(Case(name=name, seed=int(seed) if seed else 0))
+        except ValueError as exc:
+            raise typer.BadParameter(
+                f"{value!r}: a case is SCENARIO or SCENARIO:SEED (an integer seed)",
+                param_hint=option,
+            ) from exc
+    return tuple(cases)
+
+
+@app.command()
+def evolve(
+    target: TargetArg,
+    rounds: Annotated[int, typer.Option(min=1, help="Rounds of propose, test, judge.")] = 3,
+    resume_from_champion: Annotated[
+        bool,
+        typer.Option(
+            "--resume-from-champion", help="Start from the log's champion (default: the base)."
+        ),
+    ] = False,
+    budget_calls: Annotated[
+        int | None,
+        typer.Option(min=1, help="Refuse to start when the loop may make more model calls."),
+    ] = None,
+    learn: Annotated[
+        list[str],
+        typer.Option(help="A learning case, SCENARIO[:SEED] (repeatable; default suite if none)."),
+    ] = [],  # noqa: B006 (typer reads the default)
+    heldout: Annotated[
+        list[str],
+        typer.Option(help="A held-out case, SCENARIO[:SEED] (repeatable; default suite if none)."),
+    ] = [],  # noqa: B006 (typer reads the default)
+    epochs: Annotated[
+        int | None, typer.Option(min=1, help="Epochs per test run (default: the scenario's).")
+    ] = None,
+    margin: Annotated[
+        float, typer.Option(help="The interval's lower end must lie above this.")
+    ] = 0.0,
+    confidence: Annotated[
+        float, typer.Option(min=0.5, max=0.999, help="The bootstrap interval's coverage.")
+    ] = 0.95,
+    start_worker: Annotated[
+        bool, typer.Option(help="Run a `rolltape worker` for the duration (else one must run).")
+    ] = False,
+) -> None:
+    """The prompt loop: each round the tuner (ROLLTAPE_MODELS `tuner`) proposes a version from
+    the champion's failures on the learning cases; champion and proposal run the held-out cases
+    with the same seeds (the `policy` model, judged by the worker); the stated rule promotes."""
+    from rolltape.infra.cli.harness import running_worker
+
+    config = settings()
+    suite = None
+    if learn or heldout:
+        try:
+            suite = Suite(learn=_cases(learn, "--learn"), heldout=_cases(heldout, "--heldout"))
+        except ValidationError as exc:
+            problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise typer.BadParameter(problem, param_hint="--learn/--heldout") from exc
+    check_evolve(config, target, suite)
+    targets = asyncio.run(prompt_targets(config))
+    plan = plan_evolve(
+        config,
+        targets.get(target),
+        target,
+        rounds=rounds,
+        resume_from_champion=resume_from_champion,
+        budget_calls=budget_calls,
+        suite=suite,
+        epochs=epochs,
+        rule=PromotionRule(margin=margin, confidence=confidence),
+    )
+    console.print(
+        f"{target}: starting from {plan.start_label} ({plan.start.digest[:12]})", highlight=False
+    )
+    console.print(
+        f"learning cases: {', '.join(c.label for c in plan.suite.learn) or 'none'}; held out: "
+        f"{', '.join(c.label for c in plan.suite.heldout)}",
+        highlight=False,
+    )
+    console.print(f"rule: {plan.rule.describe()}", highlight=False)
+    console.print(f"cost: {plan.estimate.describe()}", highlight=False)
+
+    def said(result: RoundResult) -> None:
+        d, f = result.decision, result.decision.figures
+        console.print(
+            f"round {d.round}: {result.proposal.technique} "
+            f"({escape(result.proposal.rationale or '-')}): pass rate "
+            f"{_rate(f.champion_pass_rate)} -> {_rate(f.proposal_pass_rate)}, score "
+            f"{_rate(f.champion_mean, 3)} -> {_rate(f.proposal_mean, 3)}; {escape(d.reason)}",
+            highlight=False,
+        )
+
+    with running_worker(config, start_worker):
+        result = evolve_loop(config, plan, on_round=said)
+    console.print(
+        f"{result.runs} test runs and {result.model_calls} model calls "
+        f"(estimated at most {plan.estimate.model_calls}); loop session {result.loop}",
+        highlight=False,
+    )
+    history = _target(target)
+    _print_scoreboard(history, loop=result.loop)
+    console.print(f"{target}: champion {_name(history)}", highlight=False)
+
+
+@app.command()
+def scoreboard(target: TargetArg) -> None:
+    """Wins and losses per technique, and every judged round with its pass rates and figures."""
+    _print_scoreboard(_target(target))
+
+
+def _print_scoreboard(history: PromptTarget, loop: str | None = None) -> None:
+    """One line per judged round (as the reference's scoreboard), then the tallies."""
+    rounds = history.rounds(loop)
+    if rounds:
+        console.print(f"{history.name}: rounds{' of this loop' if loop else ''}", highlight=False)
+    for number, decided in enumerate(rounds, 1):
+        d, f = decided.decision, decided.decision.figures
+        proposal = history.by_digest().get(d.proposal)
+        technique = (proposal.version.technique if proposal else None) or "-"
+        console.print(
+            f"  {number:>3}  {history.label_of(d.proposal)} ({technique}) vs "
+            f"{history.label_of(d.champion)}: pass {_rate(f.champion_pass_rate)} -> "
+            f"{_rate(f.proposal_pass_rate)}, score {_rate(f.champion_mean, 3)} -> "
+            f"{_rate(f.proposal_mean, 3)}: {d.outcome}",
+            highlight=False,
+        )
+    if rounds:
+        console.print(
+            f"why a round went as it did: rolltape prompts explain {history.name} NUMBER",
+            highlight=False,
+        )
+    tallies = history.scoreboard()
+    console.print(
+        "scoreboard: "
+        + (
+            " · ".join(f"{t.technique} {t.wins} win(s), {t.losses} loss(es)" for t in tallies)
+            or "no rounds judged yet"
+        ),
+        highlight=False,
+    )
+
+
+def _rate(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+@app.command()
+def explain(
+    target: TargetArg,
+    round_: Annotated[
+        int | None,
+        typer.Argument(metavar="ROUND", help="A round's number in the log (default: the last)."),
+    ] = None,
+) -> None:
+    """Why a round went as it did: the rule, every held-out pair with the sessions that ran it
+    and what the judge said, and the figures the rule measured."""
+    history = _target(target)
+    rounds = history.rounds()
+    if not rounds:
+        raise PromptLookupError(
+            f"no round of {target} was judged yet: run `rolltape prompts evolve`"
+        )
+    number = len(rounds) if round_ is None else round_
+    if not 1 <= number <= len(rounds):
+        raise PromptLookupError(f"{target} has rounds 1 to {len(rounds)} in the log, not {number}")
+    d = rounds[number - 1].decision
+    f = d.figures
+    console.print(
+        f"{target} round {number} (round {d.round} of loop {d.loop}): "
+        f"{history.label_of(d.proposal)} against {history.label_of(d.champion)}",
+        highlight=False,
+    )
+    console.print(f"rule: {d.rule.describe()}", highlight=False)
+    table = Table(title="held-out pairs (same case, same seed)", title_justify="left")
+    for column in ("case", "seed", "champion", "proposal"):
+        table.add_column(column, no_wrap=True)
+    for p in d.pairs:
+        table.add_row(
+            p.case,
+            str(p.seed),
+            _result(p.champion_score, p.champion_passed),
+            _result(p.proposal_score, p.proposal_passed),
+        )
+    console.print(table)
+    console.print("the sessions that ran them (champion, then proposal):", highlight=False)
+    for p in d.pairs:
+        console.print(f"  {p.label}: {p.champion_session}", highlight=False, soft_wrap=True)
+        console.print(f"  {p.label}: {p.proposal_session}", highlight=False, soft_wrap=True)
+    interval = "-" if f.lower is None else f"[{f.lower:+.3f}, {f.upper:+.3f}]"
+    console.print(
+        f"mean difference {_rate(f.mean_difference, 3)}, interval {interval}; pass rate "
+        f"{_rate(f.champion_pass_rate)} -> {_rate(f.proposal_pass_rate)}",
+        highlight=False,
+    )
+    console.print(escape(d.reason), highlight=False)
+
+
+def _result(score: float | None, passed: bool) -> str:
+    return f"{_rate(score, 3)} {'pass' if passed else 'fail'}"

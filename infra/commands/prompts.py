@@ -1,5 +1,6 @@
 """`rolltape prompts` wiring: prompt targets read from the log (the versions, their lineage, the
-champion), and versions recorded by hand (a first version, a person's edit, a manual promotion).
+champion), versions recorded by hand (a first version, a person's edit, a manual promotion), and
+the prompt loop (`evolve`): planned and checked against its budget before it runs.
 
 The pure part is rolltape.projections (`fold_prompts`); this reads and writes Kafka.
 """
@@ -7,22 +8,42 @@ The pure part is rolltape.projections (`fold_prompts`); this reads and writes Ka
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from rolltape.infra import open_recorder
+from pydantic import BaseModel, ConfigDict
+
+from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
-from rolltape.projections import PromptTarget, fold_prompts
-from rolltape.schemas import PromptPromotion, PromptVersion, Role, Stream
+from rolltape.producers import PromptLoopError
+from rolltape.producers.prompts import (
+    LoopEstimate,
+    LoopResult,
+    PromptLoop,
+    RoundResult,
+    Suite,
+    Tuner,
+    estimate,
+)
+from rolltape.projections import PROMPT_EVENT_TYPES, PromptTarget, fold_prompts
+from rolltape.schemas import (
+    PromotionRule,
+    PromptPromotion,
+    PromptVersion,
+    Role,
+    Stream,
+)
 
-_PROMPT_EVENTS = frozenset({"prompt_version", "prompt_promotion"})
+POLICY_TARGET = "harness.policy"
+"""The harness's LLM policy (rolltape.producers.training.POLICY_PROMPT_TARGET; named here so
+reading the log needs no torch)."""
 
 
 async def prompt_targets(settings: Settings) -> dict[str, PromptTarget]:
     """Every prompt target the log holds, with its history."""
     connection = require_connection(settings, Role.READER)
-    scan = SessionScan(keeps=lambda env: env.type in _PROMPT_EVENTS)
+    scan = SessionScan(keeps=lambda env: env.type in PROMPT_EVENT_TYPES)
     with await scan_sessions(
         connection, [Stream.EVENTS], scan, prefix=settings.topic_prefix
     ) as scanned:
@@ -75,3 +96,145 @@ def record_version(
     finally:
         recorder.close(60)
     return version, promotion
+
+
+class EvolvePlan(BaseModel):
+    """A prompt loop ready to run: its target, where it starts, its suite and what it may cost
+    at most (checked against the budget before anything runs)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    target: str
+    start: PromptVersion
+    start_label: str
+    rounds: int
+    suite: Suite
+    rule: PromotionRule
+    epochs: int | None
+    estimate: LoopEstimate
+    labels: dict[str, str]
+    scoreboard: tuple[str, ...]
+
+
+EVOLVABLE = (POLICY_TARGET,)
+"""The targets `prompts evolve` can run today: the harness's LLM decision policy."""
+
+
+def check_evolve(settings: Settings, target: str, suite: Suite | None) -> None:
+    """What can be checked before the log is read: a target the loop can test, the `tuner` and
+    `policy` endpoints, and cases that are harness scenarios; PromptLoopError saying what to
+    change."""
+    if target not in EVOLVABLE:
+        raise PromptLoopError(
+            f"{target!r} cannot be evolved yet: the loop runs {', '.join(EVOLVABLE)} (an "
+            "environment's system prompt is not wired yet)"
+        )
+    for role in ("tuner", "policy"):
+        if role not in settings.models:
+            raise PromptLoopError(
+                f"the prompt loop needs an endpoint for the logical model {role!r}: set "
+                'ROLLTAPE_MODELS, e.g. \'{"tuner": {"base_url": "http://host:8000/v1", '
+                '"model": "m"}, "policy": {...}}\''
+            )
+    if suite is not None:
+        from rolltape.producers.training import SCENARIOS
+
+        unknown = sorted({c.name for c in (*suite.learn, *suite.heldout)} - set(SCENARIOS))
+        if unknown:
+            raise PromptLoopError(
+                f"{', '.join(unknown)}: not a harness scenario (see `rolltape harness scenarios`)"
+            )
+
+
+def plan_evolve(
+    settings: Settings,
+    history: PromptTarget | None,
+    target: str,
+    *,
+    rounds: int,
+    resume_from_champion: bool = False,
+    budget_calls: int | None = None,
+    suite: Suite | None = None,
+    epochs: int | None = None,
+    rule: PromotionRule | None = None,
+) -> EvolvePlan:
+    """Check what a loop needs (`check_evolve`, and a champion to resume from) and that its
+    estimate fits `budget_calls`; PromptLoopError with what to change otherwise."""
+    from rolltape.producers.training import BASE_POLICY_PROMPT, DEFAULT_SUITE, max_policy_calls
+
+    suite = suite or DEFAULT_SUITE
+    check_evolve(settings, target, suite)
+    if resume_from_champion:
+        champion = history.champion if history is not None else None
+        if champion is None:
+            raise PromptLoopError(
+                f"{target} has no champion to resume from (nothing was promoted): run without "
+                "--resume-from-champion to start from the base prompt"
+            )
+        start, start_label = champion.version, champion.label
+    else:
+        start = PromptVersion.of(
+            target, BASE_POLICY_PROMPT, technique="base", rationale="the playbook as shipped"
+        )
+        start_label = history.label_of(start.digest) if history is not None else "base"
+    bound = estimate(suite, max_policy_calls(epochs, suite), rounds)
+    if budget_calls is not None and bound.model_calls > budget_calls:
+        raise PromptLoopError(
+            f"the loop may make {bound.describe()}, over --budget-calls {budget_calls}: lower "
+            "--rounds or --epochs, or raise the budget"
+        )
+    return EvolvePlan(
+        target=target,
+        start=start,
+        start_label=start_label,
+        rounds=rounds,
+        suite=suite,
+        rule=rule or PromotionRule(),
+        epochs=epochs,
+        estimate=bound,
+        labels={r.version.digest: r.label for r in history.versions} if history else {},
+        scoreboard=tuple(
+            f"{t.technique}: {t.wins} win(s), {t.losses} loss(es)"
+            for t in (history.scoreboard() if history is not None else [])
+        ),
+    )
+
+
+def evolve(
+    settings: Settings,
+    plan: EvolvePlan,
+    *,
+    on_round: Callable[[RoundResult], None] | None = None,
+) -> LoopResult:
+    """Run the planned loop (a worker must be judging: the harness waits for its verdicts)."""
+    from rolltape.producers.training import HarnessTester, rules_and_verdicts_follower
+
+    agent = open_recorder(settings)
+    monitor = open_monitor_recorder(settings)
+    follower = rules_and_verdicts_follower(
+        require_connection(settings, Role.MONITOR), settings.topic_prefix
+    )
+    try:
+        tester = HarnessTester(
+            endpoint=settings.models["policy"],
+            agent=agent,
+            monitor_recorder=monitor,
+            follower=follower,
+            suite=plan.suite,
+            epochs=plan.epochs,
+        )
+        loop = PromptLoop(
+            agent,
+            Tuner(settings.models["tuner"], agent),
+            tester,
+            target=plan.target,
+            suite=plan.suite,
+            rule=plan.rule,
+            labels=plan.labels,
+            scoreboard=plan.scoreboard,
+        )
+        return loop.run(plan.start, plan.rounds, on_round=on_round)
+    finally:
+        follower.close()
+        monitor.close()
+        agent.close(60)

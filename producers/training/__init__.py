@@ -26,10 +26,13 @@ from rolltape.producers.training._harness import (
     SelfRefineResult,
     feedback_text,
     rules_and_verdicts_follower,
+    violation_line,
 )
 from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor
 from rolltape.producers.training._policies import (
+    BASE_POLICY_PROMPT,
     PLAYBOOK,
+    POLICY_PROMPT_TARGET,
     AttemptStart,
     DecisionContext,
     LLMPolicy,
@@ -37,11 +40,20 @@ from rolltape.producers.training._policies import (
     PolicyDecision,
     ScriptedPolicy,
 )
+from rolltape.producers.training._prompt_tester import (
+    DEFAULT_SUITE,
+    HarnessTester,
+    case_passed,
+    max_policy_calls,
+)
 from rolltape.producers.training._remedies import TrainingRun, apply, start_run
 from rolltape.producers.training._scenarios import SCENARIOS, Scenario
 
 __all__ = [
+    "BASE_POLICY_PROMPT",
+    "DEFAULT_SUITE",
     "PLAYBOOK",
+    "POLICY_PROMPT_TARGET",
     "SCENARIOS",
     "ArchitectureSpec",
     "AttemptResult",
@@ -51,6 +63,7 @@ __all__ = [
     "DigitsNet",
     "Harness",
     "HarnessConfig",
+    "HarnessTester",
     "LLMPolicy",
     "LogFollower",
     "MonitorConfig",
@@ -64,7 +77,10 @@ __all__ = [
     "apply",
     "build_model",
     "carry_weights",
+    "case_passed",
     "feedback_text",
+    "max_policy_calls",
     "rules_and_verdicts_follower",
     "start_run",
+    "violation_line",
 ]

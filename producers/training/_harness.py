@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,13 +188,13 @@ def feedback_text(result: AttemptResult) -> str:
     if not v.violations:
         lines.append("No violations.")
     for violation in v.violations[:20]:
-        lines.append(f"- {_violation_line(violation)}")
+        lines.append(f"- {violation_line(violation)}")
     if len(v.violations) > 20:
         lines.append(f"- ... and {len(v.violations) - 20} more")
     return "\n".join(lines)
 
 
-def _violation_line(v: Violation) -> str:
+def violation_line(v: Violation) -> str:
     where = " ".join(
         part
         for part in (
@@ -261,7 +262,11 @@ class Harness:
         run_id: str | None = None,
         previous: AttemptResult | None = None,
         feedback: tuple[str, ...] = (),
+        labels: Mapping[str, Any] | None = None,
+        tags: tuple[str, ...] = (),
     ) -> AttemptResult:
+        """One monitored attempt. `labels` join the session's run config and `tags` its tags
+        (a prompt loop's round, version and role)."""
         config = self.config
         run_id = run_id or f"sr-{scenario.name}-{uuid.uuid4().hex[:8]}"
         session_id = f"{run_id}-a{attempt}"
@@ -287,6 +292,7 @@ class Harness:
             "train_subset": scenario.train_subset,
             "target_accuracy": config.target_accuracy,
             "waived_rules": list(config.waived_rules),
+            **(labels or {}),
         }
         self.follower.watch(session_id)
         session = self.agent.session(
@@ -295,7 +301,7 @@ class Harness:
             kind="training",
             model=TASK,
             run_config=run_config,
-            tags=[TASK, scenario.name, MODE],
+            tags=[TASK, scenario.name, MODE, *tags],
             linked_session_id=previous.session_id if previous else None,
             group_id=run_id,
         )

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Protocol
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -25,6 +26,7 @@ from rolltape.schemas import (
     EditTarget,
     EventType,
     Metric,
+    PromptVersion,
     RemedyDirection,
     RuleEvaluation,
     RuleId,
@@ -62,6 +64,13 @@ The harness can change the learning rate, clip gradients, rebuild the loader wit
 size, stop early, swap activations, and add a block or batch norm by restarting from the edited
 network with the trained weights carried over.{waived}
 """
+
+
+POLICY_PROMPT_TARGET: Final = "harness.policy"
+"""The prompt target of the LLM policy's system prompt (`rolltape prompts`)."""
+
+BASE_POLICY_PROMPT: Final = PLAYBOOK.format(precedence=PRECEDENCE_TEXT, waived="")
+"""The LLM policy's system prompt when the log holds no champion: the playbook."""
 
 
 class PolicyRemedy(BaseModel):
@@ -279,16 +288,31 @@ class ScriptedPolicy:
 class LLMPolicy:
     """Asks the model bound to the logical name "policy" for each decision, in one growing
     conversation per attempt; records that conversation as an agent session linked to the
-    training session and rewards it with the attempt's process score."""
+    training session and rewards it with the attempt's process score.
+
+    Its system prompt is a version of the `harness.policy` prompt target (`prompt`; default the
+    playbook, unrecorded); the conversation's session names the version in its run config, so
+    every decision can be traced to the prompt text that produced it. `labels` go into that run
+    config too (a prompt loop's round and role)."""
 
     name = "llm"
 
     def __init__(
-        self, endpoint: ModelEndpoint, recorder: Recorder, *, temperature: float = 0.2
+        self,
+        endpoint: ModelEndpoint,
+        recorder: Recorder,
+        *,
+        temperature: float = 0.2,
+        prompt: PromptVersion | None = None,
+        labels: Mapping[str, Any] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.recorder = recorder
         self.temperature = temperature
+        self.prompt = prompt
+        self.labels = dict(labels or {})
+        self.calls = 0
+        """Model calls made (the prompt loop's budget counts them)."""
         self._client = endpoint.client()
         self.messages: list[dict[str, str]] = []
         self.session: Session | None = None
@@ -300,12 +324,8 @@ class LLMPolicy:
             if attempt.waived
             else ""
         )
-        self.messages = [
-            {
-                "role": "system",
-                "content": PLAYBOOK.format(precedence=PRECEDENCE_TEXT, waived=waived_text),
-            }
-        ]
+        base = self.prompt.content if self.prompt is not None else BASE_POLICY_PROMPT
+        self.messages = [{"role": "system", "content": base.rstrip("\n") + waived_text + "\n"}]
         if attempt.feedback:
             self.messages.append(
                 {
@@ -323,7 +343,13 @@ class LLMPolicy:
             linked_session_id=attempt.session_id,
             group_id=attempt.group_id,
             tags=["decision_policy", "iterative_self_refine"],
-            run_config={"mode": "iterative_self_refine", "role": "decision_policy"},
+            run_config={
+                "mode": "iterative_self_refine",
+                "role": "decision_policy",
+                "prompt_target": POLICY_PROMPT_TARGET,
+                "prompt_version": self.prompt.digest if self.prompt is not None else None,
+                **self.labels,
+            },
         )
         for message in self.messages:
             self.session.turn("system", message["content"])
@@ -336,6 +362,7 @@ class LLMPolicy:
         self.session.turn("user", prompt)
         import openai
 
+        self.calls += 1
         try:
             completion = self._client.chat.completions.parse(
                 model=self.endpoint.model,

@@ -3,18 +3,36 @@ champion decided by promotion events in the log."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from rolltape.infra.commands.prompts import plan_evolve, prompt_targets
+from rolltape.infra.commands.report import read_sessions
+from rolltape.producers.prompts import TUNER_INSTRUCTIONS
+from rolltape.schemas import Stream
+from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
+from tests.integration.workers import WorkerProcess, dead_letters, read_all
+from tests.support.openai_server import OpenAICompatibleServer
 
 CLI = [sys.executable, "-m", "rolltape.infra", "prompts"]
 
 
-def run(args: list[str], topics: Topics) -> subprocess.CompletedProcess[str]:
-    env = {**topics.env(), "COLUMNS": "200"}
-    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=120)
+def run(
+    args: list[str],
+    topics: Topics,
+    env: dict[str, str] | None = None,
+    cli: list[str] = CLI,
+) -> subprocess.CompletedProcess[str]:
+    env = env or {**topics.env(), "COLUMNS": "200"}
+    return subprocess.run([*cli, *args], env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_prompts__versions_lineage_and_the_champion_come_from_the_log(
@@ -54,3 +72,170 @@ def test_prompts__versions_lineage_and_the_champion_come_from_the_log(
     assert "parents: v000; technique: negative_constraint" in shown.stdout
     assert "promoted: fixes the R2 deferrals" in shown.stdout
     assert shown.stdout.rstrip().endswith("For R2, change the batch size.")
+
+
+def _tuner_or_policy(tuner_calls: list[dict[str, Any]]) -> Any:
+    """A scripted model behind both logical names. As the tuner (its instructions are the
+    system message) it proposes, in turn, a few-shot variant that changes nothing the policy
+    does, then a negative constraint the policy obeys. As the policy it defers every rule it is
+    asked about (which the judge holds against it) unless its system prompt carries that
+    constraint; then it applies the playbook's remedy."""
+
+    def reply(body: dict[str, Any]) -> str:
+        system = body["messages"][0]["content"]
+        if system == TUNER_INSTRUCTIONS:
+            tuner_calls.append(body)
+            brief = body["messages"][1]["content"]
+            champion = brief.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+            if len(tuner_calls) == 1:
+                return json.dumps(
+                    {
+                        "technique": "few_shot",
+                        "rationale": "show a deferral done right",
+                        "prompt": champion + "\nExample: when unsure, explain the deferral.\n",
+                    }
+                )
+            return json.dumps(
+                {
+                    "technique": "negative_constraint",
+                    "rationale": "every violation is a deferral of the rule asked about",
+                    "prompt": champion + f"\n{ACT}\n",
+                }
+            )
+        prompt = body["messages"][-1]["content"]
+        rule = re.search(r"Act on (R\d)", prompt)
+        assert rule is not None
+        cited = rule.group(1)
+        remedy = {"lr_new": None, "edit_op": "none", "edit_to": "none", "batch_size_new": None,
+                  "clip_grad_norm": None}  # fmt: skip
+        if ACT not in system:
+            decision = {"event_type": "rule_triggered_no_action", "remedy_direction": "none"}
+        elif cited == "R5":
+            decision = {"event_type": "architecture_change", "remedy_direction": "swap_activation"}
+            remedy |= {"edit_op": "swap_activation", "edit_to": "leaky_relu"}
+        else:
+            lr = float(re.search(r"lr = ([0-9.e-]+)", prompt).group(1))  # type: ignore[union-attr]
+            decision = {"event_type": "hyperparameter_change", "remedy_direction": "decrease_lr"}
+            remedy |= {"lr_new": lr / 10, "clip_grad_norm": 1.0}
+        return json.dumps(
+            {**decision, "cites": [cited], "justification": f"on {cited}", "remedy_params": remedy}
+        )
+
+    return reply
+
+
+ACT = "Never answer rule_triggered_no_action for the rule you are asked to act on."
+
+
+@pytest.mark.timeout(900)
+def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries_it_over(
+    topics: Topics, tmp_path: Path
+) -> None:
+    tuner_calls: list[dict[str, Any]] = []
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        with OpenAICompatibleServer(_tuner_or_policy(tuner_calls)) as server:
+            endpoint = {"base_url": server.base_url, "model": "local"}
+            env = {**topics.env(), "COLUMNS": "200"}
+            env["ROLLTAPE_MODELS"] = json.dumps({"tuner": endpoint, "policy": endpoint})
+            loop = ["evolve", "harness.policy", "--learn", "lr_too_high:100"]
+            loop += ["--heldout", "dead_relu:0", "--heldout", "dead_relu:1", "--epochs", "6"]
+            # the estimate comes first: a budget it exceeds refuses the run before anything runs
+            refused = run([*loop, "--rounds", "2", "--budget-calls", "20"], topics, env)
+            assert refused.returncode == 2 and "over --budget-calls 20" in refused.stderr
+            assert "at most 50 model calls (2 tuner" in refused.stderr and not server.requests
+
+            evolved = run([*loop, "--rounds", "2"], topics, env)
+            assert evolved.returncode == 0, evolved.stderr
+            lines = evolved.stdout
+            assert "starting from base" in lines
+            assert re.search(r"round 1: few_shot .* keep: the interval", lines), lines
+            assert re.search(r"round 2: negative_constraint .* promote: ", lines), lines
+            assert "few_shot 0 win(s), 1 loss(es) · negative_constraint 1 win(s)" in lines
+            assert len(tuner_calls) == 2
+            # round 2's tuner read the champion's failures and round 1's rejection
+            brief = tuner_calls[1]["messages"][1]["content"]
+            assert "lr_too_high (seed 100)" in brief and "round 1: few_shot" in brief
+            assert "dead_relu" not in brief  # the held-out cases never reach the tuner
+
+            # --resume-from-champion starts from the promoted version
+            settings = topics.settings.model_copy(
+                update={
+                    "models": {
+                        "tuner": ModelEndpoint(**endpoint),
+                        "policy": ModelEndpoint(**endpoint),
+                    }
+                }
+            )
+            history = asyncio.run(prompt_targets(settings))["harness.policy"]
+            plan = plan_evolve(
+                settings, history, "harness.policy", rounds=1, resume_from_champion=True
+            )
+            assert history.champion is not None and plan.start == history.champion.version
+            assert ACT in plan.start.content and plan.start_label == history.champion.label
+
+            # the harness's llm policy uses the champion unless told a version
+            before = len(server.requests)
+            harness = run(
+                [
+                    "harness",
+                    "run",
+                    "--policy",
+                    "llm",
+                    "--scenario",
+                    "dead_relu",
+                    "--attempts",
+                    "1",
+                    "--epochs",
+                    "4",
+                ],
+                topics,
+                env,
+                cli=[sys.executable, "-m", "rolltape.infra"],
+            )
+            assert harness.returncode == 0, harness.stderr
+            assert f"policy prompt: harness.policy {history.champion.label}" in harness.stdout
+            used = server.requests[before:]
+            assert used and all(ACT in r["messages"][0]["content"] for r in used)
+    finally:
+        worker.stop()
+
+    # every decision is explainable from the events alone: recomputed from its recorded pairs,
+    # whose scores are the worker's verdicts on the sessions they name
+    (decided_1, decided_2) = history.decisions
+    records = read_all(topics)
+    verdicts = {
+        e["session_id"]: e["payload"]
+        for e in (json.loads(r.value) for r in records if r.stream == Stream.VERDICTS)
+        if e["type"] == "verdict" and e["payload"]["judge"] == "training_audit"
+    }
+    for decided in history.decisions:
+        d = decided.decision
+        promoted, reason, figures = d.rule.judge(d.pairs)
+        assert (promoted, reason, figures) == (d.promoted, d.reason, d.figures)
+        for pair in d.pairs:
+            for sid, score in (
+                (pair.champion_session, pair.champion_score),
+                (pair.proposal_session, pair.proposal_score),
+            ):
+                assert verdicts[sid]["scores"]["process_score"] == score
+    first, second = decided_1.decision, decided_2.decision
+    assert not first.promoted and second.promoted
+    assert first.champion == second.champion  # round 1 kept the base
+    assert all(p.proposal_score > p.champion_score for p in second.pairs)  # type: ignore[operator]
+    promotion = history.promotions[-1].promotion
+    assert promotion.version == second.proposal and promotion.replaces == second.champion
+    assert promotion.rule is not None and "paired bootstrap" in promotion.rule
+    # the proposals carry their lineage, technique and rationale
+    proposal = history.by_digest()[second.proposal].version
+    assert proposal.parents == (second.champion,) and proposal.technique == "negative_constraint"
+    # the test runs are ordinary sessions tagged with the loop, round, version and role
+    sessions = asyncio.run(read_sessions(topics.reader, topics.prefix))
+    start = next(
+        e for e in sessions[second.pairs[0].proposal_session] if e.type == "session_started"
+    )
+    config = start.payload["run_config"]
+    assert config["prompt_loop"] == second.loop and config["prompt_round"] == 2
+    assert config["prompt_version"] == second.proposal and config["prompt_role"] == "proposal"
+    assert "prompt_loop" in start.payload["tags"]
+    assert not dead_letters(records)

@@ -163,6 +163,31 @@ CASES = [
     Case(("prompts", "show"), ("harness.policy",), NO_BROKER),
     Case(("prompts", "diff"), ("harness.policy", "v000"), NO_BROKER),
     Case(("prompts", "champion"), ("harness.policy",), NO_BROKER),
+    Case(("prompts", "scoreboard"), ("harness.policy",), NO_BROKER),
+    Case(("prompts", "explain"), ("harness.policy", "2"), NO_BROKER),
+    Case(("prompts", "evolve"), ("env.bugfix",), "'env.bugfix' cannot be evolved yet"),
+    Case(("prompts", "evolve"), ("harness.policy",), "logical model 'tuner': set ROLLTAPE_MODELS"),
+    Case(
+        ("prompts", "evolve"),
+        ("harness.policy", "--learn", "plateau", "--heldout", "plateau:3"),
+        "both learned from and held out",
+        usage=True,
+    ),
+    Case(
+        ("prompts", "evolve"),
+        ("harness.policy", "--heldout", "plateau:first"),
+        "a case is SCENARIO or SCENARIO:SEED",
+        usage=True,
+    ),
+    Case(
+        ("prompts", "evolve"),
+        ("harness.policy", "--heldout", "no_such_scenario"),
+        "no_such_scenario: not a harness scenario",
+        env={
+            "ROLLTAPE_MODELS": '{"tuner": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}, '
+            '"policy": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}'
+        },
+    ),
     Case(
         ("prompts", "add"), ("harness.policy", "--file", "{tmp}/missing.txt"), "--file", usage=True
     ),

@@ -316,6 +316,7 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
         "end",
         "ended",
         "feedback",
+        "prompt_decision",
         "prompt_promotion",
         "prompt_version",
         "reward",

@@ -1,0 +1,100 @@
+"""The prompt loop's promotion rule: a proposal better by noise only is not promoted, one better
+on every held-out case is, one that regresses a case or leaves one unscored is not; the figures
+are the same on every run (a decision is recomputed from the log)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from rolltape.schemas import PairedResult, PromotionRule, PromptDecision, PromptVersion
+
+
+def pairs(
+    differences: list[float], *, base: float = 0.5, passed: tuple[bool, bool] = (True, True)
+) -> tuple[PairedResult, ...]:
+    return tuple(
+        PairedResult(
+            case=f"case{i}",
+            seed=i,
+            champion_score=base,
+            proposal_score=base + d,
+            champion_passed=passed[0],
+            proposal_passed=passed[1],
+        )
+        for i, d in enumerate(differences)
+    )
+
+
+def test_a_proposal_better_by_noise_only__is_not_promoted() -> None:
+    promoted, reason, figures = PromotionRule().judge(pairs([0.1, -0.08, 0.05, -0.04, 0.06, -0.02]))
+    assert not promoted and reason.startswith("keep: the interval")
+    assert figures.mean_difference == pytest.approx(0.07 / 6)
+    assert figures.lower is not None and figures.lower < 0 < figures.mean_difference
+
+
+def test_a_proposal_better_on_every_case__is_promoted() -> None:
+    promoted, reason, figures = PromotionRule().judge(pairs([0.05, 0.2, 0.1]))
+    assert promoted and reason.startswith("promote:")
+    assert figures.lower is not None and figures.lower >= 0.05
+    assert figures.champion_mean == 0.5 and figures.proposal_mean == pytest.approx(0.6166666)
+
+
+def test_an_equal_proposal__is_not_promoted_at_a_margin_of_zero() -> None:
+    promoted, reason, _ = PromotionRule().judge(pairs([0.0, 0.0]))
+    assert not promoted and "does not lie above 0" in reason
+
+
+def test_a_margin__must_be_cleared_by_the_lower_bound() -> None:
+    assert not PromotionRule(margin=0.1).judge(pairs([0.05, 0.2, 0.1]))[0]
+    assert PromotionRule(margin=0.01).judge(pairs([0.05, 0.2, 0.1]))[0]
+
+
+def test_a_proposal_that_regresses_a_case__is_not_promoted_however_much_it_gains() -> None:
+    better = list(pairs([0.3, 0.3, 0.3]))
+    better[1] = better[1].model_copy(update={"proposal_passed": False})
+    promoted, reason, figures = PromotionRule().judge(tuple(better))
+    assert not promoted and reason == "keep: the proposal regressed case1 (seed 1)"
+    assert figures.regressions == ("case1 (seed 1)",) and figures.proposal_pass_rate == 2 / 3
+    assert PromotionRule(no_regressions=False).judge(tuple(better))[0]
+
+
+def test_an_unscored_pair__keeps_the_champion() -> None:
+    some = list(pairs([0.3, 0.3]))
+    some[0] = some[0].model_copy(update={"proposal_score": None})
+    promoted, reason, figures = PromotionRule().judge(tuple(some))
+    assert not promoted and "unscored (case0 (seed 0))" in reason
+    assert figures.scored == 1 and figures.unscored == ("case0 (seed 0)",)
+    assert PromotionRule().judge(())[:2] == (False, "keep: no held-out case was run")
+
+
+def test_the_figures__are_the_same_on_every_run_and_follow_the_rules_seed() -> None:
+    noisy = pairs([0.1, -0.08, 0.05, -0.04, 0.06, -0.02, 0.03])
+    assert PromotionRule().judge(noisy) == PromotionRule().judge(noisy)
+    assert PromotionRule(seed=1).judge(noisy)[2].lower != PromotionRule().judge(noisy)[2].lower
+    # a pinned value: a change to the resampling would silently change recorded decisions
+    assert PromotionRule().interval([0.1, -0.08, 0.05, -0.04, 0.06, -0.02, 0.03]) == (
+        -0.027142857142857142,
+        0.055714285714285716,
+    )
+
+
+def test_a_decision__names_two_different_versions_and_round_trips() -> None:
+    a, b = PromptVersion.of("harness.policy", "a"), PromptVersion.of("harness.policy", "b")
+    rule = PromotionRule()
+    promoted, reason, figures = rule.judge(pairs([0.1, 0.2]))
+    decision = PromptDecision(
+        target="harness.policy",
+        loop="loop-1",
+        round=1,
+        champion=a.digest,
+        proposal=b.digest,
+        rule=rule,
+        pairs=pairs([0.1, 0.2]),
+        figures=figures,
+        promoted=promoted,
+        reason=reason,
+    )
+    assert PromptDecision.model_validate_json(decision.model_dump_json()) == decision
+    with pytest.raises(ValidationError, match="must differ"):
+        PromptDecision.model_validate({**decision.model_dump(), "proposal": a.digest})
