@@ -13,7 +13,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rolltape.projections._errors import ProjectionError
-from rolltape.schemas import PromptDecision, PromptPromotion, PromptVersion, TypedEvent
+from rolltape.schemas import (
+    LIVE_JUDGE_VERSION,
+    PromptDecision,
+    PromptPromotion,
+    PromptVersion,
+    TypedEvent,
+)
 
 PROMPT_EVENT_TYPES = frozenset({"prompt_version", "prompt_promotion", "prompt_decision"})
 """The events a prompt target's history is folded from."""
@@ -66,6 +72,10 @@ class PromptTarget:
     versions: list[Recorded] = field(default_factory=list)
     promotions: list[Promoted] = field(default_factory=list)
     decisions: list[Decided] = field(default_factory=list)
+    """The rounds as the loop judged them (on the live worker's verdicts)."""
+    rejudged: list[Decided] = field(default_factory=list)
+    """Rounds decided again under another judge version (`prompts rejudge --record`); they
+    never change the champion or the scoreboard."""
 
     def by_digest(self) -> dict[str, Recorded]:
         return {r.version.digest: r for r in self.versions}
@@ -136,5 +146,6 @@ def fold_prompts(events: Iterable[tuple[str, TypedEvent]]) -> dict[str, PromptTa
             target.promotions.append(Promoted(body, session_id, ts_ns))
         elif isinstance(body, PromptDecision):
             target = targets.setdefault(body.target, PromptTarget(body.target))
-            target.decisions.append(Decided(body, session_id, ts_ns))
+            live = body.judge_version == LIVE_JUDGE_VERSION
+            (target.decisions if live else target.rejudged).append(Decided(body, session_id, ts_ns))
     return dict(sorted(targets.items()))

@@ -144,6 +144,7 @@ from rolltape.schemas._payloads import (
     parse_payload,
 )
 from rolltape.schemas._prompt_decisions import (
+    CaseScoring,
     PairedResult,
     PromotionFigures,
     PromotionRule,
@@ -220,6 +221,7 @@ __all__ = [
     "BlobError",
     "BreakKind",
     "CanonicalEncodingError",
+    "CaseScoring",
     "ChainBreak",
     "ChainBroken",
     "ChainBrokenEvent",

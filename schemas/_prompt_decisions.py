@@ -19,13 +19,45 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Mapping
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rolltape.schemas._derived import Verdict
 from rolltape.schemas._prompts import PROMPT_TARGET_PATTERN
 
 _DIGEST: Final = r"^[0-9a-f]{64}$"
+
+
+class CaseScoring(BaseModel):
+    """How a test run's verdict becomes its case's score and pass, stated in every decision so
+    that a round re-judged under another judge version is scored the same way: the `score` of
+    the `judge`'s verdict (0 when the judge failed a hard gate; None when it could not judge),
+    and a pass when the verdict is ok and either no violation cites one of the case's rules (for
+    a case with none: no violation at all) or the score is at least `threshold`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    judge: str = "training_audit"
+    score: str = "process_score"
+    passes: Literal["no_violation_of_case_rules", "score_at_least"] = "no_violation_of_case_rules"
+    threshold: float = 1.0
+
+    def of(self, verdict: Verdict | None, rules: tuple[str, ...] = ()) -> tuple[float | None, bool]:
+        """(score, passed) of one run from its verdict (None: no verdict to read)."""
+        if verdict is None or verdict.status == "error":
+            return None, False
+        if verdict.status != "ok":
+            return 0.0, False
+        score = verdict.scores.get(self.score)
+        if score is None:
+            return None, False
+        if self.passes == "score_at_least":
+            return score, score >= self.threshold
+        if not rules:
+            return score, not verdict.violations
+        return score, not any(v.rule in rules for v in verdict.violations)
 
 
 class PairedResult(BaseModel):
@@ -37,6 +69,8 @@ class PairedResult(BaseModel):
     case: str = Field(min_length=1)
     """The held-out case (a harness scenario, an environment's item)."""
     seed: int
+    rules: tuple[str, ...] = ()
+    """The rules the case is built to provoke (what `CaseScoring` reads a pass by)."""
     champion_session: str | None = None
     proposal_session: str | None = None
     champion_score: float | None = None
@@ -210,12 +244,43 @@ class PromptDecision(BaseModel):
     champion: str = Field(pattern=_DIGEST)
     proposal: str = Field(pattern=_DIGEST)
     rule: PromotionRule
+    scoring: CaseScoring = CaseScoring()
     pairs: tuple[PairedResult, ...]
     figures: PromotionFigures
     promoted: bool
     reason: str = Field(min_length=1)
     judge_version: str = "live"
-    """The version of the judge whose verdicts scored the pairs (`live`: the worker's)."""
+    """The version of the judge whose verdicts scored the pairs (`live`: the worker's; another
+    when the round was re-judged from a replay's verdicts)."""
+
+    def rejudged(self, verdicts: Mapping[str, Verdict], judge_version: str) -> PromptDecision:
+        """This round decided again from other verdicts of the same sessions (a replay's under
+        `judge_version`, by session id), scored by the recorded `scoring` and judged by the
+        recorded `rule`. A session without a verdict there leaves its pair unscored."""
+        pairs = []
+        for p in self.pairs:
+            old = self.scoring.of(verdicts.get(p.champion_session or ""), p.rules)
+            new = self.scoring.of(verdicts.get(p.proposal_session or ""), p.rules)
+            pairs.append(
+                p.model_copy(
+                    update={
+                        "champion_score": old[0],
+                        "champion_passed": old[1],
+                        "proposal_score": new[0],
+                        "proposal_passed": new[1],
+                    }
+                )
+            )
+        promoted, reason, figures = self.rule.judge(tuple(pairs))
+        return self.model_copy(
+            update={
+                "pairs": tuple(pairs),
+                "figures": figures,
+                "promoted": promoted,
+                "reason": reason,
+                "judge_version": judge_version,
+            }
+        )
 
     @property
     def outcome(self) -> str:

@@ -1,5 +1,6 @@
-"""`rolltape prompts list | show | diff | champion | add | evolve | scoreboard`: prompt targets'
-versions, their lineage and champions as the log holds them, and the prompt loop."""
+"""`rolltape prompts list | show | diff | champion | add | evolve | scoreboard | explain | rejudge`:
+prompt targets' versions, their lineage and champions as the log holds them, and the prompt loop
+with its rounds."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from rolltape.infra.commands.prompts import (
     record_version,
 )
 from rolltape.infra.commands.prompts import evolve as evolve_loop
+from rolltape.infra.commands.prompts import rejudge as rejudge_rounds
 from rolltape.producers.prompts import Case, RoundResult, Suite
 from rolltape.projections import PromptLookupError, PromptTarget
 from rolltape.schemas import PromotionRule
@@ -34,7 +36,7 @@ app = typer.Typer(
 TargetArg = Annotated[str, typer.Argument(help="The prompt target, e.g. harness.policy.")]
 
 
-def _target(name: str, targets: dict[str, PromptTarget] | None = None) -> PromptTarget:
+def target_history(name: str, targets: dict[str, PromptTarget] | None = None) -> PromptTarget:
     """The target's history from the log (read now, unless `targets` were read already)."""
     if targets is None:
         targets = asyncio.run(prompt_targets(settings()))
@@ -56,7 +58,7 @@ def list_(
     and which is the champion."""
     targets = asyncio.run(prompt_targets(settings()))
     if target is not None:
-        targets = {target: _target(target, targets)}
+        targets = {target: target_history(target, targets)}
     if not targets:
         console.print("no prompt versions in the log yet")
         return
@@ -93,7 +95,7 @@ def show(
     ] = "champion",
 ) -> None:
     """One version: its text, lineage and how it was made."""
-    history = _target(target)
+    history = target_history(target)
     recorded = history.find(version)
     v = recorded.version
     console.print(f"{target} {recorded.label} ({v.digest})", highlight=False)
@@ -116,7 +118,7 @@ def diff(
     new: Annotated[str, typer.Argument(help="The version to compare to.")] = "champion",
 ) -> None:
     """A unified diff of two versions' text."""
-    history = _target(target)
+    history = target_history(target)
     a, b = history.find(old), history.find(new)
     lines = difflib.unified_diff(
         a.version.content.splitlines(keepends=True),
@@ -131,7 +133,7 @@ def diff(
 @app.command()
 def champion(target: TargetArg) -> None:
     """The target's champion (what the latest promotion says) and why it was promoted."""
-    history = _target(target)
+    history = target_history(target)
     recorded = history.find("champion")
     last = history.promotions[-1].promotion
     console.print(f"{target}: {_name(history)}", highlight=False)
@@ -287,7 +289,7 @@ def evolve(
         f"(estimated at most {plan.estimate.model_calls}); loop session {result.loop}",
         highlight=False,
     )
-    history = _target(target)
+    history = target_history(target)
     _print_scoreboard(history, loop=result.loop)
     console.print(f"{target}: champion {_name(history)}", highlight=False)
 
@@ -295,7 +297,7 @@ def evolve(
 @app.command()
 def scoreboard(target: TargetArg) -> None:
     """Wins and losses per technique, and every judged round with its pass rates and figures."""
-    _print_scoreboard(_target(target))
+    _print_scoreboard(target_history(target))
 
 
 def _print_scoreboard(history: PromptTarget, loop: str | None = None) -> None:
@@ -344,7 +346,7 @@ def explain(
 ) -> None:
     """Why a round went as it did: the rule, every held-out pair with the sessions that ran it
     and what the judge said, and the figures the rule measured."""
-    history = _target(target)
+    history = target_history(target)
     rounds = history.rounds()
     if not rounds:
         raise PromptLookupError(
@@ -387,3 +389,48 @@ def explain(
 
 def _result(score: float | None, passed: bool) -> str:
     return f"{_rate(score, 3)} {'pass' if passed else 'fail'}"
+
+
+@app.command()
+def rejudge(
+    target: TargetArg,
+    judge_version: Annotated[
+        str, typer.Option(help="The replay's judge version whose verdicts decide again.")
+    ],
+    round_: Annotated[
+        list[int],
+        typer.Option("--round", min=1, help="A round's number in the log (repeatable; all)."),
+    ] = [],  # noqa: B006 (typer reads the default)
+    record: Annotated[
+        bool, typer.Option(help="Record the re-judged decisions (they change no champion).")
+    ] = False,
+) -> None:
+    """Decide rounds again from another judge version's verdicts on the same test sessions
+    (`rolltape replay --judge-version V` first), by each round's recorded scoring and rule, and
+    say which outcomes change."""
+    config = settings()
+    history = target_history(target)
+    results = asyncio.run(
+        rejudge_rounds(config, history, judge_version, rounds=round_, record=record)
+    )
+    numbers = {id(d.decision): n for n, d in enumerate(history.rounds(), 1)}
+    changed = 0
+    for before, after in results:
+        number = numbers.get(id(before), 0)
+        moved = before.promoted != after.promoted
+        changed += moved
+        f, g = before.figures, after.figures
+        console.print(
+            f"round {number} ({history.label_of(before.proposal)}): {before.outcome} -> "
+            f"{after.outcome}{'  CHANGED' if moved else ''}; mean difference "
+            f"{_rate(f.mean_difference, 3)} -> {_rate(g.mean_difference, 3)}, pass rate "
+            f"{_rate(f.proposal_pass_rate)} -> {_rate(g.proposal_pass_rate)}",
+            highlight=False,
+        )
+        if moved:
+            console.print(f"  {escape(after.reason)}", highlight=False)
+    console.print(
+        f"{len(results)} round(s) re-judged under {judge_version}: {changed} outcome(s) changed"
+        + ("; recorded" if record else ""),
+        highlight=False,
+    )

@@ -25,18 +25,35 @@ def report(
         typer.Option(help="Every session started with this task text, e.g. digits-cnn/dead_relu."),
     ] = None,
     runs: Annotated[int, typer.Option(min=1, help="With --task: the newest N training runs.")] = 5,
+    prompts: Annotated[
+        str | None,
+        typer.Option(help="A prompt target, e.g. harness.policy: its lineage and loop rounds."),
+    ] = None,
 ) -> None:
     """Write a self-contained HTML report (works offline): for training runs, train/val curves
     per attempt, the rule heatmap per epoch with decision markers (actioned, deferred, missed,
     waived), the decisions with their justifications, both scores per attempt and the violations
     with their evidence; for agent sessions, the conversation, tool calls, filter reasons and
-    verdicts."""
-    if (session is None) == (task is None):
-        raise typer.BadParameter("choose what to report on: --session ID or --task NAME")
+    verdicts; for a prompt target, its lineage, the scoreboard and every round's decision with
+    its per-case results and the rule's figures."""
+    if sum(x is not None for x in (session, task, prompts)) != 1:
+        raise typer.BadParameter(
+            "choose what to report on: --session ID, --task NAME or --prompts TARGET"
+        )
     # Loads plotly: without the report extra, the boundary says which one to install.
-    from rolltape.infra.commands.report import read_sessions, write_report
+    from rolltape.infra.commands.report import read_sessions, write_prompts_report, write_report
 
     s = settings()
+    if prompts is not None:
+        from rolltape.infra.cli.prompts import target_history
+
+        history = target_history(prompts)
+        path = write_prompts_report(history, out)
+        console.print(
+            f"wrote {path} ({prompts}: {len(history.versions)} version(s), "
+            f"{len(history.decisions)} round(s)); open it in a browser, it needs no network"
+        )
+        return
     connection = require_connection(s, Role.READER)
     sessions = asyncio.run(read_sessions(connection, s.topic_prefix))
     result = write_report(sessions, out, session=session, task=task, runs=runs)

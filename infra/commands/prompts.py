@@ -26,13 +26,22 @@ from rolltape.producers.prompts import (
     Tuner,
     estimate,
 )
-from rolltape.projections import PROMPT_EVENT_TYPES, PromptTarget, fold_prompts
+from rolltape.projections import (
+    PROMPT_EVENT_TYPES,
+    PromptLookupError,
+    PromptTarget,
+    fold_prompts,
+)
 from rolltape.schemas import (
     PromotionRule,
+    PromptDecision,
     PromptPromotion,
     PromptVersion,
     Role,
     Stream,
+    TypedEvent,
+    Verdict,
+    versioned_stream,
 )
 
 POLICY_TARGET = "harness.policy"
@@ -238,3 +247,87 @@ def evolve(
         follower.close()
         monitor.close()
         agent.close(60)
+
+
+async def verdicts_of(
+    settings: Settings, session_ids: set[str], judge: str, judge_version: str
+) -> dict[str, Verdict]:
+    """`judge`'s verdicts on `session_ids` under `judge_version` (the live worker's, or a
+    replay's), by session id; the last one read per session wins."""
+    wanted = versioned_stream(Stream.VERDICTS, judge_version)
+
+    def keeps(env: TypedEvent) -> bool:
+        return (
+            env.stream == wanted
+            and env.type == "verdict"
+            and env.session_id in session_ids
+            and env.payload.get("judge") == judge
+        )
+
+    connection = require_connection(settings, Role.READER)
+    found: dict[str, Verdict] = {}
+    with await scan_sessions(
+        connection, [Stream.VERDICTS], SessionScan(keeps), prefix=settings.topic_prefix
+    ) as scanned:
+        for session in scanned.sessions():
+            for env in [*session.events, *session.derived]:
+                if isinstance(env.body, Verdict):
+                    found[session.session_id] = env.body
+    return found
+
+
+async def rejudge(
+    settings: Settings,
+    history: PromptTarget,
+    judge_version: str,
+    *,
+    rounds: Sequence[int] = (),
+    record: bool = False,
+) -> list[tuple[PromptDecision, PromptDecision]]:
+    """(as judged, as re-judged) for the target's rounds (numbered in log order; all when
+    `rounds` is empty): each decided again from the verdicts `judge_version` gave the same test
+    sessions (`rolltape replay --judge-version V` writes them), by its recorded scoring and
+    rule. With `record`, the re-judged decisions are recorded (they change no champion)."""
+    judged = history.rounds()
+    unknown = [n for n in rounds if not 1 <= n <= len(judged)]
+    if not judged or unknown:
+        raise PromptLookupError(
+            f"{history.name} has {len(judged)} judged round(s) in the log; "
+            + (f"no round {', '.join(map(str, unknown))}" if unknown else "run a loop first")
+        )
+    chosen = [judged[n - 1].decision for n in rounds] if rounds else [d.decision for d in judged]
+    out: list[tuple[PromptDecision, PromptDecision]] = []
+    for judge in sorted({d.scoring.judge for d in chosen}):
+        of_judge = [d for d in chosen if d.scoring.judge == judge]
+        sessions = {
+            sid
+            for d in of_judge
+            for p in d.pairs
+            for sid in (p.champion_session, p.proposal_session)
+            if sid is not None
+        }
+        verdicts = await verdicts_of(settings, sessions, judge, judge_version)
+        if not verdicts:
+            raise PromptLookupError(
+                f"the log holds no {judge} verdicts of judge version {judge_version!r} on these "
+                f"rounds' {len(sessions)} test sessions: run `rolltape replay --judge-version "
+                f"{judge_version}` first"
+            )
+        out += [(d, d.rejudged(verdicts, judge_version)) for d in of_judge]
+    order = {id(d): n for n, d in enumerate(chosen)}
+    out.sort(key=lambda pair: order[id(pair[0])])
+    if record:
+        recorder = open_recorder(settings)
+        try:
+            with recorder.session(
+                f"prompt rounds of {history.name} re-judged under {judge_version}",
+                session_id=f"prompts.{history.name}.rejudge-{uuid.uuid4().hex[:12]}",
+                trainable=False,
+                tags=["prompts", "prompt_rejudge", f"target={history.name}"],
+                run_config={"judge_version": judge_version},
+            ) as session:
+                for _, again in out:
+                    session.prompt_decision(again.model_dump(mode="json"))
+        finally:
+            recorder.close(60)
+    return out

@@ -14,12 +14,13 @@ from typing import Any
 from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
-from rolltape.projections import FoldError, Trajectory, fold
+from rolltape.projections import FoldError, PromptTarget, Trajectory, fold
 from rolltape.projections.reports import (
     RunView,
     TrainingView,
     fold_training,
     group_runs,
+    render_prompts,
     render_report,
 )
 from rolltape.schemas import Stream, TypedEvent
@@ -118,3 +119,12 @@ def write_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(chosen_runs, agents, title=title), encoding="utf-8")
     return ReportResult(out, chosen_runs, agents)
+
+
+def write_prompts_report(history: PromptTarget, out: Path) -> Path:
+    """Write the page about one prompt target (its lineage, scoreboard and rounds) to `out`,
+    creating its folder. The same history gives the same bytes."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    title = f"rolltape report: prompt target {history.name}"
+    out.write_text(render_prompts(history, title=title), encoding="utf-8")
+    return out

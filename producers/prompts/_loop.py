@@ -26,6 +26,7 @@ from rolltape.producers._errors import PromptLoopError
 from rolltape.producers._recorder import Recorder, Session
 from rolltape.producers.prompts._tuner import Tuner, TunerBrief
 from rolltape.schemas import (
+    CaseScoring,
     PairedResult,
     PromotionRule,
     PromptDecision,
@@ -74,6 +75,8 @@ class CaseResult(BaseModel):
 
     case: Case
     session_id: str
+    rules: tuple[str, ...] = ()
+    """The rules the case is built to provoke (what its pass is read by)."""
     score: float | None
     """None: the run could not be scored (the judge erred, the run failed)."""
     passed: bool
@@ -87,6 +90,8 @@ class Tester(Protocol):
 
     max_calls_per_case: int
     """An upper bound on the model calls one run makes (the budget's estimate uses it)."""
+    scoring: CaseScoring
+    """How its runs' verdicts become scores and passes (recorded in every decision)."""
 
     def run(self, version: PromptVersion, case: Case, labels: dict[str, Any]) -> CaseResult: ...
 
@@ -277,6 +282,7 @@ class PromptLoop:
             PairedResult(
                 case=old.case.name,
                 seed=old.case.seed,
+                rules=old.rules,
                 champion_session=old.session_id,
                 proposal_session=new.session_id,
                 champion_score=old.score,
@@ -294,6 +300,7 @@ class PromptLoop:
             champion=champion.digest,
             proposal=proposal.digest,
             rule=self.rule,
+            scoring=self.tester.scoring,
             pairs=pairs,
             figures=figures,
             promoted=promoted,

@@ -43,7 +43,6 @@ from rolltape.producers.training._policies import (
 from rolltape.producers.training._prompt_tester import (
     DEFAULT_SUITE,
     HarnessTester,
-    case_passed,
     max_policy_calls,
 )
 from rolltape.producers.training._remedies import TrainingRun, apply, start_run
@@ -77,7 +76,6 @@ __all__ = [
     "apply",
     "build_model",
     "carry_weights",
-    "case_passed",
     "feedback_text",
     "max_policy_calls",
     "rules_and_verdicts_follower",

@@ -1,10 +1,10 @@
 """The harness's tester for the prompt loop: runs the LLM decision policy with a version of the
 `harness.policy` prompt on a named scenario, as one monitored attempt the worker judges.
 
-A case is a scenario and a seed. Its score is the training judge's process score (0 when a hard
-gate failed it; None when the judge erred). It passes when the judge found no violation of a rule
-the scenario is built to provoke (for a scenario that provokes none, no violation at all): the
-fault was answered as the playbook asks. Failures are the judge's violations, one line each, as
+A case is a scenario and a seed. It is scored by rolltape.schemas.CaseScoring's default: the
+training judge's process score (0 when a hard gate failed it; None when the judge erred), and a
+pass when the judge found no violation of a rule the scenario is built to provoke (for a scenario
+that provokes none, no violation at all): the fault was answered as the playbook asks. Failures are the judge's violations, one line each, as
 the tuner reads them. The default suite learns from two scenarios and decides on three others,
 two seeds each, so every rule the default rule set fires is exercised on one side or the other.
 """
@@ -19,7 +19,7 @@ from rolltape.producers.training._follow import LogFollower
 from rolltape.producers.training._harness import Harness, HarnessConfig, violation_line
 from rolltape.producers.training._policies import LLMPolicy
 from rolltape.producers.training._scenarios import SCENARIOS
-from rolltape.schemas import PromptVersion, Verdict
+from rolltape.schemas import CaseScoring, PromptVersion
 from rolltape.schemas.clients import ModelEndpoint
 
 DEFAULT_SUITE = Suite(
@@ -38,15 +38,6 @@ def max_policy_calls(epochs: int | None, suite: Suite) -> int:
     """The most policy calls one attempt of the suite makes: the harness asks about one rule
     per epoch at most, over `epochs` epochs (None: the longest of its scenarios')."""
     return max(epochs or SCENARIOS[c.name].epochs for c in (*suite.learn, *suite.heldout))
-
-
-def case_passed(verdict: Verdict, provokes: tuple[str, ...]) -> bool:
-    """The judge found no violation of a provoked rule (of any rule, when none is provoked)."""
-    if verdict.status != "ok":
-        return False
-    if not provokes:
-        return not verdict.violations
-    return not any(v.rule in provokes for v in verdict.violations)
 
 
 class HarnessTester:
@@ -69,6 +60,8 @@ class HarnessTester:
         self.follower = follower
         self.config = (config or HarnessConfig()).model_copy(update={"epochs": epochs})
         self.max_calls_per_case = max_policy_calls(epochs, suite)
+        self.scoring = CaseScoring()
+        """The training judge's process score; a pass: no violation of a provoked rule."""
 
     def run(self, version: PromptVersion, case: Case, labels: dict[str, Any]) -> CaseResult:
         scenario = SCENARIOS[case.name]
@@ -83,18 +76,13 @@ class HarnessTester:
         run_id = f"{labels['prompt_loop']}-r{labels['prompt_round']}-{version.digest[:8]}-{case.name}-s{case.seed}"
         result = harness.run_attempt(scenario, run_id=run_id, labels=labels, tags=("prompt_loop",))
         verdict = result.verdict
-        score = (
-            None
-            if verdict.status == "error"
-            else verdict.scores.get("process_score", 0.0)
-            if verdict.status == "ok"
-            else 0.0
-        )
+        score, passed = self.scoring.of(verdict, scenario.provokes)
         return CaseResult(
             case=case,
             session_id=result.session_id,
+            rules=scenario.provokes,
             score=score,
-            passed=case_passed(verdict, scenario.provokes),
+            passed=passed,
             failures=tuple(violation_line(v) for v in verdict.violations),
             model_calls=policy.calls,
         )

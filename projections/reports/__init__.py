@@ -1,10 +1,12 @@
 """Reports: HTML views of training runs (curves, rule heatmaps with decisions, scores,
-violations) and agent sessions (conversation, tool calls, filter outcome, verdicts).
+violations), agent sessions (conversation, tool calls, filter outcome, verdicts) and prompt
+targets (lineage, scoreboard, every round's decision).
 
 Needs the `report` extra (plotly): pip install 'rolltape[report]'.
 """
 
 from rolltape.projections.reports._page import render_report
+from rolltape.projections.reports._prompts import render_prompts
 from rolltape.projections.reports._run import (
     DecisionView,
     EpochView,
@@ -21,5 +23,6 @@ __all__ = [
     "TrainingView",
     "fold_training",
     "group_runs",
+    "render_prompts",
     "render_report",
 ]

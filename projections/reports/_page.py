@@ -342,6 +342,11 @@ def render_report(runs: Iterable[RunView], agents: Iterable[Trajectory] = (), *,
     sections += [_agent_section(t) for t in agents]
     if not sections:
         sections = ['<p class="muted">No sessions matched.</p>']
+    return page(title, sections)
+
+
+def page(title: str, sections: list[str]) -> str:
+    """A self-contained page: plotly's JavaScript once in the head, then the sections."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{_e(title)}</title><style>{_STYLE}</style>"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,9 @@ from typing import Any
 import pytest
 
 from rolltape.infra.commands.prompts import plan_evolve, prompt_targets
-from rolltape.infra.commands.report import read_sessions
+from rolltape.infra.commands.report import read_sessions, write_prompts_report
 from rolltape.producers.prompts import TUNER_INSTRUCTIONS
+from rolltape.projections import PromptTarget
 from rolltape.schemas import Stream
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
@@ -239,3 +241,64 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
     assert config["prompt_version"] == second.proposal and config["prompt_role"] == "proposal"
     assert "prompt_loop" in start.payload["tags"]
     assert not dead_letters(records)
+
+    # a round re-judged from a replay's verdicts: the same judge code gives the same decisions
+    replayed = run(
+        ["replay", "--judge-version", "v2"], topics, cli=[sys.executable, "-m", "rolltape.infra"]
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    rejudged = run(["rejudge", "harness.policy", "--judge-version", "v2", "--record"], topics)
+    assert rejudged.returncode == 0, rejudged.stderr
+    assert "2 round(s) re-judged under v2: 0 outcome(s) changed; recorded" in rejudged.stdout
+    again = asyncio.run(prompt_targets(topics.settings))["harness.policy"]
+    assert [d.decision.judge_version for d in again.rejudged] == ["v2", "v2"]
+    for live, replay in zip(history.decisions, again.rejudged, strict=True):
+        assert replay.decision.pairs == live.decision.pairs
+        assert replay.decision.figures == live.decision.figures
+    assert again.champion == history.champion and again.scoreboard() == history.scoreboard()
+
+    # the report shows the lineage, the scoreboard and each round's per-case results
+    drawn = _report_in_chromium(history, tmp_path)
+    assert drawn["errors"] == []
+    assert drawn["charts"] == 3  # the scoreboard, and one paired chart per round
+    assert drawn["bars"] >= 2 + 2 * 2 * 2  # tallies, then champion and proposal per pair
+    assert [row.split("\t") for row in drawn["scoreboard"][1:]] == [
+        ["few_shot", "0", "1"],
+        ["negative_constraint", "1", "0"],
+    ]
+    assert any("champion" in row and "negative_constraint" in row for row in drawn["lineage"])
+    assert [h.split(":")[0] for h in drawn["rounds"]] == ["round 1", "round 2"]
+
+
+def _report_in_chromium(history: PromptTarget, tmp_path: Path) -> dict[str, Any]:
+    """The prompt target's page written twice (byte-identical) and opened in headless Chromium:
+    what it drew, and any error the page raised."""
+    from playwright.sync_api import sync_playwright
+
+    if shutil.which("chromium") is None:
+        pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it (apt-get)")
+    path = write_prompts_report(history, tmp_path / "prompts.html")
+    again = write_prompts_report(history, tmp_path / "again.html")
+    assert again.read_bytes() == path.read_bytes()  # deterministic
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=shutil.which("chromium"),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        page = browser.new_page(viewport={"width": 1280, "height": 2400})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3")
+        drawn = page.evaluate(
+            """() => ({
+                charts: document.querySelectorAll('.js-plotly-plot').length,
+                bars: document.querySelectorAll('.barlayer .point').length,
+                scoreboard: [...document.querySelectorAll('#scoreboard tr')].map(r => r.innerText),
+                lineage: [...document.querySelectorAll('#lineage tr')].map(r => r.innerText),
+                rounds: [...document.querySelectorAll('h3[id^=round-]')].map(h => h.innerText),
+            })"""
+        )
+        browser.close()
+    return {**drawn, "errors": errors}

@@ -110,7 +110,13 @@ CASES = [
         env={"ROLLTAPE_RULES_FILE": "{tmp}/rules.json"},
     ),
     Case(("report",), ("--session", "s-1", "-o", "{tmp}/r.html"), NO_BROKER),
-    Case(("report",), ("-o", "{tmp}/r.html"), "--session ID or --task NAME", usage=True),
+    Case(
+        ("report",),
+        ("-o", "{tmp}/r.html"),
+        "--session ID, --task NAME or --prompts TARGET",
+        usage=True,
+    ),
+    Case(("report",), ("--prompts", "harness.policy", "-o", "{tmp}/r.html"), NO_BROKER),
     Case(("parse",), ("-f", "hermes", "{tmp}/missing.txt"), "{tmp}/missing.txt is not a file"),
     Case(("parse",), ("-f", "nope", "{tmp}/completion.txt"), "unknown model family 'nope'"),
     Case(("parse",), ("-f", "hermes", "{tmp}/binary.txt"), "{tmp}/binary.txt is not UTF-8 text"),
@@ -165,6 +171,8 @@ CASES = [
     Case(("prompts", "champion"), ("harness.policy",), NO_BROKER),
     Case(("prompts", "scoreboard"), ("harness.policy",), NO_BROKER),
     Case(("prompts", "explain"), ("harness.policy", "2"), NO_BROKER),
+    Case(("prompts", "rejudge"), ("harness.policy", "--judge-version", "v2"), NO_BROKER),
+    Case(("prompts", "rejudge"), ("harness.policy",), "--judge-version", usage=True),
     Case(("prompts", "evolve"), ("env.bugfix",), "'env.bugfix' cannot be evolved yet"),
     Case(("prompts", "evolve"), ("harness.policy",), "logical model 'tuner': set ROLLTAPE_MODELS"),
     Case(

@@ -134,7 +134,6 @@ def test_public_api__is_pinned() -> None:
         "apply",
         "build_model",
         "carry_weights",
-        "case_passed",
         "feedback_text",
         "max_policy_calls",
         "rules_and_verdicts_follower",

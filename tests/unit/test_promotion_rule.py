@@ -7,7 +7,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from rolltape.schemas import PairedResult, PromotionRule, PromptDecision, PromptVersion
+from rolltape.schemas import (
+    CaseScoring,
+    PairedResult,
+    PromotionRule,
+    PromptDecision,
+    PromptVersion,
+    Verdict,
+    Violation,
+)
 
 
 def pairs(
@@ -98,3 +106,82 @@ def test_a_decision__names_two_different_versions_and_round_trips() -> None:
     assert PromptDecision.model_validate_json(decision.model_dump_json()) == decision
     with pytest.raises(ValidationError, match="must differ"):
         PromptDecision.model_validate({**decision.model_dump(), "proposal": a.digest})
+
+
+def _verdict(score: float, *violated: str, status: str = "ok") -> Verdict:
+    return Verdict(
+        judge="training_audit",
+        judge_version="v2",
+        status=status,  # type: ignore[arg-type]
+        scores={"process_score": score},
+        violations=tuple(
+            Violation(code="unanswered", message=f"{rule} fired", rule=rule) for rule in violated
+        ),
+    )
+
+
+def test_case_scoring__reads_the_score_and_a_pass_from_a_verdict() -> None:
+    scoring = CaseScoring()
+    assert scoring.of(_verdict(0.7), ("R5",)) == (0.7, True)
+    assert scoring.of(_verdict(0.7, "R3"), ("R5",)) == (0.7, True)  # not the case's rule
+    assert scoring.of(_verdict(0.7, "R5"), ("R5",)) == (0.7, False)
+    assert scoring.of(_verdict(0.7, "R3"), ()) == (0.7, False)  # no rules: no violation at all
+    assert scoring.of(_verdict(0.7, status="failed"), ("R5",)) == (0.0, False)
+    assert scoring.of(_verdict(0.7, status="error"), ("R5",)) == (None, False)
+    assert scoring.of(None, ("R5",)) == (None, False)
+    assert CaseScoring(passes="score_at_least", threshold=0.5).of(_verdict(0.4)) == (0.4, False)
+
+
+def test_a_round_rejudged__is_decided_again_from_the_other_versions_verdicts() -> None:
+    a, b = PromptVersion.of("harness.policy", "a"), PromptVersion.of("harness.policy", "b")
+    live = tuple(
+        PairedResult(
+            case="dead_relu",
+            seed=seed,
+            rules=("R5",),
+            champion_session=f"c{seed}",
+            proposal_session=f"p{seed}",
+            champion_score=0.2,
+            proposal_score=0.6,
+            champion_passed=False,
+            proposal_passed=True,
+        )
+        for seed in (0, 1)
+    )
+    rule = PromotionRule()
+    promoted, reason, figures = rule.judge(live)
+    decision = PromptDecision(
+        target="harness.policy",
+        loop="loop-1",
+        round=1,
+        champion=a.digest,
+        proposal=b.digest,
+        rule=rule,
+        pairs=live,
+        figures=figures,
+        promoted=promoted,
+        reason=reason,
+    )
+    assert decision.promoted
+    # the new judge sees the proposal's R5 answer as a violation on seed 1: no longer promoted
+    verdicts = {
+        "c0": _verdict(0.2, "R5"),
+        "p0": _verdict(0.6),
+        "c1": _verdict(0.5),
+        "p1": _verdict(0.3, "R5"),
+    }
+    again = decision.rejudged(verdicts, "v2")
+    assert again.judge_version == "v2" and not again.promoted
+    assert again.reason == "keep: the proposal regressed dead_relu (seed 1)"
+    assert [(p.champion_score, p.proposal_score) for p in again.pairs] == [(0.2, 0.6), (0.5, 0.3)]
+    # a session the replay did not judge leaves its pair unscored
+    missing = decision.rejudged({k: v for k, v in verdicts.items() if k != "p0"}, "v2")
+    assert not missing.promoted and "unscored (dead_relu (seed 0))" in missing.reason
+    # the same verdicts as the live ones give the same decision
+    same = {
+        "c0": _verdict(0.2, "R5"),
+        "p0": _verdict(0.6),
+        "c1": _verdict(0.2, "R5"),
+        "p1": _verdict(0.6),
+    }
+    assert decision.rejudged(same, "v2").model_copy(update={"judge_version": "live"}) == decision

@@ -21,7 +21,7 @@ from rolltape.producers.prompts import (
     estimate,
 )
 from rolltape.projections import fold_prompts
-from rolltape.schemas import PromptVersion, read_event
+from rolltape.schemas import CaseScoring, PromptVersion, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import OpenAICompatibleServer
 from tests.unit.producers.recorded import spooled_records
@@ -38,6 +38,7 @@ class MarkerTester:
     WORSE. Records what it ran."""
 
     max_calls_per_case = 3
+    scoring = CaseScoring(passes="score_at_least", threshold=0.5)
 
     def __init__(self) -> None:
         self.ran: list[tuple[str, Case, dict[str, Any]]] = []
