@@ -193,6 +193,7 @@ def test_public_api__is_pinned() -> None:
         "BreakKind",
         "CHAINED_STREAMS",
         "CanonicalEncodingError",
+        "CaseScoring",
         "ChainBreak",
         "ChainBroken",
         "ChainBrokenEvent",
