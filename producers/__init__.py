@@ -18,6 +18,7 @@ from rolltape.producers._errors import (
     SenderDiedError,
     SpoolFullError,
 )
+from rolltape.producers._follow import LogFollower, rules_and_verdicts_follower
 from rolltape.producers._recorder import (
     FlushResult,
     Recorder,
@@ -44,6 +45,7 @@ __all__ = [
     "FlushResult",
     "FlushTimeoutError",
     "HarnessError",
+    "LogFollower",
     "MonitorError",
     "ProducerError",
     "PromptLoopError",
@@ -66,6 +68,7 @@ __all__ = [
     "record_tool",
     "reset_world",
     "restore_snapshot",
+    "rules_and_verdicts_follower",
     "spool_dir_in",
     "take_snapshot",
 ]

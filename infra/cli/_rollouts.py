@@ -19,7 +19,9 @@ from rolltape.infra.cli._common import (
     stop_on_signals,
 )
 from rolltape.infra.commands.batch import BatchSummary
+from rolltape.infra.commands.prompts import prompt_for
 from rolltape.producers.environments import Environment, Rollout, load_environment
+from rolltape.schemas import PromptVersion
 from rolltape.schemas.clients import ModelEndpoint
 
 T = TypeVar("T")
@@ -30,6 +32,15 @@ ModelOption = Annotated[
     str, typer.Option(help="Logical model (ROLLTAPE_MODELS binds it to an endpoint).")
 ]
 ConcurrencyOption = Annotated[int, typer.Option(min=1, help="Rollouts at once.")]
+PromptOption = Annotated[
+    str,
+    typer.Option(
+        "--prompt",
+        help="The agent's system prompt: a version of the environment's prompt target "
+        "env.<name>.system (label, digest prefix), `champion` (the log's, else the "
+        "environment's own) or `base` (the environment's own).",
+    ),
+]
 OnPlan = Callable[[int, int], None]
 OnRollout = Callable[[Rollout], None]
 
@@ -114,3 +125,10 @@ def with_progress(description: str, start: Callable[[OnPlan, OnRollout], Awaitab
 
     with progress:
         return asyncio.run(main())
+
+
+def environment_prompt(env: Environment, ref: str) -> PromptVersion | None:
+    """The version of the environment's system prompt `--prompt` names, said on stderr."""
+    version, said = asyncio.run(prompt_for(settings(), env.prompt_target(), ref))
+    err_console.print(f"system prompt: {said}", highlight=False)
+    return version

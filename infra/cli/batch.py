@@ -11,7 +11,9 @@ from rolltape.infra.cli._rollouts import (
     ConcurrencyOption,
     EnvArgument,
     ModelOption,
+    PromptOption,
     endpoint_for,
+    environment_prompt,
     open_environment,
     print_summary,
     with_progress,
@@ -39,12 +41,14 @@ def run_(
     wait_judged: Annotated[
         float, typer.Option(min=0, help="Seconds to wait for the worker's filter outcomes.")
     ] = 0.0,
+    prompt: PromptOption = "champion",
 ) -> None:
     """Run ITEMS rollouts, CONCURRENCY at a time. Run it again with the same --run to resume:
     rollouts whose session ended completed are skipped (the log is the checkpoint), the rest run
     as fresh sessions. Prints per-tool statistics and the reward filter's outcomes at the end."""
     env = open_environment(environment)
     endpoint = endpoint_for(model)
+    version = environment_prompt(env, prompt)
     name = run or env.name
     summary = with_progress(
         f"batch {name}",
@@ -58,6 +62,7 @@ def run_(
             wait_judged_s=wait_judged,
             on_plan=on_plan,
             on_rollout=on_rollout,
+            prompt=version,
         ),
     )
     if summary is None:

@@ -450,3 +450,46 @@ def judges(
         f" added {b.added_p50_ms:.1f} ms (goal: at most 20 ms)",
         highlight=False,
     )
+
+
+@app.command()
+def prompts(
+    rounds: int = typer.Option(3, min=1, help="Rounds of the loop; medians over them."),
+    epochs: int = typer.Option(4, min=1, help="Epochs per test run."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """The prompt loop's own time per round (the tuner's call, recording, the rule) beside the
+    monitored training runs it starts, with a server that answers at once; the same scenarios
+    run by the harness without the loop as the baseline. Needs a broker and the torch extra."""
+    from rolltape.infra.bench.prompts import run_prompts_bench
+
+    cfg = settings()
+    require_connection(cfg, Role.ADMIN)  # a clear error when there is no broker
+    r = run_prompts_bench(cfg, rounds=rounds, epochs=epochs)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}")
+    console.print(
+        f"prompt loop on harness.policy, held out {', '.join(r.heldout)}, {r.epochs} epochs "
+        "per run, a server that answers at once",
+        highlight=False,
+    )
+    console.print("    round   seconds   runs   in runs   loop's own   share   model calls")
+    for x in r.rounds:
+        console.print(
+            f"    {x.round:>5}   {x.seconds:7.2f}   {x.runs:>4}   {x.run_seconds:7.2f}   "
+            f"{x.overhead_seconds:10.3f}   {x.overhead_share:5.1%}   {x.model_calls:>11}",
+            highlight=False,
+        )
+    console.print(
+        f"    median round {r.median_round_s:.2f} s, loop's own {r.median_overhead_s:.3f} s "
+        f"({r.median_overhead_share:.1%}; goal at most {r.goal_overhead_share:.0%}: "
+        f"{'met' if r.met else 'NOT met'})",
+        highlight=False,
+    )
+    console.print(
+        f"    a held-out run: {r.loop_run_p50_s:.2f} s in the loop, {r.bare_run_p50_s:.2f} s "
+        "run by the harness alone (median)",
+        highlight=False,
+    )

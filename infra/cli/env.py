@@ -24,7 +24,9 @@ from rolltape.infra.cli._rollouts import (
     ConcurrencyOption,
     EnvArgument,
     ModelOption,
+    PromptOption,
     endpoint_for,
+    environment_prompt,
     open_environment,
     print_summary,
     with_progress,
@@ -71,11 +73,13 @@ def evaluate_(
     split: Annotated[str, typer.Option(help="The split to run, every item once.")] = "test",
     model: ModelOption = DEFAULT_MODEL,
     concurrency: ConcurrencyOption = 4,
+    prompt: PromptOption = "champion",
 ) -> None:
     """Run every item of a split once, print a metrics table and record an `evaluation` event
     (its own session) naming every rollout's session."""
     env = open_environment(environment)
     endpoint = endpoint_for(model)
+    version = environment_prompt(env, prompt)
     rows: list[Rollout] = []
 
     def progress(rollout: Rollout) -> None:
@@ -97,6 +101,7 @@ def evaluate_(
                 world_limits=config.world_limits,
                 judges=judges,
                 on_rollout=progress,
+                prompt=version,
             )
         finally:
             await judges.aclose()
@@ -218,6 +223,7 @@ def serve(
     run: Annotated[
         str | None, typer.Option("--run", help="Names the sessions and the feed's group.")
     ] = None,
+    prompt: PromptOption = "champion",
 ) -> None:
     """Register with an Atropos API server, run GROUP_SIZE rollouts per item, and deliver each
     group once the worker's filters and judges decided its sessions (through the live feed and
@@ -227,6 +233,7 @@ def serve(
     env = open_environment(environment)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
     endpoint = endpoint_for(model)
+    version = environment_prompt(env, prompt)
     options = ServeOptions(
         url=url,
         run=run or env.name,
@@ -234,6 +241,7 @@ def serve(
         groups=groups,
         score=score,
         keep_equal_scores=keep_equal_scores,
+        prompt=version,
     )
 
     async def main() -> ServeStats:

@@ -19,7 +19,7 @@ from rich.table import Table
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import CliError, console, settings
-from rolltape.infra.commands.prompts import POLICY_TARGET, prompt_targets
+from rolltape.infra.commands.prompts import POLICY_TARGET, prompt_for
 from rolltape.infra.commands.worker import can_provision
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.topics import provision
@@ -160,24 +160,9 @@ def run(
 
 def _policy_prompt(s: Settings, ref: str) -> PromptVersion | None:
     """The version `--prompt` names (None: the playbook, unrecorded)."""
-    if ref == "base":
-        return None
-    targets = asyncio.run(prompt_targets(s))
-    history = targets.get(POLICY_TARGET)
-    if ref == "champion" and (history is None or history.champion is None):
-        console.print(f"{POLICY_TARGET} has no champion in the log: the policy uses the playbook")
-        return None
-    if history is None:
-        raise CliError(
-            f"the log holds no versions of {POLICY_TARGET}, so --prompt {ref} names nothing: "
-            "use --prompt base, or record one with `rolltape prompts add`"
-        )
-    recorded = history.find(ref)
-    console.print(
-        f"policy prompt: {POLICY_TARGET} {recorded.label} ({recorded.version.digest[:12]})",
-        highlight=False,
-    )
-    return recorded.version
+    version, said = asyncio.run(prompt_for(s, POLICY_TARGET, ref))
+    console.print(f"policy prompt: {said}", highlight=False)
+    return version
 
 
 def print_attempts(result: SelfRefineResult) -> None:

@@ -28,7 +28,7 @@ from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
 from rolltape.projections import ExportOptions, Manifest, Trajectory, fold
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role, TypedEvent
+from rolltape.schemas import LIVE_JUDGE_VERSION, PromptVersion, Role, TypedEvent
 from rolltape.schemas.clients import ModelEndpoint
 
 
@@ -72,6 +72,7 @@ async def run_batch(
     on_plan: Callable[[int, int], None] | None = None,
     on_rollout: Callable[[Rollout], None] | None = None,
     workdir_root: Path | None = None,
+    prompt: PromptVersion | None = None,
 ) -> BatchSummary:
     """Run the slots of batch `run` that the log does not show finished, then summarise it.
 
@@ -108,6 +109,7 @@ async def run_batch(
                 workdir_root=workdir_root,
                 world_limits=settings.world_limits,
                 judges=judges,
+                prompt=prompt,
             )
 
         async def flushed(done: Rollout) -> None:

@@ -32,7 +32,7 @@ from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, run_rollout
 from rolltape.projections import AtroposSink, Selection, TrajectoryFeed
 from rolltape.projections.exporters import ChatTokenizer
-from rolltape.schemas import Role
+from rolltape.schemas import PromptVersion, Role
 from rolltape.schemas.clients import ModelEndpoint
 
 
@@ -48,6 +48,8 @@ class ServeOptions(BaseModel):
     score: str = "reward"
     keep_equal_scores: bool = False
     max_token_length: int = 4096
+    prompt: PromptVersion | None = None
+    """The agent's system prompt version (None: the environment's own)."""
 
 
 class ServeStats(BaseModel):
@@ -143,6 +145,7 @@ async def serve_env(
                         tags=["serve", f"serve={options.run}"],
                         world_limits=settings.world_limits,
                         judges=judges,
+                        prompt=options.prompt,
                     )
                     for k in range(options.group_size)
                 )

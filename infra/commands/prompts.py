@@ -9,20 +9,32 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
+from rolltape.infra.judging import open_judge_runtime
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
-from rolltape.producers import PromptLoopError
+from rolltape.producers import PromptLoopError, rules_and_verdicts_follower
+from rolltape.producers.agent import DEFAULT_MODEL
+from rolltape.producers.environments import (
+    ENV_SCORE_JUDGE,
+    Environment,
+    EnvironmentTester,
+    environment_names,
+    environment_suite,
+    load_environment,
+)
 from rolltape.producers.prompts import (
     LoopEstimate,
     LoopResult,
     PromptLoop,
     RoundResult,
     Suite,
+    Tester,
     Tuner,
     estimate,
 )
@@ -125,34 +137,84 @@ class EvolvePlan(BaseModel):
     scoreboard: tuple[str, ...]
 
 
-EVOLVABLE = (POLICY_TARGET,)
-"""The targets `prompts evolve` can run today: the harness's LLM decision policy."""
+@dataclass(frozen=True)
+class LoopTarget:
+    """What the loop needs to know of a target before it runs: the prompt as shipped, the
+    default suite, the case names a suite may use, the logical model its test runs call, and
+    the most model calls one test run makes."""
+
+    name: str
+    base: str
+    """The prompt as shipped (the version a loop starts from without --resume-from-champion)."""
+    suite: Suite
+    cases: frozenset[str]
+    model: str
+    calls_per_run: Callable[[Suite, int | None], int]
+    environment: Environment | None = None
 
 
-def check_evolve(settings: Settings, target: str, suite: Suite | None) -> None:
-    """What can be checked before the log is read: a target the loop can test, the `tuner` and
-    `policy` endpoints, and cases that are harness scenarios; PromptLoopError saying what to
-    change."""
-    if target not in EVOLVABLE:
-        raise PromptLoopError(
-            f"{target!r} cannot be evolved yet: the loop runs {', '.join(EVOLVABLE)} (an "
-            "environment's system prompt is not wired yet)"
+def loop_target(target: str) -> LoopTarget:
+    """The harness's policy (`harness.policy`) or a registered environment's system prompt
+    (`env.<name>.system`); PromptLoopError naming what can be evolved otherwise."""
+    if target == POLICY_TARGET:
+        from rolltape.producers.training import (
+            BASE_POLICY_PROMPT,
+            DEFAULT_SUITE,
+            SCENARIOS,
+            max_policy_calls,
         )
-    for role in ("tuner", "policy"):
+
+        return LoopTarget(
+            name=target,
+            base=BASE_POLICY_PROMPT,
+            suite=DEFAULT_SUITE,
+            cases=frozenset(SCENARIOS),
+            model="policy",
+            calls_per_run=lambda suite, epochs: max_policy_calls(epochs, suite),
+        )
+    name = target.removeprefix("env.").removesuffix(".system")
+    if target == f"env.{name}.system" and name in environment_names():
+        env = load_environment(name)
+        if env.system_prompt is None:
+            raise PromptLoopError(f"environment {name} has no system prompt to evolve")
+        return LoopTarget(
+            name=target,
+            base=env.system_prompt,
+            suite=environment_suite(env),
+            cases=frozenset(i.item_id for split in ("train", "test") for i in env.items(split)),
+            model=DEFAULT_MODEL,
+            calls_per_run=lambda suite, epochs: env.max_iterations,
+            environment=env,
+        )
+    evolvable = ", ".join([POLICY_TARGET, *(f"env.{n}.system" for n in environment_names())])
+    raise PromptLoopError(f"{target!r} cannot be evolved: the loop runs {evolvable}")
+
+
+def check_evolve(settings: Settings, target: str, suite: Suite | None) -> LoopTarget:
+    """What can be checked before the log is read: a target the loop can test, the `tuner`
+    endpoint and the one its test runs call, the worker's reward function an environment's runs
+    are scored by, and cases the target has; PromptLoopError saying what to change."""
+    loop = loop_target(target)
+    for role in ("tuner", loop.model):
         if role not in settings.models:
             raise PromptLoopError(
-                f"the prompt loop needs an endpoint for the logical model {role!r}: set "
-                'ROLLTAPE_MODELS, e.g. \'{"tuner": {"base_url": "http://host:8000/v1", '
-                '"model": "m"}, "policy": {...}}\''
+                f"the prompt loop of {target} needs an endpoint for the logical model {role!r}: "
+                'set ROLLTAPE_MODELS, e.g. \'{"tuner": {"base_url": "http://host:8000/v1", '
+                f'"model": "m"}}, "{loop.model}": {{...}}}}\''
             )
+    if loop.environment is not None and "final_reward" not in settings.rewards:
+        raise PromptLoopError(
+            f"{target}'s test rollouts are scored by the worker's {ENV_SCORE_JUDGE} verdicts: "
+            "set ROLLTAPE_REWARDS='[\"final_reward\"]' for the worker (and here)"
+        )
     if suite is not None:
-        from rolltape.producers.training import SCENARIOS
-
-        unknown = sorted({c.name for c in (*suite.learn, *suite.heldout)} - set(SCENARIOS))
+        unknown = sorted({c.name for c in (*suite.learn, *suite.heldout)} - loop.cases)
         if unknown:
+            what = "harness scenario" if loop.environment is None else "item of the environment"
             raise PromptLoopError(
-                f"{', '.join(unknown)}: not a harness scenario (see `rolltape harness scenarios`)"
+                f"{', '.join(unknown)}: not a {what} (known: {', '.join(sorted(loop.cases))})"
             )
+    return loop
 
 
 def plan_evolve(
@@ -169,24 +231,22 @@ def plan_evolve(
 ) -> EvolvePlan:
     """Check what a loop needs (`check_evolve`, and a champion to resume from) and that its
     estimate fits `budget_calls`; PromptLoopError with what to change otherwise."""
-    from rolltape.producers.training import BASE_POLICY_PROMPT, DEFAULT_SUITE, max_policy_calls
-
-    suite = suite or DEFAULT_SUITE
-    check_evolve(settings, target, suite)
+    loop = check_evolve(settings, target, suite)
+    suite = suite or loop.suite
     if resume_from_champion:
         champion = history.champion if history is not None else None
         if champion is None:
             raise PromptLoopError(
                 f"{target} has no champion to resume from (nothing was promoted): run without "
-                "--resume-from-champion to start from the base prompt"
+                "--resume-from-champion to start from the prompt as shipped"
             )
         start, start_label = champion.version, champion.label
     else:
         start = PromptVersion.of(
-            target, BASE_POLICY_PROMPT, technique="base", rationale="the playbook as shipped"
+            target, loop.base, technique="base", rationale="the prompt as shipped"
         )
         start_label = history.label_of(start.digest) if history is not None else "base"
-    bound = estimate(suite, max_policy_calls(epochs, suite), rounds)
+    bound = estimate(suite, loop.calls_per_run(suite, epochs), rounds)
     if budget_calls is not None and bound.model_calls > budget_calls:
         raise PromptLoopError(
             f"the loop may make {bound.describe()}, over --budget-calls {budget_calls}: lower "
@@ -215,24 +275,37 @@ def evolve(
     *,
     on_round: Callable[[RoundResult], None] | None = None,
 ) -> LoopResult:
-    """Run the planned loop (a worker must be judging: the harness waits for its verdicts)."""
-    from rolltape.producers.training import HarnessTester, rules_and_verdicts_follower
-
+    """Run the planned loop (a worker must be judging: the testers wait for its verdicts)."""
+    loop = loop_target(plan.target)
     agent = open_recorder(settings)
-    monitor = open_monitor_recorder(settings)
+    monitor = open_monitor_recorder(settings) if loop.environment is None else None
     follower = rules_and_verdicts_follower(
         require_connection(settings, Role.MONITOR), settings.topic_prefix
     )
+    endpoint = settings.models[loop.model]
     try:
-        tester = HarnessTester(
-            endpoint=settings.models["policy"],
-            agent=agent,
-            monitor_recorder=monitor,
-            follower=follower,
-            suite=plan.suite,
-            epochs=plan.epochs,
-        )
-        loop = PromptLoop(
+        tester: Tester
+        if loop.environment is not None:
+            tester = EnvironmentTester(
+                loop.environment,
+                endpoint=endpoint,
+                recorder=agent,
+                follower=follower,
+                judges=lambda: open_judge_runtime(settings, recorder=agent, policy=endpoint),
+            )
+        else:
+            from rolltape.producers.training import HarnessTester
+
+            assert monitor is not None
+            tester = HarnessTester(
+                endpoint=endpoint,
+                agent=agent,
+                monitor_recorder=monitor,
+                follower=follower,
+                suite=plan.suite,
+                epochs=plan.epochs,
+            )
+        runner = PromptLoop(
             agent,
             Tuner(settings.models["tuner"], agent),
             tester,
@@ -242,10 +315,11 @@ def evolve(
             labels=plan.labels,
             scoreboard=plan.scoreboard,
         )
-        return loop.run(plan.start, plan.rounds, on_round=on_round)
+        return runner.run(plan.start, plan.rounds, on_round=on_round)
     finally:
         follower.close()
-        monitor.close()
+        if monitor is not None:
+            monitor.close()
         agent.close(60)
 
 
@@ -331,3 +405,30 @@ async def rejudge(
         finally:
             recorder.close(60)
     return out
+
+
+def chosen_version(
+    targets: dict[str, PromptTarget], target: str, ref: str
+) -> tuple[PromptVersion | None, str]:
+    """The version of `target` that `ref` names (a label, a digest prefix; `champion`: the log's
+    champion, or None when there is none; `base`: None, the prompt as shipped), and a line
+    saying which. PromptLookupError for a version the log does not hold."""
+    history = targets.get(target)
+    if ref == "base":
+        return None, f"{target}: the prompt as shipped"
+    if ref == "champion" and (history is None or history.champion is None):
+        return None, f"{target} has no champion in the log: the prompt as shipped"
+    if history is None:
+        raise PromptLookupError(
+            f"the log holds no versions of {target}, so {ref!r} names nothing: use `base`, or "
+            "record one with `rolltape prompts add`"
+        )
+    recorded = history.find(ref)
+    return recorded.version, f"{target} {recorded.label} ({recorded.version.digest[:12]})"
+
+
+async def prompt_for(settings: Settings, target: str, ref: str) -> tuple[PromptVersion | None, str]:
+    """`chosen_version` over the log read now (nothing is read for `base`)."""
+    if ref == "base":
+        return chosen_version({}, target, ref)
+    return chosen_version(await prompt_targets(settings), target, ref)

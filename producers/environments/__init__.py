@@ -17,6 +17,11 @@ from rolltape.producers.environments._base import (
     continuous,
 )
 from rolltape.producers.environments._evaluate import evaluate, summarise
+from rolltape.producers.environments._prompt_tester import (
+    ENV_SCORE_JUDGE,
+    EnvironmentTester,
+    environment_suite,
+)
 from rolltape.producers.environments._registry import (
     environment_names,
     load_environment,
@@ -25,7 +30,9 @@ from rolltape.producers.environments._registry import (
 from rolltape.producers.environments._rollout import Rollout, run_rollout
 
 __all__ = [
+    "ENV_SCORE_JUDGE",
     "Environment",
+    "EnvironmentTester",
     "Item",
     "RewardResult",
     "Rollout",
@@ -34,6 +41,7 @@ __all__ = [
     "composite",
     "continuous",
     "environment_names",
+    "environment_suite",
     "evaluate",
     "load_environment",
     "register_environment",

@@ -111,12 +111,19 @@ class Environment(ABC):
     max_iterations: ClassVar[int] = 10
     group_size: ClassVar[int] = 4
     """Rollouts per item when serving (an Atropos group)."""
+    pass_reward: ClassVar[float] = 1.0
+    """The reward a passing rollout earns at least (the prompt loop's pass of a test case)."""
     judge_versions: ClassVar[Mapping[str, str]] = {}
     """The judges `judges` may return, by name, with their versions: the worker and replay can
     run them on recorded rollouts too (selected by name in ROLLTAPE_LLM_JUDGES)."""
 
     def __init__(self) -> None:
         self._cursor = 0
+
+    @classmethod
+    def prompt_target(cls) -> str:
+        """The prompt target of this environment's agent system prompt (`rolltape prompts`)."""
+        return f"env.{cls.name}.system"
 
     @abstractmethod
     def items(self, split: str = "train") -> Sequence[Item]:

@@ -21,7 +21,7 @@ from rolltape.producers._world import WorldLimits
 from rolltape.producers.environments._base import Environment
 from rolltape.producers.environments._rollout import Rollout, run_rollout
 from rolltape.producers.judging import JudgeRuntime
-from rolltape.schemas import EvaluatedItem, Evaluation
+from rolltape.schemas import EvaluatedItem, Evaluation, PromptVersion
 from rolltape.schemas.clients import ModelEndpoint
 
 
@@ -37,8 +37,10 @@ async def evaluate(
     world_limits: WorldLimits | None = None,
     judges: JudgeRuntime | None = None,
     on_rollout: Callable[[Rollout], None] | None = None,
+    prompt: PromptVersion | None = None,
 ) -> tuple[Evaluation, str]:
-    """(the evaluation, the session it was recorded in)."""
+    """(the evaluation, the session it was recorded in); `prompt`: the system prompt version
+    the agent gets (see run_rollout)."""
     items = list(env.items(split))
     if not items:
         raise EnvError(f"environment {env.name} has no items in split {split!r}")
@@ -58,6 +60,7 @@ async def evaluate(
                 model=endpoint.model,
                 family=endpoint.family,
                 session_id=f"{base}.{item.item_id}",
+                prompt=prompt,
                 tags=["evaluation", f"split={split}"],
                 workdir_root=workdir_root,
                 world_limits=world_limits,

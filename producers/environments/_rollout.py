@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,7 +32,7 @@ from rolltape.producers.judging import (
     render_messages,
     run_judges,
 )
-from rolltape.schemas import JudgeSpec, Verdict, WorldSnapshot
+from rolltape.schemas import JudgeSpec, PromptVersion, Verdict, WorldSnapshot
 
 
 class Rollout(BaseModel):
@@ -68,12 +68,17 @@ async def run_rollout(
     family: str | None = None,
     world_limits: WorldLimits | None = None,
     judges: JudgeRuntime | None = None,
+    prompt: PromptVersion | None = None,
+    labels: Mapping[str, Any] | None = None,
 ) -> Rollout:
     """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
     removed afterwards (`family`: the endpoint's tool-call text format, see
     run_agent). An agent that raises gives a `failed` rollout with no reward instead of
     an exception; `client` stays the caller's to close, so one can serve a whole batch.
-    `judges` runs the environment's judges (a judge that fails fails the rollout: no reward)."""
+    `judges` runs the environment's judges (a judge that fails fails the rollout: no reward).
+    `prompt` is a version of the environment's prompt target (`env.<name>.system`) the agent
+    gets as its system prompt instead of the environment's own; the session's run config names
+    it, with `labels` (a prompt loop's round and role)."""
     with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
         workdir = Path(tmp)
         env.setup_workdir(item, workdir)
@@ -85,7 +90,13 @@ async def run_rollout(
             model=model,
             tags=["env", f"env={env.name}", f"item={item.item_id}", *tags],
             run_config={
-                "environment": {"name": env.name, "item_id": item.item_id, "split": item.split}
+                "environment": {"name": env.name, "item_id": item.item_id, "split": item.split},
+                **(
+                    {"prompt_target": prompt.target, "prompt_version": prompt.digest}
+                    if prompt is not None
+                    else {}
+                ),
+                **(labels or {}),
             },
             group_id=group_id,
         )
@@ -110,7 +121,7 @@ async def run_rollout(
                     env.format_prompt(item),
                     tools,
                     session=session,
-                    system=env.system_prompt,
+                    system=prompt.content if prompt is not None else env.system_prompt,
                     max_iterations=env.max_iterations,
                     family=family,
                 )

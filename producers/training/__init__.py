@@ -11,6 +11,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
         "rolltape.producers.training needs PyTorch: pip install 'rolltape[torch]'"
     ) from exc
 
+from rolltape.producers._follow import LogFollower, rules_and_verdicts_follower
 from rolltape.producers.training._digits import (
     ArchitectureSpec,
     DigitsData,
@@ -18,14 +19,12 @@ from rolltape.producers.training._digits import (
     build_model,
     carry_weights,
 )
-from rolltape.producers.training._follow import LogFollower
 from rolltape.producers.training._harness import (
     AttemptResult,
     Harness,
     HarnessConfig,
     SelfRefineResult,
     feedback_text,
-    rules_and_verdicts_follower,
     violation_line,
 )
 from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor

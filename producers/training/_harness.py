@@ -16,7 +16,6 @@ Decisions on the last epoch are recorded as no-action: no epoch is left to train
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,9 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from torch import nn
 
 from rolltape.producers._errors import HarnessError
+from rolltape.producers._follow import LogFollower
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.training._digits import DigitsData
-from rolltape.producers.training._follow import LogFollower
 from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor
 from rolltape.producers.training._policies import (
     AttemptStart,
@@ -48,9 +47,7 @@ from rolltape.schemas import (
     Stream,
     Verdict,
     Violation,
-    topic_name,
 )
-from rolltape.schemas.clients import KafkaConnection
 
 TASK = REFERENCE_TASK
 MODE = "iterative_self_refine"
@@ -513,13 +510,3 @@ def _train_epoch(run: TrainingRun, monitor: TrainingMonitor) -> None:
         if run.clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), run.clip)
         run.optimizer.step()
-
-
-def rules_and_verdicts_follower(connection: KafkaConnection, prefix: str) -> LogFollower:
-    """A follower of the live rules and verdicts topics from a few seconds ago."""
-    since = int(time.time() * 1000) - 5_000
-    return LogFollower(
-        connection,
-        [topic_name(Stream.RULES, prefix), topic_name(Stream.VERDICTS, prefix)],
-        since_ms=since,
-    )

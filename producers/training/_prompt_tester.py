@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rolltape.producers._follow import LogFollower
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.prompts import Case, CaseResult, Suite
-from rolltape.producers.training._follow import LogFollower
 from rolltape.producers.training._harness import Harness, HarnessConfig, violation_line
 from rolltape.producers.training._policies import LLMPolicy
 from rolltape.producers.training._scenarios import SCENARIOS

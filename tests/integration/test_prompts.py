@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +17,14 @@ import pytest
 
 from rolltape.infra.commands.prompts import plan_evolve, prompt_targets
 from rolltape.infra.commands.report import read_sessions, write_prompts_report
+from rolltape.infra.commands.worker_process import worker_running
 from rolltape.producers.prompts import TUNER_INSTRUCTIONS
 from rolltape.projections import PromptTarget
 from rolltape.schemas import Stream
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, dead_letters, read_all
-from tests.support.openai_server import OpenAICompatibleServer
+from tests.support.openai_server import Completion, OpenAICompatibleServer
 
 CLI = [sys.executable, "-m", "rolltape.infra", "prompts"]
 
@@ -74,6 +76,14 @@ def test_prompts__versions_lineage_and_the_champion_come_from_the_log(
     assert "parents: v000; technique: negative_constraint" in shown.stdout
     assert "promoted: fixes the R2 deferrals" in shown.stdout
     assert shown.stdout.rstrip().endswith("For R2, change the batch size.")
+
+
+def _joined(worker: WorkerProcess, topics: Topics) -> None:
+    """Wait until the worker is a member of its group (the loop refuses to start before)."""
+    deadline = time.monotonic() + 120
+    while not worker_running(topics.settings):
+        assert worker.alive() and time.monotonic() < deadline, worker.log()
+        time.sleep(0.5)
 
 
 def _tuner_or_policy(tuner_calls: list[dict[str, Any]]) -> Any:
@@ -135,6 +145,7 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
 ) -> None:
     tuner_calls: list[dict[str, Any]] = []
     worker = WorkerProcess(topics, tmp_path).start()
+    _joined(worker, topics)
     try:
         with OpenAICompatibleServer(_tuner_or_policy(tuner_calls)) as server:
             endpoint = {"base_url": server.base_url, "model": "local"}
@@ -302,3 +313,117 @@ def _report_in_chromium(history: PromptTarget, tmp_path: Path) -> dict[str, Any]
         )
         browser.close()
     return {**drawn, "errors": errors}
+
+
+FIX = "Always write the corrected module before you answer."
+FIXES = {
+    "nested.py": (
+        "def flatten(items: list) -> list:\n"
+        "    out = []\n"
+        "    for item in items:\n"
+        "        if isinstance(item, list):\n"
+        "            out.extend(flatten(item))\n"
+        "        else:\n"
+        "            out.append(item)\n"
+        "    return out\n"
+    ),
+    "intervals.py": (
+        "def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:\n"
+        "    merged: list[tuple[int, int]] = []\n"
+        "    for start, end in sorted(intervals):\n"
+        "        if merged and start <= merged[-1][1]:\n"
+        "            merged[-1] = (merged[-1][0], max(merged[-1][1], end))\n"
+        "        else:\n"
+        "            merged.append((start, end))\n"
+        "    return merged\n"
+    ),
+}
+
+
+def _tuner_or_agent(tuner_calls: list[dict[str, Any]], agent_systems: list[str]) -> Any:
+    """As the tuner: a few-shot variant the agent ignores, then an instruction it obeys. As the
+    bug-fixing agent: without that instruction it answers at once (the tests still fail); with
+    it, it reads the module and writes the fix."""
+
+    def reply(body: dict[str, Any]) -> Any:
+        system = body["messages"][0]["content"]
+        if system == TUNER_INSTRUCTIONS:
+            tuner_calls.append(body)
+            brief = body["messages"][1]["content"]
+            champion = brief.split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+            technique, addition = (
+                ("few_shot", "Example: read the tests first.")
+                if len(tuner_calls) == 1
+                else ("negative_constraint", FIX)
+            )
+            return json.dumps(
+                {
+                    "technique": technique,
+                    "rationale": "the tests still fail",
+                    "prompt": f"{champion}\n{addition}",
+                }
+            )
+        agent_systems.append(system)
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        module = next((name for name in FIXES if name in prompt), None)
+        done = [m for m in body["messages"] if m["role"] == "tool"]
+        if FIX not in system or module is None or len(done) >= 2:
+            return Completion(content="Done.")
+        if not done:
+            return Completion(tool_calls=[("c1", "read_file", json.dumps({"path": module}))])
+        args = json.dumps({"path": module, "content": FIXES[module]})
+        return Completion(tool_calls=[("c2", "write_file", args)])
+
+    return reply
+
+
+@pytest.mark.timeout(900)
+def test_prompt_loop__evolves_an_environments_system_prompt_on_its_held_out_items(
+    topics: Topics, tmp_path: Path
+) -> None:
+    tuner_calls: list[dict[str, Any]] = []
+    systems: list[str] = []
+    rewards = {"ROLLTAPE_REWARDS": '["final_reward"]'}
+    worker = WorkerProcess(topics, tmp_path, **rewards).start()
+    _joined(worker, topics)
+    try:
+        with OpenAICompatibleServer(_tuner_or_agent(tuner_calls, systems)) as server:
+            endpoint = {"base_url": server.base_url, "model": "local"}
+            env = {**topics.env(), "COLUMNS": "200", **rewards}
+            env["ROLLTAPE_MODELS"] = json.dumps({"tuner": endpoint, "agent": endpoint})
+            loop = ["evolve", "env.bugfix.system", "--rounds", "2", "--learn", "fizzbuzz"]
+            loop += ["--heldout", "flatten", "--heldout", "merge_intervals"]
+            evolved = run(loop, topics, env)
+            assert evolved.returncode == 0, evolved.stderr
+            assert re.search(r"round 1: few_shot .* keep: the interval", evolved.stdout)
+            assert re.search(r"round 2: negative_constraint .* promote: ", evolved.stdout)
+            assert "pass rate 0.00 -> 1.00" in evolved.stdout
+            # the tuner learned from the train item's failure, never from a test item
+            brief = tuner_calls[0]["messages"][1]["content"]
+            assert "fizzbuzz (seed 0): reward 0.0 below 0.6" in brief
+            assert "flatten" not in brief and "merge_intervals" not in brief
+
+            # the environment's commands use the champion unless told otherwise
+            before = len(systems)
+            evaluated = run(
+                ["env", "evaluate", "bugfix", "--split", "test", "--model", "agent"],
+                topics,
+                env,
+                cli=[sys.executable, "-m", "rolltape.infra"],
+            )
+            assert evaluated.returncode == 0, evaluated.stderr
+            assert "system prompt: env.bugfix.system v002" in evaluated.stderr
+            assert systems[before:] and all(FIX in s for s in systems[before:])
+    finally:
+        worker.stop()
+    history = asyncio.run(prompt_targets(topics.settings))["env.bugfix.system"]
+    first, second = (d.decision for d in history.decisions)
+    assert not first.promoted and second.promoted
+    assert second.scoring.judge == "reward:final_reward" and second.scoring.threshold == 0.6
+    assert all(p.proposal_passed and not p.champion_passed for p in second.pairs)
+    for decision in (first, second):
+        assert decision.rule.judge(decision.pairs) == (
+            decision.promoted,
+            decision.reason,
+            decision.figures,
+        )

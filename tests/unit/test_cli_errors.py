@@ -145,6 +145,7 @@ CASES = [
     Case(("bench", "replay"), said=NO_BROKER),
     Case(("bench", "otlp"), said=NO_BROKER),
     Case(("bench", "batch"), said=NO_BROKER),
+    Case(("bench", "prompts"), said=NO_BROKER),
     Case(("bench", "monitor"), ("--block", "0"), "--block", usage=True),
     Case(("bench", "capture"), ("--calls", "1"), "--calls", usage=True),
     Case(("bench", "evidence"), ("--repeats", "0"), "--repeats", usage=True),
@@ -173,7 +174,16 @@ CASES = [
     Case(("prompts", "explain"), ("harness.policy", "2"), NO_BROKER),
     Case(("prompts", "rejudge"), ("harness.policy", "--judge-version", "v2"), NO_BROKER),
     Case(("prompts", "rejudge"), ("harness.policy",), "--judge-version", usage=True),
-    Case(("prompts", "evolve"), ("env.bugfix",), "'env.bugfix' cannot be evolved yet"),
+    Case(("prompts", "evolve"), ("env.bugfix",), "the loop runs harness.policy, env.bugfix.system"),
+    Case(
+        ("prompts", "evolve"),
+        ("env.bugfix.system",),
+        "scored by the worker's reward:final_reward verdicts: set ROLLTAPE_REWARDS",
+        env={
+            "ROLLTAPE_MODELS": '{"tuner": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}, '
+            '"agent": {"base_url": "http://127.0.0.1:9/v1", "model": "m"}}'
+        },
+    ),
     Case(("prompts", "evolve"), ("harness.policy",), "logical model 'tuner': set ROLLTAPE_MODELS"),
     Case(
         ("prompts", "evolve"),

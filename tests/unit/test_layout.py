@@ -76,6 +76,7 @@ def test_public_api__is_pinned() -> None:
         "FlushResult",
         "FlushTimeoutError",
         "HarnessError",
+        "LogFollower",
         "MonitorError",
         "ProducerError",
         "PromptLoopError",
@@ -97,6 +98,7 @@ def test_public_api__is_pinned() -> None:
         "record_tool",
         "reset_world",
         "restore_snapshot",
+        "rules_and_verdicts_follower",
         "spool_dir_in",
         "take_snapshot",
     }

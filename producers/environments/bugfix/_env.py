@@ -58,6 +58,7 @@ class BugFixEnv(Environment):
     )
     max_iterations = 12
     group_size = 4
+    pass_reward = 0.6  # the tests pass: 0.6 + 0.4 * coverage
 
     judged: ClassVar[bool] = False
     """With a tools judge reviewing every fix whose tests pass (`BugFixJudgedEnv`)."""

@@ -1,4 +1,5 @@
-"""Reading the processors' outputs back while a run goes on: rule evaluations and verdicts.
+"""Reading the processors' outputs back while a run goes on: rule evaluations and verdicts
+(the decision harness waits for each epoch's; the prompt loop's testers for each run's verdict).
 
 Why the harness reads them from the log: the firings a decision answers must be the canonical
 ones the worker computed from the monitor's metrics, never ones the harness computed itself,
@@ -19,7 +20,7 @@ from typing import Any
 from aiokafka import TopicPartition
 
 from rolltape.producers._errors import HarnessError
-from rolltape.schemas import UnreadableRecord, read_event
+from rolltape.schemas import Stream, UnreadableRecord, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection
 
 Match = Callable[[dict[str, Any]], bool]
@@ -142,3 +143,13 @@ def _checked(value: bytes) -> dict[str, Any] | None:
     except UnreadableRecord:
         return None
     return event.mapping if event.intact else None
+
+
+def rules_and_verdicts_follower(connection: KafkaConnection, prefix: str) -> LogFollower:
+    """A follower of the live rules and verdicts topics from a few seconds ago."""
+    since = int(time.time() * 1000) - 5_000
+    return LogFollower(
+        connection,
+        [topic_name(Stream.RULES, prefix), topic_name(Stream.VERDICTS, prefix)],
+        since_ms=since,
+    )
