@@ -149,6 +149,7 @@ from rolltape.schemas._prompt_decisions import (
     PromotionFigures,
     PromotionRule,
     PromptDecision,
+    PromptReview,
 )
 from rolltape.schemas._prompts import (
     PROMPT_TARGET_PATTERN,
@@ -280,6 +281,7 @@ __all__ = [
     "PromptDecisionEvent",
     "PromptPromotion",
     "PromptPromotionEvent",
+    "PromptReview",
     "PromptVersion",
     "PromptVersionEvent",
     "RecordTooLargeError",

@@ -132,6 +132,16 @@ class PromotionFigures(BaseModel):
         return out
 
 
+class PromptReview(BaseModel):
+    """The verdict an LLM reviewer gives on a round (strict structured output): which prompt it
+    prefers, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prefer: Literal["champion", "proposal"]
+    reasons: list[str] = Field(min_length=1)
+
+
 class PromotionRule(BaseModel):
     """When a proposal replaces the champion: every held-out pair scored, the lower end of the
     paired bootstrap interval of the mean score difference above `margin`, and (with
@@ -147,6 +157,9 @@ class PromotionRule(BaseModel):
     margin: float = 0.0
     """The lower bound must be above this (0: better than the champion at all)."""
     no_regressions: bool = True
+    review_veto: bool = False
+    """A reviewer's verdict (the round's `review`) must also prefer the proposal; a reviewer
+    that gave none keeps the champion."""
 
     def describe(self) -> str:
         """The rule in one line, as the decision and the scoreboard state it."""
@@ -157,6 +170,8 @@ class PromotionRule(BaseModel):
         )
         if self.no_regressions:
             text += " and no held-out case regresses from pass to fail"
+        if self.review_veto:
+            text += " and the reviewer prefers the proposal"
         return text + "; every pair must be scored"
 
     def interval(self, differences: list[float]) -> tuple[float, float]:
@@ -173,8 +188,11 @@ class PromotionRule(BaseModel):
         hi = min(self.resamples - 1, math.ceil((1 - alpha) * self.resamples) - 1)
         return means[lo], means[hi]
 
-    def judge(self, pairs: tuple[PairedResult, ...]) -> tuple[bool, str, PromotionFigures]:
-        """(promote?, why, the figures) for a round's pairs."""
+    def judge(
+        self, pairs: tuple[PairedResult, ...], review: Verdict | None = None
+    ) -> tuple[bool, str, PromotionFigures]:
+        """(promote?, why, the figures) for a round's pairs (and its reviewer's verdict, which
+        counts only under `review_veto`)."""
         scored = [p for p in pairs if p.scored]
         unscored = tuple(p.label for p in pairs if not p.scored)
         regressions = tuple(p.label for p in pairs if p.regressed)
@@ -221,6 +239,17 @@ class PromotionRule(BaseModel):
                 f"{self.margin:g}",
                 result,
             )
+        if self.review_veto:
+            if review is None or review.status != "ok":
+                why = "none was given" if review is None else (review.error or review.status)
+                return False, f"keep: the reviewer's verdict is required and {why}", result
+            verdict = PromptReview.model_validate(review.details.get("verdict", {}))
+            if verdict.prefer != "proposal":
+                return (
+                    False,
+                    f"keep: the reviewer prefers the champion: {'; '.join(verdict.reasons)}",
+                    result,
+                )
         return (
             True,
             f"promote: the score difference's interval [{result.lower:+.3f}, "
@@ -246,6 +275,8 @@ class PromptDecision(BaseModel):
     rule: PromotionRule
     scoring: CaseScoring = CaseScoring()
     pairs: tuple[PairedResult, ...]
+    review: Verdict | None = None
+    """The LLM reviewer's verdict on the round (`llm:prompt_review`), when one was asked."""
     figures: PromotionFigures
     promoted: bool
     reason: str = Field(min_length=1)
@@ -271,7 +302,7 @@ class PromptDecision(BaseModel):
                     }
                 )
             )
-        promoted, reason, figures = self.rule.judge(tuple(pairs))
+        promoted, reason, figures = self.rule.judge(tuple(pairs), self.review)
         return self.model_copy(
             update={
                 "pairs": tuple(pairs),
@@ -290,6 +321,8 @@ class PromptDecision(BaseModel):
             return "promoted"
         if not f.pairs:
             return "kept: nothing run"
+        if self.reason.startswith("keep: the reviewer"):
+            return "kept: reviewer"
         if f.unscored:
             return f"kept: {len(f.unscored)} unscored"
         if f.regressions and self.rule.no_regressions:

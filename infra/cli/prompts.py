@@ -25,7 +25,7 @@ from rolltape.infra.commands.prompts import evolve as evolve_loop
 from rolltape.infra.commands.prompts import rejudge as rejudge_rounds
 from rolltape.producers.prompts import Case, RoundResult, Suite
 from rolltape.projections import PromptLookupError, PromptTarget
-from rolltape.schemas import PromotionRule
+from rolltape.schemas import PromotionRule, PromptReview, Verdict
 
 app = typer.Typer(
     help="Prompt targets' versions (content-addressed, with their lineage) and champions, "
@@ -231,6 +231,16 @@ def evolve(
     confidence: Annotated[
         float, typer.Option(min=0.5, max=0.999, help="The bootstrap interval's coverage.")
     ] = 0.95,
+    review: Annotated[
+        bool,
+        typer.Option(
+            "--review", help="An LLM reviewer (ROLLTAPE_MODELS `reviewer`) judges each round too."
+        ),
+    ] = False,
+    review_veto: Annotated[
+        bool,
+        typer.Option("--review-veto", help="Promote only when the reviewer prefers it too."),
+    ] = False,
     start_worker: Annotated[
         bool, typer.Option(help="Run a `rolltape worker` for the duration (else one must run).")
     ] = False,
@@ -248,7 +258,7 @@ def evolve(
         except ValidationError as exc:
             problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise typer.BadParameter(problem, param_hint="--learn/--heldout") from exc
-    check_evolve(config, target, suite)
+    check_evolve(config, target, suite, review=review or review_veto)
     targets = asyncio.run(prompt_targets(config))
     plan = plan_evolve(
         config,
@@ -259,7 +269,8 @@ def evolve(
         budget_calls=budget_calls,
         suite=suite,
         epochs=epochs,
-        rule=PromotionRule(margin=margin, confidence=confidence),
+        rule=PromotionRule(margin=margin, confidence=confidence, review_veto=review_veto),
+        review=review,
     )
     console.print(
         f"{target}: starting from {plan.start_label} ({plan.start.digest[:12]})", highlight=False
@@ -281,6 +292,8 @@ def evolve(
             f"{_rate(f.champion_mean, 3)} -> {_rate(f.proposal_mean, 3)}; {escape(d.reason)}",
             highlight=False,
         )
+        if d.review is not None:
+            console.print(f"  reviewer: {escape(_review_line(d.review))}", highlight=False)
 
     with running_worker(config, start_worker):
         result = evolve_loop(config, plan, on_round=said)
@@ -384,6 +397,8 @@ def explain(
         f"{_rate(f.champion_pass_rate)} -> {_rate(f.proposal_pass_rate)}",
         highlight=False,
     )
+    if d.review is not None:
+        console.print(f"reviewer: {escape(_review_line(d.review))}", highlight=False)
     console.print(escape(d.reason), highlight=False)
 
 
@@ -434,3 +449,10 @@ def rejudge(
         + ("; recorded" if record else ""),
         highlight=False,
     )
+
+
+def _review_line(review: Verdict) -> str:
+    if review.status != "ok":
+        return f"no verdict ({review.error or review.status})"
+    verdict = PromptReview.model_validate(review.details.get("verdict", {}))
+    return f"prefers the {verdict.prefer}: {'; '.join(verdict.reasons)}"

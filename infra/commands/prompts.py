@@ -29,6 +29,7 @@ from rolltape.producers.environments import (
     load_environment,
 )
 from rolltape.producers.prompts import (
+    REVIEW_MODEL,
     LoopEstimate,
     LoopResult,
     PromptLoop,
@@ -37,6 +38,7 @@ from rolltape.producers.prompts import (
     Tester,
     Tuner,
     estimate,
+    judge_reviewer,
 )
 from rolltape.projections import (
     PROMPT_EVENT_TYPES,
@@ -135,6 +137,8 @@ class EvolvePlan(BaseModel):
     estimate: LoopEstimate
     labels: dict[str, str]
     scoreboard: tuple[str, ...]
+    review: bool = False
+    """An LLM reviewer (ROLLTAPE_MODELS `reviewer`) gives each round a verdict too."""
 
 
 @dataclass(frozen=True)
@@ -190,12 +194,14 @@ def loop_target(target: str) -> LoopTarget:
     raise PromptLoopError(f"{target!r} cannot be evolved: the loop runs {evolvable}")
 
 
-def check_evolve(settings: Settings, target: str, suite: Suite | None) -> LoopTarget:
+def check_evolve(
+    settings: Settings, target: str, suite: Suite | None, *, review: bool = False
+) -> LoopTarget:
     """What can be checked before the log is read: a target the loop can test, the `tuner`
     endpoint and the one its test runs call, the worker's reward function an environment's runs
     are scored by, and cases the target has; PromptLoopError saying what to change."""
     loop = loop_target(target)
-    for role in ("tuner", loop.model):
+    for role in ("tuner", loop.model, *([REVIEW_MODEL] if review else [])):
         if role not in settings.models:
             raise PromptLoopError(
                 f"the prompt loop of {target} needs an endpoint for the logical model {role!r}: "
@@ -228,10 +234,13 @@ def plan_evolve(
     suite: Suite | None = None,
     epochs: int | None = None,
     rule: PromotionRule | None = None,
+    review: bool = False,
 ) -> EvolvePlan:
     """Check what a loop needs (`check_evolve`, and a champion to resume from) and that its
     estimate fits `budget_calls`; PromptLoopError with what to change otherwise."""
-    loop = check_evolve(settings, target, suite)
+    rule = rule or PromotionRule()
+    review = review or rule.review_veto
+    loop = check_evolve(settings, target, suite, review=review)
     suite = suite or loop.suite
     if resume_from_champion:
         champion = history.champion if history is not None else None
@@ -246,7 +255,7 @@ def plan_evolve(
             target, loop.base, technique="base", rationale="the prompt as shipped"
         )
         start_label = history.label_of(start.digest) if history is not None else "base"
-    bound = estimate(suite, loop.calls_per_run(suite, epochs), rounds)
+    bound = estimate(suite, loop.calls_per_run(suite, epochs), rounds, review=review)
     if budget_calls is not None and bound.model_calls > budget_calls:
         raise PromptLoopError(
             f"the loop may make {bound.describe()}, over --budget-calls {budget_calls}: lower "
@@ -258,7 +267,7 @@ def plan_evolve(
         start_label=start_label,
         rounds=rounds,
         suite=suite,
-        rule=rule or PromotionRule(),
+        rule=rule,
         epochs=epochs,
         estimate=bound,
         labels={r.version.digest: r.label for r in history.versions} if history else {},
@@ -266,6 +275,7 @@ def plan_evolve(
             f"{t.technique}: {t.wins} win(s), {t.losses} loss(es)"
             for t in (history.scoreboard() if history is not None else [])
         ),
+        review=review,
     )
 
 
@@ -314,6 +324,11 @@ def evolve(
             rule=plan.rule,
             labels=plan.labels,
             scoreboard=plan.scoreboard,
+            reviewer=(
+                judge_reviewer(lambda: open_judge_runtime(settings, recorder=agent))
+                if plan.review
+                else None
+            ),
         )
         return runner.run(plan.start, plan.rounds, on_round=on_round)
     finally:

@@ -15,6 +15,12 @@ from rolltape.producers.prompts._loop import (
     Tester,
     estimate,
 )
+from rolltape.producers.prompts._review import (
+    REVIEW_MODEL,
+    Reviewer,
+    judge_reviewer,
+    review_spec,
+)
 from rolltape.producers.prompts._tuner import (
     TECHNIQUES,
     TUNER_INSTRUCTIONS,
@@ -24,6 +30,7 @@ from rolltape.producers.prompts._tuner import (
 )
 
 __all__ = [
+    "REVIEW_MODEL",
     "TECHNIQUES",
     "TUNER_INSTRUCTIONS",
     "Case",
@@ -31,6 +38,7 @@ __all__ = [
     "LoopEstimate",
     "LoopResult",
     "PromptLoop",
+    "Reviewer",
     "RoundResult",
     "Suite",
     "Tester",
@@ -38,4 +46,6 @@ __all__ = [
     "TunerBrief",
     "TunerProposal",
     "estimate",
+    "judge_reviewer",
+    "review_spec",
 ]

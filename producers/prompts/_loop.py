@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rolltape.producers._errors import PromptLoopError
 from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers.prompts._review import Reviewer
 from rolltape.producers.prompts._tuner import Tuner, TunerBrief
 from rolltape.schemas import (
     CaseScoring,
@@ -107,19 +108,24 @@ class LoopEstimate(BaseModel):
     tuner_calls: int
     policy_calls: int
     """At most `runs` x the tester's calls per run."""
+    review_calls: int = 0
+    """One reviewer call per round when a reviewer judges too."""
 
     @property
     def model_calls(self) -> int:
-        return self.tuner_calls + self.policy_calls
+        return self.tuner_calls + self.policy_calls + self.review_calls
 
     def describe(self) -> str:
+        review = f", {self.review_calls} reviewer" if self.review_calls else ""
         return (
-            f"at most {self.model_calls} model calls ({self.tuner_calls} tuner, up to "
+            f"at most {self.model_calls} model calls ({self.tuner_calls} tuner{review}, up to "
             f"{self.policy_calls} policy) and {self.runs} test runs over {self.rounds} round(s)"
         )
 
 
-def estimate(suite: Suite, calls_per_run: int, rounds: int) -> LoopEstimate:
+def estimate(
+    suite: Suite, calls_per_run: int, rounds: int, *, review: bool = False
+) -> LoopEstimate:
     """The most `rounds` rounds can cost when a test run makes at most `calls_per_run` model
     calls (a tester's `max_calls_per_case`): the start's learning and held-out runs, then per
     round the proposal's held-out runs and, when it wins, its learning runs for the next."""
@@ -130,6 +136,7 @@ def estimate(suite: Suite, calls_per_run: int, rounds: int) -> LoopEstimate:
         runs=runs,
         tuner_calls=rounds,
         policy_calls=runs * calls_per_run,
+        review_calls=rounds if review else 0,
     )
 
 
@@ -169,6 +176,7 @@ class PromptLoop:
         rule: PromotionRule | None = None,
         labels: Mapping[str, str] | None = None,
         scoreboard: tuple[str, ...] = (),
+        reviewer: Reviewer | None = None,
     ) -> None:
         self.recorder = recorder
         self.tuner = tuner
@@ -176,6 +184,9 @@ class PromptLoop:
         self.target = target
         self.suite = suite
         self.rule = rule or PromotionRule()
+        self.reviewer = reviewer
+        if self.rule.review_veto and reviewer is None:
+            raise PromptLoopError("the rule requires a reviewer's verdict and none was given")
         self._labels = dict(labels or {})
         """Digest -> label (`v003`) of the versions the log already holds."""
         self.scoreboard = list(scoreboard)
@@ -184,6 +195,7 @@ class PromptLoop:
         self._heldout: dict[str, tuple[CaseResult, ...]] = {}
         self.runs = 0
         self.policy_calls = 0
+        self.review_calls = 0
 
     def label(self, version: PromptVersion) -> str:
         """The log's label of a version, or its digest's first 12 characters."""
@@ -242,7 +254,7 @@ class PromptLoop:
             start=start,
             champion=champion,
             rounds=results,
-            model_calls=self.tuner.calls + self.policy_calls,
+            model_calls=self.tuner.calls + self.policy_calls + self.review_calls,
             runs=self.runs,
         )
 
@@ -292,7 +304,12 @@ class PromptLoop:
             )
             for old, new in zip(kept, tried, strict=True)
         )
-        promoted, reason, figures = self.rule.judge(pairs)
+        review = None
+        if self.reviewer is not None:
+            draft = self.rule.judge(pairs)[2]
+            review = self.reviewer(champion, proposal, pairs, draft, loop_id)
+            self.review_calls += 1
+        promoted, reason, figures = self.rule.judge(pairs, review)
         decision = PromptDecision(
             target=self.target,
             loop=loop_id,
@@ -302,6 +319,7 @@ class PromptLoop:
             rule=self.rule,
             scoring=self.tester.scoring,
             pairs=pairs,
+            review=review,
             figures=figures,
             promoted=promoted,
             reason=reason,

@@ -78,6 +78,10 @@ def test_prompts__versions_lineage_and_the_champion_come_from_the_log(
     assert shown.stdout.rstrip().endswith("For R2, change the batch size.")
 
 
+def sessions_of(topics: Topics) -> set[str]:
+    return set(asyncio.run(read_sessions(topics.reader, topics.prefix)))
+
+
 def _joined(worker: WorkerProcess, topics: Topics) -> None:
     """Wait until the worker is a member of its group (the loop refuses to start before)."""
     deadline = time.monotonic() + 120
@@ -95,6 +99,10 @@ def _tuner_or_policy(tuner_calls: list[dict[str, Any]]) -> Any:
 
     def reply(body: dict[str, Any]) -> str:
         system = body["messages"][0]["content"]
+        if system.startswith("You are a judge."):  # the reviewer: it reads both prompts
+            proposal = body["messages"][1]["content"].split("The proposal:\n<<<\n", 1)[1]
+            prefer = "proposal" if ACT in proposal.split("\n>>>", 1)[0] else "champion"
+            return json.dumps({"prefer": prefer, "reasons": [f"{prefer} answers the rules"]})
         if system == TUNER_INSTRUCTIONS:
             tuner_calls.append(body)
             brief = body["messages"][1]["content"]
@@ -150,13 +158,16 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
         with OpenAICompatibleServer(_tuner_or_policy(tuner_calls)) as server:
             endpoint = {"base_url": server.base_url, "model": "local"}
             env = {**topics.env(), "COLUMNS": "200"}
-            env["ROLLTAPE_MODELS"] = json.dumps({"tuner": endpoint, "policy": endpoint})
-            loop = ["evolve", "harness.policy", "--learn", "lr_too_high:100"]
+            env["ROLLTAPE_MODELS"] = json.dumps(
+                {"tuner": endpoint, "policy": endpoint, "reviewer": endpoint}
+            )
+            loop = ["evolve", "harness.policy", "--review-veto", "--learn", "lr_too_high:100"]
             loop += ["--heldout", "dead_relu:0", "--heldout", "dead_relu:1", "--epochs", "6"]
             # the estimate comes first: a budget it exceeds refuses the run before anything runs
             refused = run([*loop, "--rounds", "2", "--budget-calls", "20"], topics, env)
             assert refused.returncode == 2 and "over --budget-calls 20" in refused.stderr
-            assert "at most 50 model calls (2 tuner" in refused.stderr and not server.requests
+            assert "at most 52 model calls (2 tuner, 2 reviewer" in refused.stderr
+            assert not server.requests
 
             evolved = run([*loop, "--rounds", "2"], topics, env)
             assert evolved.returncode == 0, evolved.stderr
@@ -164,6 +175,8 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
             assert "starting from base" in lines
             assert re.search(r"round 1: few_shot .* keep: the interval", lines), lines
             assert re.search(r"round 2: negative_constraint .* promote: ", lines), lines
+            assert "reviewer: prefers the champion: champion answers the rules" in lines
+            assert "reviewer: prefers the proposal: proposal answers the rules" in lines
             assert "few_shot 0 win(s), 1 loss(es) · negative_constraint 1 win(s)" in lines
             assert len(tuner_calls) == 2
             # round 2's tuner read the champion's failures and round 1's rejection
@@ -224,7 +237,7 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
     }
     for decided in history.decisions:
         d = decided.decision
-        promoted, reason, figures = d.rule.judge(d.pairs)
+        promoted, reason, figures = d.rule.judge(d.pairs, d.review)
         assert (promoted, reason, figures) == (d.promoted, d.reason, d.figures)
         for pair in d.pairs:
             for sid, score in (
@@ -234,6 +247,10 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
                 assert verdicts[sid]["scores"]["process_score"] == score
     first, second = decided_1.decision, decided_2.decision
     assert not first.promoted and second.promoted
+    assert second.rule.review_veto and second.review is not None
+    assert second.review.details["verdict"]["prefer"] == "proposal"
+    review_session = second.review.judge_session_id
+    assert review_session is not None and review_session in sessions_of(topics)
     assert first.champion == second.champion  # round 1 kept the base
     assert all(p.proposal_score > p.champion_score for p in second.pairs)  # type: ignore[operator]
     promotion = history.promotions[-1].promotion

@@ -270,6 +270,7 @@ def test_public_api__is_pinned() -> None:
         "PromptDecisionEvent",
         "PromptPromotion",
         "PromptPromotionEvent",
+        "PromptReview",
         "PromptVersion",
         "PromptVersionEvent",
         "REFERENCE_TASK",

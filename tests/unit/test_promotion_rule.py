@@ -185,3 +185,32 @@ def test_a_round_rejudged__is_decided_again_from_the_other_versions_verdicts() -
         "p1": _verdict(0.6),
     }
     assert decision.rejudged(same, "v2").model_copy(update={"judge_version": "live"}) == decision
+
+
+def _review(prefer: str | None, *reasons: str) -> Verdict:
+    if prefer is None:
+        return Verdict(
+            judge="llm:prompt_review", judge_version="1", status="error", error="the model failed"
+        )
+    return Verdict(
+        judge="llm:prompt_review",
+        judge_version="1",
+        status="ok",
+        details={"verdict": {"prefer": prefer, "reasons": list(reasons)}},
+    )
+
+
+def test_a_reviewer__counts_only_when_the_rule_gives_it_a_veto() -> None:
+    better = pairs([0.05, 0.2, 0.1])
+    assert PromotionRule().judge(better, _review("champion", "overfitted"))[0]
+    veto = PromotionRule(review_veto=True)
+    assert "the reviewer prefers the proposal" in veto.describe()
+    assert veto.judge(better, _review("proposal", "clearer"))[0]
+    kept = veto.judge(better, _review("champion", "drops R2", "overfitted"))
+    assert kept[:2] == (False, "keep: the reviewer prefers the champion: drops R2; overfitted")
+    assert veto.judge(better, _review(None))[1] == (
+        "keep: the reviewer's verdict is required and the model failed"
+    )
+    assert veto.judge(better)[1] == "keep: the reviewer's verdict is required and none was given"
+    # the measured rule comes first: a reviewer cannot promote a proposal the figures keep out
+    assert not veto.judge(pairs([0.0, 0.0]), _review("proposal", "nicer"))[0]

@@ -21,7 +21,7 @@ from rolltape.producers.prompts import (
     estimate,
 )
 from rolltape.projections import fold_prompts
-from rolltape.schemas import CaseScoring, PromptVersion, read_event
+from rolltape.schemas import CaseScoring, PromotionRule, PromptVersion, Verdict, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import OpenAICompatibleServer
 from tests.unit.producers.recorded import spooled_records
@@ -159,6 +159,49 @@ def test_a_proposal_the_tuner_cannot_shape__is_an_error_naming_the_cause(tmp_pat
         loop.recorder.close(10)
 
 
+def test_a_reviewer__judges_every_round_and_its_veto_keeps_the_champion(tmp_path: Path) -> None:
+    base = PromptVersion.of(TARGET, "Act on the rule.")
+    proposals = [{"technique": "rewrite", "rationale": "r", "prompt": "Act. BETTER"}]
+    seen: list[tuple[str, str, int, float | None, str]] = []
+
+    def reviewer(champion, proposal, pairs, figures, loop_session):  # type: ignore[no-untyped-def]
+        seen.append((champion.content, proposal.content, len(pairs), figures.lower, loop_session))
+        return Verdict(
+            judge="llm:prompt_review",
+            judge_version="1",
+            status="ok",
+            details={"verdict": {"prefer": "champion", "reasons": ["overfitted to the suite"]}},
+        )
+
+    with tuner_server(proposals, []) as server:
+        recorder = Recorder(
+            None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent"
+        )
+        tuner = Tuner(ModelEndpoint(base_url=server.base_url, model="t", timeout_s=5), recorder)
+        loop = PromptLoop(
+            recorder,
+            tuner,
+            MarkerTester(),
+            target=TARGET,
+            suite=SUITE,
+            rule=PromotionRule(review_veto=True),
+            reviewer=reviewer,
+        )
+        result = loop.run(base, 1)
+        recorder.close(10)
+    (only,) = result.rounds
+    assert not only.decision.promoted and only.decision.outcome == "kept: reviewer"
+    assert (
+        only.decision.reason == "keep: the reviewer prefers the champion: overfitted to the suite"
+    )
+    assert only.decision.review is not None and only.decision.review.judge == "llm:prompt_review"
+    assert seen == [("Act on the rule.", "Act. BETTER", 3, pytest.approx(0.3), result.loop)]
+    assert result.model_calls == 1 + 7 * 2 + 1  # tuner, 7 runs of 2 policy calls, reviewer
+    with pytest.raises(PromptLoopError, match="requires a reviewer"):
+        PromptLoop(recorder, tuner, MarkerTester(), target=TARGET, suite=SUITE,
+                   rule=PromotionRule(review_veto=True))  # fmt: skip
+
+
 def test_a_suite__never_learns_from_a_case_that_decides() -> None:
     with pytest.raises(ValidationError, match="both learned from and held out"):
         Suite(learn=(Case(name="a", seed=1),), heldout=(Case(name="a", seed=2),))
@@ -171,4 +214,8 @@ def test_the_estimate__bounds_runs_and_calls_before_anything_runs() -> None:
     assert bound.model_calls == 2 + 11 * 3
     assert bound.describe() == (
         "at most 35 model calls (2 tuner, up to 33 policy) and 11 test runs over 2 round(s)"
+    )
+    reviewed = estimate(SUITE, 3, 2, review=True)
+    assert reviewed.model_calls == 37 and "2 tuner, 2 reviewer, up to 33 policy" in (
+        reviewed.describe()
     )
