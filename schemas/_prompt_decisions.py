@@ -5,9 +5,10 @@ The rule lives beside the wire format because a decision is meant to be recomput
 holding the log: the event carries the rule's config and every paired result it read, and
 `PromotionRule.judge` gives the same figures from them on any machine. The paired bootstrap is
 written here rather than taken from scipy for that reason: its resamples come from Python's own
-seeded Mersenne Twister (`random.Random(seed).randrange`), whose sequence the standard library
-keeps stable across releases, so a round re-judged next year prints the same interval, and the
-core install needs no numerical library.
+seeded Mersenne Twister through `random.Random(seed).random()`, the one method whose sequence
+the standard library promises to keep across releases (`randrange` is not promised), the
+quantiles' ranks are computed in exact fractions, so a round re-judged next year prints the same
+interval, and the core install needs no numerical library.
 
 Why paired and why a lower bound: champion and proposal run the same held-out cases with the
 same seeds, so the difference of their scores per case removes the seed's own noise; a proposal
@@ -20,6 +21,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping
+from fractions import Fraction
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -156,6 +158,8 @@ class PromotionRule(BaseModel):
     seed: int = 0
     margin: float = 0.0
     """The lower bound must be above this (0: better than the champion at all)."""
+    min_pairs: int = Field(default=2, ge=1)
+    """Fewer scored pairs keep the champion: one pair's interval has no width at all."""
     no_regressions: bool = True
     review_veto: bool = False
     """A reviewer's verdict (the round's `review`) must also prefer the proposal; a reviewer
@@ -175,15 +179,17 @@ class PromotionRule(BaseModel):
         return text + "; every pair must be scored"
 
     def interval(self, differences: list[float]) -> tuple[float, float]:
-        """The percentile bootstrap interval of the mean of `differences` (nearest-rank
-        quantiles of `resamples` resampled means)."""
+        """The percentile bootstrap interval of the mean of `differences`: the nearest-rank
+        quantiles (1 - confidence) / 2 and (1 + confidence) / 2 of `resamples` resampled
+        means. With few pairs it is narrower than its nominal coverage (the percentile
+        bootstrap's known bias on small samples): `min_pairs` and `margin` are the guards."""
         n = len(differences)
         rng = random.Random(self.seed)
         means = sorted(
-            math.fsum(differences[rng.randrange(n)] for _ in range(n)) / n
+            math.fsum(differences[int(rng.random() * n)] for _ in range(n)) / n
             for _ in range(self.resamples)
         )
-        alpha = (1 - self.confidence) / 2
+        alpha = (1 - Fraction(str(self.confidence))) / 2
         lo = max(0, math.ceil(alpha * self.resamples) - 1)
         hi = min(self.resamples - 1, math.ceil((1 - alpha) * self.resamples) - 1)
         return means[lo], means[hi]
@@ -228,6 +234,12 @@ class PromotionRule(BaseModel):
             return False, "keep: no held-out case was run", result
         if unscored:
             return False, f"keep: {len(unscored)} pair(s) unscored ({', '.join(unscored)})", result
+        if len(values) < self.min_pairs:
+            return (
+                False,
+                f"keep: {len(values)} scored pair(s), the rule needs at least {self.min_pairs}",
+                result,
+            )
         if self.no_regressions and regressions:
             return False, f"keep: the proposal regressed {', '.join(regressions)}", result
         assert result.lower is not None and result.mean_difference is not None
@@ -325,6 +337,8 @@ class PromptDecision(BaseModel):
             return "kept: reviewer"
         if f.unscored:
             return f"kept: {len(f.unscored)} unscored"
+        if f.scored < self.rule.min_pairs:
+            return "kept: too few pairs"
         if f.regressions and self.rule.no_regressions:
             return f"kept: {len(f.regressions)} regressed"
         return f"kept: lower bound <= {self.rule.margin:g}"

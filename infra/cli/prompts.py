@@ -17,6 +17,7 @@ from rich.table import Table
 from rolltape.infra.cli._common import console, settings
 from rolltape.infra.commands.prompts import (
     check_evolve,
+    loop_target,
     plan_evolve,
     prompt_targets,
     record_version,
@@ -207,7 +208,15 @@ def evolve(
     resume_from_champion: Annotated[
         bool,
         typer.Option(
-            "--resume-from-champion", help="Start from the log's champion (default: the base)."
+            "--resume-from-champion",
+            help="Start from the log's champion (default: the prompt as shipped).",
+        ),
+    ] = False,
+    from_base: Annotated[
+        bool,
+        typer.Option(
+            "--from-base",
+            help="Start from the prompt as shipped although the log has another champion.",
         ),
     ] = False,
     budget_calls: Annotated[
@@ -253,8 +262,16 @@ def evolve(
     config = settings()
     suite = None
     if learn or heldout:
+        default = loop_target(target).suite
+        chosen_learn, chosen_heldout = _cases(learn, "--learn"), _cases(heldout, "--heldout")
+        if not chosen_learn:  # the other side from the default suite, without the chosen names
+            names = {c.name for c in chosen_heldout}
+            chosen_learn = tuple(c for c in default.learn if c.name not in names)
+        if not chosen_heldout:
+            names = {c.name for c in chosen_learn}
+            chosen_heldout = tuple(c for c in default.heldout if c.name not in names)
         try:
-            suite = Suite(learn=_cases(learn, "--learn"), heldout=_cases(heldout, "--heldout"))
+            suite = Suite(learn=chosen_learn, heldout=chosen_heldout)
         except ValidationError as exc:
             problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise typer.BadParameter(problem, param_hint="--learn/--heldout") from exc
@@ -271,6 +288,7 @@ def evolve(
         epochs=epochs,
         rule=PromotionRule(margin=margin, confidence=confidence, review_veto=review_veto),
         review=review,
+        from_base=from_base,
     )
     console.print(
         f"{target}: starting from {plan.start_label} ({plan.start.digest[:12]})", highlight=False

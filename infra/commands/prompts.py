@@ -47,6 +47,7 @@ from rolltape.projections import (
     fold_prompts,
 )
 from rolltape.schemas import (
+    LIVE_JUDGE_VERSION,
     PromotionRule,
     PromptDecision,
     PromptPromotion,
@@ -235,9 +236,13 @@ def plan_evolve(
     epochs: int | None = None,
     rule: PromotionRule | None = None,
     review: bool = False,
+    from_base: bool = False,
 ) -> EvolvePlan:
     """Check what a loop needs (`check_evolve`, and a champion to resume from) and that its
-    estimate fits `budget_calls`; PromptLoopError with what to change otherwise."""
+    estimate fits `budget_calls`; PromptLoopError with what to change otherwise. A loop starts
+    from the prompt as shipped, or from the champion (`resume_from_champion`); when the log's
+    champion is another version, starting from the prompt as shipped needs `from_base`: a win
+    then replaces a champion it was never measured against."""
     rule = rule or PromotionRule()
     review = review or rule.review_veto
     loop = check_evolve(settings, target, suite, review=review)
@@ -255,6 +260,14 @@ def plan_evolve(
             target, loop.base, technique="base", rationale="the prompt as shipped"
         )
         start_label = history.label_of(start.digest) if history is not None else "base"
+        champion = history.champion if history is not None else None
+        if champion is not None and champion.version.digest != start.digest and not from_base:
+            raise PromptLoopError(
+                f"{target}'s champion is {champion.label}, not the prompt as shipped: pass "
+                "--resume-from-champion to start from it, or --from-base to start from the "
+                f"prompt as shipped (a win would then replace {champion.label} without having "
+                "been measured against it)"
+            )
     bound = estimate(suite, loop.calls_per_run(suite, epochs), rounds, review=review)
     if budget_calls is not None and bound.model_calls > budget_calls:
         raise PromptLoopError(
@@ -377,6 +390,11 @@ async def rejudge(
     `rounds` is empty): each decided again from the verdicts `judge_version` gave the same test
     sessions (`rolltape replay --judge-version V` writes them), by its recorded scoring and
     rule. With `record`, the re-judged decisions are recorded (they change no champion)."""
+    if judge_version == LIVE_JUDGE_VERSION:
+        raise PromptLookupError(
+            f"the rounds were judged on the {LIVE_JUDGE_VERSION!r} verdicts already: name the "
+            "judge version a replay wrote (`rolltape replay --judge-version V`)"
+        )
     judged = history.rounds()
     unknown = [n for n in rounds if not 1 <= n <= len(judged)]
     if not judged or unknown:

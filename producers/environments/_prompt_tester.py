@@ -2,8 +2,9 @@
 environment's system prompt (`env.<name>.system`) on an item, as one recorded rollout the worker
 judges.
 
-A case is an item and a sample number (cases learn from the train split and decide on the test
-split by default, so the tuner never sees an item that decides). Its score is the worker's
+A case is an item and a seed (the rollout's sample number, and the seed of every model call, so
+champion and proposal sample alike on a server that honours seeds; cases learn from the train
+split and decide on the test split by default, so the tuner never sees an item that decides). Its score is the worker's
 `reward:final_reward` verdict (the reward the rollout recorded, read back by the worker: the
 worker must run that reward function, ROLLTAPE_REWARDS), and it passes when that reward is at
 least the environment's `pass_reward`. A rollout whose verdict does not arrive in time, or that
@@ -93,6 +94,7 @@ class EnvironmentTester:
                     family=self.endpoint.family,
                     session_id=session_id,
                     sample=case.seed,
+                    seed=case.seed,
                     tags=["prompt_loop"],
                     judges=judges,
                     prompt=version,

@@ -70,6 +70,7 @@ async def run_rollout(
     judges: JudgeRuntime | None = None,
     prompt: PromptVersion | None = None,
     labels: Mapping[str, Any] | None = None,
+    seed: int | None = None,
 ) -> Rollout:
     """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
     removed afterwards (`family`: the endpoint's tool-call text format, see
@@ -78,7 +79,8 @@ async def run_rollout(
     `judges` runs the environment's judges (a judge that fails fails the rollout: no reward).
     `prompt` is a version of the environment's prompt target (`env.<name>.system`) the agent
     gets as its system prompt instead of the environment's own; the session's run config names
-    it, with `labels` (a prompt loop's round and role)."""
+    it, with `labels` (a prompt loop's round and role). `seed` goes with every model call (a
+    server that honours it samples the same way for the same seed: a prompt loop's pairs)."""
     with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
         workdir = Path(tmp)
         env.setup_workdir(item, workdir)
@@ -124,6 +126,7 @@ async def run_rollout(
                     system=prompt.content if prompt is not None else env.system_prompt,
                     max_iterations=env.max_iterations,
                     family=family,
+                    seed=seed,
                 )
             except Exception as exc:
                 return failed(f"{type(exc).__name__}: {exc}")

@@ -59,6 +59,10 @@ class Suite(BaseModel):
 
     @model_validator(mode="after")
     def _disjoint(self) -> Suite:
+        cases = [*self.learn, *self.heldout]
+        twice = sorted({c.label for c in cases if cases.count(c) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once: each case runs once")
         shared = sorted({c.name for c in self.learn} & {c.name for c in self.heldout})
         if shared:
             raise ValueError(
@@ -213,6 +217,8 @@ class PromptLoop:
         if start.target != self.target:
             raise PromptLoopError(f"the start version is of {start.target}, not {self.target}")
         loop_id = f"prompts.{self.target}.loop-{uuid.uuid4().hex[:12]}"
+        self._learned.clear()  # a second run measures afresh: its pairs name its own sessions
+        self._heldout.clear()
         results: list[RoundResult] = []
         champion = start
         with self.recorder.session(
@@ -378,12 +384,20 @@ def _blind_line(decision: PromptDecision, proposal: PromptVersion) -> str:
     """A judged round as the tuner reads it: held-out figures in aggregate, never a held-out
     case's name (the tuner must not learn which cases decide)."""
     f = decision.figures
-    if f.unscored:
+    if decision.promoted:
+        why = "promoted: its interval of the score difference lies above the margin"
+    elif f.unscored:
         why = f"kept the champion: {len(f.unscored)} held-out pair(s) unscored"
-    elif f.regressions and not decision.promoted:
+    elif f.regressions and decision.rule.no_regressions:
         why = f"kept the champion: the proposal regressed {len(f.regressions)} held-out case(s)"
+    elif decision.outcome == "kept: reviewer":
+        why = "kept the champion: the reviewer preferred it"
+    elif f.scored < decision.rule.min_pairs:
+        why = "kept the champion: too few held-out pairs were scored"
     else:
-        why = decision.reason
+        why = (
+            "kept the champion: its interval of the score difference does not lie above the margin"
+        )
     return (
         f"round {decision.round}: {proposal.technique} ({proposal.rationale}): held-out pass "
         f"rate {_rate(f.champion_pass_rate)} -> {_rate(f.proposal_pass_rate)}, mean score "

@@ -366,7 +366,11 @@ class Harness:
             raise
         self.agent.flush()
         self.monitor_recorder.flush()
-        verdict = self._verdict(session_id)
+        try:
+            verdict = self._verdict(session_id)
+        except BaseException:
+            self.policy.end(None)  # its conversation ends too, unrewarded
+            raise
         self.policy.end(verdict.scores.get("process_score"))
         self.agent.flush()
         return AttemptResult(

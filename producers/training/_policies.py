@@ -305,8 +305,11 @@ class LLMPolicy:
         temperature: float = 0.2,
         prompt: PromptVersion | None = None,
         labels: Mapping[str, Any] | None = None,
+        seed: int | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.seed = seed
+        """Sent with every call (a prompt loop's pairs sample alike on a server honouring it)."""
         self.recorder = recorder
         self.temperature = temperature
         self.prompt = prompt
@@ -369,6 +372,7 @@ class LLMPolicy:
                 messages=self.messages,
                 response_format=PolicyDecision,
                 temperature=self.temperature,
+                **({"seed": self.seed} if self.seed is not None else {}),
             )
         except (ValidationError, json.JSONDecodeError, ValueError, openai.APIError) as exc:
             detail = f"{type(exc).__name__}: {exc}"[:500]

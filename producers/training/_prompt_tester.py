@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rolltape.producers._errors import HarnessError
 from rolltape.producers._follow import LogFollower
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.prompts import Case, CaseResult, Suite
@@ -65,7 +66,7 @@ class HarnessTester:
 
     def run(self, version: PromptVersion, case: Case, labels: dict[str, Any]) -> CaseResult:
         scenario = SCENARIOS[case.name]
-        policy = LLMPolicy(self.endpoint, self.agent, prompt=version, labels=labels)
+        policy = LLMPolicy(self.endpoint, self.agent, prompt=version, labels=labels, seed=case.seed)
         harness = Harness(
             agent=self.agent,
             monitor_recorder=self.monitor_recorder,
@@ -74,7 +75,20 @@ class HarnessTester:
             config=self.config.model_copy(update={"seed": case.seed}),
         )
         run_id = f"{labels['prompt_loop']}-r{labels['prompt_round']}-{version.digest[:8]}-{case.name}-s{case.seed}"
-        result = harness.run_attempt(scenario, run_id=run_id, labels=labels, tags=("prompt_loop",))
+        try:
+            result = harness.run_attempt(
+                scenario, run_id=run_id, labels=labels, tags=("prompt_loop",)
+            )
+        except HarnessError as exc:  # no rule evaluation or verdict in time: unscored, not fatal
+            return CaseResult(
+                case=case,
+                session_id=f"{run_id}-a1",
+                rules=scenario.provokes,
+                score=None,
+                passed=False,
+                failures=(str(exc),),
+                model_calls=policy.calls,
+            )
         verdict = result.verdict
         score, passed = self.scoring.of(verdict, scenario.provokes)
         return CaseResult(

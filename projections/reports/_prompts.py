@@ -104,7 +104,7 @@ def _pairs_chart(d: PromptDecision, number: int, figures: _Figures) -> str:
                 textposition="outside",
             )
         )
-    fig.update_yaxes(range=[0, 1.1], title_text="score")
+    fig.update_yaxes(rangemode="tozero", title_text="score")
     fig.update_layout(barmode="group", height=300, title=f"round {number}: paired held-out results")
     return figures.html(fig)
 

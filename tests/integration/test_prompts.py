@@ -199,6 +199,11 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
             )
             assert history.champion is not None and plan.start == history.champion.version
             assert ACT in plan.start.content and plan.start_label == history.champion.label
+            # starting from the prompt as shipped again must be asked for: a win would replace
+            # a champion it was never measured against
+            guarded = run(["evolve", "harness.policy", "--rounds", "1"], topics, env)
+            assert guarded.returncode == 2
+            assert "pass --resume-from-champion to start from it, or --from-base" in guarded.stderr
 
             # the harness's llm policy uses the champion unless told a version
             before = len(server.requests)
@@ -275,6 +280,8 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
         ["replay", "--judge-version", "v2"], topics, cli=[sys.executable, "-m", "rolltape.infra"]
     )
     assert replayed.returncode == 0, replayed.stderr
+    live = run(["rejudge", "harness.policy", "--judge-version", "live"], topics)
+    assert live.returncode == 2 and "judged on the 'live' verdicts already" in live.stderr
     rejudged = run(["rejudge", "harness.policy", "--judge-version", "v2", "--record"], topics)
     assert rejudged.returncode == 0, rejudged.stderr
     assert "2 round(s) re-judged under v2: 0 outcome(s) changed; recorded" in rejudged.stdout

@@ -82,8 +82,8 @@ def test_the_figures__are_the_same_on_every_run_and_follow_the_rules_seed() -> N
     assert PromotionRule(seed=1).judge(noisy)[2].lower != PromotionRule().judge(noisy)[2].lower
     # a pinned value: a change to the resampling would silently change recorded decisions
     assert PromotionRule().interval([0.1, -0.08, 0.05, -0.04, 0.06, -0.02, 0.03]) == (
-        -0.027142857142857142,
-        0.055714285714285716,
+        -0.028571428571428574,
+        0.05714285714285715,
     )
 
 
@@ -214,3 +214,29 @@ def test_a_reviewer__counts_only_when_the_rule_gives_it_a_veto() -> None:
     assert veto.judge(better)[1] == "keep: the reviewer's verdict is required and none was given"
     # the measured rule comes first: a reviewer cannot promote a proposal the figures keep out
     assert not veto.judge(pairs([0.0, 0.0]), _review("proposal", "nicer"))[0]
+
+
+def test_a_single_pair__keeps_the_champion_however_large_its_gain() -> None:
+    promoted, reason, figures = PromotionRule().judge(pairs([0.4]))
+    assert not promoted and reason == "keep: 1 scored pair(s), the rule needs at least 2"
+    assert figures.lower == figures.upper == pytest.approx(0.4)  # no width: no evidence of noise
+    assert PromotionRule(min_pairs=1).judge(pairs([0.4]))[0]
+
+
+def test_the_interval__reads_exact_nearest_rank_quantiles() -> None:
+    # 2,000 resampled means of 0..1999 spaced values: the 2.5% and 97.5% nearest ranks are the
+    # 50th and 1950th smallest, whatever the float rounding of 0.025 * 2000
+    rule = PromotionRule(resamples=2000)
+    differences = [float(i) for i in range(40)]
+    lower, upper = rule.interval(differences)
+    again = sorted(
+        sum(differences[int(r * 40)] for r in draws) / 40 for draws in _draws(rule.seed, 2000, 40)
+    )
+    assert (lower, upper) == (again[49], again[1949])
+
+
+def _draws(seed: int, resamples: int, n: int) -> list[list[float]]:
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.random() for _ in range(n)] for _ in range(resamples)]

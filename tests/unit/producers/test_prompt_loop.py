@@ -205,6 +205,8 @@ def test_a_reviewer__judges_every_round_and_its_veto_keeps_the_champion(tmp_path
 def test_a_suite__never_learns_from_a_case_that_decides() -> None:
     with pytest.raises(ValidationError, match="both learned from and held out"):
         Suite(learn=(Case(name="a", seed=1),), heldout=(Case(name="a", seed=2),))
+    with pytest.raises(ValidationError, match=r"b \(seed 0\) named more than once"):
+        Suite(learn=(), heldout=(Case(name="b"), Case(name="b")))
 
 
 def test_the_estimate__bounds_runs_and_calls_before_anything_runs() -> None:
