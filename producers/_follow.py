@@ -75,6 +75,21 @@ class LogFollower:
                     )
                 self._cond.wait(min(left, 0.5))
 
+    def verdict(self, session_id: str, judge: str, timeout_s: float) -> dict[str, Any]:
+        """The live verdict `judge` gave the watched session (its envelope); HarnessError after
+        `timeout_s`."""
+        live = Stream.VERDICTS.value
+
+        def match(env: dict[str, Any]) -> bool:
+            return bool(
+                env["session_id"] == session_id
+                and env["stream"] == live
+                and env["type"] == "verdict"
+                and env["payload"].get("judge") == judge
+            )
+
+        return self.wait(match, timeout_s, f"{judge} verdict")
+
     def seen(self, session_id: str) -> list[dict[str, Any]]:
         """The envelopes kept so far for a watched session, in arrival order."""
         with self._cond:

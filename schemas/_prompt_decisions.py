@@ -176,7 +176,7 @@ class PromotionRule(BaseModel):
             text += " and no held-out case regresses from pass to fail"
         if self.review_veto:
             text += " and the reviewer prefers the proposal"
-        return text + "; every pair must be scored"
+        return text + f"; every pair must be scored, at least {self.min_pairs} of them"
 
     def interval(self, differences: list[float]) -> tuple[float, float]:
         """The percentile bootstrap interval of the mean of `differences`: the nearest-rank

@@ -8,8 +8,10 @@ The pure part is rolltape.projections (`fold_prompts`); this reads and writes Ka
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,7 +20,7 @@ from rolltape.infra.broker import require_connection
 from rolltape.infra.judging import open_judge_runtime
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
-from rolltape.producers import PromptLoopError, rules_and_verdicts_follower
+from rolltape.producers import PromptLoopError, Session, rules_and_verdicts_follower
 from rolltape.producers.agent import DEFAULT_MODEL
 from rolltape.producers.environments import (
     ENV_SCORE_JUDGE,
@@ -106,20 +108,36 @@ def record_version(
             replaces=champion.version.digest if champion is not None else None,
             reason=promote,
         )
+    with _recorded(settings, f"prompt versions of {history.name}", history.name) as session:
+        session.prompt_version(version.model_dump())
+        if promotion is not None:
+            session.prompt_promotion(promotion.model_dump())
+    return version, promotion
+
+
+@contextmanager
+def _recorded(
+    settings: Settings,
+    task: str,
+    target: str,
+    *,
+    kind: str = "",
+    run_config: dict[str, Any] | None = None,
+) -> Iterator[Session]:
+    """An untrainable session of the agent's principal for what a prompts command records
+    (`prompts.<target>.<kind-><id>`), flushed before it returns."""
     recorder = open_recorder(settings)
     try:
         with recorder.session(
-            f"prompt versions of {history.name}",
-            session_id=f"prompts.{history.name}.{uuid.uuid4().hex[:12]}",
+            task,
+            session_id=f"prompts.{target}.{kind}{uuid.uuid4().hex[:12]}",
             trainable=False,
-            tags=["prompts", f"target={history.name}"],
+            tags=["prompts", *([f"prompt_{kind.rstrip('-')}"] if kind else []), f"target={target}"],
+            run_config=run_config,
         ) as session:
-            session.prompt_version(version.model_dump())
-            if promotion is not None:
-                session.prompt_promotion(promotion.model_dump())
+            yield session
     finally:
         recorder.close(60)
-    return version, promotion
 
 
 class EvolvePlan(BaseModel):
@@ -424,19 +442,15 @@ async def rejudge(
     order = {id(d): n for n, d in enumerate(chosen)}
     out.sort(key=lambda pair: order[id(pair[0])])
     if record:
-        recorder = open_recorder(settings)
-        try:
-            with recorder.session(
-                f"prompt rounds of {history.name} re-judged under {judge_version}",
-                session_id=f"prompts.{history.name}.rejudge-{uuid.uuid4().hex[:12]}",
-                trainable=False,
-                tags=["prompts", "prompt_rejudge", f"target={history.name}"],
-                run_config={"judge_version": judge_version},
-            ) as session:
-                for _, again in out:
-                    session.prompt_decision(again.model_dump(mode="json"))
-        finally:
-            recorder.close(60)
+        with _recorded(
+            settings,
+            f"prompt rounds of {history.name} re-judged under {judge_version}",
+            history.name,
+            kind="rejudge-",
+            run_config={"judge_version": judge_version},
+        ) as session:
+            for _, again in out:
+                session.prompt_decision(again.model_dump(mode="json"))
     return out
 
 

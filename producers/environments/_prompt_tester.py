@@ -24,7 +24,7 @@ from rolltape.producers.environments._base import Environment
 from rolltape.producers.environments._rollout import run_rollout
 from rolltape.producers.judging import JudgeRuntime
 from rolltape.producers.prompts import Case, CaseResult, Suite
-from rolltape.schemas import CaseScoring, PromptVersion, Stream, Verdict
+from rolltape.schemas import CaseScoring, PromptVersion, Verdict
 from rolltape.schemas.clients import ModelEndpoint
 
 ENV_SCORE_JUDGE = "reward:final_reward"
@@ -137,18 +137,8 @@ class EnvironmentTester:
         )
 
     def _verdict(self, session_id: str) -> Verdict | None:
-        live = Stream.VERDICTS.value
-
-        def match(env: dict[str, Any]) -> bool:
-            return bool(
-                env["session_id"] == session_id
-                and env["stream"] == live
-                and env["type"] == "verdict"
-                and env["payload"].get("judge") == ENV_SCORE_JUDGE
-            )
-
         try:
-            found = self.follower.wait(match, self.verdict_timeout_s, f"{ENV_SCORE_JUDGE} verdict")
+            found = self.follower.verdict(session_id, ENV_SCORE_JUDGE, self.verdict_timeout_s)
         except HarnessError:
             return None
         return Verdict.model_validate(found["payload"])

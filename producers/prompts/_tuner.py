@@ -9,25 +9,13 @@ to the loop's session, through the SDK's capture, so what the tuner saw and said
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rolltape.producers._errors import PromptLoopError
 from rolltape.producers._recorder import Recorder
 from rolltape.schemas.clients import ModelEndpoint
-
-TECHNIQUES: Final = (
-    "chain_of_thought",
-    "few_shot",
-    "negative_constraint",
-    "rule_enumeration",
-    "decision_checklist",
-    "rewrite",
-)
-"""What a tuner may try (the reference's six): a reasoning scaffold, worked examples of a rule
-answered correctly, a stricter prohibition, every rule spelled out, a checklist to run before
-answering, a rewrite of the whole prompt."""
 
 Technique = Literal[
     "chain_of_thought",
@@ -37,6 +25,10 @@ Technique = Literal[
     "decision_checklist",
     "rewrite",
 ]
+TECHNIQUES: Final = get_args(Technique)
+"""What a tuner may try (the reference's six): a reasoning scaffold, worked examples of a rule
+answered correctly, a stricter prohibition, every rule spelled out, a checklist to run before
+answering, a rewrite of the whole prompt."""
 
 TUNER_INSTRUCTIONS: Final = """\
 You improve the system prompt of an LLM decision policy. You are shown the current champion

@@ -403,17 +403,7 @@ class Harness:
         return RuleEvaluation.model_validate(env["payload"])
 
     def _verdict(self, session_id: str) -> Verdict:
-        live = Stream.VERDICTS.value
-
-        def match(env: dict[str, Any]) -> bool:
-            return bool(
-                env["session_id"] == session_id
-                and env["stream"] == live
-                and env["type"] == "verdict"
-                and env["payload"].get("judge") == "training_audit"
-            )
-
-        env = self.follower.wait(match, self.config.verdict_timeout_s, "training verdict")
+        env = self.follower.verdict(session_id, "training_audit", self.config.verdict_timeout_s)
         return Verdict.model_validate(env["payload"])
 
     def _act(

@@ -22,21 +22,13 @@ from rolltape.schemas import Evaluation, Role, Stream, WorldSnapshotEvent, read_
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, payloads, read_all, wait_for
+from tests.support.bugfix import FIXES
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 
 CLI = [sys.executable, "-m", "rolltape.infra"]
 
 SOLUTIONS = {
-    "nested.py": (
-        "def flatten(items: list) -> list:\n"
-        "    out = []\n"
-        "    for item in items:\n"
-        "        if isinstance(item, list):\n"
-        "            out.extend(flatten(item))\n"
-        "        else:\n"
-        "            out.append(item)\n"
-        "    return out\n"
-    ),
+    "nested.py": FIXES["nested.py"],
     # A wrong fix: still does not sort, so the test split has one pass and one failure.
     "intervals.py": "def merge(intervals):\n    return list(intervals)\n",
 }

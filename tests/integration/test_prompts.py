@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from rolltape.schemas import Stream
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, dead_letters, read_all
+from tests.support.bugfix import FIXES
+from tests.support.chromium import opened
 from tests.support.openai_server import Completion, OpenAICompatibleServer
 
 CLI = [sys.executable, "-m", "rolltape.infra", "prompts"]
@@ -308,23 +309,10 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
 def _report_in_chromium(history: PromptTarget, tmp_path: Path) -> dict[str, Any]:
     """The prompt target's page written twice (byte-identical) and opened in headless Chromium:
     what it drew, and any error the page raised."""
-    from playwright.sync_api import sync_playwright
-
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it (apt-get)")
     path = write_prompts_report(history, tmp_path / "prompts.html")
     again = write_prompts_report(history, tmp_path / "again.html")
     assert again.read_bytes() == path.read_bytes()  # deterministic
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=shutil.which("chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 2400})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(path.as_uri())
+    with opened(path) as (page, errors):
         page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3")
         drawn = page.evaluate(
             """() => ({
@@ -335,33 +323,10 @@ def _report_in_chromium(history: PromptTarget, tmp_path: Path) -> dict[str, Any]
                 rounds: [...document.querySelectorAll('h3[id^=round-]')].map(h => h.innerText),
             })"""
         )
-        browser.close()
     return {**drawn, "errors": errors}
 
 
 FIX = "Always write the corrected module before you answer."
-FIXES = {
-    "nested.py": (
-        "def flatten(items: list) -> list:\n"
-        "    out = []\n"
-        "    for item in items:\n"
-        "        if isinstance(item, list):\n"
-        "            out.extend(flatten(item))\n"
-        "        else:\n"
-        "            out.append(item)\n"
-        "    return out\n"
-    ),
-    "intervals.py": (
-        "def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:\n"
-        "    merged: list[tuple[int, int]] = []\n"
-        "    for start, end in sorted(intervals):\n"
-        "        if merged and start <= merged[-1][1]:\n"
-        "            merged[-1] = (merged[-1][0], max(merged[-1][1], end))\n"
-        "        else:\n"
-        "            merged.append((start, end))\n"
-        "    return merged\n"
-    ),
-}
 
 
 def _tuner_or_agent(tuner_calls: list[dict[str, Any]], agent_systems: list[str]) -> Any:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -39,6 +38,7 @@ from rolltape.schemas import Role, RulesetEvaluation, Stream, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, dead_letters, payloads, read_all, wait_for
+from tests.support.chromium import opened
 from tests.support.openai_server import OpenAICompatibleServer
 
 
@@ -255,10 +255,6 @@ def test_judge__passes_an_honest_run_and_hard_fails_a_model_swapped_after_the_la
 
 def test_report__renders_its_charts_in_headless_chromium(rig: Rig, tmp_path: Path) -> None:
     from PIL import Image
-    from playwright.sync_api import sync_playwright
-
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it (apt-get)")
 
     result = rig.harness(epochs=6).self_refine(SCENARIOS["dead_relu"], attempts=2)
     sessions = asyncio.run(read_sessions(rig.topics.reader, rig.topics.prefix))
@@ -269,16 +265,7 @@ def test_report__renders_its_charts_in_headless_chromium(rig: Rig, tmp_path: Pat
     assert again.path.read_bytes() == page_path.read_bytes()  # deterministic
     text = page_path.read_text()
     assert "https://" not in re.sub(r"<script>.*?</script>", "", text, flags=re.S)
-    errors: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=shutil.which("chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        page = browser.new_page(viewport={"width": 1280, "height": 2400})
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(page_path.as_uri())
+    with opened(page_path) as (page, errors):
         page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 8")
         charts = page.evaluate("document.querySelectorAll('.js-plotly-plot').length")
         heatmap_cells = page.evaluate(
@@ -286,7 +273,6 @@ def test_report__renders_its_charts_in_headless_chromium(rig: Rig, tmp_path: Pat
         )
         markers = page.evaluate("document.querySelectorAll('.scatterlayer .point').length")
         page.screenshot(path=str(tmp_path / "report.png"), full_page=False)
-        browser.close()
     assert errors == []
     assert charts == 4  # curves, scores, one heatmap per attempt
     assert heatmap_cells >= 2 and markers > 10
