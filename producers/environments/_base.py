@@ -120,10 +120,10 @@ class Environment(ABC):
     def __init__(self) -> None:
         self._cursor = 0
 
-    @classmethod
-    def prompt_target(cls) -> str:
-        """The prompt target of this environment's agent system prompt (`rolltape prompts`)."""
-        return f"env.{cls.name}.system"
+    def prompt_target(self) -> str:
+        """The prompt target of this environment's agent system prompt (`rolltape prompts`);
+        an instance's name, since an items file names its environment when it is opened."""
+        return f"env.{self.name}.system"
 
     @abstractmethod
     def items(self, split: str = "train") -> Sequence[Item]:

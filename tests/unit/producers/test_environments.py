@@ -175,3 +175,10 @@ def test_items_file__a_bad_line_is_named_with_its_number(tmp_path: Path) -> None
     assert [i.item_id for i in env.items("train")] == ["a"] and env.format_prompt(
         env.items()[0]
     ) == "p"
+
+
+def test_prompt_target__names_the_environment_an_instance_is(tmp_path: Path) -> None:
+    path = tmp_path / "Nightly PRs.jsonl"
+    path.write_text(json.dumps({"item_id": "a", "split": "train", "data": {"prompt": "p"}}) + "\n")
+    assert load_environment(f"jsonl:{path}").prompt_target() == "env.jsonl-nightly-prs.system"
+    assert load_environment("bugfix").prompt_target() == "env.bugfix.system"
