@@ -440,7 +440,8 @@ def test_report__without_a_selection_or_a_match_says_what_to_pass(
     topics: Topics, tmp_path: Path
 ) -> None:
     neither = run(["report", "-o", str(tmp_path / "r.html")], topics.env())
-    assert neither.returncode == 2 and "--session ID or --task NAME" in neither.stderr
+    assert neither.returncode == 2 and "--session ID, --task NAME" in neither.stderr
+    assert "--prompts TARGET" in neither.stderr
     missing = run(["report", "--session", "nobody", "-o", str(tmp_path / "r.html")], topics.env())
     assert missing.returncode == 2 and "no session 'nobody'" in missing.stderr
 
