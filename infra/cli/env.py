@@ -159,6 +159,7 @@ def process(
         float, typer.Option(min=0, help="Seconds to wait for the worker's decisions.")
     ] = 120.0,
     overwrite: Annotated[bool, typer.Option(help="Replace an earlier export in OUT.")] = False,
+    prompt: PromptOption = "champion",
 ) -> None:
     """Run a batch of rollouts (as `batch run`, resumable), wait for the worker's judges and
     filters, and export the batch's scored sessions from the log (with provenance and a
@@ -166,6 +167,7 @@ def process(
     env = open_environment(environment)
     chat_tokenizer, label = open_tokenizer(tokenizer)
     endpoint = endpoint_for(model)
+    version = environment_prompt(env, prompt)
     name = run or env.name
     options = ExportOptions(
         format=export_format,
@@ -188,6 +190,7 @@ def process(
             wait_judged_s=wait_judged,
             on_plan=on_plan,
             on_rollout=on_rollout,
+            prompt=version,
         ),
     )
     if done is None:
