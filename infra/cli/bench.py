@@ -7,7 +7,7 @@ import json
 import typer
 
 from rolltape.infra.broker import require_connection
-from rolltape.infra.cli._common import console, settings
+from rolltape.infra.cli._common import CliError, console, settings
 from rolltape.schemas import Role
 
 app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
@@ -253,9 +253,19 @@ def capture(
         3000, min=2, help="Timed calls per client back to back (half as many in the paused run)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    peer: str | None = typer.Option(
+        None,
+        help="otel: beside OpenTelemetry's OpenAI instrumentation on a realistic request (the "
+        "bench extra: pip install 'rolltape[bench]').",
+    ),
 ) -> None:
     """Latency a captured `chat.completions.create` adds over the bare client, against a local
     server that answers at once (no broker needed: the capture records to a spool)."""
+    if peer is not None:
+        if peer != "otel":
+            raise typer.BadParameter(f"{peer!r}: the peer measured is otel", param_hint="--peer")
+        _peer(calls, json_out)
+        return
     from rolltape.infra.bench.capture import run_capture_bench
 
     runs = [run_capture_bench(calls=calls), run_capture_bench(calls=calls // 2, gap_ms=5.0)]
@@ -280,6 +290,46 @@ def capture(
         )
         console.print(f"    recording code alone p50 {r.code_alone_p50_us:8.1f} us (no HTTP)")
     console.print(f"goal: added p50 <= {runs[0].goal_added_p50_us:.0f} us")
+
+
+def _peer(calls: int, json_out: bool) -> None:
+    try:
+        from rolltape.infra.bench.capture_peer import run_peer_bench
+
+        r = run_peer_bench(calls=calls)
+    except ImportError as exc:
+        raise CliError(
+            f"the peer's packages are missing ({exc.name}): pip install 'rolltape[bench]'"
+        ) from exc
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}")
+    console.print(
+        "a system prompt, a user message, one tool; a reply with content and a tool call;",
+        highlight=False,
+    )
+    console.print(
+        f"bare, rolltape and otel take turns in {r.rounds} rounds of "
+        f"{r.calls_each // max(r.rounds, 1)} calls ({r.calls_each} each)",
+        highlight=False,
+    )
+    console.print("    (us)           p50       p99   added p50   added p99", highlight=False)
+    for w in r.ways:
+        console.print(
+            f"    {w.name:<9} {w.p50_us:8.1f}  {w.p99_us:8.1f}    {w.added_p50_us:8.1f}    "
+            f"{w.added_p99_us:8.1f}",
+            highlight=False,
+        )
+    met50 = "met" if r.ratio_p50 <= r.goal_ratio_p50 else "NOT met"
+    met99 = "met" if r.ratio_p99 <= r.goal_ratio_p99 else "NOT met"
+    console.print(
+        f"rolltape / otel added: p50 {r.ratio_p50:.2f} (goal <= {r.goal_ratio_p50:.1f}: {met50}),"
+        f" p99 {r.ratio_p99:.2f} (goal <= {r.goal_ratio_p99:.1f}: {met99})",
+        highlight=False,
+    )
+    versions = ", ".join(f"{k} {v}" for k, v in r.otel_versions.items())
+    console.print(f"otel: {versions}", highlight=False)
 
 
 @app.command()

@@ -446,6 +446,18 @@ def test_report__without_a_selection_or_a_match_says_what_to_pass(
     assert missing.returncode == 2 and "no session 'nobody'" in missing.stderr
 
 
+def test_bench_capture_peer__measures_rolltape_beside_opentelemetrys_instrumentation() -> None:
+    out = run(["bench", "capture", "--peer", "otel", "--calls", "100", "--json"], dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout)
+    ways = {w["name"]: w for w in figures["ways"]}
+    assert set(ways) == {"bare", "rolltape", "otel"} and figures["calls_each"] == 100
+    assert ways["bare"]["added_p50_us"] == 0.0
+    assert all(w["p50_us"] > 0 for w in ways.values())
+    assert figures["ratio_p50"] == ways["rolltape"]["added_p50_us"] / ways["otel"]["added_p50_us"]
+    assert "opentelemetry-instrumentation-openai-v2" in figures["otel_versions"]
+
+
 def test_bench_monitor__runs_and_reports_every_figure() -> None:
     out = run(
         ["bench", "monitor", "--steps", "100", "--block", "10", "--width", "8", "--json"],

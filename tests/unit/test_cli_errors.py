@@ -146,6 +146,7 @@ CASES = [
     Case(("bench", "otlp"), said=NO_BROKER),
     Case(("bench", "batch"), said=NO_BROKER),
     Case(("bench", "prompts"), said=NO_BROKER),
+    Case(("bench", "capture"), ("--peer", "zipkin"), "the peer measured is otel", usage=True),
     Case(("bench", "monitor"), ("--block", "0"), "--block", usage=True),
     Case(("bench", "capture"), ("--calls", "1"), "--calls", usage=True),
     Case(("bench", "evidence"), ("--repeats", "0"), "--repeats", usage=True),
