@@ -17,6 +17,7 @@ import multiprocessing
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -66,27 +67,33 @@ class CaptureFigures(BaseModel):
     goal_added_p50_us: float = 50.0
 
 
-_BODY = json.dumps(REPLY).encode()
 _ANSWER = REPLY["choices"][0]["message"]["content"]  # type: ignore[index]
-_RESPONSE = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-    + f"Content-Length: {len(_BODY)}\r\n\r\n".encode()
-    + _BODY
-)
+_EMPTY = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
+
+
+def _json_response(payload: Mapping[str, Any]) -> bytes:
+    body = json.dumps(payload).encode()
+    return (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
 
 
 class _AtOnce(BaseHTTPRequestHandler):
-    """Answers with one write and TCP_NODELAY: no Nagle / delayed-ACK stall in the figures."""
+    """Answers with one write and TCP_NODELAY: no Nagle / delayed-ACK stall in the figures. A
+    chat completion gets `chat`; any other POST (an OTLP export) an empty 200."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
+    chat = b""
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.wfile.write(_RESPONSE)
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.wfile.write(self.chat if self.path.endswith("/chat/completions") else _EMPTY)
         self.wfile.flush()
 
 
@@ -96,18 +103,24 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-def _serve(ports: multiprocessing.Queue[int]) -> None:
+def _serve(ports: multiprocessing.Queue[int], chat: bytes) -> None:
     """The server, in its own process: its threads must not share the client's interpreter."""
-    server = _Server(("127.0.0.1", 0), _AtOnce)
+    handler = type("_Answering", (_AtOnce,), {"chat": chat})
+    server = _Server(("127.0.0.1", 0), handler)
     ports.put(server.server_address[1])
     server.serve_forever()
 
 
-def start_instant_server() -> tuple[str, multiprocessing.Process]:
+def start_instant_server(
+    reply: Mapping[str, Any] = REPLY,
+) -> tuple[str, multiprocessing.Process]:
     """An OpenAI-compatible server in its own process that answers every chat completion at
-    once with the same short reply: (base URL, the process to terminate)."""
+    once with `reply` (and any other POST, such as an OTLP export, with an empty 200): (base
+    URL, the process to terminate)."""
     ports: multiprocessing.Queue[int] = multiprocessing.Queue()
-    server = multiprocessing.Process(target=_serve, args=(ports,), daemon=True)
+    server = multiprocessing.Process(
+        target=_serve, args=(ports, _json_response(reply)), daemon=True
+    )
     server.start()
     return f"http://127.0.0.1:{ports.get(timeout=30)}/v1", server
 

@@ -22,18 +22,17 @@ are the `bench` extra, never a runtime dependency.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import statistics
 import tempfile
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from rolltape.infra.bench._machine import machine
+from rolltape.infra.bench.capture import start_instant_server
 
 SYSTEM = (
     "You are a support agent for an online bookshop. Answer the customer's question in two or "
@@ -115,52 +114,6 @@ class PeerFigures(BaseModel):
         return next(w for w in self.ways if w.name == name)
 
 
-def _answer_json(body: bytes) -> bytes:
-    return (
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-        + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-
-
-_CHAT = _answer_json(json.dumps(REPLY).encode())
-_SINK = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n"
-
-
-class _AtOnce(BaseHTTPRequestHandler):
-    """The model (POST /v1/chat/completions) and the OTLP sink (POST /v1/traces, /v1/logs) in
-    one handler, each answered with a single write."""
-
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.wfile.write(_CHAT if self.path.endswith("/chat/completions") else _SINK)
-        self.wfile.flush()
-
-
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 256
-    daemon_threads = True
-
-
-def _serve(ports: multiprocessing.Queue[int]) -> None:
-    server = _Server(("127.0.0.1", 0), _AtOnce)
-    ports.put(server.server_address[1])
-    server.serve_forever()
-
-
-def _start(target: Any) -> tuple[int, multiprocessing.Process]:
-    ports: multiprocessing.Queue[int] = multiprocessing.Queue()
-    process = multiprocessing.Process(target=target, args=(ports,), daemon=True)
-    process.start()
-    return ports.get(timeout=30), process
-
-
 class _Otel:
     """OpenTelemetry's instrumentation of the openai client, set up once, switched on and off."""
 
@@ -214,9 +167,9 @@ def run_peer_bench(*, calls: int = 3000, block: int = 50) -> PeerFigures:
 
     from rolltape.producers import Recorder
 
-    port, server = _start(_serve)
-    base = f"http://127.0.0.1:{port}"
-    client = openai.OpenAI(base_url=f"{base}/v1", api_key="bench", max_retries=0)
+    base_url, server = start_instant_server(REPLY)
+    base = base_url.removesuffix("/v1")
+    client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
     otel = _Otel(base)
     times: dict[str, list[list[float]]] = {way: [] for way in WAYS}
     clock = time.perf_counter
