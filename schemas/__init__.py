@@ -152,6 +152,7 @@ from rolltape.schemas._prompt_decisions import (
     PromptReview,
 )
 from rolltape.schemas._prompts import (
+    POLICY_PROMPT_TARGET,
     PROMPT_TARGET_PATTERN,
     PromptPromotion,
     PromptVersion,
@@ -207,6 +208,7 @@ __all__ = [
     "LIVE_JUDGE_VERSION",
     "PAYLOAD_MODELS",
     "POLICY_MODEL",
+    "POLICY_PROMPT_TARGET",
     "PRECEDENCE",
     "PROMPT_TARGET_PATTERN",
     "REFERENCE_TASK",

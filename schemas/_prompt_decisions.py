@@ -143,6 +143,13 @@ class PromptReview(BaseModel):
     prefer: Literal["champion", "proposal"]
     reasons: list[str] = Field(min_length=1)
 
+    @classmethod
+    def of(cls, verdict: Verdict | None) -> PromptReview | None:
+        """The review a reviewer's verdict holds (None: no verdict, or one that is not ok)."""
+        if verdict is None or verdict.status != "ok":
+            return None
+        return cls.model_validate(verdict.details.get("verdict", {}))
+
 
 class PromotionRule(BaseModel):
     """When a proposal replaces the champion: every held-out pair scored, the lower end of the
@@ -199,26 +206,25 @@ class PromotionRule(BaseModel):
     ) -> tuple[bool, str, PromotionFigures]:
         """(promote?, why, the figures) for a round's pairs (and its reviewer's verdict, which
         counts only under `review_veto`)."""
-        scored = [p for p in pairs if p.scored]
         unscored = tuple(p.label for p in pairs if not p.scored)
         regressions = tuple(p.label for p in pairs if p.regressed)
 
         def rate(values: list[bool]) -> float | None:
             return sum(values) / len(values) if values else None
 
-        figures: dict[str, object] = {
-            "pairs": len(pairs),
-            "scored": len(scored),
-            "champion_pass_rate": rate([p.champion_passed for p in pairs]),
-            "proposal_pass_rate": rate([p.proposal_passed for p in pairs]),
-            "regressions": regressions,
-            "unscored": unscored,
-        }
         values = [
             (c, q)
             for p in pairs
             if (c := p.champion_score) is not None and (q := p.proposal_score) is not None
         ]
+        figures: dict[str, object] = {
+            "pairs": len(pairs),
+            "scored": len(values),
+            "champion_pass_rate": rate([p.champion_passed for p in pairs]),
+            "proposal_pass_rate": rate([p.proposal_passed for p in pairs]),
+            "regressions": regressions,
+            "unscored": unscored,
+        }
         if values:
             diffs = [q - c for c, q in values]
             lower, upper = self.interval(diffs)
@@ -252,10 +258,10 @@ class PromotionRule(BaseModel):
                 result,
             )
         if self.review_veto:
-            if review is None or review.status != "ok":
+            verdict = PromptReview.of(review)
+            if review is None or verdict is None:
                 why = "none was given" if review is None else (review.error or review.status)
                 return False, f"keep: the reviewer's verdict is required and {why}", result
-            verdict = PromptReview.model_validate(review.details.get("verdict", {}))
             if verdict.prefer != "proposal":
                 return (
                     False,
@@ -324,6 +330,16 @@ class PromptDecision(BaseModel):
                 "judge_version": judge_version,
             }
         )
+
+    @property
+    def reviewed(self) -> str | None:
+        """The reviewer's verdict in a line (None: no reviewer was asked)."""
+        if self.review is None:
+            return None
+        verdict = PromptReview.of(self.review)
+        if verdict is None:
+            return f"no verdict ({self.review.error or self.review.status})"
+        return f"prefers the {verdict.prefer}: {'; '.join(verdict.reasons)}"
 
     @property
     def outcome(self) -> str:

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rolltape.schemas._canonical import canonical_bytes
 
 PROMPT_TARGET_PATTERN: Final = r"^[a-z0-9][a-z0-9._:-]{0,63}$"
+POLICY_PROMPT_TARGET: Final = "harness.policy"
+"""The prompt target of the decision harness's LLM policy (its system prompt); an environment's
+agent system prompt is `env.<name>.system`."""
 _DIGEST = r"^[0-9a-f]{64}$"
 
 

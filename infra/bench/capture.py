@@ -17,7 +17,7 @@ import multiprocessing
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -80,20 +80,31 @@ def _json_response(payload: Mapping[str, Any]) -> bytes:
     )
 
 
+Replier = Callable[[dict[str, Any]], Mapping[str, Any]]
+"""A completion made from the request's body (a bench whose model answers by what it is asked)."""
+
+
 class _AtOnce(BaseHTTPRequestHandler):
     """Answers with one write and TCP_NODELAY: no Nagle / delayed-ACK stall in the figures. A
-    chat completion gets `chat`; any other POST (an OTLP export) an empty 200."""
+    chat completion gets `chat` (or what `replier` makes of the request); any other POST (an
+    OTLP export) an empty 200."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     chat = b""
+    replier: Replier | None = None
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.wfile.write(self.chat if self.path.endswith("/chat/completions") else _EMPTY)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if not self.path.endswith("/chat/completions"):
+            self.wfile.write(_EMPTY)
+        elif self.replier is not None:
+            self.wfile.write(_json_response(type(self).replier(json.loads(body))))  # type: ignore[misc]
+        else:
+            self.wfile.write(self.chat)
         self.wfile.flush()
 
 
@@ -103,24 +114,25 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
-def _serve(ports: multiprocessing.Queue[int], chat: bytes) -> None:
+def _serve(ports: multiprocessing.Queue[int], chat: bytes, replier: Replier | None) -> None:
     """The server, in its own process: its threads must not share the client's interpreter."""
-    handler = type("_Answering", (_AtOnce,), {"chat": chat})
+    handler = type("_Answering", (_AtOnce,), {"chat": chat, "replier": replier})
     server = _Server(("127.0.0.1", 0), handler)
     ports.put(server.server_address[1])
     server.serve_forever()
 
 
 def start_instant_server(
-    reply: Mapping[str, Any] = REPLY,
+    reply: Mapping[str, Any] | Replier = REPLY,
 ) -> tuple[str, multiprocessing.Process]:
     """An OpenAI-compatible server in its own process that answers every chat completion at
-    once with `reply` (and any other POST, such as an OTLP export, with an empty 200): (base
-    URL, the process to terminate)."""
+    once with `reply` (or what `reply`, a function of the request's body, returns for it; a
+    module-level function, so that it reaches the server's process), and any other POST (an
+    OTLP export) with an empty 200: (base URL, the process to terminate)."""
     ports: multiprocessing.Queue[int] = multiprocessing.Queue()
-    server = multiprocessing.Process(
-        target=_serve, args=(ports, _json_response(reply)), daemon=True
-    )
+    fixed = b"" if callable(reply) else _json_response(reply)
+    args = (ports, fixed, reply if callable(reply) else None)
+    server = multiprocessing.Process(target=_serve, args=args, daemon=True)
     server.start()
     return f"http://127.0.0.1:{ports.get(timeout=30)}/v1", server
 

@@ -12,13 +12,12 @@ directly (no loop), whose median run time the loop's runs are compared with.
 
 from __future__ import annotations
 
+import itertools
 import json
-import multiprocessing
 import re
 import statistics
 import tempfile
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.bench._machine import machine
+from rolltape.infra.bench.capture import start_instant_server
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.topics import scratch_prefix
@@ -78,72 +78,48 @@ class PromptBenchFigures(BaseModel):
         return self.median_overhead_share <= self.goal_overhead_share
 
 
-class _Instant(BaseHTTPRequestHandler):
-    """The tuner's proposal or the policy's deferral, at once."""
+_PROPOSALS = itertools.count(1)
 
-    protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True
-    proposals = 0
 
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        messages = body["messages"]
-        if messages[0]["content"] == TUNER_INSTRUCTIONS:
-            type(self).proposals += 1
-            content = json.dumps(
-                {
-                    "technique": "rewrite",
-                    "rationale": "bench",
-                    "prompt": f"Defer every rule. (proposal {type(self).proposals})",
-                }
-            )
-        else:
-            found = re.search(r"Act on (R\d)", messages[-1]["content"])
-            rule = found.group(1) if found else "R1"
-            content = json.dumps(
-                {
-                    "event_type": "rule_triggered_no_action",
-                    "cites": [rule],
-                    "justification": "bench",
-                    "remedy_direction": "none",
-                    "remedy_params": {
-                        "lr_new": None,
-                        "edit_op": "none",
-                        "edit_to": "none",
-                        "batch_size_new": None,
-                        "clip_grad_norm": None,
-                    },
-                }
-            )
-        reply = {
-            "id": "bench",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "bench",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+def _reply(body: dict[str, Any]) -> dict[str, Any]:
+    """The tuner's proposal (its text new every time) or the policy's deferral of the rule it
+    is asked about."""
+    messages = body["messages"]
+    if messages[0]["content"] == TUNER_INSTRUCTIONS:
+        answer: dict[str, Any] = {
+            "technique": "rewrite",
+            "rationale": "bench",
+            "prompt": f"Defer every rule. (proposal {next(_PROPOSALS)})",
         }
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-def _serve(ports: multiprocessing.Queue[int]) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Instant)
-    ports.put(server.server_address[1])
-    server.serve_forever()
+    else:
+        found = re.search(r"Act on (R\d)", messages[-1]["content"])
+        answer = {
+            "event_type": "rule_triggered_no_action",
+            "cites": [found.group(1) if found else "R1"],
+            "justification": "bench",
+            "remedy_direction": "none",
+            "remedy_params": {
+                "lr_new": None,
+                "edit_op": "none",
+                "edit_to": "none",
+                "batch_size_new": None,
+                "clip_grad_norm": None,
+            },
+        }
+    return {
+        "id": "bench",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "bench",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": json.dumps(answer)},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
 
 
 class _Timed:
@@ -180,10 +156,8 @@ def run_prompts_bench(
         learn=(Case(name="dead_relu", seed=100),),
         heldout=(Case(name="lr_too_high", seed=0), Case(name="deep_sigmoid", seed=0)),
     )
-    ports: multiprocessing.Queue[int] = multiprocessing.Queue()
-    server = multiprocessing.Process(target=_serve, args=(ports,), daemon=True)
-    server.start()
-    endpoint = ModelEndpoint(base_url=f"http://127.0.0.1:{ports.get(timeout=30)}/v1", model="b")
+    base_url, server = start_instant_server(_reply)
+    endpoint = ModelEndpoint(base_url=base_url, model="b")
     try:
         with (
             scratch_prefix(settings, "benchprompts", partitions=settings.partitions) as scratch,

@@ -19,12 +19,12 @@ from rich.table import Table
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import CliError, console, settings
-from rolltape.infra.commands.prompts import POLICY_TARGET, prompt_for
+from rolltape.infra.commands.prompts import prompt_for
 from rolltape.infra.commands.worker import can_provision
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.topics import provision
 from rolltape.infra.settings import Settings
-from rolltape.schemas import REFERENCE_TASK, PromptVersion, Role
+from rolltape.schemas import POLICY_PROMPT_TARGET, REFERENCE_TASK, PromptVersion, Role
 
 if TYPE_CHECKING:  # the training package needs torch: imported where a command runs
     from rolltape.producers.training import SelfRefineResult
@@ -160,7 +160,7 @@ def run(
 
 def _policy_prompt(s: Settings, ref: str) -> PromptVersion | None:
     """The version `--prompt` names (None: the playbook, unrecorded)."""
-    version, said = asyncio.run(prompt_for(s, POLICY_TARGET, ref))
+    version, said = asyncio.run(prompt_for(s, POLICY_PROMPT_TARGET, ref))
     console.print(f"policy prompt: {said}", highlight=False)
     return version
 

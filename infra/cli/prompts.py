@@ -17,6 +17,7 @@ from rich.table import Table
 from rolltape.infra.cli._common import console, settings
 from rolltape.infra.commands.prompts import (
     check_evolve,
+    choose_suite,
     loop_target,
     plan_evolve,
     prompt_targets,
@@ -24,9 +25,9 @@ from rolltape.infra.commands.prompts import (
 )
 from rolltape.infra.commands.prompts import evolve as evolve_loop
 from rolltape.infra.commands.prompts import rejudge as rejudge_rounds
-from rolltape.producers.prompts import Case, RoundResult, Suite
+from rolltape.producers.prompts import Case, RoundResult
 from rolltape.projections import PromptLookupError, PromptTarget
-from rolltape.schemas import PromotionRule, PromptReview, Verdict
+from rolltape.schemas import PromotionRule
 
 app = typer.Typer(
     help="Prompt targets' versions (content-addressed, with their lineage) and champions, "
@@ -262,16 +263,9 @@ def evolve(
     config = settings()
     suite = None
     if learn or heldout:
-        default = loop_target(target).suite
-        chosen_learn, chosen_heldout = _cases(learn, "--learn"), _cases(heldout, "--heldout")
-        if not chosen_learn:  # the other side from the default suite, without the chosen names
-            names = {c.name for c in chosen_heldout}
-            chosen_learn = tuple(c for c in default.learn if c.name not in names)
-        if not chosen_heldout:
-            names = {c.name for c in chosen_learn}
-            chosen_heldout = tuple(c for c in default.heldout if c.name not in names)
+        cases = _cases(learn, "--learn"), _cases(heldout, "--heldout")
         try:
-            suite = Suite(learn=chosen_learn, heldout=chosen_heldout)
+            suite = choose_suite(loop_target(target), *cases)
         except ValidationError as exc:
             problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise typer.BadParameter(problem, param_hint="--learn/--heldout") from exc
@@ -310,8 +304,8 @@ def evolve(
             f"{_rate(f.champion_mean, 3)} -> {_rate(f.proposal_mean, 3)}; {escape(d.reason)}",
             highlight=False,
         )
-        if d.review is not None:
-            console.print(f"  reviewer: {escape(_review_line(d.review))}", highlight=False)
+        if d.reviewed is not None:
+            console.print(f"  reviewer: {escape(d.reviewed)}", highlight=False)
 
     with running_worker(config, start_worker):
         result = evolve_loop(config, plan, on_round=said)
@@ -415,8 +409,8 @@ def explain(
         f"{_rate(f.champion_pass_rate)} -> {_rate(f.proposal_pass_rate)}",
         highlight=False,
     )
-    if d.review is not None:
-        console.print(f"reviewer: {escape(_review_line(d.review))}", highlight=False)
+    if d.reviewed is not None:
+        console.print(f"reviewer: {escape(d.reviewed)}", highlight=False)
     console.print(escape(d.reason), highlight=False)
 
 
@@ -467,10 +461,3 @@ def rejudge(
         + ("; recorded" if record else ""),
         highlight=False,
     )
-
-
-def _review_line(review: Verdict) -> str:
-    if review.status != "ok":
-        return f"no verdict ({review.error or review.status})"
-    verdict = PromptReview.model_validate(review.details.get("verdict", {}))
-    return f"prefers the {verdict.prefer}: {'; '.join(verdict.reasons)}"

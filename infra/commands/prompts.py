@@ -32,6 +32,7 @@ from rolltape.producers.environments import (
 )
 from rolltape.producers.prompts import (
     REVIEW_MODEL,
+    Case,
     LoopEstimate,
     LoopResult,
     PromptLoop,
@@ -50,6 +51,7 @@ from rolltape.projections import (
 )
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
+    POLICY_PROMPT_TARGET,
     PromotionRule,
     PromptDecision,
     PromptPromotion,
@@ -60,10 +62,6 @@ from rolltape.schemas import (
     Verdict,
     versioned_stream,
 )
-
-POLICY_TARGET = "harness.policy"
-"""The harness's LLM policy (rolltape.producers.training.POLICY_PROMPT_TARGET; named here so
-reading the log needs no torch)."""
 
 
 async def prompt_targets(settings: Settings) -> dict[str, PromptTarget]:
@@ -140,26 +138,6 @@ def _recorded(
         recorder.close(60)
 
 
-class EvolvePlan(BaseModel):
-    """A prompt loop ready to run: its target, where it starts, its suite and what it may cost
-    at most (checked against the budget before anything runs)."""
-
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
-    target: str
-    start: PromptVersion
-    start_label: str
-    rounds: int
-    suite: Suite
-    rule: PromotionRule
-    epochs: int | None
-    estimate: LoopEstimate
-    labels: dict[str, str]
-    scoreboard: tuple[str, ...]
-    review: bool = False
-    """An LLM reviewer (ROLLTAPE_MODELS `reviewer`) gives each round a verdict too."""
-
-
 @dataclass(frozen=True)
 class LoopTarget:
     """What the loop needs to know of a target before it runs: the prompt as shipped, the
@@ -176,10 +154,31 @@ class LoopTarget:
     environment: Environment | None = None
 
 
+class EvolvePlan(BaseModel):
+    """A prompt loop ready to run: its target, where it starts, its suite and what it may cost
+    at most (checked against the budget before anything runs)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    target: str
+    loop: LoopTarget
+    start: PromptVersion
+    start_label: str
+    rounds: int
+    suite: Suite
+    rule: PromotionRule
+    epochs: int | None
+    estimate: LoopEstimate
+    labels: dict[str, str]
+    scoreboard: tuple[str, ...]
+    review: bool = False
+    """An LLM reviewer (ROLLTAPE_MODELS `reviewer`) gives each round a verdict too."""
+
+
 def loop_target(target: str) -> LoopTarget:
     """The harness's policy (`harness.policy`) or a registered environment's system prompt
     (`env.<name>.system`); PromptLoopError naming what can be evolved otherwise."""
-    if target == POLICY_TARGET:
+    if target == POLICY_PROMPT_TARGET:
         from rolltape.producers.training import (
             BASE_POLICY_PROMPT,
             DEFAULT_SUITE,
@@ -209,8 +208,20 @@ def loop_target(target: str) -> LoopTarget:
             calls_per_run=lambda suite, epochs: env.max_iterations,
             environment=env,
         )
-    evolvable = ", ".join([POLICY_TARGET, *(f"env.{n}.system" for n in environment_names())])
+    evolvable = ", ".join([POLICY_PROMPT_TARGET, *(f"env.{n}.system" for n in environment_names())])
     raise PromptLoopError(f"{target!r} cannot be evolved: the loop runs {evolvable}")
+
+
+def choose_suite(loop: LoopTarget, learn: Sequence[Case], heldout: Sequence[Case]) -> Suite:
+    """The suite of the cases given; a side given none takes the default suite's cases whose
+    names the other side does not use. ValueError (pydantic's) for a suite `Suite` refuses."""
+    if not learn:
+        names = {c.name for c in heldout}
+        learn = tuple(c for c in loop.suite.learn if c.name not in names)
+    if not heldout:
+        names = {c.name for c in learn}
+        heldout = tuple(c for c in loop.suite.heldout if c.name not in names)
+    return Suite(learn=tuple(learn), heldout=tuple(heldout))
 
 
 def check_evolve(
@@ -294,6 +305,7 @@ def plan_evolve(
         )
     return EvolvePlan(
         target=target,
+        loop=loop,
         start=start,
         start_label=start_label,
         rounds=rounds,
@@ -317,7 +329,7 @@ def evolve(
     on_round: Callable[[RoundResult], None] | None = None,
 ) -> LoopResult:
     """Run the planned loop (a worker must be judging: the testers wait for its verdicts)."""
-    loop = loop_target(plan.target)
+    loop = plan.loop
     agent = open_recorder(settings)
     monitor = open_monitor_recorder(settings) if loop.environment is None else None
     follower = rules_and_verdicts_follower(
@@ -421,26 +433,24 @@ async def rejudge(
             + (f"no round {', '.join(map(str, unknown))}" if unknown else "run a loop first")
         )
     chosen = [judged[n - 1].decision for n in rounds] if rounds else [d.decision for d in judged]
-    out: list[tuple[PromptDecision, PromptDecision]] = []
+    verdicts: dict[str, dict[str, Verdict]] = {}
     for judge in sorted({d.scoring.judge for d in chosen}):
-        of_judge = [d for d in chosen if d.scoring.judge == judge]
         sessions = {
             sid
-            for d in of_judge
+            for d in chosen
+            if d.scoring.judge == judge
             for p in d.pairs
             for sid in (p.champion_session, p.proposal_session)
             if sid is not None
         }
-        verdicts = await verdicts_of(settings, sessions, judge, judge_version)
-        if not verdicts:
+        verdicts[judge] = await verdicts_of(settings, sessions, judge, judge_version)
+        if not verdicts[judge]:
             raise PromptLookupError(
                 f"the log holds no {judge} verdicts of judge version {judge_version!r} on these "
                 f"rounds' {len(sessions)} test sessions: run `rolltape replay --judge-version "
                 f"{judge_version}` first"
             )
-        out += [(d, d.rejudged(verdicts, judge_version)) for d in of_judge]
-    order = {id(d): n for n, d in enumerate(chosen)}
-    out.sort(key=lambda pair: order[id(pair[0])])
+    out = [(d, d.rejudged(verdicts[d.scoring.judge], judge_version)) for d in chosen]
     if record:
         with _recorded(
             settings,

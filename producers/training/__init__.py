@@ -31,7 +31,6 @@ from rolltape.producers.training._monitor import MonitorConfig, TrainingMonitor
 from rolltape.producers.training._policies import (
     BASE_POLICY_PROMPT,
     PLAYBOOK,
-    POLICY_PROMPT_TARGET,
     AttemptStart,
     DecisionContext,
     LLMPolicy,
@@ -46,6 +45,7 @@ from rolltape.producers.training._prompt_tester import (
 )
 from rolltape.producers.training._remedies import TrainingRun, apply, start_run
 from rolltape.producers.training._scenarios import SCENARIOS, Scenario
+from rolltape.schemas import POLICY_PROMPT_TARGET
 
 __all__ = [
     "BASE_POLICY_PROMPT",

@@ -21,6 +21,7 @@ from rolltape.producers._errors import HarnessError
 from rolltape.producers._recorder import Recorder, Session
 from rolltape.producers.training._digits import ArchitectureSpec
 from rolltape.schemas import (
+    POLICY_PROMPT_TARGET,
     Decision,
     EditOp,
     EditTarget,
@@ -65,9 +66,6 @@ size, stop early, swap activations, and add a block or batch norm by restarting 
 network with the trained weights carried over.{waived}
 """
 
-
-POLICY_PROMPT_TARGET: Final = "harness.policy"
-"""The prompt target of the LLM policy's system prompt (`rolltape prompts`)."""
 
 BASE_POLICY_PROMPT: Final = PLAYBOOK.format(precedence=PRECEDENCE_TEXT, waived="")
 """The LLM policy's system prompt when the log holds no champion: the playbook."""

@@ -129,6 +129,7 @@ def _round(history: PromptTarget, number: int, d: PromptDecision, figures: _Figu
             f"({_e(technique)}) against {_e(history.label_of(d.champion))}</h3>",
             f'<p><span class="{verdict}">{_e(d.outcome)}</span>: {_e(d.reason)}</p>',
             f"<p>rule: {_e(d.rule.describe())}</p>",
+            f"<p>reviewer: {_e(d.reviewed)}</p>" if d.reviewed is not None else "",
             f"<p>mean difference {_rate(f.mean_difference, 3)}, interval {_e(interval)}; pass "
             f"rate {_rate(f.champion_pass_rate)} &rarr; {_rate(f.proposal_pass_rate)}; mean "
             f"score {_rate(f.champion_mean, 3)} &rarr; {_rate(f.proposal_mean, 3)}; loop "

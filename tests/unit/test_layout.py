@@ -257,6 +257,7 @@ def test_public_api__is_pinned() -> None:
         "ModelSpecEvent",
         "PAYLOAD_MODELS",
         "POLICY_MODEL",
+        "POLICY_PROMPT_TARGET",
         "PRECEDENCE",
         "PROMPT_TARGET_PATTERN",
         "PairedResult",
