@@ -124,6 +124,11 @@ class Recorder:
     of ~1 KB). Chains, flush, close, spooling, resume and errors behave as with one sender; a
     sender process that dies raises `SenderDiedError`. The processes start with a fresh
     interpreter (never forked) and take ~0.5 s to import; events wait in the queue meanwhile.
+
+    `batch_window_s`: events gather this long before the sender takes them as one batch, so a
+    record call never wakes it while recording goes on and its work lands on few of the
+    caller's moments (it shares the caller's interpreter). They reach the broker that much
+    later; flush() and close() do not wait for a window.
     """
 
     def __init__(
@@ -139,6 +144,7 @@ class Recorder:
         max_backlog: int = 1_000_000,
         spool_after_s: float = 2.0,
         senders: int = 1,
+        batch_window_s: float = 0.02,
     ) -> None:
         from rolltape.producers import __version__
 
@@ -171,6 +177,7 @@ class Recorder:
             spool_dir=Path(spool_dir) if spool_dir is not None else default_spool_dir(),
             spool_max_bytes=spool_max_bytes,
             spool_after_s=spool_after_s,
+            batch_window_s=batch_window_s,
         )
         self._sender: Sender | ShardedSender = (
             Sender(config, self._queue)

@@ -63,12 +63,6 @@ _BLOBS = Stream.BLOBS.value
 #: (topic, key, value)
 Record = tuple[str, bytes, bytes]
 
-# Validate and dump through pydantic-core directly: half the cost of model_validate/model_dump.
-_CODECS = {
-    name: (model.__pydantic_validator__, model.__pydantic_serializer__)
-    for name, model in PAYLOAD_MODELS.items()
-}
-
 
 class Barrier:
     """Queued like an event; resolves once everything queued before it is acknowledged or spooled."""
@@ -103,6 +97,10 @@ class SenderConfig:
     spool_max_bytes: int
     spool_after_s: float = 2.0
     """How long without an acknowledgement, with records waiting, before new records spool."""
+    batch_window_s: float = 0.02
+    """How long events gather in the queue before the chainer seals them as one batch: while
+    recording goes on, the chainer wakes on this timer and record calls never pay for waking
+    it (see Sender._chainer). Flush, close and resume cut a window short; 0 seals at once."""
     outbox_limit: int = 20_000
     """Sealed records waiting for the producer; past it the chainer pauses (the queue absorbs)."""
     max_record_bytes: int = 1_000_000
@@ -362,21 +360,36 @@ class Sender:
         """Seal queued events until stopped; returns what it sealed after the feeder ended (the
         stop deadline passed with the broker slow or away), for the shutdown to spool."""
         queue = self.queue
+        waited = False  # a window passed with the queue empty since the last batch
         while True:
             if self._feeder_task.done():
                 return self._seal_rest()
             self._check_stall()
-            if not queue or (len(self._outbox) > self.config.outbox_limit and not self._spool_mode):
+            window = self.config.batch_window_s
+            blocked = len(self._outbox) > self.config.outbox_limit and not self._spool_mode
+            if not queue or blocked:
                 if self._stopping and not queue:
                     return []
+                if window and not waited and not blocked and not self._stopping:
+                    # Awake for one more window after a batch: while recording goes on, the next
+                    # batch is taken on this timer, and no record call pays for a wake.
+                    waited = True
+                    await self._wait_window(window)
+                    continue
                 self.idle = True
-                if not queue or len(self._outbox) > self.config.outbox_limit:
+                if not queue or blocked:
                     # Re-check after publishing idle: see Recorder._enqueue.
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._wake.wait(), 0.05)
                     self._wake.clear()
                 self.idle = False
+                if window and queue and not self._stopping and not isinstance(queue[-1], Barrier):
+                    # Woken by the first record after a quiet spell: the caller is recording a
+                    # burst (a model call's request and reply); take it as one batch, and keep
+                    # off the interpreter while the caller works.
+                    await self._wait_window(window)
                 continue
+            waited = False
             sealed: list[_Outgoing] = []
             for _ in range(min(len(queue), self.config.chain_batch)):
                 item = queue.popleft()
@@ -392,6 +405,12 @@ class Sender:
                 self._outbox.extend(sealed)
                 self._feed.set()
             await asyncio.sleep(0)
+
+    async def _wait_window(self, window: float) -> None:
+        """Let events gather for `window` seconds; a wake (a flush, close) ends it."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), window)
+        self._wake.clear()
 
     def _seal_rest(self) -> list[_Outgoing]:
         rest: list[_Outgoing] = []
@@ -410,17 +429,17 @@ class Sender:
             return self._topics[stream], session_id.encode(), payload["value"]
         key = (stream, session_id)
         try:
-            codec = _CODECS.get(event_type)
-            if codec is None:
+            model = PAYLOAD_MODELS.get(event_type)
+            if model is None:
                 raise ValueError(f"unknown event type {event_type!r}")
-            clean = codec[1].to_python(codec[0].validate_python(payload))
-            record, _ = self._writer.append(
+            record, _ = self._writer.append_payload(
                 key,
                 stream=stream,
                 session_id=session_id,
                 ts_ns=ts_ns,
                 type=event_type,
-                payload=clean,
+                model=model,
+                payload=payload,
                 producer=self.config.producer_info,
             )
         except (ValidationError, CanonicalEncodingError, ValueError) as exc:

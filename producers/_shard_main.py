@@ -43,7 +43,9 @@ class _Shard:
         self._closing_fd = closing_fd
         self._closing = False
         self.queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
-        self.sender = Sender(config, self.queue)
+        # The recorder's dispatcher batched these events already: a second window would only
+        # delay them.
+        self.sender = Sender(dataclasses.replace(config, batch_window_s=0.0), self.queue)
         self.backlog_limit = max(4 * config.chain_batch, 8_000)
         """Events waiting to be sealed past which the shard stops reading: the socket fills and
         the recorder's own queue (bounded by max_backlog) absorbs, as with one sender."""

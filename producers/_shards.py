@@ -234,16 +234,27 @@ class ShardedSender:
         queue = self.queue
         count = len(self._shards)
         wake = self._wake
+        waited = False  # a window passed with the queue empty since the last batch
         while True:
+            window = self.config.batch_window_s
             if not queue:
                 if self._stopping:
                     return
+                if window and not waited:  # batches on a timer while recording goes on
+                    waited = True
+                    wake.wait(window)
+                    wake.clear()
+                    continue
                 self.idle = True
                 if not queue:  # re-checked after publishing idle: see Recorder._enqueue
                     wake.wait(0.05)
                     wake.clear()
                 self.idle = False
+                if window and queue and not self._stopping and not isinstance(queue[-1], Barrier):
+                    wake.wait(window)  # the rest of the caller's burst, in one batch
+                    wake.clear()
                 continue
+            waited = False
             routed: list[list[Event]] = [[] for _ in range(count)]
             popleft = queue.popleft
             for _ in range(min(len(queue), _DISPATCH_BATCH)):

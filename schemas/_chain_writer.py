@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from typing import Any, Generic, TypeVar
 
+from pydantic import BaseModel
+
+from rolltape.schemas import _accel
 from rolltape.schemas._envelope import GENESIS_HASH, seal
 from rolltape.schemas._errors import SchemaError
+from rolltape.schemas._payload_plans import dump_payload, payload_plan
 
 K = TypeVar("K", bound=Hashable)
 
@@ -89,3 +93,39 @@ class ChainWriter(Generic[K]):
             )
         self.heads[key] = (seq + 1, digest)
         return value, digest
+
+    def append_payload(
+        self,
+        key: K,
+        *,
+        stream: str,
+        session_id: str,
+        ts_ns: int,
+        type: str,
+        model: type[BaseModel],
+        payload: Any,
+        producer: Mapping[str, str],
+    ) -> tuple[bytes, str]:
+        """`append` of a payload not validated yet: what `model` validates and dumps it to is
+        sealed (pydantic's ValidationError when it refuses it). Done by the native core in one
+        pass where the model has a plan (schemas/_payload_plans.py), byte for byte the same."""
+        native, plan = _accel.native, payload_plan(model)
+        if native is not None and plan is not None:
+            seq, prev = self.head(key)
+            sealed = native.seal_planned(
+                plan, stream, session_id, seq, ts_ns, type, None, (), producer, payload, prev
+            )
+            if sealed is not None:
+                value, digest = sealed
+                if self.max_record_bytes is None or len(value) <= self.max_record_bytes:
+                    self.heads[key] = (seq + 1, digest)
+                    return value, digest
+        return self.append(
+            key,
+            stream=stream,
+            session_id=session_id,
+            ts_ns=ts_ns,
+            type=type,
+            payload=dump_payload(model, payload),
+            producer=producer,
+        )

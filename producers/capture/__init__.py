@@ -168,7 +168,7 @@ def _answered(
     _safely(
         "reply",
         lambda: conversation.reply(
-            Reply.from_completion(result), latency_ms, _declared(kwargs.get("tools"))
+            Reply.from_completion(result), latency_ms, lambda: _declared(kwargs.get("tools"))
         ),
     )
     return result
@@ -199,7 +199,7 @@ class _Finisher:
             _safely(
                 "reply",
                 lambda: self.conversation.reply(
-                    self.assembler.result(), latency_ms, _declared(tools)
+                    self.assembler.result(), latency_ms, lambda: _declared(tools)
                 ),
             )
 

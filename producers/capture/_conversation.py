@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rolltape.producers.capture._reply import Reply
@@ -151,9 +151,15 @@ class Conversation:
         else:
             log.warning("capture: a message with role %r was not recorded", role)
 
-    def reply(self, reply: Reply, latency_ms: float, tools: Sequence[ToolSpec] = ()) -> None:
+    def reply(
+        self,
+        reply: Reply,
+        latency_ms: float,
+        tools: Sequence[ToolSpec] | Callable[[], Sequence[ToolSpec]] = (),
+    ) -> None:
         """Record the assistant's reply: the turn with its token ids, then its calls (`tools`,
-        the request's declared tools, type the arguments of calls written as text)."""
+        the request's declared tools, type the arguments of calls written as text; a function
+        giving them is called only then)."""
         s = self.session
         self.replies += 1
         content, reasoning = reply.content, reply.reasoning
@@ -162,7 +168,7 @@ class Conversation:
             parsed = parse(
                 content,
                 self.family or "openai",
-                tools=tools,
+                tools=tools() if callable(tools) else tools,
                 seed=f"{s.session_id}:{self.replies}",
             )
             content, calls, problems = parsed.content, parsed.tool_calls, parsed.problems

@@ -10,12 +10,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+_DECLARED: dict[type, frozenset[str] | None] = {}
+"""The fields each class of reply object declares (None: not a pydantic model), read once:
+pydantic's class-level `model_fields` costs a microsecond per look."""
+
+
+def _declared_fields(cls: type) -> frozenset[str] | None:
+    try:
+        return _DECLARED[cls]
+    except KeyError:
+        fields = getattr(cls, "model_fields", None)
+        found = _DECLARED[cls] = frozenset(fields) if fields is not None else None
+        return found
+
 
 def extra(obj: Any, name: str) -> Any:
     """A field that may be declared by the openai types or only present as an extra."""
     if obj is None:
         return None
-    fields = getattr(type(obj), "model_fields", None)
+    fields = _declared_fields(type(obj))
     if fields is not None and name not in fields:  # an extra: no getattr (pydantic raises)
         extras = obj.model_extra
         return extras.get(name) if extras else None

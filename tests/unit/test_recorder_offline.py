@@ -182,3 +182,49 @@ def test_session__records_arguments_as_they_were_at_the_call(tmp_path: Path) -> 
     assert payloads["tool_call"]["arguments"] == {"q": "first"}
     assert payloads["decision"]["remedy_params"]["lr_new"] == 0.1
     assert payloads["turn"]["token_ids"] == [1, 2, 3]
+
+
+def _idle(recorder: Recorder) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not recorder._sender.idle:
+        assert time.monotonic() < deadline, "the sender never went idle"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("senders", [1, 2])
+def test_recorder__record_calls_in_a_batch_window_wake_the_sender_once(
+    tmp_path: Path, senders: int
+) -> None:
+    import time
+
+    # The first record after a quiet spell wakes the sender; the caller's burst that follows
+    # gathers in the window without one wake more (each would take the caller's interpreter).
+    recorder = Recorder(
+        None, spool_dir=tmp_path, spool_after_s=0.0, senders=senders, batch_window_s=0.05
+    )
+    wakes = []
+    wake = recorder._sender.wake
+    recorder._sender.wake = lambda: (wakes.append(1), wake())[1]  # type: ignore[method-assign]
+    _idle(recorder)
+    recorder._sender.config.batch_window_s = 60.0
+    with recorder.session("burst", session_id="burst-1") as s:
+        for n in range(20):
+            s.turn("assistant", f"step {n}")
+            time.sleep(0.005)  # the caller waits on I/O: a sender without a window gets to run
+    assert len(wakes) == 1
+    assert recorder.flush(30).spooled == 22  # a flush does not wait for the window
+    assert recorder.close(30).spooled == 22
+
+
+def test_recorder__without_a_batch_window_seals_at_once(tmp_path: Path) -> None:
+    import time
+
+    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0, batch_window_s=0.0)
+    recorder.session("at once", session_id="once-1").turn("user", "hello")
+    deadline = time.monotonic() + 30
+    while recorder._sender.stats.spooled < 2:
+        assert time.monotonic() < deadline, "the events were not sealed without a flush"
+        time.sleep(0.01)
+    recorder.close(5)

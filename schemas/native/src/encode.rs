@@ -254,7 +254,7 @@ unsafe fn write_items(
     Ok(())
 }
 
-unsafe fn write_dict(out: &mut Vec<u8>, obj: *mut ffi::PyObject, depth: usize) -> Walk {
+pub(crate) unsafe fn write_dict(out: &mut Vec<u8>, obj: *mut ffi::PyObject, depth: usize) -> Walk {
     if depth >= MAX_DEPTH {
         return Err(Unsupported);
     }

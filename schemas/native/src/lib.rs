@@ -7,9 +7,11 @@
 //! vectors and by differential tests against the reference.
 
 mod encode;
+mod plan;
 mod scan;
 
-use encode::{write_int, write_str, write_value, Unsupported};
+use encode::{write_int, write_str, write_value, Unsupported, Walk};
+use plan::{write_planned, PayloadPlan};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
@@ -112,34 +114,109 @@ fn seal<'py>(
     payload: &Bound<'py, PyAny>,
     prev_hash: &Bound<'py, PyAny>,
 ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
+    let header = Header {
+        stream,
+        session_id,
+        seq,
+        ts_ns,
+        r#type,
+        event_id,
+        causes,
+        producer,
+        prev_hash,
+    };
     // SAFETY: the GIL is held and every argument is alive for the call; no Python code runs.
     let body = unsafe {
-        let stream_text = exact_str(stream).ok()?;
-        let session_text = exact_str(session_id).ok()?;
-        let seq_value = exact_int(seq).ok()?;
-        let id = if event_id.is_none() {
+        header.body(|out| {
+            if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 {
+                let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
+                let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
+                out.extend_from_slice(std::slice::from_raw_parts(data, size));
+                Ok(())
+            } else {
+                write_value(out, payload.as_ptr(), 1)
+            }
+        })
+    }?;
+    Some(finish(py, body))
+}
+
+/// `seal` of a payload checked against its model's plan (see plan.rs): the record pydantic's
+/// validation and dump followed by `seal` give; None when the plan cannot decide (pydantic
+/// and the reference do).
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+#[pyo3(signature = (plan, stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash))]
+fn seal_planned<'py>(
+    py: Python<'py>,
+    plan: &Bound<'py, PayloadPlan>,
+    stream: &Bound<'py, PyAny>,
+    session_id: &Bound<'py, PyAny>,
+    seq: &Bound<'py, PyAny>,
+    ts_ns: &Bound<'py, PyAny>,
+    r#type: &Bound<'py, PyAny>,
+    event_id: &Bound<'py, PyAny>,
+    causes: &Bound<'py, PyAny>,
+    producer: &Bound<'py, PyAny>,
+    payload: &Bound<'py, PyAny>,
+    prev_hash: &Bound<'py, PyAny>,
+) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
+    let header = Header {
+        stream,
+        session_id,
+        seq,
+        ts_ns,
+        r#type,
+        event_id,
+        causes,
+        producer,
+        prev_hash,
+    };
+    let plan = plan.get();
+    // SAFETY: as in `seal`.
+    let body = unsafe { header.body(|out| write_planned(out, plan, payload.as_ptr())) }?;
+    Some(finish(py, body))
+}
+
+/// The envelope's fields other than the payload, as `seal` takes them.
+struct Header<'a, 'py> {
+    stream: &'a Bound<'py, PyAny>,
+    session_id: &'a Bound<'py, PyAny>,
+    seq: &'a Bound<'py, PyAny>,
+    ts_ns: &'a Bound<'py, PyAny>,
+    r#type: &'a Bound<'py, PyAny>,
+    event_id: &'a Bound<'py, PyAny>,
+    causes: &'a Bound<'py, PyAny>,
+    producer: &'a Bound<'py, PyAny>,
+    prev_hash: &'a Bound<'py, PyAny>,
+}
+
+impl Header<'_, '_> {
+    /// The hashed bytes (every member but `hash`, sorted) and where `hash` goes in them.
+    ///
+    /// # Safety
+    /// The GIL is held and every field is alive; `payload` runs no Python code.
+    unsafe fn body(&self, payload: impl FnOnce(&mut Vec<u8>) -> Walk) -> Option<(Vec<u8>, usize)> {
+        let stream_text = exact_str(self.stream).ok()?;
+        let session_text = exact_str(self.session_id).ok()?;
+        let seq_value = exact_int(self.seq).ok()?;
+        let id = if self.event_id.is_none() {
             raw_event_id(stream_text, session_text, seq_value)
         } else {
-            exact_str(event_id).ok()?.to_vec()
+            exact_str(self.event_id).ok()?.to_vec()
         };
         let mut body = Vec::with_capacity(1024);
         body.extend_from_slice(b"{\"causes\":");
-        write_causes(&mut body, causes.as_ptr()).ok()?;
+        write_causes(&mut body, self.causes.as_ptr()).ok()?;
         body.extend_from_slice(b",\"event_id\":");
         write_str(&mut body, &id);
         let splice = body.len();
         body.extend_from_slice(b",\"payload\":");
-        if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 {
-            let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
-            let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
-            body.extend_from_slice(std::slice::from_raw_parts(data, size));
-        } else {
-            write_value(&mut body, payload.as_ptr(), 1).ok()?;
-        }
+        payload(&mut body).ok()?;
         body.extend_from_slice(b",\"prev_hash\":");
-        write_str(&mut body, exact_str(prev_hash).ok()?);
+        write_str(&mut body, exact_str(self.prev_hash).ok()?);
         body.extend_from_slice(b",\"producer\":");
-        write_value(&mut body, producer.as_ptr(), 1).ok()?;
+        write_value(&mut body, self.producer.as_ptr(), 1).ok()?;
         body.extend_from_slice(b",\"seq\":");
         write_int(&mut body, seq_value);
         body.extend_from_slice(b",\"session_id\":");
@@ -147,13 +224,19 @@ fn seal<'py>(
         body.extend_from_slice(b",\"stream\":");
         write_str(&mut body, stream_text);
         body.extend_from_slice(b",\"ts_ns\":");
-        write_int(&mut body, exact_int(ts_ns).ok()?);
+        write_int(&mut body, exact_int(self.ts_ns).ok()?);
         body.extend_from_slice(b",\"type\":");
-        write_str(&mut body, exact_str(r#type).ok()?);
+        write_str(&mut body, exact_str(self.r#type).ok()?);
         body.extend_from_slice(b",\"v\":1}");
-        (body, splice)
-    };
-    let (body, splice) = body;
+        Some((body, splice))
+    }
+}
+
+/// The record (the hash spliced in before `payload`) and its hash.
+fn finish(
+    py: Python<'_>,
+    (body, splice): (Vec<u8>, usize),
+) -> (Bound<'_, PyBytes>, Bound<'_, PyString>) {
     let digest = hex(&Sha256::digest(&body));
     let mut record = Vec::with_capacity(body.len() + 76);
     record.extend_from_slice(&body[..splice]);
@@ -161,7 +244,7 @@ fn seal<'py>(
     record.extend_from_slice(digest.as_bytes());
     record.push(b'"');
     record.extend_from_slice(&body[splice..]);
-    Some((PyBytes::new(py, &record), PyString::new(py, &digest)))
+    (PyBytes::new(py, &record), PyString::new(py, &digest))
 }
 
 /// The causes, a tuple or list of exact `str`, as a JSON array.
@@ -342,6 +425,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
+    m.add_function(wrap_pyfunction!(seal_planned, m)?)?;
+    m.add_class::<PayloadPlan>()?;
     m.add_function(wrap_pyfunction!(well_formed, m)?)?;
     Ok(())
 }
