@@ -37,10 +37,13 @@ from rolltape.producers.training._stats import (
     EpochGradients,
     GradientStats,
     LossStats,
+    observe_outputs,
 )
 from rolltape.schemas import LayerSpec, LiveCheck, Metric, ModelSpec, Stream
 
 _METRICS = Stream.METRICS.value
+_PENDING_LIMIT = 512
+"""Calls set aside before they are measured anyway (a loop that never calls the loss)."""
 Batch = tuple[Tensor, Tensor]
 
 
@@ -54,7 +57,14 @@ class MonitorConfig(BaseModel):
     percentile_sample: int = Field(default=64, ge=1)
     """Output values sampled per activation module per forward pass for p50/p99."""
     percentile_slots: int = Field(default=256, ge=1)
-    """Forward passes whose samples are kept (the epoch's most recent ones)."""
+    """Samples kept per activation module (the epoch's most recent ones)."""
+    unit_stride: int = Field(default=4, ge=1)
+    """Dead and saturated units are counted on every call of an activation module, over every
+    this-many-th sample of its batch (rotating, see ActivationStats); 1 checks every sample."""
+    percentile_every: int = Field(default=4, ge=1)
+    """An activation module's output is sampled for the percentiles on every this many of its
+    calls (1024 calls fill the 256 slots); its dead or saturated units are counted on every
+    call. The percentiles are recorded for people to read: no rule reads them."""
     probe_samples: int = Field(default=256, ge=1)
     """Size of the fixed held-out probe batch (taken from the start of the val loader)."""
     noise_scale_simple: bool = False
@@ -128,6 +138,8 @@ class TrainingMonitor:
         self._val_loader: Iterable[Any] | None = None
         self._probe: Batch | None = None
         self._layers: tuple[LayerSpec, ...] = ()
+        self._pending: list[tuple[ActivationStats, Tensor]] = []
+        """ReLU-family calls of the forward pass under way, measured at its loss."""
         self._activations: dict[nn.Module, _Hooked] = {}
         """Keyed by the module itself, not its id: a module swapped out may be freed and its id
         reused by the module that replaced it."""
@@ -218,6 +230,7 @@ class TrainingMonitor:
         grads = self._grads
         if self._model is None or grads is None:
             raise MonitorError("attach() the model first")
+        self._measure_pending()
         self._sync(record=True)
         values = self._gather()
         steps, loss = grads.steps, self._loss
@@ -348,6 +361,8 @@ class TrainingMonitor:
         self._dirty = True  # cheap: the next forward (or end_epoch) re-syncs the hooks
 
     def _on_loss(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._pending:
+            self._measure_pending()
         if (
             self._counting()
             and isinstance(output, Tensor)
@@ -358,12 +373,20 @@ class TrainingMonitor:
             self._loss.observe(inputs[0], inputs[1], output, self._reduction)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._pending:
+            self._measure_pending()
         if not self._paused and self._grads is not None:
             self._grads.before_step()
 
     def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if not self._paused and self._grads is not None:
             self._grads.after_step()
+
+    def _measure_pending(self) -> None:
+        """Measure the ReLU-family outputs set aside during the forward pass, on the training's
+        own stream. (A stream of the monitor's own was tried on an H200: ResNet-18's step
+        cost 7.4% more with it, 4.3% without.)"""
+        observe_outputs(self._pending)
 
     def _activation_hooks(self, name: str, module: nn.Module) -> _Hooked:
         config = self.config
@@ -374,6 +397,8 @@ class TrainingMonitor:
                 slope_below=config.saturation_slope,
                 sample=config.percentile_sample,
                 slots=config.percentile_slots,
+                every=config.percentile_every,
+                stride=config.unit_stride,
             )
         handles = []
         if not stats.relu and getattr(module, "inplace", False):
@@ -387,16 +412,22 @@ class TrainingMonitor:
                     stats.sample(output)
 
             handles.append(module.register_forward_pre_hook(before))
-        else:
-            relu = stats.relu
+        elif stats.relu:
+            pending = self._pending
 
             def after(m: nn.Module, inputs: Any, output: Any) -> None:
                 if self._counting() and isinstance(output, Tensor):
-                    if relu:
-                        stats.count(output)
-                    elif inputs and isinstance(inputs[0], Tensor):
-                        stats.count(inputs[0])
-                    stats.sample(output)
+                    pending.append((stats, output))  # measured at the loss (observe_outputs)
+                    if len(pending) > _PENDING_LIMIT:
+                        self._measure_pending()
+        else:
+
+            def after(m: nn.Module, inputs: Any, output: Any) -> None:
+                if self._counting() and isinstance(output, Tensor):
+                    if inputs and isinstance(inputs[0], Tensor):
+                        stats.observe(inputs[0], output)
+                    else:
+                        stats.sample(output)
 
         handles.append(module.register_forward_hook(after))
         return _Hooked(name, stats, handles)
@@ -426,6 +457,7 @@ class TrainingMonitor:
                 )
 
     def _remove_hooks(self) -> None:
+        self._pending.clear()  # a forward pass cut short (a restart, the end): not a step
         for handle in self._handles:
             handle.remove()
         self._handles = []

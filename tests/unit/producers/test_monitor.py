@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from rolltape.producers import MonitorError, Session
-from rolltape.producers.training import TrainingMonitor
+from rolltape.producers.training import MonitorConfig, TrainingMonitor
 from rolltape.producers.training._stats import ActivationStats, GradientStats, LossStats
 from rolltape.schemas import Metric
 from tests.unit.producers.recorded import Spooled
@@ -59,9 +59,12 @@ def train(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any, load
         optimizer.step()
 
 
-def by_hand(model: nn.Module, lr: float, train_loader: Any, val_loader: Any) -> dict[str, Any]:
+def by_hand(
+    model: nn.Module, lr: float, train_loader: Any, val_loader: Any, *, every: int = 1
+) -> dict[str, Any]:
     """One epoch of SGD on a copy of `model`, measuring what the monitor measures with plain
-    torch calls (no monitor code)."""
+    torch calls (no monitor code); the percentiles from the outputs of every `every`-th
+    step."""
     model = copy.deepcopy(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
@@ -70,10 +73,11 @@ def by_hand(model: nn.Module, lr: float, train_loader: Any, val_loader: Any) -> 
     ratios, totals, outputs = [], [], []
     loss_sum = correct = samples = 0.0
     alive = torch.zeros(3, dtype=torch.bool)
-    for x, y in train_loader:
+    for step, (x, y) in enumerate(train_loader):
         optimizer.zero_grad()
         hidden = model.act(model.fc1(x))
-        outputs.append(hidden.detach().reshape(-1))
+        if step % every == 0:
+            outputs.append(hidden.detach().reshape(-1))
         alive |= (hidden != 0).any(0)
         logits = model.fc2(hidden)
         loss = loss_fn(logits, y)
@@ -134,15 +138,18 @@ def close(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def test_monitor__every_metric_matches_a_hand_computation(tmp_path: Path) -> None:
+@pytest.mark.parametrize("every", [1, 2])
+def test_monitor__every_metric_matches_a_hand_computation(tmp_path: Path, every: int) -> None:
+    # `every`: activations sampled for the percentiles on every call, or every other one
     spooled = Spooled(tmp_path)
     train_loader, val_loader = data()
     model = tiny_model()
-    expected = by_hand(model, 0.1, train_loader, val_loader)
+    expected = by_hand(model, 0.1, train_loader, val_loader, every=every)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = MonitorConfig(percentile_every=every, unit_stride=1)
     with (
         spooled.session() as session,
-        TrainingMonitor(spooled.monitor, session) as monitor,
+        TrainingMonitor(spooled.monitor, session, config=config) as monitor,
     ):
         monitor.attach(model, optimizer, nn.CrossEntropyLoss(), train_loader, val_loader)
         train(model, optimizer, monitor.loss_fn, train_loader)
@@ -433,3 +440,16 @@ def test_step_hooks__never_read_a_tensor_back_to_the_host() -> None:
         )
     assert grads.steps == 3 and relu.calls == 3 and losses.samples == 48
     assert grads.readout().device == meta  # the epoch's arithmetic stays on the device too
+
+
+def test_activation_stats__a_stride_checks_every_share_of_the_batch_in_turn() -> None:
+    stats = ActivationStats("act", nn.ReLU(), slope_below=1e-3, sample=4, slots=4, stride=2)
+    out = torch.zeros(4, 3)
+    out[1, 0] = 1.0  # unit 0 fires on sample 1 alone, unit 1 on sample 2 alone, unit 2 never
+    out[2, 1] = 1.0
+    stats.observe(out, out)
+    fraction = stats.fraction()
+    assert fraction is not None and float(fraction) == pytest.approx(2 / 3)  # samples 0 and 2
+    stats.observe(out, out)
+    fraction = stats.fraction()
+    assert fraction is not None and float(fraction) == pytest.approx(1 / 3)  # then 1 and 3
