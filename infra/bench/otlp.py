@@ -47,6 +47,8 @@ class OtlpFigures(BaseModel):
     decode_only_spans_per_s: float
     """The same batches to a receiver that decodes and answers, recording nothing."""
     ratio: float
+    workers_spans_per_s: dict[int, float] = {}
+    """`otlp serve --workers N` for each N measured beside one process (medians, same runs)."""
     goal_spans_per_s: float = 10_000.0
     anchor_collector_spans_per_s_per_core: float = 12_000.0
 
@@ -166,11 +168,15 @@ def build_batches(spans: int, spans_per_batch: int, turns: int = 3) -> list[byte
     return batches
 
 
-def _run_receiver(settings: Settings, ports: multiprocessing.Queue[int], decode_only: bool) -> None:
-    """A receiver process: the real one, or the baseline that records nothing."""
+def _run_receiver(
+    settings: Settings, ports: multiprocessing.Queue[int], decode_only: bool, workers: int = 1
+) -> None:
+    """A receiver process: the real one (with `workers` worker processes when more than one),
+    or the baseline that records nothing."""
     from aiohttp import web
 
     from rolltape.infra.commands.otlp_serve import ReceiverConfig, open_receiver, serve
+    from rolltape.infra.commands.otlp_workers import WorkerPool
     from rolltape.producers.otlp import decode, success_body, unpack
 
     async def main() -> None:
@@ -190,8 +196,13 @@ def _run_receiver(settings: Settings, ports: multiprocessing.Queue[int], decode_
             ports.put(int(runner.addresses[0][1]))
             await stop.wait()
             return
-        receiver = open_receiver(settings, ReceiverConfig(linger_s=0.2))
-        await serve(receiver, "127.0.0.1", 0, stop, ports.put)
+        config = ReceiverConfig(linger_s=0.2)
+        if workers > 1:
+            pool = WorkerPool(settings, config, workers)
+            await pool.start()
+            await serve(pool, "127.0.0.1", 0, stop, ports.put)
+            return
+        await serve(open_receiver(settings, config), "127.0.0.1", 0, stop, ports.put)
 
     asyncio.run(main())
 
@@ -228,11 +239,17 @@ def _load(
 
 
 def _measure(
-    settings: Settings, batches: list[bytes], connections: int, decode_only: bool
+    settings: Settings,
+    batches: list[bytes],
+    connections: int,
+    decode_only: bool,
+    workers: int = 1,
 ) -> float:
     ctx = multiprocessing.get_context("spawn")
     ports: multiprocessing.Queue[int] = ctx.Queue()
-    receiver = ctx.Process(target=_run_receiver, args=(settings, ports, decode_only), daemon=True)
+    receiver = ctx.Process(
+        target=_run_receiver, args=(settings, ports, decode_only, workers), daemon=True
+    )
     receiver.start()
     try:
         url = f"http://127.0.0.1:{ports.get(timeout=120)}/v1/traces"
@@ -263,10 +280,12 @@ def run_otlp_bench(
     spans_per_batch: int = 512,
     connections: int = 4,
     repeats: int = 3,
+    workers: tuple[int, ...] = (),
 ) -> OtlpFigures:
     """Send the same pre-built batches to the receiver and to the decode-only baseline, each
-    in its own process, on a fresh scratch prefix per repeat (deleted after). The first two
-    batches warm up and are not timed. Needs a broker."""
+    in its own process, on a fresh scratch prefix per repeat (deleted after); and, for each of
+    `workers`, to a receiver with that many worker processes. The first two batches warm up
+    and are not timed. Needs a broker."""
     from rolltape.infra.broker import require_connection
     from rolltape.infra.kafka.topics import scratch_prefix
 
@@ -274,7 +293,15 @@ def run_otlp_bench(
     counts = [_count_spans(b) for b in batches]
     timed_spans = sum(counts[2:])
     runs, baseline, per_span = [], [], []
+    pooled: dict[int, list[float]] = {n: [] for n in workers if n > 1}
     for _ in range(repeats):
+        for n in pooled:
+            with (
+                scratch_prefix(settings, "bench", partitions=partitions) as scratch,
+                tempfile.TemporaryDirectory() as state,
+            ):
+                scoped = scratch.model_copy(update={"state_dir": Path(state)})
+                pooled[n].append(timed_spans / _measure(scoped, batches, connections, False, n))
         with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
             with tempfile.TemporaryDirectory() as state:
                 scoped = scratch.model_copy(update={"state_dir": Path(state)})
@@ -297,6 +324,7 @@ def run_otlp_bench(
         events_per_span=round(statistics.median(per_span), 3),
         decode_only_spans_per_s=round(decode_only, 1),
         ratio=round(receiver / decode_only, 3),
+        workers_spans_per_s={n: round(statistics.median(v), 1) for n, v in pooled.items()},
     )
 
 

@@ -366,6 +366,9 @@ def otlp(
     batch: int = typer.Option(512, min=1, help="Spans per request (the SDK exporter's default)."),
     connections: int = typer.Option(4, min=1, help="Concurrent keep-alive connections."),
     repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
+    workers: list[int] = typer.Option(
+        [], min=2, help="Also measure `otlp serve --workers N` for each N given (same runs)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Spans/s through `rolltape otlp serve` into Kafka, against a receiver that only decodes."""
@@ -380,6 +383,7 @@ def otlp(
         spans_per_batch=batch,
         connections=connections,
         repeats=repeats,
+        workers=tuple(workers),
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -398,6 +402,11 @@ def otlp(
         f"    baseline receiver that only decodes:        {r.decode_only_spans_per_s:,.0f} spans/s"
     )
     console.print(f"    ratio (rolltape / baseline): {r.ratio:.2f}")
+    for n, rate in r.workers_spans_per_s.items():
+        console.print(
+            f"    otlp serve --workers {n}: {rate:,.0f} spans/s "
+            f"({rate / r.receiver_spans_per_s:.2f}x one process)"
+        )
     verdict = "met" if r.receiver_spans_per_s >= r.goal_spans_per_s else "MISSED"
     console.print(
         f"    goal >= {r.goal_spans_per_s:,.0f} spans/s on one process: {verdict} (anchor: the "

@@ -12,6 +12,7 @@ from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import CliError, err_console, settings, stop_on_signals
 from rolltape.infra.commands.otlp_serve import (
     ReceiverConfig,
+    ReceiverFront,
     open_receiver,
     otlp_dir,
     state_lock,
@@ -19,6 +20,7 @@ from rolltape.infra.commands.otlp_serve import (
 from rolltape.infra.commands.otlp_serve import (
     serve as serve_receiver,
 )
+from rolltape.infra.commands.otlp_workers import WorkerPool
 from rolltape.infra.settings import Settings
 from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, check_family
 from rolltape.schemas import Role
@@ -47,6 +49,15 @@ def serve(
             help="Seconds without spans after which a trace whose root span never came ends as interrupted.",
         ),
     ] = 300.0,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Processes that record spans (each trace in one): more than one for more spans "
+            "per second than one interpreter maps and seals, on a machine with cores to spare.",
+        ),
+    ] = 1,
 ) -> None:
     """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON, gzip) and record every trace
     with GenAI spans as a session: inference spans as turns, execute_tool spans as tool calls and
@@ -62,13 +73,20 @@ def serve(
     connection = current_connection(s, Role.AGENT)
     config = ReceiverConfig(family=family, linger_s=linger, idle_s=idle)
     with state_lock(otlp_dir(s)):
-        _run(s, connection, config, host, port)
+        _run(s, connection, config, host, port, workers)
 
 
 def _run(
-    s: Settings, connection: KafkaConnection | None, config: ReceiverConfig, host: str, port: int
+    s: Settings,
+    connection: KafkaConnection | None,
+    config: ReceiverConfig,
+    host: str,
+    port: int,
+    workers: int,
 ) -> None:
-    receiver = open_receiver(s, config)
+    receiver: ReceiverFront = (
+        WorkerPool(s, config, workers) if workers > 1 else open_receiver(s, config)
+    )
     if connection is not None:
         target = f"recording to {connection} (topic prefix {s.topic_prefix})"
     else:
@@ -78,14 +96,24 @@ def _run(
         )
 
     def ready(bound: int) -> None:
+        processes = f" in {workers} worker processes" if workers > 1 else ""
         err_console.print(
-            f"receiving OTLP/HTTP traces on http://{host}:{bound}/v1/traces; {escape(target)}; "
-            "Ctrl-C stops",
+            f"receiving OTLP/HTTP traces on http://{host}:{bound}/v1/traces{processes}; "
+            f"{escape(target)}; Ctrl-C stops",
             highlight=False,
         )
 
     async def main() -> None:
-        await serve_receiver(receiver, host, port, stop_on_signals(), ready)
+        stop = stop_on_signals()
+        if isinstance(receiver, WorkerPool):
+            await receiver.start()
+        try:
+            await serve_receiver(receiver, host, port, stop, ready)
+        except OSError:
+            if isinstance(receiver, WorkerPool):
+                stop.set()
+                await receiver.run(stop)  # stops the workers it started
+            raise
 
     try:
         asyncio.run(main())
@@ -102,3 +130,9 @@ def _run(
         f"{st.sessions_started} session(s) started, {len(ended)} ended at stop",
         highlight=False,
     )
+    if isinstance(receiver, WorkerPool) and receiver.failure is not None:
+        raise CliError(
+            f"{receiver.failure}, so the receiver stopped: the batches it had not acknowledged "
+            "are sent again by their exporters once a receiver is back; start `rolltape otlp "
+            "serve` again"
+        )

@@ -18,7 +18,7 @@ import fcntl
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -29,9 +29,13 @@ from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, RecorderError
 from rolltape.producers.otlp import (
+    JSON,
+    PROTOBUF,
+    Applied,
     Encoding,
     Journal,
     OtlpRequestError,
+    Span,
     TraceIngest,
     decode,
     encoding_of,
@@ -39,7 +43,6 @@ from rolltape.producers.otlp import (
     success_body,
     unpack,
 )
-from rolltape.producers.otlp._wire import JSON, PROTOBUF
 
 log = logging.getLogger("rolltape.otlp")
 TRACES_PATH = "/v1/traces"
@@ -107,24 +110,77 @@ def state_lock(folder: Path) -> Iterator[IO[str]]:
         yield handle
 
 
-class OtlpReceiver:
-    """The request handler and the timer that ends finished traces' sessions."""
+@dataclass
+class Outcome:
+    """What recording one batch came to (or one worker's share of it, see otlp_workers.py):
+    picklable, and merged across workers into one answer."""
 
-    def __init__(self, recorder: Recorder, journal: Journal, config: ReceiverConfig) -> None:
-        self.recorder = recorder
-        self.journal = journal
-        self.config = config
-        self.ingest = TraceIngest(
-            recorder,
-            journal,
-            family=config.family,
-            linger_s=config.linger_s,
-            idle_s=config.idle_s,
+    status: int = 200
+    """200, or 503 (the batch is not durable yet: the exporter sends it again) or 500."""
+    message: str = ""
+    spans: int = 0
+    recorded: int = 0
+    redelivered: int = 0
+    not_genai: int = 0
+    rejected: list[str] = field(default_factory=list)
+    """Spans whose content could not be mapped, with why."""
+    sessions_started: int = 0
+    without_content: int = 0
+    warning: str = ""
+
+    @classmethod
+    def of(cls, applied: Applied) -> Outcome:
+        return cls(
+            spans=applied.spans,
+            recorded=len(applied.recorded),
+            redelivered=applied.redelivered,
+            not_genai=applied.not_genai,
+            rejected=list(applied.rejected),
+            sessions_started=len(applied.sessions_started),
+            without_content=applied.without_content,
+            warning=applied.warning(),
         )
+
+    def merged(self, other: Outcome) -> Outcome:
+        """Both parts of one batch: the worse status (a 503 anywhere means the exporter must
+        send the batch again), the counts added, the notes joined."""
+        worst = max((self, other), key=lambda o: (o.status != 200, o.status))
+        return Outcome(
+            status=worst.status,
+            message=worst.message,
+            spans=self.spans + other.spans,
+            recorded=self.recorded + other.recorded,
+            redelivered=self.redelivered + other.redelivered,
+            not_genai=self.not_genai + other.not_genai,
+            rejected=self.rejected + other.rejected,
+            sessions_started=self.sessions_started + other.sessions_started,
+            without_content=self.without_content + other.without_content,
+            warning="; ".join(w for w in (self.warning, other.warning) if w),
+        )
+
+
+class ReceiverFront:
+    """The HTTP side of a receiver: reads and decodes requests, has their spans recorded
+    (`record`, by the subclass), answers in OTLP's terms and keeps the counters."""
+
+    def __init__(self, config: ReceiverConfig) -> None:
+        self.config = config
         self.stats = ReceiverStats()
         self._told: set[str] = set()
         """Kinds of problems already logged: exporters do not show partial_success to the
         agent's author, so the receiver says it on its own console, once per kind."""
+
+    async def record(self, spans: list[Span]) -> Outcome:
+        """Record a batch's spans and make them durable before answering."""
+        raise NotImplementedError
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """What runs beside the requests until `stop` (ending finished traces' sessions)."""
+        await stop.wait()
+
+    def shutdown(self) -> list[str]:
+        """End what is open and release everything; the sessions ended at stop."""
+        return []
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.max_body_bytes)
@@ -158,34 +214,27 @@ class OtlpReceiver:
             self.stats.failed_requests += 1
             log.warning("rejected a request from %s: %s", request.remote, exc)
             return _status(encoding, exc.status, str(exc))
-        try:
-            applied = self.ingest.apply(decoded.spans)
-            await self.recorder.aflush(self.config.flush_timeout_s)
-        except RecorderError as exc:
+        outcome = await self.record(decoded.spans)
+        if outcome.status != 200:
             self.stats.failed_requests += 1
-            log.error("could not make a batch durable: %s", exc)
-            answer = _status(encoding, 503, f"the batch is not recorded yet ({exc}); send it again")
-            answer.headers["Retry-After"] = "2"
+            answer = _status(encoding, outcome.status, outcome.message)
+            if outcome.status == 503:
+                answer.headers["Retry-After"] = "2"
             return answer
-        except Exception as exc:  # a bug of ours: say so in OTLP's terms, keep serving
-            self.stats.failed_requests += 1
-            log.exception("failed on a batch")
-            return _status(encoding, 500, f"the receiver failed: {type(exc).__name__}: {exc}")
-        self.journal.spans_recorded(applied.recorded + applied.again)
         s = self.stats
-        s.spans += applied.spans
-        s.recorded += len(applied.recorded)
-        s.redelivered += applied.redelivered
-        s.not_genai += applied.not_genai
-        rejected = len(decoded.rejected) + len(applied.rejected)
+        s.spans += outcome.spans
+        s.recorded += outcome.recorded
+        s.redelivered += outcome.redelivered
+        s.not_genai += outcome.not_genai
+        rejected = len(decoded.rejected) + len(outcome.rejected)
         s.rejected += rejected
-        s.sessions_started += len(applied.sessions_started)
+        s.sessions_started += outcome.sessions_started
         notes = [f"span {r.span_id or '?'}: {r.reason}" for r in decoded.rejected[:5]]
-        notes += applied.rejected[:5]
-        if applied.warning():
-            notes.append(applied.warning())
+        notes += outcome.rejected[:5]
+        if outcome.warning:
+            notes.append(outcome.warning)
         if notes:
-            kind = "content" if applied.without_content else "rejected" if rejected else "other"
+            kind = "content" if outcome.without_content else "rejected" if rejected else "other"
             if kind not in self._told:
                 self._told.add(kind)
                 log.warning("told the sender (shown once): %s", "; ".join(notes))
@@ -193,6 +242,39 @@ class OtlpReceiver:
             body=success_body(encoding, rejected, "; ".join(notes)),
             content_type=PROTOBUF if encoding == "protobuf" else JSON,
         )
+
+
+class OtlpReceiver(ReceiverFront):
+    """A receiver in one process: the front, and the ingest that records through one Recorder
+    and ends finished traces' sessions on a timer."""
+
+    def __init__(self, recorder: Recorder, journal: Journal, config: ReceiverConfig) -> None:
+        super().__init__(config)
+        self.recorder = recorder
+        self.journal = journal
+        self.ingest = TraceIngest(
+            recorder,
+            journal,
+            family=config.family,
+            linger_s=config.linger_s,
+            idle_s=config.idle_s,
+        )
+
+    async def record(self, spans: list[Span]) -> Outcome:
+        try:
+            applied = self.ingest.apply(spans)
+            await self.recorder.aflush(self.config.flush_timeout_s)
+        except RecorderError as exc:
+            log.error("could not make a batch durable: %s", exc)
+            return Outcome(503, f"the batch is not recorded yet ({exc}); send it again")
+        except Exception as exc:  # a bug of ours: say so in OTLP's terms, keep serving
+            log.exception("failed on a batch")
+            return Outcome(500, f"the receiver failed: {type(exc).__name__}: {exc}")
+        self.journal.spans_recorded(applied.recorded + applied.again)
+        return Outcome.of(applied)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.end_finished(stop)
 
     async def end_finished(self, stop: asyncio.Event, every_s: float = 0.5) -> None:
         while not stop.is_set():
@@ -231,7 +313,7 @@ def open_receiver(settings: Settings, config: ReceiverConfig) -> OtlpReceiver:
 
 
 async def serve(
-    receiver: OtlpReceiver,
+    receiver: ReceiverFront,
     host: str,
     port: int,
     stop: asyncio.Event,
@@ -248,7 +330,7 @@ async def serve(
     if on_ready is not None:
         on_ready(bound)
     try:
-        await receiver.end_finished(stop)
+        await receiver.run(stop)
     finally:
         await runner.cleanup()
     return bound

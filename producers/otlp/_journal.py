@@ -45,6 +45,9 @@ class Journal:
     def __init__(self, path: Path, redelivery_window_s: float = 86_400.0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        # The worker processes of one receiver share the file: a writer waits for another's
+        # transaction (a few milliseconds) instead of failing.
+        self._db.execute("PRAGMA busy_timeout=30000")
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)

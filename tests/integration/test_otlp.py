@@ -11,11 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rolltape.infra.kafka.readback import read_records
 from rolltape.schemas import Stream, decode
-from tests.support.otlp import agent_tracer, failed_call, weather_agent
+from tests.support.otlp import agent_tracer, failed_call, recorded_request, weather_agent
 
 from .conftest import Topics
 
@@ -23,9 +24,9 @@ pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "rolltape.infra"]
 
 
-def start_receiver(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+def start_receiver(env: dict[str, str], *more: str) -> tuple[subprocess.Popen[str], str]:
     receiver = subprocess.Popen(
-        [*CLI, "otlp", "serve", "--port", "0", "--linger", "0.2"],
+        [*CLI, "otlp", "serve", "--port", "0", "--linger", "0.2", *more],
         env=env,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -77,3 +78,67 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
     assert {e["producer"]["name"] for e in recorded} == {"rolltape.otlp"}  # type: ignore[index]
     reports = topics.verify().reports()
     assert len(reports) == 2 and all(r.ok and r.ended for r in reports)
+
+
+def _stop(receiver: subprocess.Popen[str]) -> str:
+    receiver.send_signal(signal.SIGTERM)
+    _, err = receiver.communicate(timeout=120)
+    assert receiver.returncode == 0, err
+    return err
+
+
+def _with_a_new_tool_span(request: bytes) -> tuple[bytes, str]:
+    """The request's first trace, its execute_tool span sent again under a new span id (the
+    same trace goes on after a restart); with that trace's id."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    parsed = ExportTraceServiceRequest.FromString(request)
+    spans = parsed.resource_spans[0].scope_spans[0].spans
+    tool = next(s for s in spans if s.name.startswith("execute_tool"))
+    trace = tool.trace_id
+    keep = [s for s in spans if s.trace_id == trace and s.span_id == tool.span_id]
+    del spans[:]
+    spans.extend(keep)
+    spans[0].span_id = bytes(8 * [7])
+    return parsed.SerializeToString(), trace.hex()
+
+
+def test_otlp_serve__workers_record_each_trace_once_and_other_workers_after_a_restart_fork_none(
+    topics: Topics, tmp_path: Path
+) -> None:
+    env = {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path), "COLUMNS": "250"}
+    request = recorded_request(*[weather_agent] * 6)  # six traces, over both workers
+    headers = {"Content-Type": "application/x-protobuf"}
+    receiver, url = start_receiver(env, "--workers", "2")
+    try:
+        assert httpx.post(url, content=request, headers=headers, timeout=60).status_code == 200
+        time.sleep(1.5)  # the sessions end 0.2 s after their root spans
+    finally:
+        err = _stop(receiver)
+    assert "24 span(s): 24 recorded, 0 redelivered" in err and "6 session(s) started" in err
+
+    # Another number of workers routes traces elsewhere; the shared journal still knows them.
+    again, trace = _with_a_new_tool_span(request)
+    receiver, url = start_receiver(env, "--workers", "3")
+    try:
+        assert httpx.post(url, content=request, headers=headers, timeout=60).status_code == 200
+        assert httpx.post(url, content=again, headers=headers, timeout=60).status_code == 200
+    finally:
+        err = _stop(receiver)
+    assert "25 span(s): 1 recorded, 24 redelivered" in err and "1 session(s) started" in err
+
+    async def events() -> list[dict[str, object]]:
+        return [
+            decode(r.value)
+            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
+        ]
+
+    recorded = asyncio.run(events())
+    starts = {str(e["session_id"]): e for e in recorded if e["type"] == "session_started"}
+    assert len(starts) == 7
+    continued = starts[f"otel-{trace}.2"]["payload"]
+    assert continued["linked_session_id"] == f"otel-{trace}"  # type: ignore[index]
+    reports = topics.verify().reports()
+    assert len(reports) == 7 and all(r.ok and r.ended for r in reports)

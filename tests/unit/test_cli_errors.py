@@ -164,6 +164,7 @@ CASES = [
     ),
     Case(("harness", "run"), ("--scenario", "nope"), "dead_relu", usage=True),
     Case(("otlp", "serve"), ("--family", "nope"), "--family: unknown model family 'nope'"),
+    Case(("otlp", "serve"), ("--workers", "0"), "--workers", usage=True),
     Case(
         ("otlp", "serve"),
         said="ROLLTAPE_MODELS does not read: a list or mapping setting is written as JSON",

@@ -1,0 +1,255 @@
+"""`rolltape otlp serve --workers N`: one receiver spread over N worker processes.
+
+The front process listens, decodes each request and hands each worker the spans of the traces
+it owns; every worker maps them to records through its own `OtlpReceiver` (trace ingest,
+recorder, sender) and answers once its records are durable; the front answers the request once
+every worker it involved has. Mapping spans to records and sealing them is most of a
+receiver's work (a single process is one interpreter), so the workers add cores; decoding stays
+in the front (about an eighth of the work).
+
+Invariants:
+
+- A trace's spans go to one worker, `worker_of(trace_id, n)`: its session has one writer.
+- The workers share one journal (SQLite in WAL mode; a writer waits for another's
+  transaction): a trace any worker recorded before a restart is known to all, so a restart with
+  another number of workers continues traces in linked sessions and never forks them.
+- The answer is what one process would give: 503 when any worker could not make its share
+  durable (the exporter sends the whole batch again; the shares already recorded are
+  redeliveries), the counts and notes of all shares otherwise.
+- A worker that dies stops the receiver: the chain heads of its traces are gone with it, and
+  the batches it had not acknowledged get a 503, so their exporters send them to the next one.
+
+Workers start with a fresh interpreter (never forked: the front runs an event loop and
+threads). Frames on each worker's socket: a 4-byte length and a pickled tuple.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import pickle
+import socket
+import struct
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rolltape.infra.commands.otlp_serve import (
+    Outcome,
+    ReceiverConfig,
+    ReceiverFront,
+    open_receiver,
+)
+from rolltape.infra.settings import Settings
+from rolltape.producers.otlp import Span
+
+log = logging.getLogger("rolltape.otlp")
+_LENGTH = struct.Struct(">I")
+
+
+def worker_of(trace_id: str, workers: int) -> int:
+    """The worker that owns a trace: its id's last 16 hex digits modulo the count (stable
+    across processes and restarts, unlike Python's string hash)."""
+    try:
+        return int(trace_id[-16:], 16) % workers
+    except ValueError:  # not hex (a JSON request may carry anything): still one owner
+        return sum(trace_id.encode()) % workers
+
+
+async def _read(reader: asyncio.StreamReader) -> tuple[Any, ...] | None:
+    try:
+        head = await reader.readexactly(_LENGTH.size)
+        body = await reader.readexactly(_LENGTH.unpack(head)[0])
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return None
+    message: tuple[Any, ...] = pickle.loads(body)
+    return message
+
+
+def _write(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
+    body = pickle.dumps(message, protocol=5)
+    writer.write(_LENGTH.pack(len(body)) + body)
+
+
+@dataclass
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes]
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    pending: dict[int, asyncio.Future[Outcome]] = field(default_factory=dict)
+    stopped: asyncio.Future[list[str]] | None = None
+    dead: str | None = None
+
+
+class WorkerPool(ReceiverFront):
+    """The front of `otlp serve --workers N`: `record` splits a batch by trace over the
+    workers; `start` spawns them, `run` watches them, `shutdown` stops them."""
+
+    def __init__(self, settings: Settings, config: ReceiverConfig, workers: int) -> None:
+        super().__init__(config)
+        if workers < 2:
+            raise ValueError("a pool has two workers at least; one process serves alone")
+        self.settings = settings
+        self.count = workers
+        self._workers: list[_Worker] = []
+        self._ids = itertools.count()
+        self._failed: asyncio.Event | None = None
+        self._stopped = False
+        self._ended: list[str] = []
+
+    async def start(self) -> None:
+        """Spawn the workers and wait until each is ready (its recorder and journal open)."""
+        self._failed = asyncio.Event()
+        for index in range(self.count):
+            ours, theirs = socket.socketpair()
+            path = [entry for entry in sys.path if isinstance(entry, str)]
+            code = (
+                f"import sys; sys.path[:] = {path!r}; "
+                "from rolltape.infra.commands.otlp_workers import serve_worker; "
+                f"serve_worker({theirs.fileno()})"
+            )
+            proc = subprocess.Popen(
+                [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
+            )
+            theirs.close()
+            reader, writer = await asyncio.open_connection(sock=ours)
+            _write(writer, ("start", self.settings, self.config, index))
+            worker = _Worker(index, proc, reader, writer)
+            ready = await _read(reader)
+            if ready is None or ready[0] != "ready":
+                proc.wait(30)
+                raise RuntimeError(
+                    f"OTLP worker {index} did not start (exit code {proc.returncode}); its "
+                    "error is above"
+                )
+            self._workers.append(worker)
+            asyncio.get_running_loop().create_task(self._listen(worker))
+
+    async def _listen(self, worker: _Worker) -> None:
+        while True:
+            message = await _read(worker.reader)
+            if message is None:
+                break
+            if message[0] == "done":
+                future = worker.pending.pop(message[1], None)
+                if future is not None and not future.done():
+                    future.set_result(message[2])
+            elif message[0] == "stopped" and worker.stopped is not None:
+                worker.stopped.set_result(message[1])
+                return
+        code = await asyncio.to_thread(worker.proc.wait)
+        worker.dead = f"OTLP worker {worker.index} (pid {worker.proc.pid}) exited with code {code}"
+        log.error("%s; stopping the receiver (its traces' chains cannot go on)", worker.dead)
+        for future in worker.pending.values():
+            if not future.done():
+                future.set_result(Outcome(503, f"{worker.dead}; send the batch again"))
+        worker.pending.clear()
+        if worker.stopped is not None and not worker.stopped.done():
+            worker.stopped.set_result([])
+        if self._failed is not None:
+            self._failed.set()
+
+    async def record(self, spans: list[Span]) -> Outcome:
+        if self._stopped:
+            return Outcome(
+                503, f"{self.failure or 'the receiver is stopping'}; send the batch again"
+            )
+        shares: dict[int, list[Span]] = {}
+        for span in spans:
+            shares.setdefault(worker_of(span.trace_id, self.count), []).append(span)
+        waits = []
+        for index, share in shares.items():
+            worker = self._workers[index]
+            if worker.dead is not None:
+                return Outcome(503, f"{worker.dead}; send the batch again")
+            request = next(self._ids)
+            future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+            worker.pending[request] = future
+            _write(worker.writer, ("spans", request, share))
+            waits.append(future)
+        outcome = Outcome()
+        for part in await asyncio.gather(*waits):
+            outcome = outcome.merged(part)
+        return outcome
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop`, or until a worker dies (then the receiver stops with an error)."""
+        assert self._failed is not None
+        stopping = asyncio.ensure_future(stop.wait())
+        failing = asyncio.ensure_future(self._failed.wait())
+        await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (stopping, failing):
+            task.cancel()
+        self._stopped = True
+        self._ended = await self._stop_workers()
+
+    async def _stop_workers(self) -> list[str]:
+        ended: list[str] = []
+        for worker in self._workers:
+            if worker.dead is None:
+                worker.stopped = asyncio.get_running_loop().create_future()
+                _write(worker.writer, ("stop",))
+        for worker in self._workers:
+            if worker.stopped is not None:
+                with contextlib.suppress(TimeoutError):
+                    ended += await asyncio.wait_for(worker.stopped, 90)
+            worker.writer.close()
+            try:
+                await asyncio.to_thread(worker.proc.wait, 30)
+            except subprocess.TimeoutExpired:
+                worker.proc.kill()
+        return ended
+
+    @property
+    def failure(self) -> str | None:
+        """Why the receiver stopped on its own (a worker died), else None."""
+        return next((w.dead for w in self._workers if w.dead is not None), None)
+
+    def shutdown(self) -> list[str]:
+        return self._ended
+
+
+def serve_worker(fd: int) -> None:
+    """The body of a worker process: open its receiver as the front says, then record the
+    shares it is sent until told to stop (or the front is gone), ending what is open."""
+    asyncio.run(_worker(socket.socket(fileno=fd)))
+
+
+async def _worker(sock: socket.socket) -> None:
+    reader, writer = await asyncio.open_connection(sock=sock)
+    start = await _read(reader)
+    if start is None or start[0] != "start":
+        return
+    _, settings, config, index = start
+    receiver = open_receiver(settings, config)
+    _write(writer, ("ready", index, os.getpid()))
+    stop = asyncio.Event()
+    timer = asyncio.get_running_loop().create_task(receiver.run(stop))
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def share(request: int, spans: list[Span]) -> None:
+        _write(writer, ("done", request, await receiver.record(spans)))
+
+    try:
+        while True:
+            message = await _read(reader)
+            if message is None or message[0] == "stop":
+                break
+            task = asyncio.get_running_loop().create_task(share(message[1], message[2]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+    finally:
+        stop.set()
+        await timer
+        ended = await asyncio.to_thread(receiver.shutdown)
+        with contextlib.suppress(ConnectionError):
+            _write(writer, ("stopped", ended))
+            await writer.drain()
+        writer.close()
