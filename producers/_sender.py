@@ -679,8 +679,13 @@ class Sender:
         producer = self._producer
         assert producer is not None
         groups: dict[tuple[str, int], list[Record]] = {}
+        known = self._placement.known
         try:
             for record in records:
+                partition = known(record[0], record[1])
+                if partition is not None:
+                    groups.setdefault((record[0], partition), []).append(record)
+                    continue
                 try:
                     tp = (record[0], await self._placement.of(producer, record[0], record[1]))
                 except TopicAuthorizationFailedError:

@@ -27,6 +27,11 @@ class KeyPartitions:
         self._topics: dict[str, list[int]] = {}
         self._keys: dict[tuple[str, bytes], int] = {}
 
+    def known(self, topic: str, key: bytes) -> int | None:
+        """The partition of a key placed before, without a coroutine (the common case: a
+        writer's records keep coming from the same sessions)."""
+        return self._keys.get((topic, key))
+
     async def of(self, producer: Any, topic: str, key: bytes | None) -> int:
         """The partition; the producer's metadata errors (the broker is away) pass through."""
         if key is not None and (known := self._keys.get((topic, key))) is not None:
