@@ -26,6 +26,7 @@ from rolltape.producers._recorder import (
     default_state_dir,
     spool_dir_in,
 )
+from rolltape.producers._spawn import fresh_interpreter
 from rolltape.producers._tools import ToolRun, current_session, record_tool
 from rolltape.producers._world import (
     WorldError,
@@ -64,6 +65,7 @@ __all__ = [
     "__version__",
     "current_session",
     "default_state_dir",
+    "fresh_interpreter",
     "keep_client_logs_in",
     "record_tool",
     "reset_world",

@@ -34,7 +34,6 @@ import os
 import pickle
 import socket
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ import orjson
 
 from rolltape.producers._errors import RejectedEvent, ResumeError, SenderDiedError
 from rolltape.producers._sender import Barrier, QueuedEvent, SenderConfig, SenderStats
+from rolltape.producers._spawn import fresh_interpreter
 from rolltape.producers._wire import (
     Event,
     ShardStatus,
@@ -95,17 +95,7 @@ def _spawn(index: int, config: SenderConfig) -> _ShardHandle:
     """Start a sender process with a fresh interpreter and this process's import path."""
     ours, theirs = socket.socketpair()
     closing_read, closing_write = os.pipe()
-    path = [entry for entry in sys.path if isinstance(entry, str)]
-    code = (
-        f"import sys; sys.path[:] = {path!r}; "
-        "from rolltape.producers._shard_main import serve; "
-        f"serve({theirs.fileno()}, {closing_read})"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        pass_fds=(theirs.fileno(), closing_read),
-        stdin=subprocess.DEVNULL,
-    )
+    proc = fresh_interpreter("rolltape.producers._shard_main:serve", theirs.fileno(), closing_read)
     theirs.close()
     os.close(closing_read)
     conn = Connection(ours.detach())

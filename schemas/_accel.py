@@ -49,26 +49,11 @@ class NativeCodec(Protocol):
         producer: Any,
         payload: Any,
         prev_hash: str,
+        plan: Any = None,
         /,
     ) -> tuple[bytes, str] | None: ...
 
     def PayloadPlan(self, fields: list[tuple[Any, ...]], /) -> Any: ...
-
-    def seal_planned(
-        self,
-        plan: Any,
-        stream: str,
-        session_id: str,
-        seq: int,
-        ts_ns: int,
-        type: str,
-        event_id: str | None,
-        causes: Any,
-        producer: Any,
-        payload: Any,
-        prev_hash: str,
-        /,
-    ) -> tuple[bytes, str] | None: ...
 
 
 native: NativeCodec | None

@@ -86,6 +86,10 @@ class ChainWriter(Generic[K]):
             event_id=event_id,
             causes=tuple(causes),
         )
+        return self._advance(key, seq, value, digest)
+
+    def _advance(self, key: K, seq: int, value: bytes, digest: str) -> tuple[bytes, str]:
+        """Move the head to a record sealed at `seq`, unless it is over the size limit."""
         if self.max_record_bytes is not None and len(value) > self.max_record_bytes:
             raise RecordTooLargeError(
                 f"record is {len(value)} bytes, over the {self.max_record_bytes}-byte limit; "
@@ -112,14 +116,11 @@ class ChainWriter(Generic[K]):
         native, plan = _accel.native, payload_plan(model)
         if native is not None and plan is not None:
             seq, prev = self.head(key)
-            sealed = native.seal_planned(
-                plan, stream, session_id, seq, ts_ns, type, None, (), producer, payload, prev
+            sealed = native.seal(
+                stream, session_id, seq, ts_ns, type, None, (), producer, payload, prev, plan
             )
             if sealed is not None:
-                value, digest = sealed
-                if self.max_record_bytes is None or len(value) <= self.max_record_bytes:
-                    self.heads[key] = (seq + 1, digest)
-                    return value, digest
+                return self._advance(key, seq, *sealed)
         return self.append(
             key,
             stream=stream,

@@ -34,7 +34,6 @@ import pickle
 import socket
 import struct
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +44,7 @@ from rolltape.infra.commands.otlp_serve import (
     open_receiver,
 )
 from rolltape.infra.settings import Settings
+from rolltape.producers import fresh_interpreter
 from rolltape.producers.otlp import Span
 
 log = logging.getLogger("rolltape.otlp")
@@ -107,14 +107,8 @@ class WorkerPool(ReceiverFront):
         self._failed = asyncio.Event()
         for index in range(self.count):
             ours, theirs = socket.socketpair()
-            path = [entry for entry in sys.path if isinstance(entry, str)]
-            code = (
-                f"import sys; sys.path[:] = {path!r}; "
-                "from rolltape.infra.commands.otlp_workers import serve_worker; "
-                f"serve_worker({theirs.fileno()})"
-            )
-            proc = subprocess.Popen(
-                [sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL
+            proc = fresh_interpreter(
+                "rolltape.infra.commands.otlp_workers:serve_worker", theirs.fileno()
             )
             theirs.close()
             reader, writer = await asyncio.open_connection(sock=ours)

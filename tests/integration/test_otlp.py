@@ -39,6 +39,16 @@ def start_receiver(env: dict[str, str], *more: str) -> tuple[subprocess.Popen[st
     return receiver, found.group(1)
 
 
+def _events(topics: Topics) -> list[dict[str, object]]:
+    async def read() -> list[dict[str, object]]:
+        return [
+            decode(r.value)
+            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
+        ]
+
+    return asyncio.run(read())
+
+
 def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
     topics: Topics, tmp_path: Path
 ) -> None:
@@ -59,13 +69,7 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
     assert receiver.returncode == 0, err
     assert "5 span(s): 5 recorded, 0 redelivered" in err and "2 session(s) started" in err
 
-    async def events() -> list[dict[str, object]]:
-        return [
-            decode(r.value)
-            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
-        ]
-
-    recorded = asyncio.run(events())
+    recorded = _events(topics)
     sessions: dict[str, list[str]] = {}
     for e in sorted(recorded, key=lambda e: (str(e["session_id"]), int(str(e["seq"])))):
         sessions.setdefault(str(e["session_id"]), []).append(str(e["type"]))
@@ -129,13 +133,7 @@ def test_otlp_serve__workers_record_each_trace_once_and_other_workers_after_a_re
         err = _stop(receiver)
     assert "25 span(s): 1 recorded, 24 redelivered" in err and "1 session(s) started" in err
 
-    async def events() -> list[dict[str, object]]:
-        return [
-            decode(r.value)
-            async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
-        ]
-
-    recorded = asyncio.run(events())
+    recorded = _events(topics)
     starts = {str(e["session_id"]): e for e in recorded if e["type"] == "session_started"}
     assert len(starts) == 7
     continued = starts[f"otel-{trace}.2"]["payload"]

@@ -94,6 +94,7 @@ def test_public_api__is_pinned() -> None:
         "__version__",
         "current_session",
         "default_state_dir",
+        "fresh_interpreter",
         "keep_client_logs_in",
         "record_tool",
         "reset_world",

@@ -60,8 +60,7 @@ def reference(model: type[BaseModel], payload: Any) -> bytes | None:
 
 def planned(model: type[BaseModel], payload: Any) -> bytes | None:
     assert native is not None
-    sealed = native.seal_planned(
-        payload_plan(model),
+    sealed = native.seal(
         "events",
         "s-1",
         3,
@@ -72,6 +71,7 @@ def planned(model: type[BaseModel], payload: Any) -> bytes | None:
         PRODUCER,
         payload,
         "0" * 64,
+        payload_plan(model),
     )
     return None if sealed is None else sealed[0]
 
@@ -146,7 +146,7 @@ def test_plans__exist_for_the_event_types_recorded_most() -> None:
 @pytest.mark.parametrize("name", PLANNED)
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
-def test_seal_planned__writes_what_pydantic_and_the_reference_write_or_declines(
+def test_seal_with_a_plan__writes_what_pydantic_and_the_reference_write_or_declines(
     name: str, data: st.DataObject
 ) -> None:
     model = PAYLOAD_MODELS[name]
@@ -160,7 +160,7 @@ def test_seal_planned__writes_what_pydantic_and_the_reference_write_or_declines(
 
 
 @needs_native
-def test_seal_planned__the_generated_payloads_were_mostly_answered_natively() -> None:
+def test_seal_with_a_plan__the_generated_payloads_were_mostly_answered_natively() -> None:
     # Runs after the property test above (file order): it must have compared real answers,
     # not only declines.
     if len(ANSWERED) < len(PLANNED):
@@ -179,7 +179,7 @@ def test_seal_planned__the_generated_payloads_were_mostly_answered_natively() ->
         {"role": "system", "content": 'é 😀 \n\t"quoted"', "prompt_tokens": 0},
     ],
 )
-def test_seal_planned__seals_common_turns_natively_as_the_reference_does(
+def test_seal_with_a_plan__seals_common_turns_natively_as_the_reference_does(
     payload: dict[str, Any],
 ) -> None:
     model = PAYLOAD_MODELS["turn"]
@@ -202,7 +202,7 @@ def test_seal_planned__seals_common_turns_natively_as_the_reference_does(
         {"role": "user", "content": "x", "token_ids": [1, True]},
     ],
 )
-def test_seal_planned__leaves_what_is_not_plainly_valid_to_pydantic(
+def test_seal_with_a_plan__leaves_what_is_not_plainly_valid_to_pydantic(
     payload: dict[str, Any],
 ) -> None:
     assert planned(PAYLOAD_MODELS["turn"], payload) is None

@@ -98,9 +98,11 @@ fn raw_event_id(stream: &[u8], session_id: &[u8], seq: i64) -> Vec<u8> {
 
 /// Build, hash and encode one envelope: (record bytes, hash), as `seal` in the reference does;
 /// None when the reference must decide. A `payload` given as bytes is its canonical encoding.
+/// With a `plan` (plan.rs) the payload is not valid yet: it is checked against its model's plan
+/// and written as pydantic's validation and dump would give it, or None (pydantic decides).
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash))]
+#[pyo3(signature = (stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash, plan=None))]
 fn seal<'py>(
     py: Python<'py>,
     stream: &Bound<'py, PyAny>,
@@ -113,6 +115,7 @@ fn seal<'py>(
     producer: &Bound<'py, PyAny>,
     payload: &Bound<'py, PyAny>,
     prev_hash: &Bound<'py, PyAny>,
+    plan: Option<&Bound<'py, PayloadPlan>>,
 ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
     let header = Header {
         stream,
@@ -127,54 +130,17 @@ fn seal<'py>(
     };
     // SAFETY: the GIL is held and every argument is alive for the call; no Python code runs.
     let body = unsafe {
-        header.body(|out| {
-            if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 {
+        header.body(|out| match plan {
+            Some(plan) => write_planned(out, plan.get(), payload.as_ptr()),
+            None if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 => {
                 let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
                 let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
                 out.extend_from_slice(std::slice::from_raw_parts(data, size));
                 Ok(())
-            } else {
-                write_value(out, payload.as_ptr(), 1)
             }
+            None => write_value(out, payload.as_ptr(), 1),
         })
     }?;
-    Some(finish(py, body))
-}
-
-/// `seal` of a payload checked against its model's plan (see plan.rs): the record pydantic's
-/// validation and dump followed by `seal` give; None when the plan cannot decide (pydantic
-/// and the reference do).
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (plan, stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash))]
-fn seal_planned<'py>(
-    py: Python<'py>,
-    plan: &Bound<'py, PayloadPlan>,
-    stream: &Bound<'py, PyAny>,
-    session_id: &Bound<'py, PyAny>,
-    seq: &Bound<'py, PyAny>,
-    ts_ns: &Bound<'py, PyAny>,
-    r#type: &Bound<'py, PyAny>,
-    event_id: &Bound<'py, PyAny>,
-    causes: &Bound<'py, PyAny>,
-    producer: &Bound<'py, PyAny>,
-    payload: &Bound<'py, PyAny>,
-    prev_hash: &Bound<'py, PyAny>,
-) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
-    let header = Header {
-        stream,
-        session_id,
-        seq,
-        ts_ns,
-        r#type,
-        event_id,
-        causes,
-        producer,
-        prev_hash,
-    };
-    let plan = plan.get();
-    // SAFETY: as in `seal`.
-    let body = unsafe { header.body(|out| write_planned(out, plan, payload.as_ptr())) }?;
     Some(finish(py, body))
 }
 
@@ -319,7 +285,7 @@ unsafe fn member(dict: *mut ffi::PyObject, key: &Py<PyString>) -> *mut ffi::PyOb
 }
 
 /// Whether every key of a dict is an exact `str`.
-unsafe fn str_keys_only(dict: *mut ffi::PyObject) -> bool {
+pub(crate) unsafe fn str_keys_only(dict: *mut ffi::PyObject) -> bool {
     let mut at: ffi::Py_ssize_t = 0;
     let mut key: *mut ffi::PyObject = std::ptr::null_mut();
     let mut value: *mut ffi::PyObject = std::ptr::null_mut();
@@ -425,7 +391,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
-    m.add_function(wrap_pyfunction!(seal_planned, m)?)?;
     m.add_class::<PayloadPlan>()?;
     m.add_function(wrap_pyfunction!(well_formed, m)?)?;
     Ok(())

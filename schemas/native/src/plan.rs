@@ -13,6 +13,7 @@
 //! one place, and a differential test holds the two together.
 
 use crate::encode::{float_repr, utf8, write_dict, write_int, write_str, Unsupported, Walk};
+use crate::str_keys_only;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -240,19 +241,6 @@ unsafe fn write_field(out: &mut Vec<u8>, kind: &Kind, obj: *mut ffi::PyObject) -
         }
     }
     Ok(())
-}
-
-/// Whether every key of a dict is an exact `str` (so a lookup runs no Python code).
-unsafe fn str_keys_only(dict: *mut ffi::PyObject) -> bool {
-    let mut at: ffi::Py_ssize_t = 0;
-    let mut key: *mut ffi::PyObject = std::ptr::null_mut();
-    let mut value: *mut ffi::PyObject = std::ptr::null_mut();
-    while ffi::PyDict_Next(dict, &mut at, &mut key, &mut value) != 0 {
-        if ffi::PyUnicode_CheckExact(key) == 0 {
-            return false;
-        }
-    }
-    true
 }
 
 /// Append the canonical encoding of `payload` as its model validates and dumps it.
