@@ -100,7 +100,7 @@ class SenderConfig:
     batch_window_s: float = 0.02
     """How long events gather in the queue before the chainer seals them as one batch: while
     recording goes on, the chainer wakes on this timer and record calls never pay for waking
-    it (see Sender._chainer). Flush, close and resume cut a window short; 0 seals at once."""
+    it (see Sender._chainer). Flush and close cut a window short; 0 seals at once."""
     outbox_limit: int = 20_000
     """Sealed records waiting for the producer; past it the chainer pauses (the queue absorbs)."""
     max_record_bytes: int = 1_000_000

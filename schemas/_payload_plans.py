@@ -16,7 +16,6 @@ plan, the three cost a few hundred nanoseconds.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from pydantic import BaseModel
@@ -45,17 +44,26 @@ def dump_payload(model: type[BaseModel], payload: Any) -> Any:
     )
 
 
-@functools.cache
+_PLANS: dict[type[BaseModel], Any] = {}
+"""The native plan of each model asked about (None: the model has none)."""
+
+
 def payload_plan(model: type[BaseModel]) -> Any | None:
-    """The native plan of `model`, or None (no native core, or a field it does not know)."""
+    """The native plan of `model`, or None (no native core now, or a field it does not know).
+    Kept per model once made; with the native core switched off (`reference_only`) it is
+    neither made nor kept, so a later call with the core on still finds the plan."""
     native = _accel.native
     if native is None:
         return None
     try:
-        fields = plan_fields(model)
-    except _NoPlan:
-        return None
-    return native.PayloadPlan(fields)
+        return _PLANS[model]
+    except KeyError:
+        try:
+            plan = native.PayloadPlan(plan_fields(model))
+        except _NoPlan:
+            plan = None
+        _PLANS[model] = plan
+        return plan
 
 
 def plan_fields(model: type[BaseModel]) -> list[tuple[Any, ...]]:

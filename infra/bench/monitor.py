@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -73,26 +74,16 @@ class MonitorBench(BaseModel):
     results: list[StepFigures]
 
 
+@dataclass
 class _Case:
     """A model to train twice (plain and monitored) and its batches."""
 
-    def __init__(
-        self,
-        label: str,
-        goal: float,
-        make: Callable[[], nn.Module],
-        batches: list[tuple[torch.Tensor, torch.Tensor]],
-        val: list[tuple[torch.Tensor, torch.Tensor]],
-        lr: float,
-    ) -> None:
-        self.label, self.goal, self.make, self.batches, self.val, self.lr = (
-            label,
-            goal,
-            make,
-            batches,
-            val,
-            lr,
-        )
+    label: str
+    goal: float
+    make: Callable[[], nn.Module]
+    batches: list[tuple[torch.Tensor, torch.Tensor]]
+    val: list[tuple[torch.Tensor, torch.Tensor]]
+    lr: float
 
 
 def _digits_case(width: int, device: torch.device) -> _Case:

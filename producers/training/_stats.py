@@ -99,7 +99,6 @@ class ActivationStats:
         self.stride = stride
         """Units are counted over every `stride`-th sample of a call's batch, the first one
         rotating from call to call."""
-        self._counts = 0
         self.calls = 0
         """Calls of the module this epoch."""
         self.sampled = 0
@@ -128,9 +127,7 @@ class ActivationStats:
         t = tensor
         stride = self.stride
         if stride > 1 and t.ndim >= 2 and t.shape[0] > 1:
-            first = self._counts % min(stride, t.shape[0])
-            self._counts += 1
-            t = t[first::stride]
+            t = t[self.calls % min(stride, t.shape[0]) :: stride]  # calls: counted in _sample
         if self.relu or self.lo > -math.inf:
             self.highs.append(_per_unit(t, torch.amax))
         if not self.relu and self.hi < math.inf:
@@ -294,9 +291,9 @@ class GradientStats:
         `noise_simple` P norms of (previous step's gradient + this one) (NaN when there is no
         complete pair)."""
         self._before: list[Tensor] | None = None
-        self._grad_norms: list[Tensor] | None = None
-        """The norms the pre-step hook measured (a 0-d tensor each), or the whole slow row."""
-        self._missing_row: Tensor | None = None
+        self._measured: list[Tensor] | Tensor | None = None
+        """What the pre-step hook measured for the step's row: the norms (a 0-d tensor each),
+        or, when a parameter had no gradient, the gradient part of the row already built."""
         self._previous: list[Tensor] | None = None
         self._previous_ok = False
         self.missing = [0] * len(self.params)
@@ -314,19 +311,17 @@ class GradientStats:
             if self.noise_simple:
                 self._previous = [torch.zeros_like(p) for p in params]
         grads = [p.grad for p in params]
-        self._missing_row = None
         if all(g is not None for g in grads):
             used = cast(list[Tensor], grads)
             if self._previous is not None and self._previous_ok:
                 pairs = torch._foreach_add(self._previous, used)
-                self._grad_norms = list(torch._foreach_norm([*used, *pairs]))
+                self._measured = list(torch._foreach_norm([*used, *pairs]))
             else:
-                self._grad_norms = list(torch._foreach_norm(used))
+                self._measured = list(torch._foreach_norm(used))
             if self._previous is not None:
                 torch._foreach_copy_(self._previous, used)
                 self._previous_ok = True
         else:  # some parameter got no gradient this step: slower, and no pair
-            self._grad_norms = None
             row = torch.full((len(params),), -1.0, device=params[0].device)
             present = [i for i, g in enumerate(grads) if g is not None]
             for i, g in enumerate(grads):
@@ -334,34 +329,31 @@ class GradientStats:
             if present:
                 found = torch._foreach_norm([g for g in grads if g is not None])
                 row[torch.tensor(present, device=row.device)] = torch.stack(found).to(row.dtype)
-            self._missing_row = row
+            self._measured = row
             self._previous_ok = False
         torch._foreach_copy_(self._before, params)
 
     @_without_grad
     def after_step(self) -> None:
-        if self._before is None or (self._grad_norms is None and self._missing_row is None):
+        measured = self._measured
+        if self._before is None or measured is None:
             return  # a step without our pre-step hook (attached mid-step)
         params = self.params
         p = len(params)
         torch._foreach_sub_(self._before, params)  # before - after: minus the update
         norms = torch._foreach_norm(self._before + params)
-        if self._grad_norms is not None:
-            grad_norms = self._grad_norms
-            pairs = grad_norms[p:]
-            row = torch.stack([*grad_norms[:p], *norms, *pairs])
+        if isinstance(measured, list):
+            pairs = measured[p:]
+            row = torch.stack([*measured[:p], *norms, *pairs])
             if self.noise_simple and not pairs:
                 row = torch.cat([row, torch.full((p,), math.nan, device=row.device)])
         else:
-            assert self._missing_row is not None
             tail = (
                 [torch.full((p,), math.nan, device=params[0].device)] if self.noise_simple else []
             )
-            row = torch.cat(
-                [self._missing_row, torch.stack(norms).to(self._missing_row.dtype), *tail]
-            )
+            row = torch.cat([measured, torch.stack(norms).to(measured.dtype), *tail])
         self.rows.append(row)
-        self._grad_norms = self._missing_row = None
+        self._measured = None
 
     def readout(self) -> Tensor:
         """One device vector for the epoch: P mean gradient norms, then [sum of per-step total

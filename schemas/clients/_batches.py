@@ -34,7 +34,7 @@ class KeyPartitions:
 
     async def of(self, producer: Any, topic: str, key: bytes | None) -> int:
         """The partition; the producer's metadata errors (the broker is away) pass through."""
-        if key is not None and (known := self._keys.get((topic, key))) is not None:
+        if key is not None and (known := self.known(topic, key)) is not None:
             return known
         partitions = self._topics.get(topic)
         if partitions is None:

@@ -217,14 +217,3 @@ def test_recorder__record_calls_in_a_batch_window_wake_the_sender_once(
     assert recorder.flush(30).spooled == 22  # a flush does not wait for the window
     assert recorder.close(30).spooled == 22
 
-
-def test_recorder__without_a_batch_window_seals_at_once(tmp_path: Path) -> None:
-    import time
-
-    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0, batch_window_s=0.0)
-    recorder.session("at once", session_id="once-1").turn("user", "hello")
-    deadline = time.monotonic() + 30
-    while recorder._sender.stats.spooled < 2:
-        assert time.monotonic() < deadline, "the events were not sealed without a flush"
-        time.sleep(0.01)
-    recorder.close(5)
