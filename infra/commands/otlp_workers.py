@@ -31,6 +31,7 @@ import itertools
 import logging
 import os
 import pickle
+import signal
 import socket
 import struct
 import subprocess
@@ -210,7 +211,13 @@ class WorkerPool(ReceiverFront):
 
 def serve_worker(fd: int) -> None:
     """The body of a worker process: open its receiver as the front says, then record the
-    shares it is sent until told to stop (or the front is gone), ending what is open."""
+    shares it is sent until told to stop (or the front is gone), ending what is open.
+
+    It ignores SIGINT and SIGTERM: a Ctrl-C or a service manager's stop reaches the whole
+    process group, and the front decides (it stops the workers in order); a front that dies
+    closes the socket, which stops the worker the same way."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     asyncio.run(_worker(socket.socket(fileno=fd)))
 
 

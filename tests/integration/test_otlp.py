@@ -4,6 +4,7 @@ exports its trace over OTLP/HTTP, and the trace lands on the broker as a verifie
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -31,6 +32,7 @@ def start_receiver(env: dict[str, str], *more: str) -> tuple[subprocess.Popen[st
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        start_new_session=True,  # a process group of its own, as a terminal gives it
     )
     assert receiver.stderr is not None
     line = receiver.stderr.readline()
@@ -85,9 +87,11 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
 
 
 def _stop(receiver: subprocess.Popen[str]) -> str:
-    receiver.send_signal(signal.SIGTERM)
+    """Ctrl-C in a terminal: SIGINT to the receiver's whole process group, workers too."""
+    os.killpg(receiver.pid, signal.SIGINT)
     _, err = receiver.communicate(timeout=120)
     assert receiver.returncode == 0, err
+    assert "Traceback" not in err, err
     return err
 
 

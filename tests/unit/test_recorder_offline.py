@@ -216,4 +216,3 @@ def test_recorder__record_calls_in_a_batch_window_wake_the_sender_once(
     assert len(wakes) == 1
     assert recorder.flush(30).spooled == 22  # a flush does not wait for the window
     assert recorder.close(30).spooled == 22
-
