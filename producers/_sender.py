@@ -699,17 +699,11 @@ class Sender:
             return records
         ordered = list(groups.items())
         for index, ((topic, partition), group) in enumerate(ordered):
-            contents = [(key, value, None) for _, key, value in group]
             start = 0
             while start < len(group):
-                builder = producer.create_batch()
-                end = fill_batch(builder, contents, start)
-                if end == start:
-                    self._reject_record(group[start], "record does not fit in one batch")
-                    start += 1
-                    continue
+                batch, end = fill_batch(producer, group, start)
                 try:
-                    fut = await producer.send_batch(builder, topic, partition=partition)
+                    fut = await producer.send_batch(batch, topic, partition=partition)
                 except Exception as exc:
                     log.info("the producer did not take a batch (%r); will retry", exc)
                     rest = group[start:] + [r for _, g in ordered[index + 1 :] for r in g]

@@ -55,6 +55,22 @@ class NativeCodec(Protocol):
 
     def PayloadPlan(self, fields: list[tuple[Any, ...]], /) -> Any: ...
 
+    def batch_fit(
+        self, records: list[Any], start: int, max_bytes: int, /
+    ) -> tuple[int, int] | None: ...
+
+    def record_batch(
+        self,
+        records: list[Any],
+        size: int,
+        timestamp_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        base_sequence: int,
+        transactional: bool,
+        /,
+    ) -> bytes | None: ...
+
 
 native: NativeCodec | None
 """The native module, or None when the reference implementation runs alone."""

@@ -82,13 +82,15 @@ def producer(
             f"    {s.senders:>7}   {s.events_per_s:8,.0f}   {s.ceiling_events_per_s:7,.0f}   "
             f"{s.ratio:5.2f}   {runs}"
         )
-    best = max(r.by_senders, key=lambda s: s.events_per_s)
-    met = best.events_per_s >= r.goal_events_per_s or best.ratio >= r.goal_ratio
-    console.print(
-        f"    goal >= {r.goal_events_per_s:,.0f} events/s or >= {r.goal_ratio} of the ceiling: "
-        f"{'met' if met else 'MISSED'} (best: {best.senders} senders, "
-        f"{best.events_per_s:,.0f} events/s, {best.ratio:.2f})"
-    )
+    two = next((s for s in r.by_senders if s.senders == 2), None)
+    if two is not None:
+        rate_met = two.events_per_s >= r.goal_events_per_s
+        ratio_met = two.ratio >= r.goal_ratio
+        console.print(
+            f"    goal, two senders: >= {r.goal_events_per_s:,.0f} events/s "
+            f"({'met' if rate_met else 'MISSED'}: {two.events_per_s:,.0f}) and >= {r.goal_ratio} "
+            f"of the ceiling ({'met' if ratio_met else 'MISSED'}: {two.ratio:.2f})"
+        )
 
 
 @app.command()

@@ -106,16 +106,8 @@ class OutputProducer:
         futures: list[asyncio.Future[Any]] = []
         for (topic, partition), group in groups.items():
             producer = self._producer_for(topic)
-            contents = [(key, value, headers) for _, key, value, headers in group]
             start = 0
             while start < len(group):
-                builder = producer.create_batch()
-                end = fill_batch(builder, contents, start)
-                if end == start:  # one record over the batch size: the client says why
-                    _, key, value, headers = group[start]
-                    futures.append(await producer.send(topic, value, key=key, headers=headers))
-                    end = start + 1
-                else:
-                    futures.append(await producer.send_batch(builder, topic, partition=partition))
-                start = end
+                batch, start = fill_batch(producer, group, start)
+                futures.append(await producer.send_batch(batch, topic, partition=partition))
         await asyncio.gather(*futures)

@@ -6,6 +6,7 @@
 //! and their messages come from one place and every answer it does give is pinned by the
 //! vectors and by differential tests against the reference.
 
+mod batch;
 mod encode;
 mod plan;
 mod scan;
@@ -388,6 +389,8 @@ fn well_formed(py: Python<'_>, obj: &Bound<'_, PyAny>) -> bool {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(batch::batch_fit, m)?)?;
+    m.add_function(wrap_pyfunction!(batch::record_batch, m)?)?;
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
