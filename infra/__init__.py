@@ -10,6 +10,7 @@ from typing import Any
 from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
+from rolltape.producers.privacy import Redaction, RedactionError
 from rolltape.schemas import Role
 
 
@@ -28,6 +29,8 @@ def open_recorder(
         "spool_max_bytes": settings.spool_max_bytes,
         "senders": settings.senders,
     }
+    if settings.redaction_policy is not None:
+        kwargs["redaction"] = redaction_from(settings)
     connection = overrides.pop("connection", None) or current_connection(settings, role)
     if connection is None or connection.principal is None:
         # Unauthenticated: the envelope names the configured principal.
@@ -36,6 +39,19 @@ def open_recorder(
         )
     kwargs.update(overrides)
     return Recorder(connection, **kwargs)
+
+
+def redaction_from(settings: Settings) -> Redaction:
+    """The redaction policy of ROLLTAPE_REDACTION_POLICY, its hashes keyed by the project's
+    secret (read, or created, only when a rule hashes)."""
+    from rolltape.infra.keys import redaction_secret
+
+    path = settings.redaction_policy
+    assert path is not None
+    try:
+        return Redaction.from_file(path, secret=lambda: redaction_secret(settings))
+    except RedactionError as exc:
+        raise InfraError(f"{exc} (ROLLTAPE_REDACTION_POLICY)") from exc
 
 
 def open_monitor_recorder(settings: Settings | None = None, **overrides: Any) -> Recorder:

@@ -83,3 +83,37 @@ def judge_key(settings: Settings) -> JudgeKey:
     """ROLLTAPE_JUDGE_KEY_FILE, else `<state dir>/keys/judge.ed25519.pem`."""
     path = settings.judge_key_file or settings.state_dir / "keys" / "judge.ed25519.pem"
     return JudgeKey(path)
+
+
+class RedactionSecretError(InfraError):
+    """The redaction secret cannot be created or read, or others may read it."""
+
+
+def redaction_secret(settings: Settings) -> bytes:
+    """The secret that keys a redaction policy's hashes, created (32 random bytes, 0600) on
+    first use; a secret file that is not 0600 is refused rather than used."""
+    path = settings.redaction_secret_file or settings.state_dir / "keys" / "redaction.secret"
+    try:
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+            os.replace(tmp, path)
+        if path.stat().st_mode & 0o077:
+            raise RedactionSecretError(
+                f"the redaction secret {path} is readable by others (mode "
+                f"{path.stat().st_mode & 0o777:o}); `chmod 600 {path}`, and make a new one if "
+                "others may have read it"
+            )
+        secret = path.read_bytes()
+    except OSError as exc:
+        raise RedactionSecretError(
+            f"cannot read or create the redaction secret {path}: {exc}"
+        ) from exc
+    if len(secret) < 16:
+        raise RedactionSecretError(
+            f"the redaction secret {path} holds {len(secret)} bytes; 16 at least"
+        )
+    return secret

@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     spool_dir: Path | None = None
     """Where the SDK spills events while the broker is unreachable (default: state_dir/spool)."""
     spool_max_bytes: int = Field(default=1 << 30, ge=1024)
+    redaction_policy: Path | None = None
+    """A TOML file of redaction rules the recorders built from settings apply to every event
+    before it leaves the process (docs/privacy.md). Default: none."""
+    redaction_secret_file: Path | None = None
+    """The project's secret that keys the policy's hashes (0600; created on first use). Share
+    it between machines whose hashes must agree. Default: state_dir/keys/redaction.secret."""
     senders: int = Field(default=1, ge=1, le=64)
     """Sender processes of a recorder (`Recorder(senders=N)`): 1 seals and sends on a thread of
     the agent's process; N > 1 shards sessions over N processes, for more events/s than one
@@ -162,6 +168,8 @@ class Settings(BaseSettings):
             "ssl_keyfile",
             "principals_file",
             "judge_key_file",
+            "redaction_policy",
+            "redaction_secret_file",
             "topic_prefix",
             "state_dir",
             "cache_dir",

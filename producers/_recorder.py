@@ -39,6 +39,7 @@ from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfi
 from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
 from rolltape.producers._world import WorldError, WorldLimits, take_snapshot
+from rolltape.producers.privacy import Redaction
 from rolltape.schemas import (
     DEFAULT_PREFIX,
     SESSION_ID_PATTERN,
@@ -129,6 +130,10 @@ class Recorder:
     record call never wakes it while recording goes on and its work lands on few of the
     caller's moments (it shares the caller's interpreter). They reach the broker that much
     later; flush() and close() do not wait for a window.
+
+    `redaction`: what is dropped, hashed or masked in each event, in the record call itself, so
+    nothing unredacted reaches the sender, the spool or the broker (`rolltape.producers.privacy`;
+    `open_recorder` reads it from ROLLTAPE_REDACTION_POLICY).
     """
 
     def __init__(
@@ -145,6 +150,7 @@ class Recorder:
         spool_after_s: float = 2.0,
         senders: int = 1,
         batch_window_s: float = 0.02,
+        redaction: Redaction | None = None,
     ) -> None:
         from rolltape.producers import __version__
 
@@ -161,6 +167,7 @@ class Recorder:
 
         self._queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
         self._max_backlog = max_backlog
+        self._redaction = redaction if redaction is not None and redaction.rules else None
         self._closed = False
         self._pid = os.getpid()
         self._writer = f"{socket.gethostname()}/{self._pid}/{uuid.uuid4().hex[:12]}"
@@ -204,6 +211,8 @@ class Recorder:
                 f"{len(queue)} events are waiting to be chained (max_backlog={self._max_backlog}); "
                 "the sender cannot keep up: record less per second or raise max_backlog"
             )
+        if self._redaction is not None:
+            payload = self._redaction.apply(event_type, payload)
         queue.append((session_id, stream, event_type, payload, _time_ns()))
         # The sender publishes `idle` before its last look at the queue, so either it sees this
         # event or we see idle=True and wake it (see Sender._chainer).
