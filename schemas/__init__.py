@@ -27,6 +27,7 @@ from rolltape.schemas._canonical import (
 from rolltape.schemas._chain_writer import ChainWriter, RecordTooLargeError
 from rolltape.schemas._checkpoint import ChainHeadLeaf, Checkpoint, TreeHead, session_binding
 from rolltape.schemas._codec import UnreadableRecord, read_event, reread_event
+from rolltape.schemas._content_fields import CONTENT_FIELDS
 from rolltape.schemas._cron import (
     FINAL_STATUSES,
     JOB_ID_PATTERN,
@@ -194,6 +195,7 @@ from rolltape.schemas._world import WorldEntry, WorldSnapshot, world_digest
 __all__ = [
     "BLOB_CHUNK_BYTES",
     "CHAINED_STREAMS",
+    "CONTENT_FIELDS",
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
     "DERIVED_STREAMS",

@@ -30,6 +30,23 @@ from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
+def _sealed() -> Any:
+    """The `sealed` field of a payload with content fields (schemas/_content_fields.py)."""
+    return Field(
+        default=None,
+        exclude_if=_unset,
+        description=(
+            "The content fields, sealed under the session's data key "
+            "(v1.<key id>.<nonce and ciphertext>); they are empty or absent in clear. "
+            "Absent when the session names no subject."
+        ),
+    )
+
+
 class ToolSpec(BaseModel):
     """A tool the session declares, with the JSON Schema of its arguments."""
 
@@ -59,10 +76,7 @@ class SessionStarted(BaseModel):
     """The session this one is about (a judge's conversation links to the judged session)."""
     group_id: str | None = None
     """Sessions sharing a group id answer the same prompt (Atropos groups)."""
-
-
-def _unset(value: object) -> bool:
-    return value is None
+    sealed: str | None = _sealed()
 
 
 class Turn(BaseModel):
@@ -96,6 +110,7 @@ class Turn(BaseModel):
     summary: bool | None = Field(default=None, exclude_if=_unset)
     """True for a turn that stands for earlier turns a context compressor replaced (the Hermes
     compressor's `[CONTEXT SUMMARY]:` turn): not something the user said."""
+    sealed: str | None = _sealed()
 
 
 class ToolCall(BaseModel):
@@ -108,6 +123,7 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     raw_arguments: str | None = None
     """The model's argument text when it was not a JSON object (kept as evidence, not fixed)."""
+    sealed: str | None = _sealed()
 
 
 class ToolResult(BaseModel):
@@ -120,6 +136,7 @@ class ToolResult(BaseModel):
     success: bool = True
     error: str | None = None
     duration_ms: float | None = Field(default=None, ge=0)
+    sealed: str | None = _sealed()
 
 
 class ModelError(BaseModel):
@@ -137,6 +154,7 @@ class ModelError(BaseModel):
     latency_ms: float | None = Field(default=None, ge=0)
     partial_content: str | None = None
     """What a stream delivered before it broke."""
+    sealed: str | None = _sealed()
 
 
 class ToolParseError(BaseModel):
@@ -149,6 +167,7 @@ class ToolParseError(BaseModel):
     raw: str
     error: str
     offset: int = Field(ge=0)
+    sealed: str | None = _sealed()
 
 
 class Metric(BaseModel):
@@ -278,6 +297,7 @@ class Feedback(BaseModel):
     score: float | None = None
     text: str | None = None
     about_seq: int | None = Field(default=None, ge=0)
+    sealed: str | None = _sealed()
 
 
 class SessionEnded(BaseModel):
@@ -294,6 +314,7 @@ class SessionEnded(BaseModel):
     outcome: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     streams: tuple[str, ...] = ()
+    sealed: str | None = _sealed()
 
 
 class SessionResumed(BaseModel):

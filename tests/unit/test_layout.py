@@ -16,11 +16,13 @@ import rolltape.producers.capture
 import rolltape.producers.cron
 import rolltape.producers.environments
 import rolltape.producers.parsing
+import rolltape.producers.privacy
 import rolltape.producers.training
 import rolltape.projections
 import rolltape.schemas
 import rolltape.schemas.clients
 import rolltape.schemas.plugins
+import rolltape.schemas.privacy
 import rolltape.schemas.trust
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,6 +197,7 @@ def test_public_api__is_pinned() -> None:
         "BlobError",
         "BreakKind",
         "CHAINED_STREAMS",
+        "CONTENT_FIELDS",
         "CanonicalEncodingError",
         "CaseScoring",
         "ChainBreak",
@@ -396,6 +399,28 @@ def test_public_api__is_pinned() -> None:
             "sign_tree_head",
             "tree_head_signed_by",
             "Frontier",
+        ]
+    )
+    assert sorted(rolltape.schemas.privacy.__all__) == sorted(
+        [
+            "ContentKey",
+            "KeyEncryptionKey",
+            "SealedContentError",
+            "associated_data",
+            "open_content",
+            "seal_content",
+            "sealed_key_id",
+        ]
+    )
+    assert sorted(rolltape.producers.privacy.__all__) == sorted(
+        [
+            "PATTERNS",
+            "SECRETS",
+            "Pattern",
+            "Redaction",
+            "RedactionError",
+            "RedactionRule",
+            "Redactor",
         ]
     )
     for name in rolltape.projections.__all__:

@@ -1,0 +1,176 @@
+"""A payload's content fields sealed under the session's data key, and opened again.
+
+The contract (docs/canonical-encoding.md, "Sealed content"):
+
+- The content fields an event has (schemas/_content_fields.py) are taken out of the payload as
+  one object, encoded canonically, and encrypted with AES-256-GCM under the session's data
+  key. The payload keeps its other fields in clear, its required content texts as `""`, and
+  gains `sealed = "v1.<key id>.<base64url of nonce and ciphertext>"`. The record is then sealed
+  (hashed, chained) as any other: chains and checkpoints cover the ciphertext, so they verify
+  with or without the key, and after the key is destroyed.
+- The associated data is the envelope's identity: stream, session id, seq and event type. A
+  ciphertext moved to another record, even of the same session, does not open.
+- The nonce is synthetic: the first 12 bytes of an HMAC-SHA256, under a key derived from the
+  data key, of the associated data and the plaintext. Sealing is deterministic (the same event
+  seals to the same bytes, as everything rolltape writes does), and a nonce repeats only for
+  the same plaintext at the same identity, where GCM gives the same ciphertext and reveals
+  nothing new; a random nonce would make records differ run to run, and a counter would need
+  state a crashed writer loses.
+- The encryption and nonce keys are derived from the data key with HKDF-SHA256, each under its
+  own label, so the 32 bytes on the keys topic are the only secret per session.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from rolltape.schemas._canonical import canonical_bytes, decode
+from rolltape.schemas._content_fields import CONTENT_FIELDS
+from rolltape.schemas._errors import SchemaError
+from rolltape.schemas._payloads import PAYLOAD_MODELS
+
+VERSION = "v1"
+_AAD_LABEL = b"rolltape.sealed-content.v1"
+_NONCE = 12
+
+
+class SealedContentError(SchemaError):
+    """Sealed content that does not open under the key given: another key, another record's
+    identity, or bytes changed since sealing."""
+
+
+@dataclass(frozen=True)
+class ContentKey:
+    """A session's data key: 32 random bytes and the id sealed payloads name it by."""
+
+    key_id: str
+    secret: bytes = field(repr=False)
+    _aead: AESGCM = field(init=False, repr=False, compare=False)
+    _nonce_key: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != 32:
+            raise ValueError(f"a data key is 32 bytes, not {len(self.secret)}")
+        if not (len(self.key_id) == 16 and all(c in "0123456789abcdef" for c in self.key_id)):
+            raise ValueError(f"a data key id is 16 lowercase hex digits, not {self.key_id!r}")
+        object.__setattr__(self, "_aead", AESGCM(_derive(self.secret, b"encrypt")))
+        object.__setattr__(self, "_nonce_key", _derive(self.secret, b"nonce"))
+
+    @classmethod
+    def generate(cls) -> ContentKey:
+        return cls(secrets.token_hex(8), secrets.token_bytes(32))
+
+
+def _derive(secret: bytes, label: bytes) -> bytes:
+    return HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=None, info=b"rolltape.data-key." + label
+    ).derive(secret)
+
+
+def associated_data(stream: str, session_id: str, seq: int, event_type: str) -> bytes:
+    """The envelope's identity a sealed payload is bound to."""
+    return b"\x00".join(
+        (_AAD_LABEL, stream.encode(), session_id.encode(), str(seq).encode(), event_type.encode())
+    )
+
+
+def _empty(event_type: str, name: str) -> tuple[bool, Any]:
+    """(required, the value left in clear) of a content field."""
+    info = PAYLOAD_MODELS[event_type].model_fields[name]
+    if info.is_required():
+        return True, ""
+    return False, info.get_default(call_default_factory=True)
+
+
+def seal_content(
+    event_type: str,
+    payload: Mapping[str, Any],
+    key: ContentKey,
+    *,
+    stream: str,
+    session_id: str,
+    seq: int,
+) -> dict[str, Any]:
+    """`payload` (validated and dumped) with its content fields sealed; as it is when the event
+    type has no content fields or none is set."""
+    fields = CONTENT_FIELDS.get(event_type)
+    if not fields:
+        return dict(payload)
+    clear = dict(payload)
+    content: dict[str, Any] = {}
+    for name in fields:
+        if name not in clear:
+            continue
+        required, empty = _empty(event_type, name)
+        value = clear.pop(name)
+        if value != empty:
+            content[name] = value
+        if required:
+            clear[name] = empty
+    if not content:
+        return dict(payload)
+    aad = associated_data(stream, session_id, seq, event_type)
+    plaintext = canonical_bytes(content)
+    nonce = hmac.new(key._nonce_key, aad + b"\x00" + plaintext, hashlib.sha256).digest()[:_NONCE]
+    sealed = nonce + key._aead.encrypt(nonce, plaintext, aad)
+    clear["sealed"] = f"{VERSION}.{key.key_id}.{base64.urlsafe_b64encode(sealed).decode()}"
+    return clear
+
+
+def sealed_key_id(payload: Mapping[str, Any]) -> str | None:
+    """The id of the data key a payload's content is sealed under; None when it is in clear."""
+    sealed = payload.get("sealed")
+    if not isinstance(sealed, str):
+        return None
+    parts = sealed.split(".")
+    return parts[1] if len(parts) == 3 and parts[0] == VERSION else None
+
+
+def open_content(
+    event_type: str,
+    payload: Mapping[str, Any],
+    key: ContentKey,
+    *,
+    stream: str,
+    session_id: str,
+    seq: int,
+) -> dict[str, Any]:
+    """`payload` with its sealed content back in place (and `sealed` gone); as it is when
+    nothing is sealed. SealedContentError when it does not open under `key` at this identity."""
+    sealed = payload.get("sealed")
+    if sealed is None:
+        return dict(payload)
+    parts = sealed.split(".") if isinstance(sealed, str) else []
+    if len(parts) != 3 or parts[0] != VERSION:
+        raise SealedContentError(f"sealed content of an unknown form: {str(sealed)[:40]!r}")
+    if parts[1] != key.key_id:
+        raise SealedContentError(
+            f"the content is sealed under data key {parts[1]}, not {key.key_id}"
+        )
+    try:
+        blob = base64.urlsafe_b64decode(parts[2])
+        plaintext = key._aead.decrypt(
+            blob[:_NONCE], blob[_NONCE:], associated_data(stream, session_id, seq, event_type)
+        )
+    except (InvalidTag, ValueError) as exc:
+        raise SealedContentError(
+            f"the sealed content of {event_type} seq {seq} of {session_id} does not open under "
+            f"data key {key.key_id}: it was sealed for another record, or changed since"
+        ) from exc
+    content = decode(plaintext)
+    if not isinstance(content, dict) or not set(content) <= set(CONTENT_FIELDS.get(event_type, ())):
+        raise SealedContentError(f"sealed content of {event_type} holds fields it may not have")
+    opened = {k: v for k, v in payload.items() if k != "sealed"}
+    opened.update(content)
+    return opened
