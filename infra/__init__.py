@@ -21,6 +21,7 @@ def open_recorder(
     managed broker (else spool-only until one is configured), authenticated as the principal of
     `role`; `overrides` (Recorder's keyword arguments, `connection` too) win."""
     from rolltape.infra.broker import current_connection
+    from rolltape.infra.keys import key_encryption_key
 
     settings = settings or Settings()
     kwargs: dict[str, Any] = {
@@ -31,6 +32,7 @@ def open_recorder(
     }
     if settings.redaction_policy is not None:
         kwargs["redaction"] = redaction_from(settings)
+    kwargs["kek"] = lambda: key_encryption_key(settings)  # read at the first subject session
     connection = overrides.pop("connection", None) or current_connection(settings, role)
     if connection is None or connection.principal is None:
         # Unauthenticated: the envelope names the configured principal.

@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
+from rolltape.schemas.privacy import KeyEncryptionKey
 from rolltape.schemas.trust import key_id, load_private_key
 
 
@@ -85,35 +86,48 @@ def judge_key(settings: Settings) -> JudgeKey:
     return JudgeKey(path)
 
 
-class RedactionSecretError(InfraError):
-    """The redaction secret cannot be created or read, or others may read it."""
+class SecretFileError(InfraError):
+    """A secret file (the redaction secret, the key-encryption key) cannot be created or read,
+    or others may read it."""
 
 
-def redaction_secret(settings: Settings) -> bytes:
-    """The secret that keys a redaction policy's hashes, created (32 random bytes, 0600) on
-    first use; a secret file that is not 0600 is refused rather than used."""
-    path = settings.redaction_secret_file or settings.state_dir / "keys" / "redaction.secret"
+def _secret_file(path: Path, what: str, size: int, *, exact: bool) -> bytes:
+    """The bytes of a 0600 secret file, created with `size` random bytes on first use."""
     try:
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(32))
+                f.write(os.urandom(size))
             os.replace(tmp, path)
-        if path.stat().st_mode & 0o077:
-            raise RedactionSecretError(
-                f"the redaction secret {path} is readable by others (mode "
-                f"{path.stat().st_mode & 0o777:o}); `chmod 600 {path}`, and make a new one if "
-                "others may have read it"
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise SecretFileError(
+                f"the {what} {path} is readable by others (mode {mode:o}); `chmod 600 {path}`, "
+                "and make a new one if others may have read it"
             )
         secret = path.read_bytes()
     except OSError as exc:
-        raise RedactionSecretError(
-            f"cannot read or create the redaction secret {path}: {exc}"
-        ) from exc
-    if len(secret) < 16:
-        raise RedactionSecretError(
-            f"the redaction secret {path} holds {len(secret)} bytes; 16 at least"
+        raise SecretFileError(f"cannot read or create the {what} {path}: {exc}") from exc
+    if (exact and len(secret) != size) or len(secret) < min(size, 16):
+        raise SecretFileError(
+            f"the {what} {path} holds {len(secret)} bytes, not {size}: it is not a file rolltape "
+            "wrote; point the setting at the right file"
         )
     return secret
+
+
+def redaction_secret(settings: Settings) -> bytes:
+    """The secret that keys a redaction policy's hashes, created (32 random bytes, 0600) on
+    first use; a secret file that is not 0600 is refused rather than used."""
+    path = settings.redaction_secret_file or settings.state_dir / "keys" / "redaction.secret"
+    return _secret_file(path, "redaction secret", 32, exact=False)
+
+
+def key_encryption_key(settings: Settings) -> KeyEncryptionKey:
+    """The key-encryption key that wraps data keys (ROLLTAPE_KEK_FILE), created (32 random
+    bytes, 0600) on first use. Losing it makes every subject session's content unreadable:
+    back it up as you back up the broker's data."""
+    path = settings.kek_file or settings.state_dir / "keys" / "kek.bin"
+    return KeyEncryptionKey(_secret_file(path, "key-encryption key", 32, exact=True))

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     spool_dir: Path | None = None
     """Where the SDK spills events while the broker is unreachable (default: state_dir/spool)."""
     spool_max_bytes: int = Field(default=1 << 30, ge=1024)
+    kek_file: Path | None = None
+    """The key-encryption key (32 bytes, 0600) that wraps the data keys of sessions that name a
+    subject; created on first use. Default: state_dir/keys/kek.bin."""
     redaction_policy: Path | None = None
     """A TOML file of redaction rules the recorders built from settings apply to every event
     before it leaves the process (docs/privacy.md). Default: none."""
@@ -168,6 +171,7 @@ class Settings(BaseSettings):
             "ssl_keyfile",
             "principals_file",
             "judge_key_file",
+            "kek_file",
             "redaction_policy",
             "redaction_secret_file",
             "topic_prefix",

@@ -40,7 +40,9 @@ ProducerError
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 
@@ -81,6 +83,23 @@ class RejectedEvent(BaseModel):
     type: str
     reason: str
     payload: dict[str, object]
+
+    @classmethod
+    def of(
+        cls, session_id: str, stream: str, type: str, payload: Any, reason: str
+    ) -> RejectedEvent:
+        """The rejection as rejected.jsonl keeps it: the payload as JSON (what JSON cannot hold
+        as its repr), and never a data key's secret (a session's key that did not reach the
+        keys topic is reported by its id)."""
+        if stream == "keys" and isinstance(payload, dict):
+            payload = {k: v for k, v in payload.items() if k != "secret"}
+        return cls(
+            session_id=session_id,
+            stream=stream,
+            type=type,
+            reason=reason,
+            payload=orjson.loads(orjson.dumps(payload, default=repr)),
+        )
 
 
 class EventsRejectedError(RecorderError):

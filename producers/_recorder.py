@@ -20,10 +20,10 @@ import socket
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from pydantic import BaseModel
 
@@ -43,6 +43,7 @@ from rolltape.producers.privacy import Redaction
 from rolltape.schemas import (
     DEFAULT_PREFIX,
     SESSION_ID_PATTERN,
+    DataKeyRecord,
     Stream,
     ToolSpec,
     WorldSnapshot,
@@ -50,8 +51,12 @@ from rolltape.schemas import (
 )
 from rolltape.schemas.clients import KafkaConnection
 
+if TYPE_CHECKING:  # the crypto library loads at the first session that names a subject
+    from rolltape.schemas.privacy import KeyEncryptionKey
+
 _SESSION_ID = re.compile(SESSION_ID_PATTERN)
 _BLOBS = Stream.BLOBS.value
+_KEYS = Stream.KEYS.value
 _BLOBS_REMEMBERED = 100_000
 _MAX_WORLD_EVENT_BYTES = 900_000
 """A world_snapshot event is its manifest and a digest: under the record limit (1 MB)."""
@@ -134,6 +139,9 @@ class Recorder:
     `redaction`: what is dropped, hashed or masked in each event, in the record call itself, so
     nothing unredacted reaches the sender, the spool or the broker (`rolltape.producers.privacy`;
     `open_recorder` reads it from ROLLTAPE_REDACTION_POLICY).
+
+    `kek`: the key-encryption key (or a function that reads it, called at the first session
+    that names a subject) that wraps the data keys of sessions recorded with `subject=`.
     """
 
     def __init__(
@@ -151,6 +159,7 @@ class Recorder:
         senders: int = 1,
         batch_window_s: float = 0.02,
         redaction: Redaction | None = None,
+        kek: KeyEncryptionKey | Callable[[], KeyEncryptionKey] | None = None,
     ) -> None:
         from rolltape.producers import __version__
 
@@ -168,6 +177,7 @@ class Recorder:
         self._queue: collections.deque[QueuedEvent | Barrier] = collections.deque()
         self._max_backlog = max_backlog
         self._redaction = redaction if redaction is not None and redaction.rules else None
+        self._kek = kek
         self._closed = False
         self._pid = os.getpid()
         self._writer = f"{socket.gethostname()}/{self._pid}/{uuid.uuid4().hex[:12]}"
@@ -257,6 +267,7 @@ class Recorder:
         group_id: str | None = None,
         resume: bool = False,
         resume_timeout_s: float = 30.0,
+        subject: str | None = None,
     ) -> Session:
         """Open a session and record its session_started event.
 
@@ -268,6 +279,11 @@ class Recorder:
         raises `ChainConflictError` if another writer got there first, `ResumeError` when the
         session ended or cannot be read. Without `resume`, a second writer of a session is set
         aside by every reader (flagged as a fork on the verdicts stream), never merged into it.
+
+        `subject` names whose data the session holds (an end user, a tenant): its content fields
+        are then sealed under a data key of its own before they are chained, and the key goes,
+        wrapped by the recorder's `kek`, to the keys topic, from which erasure removes it
+        (docs/privacy.md).
         """
         sid = session_id or uuid.uuid4().hex
         if not _SESSION_ID.match(sid):
@@ -285,6 +301,13 @@ class Recorder:
             "linked_session_id": linked_session_id,
             "group_id": group_id,
         }
+        if subject is not None:
+            if resume:
+                raise ValueError(
+                    "resume=True with a subject is not supported yet: a resumed session's new "
+                    "data key would have to reach the keys topic before its first record"
+                )
+            self._queue_data_key(sid, subject)
         if resume:
             if session_id is None:
                 raise ValueError("resume=True continues an existing session: pass its session_id")
@@ -295,6 +318,29 @@ class Recorder:
         else:
             self._enqueue(sid, _EVENTS, "session_started", payload)
         return Session(self, sid)
+
+    def _queue_data_key(self, session_id: str, subject: str) -> None:
+        """A new data key for the session, queued ahead of its events: the sender keeps it to
+        seal their content and sends the wrapped key (never the key) to the keys topic."""
+        from rolltape.schemas.privacy import ContentKey, KeyEncryptionKey
+
+        if self._kek is None:
+            raise ValueError(
+                "a session with a subject needs the key-encryption key that wraps its data key: "
+                "Recorder(kek=...), or open_recorder() (ROLLTAPE_KEK_FILE)"
+            )
+        if not isinstance(self._kek, KeyEncryptionKey):
+            self._kek = self._kek()
+        key = ContentKey.generate()
+        record = DataKeyRecord(
+            session_id=session_id,
+            subject=subject,
+            key_id=key.key_id,
+            wrapped=self._kek.wrap(key, session_id),
+            ts_ns=_time_ns(),
+        )
+        payload = {"key_id": key.key_id, "secret": key.secret, "value": record.value()}
+        self._enqueue(session_id, _KEYS, "data_key", payload)
 
     def resume(self, session_id: str, stream: str, timeout_s: float = 30.0) -> None:
         """Take over `session_id`'s chain on another `stream` this recorder writes (a restarted

@@ -44,6 +44,7 @@ from rolltape.producers._errors import (
 from rolltape.producers._resume import first_record_from, read_head
 from rolltape.producers._spool import Spool, SpooledRecord
 from rolltape.schemas import (
+    CONTENT_FIELDS,
     PAYLOAD_MODELS,
     CanonicalEncodingError,
     ChainWriter,
@@ -51,6 +52,7 @@ from rolltape.schemas import (
     Stream,
     topic_name,
 )
+from rolltape.schemas._payload_plans import dump_payload
 from rolltape.schemas.clients import KafkaConnection, KeyPartitions, fill_batch
 
 log = logging.getLogger("rolltape.producers")
@@ -60,6 +62,8 @@ log = logging.getLogger("rolltape.producers")
 #: unchained.
 QueuedEvent = tuple[str, str, str, dict[str, Any], int]
 _BLOBS = Stream.BLOBS.value
+_KEYS = Stream.KEYS.value
+_EVENTS = Stream.EVENTS.value
 #: (topic, key, value)
 Record = tuple[str, bytes, bytes]
 
@@ -160,6 +164,8 @@ class Sender:
         # beats a loss).
         self._inflight: dict[asyncio.Future[Any], list[Record]] = {}
         self._placement = KeyPartitions()
+        self._content_keys: dict[str, Any] = {}
+        """Session id -> the data key its content is sealed under (sessions naming a subject)."""
         self._topics = {s.value: topic_name(s, config.topic_prefix) for s in Stream}
         self._last_progress = time.monotonic()
         self._spool_mode = False
@@ -427,11 +433,31 @@ class Sender:
         if stream == _BLOBS:  # a chunk of a world's file: content-addressed, not chained
             self.stats.sealed += 1
             return self._topics[stream], session_id.encode(), payload["value"]
+        if stream == _KEYS:  # a subject session's data key: kept to seal its content, and sent
+            # wrapped (the record) to the keys topic, unchained, ahead of that content
+            from rolltape.schemas.privacy import ContentKey  # the crypto library, when needed
+
+            key_id = payload["key_id"]
+            self._content_keys[session_id] = ContentKey(key_id, payload["secret"])
+            self.stats.sealed += 1
+            return self._topics[stream], f"{session_id}/{key_id}".encode(), payload["value"]
         key = (stream, session_id)
         try:
             model = PAYLOAD_MODELS.get(event_type)
             if model is None:
                 raise ValueError(f"unknown event type {event_type!r}")
+            content_key = self._content_keys.get(session_id) if self._content_keys else None
+            if content_key is not None and event_type in CONTENT_FIELDS:
+                from rolltape.schemas.privacy import seal_content
+
+                payload = seal_content(
+                    event_type,
+                    dump_payload(model, payload),
+                    content_key,
+                    stream=stream,
+                    session_id=session_id,
+                    seq=self._writer.head(key)[0],
+                )
             record, _ = self._writer.append_payload(
                 key,
                 stream=stream,
@@ -447,19 +473,15 @@ class Sender:
             return None
         if event_type == "session_ended":
             self._writer.forget(key)  # that chain is closed; the session's others may go on
+            if stream == _EVENTS:
+                self._content_keys.pop(session_id, None)  # its content is all sealed
         self.stats.sealed += 1
         return self._topics[stream], session_id.encode(), record
 
     def _reject(
         self, session_id: str, stream: str, event_type: str, payload: Any, reason: str
     ) -> None:
-        event = RejectedEvent(
-            session_id=session_id,
-            stream=stream,
-            type=event_type,
-            reason=reason,
-            payload=orjson.loads(orjson.dumps(payload, default=repr)),
-        )
+        event = RejectedEvent.of(session_id, stream, event_type, payload, reason)
         self.stats.rejected += 1
         self.stats.rejected_events.append(event)
         with open(self.rejected_path, "ab") as f:  # nothing handed to us is silently dropped

@@ -41,8 +41,6 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from rolltape.producers._errors import RejectedEvent, ResumeError, SenderDiedError
 from rolltape.producers._sender import Barrier, QueuedEvent, SenderConfig, SenderStats
 from rolltape.producers._spawn import fresh_interpreter
@@ -408,13 +406,7 @@ class ShardedSender:
         if not events:
             return
         rejected = [
-            RejectedEvent(
-                session_id=sid,
-                stream=stream,
-                type=event_type,
-                reason=reason,
-                payload=orjson.loads(orjson.dumps(payload, default=repr)),
-            )
+            RejectedEvent.of(sid, stream, event_type, payload, reason)
             for sid, stream, event_type, payload, _ in events
         ]
         with open(self.rejected_path, "ab") as f:

@@ -40,6 +40,7 @@ from rolltape.schemas._cron import (
     RetryPolicy,
     RunStatus,
 )
+from rolltape.schemas._data_keys import DataKeyRecord
 from rolltape.schemas._derived import (
     PRECEDENCE,
     RULE_CLASS,
@@ -240,6 +241,7 @@ __all__ = [
     "CronJobEvent",
     "CronRun",
     "CronRunEvent",
+    "DataKeyRecord",
     "Decision",
     "DecisionEvent",
     "Detection",

@@ -30,11 +30,13 @@ class Stream(StrEnum):
     JOBS = "jobs"
     DEADLETTER = "deadletter"
     BLOBS = "blobs"
+    KEYS = "keys"
 
 
 #: Streams whose records are hash-chained per session (the dead-letter topic carries foreign bytes,
 #: trajectories are a compacted projection, jobs a compacted table whose keys keep their latest
-#: revision: schemas._cron; blobs are content-addressed, their hashes on the chains: schemas._blobs).
+#: revision: schemas._cron; blobs are content-addressed, their hashes on the chains: schemas._blobs;
+#: keys are a compacted table of wrapped data keys: schemas._data_keys).
 CHAINED_STREAMS: tuple[Stream, ...] = (
     Stream.EVENTS,
     Stream.METRICS,
@@ -113,6 +115,23 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
             "cleanup.policy": "compact",
             "retention.ms": "-1",
             "max.message.bytes": str(1024 * 1024),
+        },
+    ),
+    TopicSpec(
+        # Each subject session's data key, wrapped by the key-encryption key (schemas._data_keys),
+        # keyed by session id. Erasure writes a tombstone; compaction then removes the wrapped
+        # key within about two hours: a segment rolls within `segment.ms` and is compacted
+        # within `max.compaction.lag.ms` (while the broker's log cleaner runs). Tombstones stay a
+        # day so every reader sees them.
+        stream=Stream.KEYS,
+        writers=(Role.AGENT,),
+        configs={
+            "message.timestamp.type": "LogAppendTime",
+            "cleanup.policy": "compact",
+            "segment.ms": str(3_600_000),
+            "max.compaction.lag.ms": str(3_600_000),
+            "min.cleanable.dirty.ratio": "0.01",
+            "delete.retention.ms": str(86_400_000),
         },
     ),
 )

@@ -1,13 +1,14 @@
 """DESIGN.md's trust domains as Kafka ACLs, and the one request that installs them.
 
     role        writes                                 reads
-    agent       events, blobs (its worlds' contents)   events (to resume a session's chain)
+    agent       events, blobs (its worlds' contents),  events (to resume a session's chain)
+                keys (its sessions' wrapped data keys)
     monitor     metrics                                metrics, rules, verdicts (the harness
                                                        waits for them)
-    processor   rules, filtered, deadletter, the       events, metrics, what it writes, its
+    processor   rules, filtered, deadletter, the       events, metrics, keys, what it writes, its
                 worker's internal topics, its group    internal topics
     judge       verdicts, events (its conversations)   events, metrics, rules, filtered, verdicts,
-                                                       blobs (to restore worlds)
+                                                       blobs (to restore worlds), keys
     projector   trajectories                           every topic of the prefix
     scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
     reader      -                                      every topic of the prefix, any group but
@@ -122,8 +123,15 @@ def _topic(stream: Stream, prefix: str, operation: Operation) -> Acl:
 _READS: dict[Role, tuple[Stream, ...]] = {
     Role.AGENT: (),
     Role.MONITOR: (Stream.RULES, Stream.VERDICTS),
-    Role.PROCESSOR: (Stream.EVENTS, Stream.METRICS),
-    Role.JUDGE: (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.FILTERED, Stream.BLOBS),
+    Role.PROCESSOR: (Stream.EVENTS, Stream.METRICS, Stream.KEYS),
+    Role.JUDGE: (
+        Stream.EVENTS,
+        Stream.METRICS,
+        Stream.RULES,
+        Stream.FILTERED,
+        Stream.BLOBS,
+        Stream.KEYS,
+    ),
     Role.SCHEDULER: (),
 }
 
@@ -143,11 +151,12 @@ def role_acls(role: Role, prefix: str, worker_group: str) -> list[Acl]:
     ]
     if role in _READS:
         # A writer reads its own domain too: taking over a chain (resume) reads its head. Not
-        # blobs: a recorder never reads them back, and they hold other sessions' files.
+        # blobs nor keys: a recorder never reads them back, and they hold other sessions' files
+        # and data keys (an agent writes its sessions' keys but cannot read anyone's).
         written = [
             spec.stream
             for spec in TOPIC_SPECS
-            if role in spec.writers and spec.stream != Stream.BLOBS
+            if role in spec.writers and spec.stream not in (Stream.BLOBS, Stream.KEYS)
         ]
         reads = dict.fromkeys([*_READS[role], *written])
         acls += [_topic(stream, prefix, Operation.READ) for stream in reads]

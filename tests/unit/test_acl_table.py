@@ -63,3 +63,16 @@ def test_kafka_connection__str_never_shows_the_password_and_sasl_needs_credentia
     assert connection.client_settings()["sasl_plain_password"] == "s3cret"
     with pytest.raises(ValueError, match="needs a SASL username"):
         KafkaConnection(bootstrap="h:1", security_protocol="SASL_PLAINTEXT")
+
+
+@pytest.mark.parametrize("role", [r for r in Role if r != Role.ADMIN])
+def test_role_acls__only_the_roles_that_read_content_read_the_data_keys(role: Role) -> None:
+    keys = topic_name(Stream.KEYS, "p")
+    reads = any(
+        a.operation == Operation.READ
+        and a.resource == ResourceType.TOPIC
+        and (a.name == keys or (a.pattern == PatternType.PREFIXED and keys.startswith(a.name)))
+        for a in role_acls(role, "p", "p-worker")
+    )
+    content = {Role.PROCESSOR, Role.JUDGE, Role.PROJECTOR, Role.READER}
+    assert reads == (role in content)

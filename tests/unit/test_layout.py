@@ -216,6 +216,7 @@ def test_public_api__is_pinned() -> None:
         "DEFAULT_PARTITIONS",
         "DEFAULT_PREFIX",
         "DERIVED_STREAMS",
+        "DataKeyRecord",
         "Decision",
         "DecisionEvent",
         "Detection",
