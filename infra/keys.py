@@ -91,9 +91,15 @@ class SecretFileError(InfraError):
     or others may read it."""
 
 
-def _secret_file(path: Path, what: str, size: int, *, exact: bool) -> bytes:
-    """The bytes of a 0600 secret file, created with `size` random bytes on first use."""
+def _secret_file(path: Path, what: str, size: int, *, exact: bool, create: bool = True) -> bytes:
+    """The bytes of a 0600 secret file, created with `size` random bytes on first use (unless
+    `create` is false: then a missing file is an error)."""
     try:
+        if not path.exists() and not create:
+            raise SecretFileError(
+                f"no {what} at {path}: copy it from the machine that records, or point the "
+                "setting at it"
+            )
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
@@ -125,9 +131,10 @@ def redaction_secret(settings: Settings) -> bytes:
     return _secret_file(path, "redaction secret", 32, exact=False)
 
 
-def key_encryption_key(settings: Settings) -> KeyEncryptionKey:
+def key_encryption_key(settings: Settings, *, create: bool = True) -> KeyEncryptionKey:
     """The key-encryption key that wraps data keys (ROLLTAPE_KEK_FILE), created (32 random
-    bytes, 0600) on first use. Losing it makes every subject session's content unreadable:
-    back it up as you back up the broker's data."""
+    bytes, 0600) on first use by a recorder; a reader (`create=False`) never makes one, since a
+    new key opens nothing. Losing it makes every subject session's content unreadable: back it
+    up as you back up the broker's data."""
     path = settings.kek_file or settings.state_dir / "keys" / "kek.bin"
-    return KeyEncryptionKey(_secret_file(path, "key-encryption key", 32, exact=True))
+    return KeyEncryptionKey(_secret_file(path, "key-encryption key", 32, exact=True, create=create))

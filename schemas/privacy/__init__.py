@@ -5,6 +5,7 @@ Loaded only by what seals or opens content, so `import rolltape.schemas` never l
 library. Which fields are content is `rolltape.schemas.CONTENT_FIELDS` (no crypto needed).
 """
 
+from rolltape.schemas.privacy._keyring import Access, Keyring
 from rolltape.schemas.privacy._keys import KeyEncryptionKey
 from rolltape.schemas.privacy._sealing import (
     ContentKey,
@@ -16,8 +17,10 @@ from rolltape.schemas.privacy._sealing import (
 )
 
 __all__ = [
+    "Access",
     "ContentKey",
     "KeyEncryptionKey",
+    "Keyring",
     "SealedContentError",
     "associated_data",
     "open_content",

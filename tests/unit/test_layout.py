@@ -404,7 +404,9 @@ def test_public_api__is_pinned() -> None:
     )
     assert sorted(rolltape.schemas.privacy.__all__) == sorted(
         [
+            "Access",
             "ContentKey",
+            "Keyring",
             "KeyEncryptionKey",
             "SealedContentError",
             "associated_data",

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.schemas import CONTENT_FIELDS, PAYLOAD_MODELS, ChainWriter
+from rolltape.schemas import CONTENT_FIELDS, PAYLOAD_MODELS, ChainWriter, DataKeyRecord
 from rolltape.schemas._payload_plans import dump_payload
 from rolltape.schemas.privacy import (
     ContentKey,
     KeyEncryptionKey,
+    Keyring,
     SealedContentError,
     open_content,
     seal_content,
@@ -141,3 +142,23 @@ def test_a_rotated_kek_wraps_the_same_data_key() -> None:
     old, new = KeyEncryptionKey.generate(), KeyEncryptionKey.generate()
     rewrapped = new.wrap(old.unwrap(old.wrap(KEY, "s-1"), KEY.key_id, "s-1"), "s-1")
     assert new.unwrap(rewrapped, KEY.key_id, "s-1") == KEY
+
+
+def test_a_keyring_opens_what_it_holds_and_says_why_it_cannot_open_the_rest() -> None:
+    kek = KeyEncryptionKey.generate()
+    keyring = Keyring(kek)
+    record = DataKeyRecord(
+        session_id="s-1", subject="u-1", key_id=KEY.key_id, wrapped=kek.wrap(KEY, "s-1"), ts_ns=1
+    )
+    sealed = seal_content("turn", TURN, KEY, **AT)
+    assert keyring.open_payload("turn", sealed, **AT) == (None, "key unavailable")
+    keyring.add(f"s-1/{KEY.key_id}".encode(), record.value())
+    opened, access = keyring.open_payload("turn", sealed, **AT)
+    assert access == "opened" and opened is not None and opened["content"] == TURN["content"]
+    assert keyring.open_payload("turn", sealed, **{**AT, "seq": 9}) == (None, "key unavailable")
+    assert keyring.open_payload("turn", TURN, **AT) == (TURN, "clear")
+    keyring.add(b"s-1/garbage", b"not a key record")
+    assert keyring.unreadable == 1
+    keyring.add(f"s-1/{KEY.key_id}".encode(), None)
+    assert keyring.open_payload("turn", sealed, **AT) == (None, "erased")
+    assert keyring.subjects == {}

@@ -1,0 +1,23 @@
+"""The keys topic read into a `Keyring`: what a reader of content opens sealed events with.
+
+Read whole each time (a compacted table: one record per data key, a tombstone per erased one),
+as the principal of the reader's role; an agent's principal may not read it (the ACL table).
+"""
+
+from __future__ import annotations
+
+from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.keys import key_encryption_key
+from rolltape.infra.settings import Settings
+from rolltape.schemas import Stream
+from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.privacy import Keyring
+
+
+async def read_keyring(connection: KafkaConnection, settings: Settings) -> Keyring:
+    """Every data key on the keys topic, unwrapped with the settings' key-encryption key (a
+    missing KEK file is a SecretFileError naming it: it is never created by a reader)."""
+    keyring = Keyring(key_encryption_key(settings, create=False))
+    async for record in read_records(connection, [Stream.KEYS], prefix=settings.topic_prefix):
+        keyring.add(record.key, record.value)
+    return keyring

@@ -1,0 +1,108 @@
+"""The keys topic as a reader holds it, and events opened with it.
+
+A reader that reads content (the worker's judges, export, replay, the feed, the projector)
+builds a `Keyring` from the keys topic with the key-encryption key, then opens each sealed
+event. What it cannot open is never an error and never a crash: it is `erased` (the key's
+tombstone was read) or `key unavailable` (no key for it yet, or wrapped under a KEK this reader
+does not hold), and the reader counts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from rolltape.schemas._data_keys import DataKeyRecord
+from rolltape.schemas._events import TypedEvent
+from rolltape.schemas.privacy._keys import KeyEncryptionKey
+from rolltape.schemas.privacy._sealing import (
+    ContentKey,
+    SealedContentError,
+    open_content,
+    sealed_key_id,
+)
+
+Access = Literal["clear", "opened", "erased", "key unavailable"]
+
+
+class Keyring:
+    """Data keys by (session id, key id), unwrapped with `kek`; the erased ones remembered.
+    Feed it the keys topic's records in order (`add`); a later record of a key replaces an
+    earlier one, as compaction would."""
+
+    def __init__(self, kek: KeyEncryptionKey | None) -> None:
+        self.kek = kek
+        self._keys: dict[tuple[str, str], ContentKey] = {}
+        self._erased: set[tuple[str, str]] = set()
+        self.subjects: dict[str, str] = {}
+        """Session id -> the subject it names (for erasure by subject)."""
+        self.unreadable = 0
+        """Records of the keys topic that are not data-key records, or do not unwrap."""
+
+    def add(self, key: bytes | None, value: bytes | None) -> None:
+        """One record of the keys topic: a wrapped data key, or a tombstone (erased)."""
+        session_id, _, key_id = (key or b"").decode(errors="replace").rpartition("/")
+        if value is None:
+            self._keys.pop((session_id, key_id), None)
+            self._erased.add((session_id, key_id))
+            if not any(sid == session_id for sid, _ in self._keys):
+                self.subjects.pop(session_id, None)  # the subject's name goes with its keys
+            return
+        try:
+            record = DataKeyRecord.model_validate_json(value)
+        except ValidationError:
+            self.unreadable += 1
+            return
+        ids = (record.session_id, record.key_id)
+        self.subjects[record.session_id] = record.subject
+        self._erased.discard(ids)
+        if self.kek is None:
+            return
+        try:
+            self._keys[ids] = self.kek.unwrap(record.wrapped, record.key_id, record.session_id)
+        except SealedContentError:
+            self.unreadable += 1
+
+    def access(self, session_id: str, key_id: str) -> Access:
+        if (session_id, key_id) in self._keys:
+            return "opened"
+        return "erased" if (session_id, key_id) in self._erased else "key unavailable"
+
+    def open_payload(
+        self, event_type: str, payload: dict[str, Any], *, stream: str, session_id: str, seq: int
+    ) -> tuple[dict[str, Any] | None, Access]:
+        """The payload with its content in place, and how: `clear` (nothing was sealed),
+        `opened`; or None and `erased` / `key unavailable`. A sealed payload that does not open
+        under its key (moved from another record, changed) is `key unavailable` too: its
+        content cannot be read, and its hash check has already said whether it was changed."""
+        key_id = sealed_key_id(payload)
+        if key_id is None and "sealed" not in payload:
+            return payload, "clear"
+        key = self._keys.get((session_id, key_id or ""))
+        if key is None:
+            return None, self.access(session_id, key_id or "")
+        try:
+            opened = open_content(
+                event_type, payload, key, stream=stream, session_id=session_id, seq=seq
+            )
+        except SealedContentError:
+            return None, "key unavailable"
+        return opened, "opened"
+
+    def open_event(self, event: TypedEvent) -> tuple[TypedEvent | None, Access]:
+        """The event with its content in place (a new event, its body validated afresh), or
+        None and why not."""
+        if "sealed" not in event.payload:
+            return event, "clear"
+        opened, access = self.open_payload(
+            event.type,
+            dict(event.payload),
+            stream=event.stream,
+            session_id=event.session_id,
+            seq=event.seq,
+        )
+        if opened is None:
+            return None, access
+        mapping = {**event.mapping, "payload": opened}
+        return event._replace(payload=opened, mapping=mapping, parsed=[]), access

@@ -1,0 +1,132 @@
+"""Sessions that name a subject, on a real broker with ACLs: content sealed in the log, data keys
+on the keys topic that only the content-reading roles may read, opened with the key-encryption
+key, and unreadable once a key's tombstone is read, while every chain still verifies."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from aiokafka import TopicPartition
+
+from rolltape.infra.kafka.keyring import read_keyring
+from rolltape.infra.kafka.readback import read_records
+from rolltape.producers import Recorder
+from rolltape.schemas import Role, Stream, read_event, topic_name
+from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
+
+from .conftest import Cluster, Topics
+
+pytestmark = pytest.mark.integration
+
+
+def _record(topics: Topics, kek: KeyEncryptionKey, tmp_path: Path) -> None:
+    recorder = Recorder(
+        topics.connection(Role.AGENT),
+        topic_prefix=topics.prefix,
+        spool_dir=tmp_path / "spool",
+        kek=kek,
+    )
+    for subject, text in (("user-a", "alice@example.com lives here"), ("user-b", "bob's note")):
+        with recorder.session(f"help {subject}", session_id=f"s-{subject}", subject=subject) as s:
+            s.turn("user", text)
+            s.tool_result(s.tool_call("lookup", {"who": subject}), f"found {subject}")
+    recorder.close(30)
+
+
+def _opened(topics: Topics, keyring: Keyring) -> dict[str, list[str]]:
+    """Each session's turn contents as the keyring opens them (or how it could not)."""
+
+    async def read() -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        async for raw in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix):
+            event = read_event(raw.value)
+            opened, access = keyring.open_event(event)
+            if event.type == "turn":
+                text = opened.body.content if opened is not None else access  # type: ignore[attr-defined]
+                out.setdefault(event.session_id, []).append(text)
+        return out
+
+    return asyncio.run(read())
+
+
+def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_erased(
+    cluster: Cluster, topics: Topics, tmp_path: Path
+) -> None:
+    if cluster.managed is None:
+        pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
+    kek = KeyEncryptionKey.generate()
+    kek_file = tmp_path / "kek.bin"
+    kek_file.write_bytes(kek.secret)
+    kek_file.chmod(0o600)
+    settings = topics.settings.model_copy(update={"kek_file": kek_file})
+    _record(topics, kek, tmp_path)
+
+    async def everything_on(stream: Stream) -> bytes:
+        return b"".join(
+            [
+                r.value or b""
+                async for r in read_records(topics.reader, [stream], prefix=topics.prefix)
+            ]
+        )
+
+    assert b"alice@example.com" not in asyncio.run(everything_on(Stream.EVENTS))
+    assert b"alice@example.com" not in asyncio.run(everything_on(Stream.KEYS))
+
+    async def agent_reads_keys() -> bool:
+        consumer = topics.connection(Role.AGENT).consumer(enable_auto_commit=False)
+        await consumer.start()
+        try:
+            parts = [
+                TopicPartition(topic_name(Stream.KEYS, topics.prefix), p)
+                for p in range(topics.settings.partitions)
+            ]
+            consumer.assign(parts)
+            await consumer.seek_to_beginning(*parts)
+            batch = await consumer.getmany(*parts, timeout_ms=4000)
+            return any(batch.values())
+        except Exception:
+            return False
+        finally:
+            await consumer.stop()
+
+    assert not asyncio.run(agent_reads_keys())  # an agent writes its keys, reads no one's
+
+    keyring = asyncio.run(read_keyring(topics.reader, settings))
+    assert keyring.subjects == {"s-user-a": "user-a", "s-user-b": "user-b"}
+    assert _opened(topics, keyring) == {
+        "s-user-a": ["alice@example.com lives here"],
+        "s-user-b": ["bob's note"],
+    }
+
+    # Erase user-a as erasure will: a tombstone for each of its keys.
+    async def tombstone(session_id: str) -> None:
+        keys = [
+            r.key
+            async for r in read_records(topics.reader, [Stream.KEYS], prefix=topics.prefix)
+            if r.key is not None and r.key.startswith(f"{session_id}/".encode())
+        ]
+        producer = topics.connection(Role.ADMIN).producer(acks="all")
+        await producer.start()
+        try:
+            for key in keys:
+                await producer.send_and_wait(topic_name(Stream.KEYS, topics.prefix), None, key=key)
+        finally:
+            await producer.stop()
+
+    asyncio.run(tombstone("s-user-a"))
+    keyring = asyncio.run(read_keyring(topics.reader, settings))
+    assert keyring.subjects == {"s-user-b": "user-b"}
+    assert _opened(topics, keyring) == {"s-user-a": ["erased"], "s-user-b": ["bob's note"]}
+    report = topics.verify()
+    assert report.reports() and all(r.ok and r.ended for r in report.reports())
+
+    stranger = Keyring(KeyEncryptionKey.generate())  # another cluster's KEK opens nothing
+
+    async def feed() -> None:
+        async for r in read_records(topics.reader, [Stream.KEYS], prefix=topics.prefix):
+            stranger.add(r.key, r.value)
+
+    asyncio.run(feed())
+    assert _opened(topics, stranger)["s-user-b"] == ["key unavailable"]
