@@ -135,6 +135,7 @@ def export(
                 prefix=s.topic_prefix,
                 judge_version=judge_version,
                 on_record=advance,
+                keys_from=s,
             )
         )
     with (

@@ -13,13 +13,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
 
 from rolltape.infra._errors import InfraError
+from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.kafka.spill import SpilledStore
+from rolltape.infra.settings import Settings
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
     MANIFEST,
@@ -41,6 +43,9 @@ from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, TypedEvent, versioned_stream
 from rolltape.schemas.clients import KafkaConnection
 
+if TYPE_CHECKING:
+    from rolltape.schemas.privacy import Keyring
+
 
 class ExportError(InfraError, ValueError):
     """The export cannot run as asked (output folder in use, unusable tokenizer)."""
@@ -50,13 +55,15 @@ class Collected(SessionScan):
     """A scan for an export: the events chains and one judge version's verdict and filter
     chains (the checkpoint logs among the verdicts, for evidence)."""
 
-    def __init__(self, judge_version: str = LIVE_JUDGE_VERSION) -> None:
+    def __init__(
+        self, judge_version: str = LIVE_JUDGE_VERSION, keyring: Keyring | None = None
+    ) -> None:
         self.judge_version = judge_version
         self.wanted = frozenset(
             versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)
         )
         """The derived chains kept: the judge version's verdicts and filter outcomes."""
-        super().__init__(self._exported)
+        super().__init__(self._exported, keyring)
 
     def _exported(self, env: TypedEvent) -> bool:
         return env.stream == Stream.EVENTS.value or env.stream in self.wanted
@@ -68,12 +75,17 @@ async def collect(
     prefix: str,
     judge_version: str,
     on_record: Callable[[int, int], None] | None = None,
+    keys_from: Settings | None = None,
 ) -> Collected:
-    """Read the events topic and the judge version's verdict and filter chains."""
+    """Read the events topic and the judge version's verdict and filter chains. With
+    `keys_from`, the sealed content of sessions that name a subject is opened with the keys
+    topic and those settings' key-encryption key (rolltape.infra.kafka.keyring); without it,
+    or without a KEK on this machine, such sessions are left out as `key_unavailable`."""
+    keyring = None if keys_from is None else await keyring_if_any(connection, keys_from)
     return await scan_sessions(
         connection,
         [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
-        Collected(judge_version),
+        Collected(judge_version, keyring),
         prefix=prefix,
         on_record=on_record,
     )
@@ -201,9 +213,17 @@ def run_export(
         logs = {s.session_id: s.derived for s in collected.sessions(CHECKPOINT_LOG_PREFIX)}
         checkpoints = Checkpoints(logs)
     folded = 0
-    for session in collected.sessions():
-        if not session.events:
+    for recorded in collected.sessions():
+        if not recorded.events:
             continue  # only derived records (a checkpoint log, a judge's own chains)
+        session, access = collected.opened(recorded)
+        if session is None:
+            exporting.left_out(access.replace(" ", "_"))  # erased, key_unavailable
+            continue
+        if evidence and access == "opened":
+            # verify-export re-folds the evidence offline, and it does not carry data keys yet
+            exporting.left_out("sealed_content_without_evidence_keys")
+            continue
         folded += 1
         if on_session is not None:
             on_session(folded)

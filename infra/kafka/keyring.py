@@ -21,3 +21,12 @@ async def read_keyring(connection: KafkaConnection, settings: Settings) -> Keyri
     async for record in read_records(connection, [Stream.KEYS], prefix=settings.topic_prefix):
         keyring.add(record.key, record.value)
     return keyring
+
+
+async def keyring_if_any(connection: KafkaConnection, settings: Settings) -> Keyring | None:
+    """The keyring, or None where this machine has no key-encryption key (sessions with sealed
+    content are then left out as `key unavailable`: a reader never creates a KEK)."""
+    path = settings.kek_file or settings.state_dir / "keys" / "kek.bin"
+    if not path.exists():
+        return None
+    return await read_keyring(connection, settings)

@@ -10,13 +10,16 @@ records wait in the spill (`rolltape.infra.kafka.spill`) and come back a session
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.kafka.spill import SessionRecords, Spill
 from rolltape.projections import checked_event
 from rolltape.schemas import Stream, TypedEvent
 from rolltape.schemas.clients import KafkaConnection
+
+if TYPE_CHECKING:  # the crypto library loads only where sealed content is opened
+    from rolltape.schemas.privacy import Keyring
 
 S = TypeVar("S", bound="SessionScan")
 
@@ -26,8 +29,10 @@ class SessionScan:
     began. `keeps` decides which intact records are filed (the others are counted only). Close
     it (or use it as a context manager) to remove the spill."""
 
-    def __init__(self, keeps: Callable[[TypedEvent], bool]) -> None:
+    def __init__(self, keeps: Callable[[TypedEvent], bool], keyring: Keyring | None = None) -> None:
         self.keeps = keeps
+        self.keyring = keyring
+        """Opens sealed content (`opened`); without one, events are as recorded."""
         self.spill = Spill()
         self.bounds: dict[str, dict[int, tuple[int, int]]] = {}
         """topic -> partition -> (first, end) offsets the scan read."""
@@ -57,6 +62,25 @@ class SessionScan:
 
     def session(self, session_id: str) -> SessionRecords | None:
         return self.spill.session(session_id)
+
+    def opened(
+        self, session: SessionRecords
+    ) -> tuple[SessionRecords | None, Literal["clear", "opened", "erased", "key unavailable"]]:
+        """The session with its sealed content opened by the scan's keyring, or None and why
+        not: `erased` (its data key's tombstone was read) or `key unavailable` (no key, or no
+        keyring). A reader of content leaves such a session out and counts it; it never reads
+        the empty fields a sealed payload keeps in clear as if they were what was said."""
+        if not any("sealed" in e.payload for e in session.events):
+            return session, "clear"
+        if self.keyring is None:
+            return None, "key unavailable"
+        events: list[TypedEvent] = []
+        for event in session.events:
+            opened, access = self.keyring.open_event(event)
+            if opened is None:
+                return None, access
+            events.append(opened)
+        return SessionRecords(session.session_id, events, session.derived), "opened"
 
     def source(self) -> dict[str, Any]:
         """What was read: end offsets per partition and the counts of records left out."""

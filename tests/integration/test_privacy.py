@@ -5,7 +5,11 @@ key, and unreadable once a key's tombstone is read, while every chain still veri
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
@@ -13,12 +17,14 @@ from aiokafka import TopicPartition
 from rolltape.infra.kafka.keyring import read_keyring
 from rolltape.infra.kafka.readback import read_records
 from rolltape.producers import Recorder
+from rolltape.projections import MANIFEST
 from rolltape.schemas import Role, Stream, read_event, topic_name
 from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
 
 from .conftest import Cluster, Topics
 
 pytestmark = pytest.mark.integration
+CLI = [sys.executable, "-m", "rolltape.infra"]
 
 
 def _record(topics: Topics, kek: KeyEncryptionKey, tmp_path: Path) -> None:
@@ -32,6 +38,7 @@ def _record(topics: Topics, kek: KeyEncryptionKey, tmp_path: Path) -> None:
         with recorder.session(f"help {subject}", session_id=f"s-{subject}", subject=subject) as s:
             s.turn("user", text)
             s.tool_result(s.tool_call("lookup", {"who": subject}), f"found {subject}")
+            s.turn("assistant", f"noted for {subject}")
     recorder.close(30)
 
 
@@ -45,10 +52,31 @@ def _opened(topics: Topics, keyring: Keyring) -> dict[str, list[str]]:
             opened, access = keyring.open_event(event)
             if event.type == "turn":
                 text = opened.body.content if opened is not None else access  # type: ignore[attr-defined]
-                out.setdefault(event.session_id, []).append(text)
+                if event.body.role == "user":  # type: ignore[attr-defined]
+                    out.setdefault(event.session_id, []).append(text)
         return out
 
     return asyncio.run(read())
+
+
+def _export(topics: Topics, out: Path, kek_file: Path) -> dict[str, Any]:
+    """`rolltape export` as a person runs it; the manifest, and every line's text."""
+    env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
+    done = subprocess.run(
+        [*CLI, "export", "-f", "sharegpt", "-o", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((out / MANIFEST).read_text())
+    lines = "".join(p.read_text() for p in out.glob("*.jsonl"))
+    return {
+        "skipped": manifest["skipped"],
+        "exported": manifest["sessions_exported"],
+        "text": lines,
+    }
 
 
 def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_erased(
@@ -100,6 +128,11 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
         "s-user-b": ["bob's note"],
     }
 
+    exported = _export(topics, tmp_path / "before", kek_file)
+    assert exported["exported"] == 2 and "alice@example.com lives here" in exported["text"]
+    without = _export(topics, tmp_path / "no-kek", tmp_path / "absent.bin")
+    assert without["exported"] == 0 and without["skipped"].get("key_unavailable") == 2
+
     # Erase user-a as erasure will: a tombstone for each of its keys.
     async def tombstone(session_id: str) -> None:
         keys = [
@@ -119,6 +152,9 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     keyring = asyncio.run(read_keyring(topics.reader, settings))
     assert keyring.subjects == {"s-user-b": "user-b"}
     assert _opened(topics, keyring) == {"s-user-a": ["erased"], "s-user-b": ["bob's note"]}
+    after = _export(topics, tmp_path / "after", kek_file)
+    assert after["exported"] == 1 and after["skipped"].get("erased") == 1
+    assert "alice" not in after["text"] and "bob's note" in after["text"]
     report = topics.verify()
     assert report.reports() and all(r.ok and r.ended for r in report.reports())
 
