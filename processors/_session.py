@@ -410,7 +410,14 @@ class SessionProcessor:
             state.judge.add_decision(payload, env.hash)
         observe(state.filters, self.config.filters, payload, env.hash)
         if state.transcript is not None:
-            state.transcript.observe(payload, self.config.transcript_max_chars)
+            if "sealed" in env.payload:
+                # Content sealed under a subject's data key: the worker does not open it yet, so
+                # the rewards and LLM judges, which read what was said, skip the session rather
+                # than judge the empty fields sealing leaves in clear (its filters and audit,
+                # which read structure, still run).
+                state.transcript = None
+            else:
+                state.transcript.observe(payload, self.config.transcript_max_chars)
 
     def _measured(
         self,

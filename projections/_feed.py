@@ -283,8 +283,8 @@ class TrajectoryFeed:
             trajectory = fold(
                 session.events, session.derived, judge_version=self.selection.judge_version
             )
-        except FoldError:
-            self.skipped["no_session_start"] += 1
+        except FoldError as exc:
+            self.skipped[exc.reason] += 1
             self._open.pop(sid, None)
             return
         reason = self.selection.reason_to_skip(trajectory)

@@ -64,7 +64,17 @@ from rolltape.schemas import (
 
 
 class FoldError(ProjectionError, ValueError):
-    """The events cannot be folded into a trajectory (no session_started, mixed sessions)."""
+    """The events cannot be folded into a trajectory (no session_started, mixed sessions).
+    `reason` is how readers that leave the session out count it."""
+
+    reason = "no_session_start"
+
+
+class ContentSealed(FoldError):
+    """The session's content is sealed under a data key the reader did not open: folding the
+    empty fields sealing leaves in clear would make a trajectory of nothing."""
+
+    reason = "key_unavailable"
 
 
 def _by_seq(event: TypedEvent) -> int:
@@ -240,6 +250,11 @@ def fold(
     events_stream = Stream.EVENTS.value
     if any(event.session_id != sid or event.stream != events_stream for event in given):
         raise FoldError(f"fold takes the events stream of one session ({sid})")
+    if any("sealed" in event.payload for event in given):
+        raise ContentSealed(
+            f"session {sid}: its content is sealed under a data key; open it first "
+            "(SessionScan.opened, with the keys topic and the key-encryption key)"
+        )
     by_seq = _sorted(given)
     chain = _ordered(by_seq)
     first = chain[0]

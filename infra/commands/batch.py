@@ -142,9 +142,16 @@ async def _judged(settings: Settings, run: str, count: int, wait_s: float) -> li
     while True:
         trajectories: list[Trajectory] = []
         with await collect(
-            reader, prefix=settings.topic_prefix, judge_version=LIVE_JUDGE_VERSION
+            reader,
+            prefix=settings.topic_prefix,
+            judge_version=LIVE_JUDGE_VERSION,
+            keys_from=settings,
         ) as collected:
-            sessions = list(collected.sessions(f"batch.{run}."))
+            sessions = [
+                opened
+                for recorded in collected.sessions(f"batch.{run}.")
+                if (opened := collected.opened(recorded)[0]) is not None
+            ]
         states = slot_states(run, {s.session_id: s.events for s in sessions})
         for session in sessions:
             completed = any(

@@ -83,6 +83,7 @@ async def cron_items(
         require_connection(settings, Role.READER),
         prefix=settings.topic_prefix,
         judge_version=LIVE_JUDGE_VERSION,
+        keys_from=settings,
     ) as collected:
         items: list[Item] = []
         skipped: Counter[str] = Counter()
@@ -94,9 +95,13 @@ async def cron_items(
             if not success and not include_failures:
                 skipped["not_successful"] += 1
                 continue
-            session = collected.session(run.session_id)
-            if session is None or not session.events:
+            recorded = collected.session(run.session_id)
+            if recorded is None or not recorded.events:
                 skipped["no_session"] += 1
+                continue
+            session, access = collected.opened(recorded)
+            if session is None:
+                skipped[access.replace(" ", "_")] += 1  # erased, key_unavailable
                 continue
             trajectory = fold(session.events, session.derived)
             reward = trajectory.score(score)

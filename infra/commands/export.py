@@ -231,8 +231,8 @@ def run_export(
             trajectory = fold(
                 session.events, session.derived, judge_version=options.selection.judge_version
             )
-        except FoldError:
-            exporting.left_out("no_session_start")
+        except FoldError as exc:
+            exporting.left_out(exc.reason)
             continue
         if checkpoints is not None and options.selection.reason_to_skip(trajectory) is None:
             found = session_evidence(trajectory, session.events, session.derived, checkpoints)

@@ -305,6 +305,22 @@ def test_newer_producer_field__after_a_gap__the_turn_is_used_and_no_output_is_lo
     assert _verdict_chain_ok(outputs)
 
 
+def test_sealed_content__its_session_is_filtered_but_not_judged_on_empty_fields() -> None:
+    def session(first_turn: dict[str, str]) -> list[Output]:
+        tape = Tape()
+        records = [tape.start("subject")]
+        records.append(tape.sealed("subject", "events", "turn", first_turn))
+        records.append(tape.event("subject", "turn", role="assistant", content="4"))
+        records += tape.end("subject")
+        return run(records, ProcessorConfig(rewards=("final_reward",)))[0]
+
+    clear = session({"role": "user", "content": "2+2?"})
+    assert len(emitted(clear, "verdict")) == 1
+    sealed = session({"role": "user", "content": "", "sealed": "v1.0123456789abcdef.AAAA"})
+    assert dead_letters(sealed) == [] and emitted(sealed, "verdict") == []
+    assert len(emitted(sealed, "filter_outcome")) == 1
+
+
 def test_step_that_raises__keeps_the_outputs_it_sealed_and_dead_letters_the_record(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

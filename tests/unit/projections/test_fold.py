@@ -186,3 +186,22 @@ def test_score_sources() -> None:
     assert trajectory.score("verdict:reward:final_reward:reward") == 0.5
     with pytest.raises(ValueError, match="score source"):
         trajectory.score("bogus")
+
+
+def test_a_session_whose_content_is_still_sealed_does_not_fold_into_empty_turns() -> None:
+    events, _ = recorded()
+    turn = next(e for e in events["s-good"] if e.type == "turn")
+    value, _ = seal(
+        stream=turn.stream,
+        session_id=turn.session_id,
+        seq=turn.seq,
+        ts_ns=turn.ts_ns,
+        type="turn",
+        payload={**turn.payload, "content": "", "sealed": "v1.0123456789abcdef.AAAA"},
+        prev_hash=turn.prev_hash,
+        producer=turn.mapping["producer"],
+    )
+    sealed = [read_event(value) if e is turn else e for e in events["s-good"]]
+    with pytest.raises(FoldError, match="sealed under a data key") as caught:
+        fold(sealed)
+    assert caught.value.reason == "key_unavailable"
