@@ -23,7 +23,7 @@ The contract (docs/canonical-encoding.md, "Sealed content"):
 from __future__ import annotations
 
 import base64
-import hashlib
+import functools
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -41,7 +41,7 @@ from rolltape.schemas._errors import SchemaError
 from rolltape.schemas._payloads import PAYLOAD_MODELS
 
 VERSION = "v1"
-_AAD_LABEL = b"rolltape.sealed-content.v1"
+_AAD_LABEL = "rolltape.sealed-content.v1"
 _NONCE = 12
 
 
@@ -80,17 +80,21 @@ def _derive(secret: bytes, label: bytes) -> bytes:
 
 def associated_data(stream: str, session_id: str, seq: int, event_type: str) -> bytes:
     """The envelope's identity a sealed payload is bound to."""
-    return b"\x00".join(
-        (_AAD_LABEL, stream.encode(), session_id.encode(), str(seq).encode(), event_type.encode())
-    )
+    return f"{_AAD_LABEL}\x00{stream}\x00{session_id}\x00{seq}\x00{event_type}".encode()
 
 
-def _empty(event_type: str, name: str) -> tuple[bool, Any]:
-    """(required, the value left in clear) of a content field."""
-    info = PAYLOAD_MODELS[event_type].model_fields[name]
-    if info.is_required():
-        return True, ""
-    return False, info.get_default(call_default_factory=True)
+@functools.cache
+def _content_spec(event_type: str) -> tuple[tuple[str, bool, Any], ...]:
+    """(name, required, the value left in clear) of each content field of `event_type`."""
+    model = PAYLOAD_MODELS[event_type]
+    spec = []
+    for name in CONTENT_FIELDS.get(event_type, ()):
+        info = model.model_fields[name]
+        required = info.is_required()
+        spec.append(
+            (name, required, "" if required else info.get_default(call_default_factory=True))
+        )
+    return tuple(spec)
 
 
 def seal_content(
@@ -104,15 +108,12 @@ def seal_content(
 ) -> dict[str, Any]:
     """`payload` (validated and dumped) with its content fields sealed; as it is when the event
     type has no content fields or none is set."""
-    fields = CONTENT_FIELDS.get(event_type)
-    if not fields:
-        return dict(payload)
+    spec = _content_spec(event_type) if event_type in CONTENT_FIELDS else ()
     clear = dict(payload)
     content: dict[str, Any] = {}
-    for name in fields:
+    for name, required, empty in spec:
         if name not in clear:
             continue
-        required, empty = _empty(event_type, name)
         value = clear.pop(name)
         if value != empty:
             content[name] = value
@@ -122,7 +123,7 @@ def seal_content(
         return dict(payload)
     aad = associated_data(stream, session_id, seq, event_type)
     plaintext = canonical_bytes(content)
-    nonce = hmac.new(key._nonce_key, aad + b"\x00" + plaintext, hashlib.sha256).digest()[:_NONCE]
+    nonce = hmac.digest(key._nonce_key, aad + b"\x00" + plaintext, "sha256")[:_NONCE]
     sealed = nonce + key._aead.encrypt(nonce, plaintext, aad)
     clear["sealed"] = f"{VERSION}.{key.key_id}.{base64.urlsafe_b64encode(sealed).decode()}"
     return clear
