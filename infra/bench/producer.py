@@ -58,6 +58,18 @@ class SustainedRun(BaseModel):
     """Median over the repeats of events/s divided by that repeat's ceiling."""
 
 
+class SealedRun(BaseModel):
+    """Sessions that name a subject (their content sealed), beside the same sender count's
+    unsealed runs of the same repeats."""
+
+    senders: int
+    events_per_s: float
+    runs_events_per_s: list[float]
+    ratio: float
+    """Median over the repeats of sealed events/s over the same repeat's unsealed events/s."""
+    goal_ratio: float = 0.85
+
+
 class ProducerBench(BaseModel):
     """Everything `rolltape bench producer` prints: the hot path against a local chained-JSONL
     writer, and sustained throughput per sender count against the client's ceiling."""
@@ -80,6 +92,8 @@ class ProducerBench(BaseModel):
     repeats: int
     sustained_sessions: int
     by_senders: list[SustainedRun]
+    sealed: list[SealedRun] = []
+    """With `--sealed`: the same sustained runs with every session naming a subject."""
     goal_events_per_s: float = 100_000
     goal_ratio: float = 0.6
     partitions: int = 0
@@ -153,21 +167,29 @@ def _sustained(
     events: int,
     sessions: int,
     senders: int = 1,
+    sealed: bool = False,
 ) -> tuple[float, float]:
     """(seconds to enqueue every event, seconds until every event is acknowledged); the sender
-    processes are started and warmed up (a first flush) before the clock starts."""
+    processes are started and warmed up (a first flush) before the clock starts. `sealed`:
+    every session names a subject, so its content is sealed under its data key."""
+    from rolltape.schemas.privacy import KeyEncryptionKey
+
     recorder = Recorder(
         connection,
         topic_prefix=prefix,
         spool_dir=spool,
         max_backlog=events + 10,
         senders=senders,
+        kek=KeyEncryptionKey.generate() if sealed else None,
     )
     # Distinct strings, as real turns are: the same object each time would cross to a sender
     # process once per batch (pickle and marshal write repeated objects by reference).
     contents = [f"{CONTENT[:-6]}{i:06d}" for i in range(min(events, 4096))]
     try:
-        handles = [recorder.session("bench sustained") for _ in range(sessions)]
+        handles = [
+            recorder.session("bench sustained", subject=f"user-{i}" if sealed else None)
+            for i in range(sessions)
+        ]
         recorder.flush(120)
         t0 = time.perf_counter()
         for i in range(events):
@@ -241,6 +263,7 @@ def run_producer_bench(
     repeats: int = 3,
     senders: tuple[int, ...] = (1, 2),
     sessions: int = 64,
+    sealed: bool = False,
 ) -> ProducerBench:
     """Run on scratch topics of its own (a fresh prefix, deleted afterwards), so benchmark and
     baseline records never mix with real sessions. `senders`: the recorder configurations of
@@ -255,6 +278,7 @@ def run_producer_bench(
             repeats=repeats,
             senders=tuple(sorted({1, *senders})),
             sessions=sessions,
+            sealed=sealed,
         )
     return report.model_copy(update={"partitions": partitions})
 
@@ -268,11 +292,13 @@ def _run(
     repeats: int,
     senders: tuple[int, ...],
     sessions: int,
+    sealed: bool = False,
 ) -> ProducerBench:
     overhead = _timer_overhead_ns()
     rec_samples: list[int] = []
     jsonl_samples: list[int] = []
     sustained: dict[int, list[tuple[float, float]]] = {n: [] for n in senders}
+    sealed_runs: dict[int, list[tuple[float, float]]] = {n: [] for n in senders}
     raw: list[float] = []
     raw_batches: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -289,11 +315,28 @@ def _run(
             jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
             for n in senders:
                 sustained[n].append(_sustained(connection, prefix, spool, events, sessions, n))
+                if sealed:
+                    sealed_runs[n].append(
+                        _sustained(connection, prefix, spool, events, sessions, n, sealed=True)
+                    )
             topic = topic_name("events", prefix)
             raw.append(asyncio.run(_raw_aiokafka(connection, topic, events, 1024)))
             raw_batches.append(asyncio.run(_raw_aiokafka_batches(connection, topic, events, 1024)))
     rec, jl = _pct(rec_samples, overhead), _pct(jsonl_samples, overhead)
     by_senders = [_summarise(n, events, sustained[n], raw_batches) for n in senders]
+    sealed_summary = [
+        SealedRun(
+            senders=n,
+            events_per_s=statistics.median(events / s for _, s in sealed_runs[n]),
+            runs_events_per_s=[events / s for _, s in sealed_runs[n]],
+            ratio=statistics.median(
+                plain_s / sealed_s
+                for (_, plain_s), (_, sealed_s) in zip(sustained[n], sealed_runs[n], strict=True)
+            ),
+        )
+        for n in senders
+        if sealed_runs[n]
+    ]
     one = by_senders[0]
     raw_s = statistics.median(raw)
     return ProducerBench(
@@ -314,6 +357,7 @@ def _run(
         repeats=repeats,
         sustained_sessions=sessions,
         by_senders=by_senders,
+        sealed=sealed_summary,
     )
 
 

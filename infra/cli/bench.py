@@ -25,6 +25,11 @@ def producer(
         help="More sender-process counts for the sustained run (1 and 2 always run; repeatable).",
     ),
     sessions: int = typer.Option(64, min=1, help="Sessions the sustained events are spread over."),
+    sealed: bool = typer.Option(
+        False,
+        "--sealed",
+        help="Also run each sustained run with every session naming a subject (content sealed).",
+    ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Hot-path cost of a record call and sustained events/s to the broker."""
@@ -40,6 +45,7 @@ def producer(
         repeats=repeats,
         senders=(1, 2, *senders),
         sessions=sessions,
+        sealed=sealed,
     )
     if json_out:
         console.print(r.model_dump_json(indent=2), markup=False)
@@ -91,6 +97,16 @@ def producer(
             f"({'met' if rate_met else 'MISSED'}: {two.events_per_s:,.0f}) and >= {r.goal_ratio} "
             f"of the ceiling ({'met' if ratio_met else 'MISSED'}: {two.ratio:.2f})"
         )
+    if r.sealed:
+        console.print("(d) sessions that name a subject (content sealed), same repeats")
+        console.print("    senders   events/s   ratio to unsealed   runs")
+        for run in r.sealed:
+            runs = " / ".join(f"{v:,.0f}" for v in run.runs_events_per_s)
+            verdict = "met" if run.ratio >= run.goal_ratio else "MISSED"
+            console.print(
+                f"    {run.senders:>7}   {run.events_per_s:8,.0f}   {run.ratio:5.2f} "
+                f"(goal >= {run.goal_ratio}: {verdict})   {runs}"
+            )
 
 
 @app.command()

@@ -49,6 +49,13 @@ def serve(
             help="Seconds without spans after which a trace whose root span never came ends as interrupted.",
         ),
     ] = 300.0,
+    subject_attribute: Annotated[
+        str | None,
+        typer.Option(
+            help="A span or resource attribute naming each trace's subject (e.g. enduser.id): "
+            "its sessions' content is sealed under a data key of their own, erasable by subject.",
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -71,7 +78,9 @@ def serve(
             raise UnknownFamilyError(f"--family: {exc}") from None
     s = settings()
     connection = current_connection(s, Role.AGENT)
-    config = ReceiverConfig(family=family, linger_s=linger, idle_s=idle)
+    config = ReceiverConfig(
+        family=family, linger_s=linger, idle_s=idle, subject_attribute=subject_attribute
+    )
     with state_lock(otlp_dir(s)):
         _run(s, connection, config, host, port, workers)
 

@@ -76,6 +76,9 @@ class ReceiverConfig:
     family: str | None = None
     linger_s: float = 5.0
     idle_s: float = 300.0
+    subject_attribute: str | None = None
+    """The span or resource attribute naming a trace's subject (`enduser.id`): its sessions'
+    content is then sealed under a data key of their own (docs/privacy.md)."""
     flush_timeout_s: float = 5.0
     """Under the exporters' own deadline (10 s in the Python SDK), so they get the 503 and
     send the batch again."""
@@ -258,6 +261,7 @@ class OtlpReceiver(ReceiverFront):
             family=config.family,
             linger_s=config.linger_s,
             idle_s=config.idle_s,
+            subject_attribute=config.subject_attribute,
         )
 
     async def record(self, spans: list[Span]) -> Outcome:

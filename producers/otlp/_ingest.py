@@ -121,10 +121,14 @@ class TraceIngest:
         idle_s: float = 300.0,
         forget_after_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
+        subject_attribute: str | None = None,
     ) -> None:
         self.recorder = recorder
         self.journal = journal
         self.family = family
+        self.subject_attribute = subject_attribute
+        """A span or resource attribute naming the trace's subject (`enduser.id`): the
+        session then seals its content under a data key of its own."""
         self.linger_s = linger_s
         self.idle_s = idle_s
         self.forget_after_s = forget_after_s
@@ -244,6 +248,7 @@ class TraceIngest:
             run_config["otel"]["continues"] = previous
         trace.session = self.recorder.session(
             task,
+            subject=self._subject(group),
             session_id=session_id_for(trace.trace_id, trace.generation),
             tools=first.tools if first else (),
             model=first.model if first else None,
@@ -257,6 +262,17 @@ class TraceIngest:
         trace.root_at = None
         trace.root_error = None
         trace.ended_at = None
+
+    def _subject(self, group: Sequence[Span]) -> str | None:
+        """The trace's subject: the attribute on one of its first spans, else on their
+        resource; None when the receiver was not told which attribute names it."""
+        name = self.subject_attribute
+        if name is None:
+            return None
+        for found in (*(s.attributes.get(name) for s in group), group[0].resource.get(name)):
+            if isinstance(found, str) and found:
+                return found
+        return None
 
     def _apply(self, trace: _Trace, span: Span, done: Applied) -> bool:
         """Record one span; False when it holds nothing GenAI (kept out of the session)."""

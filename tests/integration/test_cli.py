@@ -259,13 +259,17 @@ def test_tail__follows_new_records_live_and_filters_by_session(
 def test_bench_producer__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
     # A smoke run so the benchmark cannot rot; figures are printed, never asserted on.
     out = run(
-        ["bench", "producer", "--calls", "300", "--events", "300", "--repeats", "1", "--json"],
+        [
+            *("bench", "producer", "--calls", "300", "--events", "300", "--repeats", "1"),
+            *("--sealed", "--json"),
+        ],
         topics.env(),
     )
     assert out.returncode == 0, out.stdout + out.stderr
     figures = json.loads(out.stdout)
     assert figures["hot_path_calls"] == 300 and figures["sustained_events"] == 300
     assert figures["recorder_events_per_s"] > 0 and figures["raw_batches_events_per_s"] > 0
+    assert [s["senders"] for s in figures["sealed"]] == [1, 2]
 
 
 def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_path: Path) -> None:

@@ -41,9 +41,9 @@ JS = {"Content-Type": "application/json"}
 class Rig:
     """A receiver recording to a spool, with its journal, in `folder`."""
 
-    def __init__(self, folder: Path, **config: Any) -> None:
+    def __init__(self, folder: Path, kek: Any = None, **config: Any) -> None:
         self.folder = folder
-        self.recorder = Recorder(None, spool_dir=folder / "spool", spool_after_s=0.0)
+        self.recorder = Recorder(None, spool_dir=folder / "spool", spool_after_s=0.0, kek=kek)
         self.receiver = OtlpReceiver(
             self.recorder, Journal(folder / "journal.sqlite"), ReceiverConfig(**config)
         )
@@ -129,6 +129,30 @@ def test_sdk_exporter__an_agent_trace_becomes_one_session_in_conversation_order(
         "about_seq": None,
     }
     assert ended["status"] == "completed"
+
+
+def test_a_subject_attribute_seals_the_traces_session_under_a_key_of_its_own(
+    tmp_path: Path,
+) -> None:
+    from rolltape.producers._spool import Spool
+    from rolltape.schemas import DataKeyRecord, Stream, topic_name
+    from rolltape.schemas.privacy import KeyEncryptionKey
+
+    kek = KeyEncryptionKey.generate()
+    with (
+        Rig(tmp_path, kek=kek, linger_s=0.0, subject_attribute="service.name") as rig,
+        agent_tracer(rig.thread.url) as tracer,
+    ):
+        weather_agent(tracer)
+    spool = Spool(tmp_path / "spool", 1 << 30)
+    records, _ = spool.read(10_000)
+    spool.close()
+    keys = [v for t, _, v in records if t == topic_name(Stream.KEYS)]
+    (entry,) = [DataKeyRecord.model_validate_json(v) for v in keys]
+    assert entry.subject == "weather-agent" and entry.session_id.startswith("otel-")
+    events = [v for t, _, v in records if t == topic_name(Stream.EVENTS)]
+    assert len(events) == 9 and b"Weather in Paris?" not in b"".join(events)
+    assert all(b'"sealed":"v1.' in v for v in events if b'"type":"turn"' in v)
 
 
 def test_a_failed_inference_span_is_a_model_error_and_a_failed_root_fails_the_session(
