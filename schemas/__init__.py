@@ -66,6 +66,7 @@ from rolltape.schemas._envelope import (
     raw_event_id,
     seal,
 )
+from rolltape.schemas._erasure import Erasure
 from rolltape.schemas._errors import (
     CanonicalEncodingError,
     EnvelopeError,
@@ -80,6 +81,7 @@ from rolltape.schemas._events import (
     CronJobEvent,
     CronRunEvent,
     DecisionEvent,
+    ErasureEvent,
     EvaluationEvent,
     Event,
     FeedbackEvent,
@@ -249,6 +251,8 @@ __all__ = [
     "EditTarget",
     "Envelope",
     "EnvelopeError",
+    "Erasure",
+    "ErasureEvent",
     "EvaluatedItem",
     "Evaluation",
     "EvaluationEvent",

@@ -33,6 +33,7 @@ from rolltape.schemas._checkpoint import Checkpoint
 from rolltape.schemas._cron import CronJob, CronRun
 from rolltape.schemas._derived import ChainBroken, FilterOutcome, RuleEvaluation, Verdict
 from rolltape.schemas._envelope import Envelope
+from rolltape.schemas._erasure import Erasure
 from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
@@ -234,6 +235,11 @@ class CheckpointEvent(Event[Checkpoint]):
     type: Literal["checkpoint"]
 
 
+class ErasureEvent(Event[Erasure]):
+    __slots__ = ()
+    type: Literal["erasure"]
+
+
 class CronJobEvent(Event[CronJob]):
     __slots__ = ()
     type: Literal["cron_job"]
@@ -301,6 +307,7 @@ TypedEvent = (
     | VerdictEvent
     | FilterOutcomeEvent
     | CheckpointEvent
+    | ErasureEvent
     | CronJobEvent
     | CronRunEvent
     | EvaluationEvent

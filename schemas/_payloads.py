@@ -21,6 +21,7 @@ from pydantic import (
 from rolltape.schemas._checkpoint import Checkpoint
 from rolltape.schemas._cron import CronJob, CronRun
 from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
+from rolltape.schemas._erasure import Erasure
 from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
@@ -349,6 +350,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "session_resumed": SessionResumed,
     **DERIVED_PAYLOAD_MODELS,
     "checkpoint": Checkpoint,
+    "erasure": Erasure,
     "cron_job": CronJob,
     "cron_run": CronRun,
     "evaluation": Evaluation,

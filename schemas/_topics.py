@@ -31,6 +31,7 @@ class Stream(StrEnum):
     DEADLETTER = "deadletter"
     BLOBS = "blobs"
     KEYS = "keys"
+    ERASURES = "erasures"
 
 
 #: Streams whose records are hash-chained per session (the dead-letter topic carries foreign bytes,
@@ -43,6 +44,7 @@ CHAINED_STREAMS: tuple[Stream, ...] = (
     Stream.RULES,
     Stream.VERDICTS,
     Stream.FILTERED,
+    Stream.ERASURES,
 )
 
 
@@ -133,6 +135,13 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
             "min.cleanable.dirty.ratio": "0.01",
             "delete.retention.ms": str(86_400_000),
         },
+    ),
+    TopicSpec(
+        # One chain ("erasures") of signed erasure records (schemas._erasure), kept forever.
+        # Written by the admin alone (a custodian's `rolltape erase`), read by every reader.
+        stream=Stream.ERASURES,
+        writers=(),
+        configs=_RAW,
     ),
 )
 

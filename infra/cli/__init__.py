@@ -18,6 +18,7 @@ from rolltape.infra.cli import (
     cron,
     demo,
     env,
+    erase,
     export,
     feed,
     harness,
@@ -86,6 +87,7 @@ for name, command in (
     ("project", project.project),
     ("report", report.report),
     ("parse", parse.parse_command),
+    ("erase", erase.erase),
 ):
     app.command(name=name, short_help=_summary(command), help=_reflowed(command))(command)
 

@@ -11,9 +11,11 @@ from rolltape.schemas.trust._merkle import Frontier
 from rolltape.schemas.trust._signing import (
     LogTree,
     consistency_from_frontier,
+    erasure_signed_by,
     key_id,
     load_private_key,
     load_public_key,
+    sign_erasure,
     sign_tree_head,
     tree_head_signed_by,
 )
@@ -22,9 +24,11 @@ __all__ = [
     "Frontier",
     "LogTree",
     "consistency_from_frontier",
+    "erasure_signed_by",
     "key_id",
     "load_private_key",
     "load_public_key",
+    "sign_erasure",
     "sign_tree_head",
     "tree_head_signed_by",
 ]

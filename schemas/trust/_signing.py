@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from rolltape.schemas._checkpoint import ChainHeadLeaf, Checkpoint, TreeHead
+from rolltape.schemas._erasure import Erasure
 from rolltape.schemas.trust._merkle import Frontier, ProofTree, tree_root, verify_consistency
 
 
@@ -58,6 +59,22 @@ def tree_head_signed_by(public_key: Ed25519PublicKey, head: TreeHead, signature:
         return False
     try:
         public_key.verify(bytes.fromhex(signature), head.signed_bytes())
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def sign_erasure(private_key: Ed25519PrivateKey, erasure: Erasure) -> Erasure:
+    """The erasure with the judge's Ed25519 signature of its signed bytes."""
+    return erasure.model_copy(update={"signature": private_key.sign(erasure.signed_bytes()).hex()})
+
+
+def erasure_signed_by(public_key: Ed25519PublicKey, erasure: Erasure) -> bool:
+    """Whether the erasure carries the key's signature of what it says (and names that key)."""
+    if erasure.key_id != key_id(public_key):
+        return False
+    try:
+        public_key.verify(bytes.fromhex(erasure.signature), erasure.signed_bytes())
     except (InvalidSignature, ValueError):
         return False
     return True

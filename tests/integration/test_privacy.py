@@ -16,10 +16,12 @@ from aiokafka import TopicPartition
 
 from rolltape.infra.kafka.keyring import read_keyring
 from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.keys import judge_key
 from rolltape.producers import Recorder
 from rolltape.projections import MANIFEST
-from rolltape.schemas import Role, Stream, read_event, topic_name
+from rolltape.schemas import Erasure, Role, Stream, read_event, topic_name
 from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
+from rolltape.schemas.trust import erasure_signed_by
 
 from .conftest import Cluster, Topics
 
@@ -133,22 +135,28 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     without = _export(topics, tmp_path / "no-kek", tmp_path / "absent.bin")
     assert without["exported"] == 0 and without["skipped"].get("key_unavailable") == 2
 
-    # Erase user-a as erasure will: a tombstone for each of its keys.
-    async def tombstone(session_id: str) -> None:
-        keys = [
-            r.key
-            async for r in read_records(topics.reader, [Stream.KEYS], prefix=topics.prefix)
-            if r.key is not None and r.key.startswith(f"{session_id}/".encode())
-        ]
-        producer = topics.connection(Role.ADMIN).producer(acks="all")
-        await producer.start()
-        try:
-            for key in keys:
-                await producer.send_and_wait(topic_name(Stream.KEYS, topics.prefix), None, key=key)
-        finally:
-            await producer.stop()
+    # `rolltape erase` as the custodian runs it: tombstones, and a signed receipt.
+    env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
+    erased = subprocess.run(
+        [*CLI, "erase", "--subject", "user-a", "--reason", "GDPR art. 17 request"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert erased.returncode == 0, erased.stdout + erased.stderr
+    receipt = json.loads(erased.stdout)
+    erasure = Erasure.model_validate(receipt["erasure"])
+    assert erasure.sessions == ("s-user-a",) and len(erasure.keys) == 1
+    assert receipt["subject"] == "user-a" and "subject" not in receipt["erasure"]
+    public = judge_key(topics.settings).private_key().public_key()
+    assert erasure_signed_by(public, erasure)
+    assert not erasure_signed_by(public, erasure.model_copy(update={"sessions": ("s-user-b",)}))
+    again = subprocess.run(
+        [*CLI, "erase", "--subject", "user-a"], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert again.returncode == 2 and "no live data key for subject 'user-a'" in again.stderr
 
-    asyncio.run(tombstone("s-user-a"))
     keyring = asyncio.run(read_keyring(topics.reader, settings))
     assert keyring.subjects == {"s-user-b": "user-b"}
     assert _opened(topics, keyring) == {"s-user-a": ["erased"], "s-user-b": ["bob's note"]}
@@ -156,7 +164,10 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     assert after["exported"] == 1 and after["skipped"].get("erased") == 1
     assert "alice" not in after["text"] and "bob's note" in after["text"]
     report = topics.verify()
-    assert report.reports() and all(r.ok and r.ended for r in report.reports())
+    chains = {(r.stream, r.session_id): r for r in report.reports()}
+    assert chains[("erasures", "erasures")].ok  # the receipt is chained like any record
+    assert all(r.ok for r in chains.values())
+    assert all(r.ended for (stream, _), r in chains.items() if stream == "events")
 
     stranger = Keyring(KeyEncryptionKey.generate())  # another cluster's KEK opens nothing
 

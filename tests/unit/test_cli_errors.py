@@ -71,6 +71,7 @@ CASES = [
     # Commands that read the topics fail first through the broker when there is none.
     Case(("tail",), said=NO_BROKER),
     Case(("verify",), said=NO_BROKER),
+    Case(("erase",), ("--subject", "user-1"), NO_BROKER),
     Case(("verify",), said=REFUSED, env=CLOSED),
     Case(("tail",), ("--no-follow",), REFUSED, env=CLOSED),
     Case(("export",), ("-f", "sharegpt", "-o", "{tmp}/out"), REFUSED, env=CLOSED),

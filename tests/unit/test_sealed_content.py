@@ -162,3 +162,26 @@ def test_a_keyring_opens_what_it_holds_and_says_why_it_cannot_open_the_rest() ->
     keyring.add(f"s-1/{KEY.key_id}".encode(), None)
     assert keyring.open_payload("turn", sealed, **AT) == (None, "erased")
     assert keyring.subjects == {}
+
+
+def test_an_erasure_receipt_is_signed_over_everything_it_says() -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from rolltape.schemas import Erasure
+    from rolltape.schemas.trust import erasure_signed_by, key_id, sign_erasure
+
+    private = Ed25519PrivateKey.generate()
+    erasure = sign_erasure(
+        private,
+        Erasure(
+            sessions=("s-1",),
+            keys=("s-1/0123456789abcdef",),
+            requested_by="admin",
+            erased_ns=1,
+            key_id=key_id(private.public_key()),
+        ),
+    )
+    assert erasure_signed_by(private.public_key(), erasure)
+    for changed in ({"sessions": ("s-2",)}, {"erased_ns": 2}, {"reason": "x"}):
+        assert not erasure_signed_by(private.public_key(), erasure.model_copy(update=changed))
+    assert not erasure_signed_by(Ed25519PrivateKey.generate().public_key(), erasure)

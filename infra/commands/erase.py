@@ -1,0 +1,154 @@
+"""`rolltape erase`: destroy a subject's (or a session's) data keys, and sign the receipt.
+
+Erasure is crypto-shredding: the sealed content stays in the log, chained and checkpointed as
+it was, and every reader that reads the keys topic finds the key's tombstone and reads the
+session as erased from then on (docs/privacy.md). The command, as the admin (the only principal
+that may write tombstones and the erasures stream):
+
+1. reads the keys topic and picks the live data keys of the subject (or the session);
+2. writes a tombstone for each and waits until the broker acknowledged them all;
+3. appends an `erasure` record (sessions, key ids, who, when; never the subject) to the one
+   `erasures` chain, signed with the judge's Ed25519 key, so the receipt checks offline with
+   the public key that checks checkpoints.
+
+Erasing what has no live key (an unknown subject, one erased already) is an error that says so:
+nothing is written. Two erasures at the same moment could both take the erasures chain's head;
+the log's order then keeps the first and flags the second as a fork (as any second writer).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from rolltape.infra._errors import InfraError
+from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.keys import judge_key
+from rolltape.infra.settings import Settings
+from rolltape.schemas import (
+    ChainWriter,
+    DataKeyRecord,
+    Erasure,
+    Stream,
+    read_event,
+    software_version,
+    topic_name,
+)
+from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.trust import sign_erasure
+
+ERASURES_SESSION = "erasures"
+"""The one chain of erasure records."""
+
+
+class EraseError(InfraError):
+    """Nothing to erase as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What was erased: the signed record, its place in the erasures chain, and the subject as
+    asked (printed to whoever asked; not stored)."""
+
+    erasure: Erasure
+    seq: int
+    hash: str
+    subject: str | None
+
+
+async def _live_keys(connection: KafkaConnection, prefix: str) -> dict[bytes, DataKeyRecord]:
+    """The keys topic's live records by record key (a later record replaces an earlier one, a
+    tombstone removes it), as compaction leaves it."""
+    live: dict[bytes, DataKeyRecord] = {}
+    async for record in read_records(connection, [Stream.KEYS], prefix=prefix):
+        if record.key is None:
+            continue
+        if record.value is None:
+            live.pop(record.key, None)
+            continue
+        try:
+            live[record.key] = DataKeyRecord.model_validate_json(record.value)
+        except ValidationError:
+            continue  # not a data key: nothing of it can be erased or used
+    return live
+
+
+async def _erasures_head(connection: KafkaConnection, prefix: str) -> tuple[int, str] | None:
+    """(seq, hash) of the erasures chain's last record, None before the first."""
+    head: tuple[int, str] | None = None
+    async for record in read_records(connection, [Stream.ERASURES], prefix=prefix):
+        event = read_event(record.value)
+        if event.session_id == ERASURES_SESSION and (head is None or event.seq > head[0]):
+            head = (event.seq, event.hash)
+    return head
+
+
+async def erase(
+    connection: KafkaConnection,
+    settings: Settings,
+    *,
+    subject: str | None = None,
+    session_id: str | None = None,
+    reason: str | None = None,
+) -> Receipt:
+    """Tombstone the live data keys of `subject` or of `session_id` (exactly one of them) and
+    append the signed erasure record; EraseError when there is nothing to erase."""
+    if (subject is None) == (session_id is None):
+        raise EraseError("erase takes one of --subject or --session")
+    prefix = settings.topic_prefix
+    key = judge_key(settings)  # checked before anything is written
+    private = key.private_key()
+    live = await _live_keys(connection, prefix)
+    chosen = {
+        k: r
+        for k, r in live.items()
+        if (subject is not None and r.subject == subject) or r.session_id == session_id
+    }
+    if not chosen:
+        what = f"subject {subject!r}" if subject is not None else f"session {session_id!r}"
+        raise EraseError(
+            f"no live data key for {what} on {topic_name(Stream.KEYS, prefix)}: it was never "
+            "recorded with a subject, or it is erased already (see the erasures stream: "
+            "`rolltape tail -s erasures`)"
+        )
+    producer = connection.chain_producer(linger_ms=0, client_id="rolltape-erase")
+    keys_topic = topic_name(Stream.KEYS, prefix)
+    async with connection.started(producer, f"erasing on {connection}") as started:
+        for record_key in sorted(chosen):
+            await started.send_and_wait(keys_topic, None, key=record_key)
+        erased_ns = time.time_ns()
+        erasure = sign_erasure(
+            private,
+            Erasure(
+                sessions=tuple(sorted({r.session_id for r in chosen.values()})),
+                keys=tuple(k.decode() for k in sorted(chosen)),
+                requested_by=connection.principal or settings.principal,
+                reason=reason,
+                erased_ns=erased_ns,
+                key_id=key.key_id(),
+            ),
+        )
+        writer: ChainWriter[str] = ChainWriter()
+        head = await _erasures_head(connection, prefix)
+        if head is not None:
+            writer.take_over(ERASURES_SESSION, head[0] + 1, head[1])
+        seq = writer.head(ERASURES_SESSION)[0]
+        value, digest = writer.append(
+            ERASURES_SESSION,
+            stream=Stream.ERASURES.value,
+            session_id=ERASURES_SESSION,
+            ts_ns=erased_ns,
+            type="erasure",
+            payload=erasure.model_dump(mode="json"),
+            producer={
+                "name": "rolltape.erase",
+                "version": software_version(),
+                "principal": connection.principal or settings.principal,
+            },
+        )
+        await started.send_and_wait(
+            topic_name(Stream.ERASURES, prefix), value, key=ERASURES_SESSION.encode()
+        )
+    return Receipt(erasure, seq, digest, subject)
