@@ -131,10 +131,16 @@ def redaction_secret(settings: Settings) -> bytes:
     return _secret_file(path, "redaction secret", 32, exact=False)
 
 
+def kek_path(settings: Settings) -> Path:
+    """ROLLTAPE_KEK_FILE, else `<state dir>/keys/kek.bin`."""
+    return settings.kek_file or settings.state_dir / "keys" / "kek.bin"
+
+
 def key_encryption_key(settings: Settings, *, create: bool = True) -> KeyEncryptionKey:
     """The key-encryption key that wraps data keys (ROLLTAPE_KEK_FILE), created (32 random
     bytes, 0600) on first use by a recorder; a reader (`create=False`) never makes one, since a
     new key opens nothing. Losing it makes every subject session's content unreadable: back it
     up as you back up the broker's data."""
-    path = settings.kek_file or settings.state_dir / "keys" / "kek.bin"
-    return KeyEncryptionKey(_secret_file(path, "key-encryption key", 32, exact=True, create=create))
+    return KeyEncryptionKey(
+        _secret_file(kek_path(settings), "key-encryption key", 32, exact=True, create=create)
+    )

@@ -7,7 +7,7 @@ as the principal of the reader's role; an agent's principal may not read it (the
 from __future__ import annotations
 
 from rolltape.infra.kafka.readback import read_records
-from rolltape.infra.keys import key_encryption_key
+from rolltape.infra.keys import kek_path, key_encryption_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Stream
 from rolltape.schemas.clients import KafkaConnection
@@ -26,7 +26,6 @@ async def read_keyring(connection: KafkaConnection, settings: Settings) -> Keyri
 async def keyring_if_any(connection: KafkaConnection, settings: Settings) -> Keyring | None:
     """The keyring, or None where this machine has no key-encryption key (sessions with sealed
     content are then left out as `key unavailable`: a reader never creates a KEK)."""
-    path = settings.kek_file or settings.state_dir / "keys" / "kek.bin"
-    if not path.exists():
+    if not kek_path(settings).exists():
         return None
     return await read_keyring(connection, settings)
