@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rolltape.schemas import TOPIC_SPECS, Role
+from rolltape.schemas import PAYLOAD_MODELS, TOPIC_SPECS, Role
 
 from .conftest import Topics
 
@@ -187,7 +187,9 @@ def test_schemas_export__writes_a_json_schema_per_payload_type(tmp_path: Path) -
     out = run(["schemas", "export", str(tmp_path)], dict(os.environ))
     assert out.returncode == 0, out.stderr
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert "envelope.schema.json" in names and "metric.schema.json" in names and len(names) == 28
+    assert "envelope.schema.json" in names and "metric.schema.json" in names
+    assert len(names) == len(PAYLOAD_MODELS) + 1  # one per payload type, and the envelope
+    assert "erasure.schema.json" in names
     assert "ruleset_evaluation.schema.json" in names
     assert "model_spec.schema.json" in names and "live_check.schema.json" in names
     assert "model_error.schema.json" in names and "tool_parse_error.schema.json" in names
