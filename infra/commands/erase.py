@@ -21,15 +21,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
 from rolltape.infra._errors import InfraError
+from rolltape.infra.kafka.keyring import read_keys
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import (
     ChainWriter,
-    DataKeyRecord,
     Erasure,
     Stream,
     read_event,
@@ -58,23 +56,6 @@ class Receipt:
     subject: str | None
 
 
-async def _live_keys(connection: KafkaConnection, prefix: str) -> dict[bytes, DataKeyRecord]:
-    """The keys topic's live records by record key (a later record replaces an earlier one, a
-    tombstone removes it), as compaction leaves it."""
-    live: dict[bytes, DataKeyRecord] = {}
-    async for record in read_records(connection, [Stream.KEYS], prefix=prefix):
-        if record.key is None:
-            continue
-        if record.value is None:
-            live.pop(record.key, None)
-            continue
-        try:
-            live[record.key] = DataKeyRecord.model_validate_json(record.value)
-        except ValidationError:
-            continue  # not a data key: nothing of it can be erased or used
-    return live
-
-
 async def _erasures_head(connection: KafkaConnection, prefix: str) -> tuple[int, str] | None:
     """(seq, hash) of the erasures chain's last record, None before the first."""
     head: tuple[int, str] | None = None
@@ -100,10 +81,10 @@ async def erase(
     prefix = settings.topic_prefix
     key = judge_key(settings)  # checked before anything is written
     private = key.private_key()
-    live = await _live_keys(connection, prefix)
+    keyring = await read_keys(connection, prefix, None)  # the records suffice: no KEK
     chosen = {
-        k: r
-        for k, r in live.items()
+        f"{sid}/{kid}".encode(): r
+        for (sid, kid), r in keyring.records.items()
         if (subject is not None and r.subject == subject) or r.session_id == session_id
     }
     if not chosen:
@@ -119,12 +100,13 @@ async def erase(
         for record_key in sorted(chosen):
             await started.send_and_wait(keys_topic, None, key=record_key)
         erased_ns = time.time_ns()
+        principal = connection.principal or settings.principal
         erasure = sign_erasure(
             private,
             Erasure(
                 sessions=tuple(sorted({r.session_id for r in chosen.values()})),
                 keys=tuple(k.decode() for k in sorted(chosen)),
-                requested_by=connection.principal or settings.principal,
+                requested_by=principal,
                 reason=reason,
                 erased_ns=erased_ns,
                 key_id=key.key_id(),
@@ -145,7 +127,7 @@ async def erase(
             producer={
                 "name": "rolltape.erase",
                 "version": software_version(),
-                "principal": connection.principal or settings.principal,
+                "principal": principal,
             },
         )
         await started.send_and_wait(

@@ -11,16 +11,25 @@ from rolltape.infra.keys import kek_path, key_encryption_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Stream
 from rolltape.schemas.clients import KafkaConnection
-from rolltape.schemas.privacy import Keyring
+from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
+
+
+async def read_keys(
+    connection: KafkaConnection, prefix: str, kek: KeyEncryptionKey | None
+) -> Keyring:
+    """The keys topic read whole into a keyring; without a KEK it holds the live records and
+    the tombstones only (what erasure needs), no key."""
+    keyring = Keyring(kek)
+    async for record in read_records(connection, [Stream.KEYS], prefix=prefix):
+        keyring.add(record.key, record.value)
+    return keyring
 
 
 async def read_keyring(connection: KafkaConnection, settings: Settings) -> Keyring:
     """Every data key on the keys topic, unwrapped with the settings' key-encryption key (a
     missing KEK file is a SecretFileError naming it: it is never created by a reader)."""
-    keyring = Keyring(key_encryption_key(settings, create=False))
-    async for record in read_records(connection, [Stream.KEYS], prefix=settings.topic_prefix):
-        keyring.add(record.key, record.value)
-    return keyring
+    kek = key_encryption_key(settings, create=False)
+    return await read_keys(connection, settings.topic_prefix, kek)
 
 
 async def keyring_if_any(connection: KafkaConnection, settings: Settings) -> Keyring | None:

@@ -10,7 +10,7 @@ records wait in the spill (`rolltape.infra.kafka.spill`) and come back a session
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.kafka.spill import SessionRecords, Spill
@@ -19,7 +19,7 @@ from rolltape.schemas import Stream, TypedEvent
 from rolltape.schemas.clients import KafkaConnection
 
 if TYPE_CHECKING:  # the crypto library loads only where sealed content is opened
-    from rolltape.schemas.privacy import Keyring
+    from rolltape.schemas.privacy import Access, Keyring
 
 S = TypeVar("S", bound="SessionScan")
 
@@ -63,9 +63,7 @@ class SessionScan:
     def session(self, session_id: str) -> SessionRecords | None:
         return self.spill.session(session_id)
 
-    def opened(
-        self, session: SessionRecords
-    ) -> tuple[SessionRecords | None, Literal["clear", "opened", "erased", "key unavailable"]]:
+    def opened(self, session: SessionRecords) -> tuple[SessionRecords | None, Access]:
         """The session with its sealed content opened by the scan's keyring, or None and why
         not: `erased` (its data key's tombstone was read) or `key unavailable` (no key, or no
         keyring). A reader of content leaves such a session out and counts it; it never reads

@@ -33,21 +33,26 @@ class Keyring:
 
     def __init__(self, kek: KeyEncryptionKey | None) -> None:
         self.kek = kek
+        self.records: dict[tuple[str, str], DataKeyRecord] = {}
+        """The live data-key records by (session id, key id), as compaction leaves the topic
+        (what erasure picks from; readable without the KEK)."""
         self._keys: dict[tuple[str, str], ContentKey] = {}
         self._erased: set[tuple[str, str]] = set()
-        self.subjects: dict[str, str] = {}
-        """Session id -> the subject it names (for erasure by subject)."""
         self.unreadable = 0
         """Records of the keys topic that are not data-key records, or do not unwrap."""
+
+    @property
+    def subjects(self) -> dict[str, str]:
+        """Session id -> the subject it names, for the sessions with a live key."""
+        return {sid: record.subject for (sid, _), record in self.records.items()}
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
         """One record of the keys topic: a wrapped data key, or a tombstone (erased)."""
         session_id, _, key_id = (key or b"").decode(errors="replace").rpartition("/")
         if value is None:
+            self.records.pop((session_id, key_id), None)
             self._keys.pop((session_id, key_id), None)
             self._erased.add((session_id, key_id))
-            if not any(sid == session_id for sid, _ in self._keys):
-                self.subjects.pop(session_id, None)  # the subject's name goes with its keys
             return
         try:
             record = DataKeyRecord.model_validate_json(value)
@@ -55,7 +60,7 @@ class Keyring:
             self.unreadable += 1
             return
         ids = (record.session_id, record.key_id)
-        self.subjects[record.session_id] = record.subject
+        self.records[ids] = record
         self._erased.discard(ids)
         if self.kek is None:
             return

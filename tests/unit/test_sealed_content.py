@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,11 @@ def test_payloads_without_content_and_sessions_without_a_subject_keep_their_byte
     empty = dump_payload(PAYLOAD_MODELS["tool_call"], {"id": "c1", "name": "noop"})
     assert seal_content("tool_call", empty, KEY, **AT) == empty
     # `sealed` is left out of a payload that has none: records written before it are unchanged
+    assert b"sealed" not in turn_record({"role": "user", "content": "hi"})
+
+
+def turn_record(payload: dict[str, Any]) -> bytes:
+    """The record the one chain writer seals for a turn payload."""
     writer: ChainWriter[str] = ChainWriter()
     record, _ = writer.append_payload(
         "k",
@@ -94,25 +100,14 @@ def test_payloads_without_content_and_sessions_without_a_subject_keep_their_byte
         ts_ns=1,
         type="turn",
         model=PAYLOAD_MODELS["turn"],
-        payload={"role": "user", "content": "hi"},
+        payload=payload,
         producer={"name": "t", "version": "1", "principal": "p"},
     )
-    assert b"sealed" not in record
+    return record
 
 
 def test_a_sealed_payload_is_sealed_into_a_record_like_any_other() -> None:
-    writer: ChainWriter[str] = ChainWriter()
-    sealed = seal_content("turn", TURN, KEY, **AT)
-    record, _ = writer.append_payload(
-        "k",
-        stream="events",
-        session_id="s-1",
-        ts_ns=1,
-        type="turn",
-        model=PAYLOAD_MODELS["turn"],
-        payload=sealed,
-        producer={"name": "t", "version": "1", "principal": "p"},
-    )
+    record = turn_record(seal_content("turn", TURN, KEY, **AT))
     assert b'"sealed":"v1.0123456789abcdef.' in record and b"jane" not in record
 
 
