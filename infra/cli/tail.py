@@ -31,7 +31,15 @@ def _short(text: Any, width: int = 80) -> str:
 
 
 def summarize(event_type: str, p: Mapping[str, Any]) -> str:
-    """One line a person can scan for each event type."""
+    """One line a person can scan for each event type; content sealed under a subject's data
+    key (tail does not open it) is marked, so its empty fields are not read as said."""
+    line = _summary(event_type, p)
+    if isinstance(p.get("sealed"), str):
+        return f"[content sealed] {line}"
+    return line
+
+
+def _summary(event_type: str, p: Mapping[str, Any]) -> str:
     match event_type:
         case "session_started":
             tools = ", ".join(t.get("name", "?") for t in p.get("tools", []))
