@@ -32,7 +32,7 @@ def open_recorder(
     }
     if settings.redaction_policy is not None:
         kwargs["redaction"] = redaction_from(settings)
-    kwargs["kek"] = lambda: key_encryption_key(settings)  # read at the first subject session
+    kwargs["kek"] = lambda: key_encryption_key(settings)  # read at each subject session
     connection = overrides.pop("connection", None) or current_connection(settings, role)
     if connection is None or connection.principal is None:
         # Unauthenticated: the envelope names the configured principal.

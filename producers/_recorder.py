@@ -140,8 +140,9 @@ class Recorder:
     nothing unredacted reaches the sender, the spool or the broker (`rolltape.producers.privacy`;
     `open_recorder` reads it from ROLLTAPE_REDACTION_POLICY).
 
-    `kek`: the key-encryption key (or a function that reads it, called at the first session
-    that names a subject) that wraps the data keys of sessions recorded with `subject=`.
+    `kek`: the key-encryption key (or a function that reads it, called at each session that
+    names a subject, so that a rotated KEK is picked up) that wraps the data keys of sessions
+    recorded with `subject=`.
     """
 
     def __init__(
@@ -329,14 +330,14 @@ class Recorder:
                 "a session with a subject needs the key-encryption key that wraps its data key: "
                 "Recorder(kek=...), or open_recorder() (ROLLTAPE_KEK_FILE)"
             )
-        if not isinstance(self._kek, KeyEncryptionKey):
-            self._kek = self._kek()
+        # A function is called for each session: a KEK rotated meanwhile is the one used.
+        kek = self._kek if isinstance(self._kek, KeyEncryptionKey) else self._kek()
         key = ContentKey.generate()
         record = DataKeyRecord(
             session_id=session_id,
             subject=subject,
             key_id=key.key_id,
-            wrapped=self._kek.wrap(key, session_id),
+            wrapped=kek.wrap(key, session_id),
             ts_ns=_time_ns(),
         )
         payload = {"key_id": key.key_id, "secret": key.secret, "value": record.value()}

@@ -29,6 +29,12 @@ class DataKeyRecord(BaseModel):
     """`v1.<kek id>.<...>`: the data key under the key-encryption key."""
     ts_ns: int
 
+    @property
+    def kek_id(self) -> str:
+        """The id of the key-encryption key `wrapped` is under ("" when of an unknown form)."""
+        parts = self.wrapped.split(".")
+        return parts[1] if len(parts) == 3 and parts[0] == "v1" else ""
+
     def value(self) -> bytes:
         """The record's value on the keys topic."""
         return canonical_bytes(self.model_dump())

@@ -66,7 +66,8 @@ class Keyring:
             return
         try:
             self._keys[ids] = self.kek.unwrap(record.wrapped, record.key_id, record.session_id)
-        except SealedContentError:
+        except SealedContentError:  # e.g. re-wrapped under a new KEK: the earlier key is gone
+            self._keys.pop(ids, None)
             self.unreadable += 1
 
     def access(self, session_id: str, key_id: str) -> Access:

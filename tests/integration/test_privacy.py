@@ -61,6 +61,11 @@ def _opened(topics: Topics, keyring: Keyring) -> dict[str, list[str]]:
     return asyncio.run(read())
 
 
+async def _feed_keys(topics: Topics, keyring: Keyring) -> None:
+    async for r in read_records(topics.reader, [Stream.KEYS], prefix=topics.prefix):
+        keyring.add(r.key, r.value)
+
+
 def _export(topics: Topics, out: Path, kek_file: Path) -> dict[str, Any]:
     """`rolltape export` as a person runs it; the manifest, and every line's text."""
     env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
@@ -170,10 +175,20 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     assert all(r.ended for (stream, _), r in chains.items() if stream == "events")
 
     stranger = Keyring(KeyEncryptionKey.generate())  # another cluster's KEK opens nothing
-
-    async def feed() -> None:
-        async for r in read_records(topics.reader, [Stream.KEYS], prefix=topics.prefix):
-            stranger.add(r.key, r.value)
-
-    asyncio.run(feed())
+    asyncio.run(_feed_keys(topics, stranger))
     assert _opened(topics, stranger)["s-user-b"] == ["key unavailable"]
+
+    # `rolltape keys rotate-kek`: live keys re-wrapped, the old KEK retired; a copy of it (or of
+    # a key wrapped under it) opens nothing from then on.
+    rotated = subprocess.run(
+        [*CLI, "keys", "rotate-kek"], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert rotated.returncode == 0, rotated.stdout + rotated.stderr
+    assert "1 data keys re-wrapped" in rotated.stdout
+    assert kek_file.read_bytes() != kek.secret and kek_file.stat().st_mode & 0o777 == 0o600
+    assert not kek_file.with_name("kek.bin.next").exists()
+    keyring = asyncio.run(read_keyring(topics.reader, settings))
+    assert _opened(topics, keyring) == {"s-user-a": ["erased"], "s-user-b": ["bob's note"]}
+    stale = Keyring(kek)
+    asyncio.run(_feed_keys(topics, stale))
+    assert _opened(topics, stale)["s-user-b"] == ["key unavailable"]
