@@ -6,6 +6,7 @@
 
 from rolltape.processors.conversation import tool_failed
 from rolltape.projections._atropos_sink import AtroposSink, AtroposSinkError
+from rolltape.projections._erasures import ErasureList, ErasuresFileError, read_erasures
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._evidence import (
     Checkpoints,
@@ -69,6 +70,8 @@ __all__ = [
     "Chosen",
     "ChosenStore",
     "Decided",
+    "ErasureList",
+    "ErasuresFileError",
     "ExportFile",
     "ExportLine",
     "ExportOptions",
@@ -104,6 +107,7 @@ __all__ = [
     "fold",
     "fold_prompts",
     "order_key",
+    "read_erasures",
     "run_projector",
     "session_evidence",
     "tool_failed",

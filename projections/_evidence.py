@@ -17,10 +17,12 @@ Pure: the caller reads the topics or the files.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.projections._trajectory import Trajectory
 from rolltape.schemas import (
@@ -35,6 +37,9 @@ from rolltape.schemas import (
 )
 from rolltape.schemas.trust import LogTree, tree_head_signed_by
 from rolltape.schemas.trust._merkle import verify_inclusion
+
+if TYPE_CHECKING:
+    from rolltape.schemas.privacy import ContentKey
 
 CHECKPOINT_TYPE = "checkpoint"
 
@@ -62,14 +67,47 @@ class SessionEvidence(BaseModel):
     envelopes: dict[str, tuple[str, ...]]
     """stream -> the chain's envelopes in seq order, as their canonical JSON text."""
     proofs: tuple[InclusionProof, ...]
+    data_keys: dict[str, str] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A session recorded with a subject: its data keys (key id -> the 32 bytes, base64url),
+    so that its sealed envelopes open offline. In clear: the export's lines are plaintext."""
 
     def decoded(self) -> dict[str, list[TypedEvent]]:
         """The envelopes as events, read through the codec (UnreadableRecord for one that is
-        no envelope)."""
-        return {
+        no envelope), with sealed content opened by the data keys carried here
+        (SealedContentError for content they do not open). The envelopes' hashes cover the
+        sealed form: `evidence_problems` checks them as they are."""
+        chains = {
             stream: [read_event(e.encode()) for e in texts]
             for stream, texts in self.envelopes.items()
         }
+        if not any("sealed" in e.payload for events in chains.values() for e in events):
+            return chains
+        from rolltape.schemas.privacy import ContentKey, Keyring, SealedContentError
+
+        keyring = Keyring.of(
+            self.session_id,
+            {
+                kid: ContentKey(kid, base64.urlsafe_b64decode(secret))
+                for kid, secret in (self.data_keys or {}).items()
+            },
+        )
+        opened: dict[str, list[TypedEvent]] = {}
+        for stream, events in chains.items():
+            opened[stream] = []
+            for event in events:
+                done, access = keyring.open_event(event)
+                if done is None:
+                    raise SealedContentError(
+                        f"{stream} seq {event.seq} is sealed and the evidence carries no data "
+                        f"key that opens it ({access})"
+                    )
+                opened[stream].append(done)
+        return opened
+
+
+def evidence_data_keys(keys: Mapping[str, ContentKey]) -> dict[str, str]:
+    """A session's data keys as its evidence line carries them."""
+    return {kid: base64.urlsafe_b64encode(key.secret).decode() for kid, key in sorted(keys.items())}
 
 
 class Checkpoints:
@@ -117,9 +155,11 @@ def session_evidence(
     events: Sequence[TypedEvent],
     derived: Sequence[TypedEvent],
     checkpoints: Checkpoints,
+    data_keys: Mapping[str, ContentKey] | None = None,
 ) -> SessionEvidence | None:
     """The evidence of one folded session, or None when a chain head it was folded from is in no
-    checkpoint (the judge has not committed to it yet)."""
+    checkpoint (the judge has not committed to it yet). `events` as the log holds them (sealed
+    content still sealed: that is what the chain hashed); `data_keys`, the keys that open it."""
     envelopes: dict[str, tuple[str, ...]] = {}
     proofs = []
     for stream, span in sorted(trajectory.provenance.items()):
@@ -146,7 +186,10 @@ def session_evidence(
         return None  # the judge has not decided on the session as these chains show it
     proofs.append(binding)
     return SessionEvidence(
-        session_id=trajectory.session_id, envelopes=envelopes, proofs=tuple(proofs)
+        session_id=trajectory.session_id,
+        envelopes=envelopes,
+        proofs=tuple(proofs),
+        data_keys=evidence_data_keys(data_keys) if data_keys else None,
     )
 
 

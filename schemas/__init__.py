@@ -66,7 +66,7 @@ from rolltape.schemas._envelope import (
     raw_event_id,
     seal,
 )
-from rolltape.schemas._erasure import Erasure
+from rolltape.schemas._erasure import ERASURES_SESSION, Erasure
 from rolltape.schemas._errors import (
     CanonicalEncodingError,
     EnvelopeError,
@@ -202,6 +202,7 @@ __all__ = [
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
     "DERIVED_STREAMS",
+    "ERASURES_SESSION",
     "EVENT_CLASSES",
     "FINAL_STATUSES",
     "GENESIS_HASH",

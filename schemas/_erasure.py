@@ -15,6 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rolltape.schemas._canonical import canonical_bytes
 
 ERASURE_CONTEXT = b"rolltape.erasure.v1\n"
+ERASURES_SESSION = "erasures"
+"""The session id of the one chain of erasure records on the erasures stream."""
 
 
 class Erasure(BaseModel):

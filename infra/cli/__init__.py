@@ -19,6 +19,7 @@ from rolltape.infra.cli import (
     demo,
     env,
     erase,
+    erasures,
     export,
     feed,
     harness,
@@ -47,6 +48,7 @@ app = typer.Typer(
 app.add_typer(broker.app, name="broker")
 app.add_typer(principal.app, name="principal")
 app.add_typer(keys.app, name="keys")
+app.add_typer(erasures.app, name="erasures")
 app.add_typer(schemas.app, name="schemas")
 app.add_typer(bench.app, name="bench")
 app.add_typer(importing.app, name="import")
@@ -83,6 +85,7 @@ for name, command in (
     ("worker", worker.worker),
     ("export", export.export),
     ("verify-export", export.verify_export),
+    ("purge-export", export.purge_export),
     ("replay", replay.replay),
     ("project", project.project),
     ("report", report.report),
@@ -95,6 +98,7 @@ for name, command in (
 _CLIENT_LOGS_LEFT_AS_THEY_ARE = {
     worker.worker,  # its own log shows the client's lines, as an operator expects
     export.verify_export,  # offline, and what a third party runs: no Kafka client, no state
+    export.purge_export,  # offline
     parse.parse_command,  # offline
     schemas.export,  # offline
     rules.calibrate_command,  # offline: trains here, no Kafka client

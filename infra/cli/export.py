@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
@@ -23,10 +24,18 @@ from rolltape.infra.cli._common import (
     transient_progress,
 )
 from rolltape.infra.commands.export import ExportError, collect, open_tokenizer, run_export
+from rolltape.infra.commands.purge_export import purge_export as purge
 from rolltape.infra.commands.verify_export import verify_export as check_export
 from rolltape.infra.keys import JudgeKeyError, judge_key
 from rolltape.infra.settings import Settings
-from rolltape.projections import META_DIR, ExportOptions, Format, Selection
+from rolltape.projections import (
+    META_DIR,
+    ErasureList,
+    ExportOptions,
+    Format,
+    Selection,
+    read_erasures,
+)
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 from rolltape.schemas.trust import load_public_key
 
@@ -205,25 +214,41 @@ def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
     )
 
 
+PublicKeyOption = Annotated[
+    Path, typer.Option(help="The judge's public key, PEM (`rolltape keys export FILE`).")
+]
+
+
+def _public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        return load_public_key(path.read_bytes())
+    except ValueError as exc:  # schemas.trust refuses what is not an Ed25519 public key
+        raise ExportError(
+            f"{path}: {exc}; pass the judge's public key as `rolltape keys export FILE` writes it"
+        ) from exc
+
+
+def _erasures(path: Path, key: Ed25519PublicKey) -> ErasureList:
+    return read_erasures(path.read_bytes(), key)
+
+
 def verify_export(
     folder: Annotated[Path, typer.Argument(help="The export folder (with its .rolltape/).")],
-    public_key: Annotated[
-        Path, typer.Option(help="The judge's public key, PEM (`rolltape keys export FILE`).")
-    ],
+    public_key: PublicKeyOption,
     tokenizer: TokenizerOption = None,
+    erasures: Annotated[
+        Path | None,
+        typer.Option(help="An erasures file (`rolltape erasures export`): name erased lines."),
+    ] = None,
 ) -> None:
     """Check an export offline with the judge's public key: every line must re-fold, byte for
     byte, from envelopes whose chains are intact and whose heads the judge signed. Needs no
-    Kafka. Exit 1 naming each file and line that does not check out."""
-    try:
-        key = load_public_key(public_key.read_bytes())
-    except ValueError as exc:  # schemas.trust refuses what is not an Ed25519 public key
-        raise ExportError(
-            f"{public_key}: {exc}; pass the judge's public key as `rolltape keys export FILE` "
-            "writes it"
-        ) from exc
+    Kafka. With --erasures, every line of a session erased since is named too. Exit 1 naming
+    each file and line that does not check out."""
+    key = _public_key(public_key)
+    erased = None if erasures is None else _erasures(erasures, key)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
-    result = check_export(folder, key, chat_tokenizer)
+    result = check_export(folder, key, chat_tokenizer, erased)
     for problem in result.problems:
         console.print(escape(str(problem)), highlight=False)
     what = (
@@ -236,4 +261,37 @@ def verify_export(
     console.print(
         f"verified {what}: every line re-folds byte for byte from intact chains whose heads "
         "the judge signed"
+    )
+
+
+def purge_export(
+    folder: Annotated[Path, typer.Argument(help="The export folder, purged in place.")],
+    erasures: Annotated[
+        Path, typer.Option(help="The erasures file (`rolltape erasures export FILE`).")
+    ],
+    public_key: PublicKeyOption,
+    tokenizer: TokenizerOption = None,
+) -> None:
+    """Take the sessions erased since out of an export written before: their lines, their
+    provenance and evidence, counted in the manifest as `erased`. An export with evidence is
+    rendered again from the sessions that remain, so it still verifies; one without has the
+    lines removed. Offline: the erasures file is checked with the judge's public key first."""
+    key = _public_key(public_key)
+    erased = _erasures(erasures, key)
+    chat_tokenizer, _ = open_tokenizer(tokenizer)
+    done = purge(folder, erased, tokenizer=chat_tokenizer)
+    if done is None:
+        console.print(
+            f"{folder} holds no line of the {len(erased.sessions)} erased session(s): "
+            "nothing to purge",
+            highlight=False,
+        )
+        return
+    console.print(
+        f"purged {len(done.sessions)} erased session(s) from {folder}: "
+        f"{done.lines_before - done.manifest.lines} of {done.lines_before} lines removed; "
+        "the manifest, provenance"
+        + (" and evidence rewritten" if done.manifest.evidence else " rewritten"),
+        highlight=False,
+        soft_wrap=True,
     )

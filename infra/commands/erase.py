@@ -27,6 +27,7 @@ from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import (
+    ERASURES_SESSION,
     ChainWriter,
     Erasure,
     Stream,
@@ -36,9 +37,6 @@ from rolltape.schemas import (
 )
 from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.trust import sign_erasure
-
-ERASURES_SESSION = "erasures"
-"""The one chain of erasure records."""
 
 
 class EraseError(InfraError):

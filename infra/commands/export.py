@@ -220,10 +220,6 @@ def run_export(
         if session is None:
             exporting.left_out(access.replace(" ", "_"))  # erased, key_unavailable
             continue
-        if evidence and access == "opened":
-            # verify-export re-folds the evidence offline, and it does not carry data keys yet
-            exporting.left_out("sealed_content_without_evidence_keys")
-            continue
         folded += 1
         if on_session is not None:
             on_session(folded)
@@ -235,7 +231,14 @@ def run_export(
             exporting.left_out(exc.reason)
             continue
         if checkpoints is not None and options.selection.reason_to_skip(trajectory) is None:
-            found = session_evidence(trajectory, session.events, session.derived, checkpoints)
+            # The envelopes as chained (sealed), with the keys that open them: verify-export
+            # checks their hashes and re-folds them offline.
+            keys = None
+            if access == "opened" and collected.keyring is not None:
+                keys = collected.keyring.session_keys(session.session_id)
+            found = session_evidence(
+                trajectory, recorded.events, session.derived, checkpoints, data_keys=keys
+            )
             if found is None:
                 exporting.left_out("no_checkpoint")
                 continue

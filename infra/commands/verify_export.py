@@ -21,6 +21,7 @@ from rolltape.infra.commands.export import ExportError, render_export
 from rolltape.projections import (
     MANIFEST,
     META_DIR,
+    ErasureList,
     FoldError,
     Manifest,
     SessionEvidence,
@@ -58,6 +59,11 @@ class ExportVerification(BaseModel):
 
 LineKey = tuple[tuple[str, ...], int]
 
+_ERASED = (
+    "erased (erasure {seq} of the erasures file): its content may not be kept; "
+    "`rolltape purge-export` takes it out"
+)
+
 
 class _Lines:
     """A data file and its provenance sidecar, lines matched by (sessions, occurrence)."""
@@ -78,11 +84,16 @@ class _Lines:
 
 
 def verify_export(
-    folder: Path, public_key: Ed25519PublicKey, tokenizer: ChatTokenizer | None = None
+    folder: Path,
+    public_key: Ed25519PublicKey,
+    tokenizer: ChatTokenizer | None = None,
+    erasures: ErasureList | None = None,
 ) -> ExportVerification:
     """Check the export in `folder` against the judge's `public_key` alone (no Kafka): every
-    problem found is collected, not just the first. Raises `ExportError` when the folder cannot
-    be checked at all: no manifest, no evidence, or the tokenizer it was rendered with missing."""
+    problem found is collected, not just the first. With `erasures` (a checked erasures file),
+    every line and evidence line of an erased session is a problem too. Raises `ExportError`
+    when the folder cannot be checked at all: no manifest, no evidence, or the tokenizer it was
+    rendered with missing."""
     manifest_path = folder / MANIFEST
     if not manifest_path.exists():
         raise ExportError(f"{folder} holds no export ({MANIFEST} is missing)")
@@ -129,12 +140,15 @@ def verify_export(
                 failed.setdefault(sid, "its evidence is given twice")
                 continue
             seen[sid] = f"{name}:{number}"
+            if erasures is not None and sid in erasures.sessions:
+                detail = f"{sid}: {_ERASED.format(seq=erasures.sessions[sid])}"
+                problems.append(ExportProblem(file=name, line=number, detail=detail))
             for found in evidence_problems(evidence, public_key, signatures):
                 problems.append(ExportProblem(file=name, line=number, detail=f"{sid}: {found}"))
                 failed.setdefault(sid, found)
-            chains = evidence.decoded()
-            derived = [env for stream, envs in chains.items() if stream != "events" for env in envs]
             try:
+                chains = evidence.decoded()  # sealed content opened with the keys it carries
+                derived = [e for stream, es in chains.items() if stream != "events" for e in es]
                 events = chains.get("events", [])
                 trajectories.append(fold(events, derived, judge_version=judge_version))
             except (FoldError, SchemaError, ValueError, KeyError, TypeError) as exc:
@@ -166,6 +180,8 @@ def verify_export(
         wanted = _Lines(expected.get(entry.name, b""), expected.get(entry.provenance_name, b""))
         lines += len(actual.data)
         problems += _compare(entry.name, entry.provenance_name, actual, wanted, failed)
+        if erasures is not None:
+            problems += _erased_lines(entry.name, actual, erasures)
     return ExportVerification(
         key_id=key_id(public_key),
         files=len(manifest.files),
@@ -173,6 +189,19 @@ def verify_export(
         sessions=len(trajectories),
         problems=problems,
     )
+
+
+def _erased_lines(name: str, lines: _Lines, erasures: ErasureList) -> list[ExportProblem]:
+    """Each line folded from an erased session, named."""
+    return [
+        ExportProblem(
+            file=name,
+            line=n + 1,
+            detail=f"folded from {sid}: {_ERASED.format(seq=erasures.sessions[sid])}",
+        )
+        for n, (sessions, _) in enumerate(lines.keys)
+        for sid in erasures.erased(sessions)
+    ]
 
 
 def _compare(

@@ -41,6 +41,17 @@ class Keyring:
         self.unreadable = 0
         """Records of the keys topic that are not data-key records, or do not unwrap."""
 
+    @classmethod
+    def of(cls, session_id: str, keys: dict[str, ContentKey]) -> Keyring:
+        """A keyring holding one session's data keys by key id (what an evidence file carries)."""
+        keyring = cls(None)
+        keyring._keys = {(session_id, key_id): key for key_id, key in keys.items()}
+        return keyring
+
+    def session_keys(self, session_id: str) -> dict[str, ContentKey]:
+        """The data keys of one session this keyring holds, by key id."""
+        return {kid: key for (sid, kid), key in self._keys.items() if sid == session_id}
+
     @property
     def subjects(self) -> dict[str, str]:
         """Session id -> the subject it names, for the sessions with a live key."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
 from rolltape.schemas.trust import erasure_signed_by
 
 from .conftest import Cluster, Topics
+from .workers import RawRecord, WorkerProcess, payloads, wait_for
 
 pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "rolltape.infra"]
@@ -66,24 +68,26 @@ async def _feed_keys(topics: Topics, keyring: Keyring) -> None:
         keyring.add(r.key, r.value)
 
 
-def _export(topics: Topics, out: Path, kek_file: Path) -> dict[str, Any]:
-    """`rolltape export` as a person runs it; the manifest, and every line's text."""
-    env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
-    done = subprocess.run(
-        [*CLI, "export", "-f", "sharegpt", "-o", str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+def _folder(out: Path) -> dict[str, Any]:
+    """An export's manifest counts, and every byte of its folder as text."""
     manifest = json.loads((out / MANIFEST).read_text())
-    lines = "".join(p.read_text() for p in out.glob("*.jsonl"))
     return {
         "skipped": manifest["skipped"],
         "exported": manifest["sessions_exported"],
-        "text": lines,
+        "text": "".join(p.read_text() for p in sorted(out.rglob("*.jsonl"))),
     }
+
+
+def _export(topics: Topics, out: Path, kek_file: Path, *options: str) -> dict[str, Any]:
+    """`rolltape export` as a person runs it; the manifest, and every line's text."""
+    env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
+    done = _run(env, "export", "-f", "sharegpt", "-o", str(out), *options)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return _folder(out)
 
 
 def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_erased(
@@ -96,7 +100,24 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     kek_file.write_bytes(kek.secret)
     kek_file.chmod(0o600)
     settings = topics.settings.model_copy(update={"kek_file": kek_file})
-    _record(topics, kek, tmp_path)
+    worker = WorkerProcess(topics, tmp_path).start()  # filters and checkpoints, for evidence
+    try:
+        _record(topics, kek, tmp_path)
+        heads = {(r.session_id, r.head_hash) for r in topics.verify().reports()}
+
+        def checkpointed(records: list[RawRecord]) -> bool:
+            leaves = {
+                (leaf["session_id"], leaf["hash"])
+                for cp in payloads(records, "checkpoint")
+                for leaf in cp["leaves"]
+            }
+            return {h for h in heads if h[0].startswith("s-")} <= leaves and len(
+                payloads(records, "filter_outcome")
+            ) == 2
+
+        wait_for(topics, checkpointed, worker=worker)
+    finally:
+        worker.stop()
 
     async def everything_on(stream: Stream) -> bytes:
         return b"".join(
@@ -137,6 +158,15 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
 
     exported = _export(topics, tmp_path / "before", kek_file)
     assert exported["exported"] == 2 and "alice@example.com lives here" in exported["text"]
+    # Evidence carries the sealed envelopes and the keys that open them: it re-folds offline.
+    _export(topics, tmp_path / "evidence", kek_file, "--evidence")
+    public_pem = tmp_path / "judge.pub.pem"
+    public_pem.write_bytes(judge_key(topics.settings).public_pem())
+    offline = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "COLUMNS": "200"}
+    checked = _run(
+        offline, "verify-export", str(tmp_path / "evidence"), "--public-key", str(public_pem)
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     without = _export(topics, tmp_path / "no-kek", tmp_path / "absent.bin")
     assert without["exported"] == 0 and without["skipped"].get("key_unavailable") == 2
 
@@ -192,3 +222,28 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     stale = Keyring(kek)
     asyncio.run(_feed_keys(topics, stale))
     assert _opened(topics, stale)["s-user-b"] == ["key unavailable"]
+
+    # Exports written before the erasure: named by the signed erasures file, purged by it.
+    erasures = tmp_path / "erasures.jsonl"
+    listed = _run(env, "erasures", "export", str(erasures))
+    assert listed.returncode == 0 and "1 erasure record(s)" in listed.stdout, listed.stderr
+    verify = ["verify-export", str(tmp_path / "evidence"), "--public-key", str(public_pem)]
+    named = _run(offline, *verify, "--erasures", str(erasures))
+    assert named.returncode == 1
+    assert (
+        "sharegpt-00000.jsonl:" in named.stdout and "folded from s-user-a: erased" in named.stdout
+    )
+    for folder in ("evidence", "before"):
+        purged = _run(
+            offline, "purge-export", str(tmp_path / folder), "--erasures", str(erasures),
+            "--public-key", str(public_pem),
+        )  # fmt: skip
+        assert purged.returncode == 0 and "purged 1 erased session(s)" in purged.stdout
+        left = _folder(tmp_path / folder)
+        assert left["exported"] == 1 and left["skipped"].get("erased") == 1
+        assert "alice" not in left["text"] and "bob's note" in left["text"]
+    clean = _run(offline, *verify, "--erasures", str(erasures))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    erasures.write_text(erasures.read_text().replace("GDPR", "gdpr"))
+    forged = _run(offline, *verify, "--erasures", str(erasures))
+    assert forged.returncode == 2 and "not signed by this public key" in forged.stderr

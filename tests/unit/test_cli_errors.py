@@ -72,6 +72,13 @@ CASES = [
     Case(("tail",), said=NO_BROKER),
     Case(("verify",), said=NO_BROKER),
     Case(("erase",), ("--subject", "user-1"), NO_BROKER),
+    Case(("erasures", "export"), ("{tmp}/erasures.jsonl",), NO_BROKER),
+    Case(("keys", "rotate-kek"), said=NO_BROKER),
+    Case(
+        ("purge-export",),
+        ("{tmp}/empty", "--erasures", "{tmp}/rules.json", "--public-key", "{tmp}/judge.pub.pem"),
+        "the erasures file does not check out",
+    ),
     Case(("verify",), said=REFUSED, env=CLOSED),
     Case(("tail",), ("--no-follow",), REFUSED, env=CLOSED),
     Case(("export",), ("-f", "sharegpt", "-o", "{tmp}/out"), REFUSED, env=CLOSED),

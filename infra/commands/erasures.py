@@ -1,0 +1,29 @@
+"""`rolltape erasures export FILE`: the erasures chain, for checking and purging exports offline.
+
+The file holds every record of the one erasures chain, from seq 0, as the log holds it (one
+canonical envelope per line): `rolltape.projections.read_erasures` checks it with the judge's
+public key alone, so whoever holds an export written before an erasure can be handed the file
+and shown, without access to the cluster, which of their lines must go.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rolltape.infra.kafka.readback import read_records
+from rolltape.schemas import ERASURES_SESSION, Stream, read_event
+from rolltape.schemas.clients import KafkaConnection
+
+
+async def export_erasures(connection: KafkaConnection, prefix: str, path: Path) -> int:
+    """Write the erasures chain to `path` (replaced whole, never half-written); how many."""
+    by_seq: dict[int, bytes] = {}
+    async for record in read_records(connection, [Stream.ERASURES], prefix=prefix):
+        event = read_event(record.value)
+        if event.session_id == ERASURES_SESSION:
+            by_seq.setdefault(event.seq, record.value or b"")
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(b"".join(by_seq[seq] + b"\n" for seq in sorted(by_seq)))
+    os.replace(tmp, path)
+    return len(by_seq)
