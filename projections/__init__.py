@@ -35,7 +35,7 @@ from rolltape.projections._export import (
     build_export,
     order_key,
 )
-from rolltape.projections._feed import FeedItem, TrajectoryFeed
+from rolltape.projections._feed import ContentKeys, FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold
 from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._prompts import (
@@ -69,6 +69,7 @@ __all__ = [
     "Checkpoints",
     "Chosen",
     "ChosenStore",
+    "ContentKeys",
     "Decided",
     "ErasureList",
     "ErasuresFileError",

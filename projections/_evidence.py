@@ -93,15 +93,13 @@ class SessionEvidence(BaseModel):
         )
         opened: dict[str, list[TypedEvent]] = {}
         for stream, events in chains.items():
-            opened[stream] = []
-            for event in events:
-                done, access = keyring.open_event(event)
-                if done is None:
-                    raise SealedContentError(
-                        f"{stream} seq {event.seq} is sealed and the evidence carries no data "
-                        f"key that opens it ({access})"
-                    )
-                opened[stream].append(done)
+            done, access = keyring.open_events(events)
+            if done is None:
+                raise SealedContentError(
+                    f"the {stream} chain is sealed and the evidence carries no data key that "
+                    f"opens it ({access})"
+                )
+            opened[stream] = done
         return opened
 
 

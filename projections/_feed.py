@@ -26,9 +26,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
@@ -44,6 +44,20 @@ from rolltape.schemas import DEFAULT_PREFIX, Stream, TypedEvent, topic_name, ver
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
 
 _log = logging.getLogger(__name__)
+
+
+class ContentKeys(Protocol):
+    """What opens the sealed content of sessions that name a subject, for a reader that runs
+    for days (rolltape.infra.kafka.keyring.KeysFollower follows the keys topic)."""
+
+    async def open(self, events: Sequence[TypedEvent]) -> tuple[list[TypedEvent] | None, str]:
+        """The events with their content in place and how (`clear`, `opened`), or None and why
+        not (`erased`, `key unavailable`)."""
+        ...
+
+    async def erased(self) -> list[str]:
+        """Sessions whose data keys were destroyed since the last call."""
+        ...
 
 
 class FeedNotStartedError(ProjectionError, RuntimeError):
@@ -111,6 +125,7 @@ class TrajectoryFeed:
         dedupe_window: int = 100_000,
         abandon_after_s: float | None = None,
         auto_ack: bool = True,
+        keys: ContentKeys | None = None,
     ) -> None:
         """`abandon_after_s`: a session not decided and silent this long is dropped from the
         buffer (counted in `skipped["abandoned"]`) so it stops holding its partition's commits
@@ -119,7 +134,11 @@ class TrajectoryFeed:
 
         `auto_ack`: an item counts as processed when the next one is asked for. Pipelines that
         hold items longer (a sink filling groups) pass False and call `ack` when an item's work
-        is durable; unacknowledged items hold commits back and come again after a restart."""
+        is durable; unacknowledged items hold commits back and come again after a restart.
+
+        `keys`: what opens sessions recorded with a subject. Without it (or where it cannot
+        open one) such a session is left out, counted in `skipped` as `key_unavailable` or
+        `erased`: a feed never hands out the empty fields sealing leaves in clear."""
         if isinstance(connection, str):
             connection = KafkaConnection.plaintext(connection)
         self._connection = connection
@@ -149,6 +168,9 @@ class TrajectoryFeed:
         self._in_hand: str | None = None
         self._commit_every = commit_interval_s
         self._last_commit = time.monotonic()
+        self._keys = keys
+        self._to_open: list[str] = []
+        """Sessions decided on whose content is sealed: opened after the batch they ended in."""
         self.skipped: dict[str, int] = defaultdict(int)
         """Sessions decided on but not handed out, by reason (selection, unreadable records)."""
 
@@ -233,6 +255,8 @@ class TrajectoryFeed:
         for tp, messages in batch.items():
             for message in messages:
                 self._add(tp, message.offset, message.key, message.value)
+        if self._to_open:
+            await self._open_sealed()
         if time.monotonic() - self._last_commit >= self._commit_every:
             await self._commit()
 
@@ -279,10 +303,28 @@ class TrajectoryFeed:
         if not decided or not self.wait_for <= session.judges:
             return
         self._remember(self._done, sid)
+        if self._keys is not None and any("sealed" in e.payload for e in session.events):
+            self._to_open.append(sid)
+            return
+        self._hand_out(sid, session, session.events)
+
+    async def _open_sealed(self) -> None:
+        assert self._keys is not None
+        pending, self._to_open = self._to_open, []
+        for sid in pending:
+            session = self._open.get(sid)
+            if session is None:
+                continue  # revoked meanwhile: the next owner reads it again
+            events, access = await self._keys.open(session.events)
+            if events is None:
+                self.skipped[access.replace(" ", "_")] += 1  # erased, key_unavailable
+                self._open.pop(sid, None)
+                continue
+            self._hand_out(sid, session, events)
+
+    def _hand_out(self, sid: str, session: _Open, events: list[TypedEvent]) -> None:
         try:
-            trajectory = fold(
-                session.events, session.derived, judge_version=self.selection.judge_version
-            )
+            trajectory = fold(events, session.derived, judge_version=self.selection.judge_version)
         except FoldError as exc:
             self.skipped[exc.reason] += 1
             self._open.pop(sid, None)

@@ -89,9 +89,19 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(stream=Stream.VERDICTS, writers=(Role.JUDGE,), configs=_RAW),
     TopicSpec(stream=Stream.FILTERED, writers=(Role.PROCESSOR,), configs=_RAW),
     TopicSpec(
+        # A table of folded trajectories, content opened (a subject session's too). The
+        # projector tombstones an erased session's trajectory; a segment rolls within the hour
+        # and is compacted within the next, so it is off the disks within about two hours, as
+        # an erased data key is.
         stream=Stream.TRAJECTORIES,
         writers=(Role.PROJECTOR,),
-        configs={"message.timestamp.type": "LogAppendTime", "cleanup.policy": "compact"},
+        configs={
+            "message.timestamp.type": "LogAppendTime",
+            "cleanup.policy": "compact",
+            "segment.ms": str(3_600_000),
+            "max.compaction.lag.ms": str(3_600_000),
+            "delete.retention.ms": str(86_400_000),
+        },
     ),
     TopicSpec(
         # Cron jobs and their runs (schemas._cron): compaction keeps each key's latest state.

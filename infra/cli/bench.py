@@ -462,6 +462,34 @@ def evidence(
     console.print(f"    ratio (verify / hashing alone): {r.verify_ratio:.2f}")
 
 
+@app.command("export")
+def export_bench(
+    sessions: int = typer.Option(2000, min=1, help="Agent sessions in each export."),
+    repeats: int = typer.Option(5, min=1, help="Runs of each export; medians are reported."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Export throughput of sessions recorded with a subject (content sealed, opened on export)
+    against the same sessions in clear, in the same run (no broker: the code's own cost)."""
+    from rolltape.infra.bench.export import run_export_bench
+
+    r = run_export_bench(sessions=sessions, repeats=repeats)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(f"machine: {r.machine}; {r.repeats} repeats (medians)")
+    console.print(
+        f"an export of {r.sessions} agent sessions ({r.events_per_session} events each) to "
+        "ShareGPT, Kafka reading left out"
+    )
+    console.print(f"    in clear                        {r.clear_sessions_per_s:10,.0f} sessions/s")
+    console.print(
+        f"    sealed, opened on export        {r.sealed_sessions_per_s:10,.0f} sessions/s"
+    )
+    console.print(f"    opening alone                   {r.open_us_per_event:10.1f} µs/event")
+    verdict = "met" if r.ratio >= r.goal_ratio else "MISSED"
+    console.print(f"    ratio (sealed / clear): {r.ratio:.2f}; goal >= {r.goal_ratio}: {verdict}")
+
+
 @app.command()
 def batch(
     rollouts: int = typer.Option(400, min=1, help="Rollouts per concurrency."),

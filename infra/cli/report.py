@@ -55,10 +55,15 @@ def report(
         )
         return
     connection = require_connection(s, Role.READER)
-    sessions = asyncio.run(read_sessions(connection, s.topic_prefix))
+    sessions = asyncio.run(read_sessions(connection, s.topic_prefix, keys_from=s))
     result = write_report(sessions, out, session=session, task=task, runs=runs)
     attempts = sum(len(r.attempts) for r in result.runs)
     console.print(
         f"wrote {result.path} ({len(result.runs)} training run(s), {attempts} attempt(s), "
         f"{len(result.agents)} agent session(s)); open it in a browser, it needs no network"
     )
+    if result.sealed:
+        console.print(
+            f"left out {len(result.sealed)} session(s) recorded with a subject whose content "
+            "cannot be opened here (erased, or no key-encryption key on this machine)"
+        )

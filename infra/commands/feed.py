@@ -8,10 +8,13 @@ rolltape.projections; this module connects them from settings and runs them unti
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rolltape.infra.broker import require_connection
+from rolltape.infra.kafka.keyring import keys_follower_if_any
 from rolltape.infra.settings import Settings
 from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
 from rolltape.projections.exporters import ChatTokenizer
@@ -58,14 +61,21 @@ async def feed_atropos(
         keep_equal_scores=options.keep_equal_scores,
         batch_groups=options.batch_groups,
     )
+    keys = await keys_follower_if_any(connection, settings)  # opens subject sessions
     try:
-        async with TrajectoryFeed(
-            connection,
-            group_id=options.group_id,
-            prefix=settings.topic_prefix,
-            selection=options.selection,
-            auto_ack=False,  # a session is processed once its group reached the server
-        ) as feed:
+        async with contextlib.AsyncExitStack() as stack:
+            if keys is not None:
+                await stack.enter_async_context(keys)
+            feed = await stack.enter_async_context(
+                TrajectoryFeed(
+                    connection,
+                    group_id=options.group_id,
+                    prefix=settings.topic_prefix,
+                    selection=options.selection,
+                    auto_ack=False,  # a session is processed once its group reached the server
+                    keys=keys,
+                )
+            )
             if on_started is not None:
                 on_started(connection.bootstrap)
             try:
@@ -79,4 +89,6 @@ async def feed_atropos(
         raise AtroposSinkError(
             f"{exc}; restart the feed to resume from its group's committed offsets"
         ) from exc
-    return AtroposFeedResult(sink.sent_groups, dict(sink.skipped))
+    skipped = Counter(feed.skipped)  # left out by the feed (erased, key_unavailable, selection)
+    skipped.update(sink.skipped)  # and by the sink (groups)
+    return AtroposFeedResult(sink.sent_groups, dict(sorted(skipped.items())))

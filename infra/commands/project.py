@@ -1,12 +1,16 @@
 """`rolltape project` wiring: the projector (rolltape.projections.run_projector) run as the
-projector principal, on the settings' topic prefix, until stopped."""
+projector principal, on the settings' topic prefix, until stopped; with the key-encryption key
+where this machine has it, following the keys topic to open subject sessions and tombstone the
+trajectories of erased ones."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 
 from rolltape.infra.broker import require_connection
+from rolltape.infra.kafka.keyring import keys_follower_if_any
 from rolltape.infra.settings import Settings
 from rolltape.projections import run_projector
 from rolltape.schemas import Role
@@ -23,8 +27,16 @@ async def project(
     set; returns how many were published. `on_started(bootstrap)` hears where it reads from.
     Restarts resume where the projector's group left off."""
     connection = require_connection(settings, Role.PROJECTOR)
-    if on_started is not None:
-        on_started(connection.bootstrap)
-    return await run_projector(
-        connection, prefix=settings.topic_prefix, judge_version=judge_version, stop=stop
-    )
+    keys = await keys_follower_if_any(connection, settings)
+    async with contextlib.AsyncExitStack() as stack:
+        if keys is not None:  # subject sessions opened, erased ones tombstoned
+            await stack.enter_async_context(keys)
+        if on_started is not None:
+            on_started(connection.bootstrap)
+        return await run_projector(
+            connection,
+            prefix=settings.topic_prefix,
+            judge_version=judge_version,
+            stop=stop,
+            keys=keys,
+        )

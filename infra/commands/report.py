@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra._errors import InfraError
+from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
+from rolltape.infra.settings import Settings
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import FoldError, PromptTarget, Trajectory, fold
 from rolltape.projections.reports import (
@@ -42,6 +44,8 @@ class ReportResult:
     path: Path
     runs: list[RunView] = field(default_factory=list)
     agents: list[Trajectory] = field(default_factory=list)
+    sealed: list[str] = field(default_factory=list)
+    """Sessions left out: content sealed under a key this reader could not use."""
 
 
 def _reported(env: TypedEvent) -> bool:
@@ -49,11 +53,22 @@ def _reported(env: TypedEvent) -> bool:
     return env.stream in _LIVE and not env.session_id.startswith(CHECKPOINT_LOG_PREFIX)
 
 
-async def read_sessions(connection: KafkaConnection, prefix: str) -> dict[str, list[TypedEvent]]:
+async def read_sessions(
+    connection: KafkaConnection, prefix: str, keys_from: Settings | None = None
+) -> dict[str, list[TypedEvent]]:
     """Every session's usable events on the live chains (tampered records left out), each
-    chain's events in the order they were read."""
-    with await scan_sessions(connection, _STREAMS, SessionScan(_reported), prefix=prefix) as scan:
-        return {s.session_id: [*s.events, *s.derived] for s in scan.sessions()}
+    chain's events in the order they were read. With `keys_from`, sessions recorded with a
+    subject are opened with the keys topic and that machine's KEK; one that cannot be opened
+    (erased, no key) stays sealed, and the report leaves it out saying so."""
+    keyring = None if keys_from is None else await keyring_if_any(connection, keys_from)
+    scan = SessionScan(_reported, keyring)
+    with await scan_sessions(connection, _STREAMS, scan, prefix=prefix) as scan:
+        out = {}
+        for recorded in scan.sessions():
+            opened, _ = scan.opened(recorded)
+            session = opened or recorded
+            out[session.session_id] = [*session.events, *session.derived]
+        return out
 
 
 def _started(events: list[TypedEvent]) -> Mapping[str, Any] | None:
@@ -69,8 +84,9 @@ def select(
     session: str | None,
     task: str | None,
     runs: int,
-) -> tuple[list[RunView], list[Trajectory]]:
-    """The training runs and agent sessions the report shows."""
+) -> tuple[list[RunView], list[Trajectory], list[str]]:
+    """The training runs and agent sessions the report shows, and the sessions left out because
+    their content is sealed and was not opened (erased, or no key here)."""
     if session is not None:
         chosen = [session] if session in sessions else []
         if not chosen:
@@ -83,6 +99,7 @@ def select(
             raise ReportError(f"no session has the task {task!r} (the task text it started with)")
     training: list[TrainingView] = []
     agents: list[Trajectory] = []
+    sealed: list[str] = []
     for sid in chosen:
         envs = sessions[sid]
         started = _started(envs) or {}
@@ -95,10 +112,16 @@ def select(
         derived = [e for e in envs if e.stream != Stream.EVENTS.value]
         try:
             agents.append(fold(events, derived))
-        except FoldError:
-            continue
+        except FoldError as exc:
+            if exc.reason == "key_unavailable":  # sealed, not opened: said, not shown empty
+                sealed.append(sid)
+    if session is not None and sealed:
+        raise ReportError(
+            f"session {session} was recorded with a subject and its content cannot be opened "
+            "here: it is erased, or this machine has no key-encryption key (ROLLTAPE_KEK_FILE)"
+        )
     agents.sort(key=lambda t: (t.started_ns, t.session_id))
-    return group_runs(training)[:runs], agents
+    return group_runs(training)[:runs], agents, sealed
 
 
 def write_report(
@@ -114,11 +137,11 @@ def write_report(
     Raises `ReportError` unless exactly one of `session` and `task` is given, or if none match."""
     if (session is None) == (task is None):
         raise ReportError("choose what to report on: --session ID or --task NAME")
-    chosen_runs, agents = select(sessions, session=session, task=task, runs=runs)
+    chosen_runs, agents, sealed = select(sessions, session=session, task=task, runs=runs)
     title = f"rolltape report: {session or task}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_report(chosen_runs, agents, title=title), encoding="utf-8")
-    return ReportResult(out, chosen_runs, agents)
+    return ReportResult(out, chosen_runs, agents, sealed)
 
 
 def write_prompts_report(history: PromptTarget, out: Path) -> Path:

@@ -15,7 +15,8 @@ from rolltape.schemas import DEFAULT_PREFIX, ChainVerifier, Stream, stream_of_to
 from rolltape.schemas.clients import KafkaConnection
 
 
-async def _partitions(connection: KafkaConnection, topics: list[str]) -> list[TopicPartition]:
+async def topic_partitions(connection: KafkaConnection, topics: list[str]) -> list[TopicPartition]:
+    """The partitions of `topics` (those that exist), in order."""
     doing = f"describing {', '.join(topics)} on {connection}"
     async with connection.started(connection.admin(), doing) as admin:
         described = await admin.describe_topics(topics)
@@ -30,7 +31,7 @@ async def _partitions(connection: KafkaConnection, topics: list[str]) -> list[To
 async def partition_counts(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
     """topic -> number of partitions, for the topics that exist."""
     counts: dict[str, int] = {}
-    for tp in await _partitions(connection, list(topics)):
+    for tp in await topic_partitions(connection, list(topics)):
         counts[tp.topic] = counts.get(tp.topic, 0) + 1
     return counts
 
@@ -38,7 +39,7 @@ async def partition_counts(connection: KafkaConnection, topics: Sequence[str]) -
 async def end_offsets(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
     """topic -> the sum of its partitions' end offsets (records ever written, on topics that
     are never compacted or trimmed)."""
-    assigned = await _partitions(connection, list(topics))
+    assigned = await topic_partitions(connection, list(topics))
     doing = f"reading the end offsets of {', '.join(topics)} on {connection}"
     async with connection.started(connection.consumer(enable_auto_commit=False), doing) as consumer:
         ends = await consumer.end_offsets(assigned) if assigned else {}
@@ -91,7 +92,7 @@ async def read_records(
         max_partition_fetch_bytes=4 * 1024 * 1024,
     )
     async with connection.started(consumer, f"reading {', '.join(topics)} on {connection}"):
-        assigned = await _partitions(connection, topics)
+        assigned = await topic_partitions(connection, topics)
         if partitions is not None:
             assigned = [tp for tp in assigned if tp.partition in partitions]
         if not assigned:

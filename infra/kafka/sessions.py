@@ -72,13 +72,10 @@ class SessionScan:
             return session, "clear"
         if self.keyring is None:
             return None, "key unavailable"
-        events: list[TypedEvent] = []
-        for event in session.events:
-            opened, access = self.keyring.open_event(event)
-            if opened is None:
-                return None, access
-            events.append(opened)
-        return SessionRecords(session.session_id, events, session.derived), "opened"
+        events, access = self.keyring.open_events(session.events)
+        if events is None:
+            return None, access
+        return SessionRecords(session.session_id, events, session.derived), access
 
     def source(self) -> dict[str, Any]:
         """What was read: end offsets per partition and the counts of records left out."""

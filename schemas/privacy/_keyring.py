@@ -9,6 +9,7 @@ does not hold), and the reader counts it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -105,6 +106,20 @@ class Keyring:
             )
         except SealedContentError:
             return None, "key unavailable"
+        return opened, "opened"
+
+    def open_events(self, events: Sequence[TypedEvent]) -> tuple[list[TypedEvent] | None, Access]:
+        """A session's events with their content in place, and how (`clear` when none was
+        sealed); None and why not when any of them does not open: a reader takes a session
+        whole or leaves it out, never folds part of it."""
+        if not any("sealed" in e.payload for e in events):
+            return list(events), "clear"
+        opened: list[TypedEvent] = []
+        for event in events:
+            done, access = self.open_event(event)
+            if done is None:
+                return None, access
+            opened.append(done)
         return opened, "opened"
 
     def open_event(self, event: TypedEvent) -> tuple[TypedEvent | None, Access]:

@@ -5,8 +5,10 @@ key, and unreadable once a key's tombstone is read, while every chain still veri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,17 +17,17 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from rolltape.infra.kafka.keyring import read_keyring
+from rolltape.infra.kafka.keyring import KeysFollower, read_keyring
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.keys import judge_key
 from rolltape.producers import Recorder
-from rolltape.projections import MANIFEST
+from rolltape.projections import MANIFEST, TrajectoryFeed
 from rolltape.schemas import Erasure, Role, Stream, read_event, topic_name
 from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
 from rolltape.schemas.trust import erasure_signed_by
 
 from .conftest import Cluster, Topics
-from .workers import RawRecord, WorkerProcess, payloads, wait_for
+from .workers import RawRecord, WorkerProcess, payloads, read_all, wait_for
 
 pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "rolltape.infra"]
@@ -90,8 +92,13 @@ def _export(topics: Topics, out: Path, kek_file: Path, *options: str) -> dict[st
     return _folder(out)
 
 
+def _trajectories(topics: Topics) -> dict[bytes, bytes | None]:
+    """The trajectories topic as compaction will leave it: the last value per key."""
+    return {r.key or b"": r.value for r in read_all(topics, (Stream.TRAJECTORIES,))}
+
+
 def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_erased(
-    cluster: Cluster, topics: Topics, tmp_path: Path
+    cluster: Cluster, topics: Topics, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     if cluster.managed is None:
         pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
@@ -100,6 +107,14 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     kek_file.write_bytes(kek.secret)
     kek_file.chmod(0o600)
     settings = topics.settings.model_copy(update={"kek_file": kek_file})
+    projector = subprocess.Popen(  # follows the keys topic: opens, and tombstones the erased
+        [*CLI, "project"],
+        env={**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    request.addfinalizer(projector.kill)
     worker = WorkerProcess(topics, tmp_path).start()  # filters and checkpoints, for evidence
     try:
         _record(topics, kek, tmp_path)
@@ -118,6 +133,10 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
         wait_for(topics, checkpointed, worker=worker)
     finally:
         worker.stop()
+    wait_for(topics, lambda rs: len(rs) >= 2, streams=(Stream.TRAJECTORIES,))
+    published = _trajectories(topics)
+    assert b"alice@example.com lives here" in (published[b"s-user-a"] or b"")
+    assert b"bob's note" in (published[b"s-user-b"] or b"")
 
     async def everything_on(stream: Stream) -> bytes:
         return b"".join(
@@ -203,6 +222,38 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     assert chains[("erasures", "erasures")].ok  # the receipt is chained like any record
     assert all(r.ok for r in chains.values())
     assert all(r.ended for (stream, _), r in chains.items() if stream == "events")
+
+    page = tmp_path / "report.html"
+    shown = _run(env, "report", "--session", "s-user-b", "-o", str(page))
+    assert shown.returncode == 0 and "noted for user-b" in page.read_text(), shown.stderr
+    refused = _run(env, "report", "--session", "s-user-a", "-o", str(page))
+    assert refused.returncode == 2 and "cannot be opened here" in refused.stderr
+
+    # The projector tombstones the erased session's trajectory; a feed leaves it out.
+    wait_for(
+        topics,
+        lambda rs: any(r.key == b"s-user-a" and r.value is None for r in rs),
+        streams=(Stream.TRAJECTORIES,),
+    )
+    projector.send_signal(signal.SIGTERM)
+    _, err = projector.communicate(timeout=60)
+    assert projector.returncode == 0 and "published 2 trajectories" in err, err
+    assert _trajectories(topics)[b"s-user-a"] is None
+
+    async def feed_after_erasure() -> tuple[list[str], dict[str, int]]:
+        async with (
+            KeysFollower(topics.reader, topics.prefix, kek) as keys,
+            TrajectoryFeed(
+                topics.reader, group_id="after-erasure", prefix=topics.prefix, keys=keys
+            ) as feed,
+        ):
+            item = await asyncio.wait_for(feed.__anext__(), 60)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(feed.__anext__(), 3)
+            return [m.content for m in item.trajectory.messages], dict(feed.skipped)
+
+    said, skipped = asyncio.run(feed_after_erasure())
+    assert "bob's note" in said and skipped == {"erased": 1}
 
     stranger = Keyring(KeyEncryptionKey.generate())  # another cluster's KEK opens nothing
     asyncio.run(_feed_keys(topics, stranger))

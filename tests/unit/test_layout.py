@@ -440,6 +440,7 @@ def test_public_api__is_pinned() -> None:
         "Checkpoints",
         "Chosen",
         "ChosenStore",
+        "ContentKeys",
         "Decided",
         "ErasureList",
         "ErasuresFileError",

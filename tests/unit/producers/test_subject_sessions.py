@@ -86,17 +86,21 @@ def test_a_subject_session_without_a_kek_is_refused_before_anything_is_recorded(
     assert spooled(tmp_path) == []
 
 
-def test_the_kek_is_read_once_at_the_first_subject_session(tmp_path: Path) -> None:
-    reads: list[int] = []
+def test_the_kek_is_read_at_each_subject_session_so_a_rotated_one_is_used(
+    tmp_path: Path,
+) -> None:
+    keks = [KEK, KeyEncryptionKey.generate()]
+    reads: list[str] = []
 
     def read_kek() -> KeyEncryptionKey:
-        reads.append(1)
-        return KEK
+        reads.append(keks[0].kek_id)
+        return keks[0]
 
     recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0, kek=read_kek)
     recorder.session("no subject").end()
     assert reads == []
     recorder.session("a", subject="u1").end()
+    keks.pop(0)  # `rolltape keys rotate-kek` replaced the file
     recorder.session("b", subject="u2").end()
     recorder.close(5)
-    assert reads == [1]
+    assert reads == [KEK.kek_id, keks[0].kek_id]
