@@ -52,7 +52,6 @@ from rolltape.schemas import (
     Stream,
     topic_name,
 )
-from rolltape.schemas._payload_plans import dump_payload
 from rolltape.schemas.clients import KafkaConnection, KeyPartitions, fill_batch
 
 log = logging.getLogger("rolltape.producers")
@@ -447,17 +446,6 @@ class Sender:
             if model is None:
                 raise ValueError(f"unknown event type {event_type!r}")
             content_key = self._content_keys.get(session_id) if self._content_keys else None
-            if content_key is not None and event_type in CONTENT_FIELDS:
-                from rolltape.schemas.privacy import seal_content
-
-                payload = seal_content(
-                    event_type,
-                    dump_payload(model, payload),
-                    content_key,
-                    stream=stream,
-                    session_id=session_id,
-                    seq=self._writer.head(key)[0],
-                )
             record, _ = self._writer.append_payload(
                 key,
                 stream=stream,
@@ -467,6 +455,7 @@ class Sender:
                 model=model,
                 payload=payload,
                 producer=self.config.producer_info,
+                content_key=content_key if event_type in CONTENT_FIELDS else None,
             )
         except (ValidationError, CanonicalEncodingError, ValueError) as exc:
             self._reject(session_id, stream, event_type, payload, str(exc))

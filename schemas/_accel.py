@@ -1,13 +1,13 @@
 """The codec's native core, when it is built: one switch for the places that use it.
 
 `rolltape.schemas._native` (Rust, built from schemas/native/ when the package is installed)
-does in one pass what the reference implementation in `_canonical`, `_envelope` and `_codec`
-does by walking values in Python: the canonical bytes of a value, sealing an envelope, the
-content hash of received bytes, and the header check of a decoded record. It answers None
-wherever it leaves the decision to the reference (a kind of value it does not walk, a value
-with no canonical form, bytes that are not canonical), so every error and its message comes
-from one place, and every answer it gives is held to the reference by the vectors and by
-differential tests.
+does in one pass what the reference implementation in `_canonical`, `_envelope`, `_codec` and
+`privacy` does in Python: the canonical bytes of a value, sealing an envelope (with a subject
+session's content sealed under its data key), the content hash of received bytes, and the
+header check of a decoded record. It answers None wherever it leaves the decision to the
+reference (a kind of value it does not walk, a value with no canonical form, bytes that are
+not canonical), so every error and its message comes from one place, and every answer it
+gives is held to the reference by the vectors and by differential tests.
 
 Why native: these run once per record in every producer, worker, replay and export, and
 in Python they were most of the per-record cost that is not rolltape's own logic (sealing a 1 KB
@@ -50,10 +50,15 @@ class NativeCodec(Protocol):
         payload: Any,
         prev_hash: str,
         plan: Any = None,
+        sealer: Any = None,
         /,
     ) -> tuple[bytes, str] | None: ...
 
-    def PayloadPlan(self, fields: list[tuple[Any, ...]], /) -> Any: ...
+    def PayloadPlan(
+        self, fields: list[tuple[Any, ...]], content: list[tuple[str, bytes]] = ..., /
+    ) -> Any: ...
+
+    def ContentSealer(self, key_id: str, encrypt_key: bytes, nonce_key: bytes, /) -> Any: ...
 
     def batch_fit(
         self, records: list[Any], start: int, max_bytes: int, /

@@ -12,7 +12,7 @@ live (the sender's memory, a session's saved state, one import) and in how a cha
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, MutableMapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -20,6 +20,10 @@ from rolltape.schemas import _accel
 from rolltape.schemas._envelope import GENESIS_HASH, seal
 from rolltape.schemas._errors import SchemaError
 from rolltape.schemas._payload_plans import dump_payload, payload_plan
+from rolltape.schemas._payloads import PAYLOAD_MODELS
+
+if TYPE_CHECKING:
+    from rolltape.schemas.privacy import ContentKey
 
 K = TypeVar("K", bound=Hashable)
 
@@ -109,18 +113,59 @@ class ChainWriter(Generic[K]):
         model: type[BaseModel],
         payload: Any,
         producer: Mapping[str, str],
+        content_key: ContentKey | None = None,
     ) -> tuple[bytes, str]:
         """`append` of a payload not validated yet: what `model` validates and dumps it to is
-        sealed (pydantic's ValidationError when it refuses it). Done by the native core in one
-        pass where the model has a plan (schemas/_payload_plans.py), byte for byte the same."""
+        sealed (pydantic's ValidationError when it refuses it), with its content sealed under
+        `content_key` when one is given (`seal_content`). Done by the native core in one pass
+        where the model has a plan (schemas/_payload_plans.py), byte for byte the same."""
         native, plan = _accel.native, payload_plan(model)
+        sealer = None
+        if content_key is not None:
+            # The plan knows the content fields of its model's own type (content_spec).
+            sealer = content_key._native if PAYLOAD_MODELS.get(type) is model else None
+            if sealer is None:
+                plan = None
         if native is not None and plan is not None:
             seq, prev = self.head(key)
             sealed = native.seal(
-                stream, session_id, seq, ts_ns, type, None, (), producer, payload, prev, plan
+                stream,
+                session_id,
+                seq,
+                ts_ns,
+                type,
+                None,
+                (),
+                producer,
+                payload,
+                prev,
+                plan,
+                sealer,
             )
             if sealed is not None:
                 return self._advance(key, seq, *sealed)
+        if content_key is not None:
+            # The reference: the dump sealed, and what is left in clear validated as any payload.
+            from rolltape.schemas.privacy import seal_content  # the crypto library, when needed
+
+            clear = seal_content(
+                type,
+                dump_payload(model, payload),
+                content_key,
+                stream=stream,
+                session_id=session_id,
+                seq=self.head(key)[0],
+            )
+            return self.append_payload(
+                key,
+                stream=stream,
+                session_id=session_id,
+                ts_ns=ts_ns,
+                type=type,
+                model=model,
+                payload=clear,
+                producer=producer,
+            )
         return self.append(
             key,
             stream=stream,

@@ -18,12 +18,16 @@ The contract (docs/canonical-encoding.md, "Sealed content"):
   state a crashed writer loses.
 - The encryption and nonce keys are derived from the data key with HKDF-SHA256, each under its
   own label, so the 32 bytes on the keys topic are the only secret per session.
+
+`seal_content` is the reference. Recording seals through `ChainWriter.append_payload`, where the
+native core, given a key's derived keys (`ContentKey._native`), seals the content in the payload
+plan's pass (schemas/native/src/sealed.rs) byte for byte the same, and leaves to this module
+whatever it declines; a differential test holds the two together.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 import hmac
 import secrets
 from collections.abc import Mapping
@@ -35,10 +39,11 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from rolltape.schemas import _accel
 from rolltape.schemas._canonical import canonical_bytes, decode
 from rolltape.schemas._content_fields import CONTENT_FIELDS
 from rolltape.schemas._errors import SchemaError
-from rolltape.schemas._payloads import PAYLOAD_MODELS
+from rolltape.schemas._payload_plans import content_spec
 
 VERSION = "v1"
 _AAD_LABEL = "rolltape.sealed-content.v1"
@@ -58,14 +63,21 @@ class ContentKey:
     secret: bytes = field(repr=False)
     _aead: AESGCM = field(init=False, repr=False, compare=False)
     _nonce_key: bytes = field(init=False, repr=False, compare=False)
+    _native: Any = field(init=False, repr=False, compare=False)
+    """The same keys for the native core (`ChainWriter.append_payload` seals with them in the
+    payload plan's pass); None without it."""
 
     def __post_init__(self) -> None:
         if len(self.secret) != 32:
             raise ValueError(f"a data key is 32 bytes, not {len(self.secret)}")
         if not (len(self.key_id) == 16 and all(c in "0123456789abcdef" for c in self.key_id)):
             raise ValueError(f"a data key id is 16 lowercase hex digits, not {self.key_id!r}")
-        object.__setattr__(self, "_aead", AESGCM(_derive(self.secret, b"encrypt")))
-        object.__setattr__(self, "_nonce_key", _derive(self.secret, b"nonce"))
+        encrypt, nonce = _derive(self.secret, b"encrypt"), _derive(self.secret, b"nonce")
+        object.__setattr__(self, "_aead", AESGCM(encrypt))
+        object.__setattr__(self, "_nonce_key", nonce)
+        native = _accel.native
+        sealer = None if native is None else native.ContentSealer(self.key_id, encrypt, nonce)
+        object.__setattr__(self, "_native", sealer)
 
     @classmethod
     def generate(cls) -> ContentKey:
@@ -83,20 +95,6 @@ def associated_data(stream: str, session_id: str, seq: int, event_type: str) -> 
     return f"{_AAD_LABEL}\x00{stream}\x00{session_id}\x00{seq}\x00{event_type}".encode()
 
 
-@functools.cache
-def _content_spec(event_type: str) -> tuple[tuple[str, bool, Any], ...]:
-    """(name, required, the value left in clear) of each content field of `event_type`."""
-    model = PAYLOAD_MODELS[event_type]
-    spec = []
-    for name in CONTENT_FIELDS.get(event_type, ()):
-        info = model.model_fields[name]
-        required = info.is_required()
-        spec.append(
-            (name, required, "" if required else info.get_default(call_default_factory=True))
-        )
-    return tuple(spec)
-
-
 def seal_content(
     event_type: str,
     payload: Mapping[str, Any],
@@ -108,7 +106,7 @@ def seal_content(
 ) -> dict[str, Any]:
     """`payload` (validated and dumped) with its content fields sealed; as it is when the event
     type has no content fields or none is set."""
-    spec = _content_spec(event_type) if event_type in CONTENT_FIELDS else ()
+    spec = content_spec(event_type) if event_type in CONTENT_FIELDS else ()
     clear = dict(payload)
     content: dict[str, Any] = {}
     for name, required, empty in spec:

@@ -1,5 +1,6 @@
 //! `rolltape.schemas._native`: the codec's hot paths in one pass each, byte for byte what the
-//! reference implementation in `rolltape.schemas._canonical`, `_envelope` and `_codec` produces.
+//! reference implementation in `rolltape.schemas._canonical`, `_envelope`, `_codec` and
+//! `privacy._sealing` (a subject session's sealed content) produces.
 //!
 //! Each function answers `None` where it leaves the decision to the reference (a kind of value
 //! it does not walk, a value without a canonical form, bytes that are not canonical), so errors
@@ -10,12 +11,14 @@ mod batch;
 mod encode;
 mod plan;
 mod scan;
+mod sealed;
 
 use encode::{write_int, write_str, write_value, Unsupported, Walk};
 use plan::{write_planned, PayloadPlan};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
+use sealed::ContentSealer;
 use sha2::{Digest, Sha256};
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -101,9 +104,11 @@ fn raw_event_id(stream: &[u8], session_id: &[u8], seq: i64) -> Vec<u8> {
 /// None when the reference must decide. A `payload` given as bytes is its canonical encoding.
 /// With a `plan` (plan.rs) the payload is not valid yet: it is checked against its model's plan
 /// and written as pydantic's validation and dump would give it, or None (pydantic decides).
+/// With a `sealer` (sealed.rs) as well, the payload's content is sealed under it as
+/// `seal_content` seals it, in the same pass.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
-#[pyo3(signature = (stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash, plan=None))]
+#[pyo3(signature = (stream, session_id, seq, ts_ns, r#type, event_id, causes, producer, payload, prev_hash, plan=None, sealer=None))]
 fn seal<'py>(
     py: Python<'py>,
     stream: &Bound<'py, PyAny>,
@@ -117,6 +122,7 @@ fn seal<'py>(
     payload: &Bound<'py, PyAny>,
     prev_hash: &Bound<'py, PyAny>,
     plan: Option<&Bound<'py, PayloadPlan>>,
+    sealer: Option<&Bound<'py, ContentSealer>>,
 ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyString>)> {
     let header = Header {
         stream,
@@ -131,8 +137,14 @@ fn seal<'py>(
     };
     // SAFETY: the GIL is held and every argument is alive for the call; no Python code runs.
     let body = unsafe {
+        let aad = match sealer {
+            Some(_) if plan.is_none() => return None, // only a planned payload is sealed here
+            Some(_) => Some(header.associated_data().ok()?),
+            None => None,
+        };
+        let seal = sealer.zip(aad.as_deref()).map(|(s, aad)| (s.get(), aad));
         header.body(|out| match plan {
-            Some(plan) => write_planned(out, plan.get(), payload.as_ptr()),
+            Some(plan) => write_planned(out, plan.get(), payload.as_ptr(), seal),
             None if ffi::PyBytes_CheckExact(payload.as_ptr()) != 0 => {
                 let data = ffi::PyBytes_AsString(payload.as_ptr()) as *const u8;
                 let size = ffi::PyBytes_Size(payload.as_ptr()) as usize;
@@ -159,6 +171,19 @@ struct Header<'a, 'py> {
 }
 
 impl Header<'_, '_> {
+    /// The identity a sealed payload of this envelope is bound to (sealed.rs).
+    ///
+    /// # Safety
+    /// The GIL is held and every field is alive.
+    unsafe fn associated_data(&self) -> Result<Vec<u8>, Unsupported> {
+        Ok(sealed::associated_data(
+            exact_str(self.stream)?,
+            exact_str(self.session_id)?,
+            exact_int(self.seq)?,
+            exact_str(self.r#type)?,
+        ))
+    }
+
     /// The hashed bytes (every member but `hash`, sorted) and where `hash` goes in them.
     ///
     /// # Safety
@@ -394,6 +419,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
     m.add_function(wrap_pyfunction!(content_hash, m)?)?;
     m.add_function(wrap_pyfunction!(seal, m)?)?;
+    m.add_class::<ContentSealer>()?;
     m.add_class::<PayloadPlan>()?;
     m.add_function(wrap_pyfunction!(well_formed, m)?)?;
     Ok(())
