@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, NamedTuple, TypeVar, cast, get_args, get_type_hints
+from typing import Any, Generic, Literal, NamedTuple, Self, TypeVar, cast, get_args, get_type_hints
 
 from pydantic import BaseModel
 
@@ -111,6 +111,12 @@ class Event(NamedTuple, Generic[Body]):
         if not parsed:
             parsed.append(parse_payload(self.type, self.payload, lenient=True))
         return cast(Body, parsed[0])
+
+    def with_payload(self, payload: Mapping[str, Any]) -> Self:
+        """This record read with another payload (sealed content opened): the same envelope,
+        its body validated afresh on first use. The hashes stay the record's own, as written."""
+        mapping = {**self.mapping, "payload": payload}
+        return tuple.__new__(type(self), (*self[:8], payload, *self[9:13], mapping, []))
 
     def envelope(self) -> Envelope:
         """The schema model of this record (for APIs that hand envelopes out)."""

@@ -487,7 +487,7 @@ def export_bench(
     )
     console.print(f"    opening alone                   {r.open_us_per_event:10.1f} µs/event")
     verdict = "met" if r.ratio >= r.goal_ratio else "MISSED"
-    console.print(f"    ratio (sealed / clear): {r.ratio:.2f}; goal >= {r.goal_ratio}: {verdict}")
+    console.print(f"    ratio (sealed / clear): {r.ratio:.3f}; goal >= {r.goal_ratio}: {verdict}")
 
 
 @app.command()

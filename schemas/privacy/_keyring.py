@@ -9,7 +9,7 @@ does not hold), and the reader counts it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -88,8 +88,14 @@ class Keyring:
         return "erased" if (session_id, key_id) in self._erased else "key unavailable"
 
     def open_payload(
-        self, event_type: str, payload: dict[str, Any], *, stream: str, session_id: str, seq: int
-    ) -> tuple[dict[str, Any] | None, Access]:
+        self,
+        event_type: str,
+        payload: Mapping[str, Any],
+        *,
+        stream: str,
+        session_id: str,
+        seq: int,
+    ) -> tuple[Mapping[str, Any] | None, Access]:
         """The payload with its content in place, and how: `clear` (nothing was sealed),
         `opened`; or None and `erased` / `key unavailable`. A sealed payload that does not open
         under its key (moved from another record, changed) is `key unavailable` too: its
@@ -129,12 +135,11 @@ class Keyring:
             return event, "clear"
         opened, access = self.open_payload(
             event.type,
-            dict(event.payload),
+            event.payload,
             stream=event.stream,
             session_id=event.session_id,
             seq=event.seq,
         )
         if opened is None:
             return None, access
-        mapping = {**event.mapping, "payload": opened}
-        return event._replace(payload=opened, mapping=mapping, parsed=[]), access
+        return event.with_payload(opened), access

@@ -57,6 +57,34 @@ impl ContentSealer {
             nonce_mac,
         })
     }
+
+    /// The plaintext of a sealed blob (`encoded`: the base64url after `v1.<key id>.`) bound to
+    /// `aad`, or None where it does not open here: the reference then decides, and says why
+    /// (bytes changed, another record's identity, base64 it reads and this does not).
+    fn open<'py>(
+        &self,
+        py: Python<'py>,
+        encoded: &str,
+        aad: &[u8],
+    ) -> Option<Bound<'py, pyo3::types::PyBytes>> {
+        let mut blob = URL_SAFE.decode(encoded.as_bytes()).ok()?;
+        if blob.len() < NONCE + 16 {
+            return None;
+        }
+        let nonce: [u8; NONCE] = blob[..NONCE].try_into().ok()?;
+        let tag_at = blob.len() - 16;
+        let (body, tag) = blob[NONCE..].split_at_mut(tag_at - NONCE);
+        let tag: [u8; 16] = (&*tag).try_into().ok()?;
+        self.aead
+            .decrypt_inout_detached(
+                &Nonce::<Aes256Gcm>::from(nonce),
+                aad,
+                body.into(),
+                &tag.into(),
+            )
+            .ok()?;
+        Some(pyo3::types::PyBytes::new(py, body))
+    }
 }
 
 impl ContentSealer {
