@@ -263,3 +263,23 @@ def test_content_sealer__refuses_a_malformed_key(key_id: str, encrypt: bytes, no
     assert native is not None
     with pytest.raises(ValueError):
         native.ContentSealer(key_id, encrypt, nonce)
+
+
+@needs_native
+def test_native_opening__gives_the_reference_plaintext_and_declines_what_does_not_open() -> None:
+    import base64
+
+    from rolltape.schemas.privacy import associated_data
+
+    turn = {"role": "user", "content": "my email is jane@example.com"}
+    sealed = seal_content("turn", turn, KEY, **AT)["sealed"]
+    encoded = sealed.split(".")[2]
+    aad = associated_data(AT["stream"], AT["session_id"], AT["seq"], "turn")
+    blob = base64.urlsafe_b64decode(encoded)
+    reference = KEY._aead.decrypt(blob[:12], blob[12:], aad)
+    assert KEY._native.open(encoded, aad) == reference
+    other = associated_data(AT["stream"], AT["session_id"], AT["seq"] + 1, "turn")
+    assert KEY._native.open(encoded, other) is None  # another record's identity
+    flipped = base64.urlsafe_b64encode(blob[:-1] + bytes([blob[-1] ^ 1])).decode()
+    assert KEY._native.open(flipped, aad) is None  # a changed tag
+    assert KEY._native.open("not base64!", aad) is None
