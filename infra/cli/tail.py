@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, err_console, settings
+from rolltape.infra.kafka.keyring import KeysFollower, keys_follower_if_any
 from rolltape.infra.kafka.readback import read_records
 from rolltape.schemas import (
     CHAINED_STREAMS,
@@ -30,12 +31,14 @@ def _short(text: Any, width: int = 80) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-def summarize(event_type: str, p: Mapping[str, Any]) -> str:
-    """One line a person can scan for each event type; content sealed under a subject's data
-    key (tail does not open it) is marked, so its empty fields are not read as said."""
+def summarize(event_type: str, p: Mapping[str, Any], unopened: str = "content sealed") -> str:
+    """One line a person can scan for each event type. Content still sealed under a subject's
+    data key is marked with why it was not opened (`unopened`: `erased`, `key unavailable`, or
+    `content sealed` where tail has no key-encryption key), so its empty fields are not read as
+    what was said."""
     line = _summary(event_type, p)
     if isinstance(p.get("sealed"), str):
-        return f"[content sealed] {line}"
+        return f"[{unopened}] {line}"
     return line
 
 
@@ -84,6 +87,13 @@ def tail(
         err_console.print(f"reading {', '.join(s.value for s in stream)} from {where}{more}")
 
     async def run() -> None:
+        keys = None if raw else await keys_follower_if_any(connection, cfg)
+        async with contextlib.AsyncExitStack() as stack:
+            if keys is not None:  # subject sessions shown opened, or said to be erased
+                await stack.enter_async_context(keys)
+            await show(keys)
+
+    async def show(keys: KeysFollower | None) -> None:
         needle = session.encode() if session else None
         async for record in read_records(
             connection,
@@ -108,9 +118,14 @@ def tail(
                     f"{when} [red]{record.stream.value:<8} unreadable at {record.position}: {escape(str(exc)[:100])}[/red]"
                 )
                 continue
+            payload, unopened = env.payload, "content sealed"
+            if keys is not None and "sealed" in payload:
+                opened, unopened = await keys.open([env])
+                payload = opened[0].payload if opened else payload
+            line = escape(summarize(env.type, payload, unopened))
             console.print(
                 f"[dim]{when}[/dim] {env.stream:<8} [cyan]{env.session_id[:12]}[/cyan] "
-                f"#{env.seq:<4} [bold]{env.type:<15}[/bold] {escape(summarize(env.type, env.payload))}",
+                f"#{env.seq:<4} [bold]{env.type:<15}[/bold] {line}",
                 soft_wrap=True,
             )
 

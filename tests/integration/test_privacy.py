@@ -223,6 +223,11 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     assert all(r.ok for r in chains.values())
     assert all(r.ended for (stream, _), r in chains.items() if stream == "events")
 
+    tailed = _run(env, "tail", "--no-follow", "--from-beginning", "-s", "events")
+    lines = [line for line in tailed.stdout.splitlines() if " user: " in line]
+    assert tailed.returncode == 0 and len(lines) == 2, tailed.stdout + tailed.stderr
+    assert sum("[erased] user: " in line for line in lines) == 1
+    assert sum("user: bob's note" in line for line in lines) == 1
     page = tmp_path / "report.html"
     shown = _run(env, "report", "--session", "s-user-b", "-o", str(page))
     assert shown.returncode == 0 and "noted for user-b" in page.read_text(), shown.stderr
