@@ -10,6 +10,7 @@ InfraError
 ├── JudgeKeyError         the judge's signing key is missing or unreadable
 ├── ReceiverBusyError     the OTLP receiver's queue is full (answered with 503)
 ├── TopicError            a topic rolltape needs exists in a shape it cannot use
+├── KeysTopicStalledError the keys topic makes no progress (a live reader of content stops)
 ├── DemoError             a demo step did not produce what it should
 └── CliError              a problem the CLI finds itself (a setting that does not read)
 """

@@ -91,6 +91,19 @@ class SecretFileError(InfraError):
     or others may read it."""
 
 
+def write_secret_file(path: Path, data: bytes) -> None:
+    """`data` into `path`, 0600 from creation on, whole or not at all (a temporary file, synced,
+    then renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def _secret_file(path: Path, what: str, size: int, *, exact: bool, create: bool = True) -> bytes:
     """The bytes of a 0600 secret file, created with `size` random bytes on first use (unless
     `create` is false: then a missing file is an error)."""
@@ -101,12 +114,7 @@ def _secret_file(path: Path, what: str, size: int, *, exact: bool, create: bool 
                 "setting at it"
             )
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(size))
-            os.replace(tmp, path)
+            write_secret_file(path, os.urandom(size))
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
             raise SecretFileError(

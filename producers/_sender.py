@@ -25,6 +25,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,22 @@ class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
         except BaseException as exc:  # handed to the awaiting coroutine, as a pool would
             future.set_exception(exc)
         return future
+
+
+def _withheld(event_type: str, payload: Any, exc: Exception) -> tuple[Any, str]:
+    """A refused event of a session whose content is sealed, as the rejected file may keep it:
+    its structure without its content fields, and why without the values pydantic quotes."""
+    content = CONTENT_FIELDS[event_type]
+    if isinstance(payload, Mapping):
+        payload = {k: v for k, v in payload.items() if k not in content}
+    if isinstance(exc, ValidationError):
+        why = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
+    else:
+        why = type(exc).__name__
+    return payload, f"{why} (content withheld: the session's content is sealed)"
 
 
 class Sender:
@@ -441,11 +458,11 @@ class Sender:
             self.stats.sealed += 1
             return self._topics[stream], f"{session_id}/{key_id}".encode(), payload["value"]
         key = (stream, session_id)
+        content_key = self._content_keys.get(session_id) if self._content_keys else None
         try:
             model = PAYLOAD_MODELS.get(event_type)
             if model is None:
                 raise ValueError(f"unknown event type {event_type!r}")
-            content_key = self._content_keys.get(session_id) if self._content_keys else None
             record, _ = self._writer.append_payload(
                 key,
                 stream=stream,
@@ -458,7 +475,11 @@ class Sender:
                 content_key=content_key if event_type in CONTENT_FIELDS else None,
             )
         except (ValidationError, CanonicalEncodingError, ValueError) as exc:
-            self._reject(session_id, stream, event_type, payload, str(exc))
+            if content_key is not None and event_type in CONTENT_FIELDS:
+                # rejected.jsonl is on disk and out of erasure's reach: no content in it
+                self._reject(session_id, stream, event_type, *_withheld(event_type, payload, exc))
+            else:
+                self._reject(session_id, stream, event_type, payload, str(exc))
             return None
         if event_type == "session_ended":
             self._writer.forget(key)  # that chain is closed; the session's others may go on

@@ -2,13 +2,17 @@
 
 `rolltape erasures export FILE` writes the erasures chain (one envelope per line, canonical
 JSON, from seq 0). Reading it back checks, with the judge's public key alone, that the lines are
-one unbroken chain from its first record and that every erasure carries the key's signature, so
-that a folder of exported lines can be checked against it (`verify-export --erasures`) and
-purged by it (`purge-export`) without trusting whoever handed the file over.
+one unbroken chain from its first record and that every erasure carries the key's signature
+over its own place in the chain (seq and previous hash), so that none can be left out and the
+rest linked again; a folder of exported lines can then be checked against it (`verify-export
+--erasures`) and purged by it (`purge-export`) without trusting whoever handed the file over.
+What it cannot show is erasures made after its last line: a file cut short at its end reads as
+an older list (its last seq and time are printed; compare them with the receipt).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -37,6 +41,18 @@ class ErasureList:
 
     erasures: tuple[Erasure, ...]
     sessions: dict[str, int]
+
+    def describe(self) -> str:
+        """What the file lists, to compare with the latest receipt: a file cut short at its end
+        reads as an older list."""
+        if not self.erasures:
+            return "the erasures file lists no erasure"
+        last = self.erasures[-1]
+        when = dt.datetime.fromtimestamp(last.erased_ns / 1e9, dt.UTC).isoformat(timespec="seconds")
+        return (
+            f"the erasures file lists {len(self.erasures)} erasure(s) of "
+            f"{len(self.sessions)} session(s), the last (seq {last.seq}) at {when}"
+        )
 
     def erased(self, session_ids: list[str] | tuple[str, ...]) -> list[str]:
         """Those of `session_ids` that were erased."""
@@ -67,6 +83,11 @@ def read_erasures(data: bytes, public_key: Ed25519PublicKey) -> ErasureList:
             problems.append(
                 f"line {number}: the erasure is not signed by this public key (it names key "
                 f"{erasure.key_id})"
+            )
+        elif (erasure.seq, erasure.prev_hash) != (event.seq, event.prev_hash):
+            problems.append(
+                f"line {number}: the erasure was signed as seq {erasure.seq} of the chain and "
+                f"stands at seq {event.seq}: erasures were left out, or the chain re-linked"
             )
         erasures.setdefault(event.seq, erasure)
     problems += [f"{b.position}: {b.kind.value}: {b.detail}" for b in verifier.unattributed]

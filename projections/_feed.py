@@ -103,6 +103,9 @@ class _Revoked(ConsumerRebalanceListener):  # type: ignore[misc]
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
         await self.feed._commit()
         self.feed._open.clear()  # whoever owns the partitions next re-reads them whole
+        for sid in self.feed._to_open:  # decided, not opened yet: read again with the rest
+            self.feed._done.pop(sid, None)
+        self.feed._to_open.clear()
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         return None
@@ -313,9 +316,12 @@ class TrajectoryFeed:
         pending, self._to_open = self._to_open, []
         for sid in pending:
             session = self._open.get(sid)
-            if session is None:
-                continue  # revoked meanwhile: the next owner reads it again
-            events, access = await self._keys.open(session.events)
+            if session is not None:
+                events, access = await self._keys.open(session.events)
+            if session is None or self._open.get(sid) is not session:
+                # Revoked meanwhile: whoever owns it next (this feed too) reads it again whole.
+                self._done.pop(sid, None)
+                continue
             if events is None:
                 self.skipped[access.replace(" ", "_")] += 1  # erased, key_unavailable
                 self._open.pop(sid, None)

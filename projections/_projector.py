@@ -39,12 +39,19 @@ ERASURE_POLL_S = 1.0
 
 
 async def _take_back_erased(
-    producer: Any, keys: ContentKeys, topic: str, judge_version: str, stop: asyncio.Event
+    producer: Any,
+    keys: ContentKeys,
+    topic: str,
+    judge_version: str,
+    stop: asyncio.Event,
+    erased: set[str],
 ) -> None:
-    """Tombstone the trajectory of every session erased while the projector runs (compaction
-    then removes the published trajectory, content and all)."""
+    """Tombstone the trajectory of every erased session (compaction then removes the published
+    trajectory, content and all), noting each in `erased` first: a trajectory published after
+    its tombstone is tombstoned again (`_publish`)."""
     while not stop.is_set():
         for sid in await keys.erased():
+            erased.add(sid)
             with kafka_errors("tombstoning an erased session's trajectory"):
                 await producer.send_and_wait(topic, None, key=_trajectory_key(sid, judge_version))
             _log.info("session %s erased: its trajectory is tombstoned", sid)
@@ -78,14 +85,15 @@ async def run_projector(
     # Each trajectory is awaited alone: nothing to linger for (as before the one chain producer).
     async with connection.started(connection.chain_producer(linger_ms=0), doing) as producer, feed:
         eraser = None
+        erased: set[str] = set()
         if keys is not None:
             eraser = asyncio.create_task(
-                _take_back_erased(producer, keys, topic, judge_version, stop)
+                _take_back_erased(producer, keys, topic, judge_version, stop, erased)
             )
             # A failure there (the broker gone) stops the projector, and is raised below.
             eraser.add_done_callback(lambda task: _stop_on_failure(task, stop))
         try:
-            published = await _publish(producer, feed, topic, stop)
+            published = await _publish(producer, feed, topic, stop, erased)
         finally:
             if eraser is not None:
                 eraser.cancel()
@@ -99,7 +107,9 @@ def _stop_on_failure(task: asyncio.Task[None], stop: asyncio.Event) -> None:
         stop.set()
 
 
-async def _publish(producer: Any, feed: TrajectoryFeed, topic: str, stop: asyncio.Event) -> int:
+async def _publish(
+    producer: Any, feed: TrajectoryFeed, topic: str, stop: asyncio.Event, erased: set[str]
+) -> int:
     published = 0
     async for item in feed.until(stop):
         key, value = trajectory_record(item.trajectory)
@@ -117,6 +127,10 @@ async def _publish(producer: Any, feed: TrajectoryFeed, topic: str, stop: asynci
                 len(value),
                 exc,
             )
+            continue
+        if item.trajectory.session_id in erased:  # erased while it was being published
+            with kafka_errors("tombstoning an erased session's trajectory"):
+                await producer.send_and_wait(topic, None, key=key)
             continue
         published += 1
     return published

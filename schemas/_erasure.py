@@ -32,6 +32,11 @@ class Erasure(BaseModel):
     reason: str | None = None
     erased_ns: int
     """When the tombstones were acknowledged (ns since the Unix epoch, the eraser's clock)."""
+    seq: int = Field(ge=0)
+    """Its place on the erasures chain, signed: a list of erasures that leaves one out and links
+    the rest again no longer checks (whoever re-links cannot sign)."""
+    prev_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """The hash of the erasures chain's record before it (the genesis hash for the first)."""
     key_id: str = Field(pattern=r"^[0-9a-f]{16}$")
     """The judge key that signed it."""
     signature: str = ""

@@ -247,6 +247,8 @@ def verify_export(
     each file and line that does not check out."""
     key = _public_key(public_key)
     erased = None if erasures is None else _erasures(erasures, key)
+    if erased is not None:
+        console.print(erased.describe(), highlight=False)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
     result = check_export(folder, key, chat_tokenizer, erased)
     for problem in result.problems:
@@ -278,6 +280,7 @@ def purge_export(
     lines removed. Offline: the erasures file is checked with the judge's public key first."""
     key = _public_key(public_key)
     erased = _erasures(erasures, key)
+    console.print(erased.describe(), highlight=False)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
     done = purge(folder, erased, tokenizer=chat_tokenizer)
     if done is None:

@@ -66,10 +66,17 @@ def rotate_kek() -> None:
     console.print(
         f"key-encryption key {done.old_kek_id} -> {done.new_kek_id} ({kek_path(cfg)}): "
         f"{done.rewrapped} data keys re-wrapped, {done.already} re-wrapped already; "
-        f"the old key is overwritten. Copy the new file to every reader of content.",
+        f"the old key is overwritten. Copy the new file to every machine that records subject "
+        "sessions or reads their content.",
         highlight=False,
         soft_wrap=True,
     )
+    if done.erased_again:
+        console.print(
+            f"{done.erased_again} data keys erased while the rotation ran were tombstoned again.",
+            highlight=False,
+            soft_wrap=True,
+        )
     if done.foreign:
         console.print(
             f"{done.foreign} data keys are wrapped under another key-encryption key (another "

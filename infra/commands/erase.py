@@ -99,6 +99,11 @@ async def erase(
             await started.send_and_wait(keys_topic, None, key=record_key)
         erased_ns = time.time_ns()
         principal = connection.principal or settings.principal
+        writer: ChainWriter[str] = ChainWriter()
+        head = await _erasures_head(connection, prefix)
+        if head is not None:
+            writer.take_over(ERASURES_SESSION, head[0] + 1, head[1])
+        seq, prev_hash = writer.head(ERASURES_SESSION)
         erasure = sign_erasure(
             private,
             Erasure(
@@ -107,14 +112,11 @@ async def erase(
                 requested_by=principal,
                 reason=reason,
                 erased_ns=erased_ns,
+                seq=seq,
+                prev_hash=prev_hash,
                 key_id=key.key_id(),
             ),
         )
-        writer: ChainWriter[str] = ChainWriter()
-        head = await _erasures_head(connection, prefix)
-        if head is not None:
-            writer.take_over(ERASURES_SESSION, head[0] + 1, head[1])
-        seq = writer.head(ERASURES_SESSION)[0]
         value, digest = writer.append(
             ERASURES_SESSION,
             stream=Stream.ERASURES.value,

@@ -85,8 +85,14 @@ def _rerender(
     kept: dict[str, bytes] = {}
     purged: list[str] = []
     for name in dict.fromkeys(manifest.evidence):
-        for raw in (folder / name).read_bytes().splitlines(keepends=True):
-            evidence = SessionEvidence.model_validate_json(raw)
+        for number, raw in enumerate((folder / name).read_bytes().splitlines(keepends=True), 1):
+            try:
+                evidence = SessionEvidence.model_validate_json(raw)
+            except ValidationError as exc:
+                raise ExportError(
+                    f"{name}:{number} is not an evidence line ({exc.errors()[0]['msg']}): run "
+                    "`rolltape verify-export` on the folder; nothing was changed"
+                ) from exc
             if evidence.session_id in erasures.sessions:
                 purged.append(evidence.session_id)
             else:
@@ -95,8 +101,8 @@ def _rerender(
         return None
     trajectories = []
     for sid, raw in kept.items():
-        chains = SessionEvidence.model_validate_json(raw).decoded()
         try:
+            chains = SessionEvidence.model_validate_json(raw).decoded()
             events = chains.get("events", [])
             derived = [e for stream, es in chains.items() if stream != "events" for e in es]
             judge_version = manifest.options.selection.judge_version
@@ -145,6 +151,8 @@ def _rerender(
 def _drop_lines(folder: Path, manifest: Manifest, erasures: ErasureList) -> Purged | None:
     files: list[tuple[ExportFile, list[bytes], list[bytes]]] = []
     purged: set[str] = set()
+    removed: set[str] = set()  # the members of every line taken out (a group's, too)
+    remaining: set[str] = set()
     number = 0
     for entry in manifest.files:
         data = (folder / entry.name).read_bytes().splitlines(keepends=True)
@@ -155,12 +163,21 @@ def _drop_lines(folder: Path, manifest: Manifest, erasures: ErasureList) -> Purg
                 "folder was changed; nothing was purged"
             )
         kept_data, kept_sides = [], []
-        for line, side in zip(data, sides, strict=True):
-            provenance: dict[str, Any] = orjson.loads(side)
-            erased = erasures.erased([s["session_id"] for s in provenance["sessions"]])
+        for n, (line, side) in enumerate(zip(data, sides, strict=True), start=1):
+            try:
+                provenance: dict[str, Any] = orjson.loads(side)
+                members = [s["session_id"] for s in provenance["sessions"]]
+            except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+                raise ExportError(
+                    f"{entry.provenance_name}:{n} is not a provenance line ({exc}): the folder "
+                    "was changed; nothing was purged"
+                ) from exc
+            erased = erasures.erased(members)
             if erased:
                 purged.update(erased)
+                removed.update(members)
                 continue
+            remaining.update(members)
             provenance["line"] = number
             number += 1
             kept_data.append(line)
@@ -183,12 +200,16 @@ def _drop_lines(folder: Path, manifest: Manifest, erasures: ErasureList) -> Purg
                 }
             )
         )
+    gone = removed - remaining  # no line of theirs is left
+    skipped = _merged(manifest.skipped, len(purged))
+    if gone - purged:  # a grouped line with an erased member goes whole
+        skipped["grouped_with_erased"] = skipped.get("grouped_with_erased", 0) + len(gone - purged)
     new = manifest.model_copy(
         update={
             "files": tuple(entries),
             "lines": number,
-            "sessions_exported": manifest.sessions_exported - len(purged),
-            "skipped": _merged(manifest.skipped, len(purged)),
+            "sessions_exported": manifest.sessions_exported - len(gone),
+            "skipped": dict(sorted(skipped.items())),
         }
     )
     prepare_folder(folder, overwrite=True)

@@ -5,16 +5,18 @@ Why: a copy of the keys topic taken before an erasure (a backup, a mirror) still
 erased subject's data key, wrapped. Wrapped under a KEK that no longer exists, it is useless to
 whoever holds it; so erasure is complete once the KEK it was wrapped under is retired.
 
-As the admin (docs/privacy.md, "Rotating the KEK"):
+As the admin (docs/privacy.md, "Rotating the KEK"), one rotation at a time (a lock beside the
+KEK file), in steps that a rotation cut short takes up again where it stopped:
 
-1. the new KEK is made beside the old one (`<kek file>.next`, 0600); a rotation cut short
-   finds it there and goes on with it, so no key is ever wrapped under a KEK that is then lost;
+1. the new KEK is made beside the old one (`<kek file>.next`, 0600);
 2. every live data-key record wrapped under the old KEK is unwrapped and written again, same
-   record key, wrapped under the new one; the broker acknowledges each before the next step
-   (compaction then drops the old records);
-3. the old KEK's file is overwritten with zeros and replaced by the new one;
-4. the topic is read again to its end, and a key a recorder wrapped under the old KEK meanwhile
-   (a recorder reads the KEK file at each subject session's start) is re-wrapped too.
+   record key, wrapped under the new one; the broker acknowledges each;
+3. the old KEK is kept as `<kek file>.retired` and the new one takes the KEK file's place (one
+   rename: a reader of the file sees the old KEK or the new, never a partial one);
+4. the topic is read again and a key a recorder wrapped under the old KEK meanwhile (recorders
+   read the KEK file at each subject session's start) is re-wrapped too; a key erased while the
+   rotation ran, which step 2 may have written again after its tombstone, is tombstoned again;
+5. the retired KEK's file is overwritten with zeros and removed.
 
 Records wrapped under a KEK that is neither (another cluster's, one retired before) are left as
 they are and counted: nothing here can open them.
@@ -22,28 +24,41 @@ they are and counted: nothing here can open them.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.keyring import read_keys
-from rolltape.infra.keys import SecretFileError, _secret_file, kek_path, key_encryption_key
+from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.keys import _secret_file, kek_path, key_encryption_key, write_secret_file
 from rolltape.infra.settings import Settings
-from rolltape.schemas import Stream, topic_name
+from rolltape.schemas import Erasure, SchemaError, Stream, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.privacy import KeyEncryptionKey, SealedContentError
+
+
+class RotationError(InfraError):
+    """A rotation cannot run now (another one holds the lock); the message says what to do."""
 
 
 @dataclass(frozen=True)
 class Rotation:
     """What a rotation did: the KEK ids, and how many live data keys it re-wrapped, found
-    re-wrapped already (a rotation cut short), or left under a KEK it does not hold."""
+    re-wrapped already (a rotation cut short), left under a KEK it does not hold, and erased
+    again (erased while it ran)."""
 
     old_kek_id: str
     new_kek_id: str
     rewrapped: int
     already: int
     foreign: int
+    erased_again: int
 
 
 async def _rewrap(
@@ -56,11 +71,10 @@ async def _rewrap(
     topic = topic_name(Stream.KEYS, prefix)
     async with connection.started(producer, f"re-wrapping data keys on {connection}") as started:
         for (session_id, key_id), record in sorted(keyring.records.items()):
-            kek_id = record.kek_id
-            if kek_id == new.kek_id:
+            if record.kek_id == new.kek_id:
                 already += 1
                 continue
-            if kek_id != old.kek_id:
+            if record.kek_id != old.kek_id:
                 foreign += 1
                 continue
             try:
@@ -74,25 +88,80 @@ async def _rewrap(
     return rewrapped, already, foreign
 
 
-def _retire(path: Path, successor: Path) -> None:
-    """Overwrite the old KEK's bytes, then put the new one in its place."""
+async def _erase_again(connection: KafkaConnection, prefix: str) -> int:
+    """Tombstone every data key that is live on the topic although it was erased: tombstoned
+    earlier on the topic, or named by an erasure. A key id is never made twice, so a key alive
+    after its tombstone was written again by a rotation that read it before the erasure."""
+    erased: set[bytes] = set()
+    async for raw in read_records(connection, [Stream.ERASURES], prefix=prefix):
+        with contextlib.suppress(SchemaError, ValidationError):  # the chain's to verify
+            event = read_event(raw.value)
+            if event.type == "erasure":
+                erased.update(k.encode() for k in Erasure.model_validate(event.payload).keys)
+    live: dict[bytes, bool] = {}
+    async for raw in read_records(connection, [Stream.KEYS], prefix=prefix):
+        if raw.key is None:
+            continue
+        if raw.value is None:
+            erased.add(raw.key)
+        live[raw.key] = raw.value is not None
+    again = sorted(k for k, alive in live.items() if alive and k in erased)
+    if again:
+        producer = connection.chain_producer(linger_ms=0, client_id="rolltape-rotate-kek")
+        topic = topic_name(Stream.KEYS, prefix)
+        async with connection.started(producer, f"erasing on {connection}") as started:
+            for key in again:
+                await started.send_and_wait(topic, None, key=key)
+    return len(again)
+
+
+def _destroy(path: Path) -> None:
+    """Overwrite a retired KEK's bytes, then remove the file."""
     with open(path, "r+b") as f:
         f.write(b"\x00" * path.stat().st_size)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(successor, path)
+    path.unlink()
+
+
+@contextlib.contextmanager
+def _one_rotation(path: Path) -> Iterator[None]:
+    lock = path.with_name(path.name + ".rotating")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise RotationError(
+                f"another rotation of {path} is running (it holds {lock}); let it finish"
+            ) from exc
+        yield
 
 
 async def rotate_kek(connection: KafkaConnection, settings: Settings) -> Rotation:
     """Re-wrap the live data keys under a new KEK and retire the old one (module docstring)."""
     path = kek_path(settings)
-    old = key_encryption_key(settings, create=False)
     successor = path.with_name(path.name + ".next")
-    new = KeyEncryptionKey(_secret_file(successor, "next key-encryption key", 32, exact=True))
-    if new.kek_id == old.kek_id:
-        raise SecretFileError(f"{successor} holds the KEK in use: remove it and run again")
+    retired = path.with_name(path.name + ".retired")
     prefix = settings.topic_prefix
-    rewrapped, already, foreign = await _rewrap(connection, prefix, old, new)
-    _retire(path, successor)
-    late, _, foreign = await _rewrap(connection, prefix, old, new)
-    return Rotation(old.kek_id, new.kek_id, rewrapped + late, already, foreign)
+    with _one_rotation(path):
+        rewrapped = already = foreign = 0
+        if retired.exists():  # a rotation stopped after the swap: finish it
+            old = KeyEncryptionKey(
+                _secret_file(retired, "retired key-encryption key", 32, exact=True, create=False)
+            )
+            new = key_encryption_key(settings, create=False)
+        else:
+            old = key_encryption_key(settings, create=False)
+            new = KeyEncryptionKey(
+                _secret_file(successor, "next key-encryption key", 32, exact=True)
+            )
+            if new.kek_id == old.kek_id:
+                raise RotationError(f"{successor} holds the KEK in use: remove it and run again")
+            rewrapped, already, foreign = await _rewrap(connection, prefix, old, new)
+            write_secret_file(retired, old.secret)
+            os.replace(successor, path)
+        late, _, foreign = await _rewrap(connection, prefix, old, new)
+        erased_again = await _erase_again(connection, prefix)
+        _destroy(retired)
+    return Rotation(old.kek_id, new.kek_id, rewrapped + late, already, foreign, erased_again)

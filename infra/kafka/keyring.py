@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from pydantic import ValidationError
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.readback import read_records, topic_partitions
 from rolltape.infra.keys import kek_path, key_encryption_key
 from rolltape.infra.settings import Settings
-from rolltape.schemas import Stream, TypedEvent, topic_name
+from rolltape.schemas import Erasure, SchemaError, Stream, TypedEvent, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
 from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
 
@@ -47,24 +50,51 @@ async def keyring_if_any(connection: KafkaConnection, settings: Settings) -> Key
     return await read_keyring(connection, settings)
 
 
+class KeysTopicStalledError(InfraError):
+    """The keys topic did not reach its end within the time allowed (the broker is away)."""
+
+
+STALL_S = 60.0
+"""How long catching up with the keys topic may make no progress before it is an error (a
+reader then stops, and its restart reads the unfinished sessions again)."""
+
+
 class KeysFollower:
     """The keys topic followed live, for the readers that run for days (the feed, the
-    projector): `open` catches up with the topic before it says a key is unavailable, so a
-    session's key written a moment before its last event is found; `erased` lists the sessions
-    whose keys were tombstoned since it last looked, so a reader can take back what it already
-    published. Implements `rolltape.projections.ContentKeys`."""
+    projector, tail): `open` catches up with the topic before it says a key is unavailable, so
+    a session's key written a moment before its last event is found, and reads the KEK file
+    again (`reload`) where a rotation has re-wrapped the keys; `erased` lists the erased
+    sessions it has not listed yet: at the first call every session the erasures chain names
+    (a projector down at the time of an erasure still takes back what it published), then those
+    whose keys are tombstoned as it reads. Implements `rolltape.projections.ContentKeys`."""
 
-    def __init__(self, connection: KafkaConnection, prefix: str, kek: KeyEncryptionKey) -> None:
+    def __init__(
+        self,
+        connection: KafkaConnection,
+        prefix: str,
+        kek: KeyEncryptionKey,
+        *,
+        reload: Callable[[], KeyEncryptionKey] | None = None,
+    ) -> None:
         self.keyring = Keyring(kek)
         self._connection = connection
+        self._prefix = prefix
         self._topic = topic_name(Stream.KEYS, prefix)
+        self._reload = reload
         self._consumer: AIOKafkaConsumer | None = None
         self._stack = contextlib.AsyncExitStack()
         self._parts: list[TopicPartition] = []
-        self._erased: list[str] = []
+        self._erased: dict[str, None] = {}
         self._reading = asyncio.Lock()  # the feed and the projector's eraser share the consumer
 
     async def start(self) -> Self:
+        async for record in read_records(self._connection, [Stream.ERASURES], prefix=self._prefix):
+            with contextlib.suppress(SchemaError, ValidationError):
+                event = read_event(record.value)
+                if event.type == "erasure":
+                    self._erased.update(
+                        dict.fromkeys(Erasure.model_validate(event.payload).sessions)
+                    )
         self._parts = await topic_partitions(self._connection, [self._topic])
         consumer = self._connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=50)
         doing = f"reading {self._topic} on {self._connection}"
@@ -75,7 +105,6 @@ class KeysFollower:
         if self._parts:
             await consumer.seek_to_beginning(*self._parts)
         await self.catch_up()
-        self._erased.clear()  # erased before this reader started: nothing of them was read
         return self
 
     async def stop(self) -> None:
@@ -89,7 +118,8 @@ class KeysFollower:
         await self.stop()
 
     async def catch_up(self) -> None:
-        """Read the keys topic up to its end as of now."""
+        """Read the keys topic up to its end as of now; KeysTopicStalledError when it makes no
+        progress for STALL_S."""
         consumer = self._consumer
         if consumer is None:
             raise RuntimeError("the keys follower is not started: use `async with`")
@@ -100,40 +130,57 @@ class KeysFollower:
         with kafka_errors(f"reading {self._topic}"):
             ends = await consumer.end_offsets(self._parts)
             remaining = {tp for tp in self._parts if await consumer.position(tp) < ends[tp]}
+            progress = time.monotonic()
             while remaining:
                 batch = await consumer.getmany(*remaining, timeout_ms=200, max_records=5000)
                 for messages in batch.values():
+                    progress = time.monotonic()
                     for m in messages:
                         self.keyring.add(m.key, m.value)
                         if m.value is None and m.key is not None:
-                            self._erased.append(m.key.decode(errors="replace").rpartition("/")[0])
+                            sid = m.key.decode(errors="replace").rpartition("/")[0]
+                            self._erased[sid] = None
                 for tp in list(remaining):
                     if await consumer.position(tp) >= ends[tp]:
                         remaining.discard(tp)
+                if remaining and time.monotonic() - progress > STALL_S:
+                    raise KeysTopicStalledError(
+                        f"{self._topic} made no progress for {STALL_S:.0f}s on "
+                        f"{self._connection}: is the broker up?"
+                    )
 
     async def open(self, events: Sequence[TypedEvent]) -> tuple[list[TypedEvent] | None, str]:
         """The session's events opened (`Keyring.open_events`), after catching up with the keys
-        topic when a key is not known yet."""
+        topic, and reading the KEK file again, when a key is not known yet."""
         opened, access = self.keyring.open_events(events)
         if access == "key unavailable":
             await self.catch_up()
             opened, access = self.keyring.open_events(events)
+        if access == "key unavailable" and self._reload is not None:
+            kek = self._reload()
+            if self.keyring.kek is None or kek.kek_id != self.keyring.kek.kek_id:
+                self.keyring.use_kek(kek)  # rotated since this reader started
+                opened, access = self.keyring.open_events(events)
         return opened, access
 
     async def erased(self) -> list[str]:
-        """The sessions whose data keys were tombstoned since the last call, in the order read."""
+        """The erased sessions not listed yet (the class docstring)."""
         await self.catch_up()
-        out, self._erased = list(dict.fromkeys(self._erased)), []
+        out, self._erased = list(self._erased), {}
         return out
 
 
 async def keys_follower_if_any(
     connection: KafkaConnection, settings: Settings
 ) -> KeysFollower | None:
-    """A follower of the keys topic with the settings' KEK, or None where this machine has none
-    (sealed sessions are then left out as `key unavailable`). Not started."""
+    """A follower of the keys topic with the settings' KEK (read again after a rotation), or
+    None where this machine has none (sealed sessions are then left out as `key unavailable`).
+    Not started."""
     if not kek_path(settings).exists():
         return None
     return KeysFollower(
-        connection, settings.topic_prefix, key_encryption_key(settings, create=False)
+        connection,
+        settings.topic_prefix,
+        key_encryption_key(settings, create=False),
+        reload=lambda: key_encryption_key(settings, create=False),
     )

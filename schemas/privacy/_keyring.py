@@ -78,9 +78,21 @@ class Keyring:
             return
         try:
             self._keys[ids] = self.kek.unwrap(record.wrapped, record.key_id, record.session_id)
-        except SealedContentError:  # e.g. re-wrapped under a new KEK: the earlier key is gone
-            self._keys.pop(ids, None)
+        except SealedContentError:
+            # Re-wrapped under a KEK this reader does not hold (a rotation): a key it already
+            # unwrapped is the same key, and stays; the record is kept for `use_kek`.
             self.unreadable += 1
+
+    def use_kek(self, kek: KeyEncryptionKey) -> None:
+        """Unwrap with `kek` from now on (a reader that reads the KEK file again after a
+        rotation), and unwrap with it every live record no key was unwrapped from yet."""
+        self.kek = kek
+        for ids, record in self.records.items():
+            if ids not in self._keys:
+                try:
+                    self._keys[ids] = kek.unwrap(record.wrapped, record.key_id, record.session_id)
+                except SealedContentError:
+                    continue
 
     def access(self, session_id: str, key_id: str) -> Access:
         if (session_id, key_id) in self._keys:

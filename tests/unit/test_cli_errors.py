@@ -160,6 +160,7 @@ CASES = [
     Case(("bench", "monitor"), ("--device", "tpu"), "cpu or cuda", usage=True),
     Case(("bench", "capture"), ("--calls", "1"), "--calls", usage=True),
     Case(("bench", "evidence"), ("--repeats", "0"), "--repeats", usage=True),
+    Case(("bench", "export"), ("--sessions", "0"), "--sessions", usage=True),
     Case(("bench", "judges"), ("--calls", "0"), "--calls", usage=True),
     Case(("import", "hermes"), ("{tmp}/missing.jsonl",), "missing.jsonl is not a file"),
     Case(("import", "env-rl"), ("{tmp}/missing",), "missing is not a folder"),

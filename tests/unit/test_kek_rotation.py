@@ -22,7 +22,7 @@ def test_a_data_key_record_names_the_kek_it_is_wrapped_under() -> None:
     assert _record(kek, key).model_copy(update={"wrapped": "not-a-wrap"}).kek_id == ""
 
 
-def test_a_key_re_wrapped_under_a_new_kek_opens_with_the_new_kek_only() -> None:
+def test_a_re_wrapped_key_opens_with_the_new_kek_and_stays_with_readers_holding_it() -> None:
     old, new, key = KeyEncryptionKey.generate(), KeyEncryptionKey.generate(), ContentKey.generate()
     first, rewrapped = _record(old, key), _record(new, key)
     record_key = f"s-1/{key.key_id}".encode()
@@ -32,12 +32,15 @@ def test_a_key_re_wrapped_under_a_new_kek_opens_with_the_new_kek_only() -> None:
         holder_of_new.add(record_key, record.value())
     assert holder_of_new.access("s-1", key.key_id) == "opened"
 
-    # The old KEK still opens the earlier record until the later one replaces it (as
-    # compaction does on the topic): then what it held is gone.
-    holder_of_old = Keyring(old)
-    holder_of_old.add(record_key, first.value())
-    assert holder_of_old.access("s-1", key.key_id) == "opened"
-    holder_of_old.add(record_key, rewrapped.value())
-    assert holder_of_old.access("s-1", key.key_id) == "key unavailable"
-    assert holder_of_old.unreadable == 1
-    assert holder_of_old.records[("s-1", key.key_id)] == rewrapped
+    # A reader holding the old KEK keeps the key it unwrapped (the same key); one that reads
+    # the topic as compaction leaves it (the later record only) opens nothing with it.
+    running = Keyring(old)
+    running.add(record_key, first.value())
+    running.add(record_key, rewrapped.value())
+    assert running.access("s-1", key.key_id) == "opened" and running.unreadable == 1
+    assert running.records[("s-1", key.key_id)] == rewrapped
+    compacted = Keyring(old)
+    compacted.add(record_key, rewrapped.value())
+    assert compacted.access("s-1", key.key_id) == "key unavailable"
+    compacted.use_kek(new)  # it reads the new KEK file
+    assert compacted.access("s-1", key.key_id) == "opened"

@@ -173,10 +173,12 @@ def test_an_erasure_receipt_is_signed_over_everything_it_says() -> None:
             keys=("s-1/0123456789abcdef",),
             requested_by="admin",
             erased_ns=1,
+            seq=0,
+            prev_hash="0" * 64,
             key_id=key_id(private.public_key()),
         ),
     )
     assert erasure_signed_by(private.public_key(), erasure)
-    for changed in ({"sessions": ("s-2",)}, {"erased_ns": 2}, {"reason": "x"}):
+    for changed in ({"sessions": ("s-2",)}, {"erased_ns": 2}, {"reason": "x"}, {"seq": 1}):
         assert not erasure_signed_by(private.public_key(), erasure.model_copy(update=changed))
     assert not erasure_signed_by(Ed25519PrivateKey.generate().public_key(), erasure)

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from rolltape.producers import Recorder
+from rolltape.producers import EventsRejectedError, Recorder
 from rolltape.producers._spool import Spool
 from rolltape.schemas import PAYLOAD_MODELS, ChainVerifier, DataKeyRecord, Stream, topic_name
 from rolltape.schemas.privacy import KeyEncryptionKey, open_content
@@ -104,3 +104,16 @@ def test_the_kek_is_read_at_each_subject_session_so_a_rotated_one_is_used(
     recorder.session("b", subject="u2").end()
     recorder.close(5)
     assert reads == [KEK.kek_id, keks[0].kek_id]
+
+
+def test_a_refused_event_of_a_subject_session_is_kept_without_its_content(
+    tmp_path: Path,
+) -> None:
+    recorder = Recorder(None, spool_dir=tmp_path, spool_after_s=0.0, kek=KEK)
+    with recorder.session("t", session_id="subj-9", subject="user-7") as s:
+        s.turn("user", "jane@example.com", token_ids=["jane"])  # type: ignore[list-item]
+    with pytest.raises(EventsRejectedError, match=r"token_ids\.0: Input should be a valid") as e:
+        recorder.close(5)
+    assert e.value.path is not None
+    kept = e.value.path.read_text()
+    assert "jane" not in kept and "content withheld" in kept and '"role":"user"' in kept

@@ -3,6 +3,7 @@ reads; a changed, unsigned or truncated one is refused naming the line."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -15,6 +16,7 @@ def _file(private: Ed25519PrivateKey, sessions: list[tuple[str, ...]]) -> list[b
     writer: ChainWriter[str] = ChainWriter()
     lines = []
     for n, names in enumerate(sessions):
+        seq, prev_hash = writer.head(ERASURES_SESSION)
         erasure = sign_erasure(
             private,
             Erasure(
@@ -22,6 +24,8 @@ def _file(private: Ed25519PrivateKey, sessions: list[tuple[str, ...]]) -> list[b
                 keys=tuple(f"{s}/{n:016x}" for s in names),
                 requested_by="admin",
                 erased_ns=n,
+                seq=seq,
+                prev_hash=prev_hash,
                 key_id=key_id(private.public_key()),
             ),
         )
@@ -56,3 +60,25 @@ def test_another_key_a_changed_line_or_a_missing_first_record_is_refused() -> No
         read_erasures(b"".join(changed), private.public_key())
     with pytest.raises(ErasuresFileError, match="starts at seq 1"):
         read_erasures(lines[1], private.public_key())
+
+
+def test_an_erasure_left_out_and_the_rest_linked_again_is_refused() -> None:
+    private = Ed25519PrivateKey.generate()
+    lines = _file(private, [("s-a",), ("s-b",), ("s-c",)])
+    kept = [lines[0], lines[2]]
+    writer: ChainWriter[str] = ChainWriter()
+    relinked = []
+    for line in kept:  # whoever holds the file re-chains what is left: the hashes agree again
+        event = orjson.loads(line)
+        value, _ = writer.append(
+            ERASURES_SESSION,
+            stream=Stream.ERASURES.value,
+            session_id=ERASURES_SESSION,
+            ts_ns=event["ts_ns"],
+            type="erasure",
+            payload=event["payload"],
+            producer=event["producer"],
+        )
+        relinked.append(value + b"\n")
+    with pytest.raises(ErasuresFileError, match="line 2: the erasure was signed as seq 2"):
+        read_erasures(b"".join(relinked), private.public_key())
