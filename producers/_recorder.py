@@ -302,27 +302,26 @@ class Recorder:
             "linked_session_id": linked_session_id,
             "group_id": group_id,
         }
-        if subject is not None:
-            if resume:
-                raise ValueError(
-                    "resume=True with a subject is not supported yet: a resumed session's new "
-                    "data key would have to reach the keys topic before its first record"
-                )
-            self._queue_data_key(sid, subject)
+        if resume and session_id is None:
+            raise ValueError("resume=True continues an existing session: pass its session_id")
+        data_key = None if subject is None else self._data_key(sid, subject)
+        if data_key is not None and not resume:
+            self._enqueue(sid, _KEYS, "data_key", data_key)
         if resume:
-            if session_id is None:
-                raise ValueError("resume=True continues an existing session: pass its session_id")
+            # A resumed session's content goes on under a data key of this recorder's own,
+            # sent to the keys topic by the takeover itself, before its first record.
             self._check_open()
             self._sender.resume(
-                _EVENTS, sid, ("session_started", payload), self._writer, resume_timeout_s
+                _EVENTS, sid, ("session_started", payload), self._writer, resume_timeout_s, data_key
             )
         else:
             self._enqueue(sid, _EVENTS, "session_started", payload)
         return Session(self, sid)
 
-    def _queue_data_key(self, session_id: str, subject: str) -> None:
-        """A new data key for the session, queued ahead of its events: the sender keeps it to
-        seal their content and sends the wrapped key (never the key) to the keys topic."""
+    def _data_key(self, session_id: str, subject: str) -> dict[str, Any]:
+        """A new data key for the session, as the sender takes it ahead of the session's
+        events: it keeps the key to seal their content and sends the wrapped key (never the
+        key) to the keys topic."""
         from rolltape.schemas.privacy import ContentKey, KeyEncryptionKey
 
         if self._kek is None:
@@ -340,8 +339,7 @@ class Recorder:
             wrapped=kek.wrap(key, session_id),
             ts_ns=_time_ns(),
         )
-        payload = {"key_id": key.key_id, "secret": key.secret, "value": record.value()}
-        self._enqueue(session_id, _KEYS, "data_key", payload)
+        return {"key_id": key.key_id, "secret": key.secret, "value": record.value()}
 
     def resume(self, session_id: str, stream: str, timeout_s: float = 30.0) -> None:
         """Take over `session_id`'s chain on another `stream` this recorder writes (a restarted

@@ -235,15 +235,18 @@ class Sender:
         first: tuple[str, dict[str, Any]] | None,
         writer: str,
         timeout_s: float,
+        data_key: dict[str, Any] | None = None,
     ) -> int:
         """Take over the chain of (`stream`, `session_id`) from its head in the log: append
         `first` when the chain has no record yet (if given), else a `session_resumed` record, and
-        make sure it stands (see _resume.py). Blocks the calling thread; returns the seq of the
+        make sure it stands (see _resume.py). With `data_key` (a session naming a subject), the
+        session's content is sealed under it from then on, and its wrapped record is on the keys
+        topic before the takeover's record. Blocks the calling thread; returns the seq of the
         next record this recorder will seal on the chain."""
         if self._done.is_set():
             raise ResumeError("the recorder is closed; create a new Recorder")
         future = asyncio.run_coroutine_threadsafe(
-            self._resume(stream, session_id, first, writer, time.monotonic() + timeout_s),
+            self._resume(stream, session_id, first, writer, time.monotonic() + timeout_s, data_key),
             self._loop,
         )
         try:
@@ -259,9 +262,15 @@ class Sender:
         first: tuple[str, dict[str, Any]] | None,
         writer: str,
         deadline: float,
+        data_key: dict[str, Any] | None = None,
     ) -> int:
         chain = (stream, session_id)
         if chain in self._writer.heads:  # this recorder is its writer already
+            if data_key is not None and session_id not in self._content_keys:
+                raise ResumeError(
+                    f"this recorder is recording {session_id} without a subject; resume it with "
+                    "a subject from another recorder, or record a new session"
+                )
             return self._writer.head(chain)[0]
         connection = self.config.connection
         if connection is None:
@@ -314,6 +323,17 @@ class Sender:
                     event_type, payload = first
                 else:
                     return 0  # nothing to take over: the chain starts at its genesis
+                if data_key is not None:  # the key first: its record, then the sealed ones
+                    entry = self._seal((session_id, _KEYS, "data_key", data_key, time.time_ns()))
+                    assert entry is not None  # a data key is never refused
+                    try:
+                        await producer.send_and_wait(entry[0], entry[2], key=entry[1])
+                    except Exception as exc:
+                        self._content_keys.pop(session_id, None)
+                        raise ResumeError(
+                            f"the broker did not take the data key of the resumed {session_id}: "
+                            f"{exc!r}; resume again"
+                        ) from exc
                 self._writer.take_over(chain, head.seq + 1, head.hash)
                 record = self._seal((session_id, stream, event_type, payload, time.time_ns()))
                 if record is None:

@@ -173,6 +173,7 @@ class ShardedSender:
         first: tuple[str, dict[str, Any]] | None,
         writer: str,
         timeout_s: float,
+        data_key: dict[str, Any] | None = None,
     ) -> int:
         """`Sender.resume`, run by the shard that owns the session once no shard's spool holds
         records (one of them may be the chain's head)."""
@@ -188,7 +189,7 @@ class ShardedSender:
             request = next(self._barrier_ids)
             self._requests[request] = future
         remaining = max(0.0, deadline - time.monotonic())
-        args = (stream, session_id, first, writer, remaining)
+        args = (stream, session_id, first, writer, remaining, data_key)
         self._send(shard, encode_control(("resume", request, args)))
         try:
             return future.result(remaining + 15)

@@ -334,3 +334,48 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     erasures.write_text(erasures.read_text().replace("GDPR", "gdpr"))
     forged = _run(offline, *verify, "--erasures", str(erasures))
     assert forged.returncode == 2 and "not signed by this public key" in forged.stderr
+
+
+def test_a_subject_session_resumed_by_another_recorder_goes_on_sealed_under_a_key_of_its_own(
+    cluster: Cluster, topics: Topics, tmp_path: Path
+) -> None:
+    if cluster.managed is None:
+        pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
+    kek = KeyEncryptionKey.generate()
+
+    def recorder(name: str) -> Recorder:
+        return Recorder(
+            topics.connection(Role.AGENT),
+            topic_prefix=topics.prefix,
+            spool_dir=tmp_path / name,
+            kek=kek,
+        )
+
+    first = recorder("first")
+    session = first.session("help", session_id="s-resumed", subject="user-r")
+    session.turn("user", "before the restart: card 4242")
+    first.close(30)  # the process ends without ending the session
+
+    second = recorder("second")
+    with second.session("help", session_id="s-resumed", subject="user-r", resume=True) as again:
+        again.turn("user", "after the restart: card 4343")
+    second.close(30)
+
+    keyring = Keyring(kek)
+    asyncio.run(_feed_keys(topics, keyring))
+    assert [r.subject for r in keyring.records.values()] == ["user-r", "user-r"]  # two keys
+    assert _opened(topics, keyring)["s-resumed"] == [
+        "before the restart: card 4242",
+        "after the restart: card 4343",
+    ]
+
+    async def events() -> bytes:
+        return b"".join(
+            [
+                r.value or b""
+                async for r in read_records(topics.reader, [Stream.EVENTS], prefix=topics.prefix)
+            ]
+        )
+
+    assert b"card 4" not in asyncio.run(events())
+    assert all(r.ok for r in topics.verify().reports())
