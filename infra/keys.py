@@ -14,6 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
+from rolltape.schemas.plugins import load_object
 from rolltape.schemas.privacy import KeyEncryptionKey
 from rolltape.schemas.trust import key_id, load_private_key
 
@@ -145,10 +146,40 @@ def kek_path(settings: Settings) -> Path:
 
 
 def key_encryption_key(settings: Settings, *, create: bool = True) -> KeyEncryptionKey:
-    """The key-encryption key that wraps data keys (ROLLTAPE_KEK_FILE), created (32 random
-    bytes, 0600) on first use by a recorder; a reader (`create=False`) never makes one, since a
-    new key opens nothing. Losing it makes every subject session's content unreadable: back it
-    up as you back up the broker's data."""
+    """The key-encryption key that wraps data keys: from the provider ROLLTAPE_KEK_PROVIDER
+    names where one is set, else from ROLLTAPE_KEK_FILE, created (32 random bytes, 0600) on
+    first use by a recorder; a reader (`create=False`) never makes one, since a new key opens
+    nothing. Losing it makes every subject session's content unreadable: back it up as you back
+    up the broker's data."""
+    if settings.kek_provider is not None:
+        return _provided_kek(settings.kek_provider)
     return KeyEncryptionKey(
         _secret_file(kek_path(settings), "key-encryption key", 32, exact=True, create=create)
     )
+
+
+def kek_available(settings: Settings) -> bool:
+    """Whether this machine has a key-encryption key to open content with (a provider, or the
+    file): a reader without one leaves sealed sessions out as `key unavailable`."""
+    return settings.kek_provider is not None or kek_path(settings).exists()
+
+
+def _provided_kek(spec: str) -> KeyEncryptionKey:
+    """The KEK a provider function returns (bytes, or a KeyEncryptionKey), checked."""
+    provider = load_object(spec, "key-encryption key provider", what="function")
+    if not callable(provider):
+        raise SecretFileError(f"the key-encryption key provider {spec!r} is not a function")
+    try:
+        kek = provider()
+    except Exception as exc:
+        raise SecretFileError(
+            f"the key-encryption key provider {spec!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(kek, KeyEncryptionKey):
+        return kek
+    if not isinstance(kek, bytes | bytearray) or len(kek) != 32:
+        got = f"{len(kek)} bytes" if isinstance(kek, bytes | bytearray) else type(kek).__name__
+        raise SecretFileError(
+            f"the key-encryption key provider {spec!r} returned {got}, not 32 bytes"
+        )
+    return KeyEncryptionKey(bytes(kek))

@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     kek_file: Path | None = None
     """The key-encryption key (32 bytes, 0600) that wraps the data keys of sessions that name a
     subject; created on first use. Default: state_dir/keys/kek.bin."""
+    kek_provider: str | None = None
+    """`package.module:function` returning the key-encryption key (32 bytes) from where it is
+    kept (a key management service), instead of `kek_file`. Default: none."""
     redaction_policy: Path | None = None
     """A TOML file of redaction rules the recorders built from settings apply to every event
     before it leaves the process (docs/privacy.md). Default: none."""
@@ -172,6 +175,7 @@ class Settings(BaseSettings):
             "principals_file",
             "judge_key_file",
             "kek_file",
+            "kek_provider",
             "redaction_policy",
             "redaction_secret_file",
             "topic_prefix",

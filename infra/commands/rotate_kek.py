@@ -140,6 +140,11 @@ def _one_rotation(path: Path) -> Iterator[None]:
 
 async def rotate_kek(connection: KafkaConnection, settings: Settings) -> Rotation:
     """Re-wrap the live data keys under a new KEK and retire the old one (module docstring)."""
+    if settings.kek_provider is not None:
+        raise RotationError(
+            f"the key-encryption key comes from {settings.kek_provider}: rotate it where it is "
+            "kept; `rotate-kek` rotates the KEK file of a managed cluster"
+        )
     path = kek_path(settings)
     successor = path.with_name(path.name + ".next")
     retired = path.with_name(path.name + ".retired")

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.readback import read_records, topic_partitions
-from rolltape.infra.keys import kek_path, key_encryption_key
+from rolltape.infra.keys import kek_available, key_encryption_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Erasure, SchemaError, Stream, TypedEvent, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
@@ -45,7 +45,7 @@ async def read_keyring(connection: KafkaConnection, settings: Settings) -> Keyri
 async def keyring_if_any(connection: KafkaConnection, settings: Settings) -> Keyring | None:
     """The keyring, or None where this machine has no key-encryption key (sessions with sealed
     content are then left out as `key unavailable`: a reader never creates a KEK)."""
-    if not kek_path(settings).exists():
+    if not kek_available(settings):
         return None
     return await read_keyring(connection, settings)
 
@@ -176,7 +176,7 @@ async def keys_follower_if_any(
     """A follower of the keys topic with the settings' KEK (read again after a rotation), or
     None where this machine has none (sealed sessions are then left out as `key unavailable`).
     Not started."""
-    if not kek_path(settings).exists():
+    if not kek_available(settings):
         return None
     return KeysFollower(
         connection,
