@@ -138,7 +138,7 @@ def test_plans__seal_content_natively_for_every_planned_type_with_content() -> N
 
 @needs_native
 @pytest.mark.parametrize("event_type", PLANNED)
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_native_sealing__writes_the_reference_bytes_or_declines(
     event_type: str, data: st.DataObject
