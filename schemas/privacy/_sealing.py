@@ -172,23 +172,11 @@ def open_content(
     sealed = payload.get("sealed")
     if sealed is None:
         return dict(payload)
-    parts = _parts(sealed)
-    if parts is None:
-        raise SealedContentError(f"sealed content of an unknown form: {str(sealed)[:40]!r}")
-    key_id, encoded = parts
-    if key_id != key.key_id:
-        raise SealedContentError(f"the content is sealed under data key {key_id}, not {key.key_id}")
     aad = associated_data(stream, session_id, seq, event_type)
-    plaintext = None if key._native is None else key._native.open(encoded, aad)
-    try:
-        if plaintext is None:  # no native core, or it did not open there: the reference decides
-            blob = base64.urlsafe_b64decode(encoded)
-            plaintext = key._aead.decrypt(blob[:_NONCE], blob[_NONCE:], aad)
-    except (InvalidTag, ValueError) as exc:
-        raise SealedContentError(
-            f"the sealed content of {event_type} seq {seq} of {session_id} does not open under "
-            f"data key {key.key_id}: it was sealed for another record, or changed since"
-        ) from exc
+    native = key._native
+    plaintext = native.open(sealed, aad) if native is not None and isinstance(sealed, str) else None
+    if plaintext is None:  # no native core, or it did not open there: the reference decides
+        plaintext = _open_reference(sealed, key, aad, f"{event_type} seq {seq} of {session_id}")
     content = decode(plaintext)
     if not isinstance(content, dict) or not content.keys() <= _content_names(event_type):
         raise SealedContentError(f"sealed content of {event_type} holds fields it may not have")
@@ -196,6 +184,24 @@ def open_content(
     del opened["sealed"]
     opened.update(content)
     return opened
+
+
+def _open_reference(sealed: object, key: ContentKey, aad: bytes, what: str) -> bytes:
+    """The plaintext as the reference opens it, or SealedContentError saying why not."""
+    parts = _parts(sealed)
+    if parts is None:
+        raise SealedContentError(f"sealed content of an unknown form: {str(sealed)[:40]!r}")
+    key_id, encoded = parts
+    if key_id != key.key_id:
+        raise SealedContentError(f"the content is sealed under data key {key_id}, not {key.key_id}")
+    try:
+        blob = base64.urlsafe_b64decode(encoded)
+        return key._aead.decrypt(blob[:_NONCE], blob[_NONCE:], aad)
+    except (InvalidTag, ValueError) as exc:
+        raise SealedContentError(
+            f"the sealed content of {what} does not open under data key {key.key_id}: it was "
+            "sealed for another record, or changed since"
+        ) from exc
 
 
 @functools.cache

@@ -277,9 +277,10 @@ def test_native_opening__gives_the_reference_plaintext_and_declines_what_does_no
     aad = associated_data(AT["stream"], AT["session_id"], AT["seq"], "turn")
     blob = base64.urlsafe_b64decode(encoded)
     reference = KEY._aead.decrypt(blob[:12], blob[12:], aad)
-    assert KEY._native.open(encoded, aad) == reference
+    assert KEY._native.open(sealed, aad) == reference
     other = associated_data(AT["stream"], AT["session_id"], AT["seq"] + 1, "turn")
-    assert KEY._native.open(encoded, other) is None  # another record's identity
+    assert KEY._native.open(sealed, other) is None  # another record's identity
     flipped = base64.urlsafe_b64encode(blob[:-1] + bytes([blob[-1] ^ 1])).decode()
-    assert KEY._native.open(flipped, aad) is None  # a changed tag
-    assert KEY._native.open("not base64!", aad) is None
+    assert KEY._native.open(f"v1.{KEY.key_id}.{flipped}", aad) is None  # a changed tag
+    assert KEY._native.open(f"v1.{KEY.key_id}.not base64!", aad) is None
+    assert KEY._native.open(f"v1.{'f' * 16}.{encoded}", aad) is None  # another key's

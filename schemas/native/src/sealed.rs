@@ -58,16 +58,20 @@ impl ContentSealer {
         })
     }
 
-    /// The plaintext of a sealed blob (`encoded`: the base64url after `v1.<key id>.`) bound to
-    /// `aad`, or None where it does not open here: the reference then decides, and says why
-    /// (bytes changed, another record's identity, base64 it reads and this does not).
+    /// The plaintext of a payload's `sealed` value (`v1.<key id>.<base64url>`) under this key,
+    /// bound to `aad`, or None where it does not open here: the reference then decides, and
+    /// says why (another key, bytes changed, another record's identity, a form it reads and
+    /// this does not).
     fn open<'py>(
         &self,
         py: Python<'py>,
-        encoded: &str,
+        sealed: &str,
         aad: &[u8],
     ) -> Option<Bound<'py, pyo3::types::PyBytes>> {
-        let mut blob = URL_SAFE.decode(encoded.as_bytes()).ok()?;
+        let rest = sealed.as_bytes().strip_prefix(b"v1.")?;
+        let rest = rest.strip_prefix(self.key_id.as_slice())?;
+        let encoded = rest.strip_prefix(b".")?;
+        let mut blob = URL_SAFE.decode(encoded).ok()?;
         if blob.len() < NONCE + 16 {
             return None;
         }
