@@ -82,6 +82,18 @@ _RAW = {
     "retention.bytes": "-1",
 }
 
+_GONE_WITHIN_HOURS = {
+    "message.timestamp.type": "LogAppendTime",
+    "cleanup.policy": "compact",
+    "segment.ms": str(3_600_000),
+    "max.compaction.lag.ms": str(3_600_000),
+    "delete.retention.ms": str(86_400_000),
+}
+"""A compacted table whose tombstoned records must leave the disks soon (erasure): a segment
+rolls within `segment.ms` and is compacted within `max.compaction.lag.ms` (while the broker's
+log cleaner runs), so a record is gone within about two hours of its tombstone; tombstones stay
+a day (`delete.retention.ms`) so that every reader sees them."""
+
 TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(stream=Stream.EVENTS, writers=(Role.AGENT, Role.JUDGE), configs=_RAW),
     TopicSpec(stream=Stream.METRICS, writers=(Role.MONITOR,), configs=_RAW),
@@ -90,18 +102,10 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(stream=Stream.FILTERED, writers=(Role.PROCESSOR,), configs=_RAW),
     TopicSpec(
         # A table of folded trajectories, content opened (a subject session's too). The
-        # projector tombstones an erased session's trajectory; a segment rolls within the hour
-        # and is compacted within the next, so it is off the disks within about two hours, as
-        # an erased data key is.
+        # projector tombstones an erased session's trajectory: gone within about two hours.
         stream=Stream.TRAJECTORIES,
         writers=(Role.PROJECTOR,),
-        configs={
-            "message.timestamp.type": "LogAppendTime",
-            "cleanup.policy": "compact",
-            "segment.ms": str(3_600_000),
-            "max.compaction.lag.ms": str(3_600_000),
-            "delete.retention.ms": str(86_400_000),
-        },
+        configs=_GONE_WITHIN_HOURS,
     ),
     TopicSpec(
         # Cron jobs and their runs (schemas._cron): compaction keeps each key's latest state.
@@ -131,20 +135,11 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     ),
     TopicSpec(
         # Each subject session's data key, wrapped by the key-encryption key (schemas._data_keys),
-        # keyed by session id. Erasure writes a tombstone; compaction then removes the wrapped
-        # key within about two hours: a segment rolls within `segment.ms` and is compacted
-        # within `max.compaction.lag.ms` (while the broker's log cleaner runs). Tombstones stay a
-        # day so every reader sees them.
+        # keyed `<session id>/<key id>`. Erasure writes a tombstone: the wrapped key is gone
+        # within about two hours (a small topic, compacted at a low dirty ratio).
         stream=Stream.KEYS,
         writers=(Role.AGENT,),
-        configs={
-            "message.timestamp.type": "LogAppendTime",
-            "cleanup.policy": "compact",
-            "segment.ms": str(3_600_000),
-            "max.compaction.lag.ms": str(3_600_000),
-            "min.cleanable.dirty.ratio": "0.01",
-            "delete.retention.ms": str(86_400_000),
-        },
+        configs={**_GONE_WITHIN_HOURS, "min.cleanable.dirty.ratio": "0.01"},
     ),
     TopicSpec(
         # One chain ("erasures") of signed erasure records (schemas._erasure), kept forever.

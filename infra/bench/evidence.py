@@ -20,6 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel
 
+from rolltape.infra.bench._chains import chained_session
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.commands.export import Collected, run_export
 from rolltape.infra.commands.verify_export import verify_export
@@ -28,11 +29,9 @@ from rolltape.processors.audit import CheckpointSigner, InputRecord, Position
 from rolltape.projections import ExportOptions, SessionEvidence
 from rolltape.schemas import (
     ChainHeadLeaf,
-    ChainWriter,
     read_event,
 )
 
-PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 TOOLS = [{"name": "calc", "parameters": {"type": "object"}}]
 
 
@@ -66,8 +65,6 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
     offset = 0
     for n in range(count):
         sid = f"bench-{n:06d}"
-        writer: ChainWriter[str] = ChainWriter()
-        records = []
         payloads: list[tuple[str, dict[str, Any]]] = [
             ("session_started", {"task": "add", "tools": TOOLS}),
             ("turn", {"role": "user", "content": f"what is {n}+{n}?"}),
@@ -76,16 +73,8 @@ def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:
             ("turn", {"role": "assistant", "content": str(2 * n), "reasoning": "calc"}),
             ("session_ended", {"status": "completed"}),
         ]
-        for seq, (event_type, payload) in enumerate(payloads):
-            value, _ = writer.append(
-                sid,
-                stream="events",
-                session_id=sid,
-                ts_ns=10**18 + n * 100 + seq,
-                type=event_type,
-                payload=payload,
-                producer=PRODUCER,
-            )
+        records = []
+        for value in chained_session(sid, n, payloads):
             records.append(
                 InputRecord("events", sid.encode(), value, Position("b.events.v1", 0, offset))
             )

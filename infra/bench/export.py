@@ -18,13 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._chains import chained_session
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.commands.export import Collected, run_export
 from rolltape.projections import ExportOptions
-from rolltape.schemas import ChainWriter, DataKeyRecord, read_event
-from rolltape.schemas.privacy import ContentKey, KeyEncryptionKey, Keyring, seal_content
+from rolltape.schemas import DataKeyRecord, read_event
+from rolltape.schemas.privacy import ContentKey, KeyEncryptionKey, Keyring
 
-PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 TOOLS = [{"name": "search", "parameters": {"type": "object"}}]
 GOAL_RATIO = 0.85
 """The issue's goal: an export that opens sealed content runs at >= 0.85 of one that need not."""
@@ -84,21 +84,7 @@ def _collected(count: int, kek: KeyEncryptionKey | None) -> tuple[Collected, lis
                 ts_ns=1,
             )
             keyring.add(f"{sid}/{key.key_id}".encode(), record.value())
-        writer: ChainWriter[str] = ChainWriter()
-        for seq, (event_type, payload) in enumerate(_payloads(n)):
-            if key is not None:
-                payload = seal_content(
-                    event_type, payload, key, stream="events", session_id=sid, seq=seq
-                )
-            value, _ = writer.append(
-                sid,
-                stream="events",
-                session_id=sid,
-                ts_ns=10**18 + n * 100 + seq,
-                type=event_type,
-                payload=payload,
-                producer=PRODUCER,
-            )
+        for value in chained_session(sid, n, _payloads(n), key):
             collected.add(value)
             if key is not None:
                 sealed_values.append(value)

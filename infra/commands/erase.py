@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.kafka.keyring import read_keys
-from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.erasures import read_erasures_log
+from rolltape.infra.kafka.keyring import read_keys, write_keys
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import (
@@ -31,7 +31,6 @@ from rolltape.schemas import (
     ChainWriter,
     Erasure,
     Stream,
-    read_event,
     software_version,
     topic_name,
 )
@@ -52,16 +51,6 @@ class Receipt:
     seq: int
     hash: str
     subject: str | None
-
-
-async def _erasures_head(connection: KafkaConnection, prefix: str) -> tuple[int, str] | None:
-    """(seq, hash) of the erasures chain's last record, None before the first."""
-    head: tuple[int, str] | None = None
-    async for record in read_records(connection, [Stream.ERASURES], prefix=prefix):
-        event = read_event(record.value)
-        if event.session_id == ERASURES_SESSION and (head is None or event.seq > head[0]):
-            head = (event.seq, event.hash)
-    return head
 
 
 async def erase(
@@ -92,15 +81,13 @@ async def erase(
             "recorded with a subject, or it is erased already (see the erasures stream: "
             "`rolltape tail -s erasures`)"
         )
+    await write_keys(connection, prefix, [(k, None) for k in sorted(chosen)], "rolltape-erase")
     producer = connection.chain_producer(linger_ms=0, client_id="rolltape-erase")
-    keys_topic = topic_name(Stream.KEYS, prefix)
     async with connection.started(producer, f"erasing on {connection}") as started:
-        for record_key in sorted(chosen):
-            await started.send_and_wait(keys_topic, None, key=record_key)
         erased_ns = time.time_ns()
         principal = connection.principal or settings.principal
         writer: ChainWriter[str] = ChainWriter()
-        head = await _erasures_head(connection, prefix)
+        head = (await read_erasures_log(connection, prefix)).head
         if head is not None:
             writer.take_over(ERASURES_SESSION, head[0] + 1, head[1])
         seq, prev_hash = writer.head(ERASURES_SESSION)

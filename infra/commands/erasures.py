@@ -11,19 +11,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rolltape.infra.kafka.readback import read_records
-from rolltape.schemas import ERASURES_SESSION, Stream, read_event
+from rolltape.infra.kafka.erasures import read_erasures_log
 from rolltape.schemas.clients import KafkaConnection
 
 
 async def export_erasures(connection: KafkaConnection, prefix: str, path: Path) -> int:
     """Write the erasures chain to `path` (replaced whole, never half-written); how many."""
-    by_seq: dict[int, bytes] = {}
-    async for record in read_records(connection, [Stream.ERASURES], prefix=prefix):
-        event = read_event(record.value)
-        if event.session_id == ERASURES_SESSION:
-            by_seq.setdefault(event.seq, record.value or b"")
+    log = await read_erasures_log(connection, prefix)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(b"".join(by_seq[seq] + b"\n" for seq in sorted(by_seq)))
+    tmp.write_bytes(b"".join(value + b"\n" for _, value in log.records))
     os.replace(tmp, path)
-    return len(by_seq)
+    return len(log.records)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import orjson
+from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.keyring import keyring_if_any
@@ -110,6 +111,17 @@ def open_tokenizer(path: Path | None) -> tuple[ChatTokenizer | None, str | None]
         return load_tokenizer(path), tokenizer_label(path)
     except ValueError as exc:
         raise ExportError(str(exc)) from exc
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """The export's manifest; ExportError when the folder holds no export."""
+    path = folder / MANIFEST
+    if not path.exists():
+        raise ExportError(f"{folder} holds no export ({MANIFEST} is missing)")
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise ExportError(f"{path} is not an export manifest: {exc}") from exc
 
 
 def prepare_folder(out: Path, *, overwrite: bool) -> None:

@@ -22,7 +22,12 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from rolltape.infra.commands.export import ExportError, prepare_folder, render_export
+from rolltape.infra.commands.export import (
+    ExportError,
+    prepare_folder,
+    read_manifest,
+    render_export,
+)
 from rolltape.projections import (
     MANIFEST,
     META_DIR,
@@ -44,17 +49,6 @@ class Purged:
     sessions: tuple[str, ...]
     lines_before: int
     manifest: Manifest
-
-
-def read_manifest(folder: Path) -> Manifest:
-    """The export's manifest; ExportError when the folder holds no export."""
-    path = folder / MANIFEST
-    if not path.exists():
-        raise ExportError(f"{folder} holds no export ({MANIFEST} is missing)")
-    try:
-        return Manifest.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise ExportError(f"{path} is not an export manifest: {exc}") from exc
 
 
 def purge_export(

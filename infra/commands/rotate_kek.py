@@ -31,14 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from rolltape.infra._errors import InfraError
-from rolltape.infra.kafka.keyring import read_keys
-from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.erasures import read_erasures_log
+from rolltape.infra.kafka.keyring import read_keys, write_keys
 from rolltape.infra.keys import _secret_file, kek_path, key_encryption_key, write_secret_file
 from rolltape.infra.settings import Settings
-from rolltape.schemas import Erasure, SchemaError, Stream, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.privacy import KeyEncryptionKey, SealedContentError
 
@@ -66,52 +63,39 @@ async def _rewrap(
 ) -> tuple[int, int, int]:
     """One pass over the live data keys: (re-wrapped, under `new` already, under neither)."""
     keyring = await read_keys(connection, prefix, None)
-    rewrapped = already = foreign = 0
-    producer = connection.chain_producer(linger_ms=0, client_id="rolltape-rotate-kek")
-    topic = topic_name(Stream.KEYS, prefix)
-    async with connection.started(producer, f"re-wrapping data keys on {connection}") as started:
-        for (session_id, key_id), record in sorted(keyring.records.items()):
-            if record.kek_id == new.kek_id:
-                already += 1
-                continue
-            if record.kek_id != old.kek_id:
-                foreign += 1
-                continue
-            try:
-                key = old.unwrap(record.wrapped, key_id, session_id)
-            except SealedContentError:
-                foreign += 1  # changed, or moved from another session: not ours to re-wrap
-                continue
-            moved = record.model_copy(update={"wrapped": new.wrap(key, session_id)})
-            await started.send_and_wait(topic, moved.value(), key=f"{session_id}/{key_id}".encode())
-            rewrapped += 1
-    return rewrapped, already, foreign
+    moved: list[tuple[bytes, bytes | None]] = []
+    already = foreign = 0
+    for (session_id, key_id), record in sorted(keyring.records.items()):
+        if record.kek_id == new.kek_id:
+            already += 1
+            continue
+        if record.kek_id != old.kek_id:
+            foreign += 1
+            continue
+        try:
+            key = old.unwrap(record.wrapped, key_id, session_id)
+        except SealedContentError:
+            foreign += 1  # changed, or moved from another session: not ours to re-wrap
+            continue
+        rewrapped = record.model_copy(update={"wrapped": new.wrap(key, session_id)})
+        moved.append((f"{session_id}/{key_id}".encode(), rewrapped.value()))
+    await write_keys(connection, prefix, moved, "rolltape-rotate-kek")
+    return len(moved), already, foreign
 
 
 async def _erase_again(connection: KafkaConnection, prefix: str) -> int:
-    """Tombstone every data key that is live on the topic although it was erased: tombstoned
-    earlier on the topic, or named by an erasure. A key id is never made twice, so a key alive
-    after its tombstone was written again by a rotation that read it before the erasure."""
-    erased: set[bytes] = set()
-    async for raw in read_records(connection, [Stream.ERASURES], prefix=prefix):
-        with contextlib.suppress(SchemaError, ValidationError):  # the chain's to verify
-            event = read_event(raw.value)
-            if event.type == "erasure":
-                erased.update(k.encode() for k in Erasure.model_validate(event.payload).keys)
-    live: dict[bytes, bool] = {}
-    async for raw in read_records(connection, [Stream.KEYS], prefix=prefix):
-        if raw.key is None:
-            continue
-        if raw.value is None:
-            erased.add(raw.key)
-        live[raw.key] = raw.value is not None
-    again = sorted(k for k, alive in live.items() if alive and k in erased)
-    if again:
-        producer = connection.chain_producer(linger_ms=0, client_id="rolltape-rotate-kek")
-        topic = topic_name(Stream.KEYS, prefix)
-        async with connection.started(producer, f"erasing on {connection}") as started:
-            for key in again:
-                await started.send_and_wait(topic, None, key=key)
+    """Tombstone every data key that is live on the topic although it was erased: written again
+    after its tombstone (`Keyring.revived`: a key id is never made twice, so that is a rotation
+    that read it before the erasure), or named by an erasure whose tombstone is gone."""
+    keyring = await read_keys(connection, prefix, None)
+    named = {
+        tuple(k.split("/", 1))
+        for erasure in (await read_erasures_log(connection, prefix)).erasures()
+        for k in erasure.keys
+    }
+    again = sorted(ids for ids in keyring.records if ids in keyring.revived or ids in named)
+    tombstones = [(f"{sid}/{kid}".encode(), None) for sid, kid in again]
+    await write_keys(connection, prefix, tombstones, "rolltape-rotate-kek")
     return len(again)
 
 

@@ -17,13 +17,11 @@ import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ValidationError
 
-from rolltape.infra.commands.export import ExportError, render_export
+from rolltape.infra.commands.export import ExportError, read_manifest, render_export
 from rolltape.projections import (
-    MANIFEST,
     META_DIR,
     ErasureList,
     FoldError,
-    Manifest,
     SessionEvidence,
     Trajectory,
     evidence_problems,
@@ -94,13 +92,7 @@ def verify_export(
     every line and evidence line of an erased session is a problem too. Raises `ExportError`
     when the folder cannot be checked at all: no manifest, no evidence, or the tokenizer it was
     rendered with missing."""
-    manifest_path = folder / MANIFEST
-    if not manifest_path.exists():
-        raise ExportError(f"{folder} holds no export ({MANIFEST} is missing)")
-    try:
-        manifest = Manifest.model_validate_json(manifest_path.read_bytes())
-    except ValidationError as exc:
-        raise ExportError(f"{manifest_path} is not an export manifest: {exc}") from exc
+    manifest = read_manifest(folder)
     if not manifest.evidence:
         raise ExportError(
             f"the export in {folder} carries no evidence: export it again with --evidence"

@@ -1,7 +1,9 @@
-"""The keys topic read into a `Keyring`: what a reader of content opens sealed events with.
+"""The keys topic read into a `Keyring`: what a reader of content opens sealed events with;
+and written by the admin's commands (erasure's tombstones, a rotation's re-wrapped keys).
 
 Read whole each time (a compacted table: one record per data key, a tombstone per erased one),
 as the principal of the reader's role; an agent's principal may not read it (the ACL table).
+Recorders write their sessions' keys through their own sender.
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Self
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
+from rolltape.infra.kafka.erasures import read_erasures_log
 from rolltape.infra.kafka.readback import read_records, topic_partitions
 from rolltape.infra.keys import kek_available, key_encryption_key
 from rolltape.infra.settings import Settings
-from rolltape.schemas import Erasure, SchemaError, Stream, TypedEvent, read_event, topic_name
+from rolltape.schemas import Stream, TypedEvent, topic_name
 from rolltape.schemas.clients import KafkaConnection, kafka_errors
 from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
 
@@ -33,6 +35,23 @@ async def read_keys(
     async for record in read_records(connection, [Stream.KEYS], prefix=prefix):
         keyring.add(record.key, record.value)
     return keyring
+
+
+async def write_keys(
+    connection: KafkaConnection,
+    prefix: str,
+    entries: Sequence[tuple[bytes, bytes | None]],
+    client_id: str,
+) -> None:
+    """Write (record key, value) entries to the keys topic, a value of None a tombstone, each
+    acknowledged before the next: the admin's writes, which must stand before what follows."""
+    if not entries:
+        return
+    producer = connection.chain_producer(linger_ms=0, client_id=client_id)
+    topic = topic_name(Stream.KEYS, prefix)
+    async with connection.started(producer, f"writing {topic} on {connection}") as started:
+        for key, value in entries:
+            await started.send_and_wait(topic, value, key=key)
 
 
 async def read_keyring(connection: KafkaConnection, settings: Settings) -> Keyring:
@@ -88,13 +107,8 @@ class KeysFollower:
         self._reading = asyncio.Lock()  # the feed and the projector's eraser share the consumer
 
     async def start(self) -> Self:
-        async for record in read_records(self._connection, [Stream.ERASURES], prefix=self._prefix):
-            with contextlib.suppress(SchemaError, ValidationError):
-                event = read_event(record.value)
-                if event.type == "erasure":
-                    self._erased.update(
-                        dict.fromkeys(Erasure.model_validate(event.payload).sessions)
-                    )
+        for erasure in (await read_erasures_log(self._connection, self._prefix)).erasures():
+            self._erased.update(dict.fromkeys(erasure.sessions))
         self._parts = await topic_partitions(self._connection, [self._topic])
         consumer = self._connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=50)
         doing = f"reading {self._topic} on {self._connection}"

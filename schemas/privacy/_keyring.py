@@ -39,6 +39,9 @@ class Keyring:
         (what erasure picks from; readable without the KEK)."""
         self._keys: dict[tuple[str, str], ContentKey] = {}
         self._erased: set[tuple[str, str]] = set()
+        self.revived: set[tuple[str, str]] = set()
+        """Keys whose record came after their tombstone (a KEK rotation that read the key before
+        the erasure): `rotate-kek` tombstones them again."""
         self.unreadable = 0
         """Records of the keys topic that are not data-key records, or do not unwrap."""
 
@@ -73,6 +76,8 @@ class Keyring:
             return
         ids = (record.session_id, record.key_id)
         self.records[ids] = record
+        if ids in self._erased:  # a key id is never made twice: written again after its erasure
+            self.revived.add(ids)
         self._erased.discard(ids)
         if self.kek is None:
             return
