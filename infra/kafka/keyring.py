@@ -141,6 +141,8 @@ class KeysFollower:
             await self._read_to_end(consumer)
 
     async def _read_to_end(self, consumer: AIOKafkaConsumer) -> None:
+        # Not `read_records`: that reads a topic whole from its start; this goes on from where
+        # the follower's own consumer stands, for as long as the reader runs.
         with kafka_errors(f"reading {self._topic}"):
             ends = await consumer.end_offsets(self._parts)
             remaining = {tp for tp in self._parts if await consumer.position(tp) < ends[tp]}
