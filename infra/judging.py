@@ -73,8 +73,12 @@ class LogJudges:
         self.settings = settings
         self.runtime = open_judge_runtime(settings)
 
-    async def run(self, spec: JudgeSpec, request: JudgeRequest) -> Verdict:
+    async def run(
+        self, spec: JudgeSpec, request: JudgeRequest, *, subject: str | None = None
+    ) -> Verdict:
         transcript = request.transcript
+        if transcript is None:
+            return self.runtime.error(spec, f"the request for {request.session_id} is sealed")
         inputs = JudgeInputs(
             task={"prompt": transcript.task, "environment": transcript.environment},
             transcript=transcript.render(),
@@ -82,7 +86,7 @@ class LogJudges:
         )
         sid = request.session_id
         if spec.agent.harness == "null":
-            return await self.runtime.run(spec, sid, inputs=inputs)
+            return await self.runtime.run(spec, sid, inputs=inputs, subject=subject)
         if transcript.world is None:
             return self.runtime.error(spec, f"session {sid} recorded no world for a tools judge")
         connection = require_connection(self.settings, Role.JUDGE)
@@ -100,7 +104,7 @@ class LogJudges:
                 path = Path(folder) / "world"
                 await restore_world(connection, snapshot, path, prefix=prefix)
                 view = WorldView(path, snapshot, restored=True)
-                return await self.runtime.run(spec, sid, inputs=inputs, world=view)
+                return await self.runtime.run(spec, sid, inputs=inputs, world=view, subject=subject)
         except (InfraError, KafkaClientError, WorldError, OSError, ValueError) as exc:
             return self.runtime.error(spec, f"the world could not be restored: {exc}")
 

@@ -96,6 +96,10 @@ class ReplayResult:
     llm_adopted: int = 0
     """LLM verdicts the version already held (by event id): taken as they are, not asked again."""
     llm_called: int = 0
+    unopened: Counter[str] = field(default_factory=Counter)
+    """Sessions naming a subject whose content could not be opened, by why (`erased`, `key
+    unavailable`): not re-judged, and nothing of them written (what was erased cannot be judged
+    again, and a machine without the key-encryption key would judge empty fields)."""
 
 
 JudgeCall = Callable[[JudgeRequest, str], Awaitable[JudgeResult]]
@@ -128,7 +132,10 @@ class Replayer:
                     result.dead_letters[output.reason] += 1
                 elif isinstance(output, Requested):
                     result.requests.append(JudgeRequest.model_validate_json(output.value))
-        result.chains = dict(chains)
+        unopened = {sid: s.unopened for sid, s in self.states.items() if s.unopened is not None}
+        result.unopened.update(unopened.values())
+        result.chains = {ids: chain for ids, chain in chains.items() if ids[1] not in unopened}
+        result.requests = [r for r in result.requests if r.session_id not in unopened]
         return result
 
     async def judge(
@@ -164,7 +171,9 @@ class Replayer:
         if call is None:
             return
         answers = await asyncio.gather(*(call(request, name) for request, name in pending))
-        result.llm_called += sum(1 for answer in answers if answer.verdict is not None)
+        result.llm_called += sum(
+            1 for answer in answers if answer.verdict is not None or answer.sealed_verdict
+        )
         for (request, _), answer in zip(pending, answers, strict=True):
             state = self.states[request.session_id]  # an answer from no log: no position
             for output in self.processor.judge_result(state, answer, None):

@@ -60,6 +60,7 @@ from rolltape.processors.rules import (
     restart_course,
 )
 from rolltape.schemas import (
+    CONTENT_FIELDS,
     JUDGE_VERSION_PATTERN,
     LIVE_JUDGE_VERSION,
     BreakKind,
@@ -86,6 +87,17 @@ from rolltape.schemas import (
     read_event,
     session_binding,
     versioned_stream,
+)
+from rolltape.schemas.privacy import (
+    Access,
+    ContentKey,
+    Keyring,
+    SealedContentError,
+    open_value,
+    seal_content,
+    seal_value,
+    sealed_key_id,
+    withhold_content,
 )
 from rolltape.schemas.trust import Frontier, consistency_from_frontier, sign_tree_head
 
@@ -153,6 +165,10 @@ class ProcessorConfig:
     judge_version: str = LIVE_JUDGE_VERSION
     """The label the outputs are written under: the live worker writes the plain chains
     (`verdicts`), a replay under version V writes `verdicts@V` beside them."""
+    keys: Keyring | None = None
+    """The data keys that open the content of sessions naming a subject (the worker's follower
+    of the keys topic keeps it current; replay reads it once). None: such content is never
+    opened, and its sessions are filtered out as `content_unavailable`, their judges skipped."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(JUDGE_VERSION_PATTERN, self.judge_version):
@@ -167,24 +183,91 @@ class ProcessorConfig:
 
 
 class JudgeRequest(BaseModel):
-    """A finished session handed to the LLM-judge agent (internal topic, keyed by session)."""
+    """A finished session handed to the LLM-judge agent (internal topic, keyed by session).
+    A subject session's transcript travels sealed under its data key (`content_key`), so the
+    internal topic keeps no copy of its content that erasure does not reach; the judge agent
+    opens it (`opened`)."""
 
     session_id: str
     judges: tuple[str, ...]
-    transcript: Transcript
+    transcript: Transcript | None = None
+    sealed_transcript: str | None = None
+    content_key: str | None = None
+    """The id of the session's data key its transcript and verdicts are sealed under."""
     causes: tuple[str, ...]
     ts_ns: int
+
+    def opened(self, keys: Keyring | None) -> tuple[JudgeRequest | None, Access]:
+        """This request with its transcript in clear, or None and why not (its key erased
+        since the session ended, or not held here)."""
+        if self.sealed_transcript is None:
+            return self, "clear"
+        key, access = _key(keys, self.session_id, self.content_key)
+        if key is None:
+            return None, access
+        try:
+            plain = open_value(key, _transcript_purpose(self.session_id), self.sealed_transcript)
+        except SealedContentError:
+            return None, "key unavailable"
+        transcript = Transcript.model_validate_json(plain)
+        return self.model_copy(update={"transcript": transcript, "sealed_transcript": None}), access
 
 
 class JudgeResult(BaseModel):
     """A judge's verdict on its way back to the session's verdict chain; None when the judge's
-    hook found nothing to judge (no verdict is chained)."""
+    hook found nothing to judge (no verdict is chained). About a subject session, the verdict
+    travels sealed under the session's data key (`content_key`), as its request did."""
 
     session_id: str
     judge: str
     verdict: Verdict | None
+    sealed_verdict: str | None = None
+    content_key: str | None = None
     causes: tuple[str, ...]
     ts_ns: int
+
+    def sealed(self, keys: Keyring | None) -> JudgeResult:
+        """This result as it may travel: its verdict sealed when `content_key` names a key (a
+        verdict about a session whose key is gone meanwhile travels as no verdict)."""
+        if self.content_key is None or self.verdict is None:
+            return self
+        key, _ = _key(keys, self.session_id, self.content_key)
+        sealed = None
+        if key is not None:
+            plain = canonical_bytes(self.verdict.model_dump(mode="python"))
+            sealed = seal_value(key, _verdict_purpose(self.session_id, self.judge), plain)
+        return self.model_copy(update={"verdict": None, "sealed_verdict": sealed})
+
+    def opened_verdict(self, keys: Keyring | None) -> Verdict | None:
+        """The verdict, opened when it travelled sealed; None when there is none, or its key is
+        gone (the session was erased while it was judged)."""
+        if self.sealed_verdict is None:
+            return self.verdict
+        key, _ = _key(keys, self.session_id, self.content_key)
+        if key is None:
+            return None
+        purpose = _verdict_purpose(self.session_id, self.judge)
+        try:
+            return Verdict.model_validate_json(open_value(key, purpose, self.sealed_verdict))
+        except SealedContentError:
+            return None
+
+
+def _key(
+    keys: Keyring | None, session_id: str, key_id: str | None
+) -> tuple[ContentKey | None, Access]:
+    if keys is None or key_id is None:
+        return None, "key unavailable"
+    key = keys.key(session_id, key_id)
+    return key, "opened" if key is not None else keys.access(session_id, key_id)
+
+
+def _transcript_purpose(session_id: str) -> str:
+    return f"transcript of {session_id}"
+
+
+def _verdict_purpose(session_id: str, judge: str) -> str:
+    return f"verdict of {judge} on {session_id}"
 
 
 @dataclass(frozen=True)
@@ -259,7 +342,15 @@ class SessionState:
     """The events stream's session_ended payload."""
     finished: bool = False
     transcript: Transcript | None = None
-    """Kept only for agent sessions that judges will read."""
+    """Kept only for agent sessions that judges will read. A subject session's is stored
+    sealed (`sealed_transcript`), and opened again when the state is read back."""
+    sealed_transcript: str | None = None
+    content_key: str | None = None
+    """The id of the data key a subject session's content was opened with: what the outputs
+    about that content (verdicts, filter reasons, the stored transcript) are sealed under."""
+    unopened: str | None = None
+    """Why a subject session's content could not be opened (`erased`, `key unavailable`): it is
+    then filtered out, and its judges skipped."""
     judged: dict[str, str] = field(default_factory=dict)
     """LLM judge name -> event id of its verdict (a second result is a duplicate)."""
     outbox: list[tuple[str, str, str, bytes]] = field(default_factory=list)
@@ -276,9 +367,23 @@ class SessionState:
         pydantic-core's encoder, not the canonical one: nothing hashes a state, and a batch
         saves every session it touched twice."""
         fields = dict(vars(self))
+        key: ContentKey | None = fields.pop("_key", None)
         if self.transcript is not None:  # a model applies its own config (NaN as null): not here
-            fields["transcript"] = self.transcript.model_dump(mode="python")
+            dumped = self.transcript.model_dump(mode="python")
+            if self.content_key is None:
+                fields["transcript"] = dumped
+            else:  # a subject session's content is never at rest in clear
+                fields["transcript"] = None
+                if key is not None:
+                    plain = pydantic_core.to_json(dumped, inf_nan_mode="strings")
+                    purpose = _transcript_purpose(self.transcript.session_id)
+                    fields["sealed_transcript"] = seal_value(key, purpose, plain)
         return pydantic_core.to_json(fields, inf_nan_mode="strings")
+
+    def use_key(self, key: ContentKey) -> None:
+        """Seal this session's stored content under `key` from now on (held in memory only)."""
+        self.content_key = key.key_id
+        self.__dict__["_key"] = key
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
@@ -367,18 +472,44 @@ class SessionProcessor:
             detail = f"{env.type!r} does not belong on the {env.stream} stream"
             out.append(Refused("wrong_stream", detail))
             return
+        content = True
         try:
+            if "sealed" in env.payload:
+                env, content = self._opened(state, env)
             payload = env.body
         except PayloadError as exc:
             out.append(Refused("invalid_payload", str(exc)[:500]))
             return
-        self._use(state, env, payload, out)
+        self._use(state, env, payload, out, content=content)
         self._maybe_finish(state, env, out)
+
+    def _opened(self, state: SessionState, env: TypedEvent) -> tuple[TypedEvent, bool]:
+        """The event with its sealed content opened, and True; or the event as sealed, and
+        False, noting once why its session's content cannot be read here (the filters then
+        reject the session and its judges skip it: what they would read is not there)."""
+        keys = self.config.keys
+        opened, access = (None, "key unavailable") if keys is None else keys.open_event(env)
+        if opened is not None:
+            if state.content_key is None and keys is not None:
+                key = keys.key(env.session_id, sealed_key_id(env.payload) or "")
+                if key is not None:
+                    state.use_key(key)
+            return opened, True
+        _cannot_open(state, access, env.hash)
+        return env, False
 
     # -- using a usable event ----------------------------------------------------------------------
     def _use(
-        self, state: SessionState, env: TypedEvent, payload: BaseModel, out: list[StepOutput]
+        self,
+        state: SessionState,
+        env: TypedEvent,
+        payload: BaseModel,
+        out: list[StepOutput],
+        *,
+        content: bool = True,
     ) -> None:
+        """`content`: False for an event whose sealed content could not be opened (its clear
+        fields are read, never the empty ones sealing left)."""
         if isinstance(payload, Metric | ModelSpec | LiveCheck):
             if state.kind is not None:  # session_started read (a state saved before tasks were
                 # kept has its kind but no task: its metrics go on under the book's fallback)
@@ -408,16 +539,29 @@ class SessionProcessor:
                 state.transcript = Transcript(session_id=env.session_id)
         elif isinstance(payload, Decision):
             state.judge.add_decision(payload, env.hash)
-        observe(state.filters, self.config.filters, payload, env.hash)
-        if state.transcript is not None:
-            if "sealed" in env.payload:
-                # Content sealed under a subject's data key: the worker does not open it yet, so
-                # the rewards and LLM judges, which read what was said, skip the session rather
-                # than judge the empty fields sealing leaves in clear (its filters and audit,
-                # which read structure, still run).
-                state.transcript = None
-            else:
-                state.transcript.observe(payload, self.config.transcript_max_chars)
+        if content or env.type in _READ_SEALED:
+            observe(state.filters, self.config.filters, payload, env.hash)
+        transcript = self._transcript(state, env.session_id)
+        if transcript is not None:
+            transcript.observe(payload, self.config.transcript_max_chars)
+
+    def _transcript(self, state: SessionState, sid: str) -> Transcript | None:
+        """The transcript the judges will read: the one in memory, or the one the stored state
+        keeps sealed, opened (None when its key is gone: the session's judges are skipped)."""
+        if state.transcript is None and state.sealed_transcript is not None:
+            key, access = _key(self.config.keys, sid, state.content_key)
+            try:
+                if key is None:
+                    raise SealedContentError(access)
+                plain = open_value(key, _transcript_purpose(sid), state.sealed_transcript)
+            except SealedContentError:
+                state.unopened = state.unopened or access
+                state.sealed_transcript = None
+                return None
+            state.transcript = Transcript.model_validate_json(plain)
+            state.sealed_transcript = None
+            state.use_key(key)
+        return state.transcript
 
     def _measured(
         self,
@@ -488,7 +632,7 @@ class SessionProcessor:
         self._finish(state, env.session_id, max(state.ended_ts.values()), end, causes, out)
         # Only the chain heads are needed from now on (to flag records after the end).
         state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
-        state.transcript = None
+        state.transcript = state.sealed_transcript = None
 
     def _finish(
         self,
@@ -499,6 +643,10 @@ class SessionProcessor:
         causes: tuple[str, ...],
         out: list[StepOutput],
     ) -> None:
+        key_id = state.content_key
+        keys = self.config.keys  # erased since it was read?
+        if key_id is not None and keys is not None and (a := keys.access(sid, key_id)) != "opened":
+            _cannot_open(state, a, causes[-1])
         if (state.kind or "agent") == "training":
             config = self.config.training_judge
             verdict = judge(
@@ -518,7 +666,7 @@ class SessionProcessor:
         out.append(
             self._emit(state, sid, ts_ns, Stream.FILTERED, "filter_outcome", result, causes, label)
         )
-        transcript = state.transcript
+        transcript = self._transcript(state, sid)
         if transcript is None:
             return
         for name in self.config.rewards:
@@ -545,6 +693,19 @@ class SessionProcessor:
                 causes=causes,
                 ts_ns=ts_ns,
             )
+            key, _ = _key(self.config.keys, sid, state.content_key)
+            if state.content_key is not None:
+                if key is None:
+                    return  # erased while it was being judged: nothing to hand a judge
+                plain = canonical_bytes(transcript.model_dump(mode="python"))
+                sealed = seal_value(key, _transcript_purpose(sid), plain)
+                request = request.model_copy(
+                    update={
+                        "transcript": None,
+                        "sealed_transcript": sealed,
+                        "content_key": key.key_id,
+                    }
+                )
             value = canonical_bytes(request.model_dump(mode="python"))
             out.append(Requested(sid, value))
 
@@ -556,16 +717,17 @@ class SessionProcessor:
         called itself."""
         if _seen_before(state, position):
             return []
-        if result.judge in state.judged or result.verdict is None:
+        verdict = result.opened_verdict(self.config.keys)
+        if result.judge in state.judged or verdict is None:
             return []  # the judge ran twice (its agent restarted): the first verdict stands
-        version = _llm_judge_version(result.judge, result.verdict.judge_version)
+        version = _llm_judge_version(result.judge, verdict.judge_version)
         emitted = self._emit(
             state,
             result.session_id,
             result.ts_ns,
             Stream.VERDICTS,
             "verdict",
-            result.verdict,
+            verdict,
             result.causes,
             version,
             part=f"llm:{result.judge}",
@@ -686,18 +848,57 @@ class SessionProcessor:
     ) -> Emitted:
         name = versioned_stream(stream, self.config.judge_version)
         event_id = derived_event_id(name, sid, event_type, version, causes, part)
-        value, _ = ChainWriter(state.outputs).append(
+        writer = ChainWriter(state.outputs)
+        dumped = payload.model_dump(mode="python")
+        if state.content_key is not None and event_type in CONTENT_FIELDS:
+            dumped = self._sealed(state, sid, name, writer.head(name)[0], event_type, dumped)
+        value, _ = writer.append(
             name,
             stream=name,
             session_id=sid,
             ts_ns=ts_ns,
             type=event_type,
-            payload=canonical_dump_bytes(payload.model_dump(mode="python")),
+            payload=canonical_dump_bytes(dumped),
             producer=self._judge_producer if stream == Stream.VERDICTS else self._producer,
             event_id=event_id,
             causes=causes,
         )
         return Emitted(name, sid, value, event_id, event_type)
+
+    def _sealed(
+        self,
+        state: SessionState,
+        sid: str,
+        stream: str,
+        seq: int,
+        event_type: str,
+        dumped: dict[str, Any],
+    ) -> dict[str, Any]:
+        """An output about a subject session's content, sealed under the data key it was read
+        with (so erasing that key erases what was said about it too); with its content fields
+        left out when the key is gone meanwhile (nothing of an erased session leaves in clear)."""
+        key, _ = _key(self.config.keys, sid, state.content_key)
+        if key is not None:
+            return seal_content(event_type, dumped, key, stream=stream, session_id=sid, seq=seq)
+        return withhold_content(event_type, dumped)
+
+
+def _cannot_open(state: SessionState, access: str, evidence: str) -> None:
+    """Note once why the session's content cannot be read here: the filters reject it and its
+    judges skip it (what they would read is not there, or no longer may be)."""
+    if state.unopened is None:
+        state.unopened = access
+        code = "content_erased" if access == "erased" else "content_unavailable"
+        detail = f"its content is sealed and its data key is {access} here"
+        if access == "erased":
+            detail = "its content is sealed and its data key was erased"
+        state.filters.note(code, detail, evidence)
+    state.transcript = state.sealed_transcript = None
+
+
+_READ_SEALED: Final = frozenset({"session_started", "session_ended"})
+"""Event types whose fields the filters read are all in clear (a session's tools and whether it
+is trainable; its status): read even when their sealed content cannot be opened."""
 
 
 def _seen_before(state: SessionState, position: Position | None) -> bool:

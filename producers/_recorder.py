@@ -304,7 +304,7 @@ class Recorder:
         }
         if resume and session_id is None:
             raise ValueError("resume=True continues an existing session: pass its session_id")
-        data_key = None if subject is None else self._data_key(sid, subject)
+        data_key = None if subject is None else self._data_key(sid, subject, linked_session_id)
         if data_key is not None and not resume:
             self._enqueue(sid, _KEYS, "data_key", data_key)
         if resume:
@@ -318,7 +318,7 @@ class Recorder:
             self._enqueue(sid, _EVENTS, "session_started", payload)
         return Session(self, sid)
 
-    def _data_key(self, session_id: str, subject: str) -> dict[str, Any]:
+    def _data_key(self, session_id: str, subject: str, about: str | None) -> dict[str, Any]:
         """A new data key for the session, as the sender takes it ahead of the session's
         events: it keeps the key to seal their content and sends the wrapped key (never the
         key) to the keys topic."""
@@ -338,6 +338,7 @@ class Recorder:
             key_id=key.key_id,
             wrapped=kek.wrap(key, session_id),
             ts_ns=_time_ns(),
+            about=about,
         )
         return {"key_id": key.key_id, "secret": key.secret, "value": record.value()}
 

@@ -306,18 +306,21 @@ class TrajectoryFeed:
         if not decided or not self.wait_for <= session.judges:
             return
         self._remember(self._done, sid)
-        if self._keys is not None and any("sealed" in e.payload for e in session.events):
+        if self._keys is not None and any(
+            "sealed" in e.payload for e in (*session.events, *session.derived)
+        ):
             self._to_open.append(sid)
             return
-        self._hand_out(sid, session, session.events)
+        self._hand_out(sid, session, session.events, session.derived)
 
     async def _open_sealed(self) -> None:
         assert self._keys is not None
         pending, self._to_open = self._to_open, []
         for sid in pending:
             session = self._open.get(sid)
-            if session is not None:
-                events, access = await self._keys.open(session.events)
+            if session is not None:  # verdicts about its content are sealed too
+                given = [*session.events, *session.derived]
+                events, access = await self._keys.open(given)
             if session is None or self._open.get(sid) is not session:
                 # Revoked meanwhile: whoever owns it next (this feed too) reads it again whole.
                 self._done.pop(sid, None)
@@ -326,11 +329,14 @@ class TrajectoryFeed:
                 self.skipped[access.replace(" ", "_")] += 1  # erased, key_unavailable
                 self._open.pop(sid, None)
                 continue
-            self._hand_out(sid, session, events)
+            count = len(session.events)
+            self._hand_out(sid, session, events[:count], events[count:])
 
-    def _hand_out(self, sid: str, session: _Open, events: list[TypedEvent]) -> None:
+    def _hand_out(
+        self, sid: str, session: _Open, events: list[TypedEvent], derived: list[TypedEvent]
+    ) -> None:
         try:
-            trajectory = fold(events, session.derived, judge_version=self.selection.judge_version)
+            trajectory = fold(events, derived, judge_version=self.selection.judge_version)
         except FoldError as exc:
             self.skipped[exc.reason] += 1
             self._open.pop(sid, None)

@@ -12,6 +12,10 @@ value); an optional one is left out (its default). `sealed` then says the conten
 
 from __future__ import annotations
 
+from typing import Any
+
+from pydantic import Field
+
 CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "session_started": ("task",),
     "turn": ("content", "reasoning", "token_ids", "prompt_token_ids", "logprobs"),
@@ -21,5 +25,28 @@ CONTENT_FIELDS: dict[str, tuple[str, ...]] = {
     "tool_parse_error": ("raw", "error"),
     "feedback": ("text",),
     "session_ended": ("error",),
+    "verdict": ("violations", "details", "error"),
+    "filter_outcome": ("reasons",),
 }
-"""Event type -> its content fields."""
+"""Event type -> its content fields. A verdict's or filter outcome's are what a judge or filter
+says about what was said (a reward's details, a judge's explanation, a filter's reasons): the
+worker seals them under the judged session's data key, so erasing the session erases them too;
+the status, scores and counts stay in clear."""
+
+
+def unset(value: object) -> bool:
+    """A payload field's `exclude_if` for "left out when None" (the one the payload plans know)."""
+    return value is None
+
+
+def sealed_field() -> Any:
+    """The `sealed` field of a payload with content fields."""
+    return Field(
+        default=None,
+        exclude_if=unset,
+        description=(
+            "The content fields, sealed under the session's data key "
+            "(v1.<key id>.<nonce and ciphertext>); they are empty or absent in clear. "
+            "Absent when the session names no subject."
+        ),
+    )

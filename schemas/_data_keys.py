@@ -2,7 +2,8 @@
 
 A record holds the session's data key wrapped by the key-encryption key (never the key itself:
 rolltape.schemas.privacy wraps it), its id, and the subject, so that erasing a subject finds its
-sessions. A tombstone (a record with no value) is an erasure: the key, and with it the subject's
+sessions (and a judge's conversation about a session names that session, so that erasing the
+session finds it). A tombstone (a record with no value) is an erasure: the key, and with it the subject's
 name on this topic, is gone once compaction has run; the content sealed under the key stays in
 the log, unreadable, and every chain over it still verifies.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.schemas._canonical import canonical_bytes
+from rolltape.schemas._content_fields import unset
 from rolltape.schemas._envelope import SESSION_ID_PATTERN
 
 
@@ -28,6 +30,9 @@ class DataKeyRecord(BaseModel):
     wrapped: str
     """`v1.<kek id>.<...>`: the data key under the key-encryption key."""
     ts_ns: int
+    about: str | None = Field(default=None, pattern=SESSION_ID_PATTERN, exclude_if=unset)
+    """The session this one is about (a judge's conversation on a subject session): erasing
+    that session erases this one too."""
 
     @property
     def kek_id(self) -> str:

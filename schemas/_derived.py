@@ -12,6 +12,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolltape.schemas._content_fields import sealed_field
+
 RuleId = Literal["R1", "R2", "R3", "R4", "R5", "R6", "R7"]
 RuleClass = Literal["stability", "capacity", "tuning", "process"]
 
@@ -132,6 +134,7 @@ class Verdict(BaseModel):
     error: str | None = None
     judge_session_id: str | None = None
     """The judge's own conversation, recorded as a session (trainable=false), when it had one."""
+    sealed: str | None = sealed_field()
 
 
 class FilterReason(BaseModel):
@@ -159,6 +162,7 @@ class FilterOutcome(BaseModel):
     turns: int
     tool_calls: int
     reward: float | None = None
+    sealed: str | None = sealed_field()
 
 
 DERIVED_PAYLOAD_MODELS: dict[str, type[BaseModel]] = {

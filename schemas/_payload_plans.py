@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from rolltape.schemas import _accel
 from rolltape.schemas._canonical import canonical_bytes
-from rolltape.schemas._content_fields import CONTENT_FIELDS
+from rolltape.schemas._content_fields import CONTENT_FIELDS, unset
 
 _SCALARS = {"str", "int", "float", "bool"}
 _ITEMS = {"int": "ints", "float": "floats", "str": "strs"}
@@ -104,7 +104,6 @@ def plan_content(model: type[BaseModel]) -> list[tuple[str, bytes]]:
 def plan_fields(model: type[BaseModel]) -> list[tuple[Any, ...]]:
     """(name, kind, nullable, omit_none, default bytes or None, nonempty, ge, literals) per
     field, from the model's core schema; _NoPlan for anything else."""
-    from rolltape.schemas._payloads import _unset
 
     schema: Any = model.__pydantic_core_schema__
     if schema.get("type") != "model" or set(schema) - {
@@ -140,7 +139,7 @@ def plan_fields(model: type[BaseModel]) -> list[tuple[Any, ...]]:
         if set(field) - {"type", "schema", "metadata", "serialization_exclude_if"}:
             raise _NoPlan  # aliases, serializers, frozen fields...
         exclude = field.get("serialization_exclude_if")
-        if exclude is not None and exclude is not _unset:
+        if exclude is not None and exclude is not unset:
             raise _NoPlan
         out.append((name, *_field(field["schema"]), exclude is not None))
     # (name, kind, nullable, default, nonempty, ge, literals, omit_none) -> the native order

@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from rolltape.schemas._checkpoint import Checkpoint
+from rolltape.schemas._content_fields import sealed_field, unset
 from rolltape.schemas._cron import CronJob, CronRun
 from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._erasure import Erasure
@@ -29,23 +30,6 @@ from rolltape.schemas._prompt_decisions import PromptDecision
 from rolltape.schemas._prompts import PromptPromotion, PromptVersion
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
-
-
-def _unset(value: object) -> bool:
-    return value is None
-
-
-def _sealed() -> Any:
-    """The `sealed` field of a payload with content fields (schemas/_content_fields.py)."""
-    return Field(
-        default=None,
-        exclude_if=_unset,
-        description=(
-            "The content fields, sealed under the session's data key "
-            "(v1.<key id>.<nonce and ciphertext>); they are empty or absent in clear. "
-            "Absent when the session names no subject."
-        ),
-    )
 
 
 class ToolSpec(BaseModel):
@@ -77,7 +61,7 @@ class SessionStarted(BaseModel):
     """The session this one is about (a judge's conversation links to the judged session)."""
     group_id: str | None = None
     """Sessions sharing a group id answer the same prompt (Atropos groups)."""
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class Turn(BaseModel):
@@ -98,20 +82,20 @@ class Turn(BaseModel):
     """Prompt size the serving engine reported for this reply (usage), when known."""
     completion_tokens: int | None = Field(default=None, ge=0)
     """Reply size the serving engine reported (usage), when known."""
-    prompt_token_ids: tuple[int, ...] | None = Field(default=None, exclude_if=_unset)
+    prompt_token_ids: tuple[int, ...] | None = Field(default=None, exclude_if=unset)
     """The prompt's token ids as the serving engine saw them (vLLM `return_token_ids`): with
     `token_ids`, the exact sequence a trainer needs, no re-tokenising."""
-    logprobs: tuple[float, ...] | None = Field(default=None, exclude_if=_unset)
+    logprobs: tuple[float, ...] | None = Field(default=None, exclude_if=unset)
     """The sampled tokens' log-probabilities, one per token of the reply, when returned."""
-    finish_reason: str | None = Field(default=None, exclude_if=_unset)
-    model: str | None = Field(default=None, exclude_if=_unset)
+    finish_reason: str | None = Field(default=None, exclude_if=unset)
+    model: str | None = Field(default=None, exclude_if=unset)
     """The model that answered, as the server named it."""
-    latency_ms: float | None = Field(default=None, ge=0, exclude_if=_unset)
+    latency_ms: float | None = Field(default=None, ge=0, exclude_if=unset)
     """From the request to the complete reply (the last chunk of a stream)."""
-    summary: bool | None = Field(default=None, exclude_if=_unset)
+    summary: bool | None = Field(default=None, exclude_if=unset)
     """True for a turn that stands for earlier turns a context compressor replaced (the Hermes
     compressor's `[CONTEXT SUMMARY]:` turn): not something the user said."""
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class ToolCall(BaseModel):
@@ -124,7 +108,7 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
     raw_arguments: str | None = None
     """The model's argument text when it was not a JSON object (kept as evidence, not fixed)."""
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class ToolResult(BaseModel):
@@ -137,7 +121,7 @@ class ToolResult(BaseModel):
     success: bool = True
     error: str | None = None
     duration_ms: float | None = Field(default=None, ge=0)
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class ModelError(BaseModel):
@@ -155,7 +139,7 @@ class ModelError(BaseModel):
     latency_ms: float | None = Field(default=None, ge=0)
     partial_content: str | None = None
     """What a stream delivered before it broke."""
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class ToolParseError(BaseModel):
@@ -168,7 +152,7 @@ class ToolParseError(BaseModel):
     raw: str
     error: str
     offset: int = Field(ge=0)
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class Metric(BaseModel):
@@ -298,7 +282,7 @@ class Feedback(BaseModel):
     score: float | None = None
     text: str | None = None
     about_seq: int | None = Field(default=None, ge=0)
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class SessionEnded(BaseModel):
@@ -315,7 +299,7 @@ class SessionEnded(BaseModel):
     outcome: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     streams: tuple[str, ...] = ()
-    sealed: str | None = _sealed()
+    sealed: str | None = sealed_field()
 
 
 class SessionResumed(BaseModel):

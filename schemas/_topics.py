@@ -135,10 +135,11 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     ),
     TopicSpec(
         # Each subject session's data key, wrapped by the key-encryption key (schemas._data_keys),
-        # keyed `<session id>/<key id>`. Erasure writes a tombstone: the wrapped key is gone
+        # keyed `<session id>/<key id>`; written by recorders and by the judge (its conversations
+        # about subject sessions name the same subject). Erasure writes a tombstone: the wrapped key is gone
         # within about two hours (a small topic, compacted at a low dirty ratio).
         stream=Stream.KEYS,
-        writers=(Role.AGENT,),
+        writers=(Role.AGENT, Role.JUDGE),
         configs={**_GONE_WITHIN_HOURS, "min.cleanable.dirty.ratio": "0.01"},
     ),
     TopicSpec(

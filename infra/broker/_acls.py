@@ -7,8 +7,8 @@
                                                        waits for them)
     processor   rules, filtered, deadletter, the       events, metrics, keys, what it writes, its
                 worker's internal topics, its group    internal topics
-    judge       verdicts, events (its conversations)   events, metrics, rules, filtered, verdicts,
-                                                       blobs (to restore worlds), keys
+    judge       verdicts, events (its conversations),  events, metrics, rules, filtered, verdicts,
+                keys (its subject conversations' keys) blobs (to restore worlds), keys
     projector   trajectories                           every topic of the prefix
     scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
     reader      -                                      every topic of the prefix, any group but

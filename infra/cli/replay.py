@@ -102,6 +102,11 @@ def replay(
             f"  [red]conflict[/red] {conflict['session_id']} {conflict['stream']} seq "
             f"{conflict['seq']}: {conflict['detail']}"
         )
+    if summary.unopened:
+        why = ", ".join(f"{n} {k}" for k, n in summary.unopened.items())
+        console.print(
+            f"  sessions naming a subject left out (content not opened, nothing written): {why}"
+        )
     if summary.dead_letters:
         reasons = ", ".join(f"{k} {n}" for k, n in summary.dead_letters.items())
         console.print(f"  unusable input (dead-lettered live, not written again): {reasons}")

@@ -87,7 +87,7 @@ def tail(
         err_console.print(f"reading {', '.join(s.value for s in stream)} from {where}{more}")
 
     async def run() -> None:
-        keys = None if raw else await keys_follower_if_any(connection, cfg)
+        keys = None if raw else keys_follower_if_any(connection, cfg)
         async with contextlib.AsyncExitStack() as stack:
             if keys is not None:  # subject sessions shown opened, or said to be erased
                 await stack.enter_async_context(keys)

@@ -72,7 +72,8 @@ async def erase(
     chosen = {
         f"{sid}/{kid}".encode(): r
         for (sid, kid), r in keyring.records.items()
-        if (subject is not None and r.subject == subject) or r.session_id == session_id
+        if r.subject == subject
+        or (session_id is not None and session_id in (r.session_id, r.about))
     }
     if not chosen:
         what = f"subject {subject!r}" if subject is not None else f"session {session_id!r}"

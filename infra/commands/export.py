@@ -249,7 +249,7 @@ def run_export(
             if access == "opened" and collected.keyring is not None:
                 keys = collected.keyring.session_keys(session.session_id)
             found = session_evidence(
-                trajectory, recorded.events, session.derived, checkpoints, data_keys=keys
+                trajectory, recorded.events, recorded.derived, checkpoints, data_keys=keys
             )
             if found is None:
                 exporting.left_out("no_checkpoint")

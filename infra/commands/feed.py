@@ -61,7 +61,7 @@ async def feed_atropos(
         keep_equal_scores=options.keep_equal_scores,
         batch_groups=options.batch_groups,
     )
-    keys = await keys_follower_if_any(connection, settings)  # opens subject sessions
+    keys = keys_follower_if_any(connection, settings)  # opens subject sessions
     try:
         async with contextlib.AsyncExitStack() as stack:
             if keys is not None:

@@ -27,7 +27,7 @@ async def project(
     set; returns how many were published. `on_started(bootstrap)` hears where it reads from.
     Restarts resume where the projector's group left off."""
     connection = require_connection(settings, Role.PROJECTOR)
-    keys = await keys_follower_if_any(connection, settings)
+    keys = keys_follower_if_any(connection, settings)
     async with contextlib.AsyncExitStack() as stack:
         if keys is not None:  # subject sessions opened, erased ones tombstoned
             await stack.enter_async_context(keys)

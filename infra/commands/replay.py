@@ -8,6 +8,7 @@ writes Kafka and builds the processor config from settings, like the worker does
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import time
 from collections import Counter, defaultdict
@@ -21,6 +22,7 @@ from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.worker import load_plugins, processor_config
 from rolltape.infra.judging import LogJudges
+from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
 from rolltape.processors import (
@@ -166,6 +168,9 @@ class ReplaySummary(BaseModel):
     written: int
     conflicts: list[dict[str, Any]]
     dead_letters: dict[str, int]
+    unopened: dict[str, int] = {}
+    """Subject sessions left out, by why their content could not be opened (`erased`, `key
+    unavailable`: no key-encryption key here)."""
     llm_requests: int
     """LLM judge verdicts the replayed sessions call for."""
     llm_adopted: int
@@ -185,7 +190,7 @@ async def _run_llm_judges(
     to the judged one; verdicts chained by the replayer."""
     runtime = LogJudges(settings)
     try:
-        runner = JudgeRunner(runtime)
+        runner = JudgeRunner(runtime, keys=replayer.processor.config.keys)
         await replayer.judge(result, held, runner.judge)
     finally:
         await runtime.aclose()
@@ -216,6 +221,7 @@ class SliceTotals(BaseModel):
     llm_called: int = 0
     conflicts: list[Conflict] = []
     dead_letters: dict[str, int] = {}
+    unopened: dict[str, int] = {}
 
 
 async def replay_slice(
@@ -235,7 +241,8 @@ async def replay_slice(
     read = len(raw)
     if since_ms is not None:
         raw = sessions_since(raw, since_ms)
-    replayer = Replayer(config)
+    keys = await keyring_if_any(connection, settings)  # opens subject sessions' content
+    replayer = Replayer(dataclasses.replace(config, keys=keys))
     result = replayer.run(replay_order(raw))
     held = await read_version(connection, prefix, config.judge_version, part)
     if result.requests:
@@ -255,6 +262,7 @@ async def replay_slice(
         llm_called=result.llm_called,
         conflicts=plan.conflicts,
         dead_letters=dict(result.dead_letters),
+        unopened=dict(result.unopened),
     )
 
 
@@ -319,8 +327,10 @@ async def run_replay(
                     on_record(sum(p.records for p in parts))
     conflicts = [c for p in parts for c in p.conflicts]
     dead_letters: Counter[str] = Counter()
+    unopened: Counter[str] = Counter()
     for p in parts:
         dead_letters.update(p.dead_letters)
+        unopened.update(p.unopened)
     return ReplaySummary(
         judge_version=config.judge_version,
         rules=config.rules.label,
@@ -336,6 +346,7 @@ async def run_replay(
             for c in sorted(conflicts, key=lambda c: (c.session_id, c.stream, c.seq))
         ],
         dead_letters=dict(sorted(dead_letters.items())),
+        unopened=dict(sorted(unopened.items())),
         llm_requests=sum(p.llm_requests for p in parts),
         llm_adopted=sum(p.llm_adopted for p in parts),
         llm_called=sum(p.llm_called for p in parts),

@@ -16,9 +16,10 @@ from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, principal_store, require_connection
 from rolltape.infra.commands.rules import rulebook
 from rolltape.infra.judging import LogJudges, register_environment_judges
+from rolltape.infra.kafka.keyring import KeysFollower, keys_follower_if_any
 from rolltape.infra.kafka.readback import partition_counts
 from rolltape.infra.kafka.topics import ensure_plain_topics_sync, provision
-from rolltape.infra.keys import judge_key
+from rolltape.infra.keys import judge_key, kek_available, kek_path
 from rolltape.infra.settings import Settings
 from rolltape.processors import ProcessorConfig
 from rolltape.processors.audit import CheckpointSigner
@@ -38,7 +39,7 @@ from rolltape.schemas import (
     software_version,
     topic_name,
 )
-from rolltape.schemas.clients import ModelEndpoint
+from rolltape.schemas.clients import KafkaConnection, ModelEndpoint
 from rolltape.schemas.plugins import PluginError, load_module
 
 
@@ -164,6 +165,15 @@ def stream_writers(settings: Settings) -> dict[str, frozenset[str]]:
     }
 
 
+def _worker_keys(connection: KafkaConnection, settings: Settings) -> KeysFollower:
+    """The keys topic followed by the worker, as its processor (which reads no erasures chain:
+    a key's tombstone is what the step honours)."""
+    follower = keys_follower_if_any(connection, settings, erasures=False)
+    if follower is None:
+        raise WorkerSetupError(f"the key-encryption key went away: {kek_path(settings)}")
+    return follower
+
+
 def can_provision(settings: Settings) -> bool:
     """Whether this process may create topics and ACLs: the cluster has no principals rolltape
     keeps (an unsecured cluster), or rolltape keeps them and holds an admin. A process given
@@ -212,6 +222,9 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
         judges=functools.partial(LogJudges, settings) if settings.llm_judges else None,
+        keys=functools.partial(_worker_keys, connection, settings)
+        if kek_available(settings)
+        else None,
         log_level=log_level,
         data_dir=settings.state_dir / "worker",
     )

@@ -94,6 +94,7 @@ class KeysFollower:
         kek: KeyEncryptionKey,
         *,
         reload: Callable[[], KeyEncryptionKey] | None = None,
+        erasures: bool = True,
     ) -> None:
         self.keyring = Keyring(kek)
         self._connection = connection
@@ -105,10 +106,14 @@ class KeysFollower:
         self._parts: list[TopicPartition] = []
         self._erased: dict[str, None] = {}
         self._reading = asyncio.Lock()  # the feed and the projector's eraser share the consumer
+        self._erasures = erasures
+        """Whether `start` reads the erasures chain for `erased` (the worker lists no erased
+        sessions, and its principal does not read that chain)."""
 
     async def start(self) -> Self:
-        for erasure in (await read_erasures_log(self._connection, self._prefix)).erasures():
-            self._erased.update(dict.fromkeys(erasure.sessions))
+        if self._erasures:
+            for erasure in (await read_erasures_log(self._connection, self._prefix)).erasures():
+                self._erased.update(dict.fromkeys(erasure.sessions))
         self._parts = await topic_partitions(self._connection, [self._topic])
         consumer = self._connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=50)
         doing = f"reading {self._topic} on {self._connection}"
@@ -170,14 +175,26 @@ class KeysFollower:
         topic, and reading the KEK file again, when a key is not known yet."""
         opened, access = self.keyring.open_events(events)
         if access == "key unavailable":
-            await self.catch_up()
+            await self._find_keys()
             opened, access = self.keyring.open_events(events)
-        if access == "key unavailable" and self._reload is not None:
-            kek = self._reload()
-            if self.keyring.kek is None or kek.kek_id != self.keyring.kek.kek_id:
-                self.keyring.use_kek(kek)  # rotated since this reader started
-                opened, access = self.keyring.open_events(events)
         return opened, access
+
+    async def ready(self, wanted: set[tuple[str, str]]) -> None:
+        """Catch up (and read the KEK file again) when a (session id, key id) of `wanted` is
+        not known yet: the worker's shell asks this before stepping a batch
+        (rolltape.processors.worker.KeySource)."""
+        if any(self.keyring.access(s, k) == "key unavailable" for s, k in wanted):
+            await self._find_keys(lambda: [self.keyring.access(s, k) for s, k in wanted])
+
+    async def _find_keys(self, still: Callable[[], list[str]] | None = None) -> None:
+        """Read the keys topic to its end, then the KEK file again if some key is still not
+        unwrapped (`still`: the accesses still wanted; None: try the KEK whenever it changed)."""
+        await self.catch_up()
+        if self._reload is None or (still is not None and "key unavailable" not in still()):
+            return
+        kek = self._reload()
+        if self.keyring.kek is None or kek.kek_id != self.keyring.kek.kek_id:
+            self.keyring.use_kek(kek)  # rotated since this reader started
 
     async def erased(self) -> list[str]:
         """The erased sessions not listed yet (the class docstring)."""
@@ -186,8 +203,8 @@ class KeysFollower:
         return out
 
 
-async def keys_follower_if_any(
-    connection: KafkaConnection, settings: Settings
+def keys_follower_if_any(
+    connection: KafkaConnection, settings: Settings, *, erasures: bool = True
 ) -> KeysFollower | None:
     """A follower of the keys topic with the settings' KEK (read again after a rotation), or
     None where this machine has none (sealed sessions are then left out as `key unavailable`).
@@ -199,4 +216,5 @@ async def keys_follower_if_any(
         settings.topic_prefix,
         key_encryption_key(settings, create=False),
         reload=lambda: key_encryption_key(settings, create=False),
+        erasures=erasures,
     )

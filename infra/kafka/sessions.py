@@ -68,14 +68,16 @@ class SessionScan:
         not: `erased` (its data key's tombstone was read) or `key unavailable` (no key, or no
         keyring). A reader of content leaves such a session out and counts it; it never reads
         the empty fields a sealed payload keeps in clear as if they were what was said."""
-        if not any("sealed" in e.payload for e in session.events):
+        given = [*session.events, *session.derived]  # verdicts about content are sealed too
+        if not any("sealed" in e.payload for e in given):
             return session, "clear"
         if self.keyring is None:
             return None, "key unavailable"
-        events, access = self.keyring.open_events(session.events)
-        if events is None:
+        opened, access = self.keyring.open_events(given)
+        if opened is None:
             return None, access
-        return SessionRecords(session.session_id, events, session.derived), access
+        events = opened[: len(session.events)]
+        return SessionRecords(session.session_id, events, opened[len(session.events) :]), access
 
     def source(self) -> dict[str, Any]:
         """What was read: end offsets per partition and the counts of records left out."""

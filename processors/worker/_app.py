@@ -16,6 +16,7 @@ agent). A rebalance first waits for the batch in hand, then takes the partitions
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import logging
 import os
@@ -37,6 +38,7 @@ from rolltape.processors._session import (
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._judging import JudgeRunner
+from rolltape.processors.worker._keys import KeySource
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.processors.worker._reader import RawReader
 from rolltape.processors.worker._shell import Shell
@@ -90,10 +92,14 @@ def create_app(
         use_partitioner=True,
     )
     requests = _bytes_topic(app, config.judge_requests_topic)
-    processor = SessionProcessor(config.processor)
+    keys = config.keys() if config.keys is not None else None
+    processing = config.processor
+    if keys is not None:
+        processing = dataclasses.replace(processing, keys=keys.keyring)
+    processor = SessionProcessor(processing)
     signer = config.processor.signer
 
-    runtime = _Runtime(config, processor, table, app)
+    runtime = _Runtime(config, processor, table, app, keys)
 
     @app.timer(interval=5.0)  # type: ignore[untyped-decorator]
     async def watchdog() -> None:
@@ -173,7 +179,12 @@ def create_app(
         producer = _output_producer(config)
         await producer.start()
         executor = config.judges() if config.judges is not None else None
-        runner = JudgeRunner(executor, producer=producer, results_topic=config.judge_results_topic)
+        runner = JudgeRunner(
+            executor,
+            producer=producer,
+            results_topic=config.judge_results_topic,
+            keys=processing.keys,
+        )
         try:
             async for events in stream.take_events(config.max_concurrent_judges, 0.05):
                 batch, letters = [], []
@@ -204,9 +215,16 @@ class _Runtime:
     may run before the agent's first batch)."""
 
     def __init__(
-        self, config: WorkerConfig, processor: SessionProcessor, table: Any, app: faust.App
+        self,
+        config: WorkerConfig,
+        processor: SessionProcessor,
+        table: Any,
+        app: faust.App,
+        keys: KeySource | None,
     ) -> None:
         self.config, self.processor, self.table, self.app = config, processor, table, app
+        self.keys = keys
+        self._keys_started = False
         self._shell: Shell | None = None
         self._producer: OutputProducer | None = None
         self._reader: RawReader | None = None
@@ -238,6 +256,9 @@ class _Runtime:
     async def shell(self) -> Shell:
         async with self._starting:  # the recovery callback and the reading task both ask
             if self._shell is None:
+                if self.keys is not None and not self._keys_started:
+                    await self.keys.start()
+                    self._keys_started = True
                 self._producer = _output_producer(self.config)
                 await self._producer.start()
                 self._shell = Shell(
@@ -249,6 +270,7 @@ class _Runtime:
                     results_topic=self.config.judge_results_topic,
                     partitions=self.config.partitions,
                     owned=self.owned_partitions,
+                    keys=self.keys,
                 )
             return self._shell
 
@@ -268,6 +290,9 @@ class _Runtime:
             await self._reader.stop()
         if self._producer is not None:
             await self._producer.stop()
+        if self.keys is not None and self._keys_started:
+            await self.keys.stop()
+            self._keys_started = False
         self._shell = self._producer = self._reader = None
 
     def owned_partitions(self) -> set[int]:

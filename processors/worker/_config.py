@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
 from rolltape.processors._session import ProcessorConfig
 from rolltape.processors.worker._judging import JudgeExecutor
+from rolltape.processors.worker._keys import KeySource
 from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX, software_version
 from rolltape.schemas.clients import KafkaConnection
 
@@ -44,6 +45,10 @@ class WorkerConfig(BaseModel):
     """Builds the judge runtime (in the worker's process, when its judge agent starts): what
     runs the judges' specs and records their sessions. None: judges requested by the processor
     config get error verdicts saying this worker runs none."""
+    keys: Callable[[], KeySource] | None = None
+    """Builds the follower of the keys topic (in the worker's process) whose keyring opens the
+    content of sessions naming a subject, for the filters and judges. None: such content is not
+    opened (the sessions are filtered out as `content_unavailable`)."""
     max_concurrent_judges: int = Field(default=8, ge=1)
     """Judge requests the judge agent takes at once."""
     batch_max: int = Field(default=1000, ge=1)

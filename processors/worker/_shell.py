@@ -35,6 +35,7 @@ from rolltape.processors._session import (
     handle,
 )
 from rolltape.processors.audit import InputRecord, Position, log_for_partition, raw_partition
+from rolltape.processors.worker._keys import KeySource, sealed_keys
 from rolltape.processors.worker._producers import OutgoingRecord, OutputProducer
 from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
 from rolltape.processors.worker._states import StateStore
@@ -117,8 +118,12 @@ class Shell:
         results_topic: str = "",
         partitions: int = 0,
         owned: Callable[[], set[int]] | None = None,
+        keys: KeySource | None = None,
     ) -> None:
         self.processor = processor
+        self.keys = keys
+        """Made ready for the keys a batch's sealed records name before the batch is stepped
+        (the processor config's keyring is its `keyring`)."""
         self.producer = producer
         self.store = store
         self.prefix = topic_prefix
@@ -186,6 +191,11 @@ class Shell:
         self._touched.clear()
         self._rejudged.clear()
         positions: dict[tuple[str, int], int] = {}
+        records = list(records)
+        if self.keys is not None:
+            wanted = sealed_keys(records)
+            if wanted:
+                await self.keys.ready(wanted)
         for record in records:
             self.stats.records += 1
             outputs.extend(self._step(states, record))

@@ -86,11 +86,13 @@ class JudgeRuntime:
         *,
         inputs: JudgeInputs | None = None,
         world: WorldView | None = None,
+        subject: str | None = None,
     ) -> Verdict:
         """Run one judge on one session and return its verdict (an error verdict for any
         failure: this never raises for the judge's own failures). A tools judge needs the
         `world` to grade in and reads `inputs` as files; the verdict names the world's
-        snapshot digest."""
+        snapshot digest. `subject`: the judged session's, which the judge's own session names
+        too (its conversation quotes the judged one: erasing the subject erases both)."""
         name = f"llm:{spec.name}"
         try:
             endpoint = self.endpoint(spec.agent.model)
@@ -103,6 +105,7 @@ class JudgeRuntime:
             model=endpoint.model,
             trainable=False,
             linked_session_id=judged_session_id,
+            subject=subject,
             tags=["judge", spec.name],
             run_config={
                 "judge": {

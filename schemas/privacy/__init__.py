@@ -12,8 +12,11 @@ from rolltape.schemas.privacy._sealing import (
     SealedContentError,
     associated_data,
     open_content,
+    open_value,
     seal_content,
+    seal_value,
     sealed_key_id,
+    withhold_content,
 )
 
 __all__ = [
@@ -24,6 +27,9 @@ __all__ = [
     "SealedContentError",
     "associated_data",
     "open_content",
+    "open_value",
     "seal_content",
+    "seal_value",
     "sealed_key_id",
+    "withhold_content",
 ]

@@ -99,6 +99,14 @@ class Keyring:
                 except SealedContentError:
                     continue
 
+    def key(self, session_id: str, key_id: str) -> ContentKey | None:
+        """The data key `key_id` of `session_id`, when this keyring holds it."""
+        return self._keys.get((session_id, key_id))
+
+    def subject(self, session_id: str) -> str | None:
+        """The subject a session names, while one of its keys is live."""
+        return next((r.subject for (sid, _), r in self.records.items() if sid == session_id), None)
+
     def access(self, session_id: str, key_id: str) -> Access:
         if (session_id, key_id) in self._keys:
             return "opened"

@@ -121,10 +121,43 @@ def seal_content(
     if not content:
         return dict(payload)
     aad = associated_data(stream, session_id, seq, event_type)
-    plaintext = canonical_bytes(content)
+    clear["sealed"] = _seal(key, aad, canonical_bytes(content))
+    return clear
+
+
+def _seal(key: ContentKey, aad: bytes, plaintext: bytes) -> str:
+    """`v1.<key id>.<base64url of the synthetic nonce and the ciphertext>`."""
     nonce = hmac.digest(key._nonce_key, aad + b"\x00" + plaintext, "sha256")[:_NONCE]
     sealed = nonce + key._aead.encrypt(nonce, plaintext, aad)
-    clear["sealed"] = f"{VERSION}.{key.key_id}.{base64.urlsafe_b64encode(sealed).decode()}"
+    return f"{VERSION}.{key.key_id}.{base64.urlsafe_b64encode(sealed).decode()}"
+
+
+_VALUE_LABEL = "rolltape.sealed-value.v1"
+
+
+def seal_value(key: ContentKey, purpose: str, plaintext: bytes) -> str:
+    """Bytes that are not a record's payload but hold a session's content (the worker's state
+    of a session its judges will read, a judge request and its verdict on their internal
+    topics) sealed under the session's data key, so that erasing the key erases them as well.
+    Bound to `purpose` (what the bytes are, and whose), deterministic as `seal_content` is."""
+    return _seal(key, f"{_VALUE_LABEL}\x00{purpose}".encode(), plaintext)
+
+
+def open_value(key: ContentKey, purpose: str, sealed: str) -> bytes:
+    """What `seal_value` sealed for `purpose`; SealedContentError when it does not open."""
+    aad = f"{_VALUE_LABEL}\x00{purpose}".encode()
+    return _open_reference(sealed, key, aad, purpose)
+
+
+def withhold_content(event_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """`payload` (validated and dumped) with its content fields as sealing leaves them in clear,
+    and nothing sealed: what is written about content whose key is gone before it was sealed."""
+    clear = {k: v for k, v in payload.items() if k != "sealed"}
+    for name, required, empty in content_spec(event_type):
+        if name in clear:
+            del clear[name]
+            if required:
+                clear[name] = empty
     return clear
 
 

@@ -18,7 +18,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from rolltape.infra.kafka.keyring import KeysFollower, read_keyring
-from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.readback import read_records, topic_partitions
 from rolltape.infra.keys import judge_key
 from rolltape.producers import Recorder
 from rolltape.projections import MANIFEST, TrajectoryFeed
@@ -120,7 +120,8 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
         text=True,
     )
     request.addfinalizer(projector.kill)
-    worker = WorkerProcess(topics, tmp_path).start()  # filters and checkpoints, for evidence
+    # Filters (on the opened content) and checkpoints, for the evidence.
+    worker = WorkerProcess(topics, tmp_path, ROLLTAPE_KEK_FILE=str(kek_file)).start()
     try:
         _record(topics, kek, tmp_path)
         heads = {(r.session_id, r.head_hash) for r in topics.verify().reports()}
@@ -378,4 +379,148 @@ def test_a_subject_session_resumed_by_another_recorder_goes_on_sealed_under_a_ke
         )
 
     assert b"card 4" not in asyncio.run(events())
+    assert all(r.ok for r in topics.verify().reports())
+
+
+def _all_bytes_of(topics: Topics, names: list[str]) -> bytes:
+    """Every record value of the named topics, read as the admin."""
+
+    async def read() -> bytes:
+        admin = topics.connection(Role.ADMIN)
+        consumer = admin.consumer(enable_auto_commit=False)
+        parts = await topic_partitions(admin, names)
+        assert {tp.topic for tp in parts} == set(names)
+        async with admin.started(consumer, "reading every topic") as c:
+            c.assign(parts)
+            await c.seek_to_beginning(*parts)
+            ends = await c.end_offsets(parts)
+            out: list[bytes] = []
+            while [tp for tp in parts if await c.position(tp) < ends[tp]]:
+                for messages in (await c.getmany(*parts, timeout_ms=500)).values():
+                    out += [m.value or b"" for m in messages]
+            return b"".join(out)
+
+    return asyncio.run(read())
+
+
+def _topic_names(topics: Topics, starting: tuple[str, ...]) -> list[str]:
+    async def names() -> list[str]:
+        admin = topics.connection(Role.ADMIN)
+        consumer = admin.consumer(enable_auto_commit=False)
+        async with admin.started(consumer, "listing topics") as c:
+            return sorted(t for t in await c.topics() if t.startswith(starting))
+
+    return asyncio.run(names())
+
+
+def _judged_outcomes(records: list[RawRecord]) -> dict[str, bool]:
+    """Whether the filters accepted each judged session (they read its opened content)."""
+    events = [read_event(r.value) for r in records]
+    return {
+        e.session_id: e.payload["accepted"]
+        for e in events
+        if e.type == "filter_outcome" and e.session_id.startswith("s-judged-")
+    }
+
+
+def test_the_worker_judges_subject_sessions_on_their_content_and_erasure_reaches_its_verdicts(
+    cluster: Cluster, topics: Topics, tmp_path: Path
+) -> None:
+    if cluster.managed is None:
+        pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
+    from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
+
+    kek = KeyEncryptionKey.generate()
+    kek_file = tmp_path / "kek.bin"
+    kek_file.write_bytes(kek.secret)
+    kek_file.chmod(0o600)
+    recorder = Recorder(
+        topics.connection(Role.AGENT),
+        topic_prefix=topics.prefix,
+        spool_dir=tmp_path / "spool",
+        kek=kek,
+    )
+    for sid, subject, answer in (("s-judged-a", "user-a", "4"), ("s-judged-b", "user-b", "5")):
+        with recorder.session("2+2", session_id=sid, subject=subject) as s:
+            s.turn("user", f"2+2? my card is 4111-{subject}")
+            s.turn("assistant", answer)
+            s.reward(1.0 if answer == "4" else 0.0)
+    recorder.close(30)
+    with OpenAICompatibleServer(grade_by_answer) as server:
+        env = {
+            "ROLLTAPE_KEK_FILE": str(kek_file),
+            "ROLLTAPE_LLM_JUDGES": '["answer_quality"]',
+            "ROLLTAPE_REWARDS": '["final_reward"]',
+            "ROLLTAPE_MODELS": json.dumps({"grader": {"base_url": server.base_url, "model": "g"}}),
+        }
+        worker = WorkerProcess(topics, tmp_path, **env).start()
+        try:
+            wait_for(
+                topics,
+                lambda rs: (
+                    sum(p["judge"] == "llm:answer_quality" for p in payloads(rs, "verdict")) == 2
+                    and _judged_outcomes(rs) == {"s-judged-a": True, "s-judged-b": True}
+                ),
+                worker=worker,
+            )
+        finally:
+            worker.stop()
+        # The judge read the content (it was opened): the right answer got the right grade.
+        prompts = " ".join(r["messages"][-1]["content"] for r in server.requests)
+        assert "my card is 4111-user-a" in prompts and "ASSISTANT: 4" in prompts
+
+        # Nothing of it in clear on any topic: raw, derived, the worker's internal topics and
+        # its state's changelog, nor the judge's own conversations (sealed under the subject).
+        group = f"{topics.prefix}-worker"
+        names = _topic_names(topics, (f"{topics.prefix}.", group))
+        assert any("judge-requests" in n for n in names) and any("changelog" in n for n in names)
+        everything = _all_bytes_of(topics, names)
+        assert b"4111" not in everything and b"2+2 is 4" not in everything
+
+        keyring = asyncio.run(read_keyring(topics.reader, topics.settings.model_copy(
+            update={"kek_file": kek_file})))  # fmt: skip
+        judge_keys = [r for r in keyring.records.values() if r.session_id.startswith("judge.")]
+        assert sorted((r.subject, r.about) for r in judge_keys) == [
+            ("user-a", "s-judged-a"),
+            ("user-b", "s-judged-b"),
+        ]
+        verdicts = {
+            (e.session_id, e.body.judge): keyring.open_event(e)  # type: ignore[attr-defined]
+            for r in read_all(topics, (Stream.VERDICTS,))
+            if (e := read_event(r.value)).type == "verdict"
+        }
+        opened, access = verdicts[("s-judged-a", "llm:answer_quality")]
+        assert access == "opened" and opened is not None
+        assert opened.body.scores["score"] == 1.0  # type: ignore[attr-defined]
+        assert "2+2 is 4" in json.dumps(opened.payload)
+        reward, _ = verdicts[("s-judged-b", "reward:final_reward")]
+        assert reward is not None and reward.body.scores == {"reward": 0.0}  # type: ignore[attr-defined]
+
+        # Erasing the session erases its judge's conversation with it, and the verdicts' words.
+        cli_env = {**topics.env(), **env, "COLUMNS": "200"}
+        erased = _run(cli_env, "erase", "--session", "s-judged-a")
+        assert erased.returncode == 0, erased.stdout + erased.stderr
+        sessions = json.loads(erased.stdout)["erasure"]["sessions"]
+        assert sessions[0].startswith("judge.answer_quality.") and sessions[1] == "s-judged-a"
+        keyring = asyncio.run(read_keyring(topics.reader, topics.settings.model_copy(
+            update={"kek_file": kek_file})))  # fmt: skip
+        event = next(
+            e
+            for r in read_all(topics, (Stream.VERDICTS,))
+            if (e := read_event(r.value)).session_id == "s-judged-a"
+            and e.type == "verdict"
+            and e.payload["judge"] == "llm:answer_quality"
+        )
+        assert keyring.open_event(event) == (None, "erased")
+
+        # A replay re-judges what it can open and leaves the erased sessions out.
+        asked = len(server.requests)
+        replayed = _run(cli_env, "replay", "--judge-version", "v2")
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        assert "left out (content not opened, nothing written): 2 erased" in replayed.stdout
+        assert len(server.requests) == asked + 1  # s-judged-b only
+    written = {(e.stream, e.session_id) for r in read_all(topics, (Stream.VERDICTS,))
+               if (e := read_event(r.value)).stream == "verdicts@v2"}  # fmt: skip
+    assert ("verdicts@v2", "s-judged-b") in written
+    assert not any(sid == "s-judged-a" for _, sid in written)
     assert all(r.ok for r in topics.verify().reports())

@@ -416,8 +416,11 @@ def test_public_api__is_pinned() -> None:
             "SealedContentError",
             "associated_data",
             "open_content",
+            "open_value",
             "seal_content",
+            "seal_value",
             "sealed_key_id",
+            "withhold_content",
         ]
     )
     assert sorted(rolltape.producers.privacy.__all__) == sorted(

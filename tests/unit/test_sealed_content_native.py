@@ -42,6 +42,32 @@ ANSWERED: dict[str, int] = {}
 texts = st.text(max_size=40) | st.sampled_from(["", "jane@example.com", 'é 😀 \n\t"q"\\'])
 
 
+_REASONS = st.lists(st.fixed_dictionaries({"code": texts, "message": texts}), max_size=2)
+UNPLANNED: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    # Written by the worker about a session (Python sealing only): drawn from their own fields.
+    "verdict": st.fixed_dictionaries(
+        {"judge": texts, "judge_version": texts, "status": st.sampled_from(["ok", "error"])},
+        optional={
+            "details": st.dictionaries(texts, texts | st.integers(), max_size=3),
+            "error": st.none() | texts,
+            "violations": _REASONS,
+            "scores": st.dictionaries(texts, st.floats(0, 1), max_size=2),
+        },
+    ),
+    "filter_outcome": st.fixed_dictionaries(
+        {
+            "filter_version": texts,
+            "config": texts,
+            "accepted": st.booleans(),
+            "status": texts,
+            "turns": st.integers(0, 9),
+            "tool_calls": st.integers(0, 9),
+        },
+        optional={"reasons": _REASONS},
+    ),
+}
+
+
 def content_value(kind: str) -> st.SearchStrategy[Any]:
     """A value for a content field of plan kind `kind`, often empty."""
     if kind == "str":
@@ -172,6 +198,8 @@ def test_sealed_record__opens_with_the_reference_to_the_payload_it_was(
     model = PAYLOAD_MODELS[event_type]
     if event_type == "session_started":  # no plan to draw from: its own fields
         payload: dict[str, Any] = {"task": data.draw(texts)}
+    elif event_type in UNPLANNED:
+        payload = data.draw(UNPLANNED[event_type])
     else:
         payload = data.draw(payloads(event_type))
         payload.pop("sealed", None)  # a `sealed` of the caller's own does not open
