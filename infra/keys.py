@@ -1,13 +1,18 @@
-"""The judge's Ed25519 key pair on disk: created once, private half 0600, public half shareable.
+"""The keys rolltape keeps: the judge's Ed25519 key pair on disk (created once, private half
+0600, public half shareable), the key-encryption key (a file, or a provider) and where its
+rotation keeps its versions (`KekStore`), and the redaction secret.
 
-The private key signs the worker's checkpoints; the public key (PEM, with its key id) is what a
-third party needs to verify an export offline (`rolltape verify-export DIR --public-key FILE`).
+The judge's private key signs the worker's checkpoints; the public key (PEM, with its key id) is
+what a third party needs to verify an export offline (`rolltape verify-export DIR --public-key
+FILE`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -153,9 +158,7 @@ def key_encryption_key(settings: Settings, *, create: bool = True) -> KeyEncrypt
     up the broker's data."""
     if settings.kek_provider is not None:
         return _provided_kek(settings.kek_provider)
-    return KeyEncryptionKey(
-        _secret_file(kek_path(settings), "key-encryption key", 32, exact=True, create=create)
-    )
+    return key_encryption_key_file(kek_path(settings), create=create)
 
 
 def kek_available(settings: Settings) -> bool:
@@ -165,21 +168,149 @@ def kek_available(settings: Settings) -> bool:
 
 
 def _provided_kek(spec: str) -> KeyEncryptionKey:
-    """The KEK a provider function returns (bytes, or a KeyEncryptionKey), checked."""
+    """The KEK a provider returns (bytes, or a KeyEncryptionKey), checked: a function, or an
+    object whose `current()` serves it (a provider that can rotate: `KekRotation`)."""
     provider = load_object(spec, "key-encryption key provider", what="function")
-    if not callable(provider):
+    current = getattr(provider, "current", provider)
+    if not callable(current):
         raise SecretFileError(f"the key-encryption key provider {spec!r} is not a function")
+    kek = _called(spec, current, "")
+    if kek is None:
+        raise SecretFileError(f"the key-encryption key provider {spec!r} returned no key")
+    return kek
+
+
+def _called(spec: str, method: Callable[[], object], name: str) -> KeyEncryptionKey | None:
+    """What a provider's method returned, as a KEK (None stays None), or SecretFileError
+    saying which provider and why."""
+    what = f"the key-encryption key provider {spec!r}" + (f" ({name})" if name else "")
     try:
-        kek = provider()
+        kek = method()
     except Exception as exc:
-        raise SecretFileError(
-            f"the key-encryption key provider {spec!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    if isinstance(kek, KeyEncryptionKey):
+        raise SecretFileError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+    if kek is None or isinstance(kek, KeyEncryptionKey):
         return kek
     if not isinstance(kek, bytes | bytearray) or len(kek) != 32:
         got = f"{len(kek)} bytes" if isinstance(kek, bytes | bytearray) else type(kek).__name__
-        raise SecretFileError(
-            f"the key-encryption key provider {spec!r} returned {got}, not 32 bytes"
-        )
+        raise SecretFileError(f"{what} returned {got}, not 32 bytes")
     return KeyEncryptionKey(bytes(kek))
+
+
+class KekRotation(Protocol):
+    """What a provider (ROLLTAPE_KEK_PROVIDER naming an object, not a function) implements for
+    `rolltape keys rotate-kek` to rotate the KEK it serves. Each method may return bytes or a
+    KeyEncryptionKey; a key service keeps the three versions it names (docs/privacy.md)."""
+
+    def current(self) -> bytes:
+        """The KEK recorders wrap new data keys under (and readers unwrap with)."""
+        ...
+
+    def stage(self) -> bytes:
+        """The next KEK: made on the first call, the same one until `promote` (a rotation cut
+        short goes on with it)."""
+        ...
+
+    def promote(self) -> None:
+        """The staged KEK becomes current; the current one is kept as retired."""
+        ...
+
+    def retired(self) -> bytes | None:
+        """The KEK `promote` retired, until `destroy_retired`; None when there is none."""
+        ...
+
+    def destroy_retired(self) -> None:
+        """Destroy the retired KEK, everywhere the service keeps it."""
+        ...
+
+
+class KekStore:
+    """Where the KEK and its rotation's two other versions are kept: the KEK file with `.next`
+    and `.retired` beside it, or a provider that implements `KekRotation`. The one interface
+    `rotate-kek` works through."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._spec = settings.kek_provider
+        self._path = kek_path(settings)
+        self.lock_path = self._path.with_name(self._path.name + ".rotating")
+        """One rotation at a time on this machine (a provider's service may enforce more)."""
+        self._provider: object = None
+        if self._spec is not None:
+            self._provider = load_object(self._spec, "key-encryption key provider")
+            missing = [
+                m
+                for m in ("current", "stage", "promote", "retired", "destroy_retired")
+                if not callable(getattr(self._provider, m, None))
+            ]
+            if missing:
+                raise SecretFileError(
+                    f"the key-encryption key provider {self._spec!r} serves a KEK but cannot "
+                    f"rotate it: it has no {', '.join(missing)} (a provider that rotates is an "
+                    "object with current, stage, promote, retired and destroy_retired: "
+                    "docs/privacy.md); rotate it where it is kept"
+                )
+        self.name = self._spec or str(self._path)
+
+    def _call(self, name: str) -> KeyEncryptionKey | None:
+        assert self._spec is not None
+        return _called(self._spec, getattr(self._provider, name), name)
+
+    def current(self) -> KeyEncryptionKey:
+        if self._spec is None:
+            return key_encryption_key_file(self._path, create=False)
+        kek = self._call("current")
+        if kek is None:
+            raise SecretFileError(f"the key-encryption key provider {self._spec!r} has no key")
+        return kek
+
+    def stage(self) -> KeyEncryptionKey:
+        if self._spec is None:
+            successor = self._path.with_name(self._path.name + ".next")
+            return KeyEncryptionKey(
+                _secret_file(successor, "next key-encryption key", 32, exact=True)
+            )
+        kek = self._call("stage")
+        if kek is None:
+            raise SecretFileError(f"the key-encryption key provider {self._spec!r} staged none")
+        return kek
+
+    def promote(self, old: KeyEncryptionKey) -> None:
+        """The staged KEK in `old`'s place, `old` kept as retired."""
+        if self._spec is None:
+            write_secret_file(self._retired_path, old.secret)
+            os.replace(self._path.with_name(self._path.name + ".next"), self._path)
+        else:
+            self._call("promote")
+
+    def retired(self) -> KeyEncryptionKey | None:
+        if self._spec is None:
+            if not self._retired_path.exists():
+                return None
+            return KeyEncryptionKey(
+                _secret_file(
+                    self._retired_path, "retired key-encryption key", 32, exact=True, create=False
+                )
+            )
+        return self._call("retired")
+
+    def destroy_retired(self) -> None:
+        if self._spec is None:
+            _destroy(self._retired_path)
+        else:
+            self._call("destroy_retired")
+
+    @property
+    def _retired_path(self) -> Path:
+        return self._path.with_name(self._path.name + ".retired")
+
+
+def key_encryption_key_file(path: Path, *, create: bool) -> KeyEncryptionKey:
+    return KeyEncryptionKey(_secret_file(path, "key-encryption key", 32, exact=True, create=create))
+
+
+def _destroy(path: Path) -> None:
+    """Overwrite a retired KEK's bytes, then remove the file."""
+    with open(path, "r+b") as f:
+        f.write(b"\x00" * path.stat().st_size)
+        f.flush()
+        os.fsync(f.fileno())
+    path.unlink()

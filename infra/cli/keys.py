@@ -57,17 +57,23 @@ def export(
 @app.command("rotate-kek")
 def rotate_kek() -> None:
     """Re-wrap every live data key under a new key-encryption key and retire the old one (its
-    file overwritten), so that a copy of a wrapped key taken before (a backup of the keys topic)
-    is useless. Runs as the admin; readers need the new KEK file afterwards. A rotation cut
-    short goes on where it stopped when run again (docs/privacy.md)."""
+    file overwritten, or destroyed by the provider that serves it), so that a copy of a wrapped
+    key taken before (a backup of the keys topic) is useless. Runs as the admin; readers need the
+    new KEK file afterwards. A rotation cut short goes on where it stopped when run again
+    (docs/privacy.md)."""
     cfg = settings()
     connection = require_connection(cfg, Role.ADMIN)
     done = asyncio.run(rotate(connection, cfg))
+    where = cfg.kek_provider or kek_path(cfg)
+    after = (
+        "the provider destroyed the old key."
+        if cfg.kek_provider
+        else "the old key is overwritten. Copy the new file to every machine that records "
+        "subject sessions or reads their content."
+    )
     console.print(
-        f"key-encryption key {done.old_kek_id} -> {done.new_kek_id} ({kek_path(cfg)}): "
-        f"{done.rewrapped} data keys re-wrapped, {done.already} re-wrapped already; "
-        f"the old key is overwritten. Copy the new file to every machine that records subject "
-        "sessions or reads their content.",
+        f"key-encryption key {done.old_kek_id} -> {done.new_kek_id} ({where}): "
+        f"{done.rewrapped} data keys re-wrapped, {done.already} re-wrapped already; {after}",
         highlight=False,
         soft_wrap=True,
     )

@@ -6,7 +6,10 @@ erased subject's data key, wrapped. Wrapped under a KEK that no longer exists, i
 whoever holds it; so erasure is complete once the KEK it was wrapped under is retired.
 
 As the admin (docs/privacy.md, "Rotating the KEK"), one rotation at a time (a lock beside the
-KEK file), in steps that a rotation cut short takes up again where it stopped:
+KEK file), in steps that a rotation cut short takes up again where it stopped. The KEK's three
+versions are kept by a `KekStore`: the KEK file (the steps below name its files), or a provider
+that rotates (`KekRotation`: its `stage`, `promote`, `retired` and `destroy_retired` are steps 1,
+3 and 5 where the key service keeps its keys):
 
 1. the new KEK is made beside the old one (`<kek file>.next`, 0600);
 2. every live data-key record wrapped under the old KEK is unwrapped and written again, same
@@ -26,15 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.erasures import read_erasures_log
 from rolltape.infra.kafka.keyring import read_keys, write_keys
-from rolltape.infra.keys import _secret_file, kek_path, key_encryption_key, write_secret_file
+from rolltape.infra.keys import KekStore, SecretFileError
 from rolltape.infra.settings import Settings
 from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.privacy import KeyEncryptionKey, SealedContentError
@@ -99,58 +100,41 @@ async def _erase_again(connection: KafkaConnection, prefix: str) -> int:
     return len(again)
 
 
-def _destroy(path: Path) -> None:
-    """Overwrite a retired KEK's bytes, then remove the file."""
-    with open(path, "r+b") as f:
-        f.write(b"\x00" * path.stat().st_size)
-        f.flush()
-        os.fsync(f.fileno())
-    path.unlink()
-
-
 @contextlib.contextmanager
-def _one_rotation(path: Path) -> Iterator[None]:
-    lock = path.with_name(path.name + ".rotating")
+def _one_rotation(store: KekStore) -> Iterator[None]:
+    lock = store.lock_path
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             raise RotationError(
-                f"another rotation of {path} is running (it holds {lock}); let it finish"
+                f"another rotation of {store.name} is running (it holds {lock}); let it finish"
             ) from exc
         yield
 
 
 async def rotate_kek(connection: KafkaConnection, settings: Settings) -> Rotation:
     """Re-wrap the live data keys under a new KEK and retire the old one (module docstring)."""
-    if settings.kek_provider is not None:
-        raise RotationError(
-            f"the key-encryption key comes from {settings.kek_provider}: rotate it where it is "
-            "kept; `rotate-kek` rotates the KEK file of a managed cluster"
-        )
-    path = kek_path(settings)
-    successor = path.with_name(path.name + ".next")
-    retired = path.with_name(path.name + ".retired")
+    try:
+        store = KekStore(settings)
+    except SecretFileError as exc:
+        raise RotationError(str(exc)) from exc
     prefix = settings.topic_prefix
-    with _one_rotation(path):
+    with _one_rotation(store):
         rewrapped = already = foreign = 0
-        if retired.exists():  # a rotation stopped after the swap: finish it
-            old = KeyEncryptionKey(
-                _secret_file(retired, "retired key-encryption key", 32, exact=True, create=False)
-            )
-            new = key_encryption_key(settings, create=False)
+        old = store.retired()
+        if old is not None:  # a rotation stopped after the swap: finish it
+            new = store.current()
         else:
-            old = key_encryption_key(settings, create=False)
-            new = KeyEncryptionKey(
-                _secret_file(successor, "next key-encryption key", 32, exact=True)
-            )
+            old, new = store.current(), store.stage()
             if new.kek_id == old.kek_id:
-                raise RotationError(f"{successor} holds the KEK in use: remove it and run again")
+                raise RotationError(
+                    f"the next KEK {store.name} staged is the one in use: discard it and run again"
+                )
             rewrapped, already, foreign = await _rewrap(connection, prefix, old, new)
-            write_secret_file(retired, old.secret)
-            os.replace(successor, path)
+            store.promote(old)
         late, _, foreign = await _rewrap(connection, prefix, old, new)
         erased_again = await _erase_again(connection, prefix)
-        _destroy(retired)
+        store.destroy_retired()
     return Rotation(old.kek_id, new.kek_id, rewrapped + late, already, foreign, erased_again)

@@ -17,14 +17,16 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
+from rolltape.infra.commands.rotate_kek import rotate_kek
 from rolltape.infra.kafka.keyring import KeysFollower, read_keyring
 from rolltape.infra.kafka.readback import read_records, topic_partitions
-from rolltape.infra.keys import judge_key
+from rolltape.infra.keys import judge_key, key_encryption_key
 from rolltape.producers import Recorder
 from rolltape.projections import MANIFEST, TrajectoryFeed
 from rolltape.schemas import DataKeyRecord, Erasure, Role, Stream, read_event, topic_name
 from rolltape.schemas.privacy import ContentKey, KeyEncryptionKey, Keyring
 from rolltape.schemas.trust import erasure_signed_by
+from tests.support.kek_vault import Vault
 
 from .conftest import Cluster, Topics
 from .workers import RawRecord, WorkerProcess, payloads, read_all, wait_for
@@ -524,3 +526,38 @@ def test_the_worker_judges_subject_sessions_on_their_content_and_erasure_reaches
     assert ("verdicts@v2", "s-judged-b") in written
     assert not any(sid == "s-judged-a" for _, sid in written)
     assert all(r.ok for r in topics.verify().reports())
+
+
+VAULT = Vault(os.urandom(32))
+"""The key service of the rotation test below (ROLLTAPE_KEK_PROVIDER names it)."""
+
+
+def test_a_kek_a_provider_serves__is_rotated_through_it(
+    cluster: Cluster, topics: Topics, tmp_path: Path
+) -> None:
+    if cluster.managed is None:
+        pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
+    settings = topics.settings.model_copy(
+        update={"kek_provider": "tests.integration.test_privacy:VAULT"}
+    )
+    old = key_encryption_key(settings)
+    recorder = Recorder(
+        topics.connection(Role.AGENT),
+        topic_prefix=topics.prefix,
+        spool_dir=tmp_path / "spool",
+        kek=lambda: key_encryption_key(settings),  # as open_recorder builds it
+    )
+    with recorder.session("help", session_id="s-vaulted", subject="user-v") as s:
+        s.turn("user", "kept under the vault's key")
+    recorder.close(30)
+
+    done = asyncio.run(rotate_kek(topics.connection(Role.ADMIN), settings))
+    assert (done.old_kek_id, done.rewrapped, done.foreign) == (old.kek_id, 1, 0)
+    new = key_encryption_key(settings)
+    assert new.kek_id == done.new_kek_id != old.kek_id
+    assert VAULT.destroyed == [old.secret] and VAULT.retired() is None
+    keyring = asyncio.run(read_keyring(topics.reader, settings))  # the vault's current KEK
+    assert _opened(topics, keyring)["s-vaulted"] == ["kept under the vault's key"]
+    stale = Keyring(old)
+    asyncio.run(_feed_keys(topics, stale, compacted=True))
+    assert _opened(topics, stale)["s-vaulted"] == ["key unavailable"]
