@@ -73,6 +73,10 @@ class KeysTopicStalledError(InfraError):
     """The keys topic did not reach its end within the time allowed (the broker is away)."""
 
 
+KEY_GRACE_S = 10.0
+"""How long `ready` waits for a key that has no record on the topic yet (a recorder's key and
+its session's first records travel to different topics, and the worker may read the second
+first); each (session, key) is waited for once, so a key that never comes costs one wait."""
 STALL_S = 60.0
 """How long catching up with the keys topic may make no progress before it is an error (a
 reader then stops, and its restart reads the unfinished sessions again)."""
@@ -106,6 +110,7 @@ class KeysFollower:
         self._parts: list[TopicPartition] = []
         self._erased: dict[str, None] = {}
         self._reading = asyncio.Lock()  # the feed and the projector's eraser share the consumer
+        self._waited: set[tuple[str, str]] = set()
         self._erasures = erasures
         """Whether `start` reads the erasures chain for `erased` (the worker lists no erased
         sessions, and its principal does not read that chain)."""
@@ -185,6 +190,20 @@ class KeysFollower:
         (rolltape.processors.worker.KeySource)."""
         if any(self.keyring.access(s, k) == "key unavailable" for s, k in wanted):
             await self._find_keys(lambda: [self.keyring.access(s, k) for s, k in wanted])
+        keyring = self.keyring
+        unwritten = {
+            ids
+            for ids in wanted - self._waited
+            if keyring.access(*ids) == "key unavailable" and ids not in keyring.records
+        }
+        deadline = time.monotonic() + KEY_GRACE_S
+        while unwritten and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            await self.catch_up()
+            unwritten = {ids for ids in unwritten if ids not in keyring.records}
+        if len(self._waited) > 100_000:
+            self._waited.clear()
+        self._waited.update(wanted)
 
     async def _find_keys(self, still: Callable[[], list[str]] | None = None) -> None:
         """Read the keys topic to its end, then the KEK file again if some key is still not
