@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1)
     """Partitions per topic when `broker up` creates topics; sessions spread across them by key."""
     replication_factor: int = Field(default=1, ge=1)
+    """Copies of each partition when topics are created. Left unset, a managed cluster's own
+    (three from three nodes on: `rolltape.infra.broker.replication_factor`)."""
+    broker_nodes: int = Field(default=1, ge=1, le=9)
+    """Nodes of the managed cluster when `broker up` first makes it (`--nodes`); a cluster keeps
+    the count it was made with."""
 
     kafka_version: str = "3.9.1"
     """Apache Kafka release fetched from Maven Central for the managed broker."""

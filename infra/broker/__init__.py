@@ -11,13 +11,20 @@ from rolltape.infra.broker._acls import (
 )
 from rolltape.infra.broker._containers import docker_engine_available, start_container_broker
 from rolltape.infra.broker._errors import BrokerError, BrokerStartError, BrokerUnavailable
-from rolltape.infra.broker._kraft import BrokerState, ManagedBroker
+from rolltape.infra.broker._kraft import (
+    BrokerState,
+    ManagedBroker,
+    NodeState,
+    min_insync_for,
+    replication_for,
+)
 from rolltape.infra.broker._maven import kafka_classpath
 from rolltape.infra.broker._principals import Principal, PrincipalError, PrincipalStore, new_secret
 from rolltape.infra.broker._provision import (
     current_connection,
     managed_broker,
     principal_store,
+    replication_factor,
     require_connection,
 )
 from rolltape.infra.broker._ready import broker_answers, broker_answers_sync
@@ -30,6 +37,7 @@ __all__ = [
     "BrokerState",
     "BrokerUnavailable",
     "ManagedBroker",
+    "NodeState",
     "Principal",
     "PrincipalError",
     "PrincipalStore",
@@ -41,8 +49,11 @@ __all__ = [
     "docker_engine_available",
     "kafka_classpath",
     "managed_broker",
+    "min_insync_for",
     "new_secret",
     "principal_store",
+    "replication_factor",
+    "replication_for",
     "require_connection",
     "role_acls",
     "scheduler_group",

@@ -1,9 +1,12 @@
-"""A single-node Apache Kafka (KRaft) broker run from Maven jars, under rolltape's control.
+"""Apache Kafka (KRaft) run from Maven jars under rolltape's control: one node, or a cluster of
+several on this machine (`broker up --nodes 3`: each node a combined broker and controller, the
+three a controller quorum, replicating every topic three ways with min ISR 2).
 
-Invariant: the broker's whole state lives under one folder (`state_dir/broker`): server.properties,
-data, logs, `broker.json` (pid, ports, version) and `principals.json` (the SASL secrets, 0600).
-A restart reuses the folder and the ports, so clients reconnect to the same address and find their
-data.
+Invariant: the cluster's whole state lives under one folder (`state_dir/broker`): node 1's
+server.properties, data and logs at its top, node N's under `node-N/`, `broker.json` (pids,
+ports, version) and `principals.json` (the SASL secrets, 0600). A restart reuses the folders and
+the ports, so clients reconnect to the same addresses and find their data; `start` starts the
+nodes that are down (one killed by a test, or all after `down`).
 
 Security: clients connect over SASL_PLAINTEXT with SCRAM-SHA-512; every principal's credentials
 are written into the metadata log when the storage is formatted (KRaft reads SCRAM credentials from
@@ -32,15 +35,29 @@ from pydantic import BaseModel
 from rolltape.infra.broker._errors import BrokerStartError
 from rolltape.infra.broker._maven import kafka_classpath, kafka_jars_cached, uses_log4j2
 from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
-from rolltape.infra.broker._ready import broker_answers_sync
+from rolltape.infra.broker._ready import broker_answers_sync, cluster_brokers_sync
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
 SCRAM = "SCRAM-SHA-512"
 
 
+class NodeState(BaseModel):
+    """One node of the cluster: its id, process and ports."""
+
+    node_id: int
+    pid: int
+    port: int
+    controller_port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
 class BrokerState(BaseModel):
-    """Contents of broker.json."""
+    """Contents of broker.json: node 1's process and ports at the top (the form a single-node
+    broker has always written), the other nodes' in `peers`."""
 
     pid: int
     port: int
@@ -49,10 +66,20 @@ class BrokerState(BaseModel):
     cluster_id: str
     secure: bool = False
     """SASL/SCRAM with ACLs; False only for state formatted before rolltape provisioned them."""
+    peers: list[NodeState] = []
+    """Nodes 2..N of a cluster (none for a single node)."""
+
+    @property
+    def nodes(self) -> list[NodeState]:
+        first = NodeState(
+            node_id=1, pid=self.pid, port=self.port, controller_port=self.controller_port
+        )
+        return [first, *self.peers]
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Every node's address: a client finds the cluster through whichever answers."""
+        return ",".join(node.address for node in self.nodes)
 
 
 def _free_port() -> int:
@@ -88,8 +115,11 @@ class ManagedBroker:
         cache_dir: Path,
         heap: str = "512m",
         secure: bool = True,
+        nodes: int = 1,
     ) -> None:
         self.home = home
+        self.nodes = nodes
+        """Nodes when the storage is first formatted (a cluster keeps the count it was made with)."""
         self.kafka_version = kafka_version
         self.scala_version = scala_version
         self.cache_dir = cache_dir
@@ -99,8 +129,13 @@ class ManagedBroker:
         benchmarks that measure what authentication costs)."""
         self.principals = PrincipalStore(home / "principals.json")
         self._proc: subprocess.Popen[bytes] | None = None
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
 
     # -- paths ---------------------------------------------------------------------------
+    def node_home(self, node_id: int) -> Path:
+        """Node 1's folder is the cluster's (where a single-node broker always kept it)."""
+        return self.home if node_id == 1 else self.home / f"node-{node_id}"
+
     @property
     def data_dir(self) -> Path:
         return self.home / "data"
@@ -158,15 +193,22 @@ class ManagedBroker:
             return None
 
     def running(self) -> BrokerState | None:
-        """The state when its process is alive."""
+        """The state when a node's process is alive (a cluster with a node down still runs)."""
         state = self.state()
-        return state if state is not None and _pid_alive(state.pid) else None
+        if state is None or not any(_pid_alive(n.pid) for n in state.nodes):
+            return None
+        return state
+
+    def nodes_down(self) -> list[int]:
+        """The ids of the recorded nodes whose process is not alive."""
+        state = self.state()
+        return [] if state is None else [n.node_id for n in state.nodes if not _pid_alive(n.pid)]
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self, *, timeout_s: float = 90.0) -> BrokerState:
         """Start the broker (or return the running one) and wait until it serves requests."""
         current = self.running()
-        if current is not None:
+        if current is not None and not self.nodes_down():
             return current
         if shutil.which("java") is None:
             raise BrokerStartError(
@@ -176,116 +218,147 @@ class ManagedBroker:
         libs = kafka_classpath(self.kafka_version, self.scala_version, self.cache_dir)
         previous = self.state()
         if previous is not None and previous.kafka_version == self.kafka_version:
-            port, cport, cluster_id = previous.port, previous.controller_port, previous.cluster_id
+            cluster_id = previous.cluster_id
+            ports = {n.node_id: (n.port, n.controller_port) for n in previous.nodes}
         else:
-            port, cport = _free_port(), _free_port()
             cluster_id = _new_cluster_id()
+            ports = {i: (_free_port(), _free_port()) for i in range(1, self.nodes + 1)}
         self.home.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         formatted = (self.data_dir / "meta.properties").exists()
         # Security is decided when the storage is formatted and kept for its life.
         secure = self.principals.exists() if formatted else self.secure
         if secure and not formatted:
             self.principals.create_defaults()
-        props = self._write_config(port, cport, secure)
-        log_props = self._write_log_config()
-        classpath = f"{libs}/*"
-        java = [
+        java = self._java()
+        alive = {n.node_id: n.pid for n in (current.nodes if current is not None else [])}
+        alive = {i: pid for i, pid in alive.items() if _pid_alive(pid)}
+        pids: dict[int, int] = dict(alive)
+        procs: dict[int, subprocess.Popen[bytes]] = {}
+        for node_id in sorted(ports):
+            if node_id in alive:
+                continue
+            home = self.node_home(node_id)
+            (home / "logs").mkdir(parents=True, exist_ok=True)
+            props = self._write_config(node_id, ports, secure)
+            if not (home / "data" / "meta.properties").exists():
+                self._format(java, libs, props, cluster_id, secure)
+            with open(home / "logs" / "stdout.log", "ab") as out:
+                command = [*java, f"-Dkafka.logs.dir={home / 'logs'}", *self._log_args(home)]
+                proc = subprocess.Popen(
+                    [*command, "-cp", f"{libs}/*", "kafka.Kafka", str(props)],
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # the broker outlives `rolltape broker up`
+                )
+            procs[node_id] = proc
+            pids[node_id] = proc.pid
+        if 1 in procs:
+            self._proc = procs[1]  # kept so it is reaped, not warned about, when it exits
+        first_port, first_cport = ports[1]
+        state = BrokerState(
+            pid=pids[1],
+            port=first_port,
+            controller_port=first_cport,
+            kafka_version=self.kafka_version,
+            cluster_id=cluster_id,
+            secure=secure,
+            peers=[
+                NodeState(node_id=i, pid=pids[i], port=ports[i][0], controller_port=ports[i][1])
+                for i in sorted(ports)
+                if i != 1
+            ],
+        )
+        self._state_file.write_text(state.model_dump_json())
+        self._procs.update(procs)
+        admin = self.connection(Role.ADMIN)
+        deadline = time.monotonic() + timeout_s * len(procs)
+        while time.monotonic() < deadline:
+            for node_id, proc in procs.items():
+                if proc.poll() is not None:
+                    raise BrokerStartError(
+                        f"node {node_id} exited with code {proc.returncode} while starting. "
+                        f"Last lines of its log:\n{self.tail_log(30, node_id)}"
+                    )
+            if broker_answers_sync(admin, timeout_s=2.0) and (
+                len(ports) == 1 or cluster_brokers_sync(admin) == len(ports)
+            ):
+                return state
+            time.sleep(0.2)
+        for proc in procs.values():
+            proc.kill()
+        raise BrokerStartError(
+            f"the cluster did not answer with its {len(ports)} node(s) within "
+            f"{timeout_s * len(procs):.0f}s. Last log lines:\n{self.tail_log(30)}"
+        )
+
+    def _java(self) -> list[str]:
+        return [
             "java",
             f"-Xmx{self.heap}",
             f"-Xms{self.heap}",
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
-            f"-Dkafka.logs.dir={self.log_dir}",
         ]
+
+    def _log_args(self, home: Path) -> list[str]:
+        log_props = self._write_log_config(home)
         if uses_log4j2(self.kafka_version):
-            java.append(f"-Dlog4j2.configurationFile={log_props}")
-        else:
-            java.append(f"-Dlog4j.configuration=file:{log_props}")
-        if not formatted:
-            scram = [
-                arg
-                for p in (self.principals.principals() if secure else [])
-                for arg in (
-                    "--add-scram",
-                    f"{SCRAM}=[name={p.name},password={p.password.get_secret_value()}]",
-                )
-            ]
-            fmt = subprocess.run(
-                [
-                    *java,
-                    "-cp",
-                    classpath,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    cluster_id,
-                    "-c",
-                    str(props),
-                    "--ignore-formatted",
-                    *scram,
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
+            return [f"-Dlog4j2.configurationFile={log_props}"]
+        return [f"-Dlog4j.configuration=file:{log_props}"]
+
+    def _format(
+        self, java: list[str], libs: Path, props: Path, cluster_id: str, secure: bool
+    ) -> None:
+        """Format one node's storage (every node with the same cluster id and credentials: each
+        is a controller, and KRaft reads SCRAM credentials from the metadata log)."""
+        scram = [
+            arg
+            for p in (self.principals.principals() if secure else [])
+            for arg in (
+                "--add-scram",
+                f"{SCRAM}=[name={p.name},password={p.password.get_secret_value()}]",
             )
-            if fmt.returncode != 0:
-                raise BrokerStartError(
-                    f"formatting the broker storage failed:\n{fmt.stdout}{fmt.stderr}"
-                )
-        with open(self.stdout_file, "ab") as out:
-            proc = subprocess.Popen(
-                [*java, "-cp", classpath, "kafka.Kafka", str(props)],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # the broker outlives `rolltape broker up`
+        ]
+        tool = [*java, "-cp", f"{libs}/*", "kafka.tools.StorageTool"]
+        fmt = subprocess.run(
+            [*tool, "format", "-t", cluster_id, "-c", str(props), "--ignore-formatted", *scram],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if fmt.returncode != 0:
+            raise BrokerStartError(
+                f"formatting the broker storage failed:\n{fmt.stdout}{fmt.stderr}"
             )
-        self._proc = proc  # keep the handle so it is reaped, not warned about, when it exits
-        state = BrokerState(
-            pid=proc.pid,
-            port=port,
-            controller_port=cport,
-            kafka_version=self.kafka_version,
-            cluster_id=cluster_id,
-            secure=secure,
-        )
-        self._state_file.write_text(state.model_dump_json())
-        admin = self.connection(Role.ADMIN)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise BrokerStartError(
-                    f"the broker exited with code {proc.returncode} while starting. "
-                    f"Last lines of {self.stdout_file}:\n{self.tail_log(30)}"
-                )
-            if broker_answers_sync(admin, timeout_s=2.0):
-                return state
-            time.sleep(0.2)
-        self.kill()
-        raise BrokerStartError(
-            f"the broker did not answer within {timeout_s:.0f}s. Last log lines:\n{self.tail_log(30)}"
-        )
 
     def stop(self, *, timeout_s: float = 30.0) -> bool:
-        """Stop cleanly (SIGTERM, then SIGKILL after `timeout_s`); False if none was running."""
+        """Stop every node cleanly (SIGTERM, then SIGKILL after `timeout_s`); False if none
+        was running."""
         state = self.running()
         if state is None:
             return False
-        os.kill(state.pid, signal.SIGTERM)
-        if not self._wait_exit(state.pid, timeout_s):
-            os.kill(state.pid, signal.SIGKILL)
-            self._wait_exit(state.pid, 10.0)
+        pids = [n.pid for n in state.nodes if _pid_alive(n.pid)]
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        for pid in pids:
+            if not self._wait_exit(pid, timeout_s):
+                os.kill(pid, signal.SIGKILL)
+                self._wait_exit(pid, 10.0)
         return True
 
-    def kill(self) -> bool:
-        """SIGKILL, as a crash would; data and ports stay for a restart."""
+    def kill(self, node_id: int | None = None) -> bool:
+        """SIGKILL every node (or one), as a crash would; data and ports stay for a restart
+        (`start` starts the nodes that are down)."""
         state = self.running()
         if state is None:
             return False
-        os.kill(state.pid, signal.SIGKILL)
-        self._wait_exit(state.pid, 10.0)
-        return True
+        nodes = [n for n in state.nodes if node_id is None or n.node_id == node_id]
+        for node in nodes:
+            if _pid_alive(node.pid):
+                os.kill(node.pid, signal.SIGKILL)
+                self._wait_exit(node.pid, 10.0)
+        return bool(nodes)
 
     def add_scram_user(self, name: str, password: str) -> None:
         """Create SCRAM credentials for `name` on the running broker, with Kafka's own
@@ -344,9 +417,11 @@ class ManagedBroker:
                 f"creating SCRAM credentials for {name} failed:\n{done.stdout}{done.stderr}"
             )
 
-    def tail_log(self, lines: int = 50) -> str:
+    def tail_log(self, lines: int = 50, node_id: int = 1) -> str:
+        """The end of one node's logs (node 1's: the single node's)."""
         parts = []
-        for path in (self.stdout_file, self.log_file):
+        logs = self.node_home(node_id) / "logs"
+        for path in (logs / "stdout.log", logs / "server.log"):
             if path.exists():
                 text = path.read_text(errors="replace").splitlines()[-lines:]
                 parts.append(f"--- {path}\n" + "\n".join(text))
@@ -354,9 +429,10 @@ class ManagedBroker:
 
     # -- helpers -------------------------------------------------------------------------
     def _wait_exit(self, pid: int, timeout_s: float) -> bool:
-        if self._proc is not None and self._proc.pid == pid:
+        own = [p for p in (self._proc, *self._procs.values()) if p is not None and p.pid == pid]
+        if own:
             try:
-                self._proc.wait(timeout_s)
+                own[0].wait(timeout_s)
                 return True
             except subprocess.TimeoutExpired:
                 return False
@@ -373,36 +449,52 @@ class ManagedBroker:
             time.sleep(0.05)
         return False
 
-    def _write_config(self, port: int, cport: int, secure: bool) -> Path:
+    def _write_config(self, node_id: int, ports: dict[int, tuple[int, int]], secure: bool) -> Path:
+        """One node's server.properties. Replication follows the cluster's size: three copies
+        with min ISR 2 from three nodes on (a write acknowledged by acks=all survives any one
+        node's loss), the internal topics (offsets, transactions) the same; unclean leader
+        election off, so an out-of-sync replica never becomes leader and drops records."""
+        port, cport = ports[node_id]
+        replicas = str(replication_for(len(ports)))
+        min_isr = str(min_insync_for(len(ports)))
+        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in sorted(ports.items()))
         lines = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{cport}",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
             "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(self.data_dir),
+            "log.dirs": str(self.node_home(node_id) / "data"),
             "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "unclean.leader.election.enable": "false",
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": "10",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
             "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": "0",
             "auto.create.topics.enable": "false",
-            # A single node has nobody to replicate to; keep shutdown quick.
             "controlled.shutdown.enable": "true",
         }
+        if len(ports) > 1:
+            # Nodes on one machine: a node's loss is noticed within seconds (the controller
+            # fences it and shrinks the ISRs it was in), not after the defaults' 9 s and 30 s.
+            lines["broker.session.timeout.ms"] = "4000"
+            lines["broker.heartbeat.interval.ms"] = "1000"
+            lines["replica.lag.time.max.ms"] = "10000"
         if int(self.kafka_version.split(".")[0]) < 4:
             del lines["share.coordinator.state.topic.replication.factor"]
             del lines["share.coordinator.state.topic.min.isr"]
         if secure:
             lines.update(self._sasl_config(port, cport))
-        path = self.home / "server.properties"
+        path = self.node_home(node_id) / "server.properties"
         # It holds the admin secret when secure: readable by its owner only, from creation on.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -437,10 +529,10 @@ class ManagedBroker:
             "allow.everyone.if.no.acl.found": "false",
         }
 
-    def _write_log_config(self) -> Path:
-        log = self.log_file
+    def _write_log_config(self, home: Path) -> Path:
+        log = home / "logs" / "server.log"
         if uses_log4j2(self.kafka_version):
-            path = self.home / "log4j2.properties"
+            path = home / "log4j2.properties"
             path.write_text(
                 "status = error\n"
                 "appender.file.type = File\n"
@@ -454,7 +546,7 @@ class ManagedBroker:
                 "logger.server.level = INFO\n"
             )
             return path
-        path = self.home / "log4j.properties"
+        path = home / "log4j.properties"
         path.write_text(
             "log4j.rootLogger=WARN, file\n"
             "log4j.appender.file=org.apache.log4j.FileAppender\n"
@@ -464,6 +556,17 @@ class ManagedBroker:
             "log4j.logger.kafka.server.KafkaRaftServer=INFO\n"
         )
         return path
+
+
+def replication_for(nodes: int) -> int:
+    """Copies of each partition on a cluster of `nodes`: three where there are three nodes or
+    more, else one per node."""
+    return min(3, nodes)
+
+
+def min_insync_for(nodes: int) -> int:
+    """In-sync replicas an acks=all write needs: two of three (one node may be down), else one."""
+    return 2 if replication_for(nodes) >= 3 else 1
 
 
 def _new_cluster_id() -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import SecretStr
 
 from rolltape.infra.broker._errors import BrokerUnavailable
-from rolltape.infra.broker._kraft import ManagedBroker
+from rolltape.infra.broker._kraft import ManagedBroker, replication_for
 from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
@@ -26,7 +26,17 @@ def managed_broker(settings: Settings, *, secure: bool = True) -> ManagedBroker:
         cache_dir=settings.cache_dir,
         heap=settings.broker_heap,
         secure=secure,
+        nodes=settings.broker_nodes,
     )
+
+
+def replication_factor(settings: Settings) -> int:
+    """Copies of each partition for topics created now: ROLLTAPE_REPLICATION_FACTOR when set,
+    else the managed cluster's (three on three nodes or more), else one."""
+    if "replication_factor" in settings.model_fields_set or settings.bootstrap:
+        return settings.replication_factor
+    state = managed_broker(settings).state()
+    return replication_for(len(state.nodes)) if state is not None else 1
 
 
 def current_connection(settings: Settings, role: Role) -> KafkaConnection | None:

@@ -4,22 +4,40 @@ from __future__ import annotations
 
 import typer
 
-from rolltape.infra.broker import broker_answers_sync, current_connection, managed_broker
+from rolltape.infra.broker import managed_broker
 from rolltape.infra.cli._common import CliError, console, err_console, settings
-from rolltape.infra.commands.broker import BrokerUp, broker_up
-from rolltape.schemas import Role
+from rolltape.infra.commands.broker import BrokerUp, broker_status, broker_up
 
 app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", no_args_is_help=True)
 
 
 @app.command()
-def up() -> None:
+def up(
+    nodes: int | None = typer.Option(
+        None,
+        min=1,
+        max=9,
+        help="Nodes of the managed cluster when it is first made (default 1, or "
+        "ROLLTAPE_BROKER_NODES); three replicate every topic three ways with min ISR 2. A "
+        "cluster keeps the count it was made with.",
+    ),
+) -> None:
     """Start the managed broker (unless ROLLTAPE_BOOTSTRAP names one), create the topics and the
-    judge's signing key.
+    judge's signing key; start the nodes of a managed cluster that are down.
 
     The managed broker authenticates every client (SASL/SCRAM-SHA-512) and lets each principal
     write only its own trust domain; `rolltape principal list` shows who exists."""
-    _print_up(broker_up(settings(), as_admin=True, on_step=_step))
+    cfg = settings()
+    if nodes is not None:
+        cfg = cfg.model_copy(update={"broker_nodes": nodes})
+        made = managed_broker(cfg).state()
+        if made is not None and len(made.nodes) != nodes and not cfg.bootstrap:
+            raise CliError(
+                f"the managed cluster in {managed_broker(cfg).home} was made with "
+                f"{len(made.nodes)} node(s), not {nodes}; `rolltape broker down` and remove that "
+                "folder (its records go with it) to make another"
+            )
+    _print_up(broker_up(cfg, as_admin=True, on_step=_step))
 
 
 def _step(line: str) -> None:
@@ -33,8 +51,10 @@ def _print_up(done: BrokerUp) -> None:
         console.print(f"using the cluster at {done.cluster}")
     else:
         state = done.managed.state
+        pids = ", ".join(str(n.pid) for n in state.nodes)
+        size = f"{len(state.nodes)} nodes " if len(state.nodes) > 1 else ""
         console.print(
-            f"Kafka {state.kafka_version} (KRaft) is up at {state.bootstrap} (pid {state.pid}); "
+            f"Kafka {state.kafka_version} (KRaft) {size}is up at {state.bootstrap} (pid {pids}); "
             f"logs in {done.managed.log_dir}"
         )
         if not state.secure:
@@ -73,15 +93,30 @@ def down() -> None:
 
 @app.command()
 def status() -> None:
-    """Exit 0 and print the bootstrap address only when a broker answers."""
-    connection = current_connection(settings(), Role.READER)
-    if connection is None:
-        err_console.print("no broker: run `rolltape broker up` or set ROLLTAPE_BOOTSTRAP")
+    """Print the bootstrap address when a broker answers; then, for a managed cluster of several
+    nodes, each node, and any partition that is offline or under-replicated. Exit 0 when it
+    answers and is healthy, 1 when it does not answer or is not healthy."""
+    found = broker_status(settings())
+    if found.bootstrap is None:
+        err_console.print(found.problem)
         raise typer.Exit(1)
-    if not broker_answers_sync(connection):
-        err_console.print(f"the broker at {connection} does not answer")
+    console.print(found.bootstrap)
+    for node in found.nodes if len(found.nodes) > 1 else []:
+        alive = f"up (pid {node.pid})" if node.up else "down"
+        console.print(f"  node {node.node_id}  {node.address:<22} {alive}")
+    health = found.partitions
+    for what, names in (("offline", health.offline), ("under-replicated", health.under_replicated)):
+        if names:
+            more = f" and {len(names) - 12} more" if len(names) > 12 else ""
+            err_console.print(f"{len(names)} partition(s) {what}: {', '.join(names[:12])}{more}")
+    if found.problem:
+        err_console.print(f"not healthy: {found.problem}")
         raise typer.Exit(1)
-    console.print(connection.bootstrap)
+    if len(found.nodes) > 1:
+        console.print(
+            f"  healthy: {len(found.nodes)} nodes up, {health.partitions} partitions fully "
+            "replicated"
+        )
 
 
 @app.command()

@@ -13,6 +13,7 @@ the module that imports it, and `keys.py` stays a leaf that knows nothing of clu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,12 +23,13 @@ from rolltape.infra.broker import (
     BrokerState,
     BrokerUnavailable,
     broker_answers_sync,
+    current_connection,
     managed_broker,
     principal_store,
     require_connection,
 )
 from rolltape.infra.commands.worker import can_provision
-from rolltape.infra.kafka.topics import TopicStatus, provision
+from rolltape.infra.kafka.topics import PartitionHealth, TopicStatus, partition_health, provision
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
@@ -128,4 +130,56 @@ def broker_up(
         judge_key_id=key_id,
         judge_key_created=created,
         judge_public_key=key.public_path,
+    )
+
+
+class NodeStatus(BaseModel):
+    """One node of a managed cluster, as `broker status` shows it."""
+
+    node_id: int
+    address: str
+    pid: int
+    up: bool
+
+
+class BrokerStatus(BaseModel):
+    """What `broker status` found: where the cluster answers (None: nowhere, `problem` says
+    why), its nodes (a managed cluster's), how its partitions are replicated, and what is not
+    healthy (None: nothing)."""
+
+    bootstrap: str | None
+    nodes: list[NodeStatus] = []
+    partitions: PartitionHealth = PartitionHealth()
+    problem: str | None = None
+
+
+def broker_status(settings: Settings) -> BrokerStatus:
+    """Whether the cluster answers, and how healthy it is: every node of a managed cluster up,
+    no partition offline or under-replicated (looked at as the admin where rolltape holds one,
+    so the internal topics count too)."""
+    connection = current_connection(settings, Role.READER)
+    if connection is None:
+        return BrokerStatus(
+            bootstrap=None, problem="no broker: run `rolltape broker up` or set ROLLTAPE_BOOTSTRAP"
+        )
+    if not broker_answers_sync(connection):
+        return BrokerStatus(bootstrap=None, problem=f"the broker at {connection} does not answer")
+    nodes: list[NodeStatus] = []
+    broker = managed_broker(settings)
+    state = None if settings.bootstrap else broker.state()
+    if state is not None:
+        down = set(broker.nodes_down())
+        nodes = [
+            NodeStatus(node_id=n.node_id, address=n.address, pid=n.pid, up=n.node_id not in down)
+            for n in state.nodes
+        ]
+    health = asyncio.run(partition_health(current_connection(settings, Role.ADMIN) or connection))
+    problem = None
+    if any(not n.up for n in nodes):
+        count = sum(not n.up for n in nodes)
+        problem = f"{count} node(s) down; `rolltape broker up` starts them"
+    elif health.offline or health.under_replicated:
+        problem = "replicas are catching up, or a node is away"
+    return BrokerStatus(
+        bootstrap=connection.bootstrap, nodes=nodes, partitions=health, problem=problem
     )

@@ -13,7 +13,12 @@ import orjson
 from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.broker import current_connection, principal_store, require_connection
+from rolltape.infra.broker import (
+    current_connection,
+    principal_store,
+    replication_factor,
+    require_connection,
+)
 from rolltape.infra.commands.rules import rulebook
 from rolltape.infra.judging import LogJudges, register_environment_judges
 from rolltape.infra.kafka.keyring import KeysFollower, keys_follower_if_any
@@ -217,7 +222,7 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         topic_prefix=settings.topic_prefix,
         app_id=settings.worker_id,
         partitions=events,
-        replication_factor=settings.replication_factor,
+        replication_factor=replication_factor(settings),
         processor=processor,
         batch_within_s=settings.worker_batch_window_ms / 1000,
         stall_after_s=settings.worker_stall_after_s,
@@ -232,6 +237,6 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         connection,
         [config.assignment_topic, config.judge_requests_topic, config.judge_results_topic],
         partitions=events,
-        replication_factor=settings.replication_factor,
+        replication_factor=replication_factor(settings),
     )
     return config

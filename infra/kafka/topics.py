@@ -22,7 +22,9 @@ from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import (
     PrincipalStore,
     create_acls,
+    min_insync_for,
     principal_store,
+    replication_factor,
     require_connection,
     role_acls,
 )
@@ -75,7 +77,12 @@ async def ensure_topics(
         connection.admin(request_timeout_ms=int(timeout_s * 1000)), doing
     ) as admin:
         existing = {t["topic"]: t for t in await admin.describe_topics()}
-        wanted = {topic_name(spec.stream, settings.topic_prefix): spec for spec in TOPIC_SPECS}
+        replicas = replication_factor(settings)
+        durable = {"min.insync.replicas": str(min_insync_for(replicas))}
+        wanted = {
+            topic_name(spec.stream, settings.topic_prefix): {**spec.configs, **durable}
+            for spec in TOPIC_SPECS
+        }
         missing = [name for name in wanted if name not in existing]
         statuses: list[TopicStatus] = []
         if missing:
@@ -84,8 +91,8 @@ async def ensure_topics(
                     NewTopic(
                         name=name,
                         num_partitions=settings.partitions,
-                        replication_factor=settings.replication_factor,
-                        topic_configs=dict(wanted[name].configs),
+                        replication_factor=replicas,
+                        topic_configs=wanted[name],
                     )
                     for name in missing
                 ]
@@ -98,10 +105,7 @@ async def ensure_topics(
         present = [name for name in wanted if name in existing]
         if present:
             described = await admin.describe_configs(
-                [
-                    ConfigResource(ConfigResourceType.TOPIC, name, dict(wanted[name].configs))
-                    for name in present
-                ]
+                [ConfigResource(ConfigResourceType.TOPIC, name, wanted[name]) for name in present]
             )
             current: dict[str, dict[str, str]] = {}
             for response in described:
@@ -110,14 +114,11 @@ async def ensure_topics(
             drifted = [
                 n
                 for n in present
-                if any(current.get(n, {}).get(k) != v for k, v in wanted[n].configs.items())
+                if any(current.get(n, {}).get(k) != v for k, v in wanted[n].items())
             ]
             if drifted:
                 await admin.alter_configs(
-                    [
-                        ConfigResource(ConfigResourceType.TOPIC, n, dict(wanted[n].configs))
-                        for n in drifted
-                    ]
+                    [ConfigResource(ConfigResourceType.TOPIC, n, wanted[n]) for n in drifted]
                 )
             for name in present:
                 parts = len(existing[name]["partitions"])
@@ -203,6 +204,34 @@ async def delete_prefixed_topics(connection: KafkaConnection, prefix: str) -> li
         if doomed:
             await admin.delete_topics(doomed)
         return doomed
+
+
+class PartitionHealth(BaseModel):
+    """Partitions that are not fully replicated: `offline` (no leader: unreadable, unwritable)
+    and `under_replicated` (fewer in-sync replicas than replicas: writes with acks=all wait on
+    min ISR), as `topic/partition`."""
+
+    offline: list[str] = []
+    under_replicated: list[str] = []
+    partitions: int = 0
+    """Partitions looked at (every topic this connection may describe)."""
+
+
+async def partition_health(connection: KafkaConnection) -> PartitionHealth:
+    """How the partitions of every topic `connection` may describe are replicated now."""
+    doing = f"describing the topics on {connection}"
+    async with connection.started(connection.admin(), doing) as admin:
+        topics = await admin.describe_topics()
+    health = PartitionHealth()
+    for topic in sorted(topics, key=lambda t: t["topic"]):
+        for part in sorted(topic["partitions"], key=lambda p: p["partition"]):
+            name = f"{topic['topic']}/{part['partition']}"
+            health.partitions += 1
+            if part["leader"] < 0:
+                health.offline.append(name)
+            elif len(part["isr"]) < len(part["replicas"]):
+                health.under_replicated.append(name)
+    return health
 
 
 def provision(settings: Settings) -> list[TopicStatus]:
