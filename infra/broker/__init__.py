@@ -27,7 +27,12 @@ from rolltape.infra.broker._provision import (
     replication_factor,
     require_connection,
 )
-from rolltape.infra.broker._ready import broker_answers, broker_answers_sync
+from rolltape.infra.broker._ready import (
+    broker_answers,
+    broker_answers_sync,
+    cluster_brokers,
+    cluster_brokers_sync,
+)
 
 __all__ = [
     "Acl",
@@ -43,6 +48,8 @@ __all__ = [
     "PrincipalStore",
     "broker_answers",
     "broker_answers_sync",
+    "cluster_brokers",
+    "cluster_brokers_sync",
     "create_acls",
     "current_connection",
     "describe_acls",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 
 from rolltape.infra.broker import managed_broker
 from rolltape.infra.cli._common import CliError, console, err_console, settings
 from rolltape.infra.commands.broker import BrokerUp, broker_status, broker_up
+from rolltape.infra.commands.broker_check import check_cluster
 
 app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", no_args_is_help=True)
 
@@ -117,6 +119,33 @@ def status() -> None:
             f"  healthy: {len(found.nodes)} nodes up, {health.partitions} partitions fully "
             "replicated"
         )
+
+
+@app.command()
+def check(
+    verbose: bool = typer.Option(False, "--all", help="Show the checks that pass too."),
+) -> None:
+    """Check the cluster (ROLLTAPE_BOOTSTRAP, or the managed one) against what rolltape's
+    guarantees need: the topics' replication, min ISR and configs, unclean leader election off,
+    every principal's ACLs, the clients' acks=all and idempotence; each problem with what to
+    change. Exit 1 when there is a problem (warnings alone: 0)."""
+    report = check_cluster(settings())
+    console.print(f"{report.bootstrap}: {report.brokers} broker(s)", highlight=False)
+    for finding in report.findings:
+        if finding.severity == "ok" and not verbose:
+            continue
+        mark = {"ok": "ok", "warning": "[yellow]warning[/yellow]", "problem": "[red]problem[/red]"}
+        console.print(
+            f"  {mark[finding.severity]}  {escape(finding.subject)}: {escape(finding.check)} = "
+            f"{escape(finding.found)}",
+            soft_wrap=True,
+        )
+        if finding.fix:
+            console.print(f"      fix: {escape(finding.fix)}", soft_wrap=True, highlight=False)
+    ok = sum(f.severity == "ok" for f in report.findings)
+    console.print(f"{ok} ok, {len(report.warnings)} warning(s), {len(report.problems)} problem(s)")
+    if report.problems:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -13,14 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from rolltape.infra.broker import ManagedBroker
 from rolltape.infra.kafka.topics import partition_health
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
-from rolltape.schemas import Role
+from rolltape.schemas import Role, Stream, topic_name
 
-from .conftest import Cluster, make_topics, managed_cluster
+from .conftest import Cluster, Topics, make_topics, managed_cluster
 
 pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "rolltape.infra"]
@@ -46,12 +47,17 @@ def three_nodes(tmp_path: Path) -> Iterator[tuple[Cluster, ManagedBroker]]:
         broker.stop()
 
 
-def _status(state_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(state_dir), "COLUMNS": "200"}
-    env.pop("ROLLTAPE_BOOTSTRAP", None)
+def _broker(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`rolltape broker ...` on the managed cluster kept in `state_dir`."""
+    full = {**os.environ, "ROLLTAPE_STATE_DIR": str(state_dir), "COLUMNS": "200", **env}
+    full.pop("ROLLTAPE_BOOTSTRAP", None)
     return subprocess.run(
-        [*CLI, "broker", "status"], env=env, capture_output=True, text=True, timeout=120
+        [*CLI, "broker", *args], env=full, capture_output=True, text=True, timeout=180
     )
+
+
+def _status(state_dir: Path) -> subprocess.CompletedProcess[str]:
+    return _broker(state_dir, "status")
 
 
 def test_a_node_killed_while_sessions_record__loses_and_duplicates_nothing(
@@ -100,3 +106,37 @@ def test_a_node_killed_while_sessions_record__loses_and_duplicates_nothing(
         time.sleep(2)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "healthy: 3 nodes up" in again.stdout
+
+    # `broker check`: what the guarantees need, each drift named with what to change.
+    prefix = {"ROLLTAPE_TOPIC_PREFIX": topics.prefix, "ROLLTAPE_PARTITIONS": "3"}
+    checked = _broker(tmp_path / "state", "check", **prefix)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "3 broker(s)" in checked.stdout and "0 problem(s)" in checked.stdout
+    events = topic_name(Stream.EVENTS, topics.prefix)
+
+    async def drift() -> None:  # a whole-config alter: every other config back to its default
+        async with admin.started(admin.admin(), "drifting") as client:
+            resource = ConfigResource(
+                ConfigResourceType.TOPIC, events, {"min.insync.replicas": "1"}
+            )
+            await client.alter_configs([resource])
+
+    asyncio.run(drift())
+    drifted = _broker(tmp_path / "state", "check", **prefix)
+    assert drifted.returncode == 1, drifted.stdout + drifted.stderr
+    assert f"topic {events}: min.insync.replicas = 1" in drifted.stdout
+    assert f"topic {events}: message.timestamp.type = CreateTime" in drifted.stdout
+    assert "--add-config min.insync.replicas=2" in drifted.stdout
+    realigned = _broker(tmp_path / "state", "up", **prefix)
+    assert realigned.returncode == 0 and "config updated" in realigned.stdout, realigned.stdout
+    assert _broker(tmp_path / "state", "check", **prefix).returncode == 0
+
+
+def test_broker_check__on_one_broker_warns_that_nothing_is_replicated(topics: Topics) -> None:
+    env = {**topics.env(), "COLUMNS": "200"}
+    checked = subprocess.run(
+        [*CLI, "broker", "check"], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "1 broker(s): a broker's loss loses what only it holds" in checked.stdout
+    assert "0 problem(s)" in checked.stdout

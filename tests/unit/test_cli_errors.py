@@ -133,6 +133,7 @@ CASES = [
     Case(("broker", "up"), said=NO_PASSWORD, env=NOWHERE),
     Case(("broker", "down"), said="not rolltape's to stop", env=NOWHERE),
     Case(("broker", "status"), said=NO_PASSWORD, env=NOWHERE),
+    Case(("broker", "check"), said=NO_PASSWORD, env=NOWHERE),
     # `broker logs` reads the managed broker's log files, if any: only a setting can be wrong.
     Case(("broker", "logs"), said=BAD_SETTING_SAID, env=BAD_SETTING),
     Case(("principal", "list"), said="no principals are kept here"),
