@@ -45,6 +45,15 @@ def replay(
             "never span partition numbers).",
         ),
     ] = 1,
+    group: Annotated[
+        str | None,
+        typer.Option(
+            help="Join this consumer group and replay the partition numbers it gives this "
+            "process: replays on several hosts with the same group share the partitions, and "
+            "each stays until all are done. The union of their outputs is what one replay "
+            "writes.",
+        ),
+    ] = None,
 ) -> None:
     """Re-run the rule engine, training judge, reward functions, LLM judges and filters over the
     raw topics with the configuration of the current settings (the rule book: ROLLTAPE_RULES_FILE,
@@ -80,6 +89,7 @@ def replay(
                 dry_run=dry_run,
                 on_record=advance,
                 jobs=jobs,
+                group=group,
             )
         )
     console.print(
@@ -87,6 +97,9 @@ def replay(
         f"version {summary.judge_version}: rules {summary.rules}, filters {summary.filters}"
         + (f", rewards {', '.join(summary.rewards)}" if summary.rewards else "")
     )
+    if group is not None:
+        done = ", ".join(map(str, summary.partitions)) or "none (the others had them all)"
+        console.print(f"  partitions of group {escape(group)} replayed here: {done}")
     console.print(
         f"  {summary.outputs} outputs: {summary.reproduced} already held byte for byte, "
         f"{summary.written} written{' (dry run: none written)' if dry_run else ''}, "

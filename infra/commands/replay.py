@@ -8,6 +8,7 @@ writes Kafka and builds the processor config from settings, like the worker does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import multiprocessing
 import time
@@ -16,14 +17,17 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka.errors import CommitFailedError, IllegalStateError
 from pydantic import BaseModel
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.worker import load_plugins, processor_config
 from rolltape.infra.judging import LogJudges
 from rolltape.infra.kafka.keyring import keyring_if_any
-from rolltape.infra.kafka.readback import partition_counts, read_records
+from rolltape.infra.kafka.readback import partition_counts, read_records, topic_partitions
 from rolltape.infra.settings import Settings
 from rolltape.processors import (
     Conflict,
@@ -178,6 +182,8 @@ class ReplaySummary(BaseModel):
     llm_called: int
     """... of which were asked of the models in this run."""
     seconds: float
+    partitions: list[int] = []
+    """The partition numbers this replay did (every one, without --group)."""
 
 
 async def _run_llm_judges(
@@ -222,6 +228,8 @@ class SliceTotals(BaseModel):
     conflicts: list[Conflict] = []
     dead_letters: dict[str, int] = {}
     unopened: dict[str, int] = {}
+    partitions: list[int] = []
+    """The partition numbers replayed (empty: every one at once)."""
 
 
 async def replay_slice(
@@ -263,6 +271,7 @@ async def replay_slice(
         conflicts=plan.conflicts,
         dead_letters=dict(result.dead_letters),
         unopened=dict(result.unopened),
+        partitions=sorted(part or ()),
     )
 
 
@@ -279,6 +288,105 @@ def _replay_slice_in_child(
     return asyncio.run(replay_slice(settings, config, part, since_ms=since_ms, dry_run=dry_run))
 
 
+class ReplayGroupError(InfraError):
+    """A group replay cannot share this prefix's partitions (the message says why)."""
+
+
+GROUP_SETTLE_S = 3.0
+"""How long a new member waits for the group's assignment to stay the same before its first
+slice: members started together (one per host) then share the partitions from the start, rather
+than the first taking them all before the others have joined."""
+GROUP_WAIT_S = 600.0
+"""How long a member of a replay group waits, once its own partitions are done, for the others
+to finish theirs (or for a partition of a member that died to come to it)."""
+
+
+async def replay_in_group(
+    settings: Settings,
+    config: ProcessorConfig,
+    group: str,
+    connection: KafkaConnection,
+    *,
+    since_ms: int | None,
+    dry_run: bool,
+) -> list[SliceTotals]:
+    """Replay the partition numbers the consumer group `group` gives this process, on any
+    number of hosts. Each member subscribes to the events topic (its partitions paused: it reads
+    through `replay_slice`, not the group's consumer), replays each partition number assigned to
+    it, and commits the events topic's end offset (as of this member's start) for that partition
+    once its outputs are written: the group's committed offsets say which partitions are done.
+    A member stays until every partition is done, so the partitions of a member that dies are
+    reassigned and replayed. A partition replayed twice (a rebalance in the middle of it) writes
+    the same bytes twice at most: readers count the second as redeliveries."""
+    prefix = settings.topic_prefix
+    slices = await replay_slices(connection, prefix)
+    if slices == [None]:
+        raise ReplayGroupError(
+            f"the raw and derived topics of {prefix} do not all have the same partition count: "
+            "a session's records may sit on different partition numbers, which a group cannot "
+            "share out; replay without --group"
+        )
+    events = topic_name(Stream.EVENTS, prefix)
+    parts = await topic_partitions(connection, [events])
+    consumer = connection.consumer(
+        group_id=group,
+        enable_auto_commit=False,
+        max_poll_interval_ms=24 * 3600 * 1000,  # a slice may take long; the group waits
+    )
+    out: list[SliceTotals] = []
+    doing = f"joining replay group {group} on {connection}"
+    async with connection.started(consumer, doing):
+        ends = await consumer.end_offsets(parts)
+        consumer.subscribe([events], listener=_Paused(consumer))
+        seen, since = consumer.assignment(), time.monotonic()
+        while time.monotonic() - since < GROUP_SETTLE_S or not seen:
+            await consumer.getmany(timeout_ms=200)
+            if consumer.assignment() != seen:
+                seen, since = set(consumer.assignment()), time.monotonic()
+        deadline = time.monotonic() + GROUP_WAIT_S
+        while True:
+            await consumer.getmany(timeout_ms=200)  # paused: keeps the member in the group
+            committed = {tp: await consumer.committed(tp) for tp in parts}
+            done = {tp for tp, at in committed.items() if at is not None and at >= ends[tp]}
+            if len(done) == len(parts):
+                return out
+            mine = sorted(set(consumer.assignment()) - done)
+            if not mine and time.monotonic() > deadline:
+                raise ReplayGroupError(
+                    f"partitions {sorted(tp.partition for tp in set(parts) - done)} of {events} "
+                    f"were not replayed by group {group} within {GROUP_WAIT_S:.0f}s after this "
+                    "member finished its own: is another member stuck?"
+                )
+            for tp in mine:
+                out.append(
+                    await replay_slice(
+                        settings,
+                        config,
+                        frozenset({tp.partition}),
+                        since_ms=since_ms,
+                        dry_run=dry_run,
+                    )
+                )
+                with contextlib.suppress(CommitFailedError, IllegalStateError):
+                    # Revoked meanwhile: whoever has it now replays it again (same bytes).
+                    await consumer.commit({tp: ends[tp]})
+                deadline = time.monotonic() + GROUP_WAIT_S
+
+
+class _Paused(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Pauses every partition the group assigns: a member reads them through `replay_slice`,
+    never through the group's consumer."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self.consumer = consumer
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        return None
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        self.consumer.pause(*assigned)
+
+
 async def run_replay(
     settings: Settings,
     config: ProcessorConfig,
@@ -287,16 +395,23 @@ async def run_replay(
     dry_run: bool = False,
     on_record: Callable[[int], None] | None = None,
     jobs: int = 1,
+    group: str | None = None,
 ) -> ReplaySummary:
     """Replay every partition number, one slice at a time (memory is bounded by the largest
-    partition, not by the topic), or `jobs` slices at once in as many processes."""
+    partition, not by the topic), or `jobs` slices at once in as many processes; with `group`,
+    the partition numbers this process is given in that consumer group, until every one of them
+    is replayed by some member (`replay_in_group`)."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, not {jobs}")
     started = time.perf_counter()
     connection = require_connection(settings, Role.READER)
     slices = await replay_slices(connection, settings.topic_prefix)
     parts: list[SliceTotals] = []
-    if jobs == 1 or len(slices) == 1:
+    if group is not None:
+        parts = await replay_in_group(
+            settings, config, group, connection, since_ms=since_ms, dry_run=dry_run
+        )
+    elif jobs == 1 or len(slices) == 1:
         seen = 0
 
         def progress(count: int) -> None:
@@ -351,4 +466,5 @@ async def run_replay(
         llm_adopted=sum(p.llm_adopted for p in parts),
         llm_called=sum(p.llm_called for p in parts),
         seconds=round(time.perf_counter() - started, 3),
+        partitions=sorted({n for p in parts for n in p.partitions}),
     )

@@ -4,6 +4,7 @@ a changed rule set written as a new version beside them, versions never rewritte
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -215,3 +216,36 @@ def test_replay__llm_judges_keep_held_verdicts_and_judge_anew_under_a_new_versio
         decode(r.value)["session_id"] for r in everything if r.stream == Stream.EVENTS
     }
     assert sum(1 for sid in judge_sessions if sid.startswith("judge.answer_quality.")) == 4
+
+
+def test_replay_in_a_group__shares_the_partitions_and_writes_what_one_replay_writes(
+    topics: Topics, tmp_path: Path
+) -> None:
+    record(topics, tmp_path / "spool")
+    env = {**topics.env(), "COLUMNS": "200"}
+    group = ["replay", "--judge-version", "v2", "--group", f"{topics.prefix}-replayers"]
+    members = [
+        subprocess.Popen([*CLI, *group], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    outs = [m.communicate(timeout=300) for m in members]
+    for member, (out, err) in zip(members, outs, strict=True):
+        assert member.returncode == 0, out + err
+    replayed = [int(re.search(r"replayed (\d+) sessions", out)[1]) for out, _ in outs]  # type: ignore[index]
+    assert sum(replayed) >= 4  # every session, by one member or (a rebalance) both
+    shares = [
+        set(re.findall(r"\d+", re.search(r"replayed here: (.*)", out)[1]))  # type: ignore[index]
+        for out, _ in outs
+    ]
+    assert all(shares) and set.union(*shares) == {"0", "1", "2"}  # shared out, all of them
+
+    # One replay of the same version after them finds every output already written, byte for
+    # byte: the members' union is what it would have written.
+    alone = cli(["replay", "--judge-version", "v2"], env)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert ", 0 written," in alone.stdout and "0 session(s) in conflict" in alone.stdout
+    held = re.search(r"(\d+) outputs: (\d+) already held byte for byte", alone.stdout)
+    assert held is not None and held[1] == held[2] and int(held[1]) > 0
+    everything = read_all(topics, (Stream.EVENTS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED))
+    assert all(report.ok for report in chain_reports(everything))
