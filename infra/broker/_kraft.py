@@ -28,6 +28,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -43,16 +44,17 @@ SCRAM = "SCRAM-SHA-512"
 
 
 class NodeState(BaseModel):
-    """One node of the cluster: its id, process and ports."""
+    """One node of the cluster: its id, process, host address and ports."""
 
     node_id: int
     pid: int
     port: int
     controller_port: int
+    host: str = "127.0.0.1"
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
 
 class BrokerState(BaseModel):
@@ -68,11 +70,17 @@ class BrokerState(BaseModel):
     """SASL/SCRAM with ACLs; False only for state formatted before rolltape provisioned them."""
     peers: list[NodeState] = []
     """Nodes 2..N of a cluster (none for a single node)."""
+    host: str = "127.0.0.1"
+    """Node 1's address."""
 
     @property
     def nodes(self) -> list[NodeState]:
         first = NodeState(
-            node_id=1, pid=self.pid, port=self.port, controller_port=self.controller_port
+            node_id=1,
+            pid=self.pid,
+            port=self.port,
+            controller_port=self.controller_port,
+            host=self.host,
         )
         return [first, *self.peers]
 
@@ -116,10 +124,17 @@ class ManagedBroker:
         heap: str = "512m",
         secure: bool = True,
         nodes: int = 1,
+        hosts: dict[int, str] | None = None,
+        launch: Callable[[int], list[str]] | None = None,
     ) -> None:
         self.home = home
         self.nodes = nodes
         """Nodes when the storage is first formatted (a cluster keeps the count it was made with)."""
+        self.hosts = hosts or {}
+        """Node id -> the address it listens on and advertises (default 127.0.0.1): nodes on
+        separate (test) hosts."""
+        self.launch = launch
+        """Node id -> the command prefix that runs a process on its host (`ip netns exec NS`)."""
         self.kafka_version = kafka_version
         self.scala_version = scala_version
         self.cache_dir = cache_dir
@@ -223,6 +238,7 @@ class ManagedBroker:
         else:
             cluster_id = _new_cluster_id()
             ports = {i: (_free_port(), _free_port()) for i in range(1, self.nodes + 1)}
+        hosts = {i: self.hosts.get(i, "127.0.0.1") for i in ports}
         self.home.mkdir(parents=True, exist_ok=True)
         formatted = (self.data_dir / "meta.properties").exists()
         # Security is decided when the storage is formatted and kept for its life.
@@ -239,11 +255,13 @@ class ManagedBroker:
                 continue
             home = self.node_home(node_id)
             (home / "logs").mkdir(parents=True, exist_ok=True)
-            props = self._write_config(node_id, ports, secure)
+            props = self._write_config(node_id, ports, hosts, secure)
             if not (home / "data" / "meta.properties").exists():
                 self._format(java, libs, props, cluster_id, secure)
             with open(home / "logs" / "stdout.log", "ab") as out:
                 command = [*java, f"-Dkafka.logs.dir={home / 'logs'}", *self._log_args(home)]
+                if self.launch is not None:
+                    command = [*self.launch(node_id), *command]
                 proc = subprocess.Popen(
                     [*command, "-cp", f"{libs}/*", "kafka.Kafka", str(props)],
                     stdout=out,
@@ -263,8 +281,15 @@ class ManagedBroker:
             kafka_version=self.kafka_version,
             cluster_id=cluster_id,
             secure=secure,
+            host=hosts[1],
             peers=[
-                NodeState(node_id=i, pid=pids[i], port=ports[i][0], controller_port=ports[i][1])
+                NodeState(
+                    node_id=i,
+                    pid=pids[i],
+                    port=ports[i][0],
+                    controller_port=ports[i][1],
+                    host=hosts[i],
+                )
                 for i in sorted(ports)
                 if i != 1
             ],
@@ -449,21 +474,28 @@ class ManagedBroker:
             time.sleep(0.05)
         return False
 
-    def _write_config(self, node_id: int, ports: dict[int, tuple[int, int]], secure: bool) -> Path:
+    def _write_config(
+        self,
+        node_id: int,
+        ports: dict[int, tuple[int, int]],
+        hosts: dict[int, str],
+        secure: bool,
+    ) -> Path:
         """One node's server.properties. Replication follows the cluster's size: three copies
         with min ISR 2 from three nodes on (a write acknowledged by acks=all survives any one
         node's loss), the internal topics (offsets, transactions) the same; unclean leader
         election off, so an out-of-sync replica never becomes leader and drops records."""
         port, cport = ports[node_id]
+        host = hosts[node_id]
         replicas = str(replication_for(len(ports)))
         min_isr = str(min_insync_for(len(ports)))
-        voters = ",".join(f"{i}@127.0.0.1:{c}" for i, (_, c) in sorted(ports.items()))
+        voters = ",".join(f"{i}@{hosts[i]}:{c}" for i, (_, c) in sorted(ports.items()))
         lines = {
             "process.roles": "broker,controller",
             "node.id": str(node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -493,7 +525,7 @@ class ManagedBroker:
             del lines["share.coordinator.state.topic.replication.factor"]
             del lines["share.coordinator.state.topic.min.isr"]
         if secure:
-            lines.update(self._sasl_config(port, cport))
+            lines.update(self._sasl_config(host, port, cport))
         path = self.node_home(node_id) / "server.properties"
         # It holds the admin secret when secure: readable by its owner only, from creation on.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -502,12 +534,12 @@ class ManagedBroker:
         os.chmod(path, 0o600)
         return path
 
-    def _sasl_config(self, port: int, cport: int) -> dict[str, str]:
+    def _sasl_config(self, host: str, port: int, cport: int) -> dict[str, str]:
         admin = self.principals.get(Role.ADMIN.value)
         secret = admin.password.get_secret_value()
         return {
-            "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"SASL_PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{host}:{port}",
             "inter.broker.listener.name": "SASL_PLAINTEXT",
             "listener.security.protocol.map": (
                 "CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"

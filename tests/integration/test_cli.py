@@ -474,3 +474,10 @@ def test_bench_monitor__runs_and_reports_every_figure() -> None:
     (result,) = figures["results"]
     assert result["steps_each"] == 100 and result["plain_step_ms"] > 0
     assert result["monitored_step_ms"] > 0 and result["epoch_end_ms"] > 0
+
+
+def test_broker_check__on_one_broker_warns_that_nothing_is_replicated(topics: Topics) -> None:
+    checked = run(["broker", "check"], {**topics.env(), "COLUMNS": "200"})
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "1 broker(s): a broker's loss loses what only it holds" in checked.stdout
+    assert "0 problem(s)" in checked.stdout
