@@ -2,7 +2,8 @@
 namespaces on one switch, tests/support/hosts.py), recorded to from a fourth: the active
 controller killed while sessions record, then a node cut off from the others and brought back.
 After each, every chain holds exactly what its recorder sealed, nothing is lost or duplicated,
-and `broker status` shows the cluster healthy again; `broker check` names a drifted config."""
+and `broker status` shows the cluster healthy again; `broker check` names a drifted config.
+Workers on two more hosts share the partitions; one is killed and the other takes them over."""
 
 from __future__ import annotations
 
@@ -22,26 +23,33 @@ from rolltape.infra.broker import ManagedBroker
 from rolltape.infra.kafka.topics import partition_health
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, Session
-from rolltape.schemas import Role, Stream, topic_name
+from rolltape.schemas import Role, Stream, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection
 from tests.support.hosts import Hosts, can_make_hosts
 
 from .conftest import Cluster, make_topics, managed_cluster
+from .workers import RawRecord, WorkerProcess, chain_reports, payloads, read_all, wait_for
 
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not can_make_hosts(), reason="test hosts need root and iproute2"),
 ]
 NODES = ("node1", "node2", "node3")
+WORKERS = ("worker1", "worker2")
 CLI = [sys.executable, "-m", "rolltape.infra"]
 
 
-@pytest.fixture
-def hosted(tmp_path: Path) -> Iterator[tuple[Hosts, ManagedBroker, Cluster]]:
+@pytest.fixture(scope="module")
+def hosted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Hosts, ManagedBroker, Cluster]]:
+    """One cluster for the module's tests (each on a prefix of its own): its start is the
+    slowest part of each."""
     cfg = Settings()
-    with Hosts(NODES) as hosts:
+    state = tmp_path_factory.mktemp("hosted") / "state"
+    with Hosts((*NODES, *WORKERS)) as hosts:
         broker = ManagedBroker(
-            tmp_path / "state" / "broker",
+            state / "broker",
             kafka_version=cfg.kafka_version,
             scala_version=cfg.scala_version,
             cache_dir=cfg.cache_dir,
@@ -52,7 +60,7 @@ def hosted(tmp_path: Path) -> Iterator[tuple[Hosts, ManagedBroker, Cluster]]:
         )
         broker.start()
         try:
-            cluster = managed_cluster(broker, tmp_path / "state")
+            cluster = managed_cluster(broker, state)
             settings = cluster.settings.model_copy(update={"replication_factor": 3})
             yield hosts, broker, Cluster(settings, broker)
         finally:
@@ -105,7 +113,7 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     broker.kill(controller)  # SIGKILL of the active controller while the sessions go on
     _turns(sessions, 100, 200)
     recorder.flush(120)
-    degraded = _broker(tmp_path / "state", "status")
+    degraded = _broker(broker.home.parent, "status")
     assert degraded.returncode == 1 and f"node {controller}" in degraded.stdout
     assert "1 node(s) down; `rolltape broker up` starts them" in degraded.stderr
     broker.start()  # the killed node comes back
@@ -127,12 +135,16 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     for report in reports.values():
         assert report.ok and report.ended, report  # no gap, no fork, no bad link
         assert report.last_seq == 301 and report.redelivered == 0
-    healthy = _broker(tmp_path / "state", "status")
+    deadline = time.monotonic() + 60  # each node's metadata catches up on its own time
+    while (healthy := _broker(broker.home.parent, "status")).returncode and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(2)
     assert healthy.returncode == 0 and "healthy: 3 nodes up" in healthy.stdout, healthy.stderr
 
     # `broker check`: what the guarantees need, each drift named with what to change.
     prefix = {"ROLLTAPE_TOPIC_PREFIX": topics.prefix, "ROLLTAPE_PARTITIONS": "3"}
-    checked = _broker(tmp_path / "state", "check", **prefix)
+    checked = _broker(broker.home.parent, "check", **prefix)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "3 broker(s)" in checked.stdout and "0 problem(s)" in checked.stdout
     events = topic_name(Stream.EVENTS, topics.prefix)
@@ -145,14 +157,14 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
             await client.alter_configs([resource])
 
     asyncio.run(drift())
-    drifted = _broker(tmp_path / "state", "check", **prefix)
+    drifted = _broker(broker.home.parent, "check", **prefix)
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert f"topic {events}: min.insync.replicas = 1" in drifted.stdout
     assert f"topic {events}: message.timestamp.type = CreateTime" in drifted.stdout
     assert "--add-config min.insync.replicas=2" in drifted.stdout
-    realigned = _broker(tmp_path / "state", "up", **prefix)
+    realigned = _broker(broker.home.parent, "up", **prefix)
     assert realigned.returncode == 0 and "config updated" in realigned.stdout, realigned.stdout
-    assert _broker(tmp_path / "state", "check", **prefix).returncode == 0
+    assert _broker(broker.home.parent, "check", **prefix).returncode == 0
 
 
 def _broker(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -162,3 +174,57 @@ def _broker(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProc
     return subprocess.run(
         [*CLI, "broker", *args], env=full, capture_output=True, text=True, timeout=180
     )
+
+
+def test_workers_on_two_hosts__one_killed__the_other_takes_its_partitions_and_breaks_nothing(
+    hosted: tuple[Hosts, ManagedBroker, Cluster], tmp_path: Path
+) -> None:
+    hosts, _, cluster = hosted
+    topics = make_topics(cluster)
+    for name in WORKERS:
+        (tmp_path / name).mkdir()
+    workers = [
+        WorkerProcess(topics, tmp_path / name, on=hosts.command(name, [])).start()
+        for name in WORKERS
+    ]
+    recorder = Recorder(
+        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
+    )
+
+    def record(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            with recorder.session("2+2", session_id=f"w-{i:03d}") as s:
+                s.turn("user", "2+2?")
+                s.turn("assistant", "4")
+        recorder.flush(60)
+
+    def judged(records: list[RawRecord]) -> int:
+        return len(_outcomes(records))
+
+    try:
+        record(0, 30)
+        wait_for(topics, lambda rs: judged(rs) == 30, worker=workers[1], timeout_s=180)
+        workers[0].kill()  # SIGKILL of the first worker's host process, the other one runs on
+        record(30, 30)
+        outputs = wait_for(topics, lambda rs: judged(rs) == 60, worker=workers[1], timeout_s=180)
+    finally:
+        for worker in workers:
+            if worker.alive():
+                worker.stop()
+    recorder.close(60)
+    assert payloads(outputs, "chain_broken") == []
+    outcomes = _outcomes(outputs)
+    assert sorted(outcomes) == [f"w-{i:03d}" for i in range(60)]
+    assert all(p["accepted"] for p in outcomes.values())
+    everything = read_all(topics, (Stream.EVENTS, Stream.FILTERED))
+    assert all(report.ok for report in chain_reports(everything))
+
+
+def _outcomes(records: list[RawRecord]) -> dict[str, dict[str, Any]]:
+    """Each session's filter outcome (its first copy: a resent one is the same bytes)."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in records:
+        env = read_event(r.value)
+        if env.type == "filter_outcome":
+            out.setdefault(env.session_id, dict(env.payload))
+    return out

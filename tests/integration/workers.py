@@ -21,9 +21,13 @@ OUTPUT_STREAMS = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.DEADLET
 class WorkerProcess:
     """`python -m rolltape.infra worker` on the test's topics; logs go to a file."""
 
-    def __init__(self, topics: Topics, log_dir: Path, **env: str) -> None:
+    def __init__(
+        self, topics: Topics, log_dir: Path, *, on: list[str] | None = None, **env: str
+    ) -> None:
         self.topics = topics
         self.log_dir = log_dir
+        self.on = on or []
+        """The command prefix that runs it on a test host (`Hosts.command(host, [])`)."""
         self.env = {**topics.env(), **env}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -32,7 +36,7 @@ class WorkerProcess:
         self.starts += 1
         log = open(self.log_dir / f"worker-{self.starts}.log", "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.infra", "worker", "--log-level", "info"],
+            [*self.on, sys.executable, "-m", "rolltape.infra", "worker", "--log-level", "info"],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
