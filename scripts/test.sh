@@ -8,17 +8,19 @@ bash scripts/bootstrap.sh
 PY=.venv/bin/python
 
 # Debian packages the tests use as they are: the run report is checked in a real headless
-# Chromium (tests never download a browser of their own), and the agents' shell tool runs in a
-# bubblewrap sandbox. One apt-get update for whatever is missing.
+# Chromium (tests never download a browser of their own), the agents' shell tool runs in a
+# bubblewrap sandbox, and a cluster's nodes and workers run on test hosts made with iproute2's
+# `ip netns`. One apt-get update for whatever is missing.
 packages=()
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
 if [ ${#packages[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "== installing Debian's ${packages[*]} (for the report test and the sandbox tests)"
+    echo "== installing Debian's ${packages[*]} (for the report, sandbox and test-host tests)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   else
-    echo "${packages[*]} missing and cannot be installed here (needs root and apt-get): without chromium the report test fails, without bubblewrap the sandbox tests do" >&2
+    echo "${packages[*]} missing and cannot be installed here (needs root and apt-get): without chromium the report test fails, without bubblewrap the sandbox tests do, without iproute2 the test-host tests are skipped" >&2
   fi
 fi
 
