@@ -20,6 +20,8 @@ import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from rolltape.infra.broker import ManagedBroker
+from rolltape.infra.commands.broker import broker_status, broker_up
+from rolltape.infra.commands.broker_check import check_cluster
 from rolltape.infra.kafka.topics import partition_health
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, Session
@@ -135,18 +137,18 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     for report in reports.values():
         assert report.ok and report.ended, report  # no gap, no fork, no bad link
         assert report.last_seq == 301 and report.redelivered == 0
+    managed = Settings(
+        state_dir=broker.home.parent, bootstrap=None, topic_prefix=topics.prefix, partitions=3
+    )
     deadline = time.monotonic() + 60  # each node's metadata catches up on its own time
-    while (healthy := _broker(broker.home.parent, "status")).returncode and (
-        time.monotonic() < deadline
-    ):
+    while broker_status(managed).problem and time.monotonic() < deadline:
         time.sleep(2)
+    healthy = _broker(broker.home.parent, "status")
     assert healthy.returncode == 0 and "healthy: 3 nodes up" in healthy.stdout, healthy.stderr
 
     # `broker check`: what the guarantees need, each drift named with what to change.
-    prefix = {"ROLLTAPE_TOPIC_PREFIX": topics.prefix, "ROLLTAPE_PARTITIONS": "3"}
-    checked = _broker(broker.home.parent, "check", **prefix)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "3 broker(s)" in checked.stdout and "0 problem(s)" in checked.stdout
+    checked = check_cluster(managed)
+    assert checked.brokers == 3 and not checked.problems and not checked.warnings
     events = topic_name(Stream.EVENTS, topics.prefix)
 
     async def drift() -> None:  # a whole-config alter: every other config back to its default
@@ -157,14 +159,15 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
             await client.alter_configs([resource])
 
     asyncio.run(drift())
+    prefix = {"ROLLTAPE_TOPIC_PREFIX": topics.prefix, "ROLLTAPE_PARTITIONS": "3"}
     drifted = _broker(broker.home.parent, "check", **prefix)
     assert drifted.returncode == 1, drifted.stdout + drifted.stderr
     assert f"topic {events}: min.insync.replicas = 1" in drifted.stdout
     assert f"topic {events}: message.timestamp.type = CreateTime" in drifted.stdout
     assert "--add-config min.insync.replicas=2" in drifted.stdout
-    realigned = _broker(broker.home.parent, "up", **prefix)
-    assert realigned.returncode == 0 and "config updated" in realigned.stdout, realigned.stdout
-    assert _broker(broker.home.parent, "check", **prefix).returncode == 0
+    realigned = broker_up(managed, as_admin=True)
+    assert any(t.action.value == "config updated" for t in realigned.topics or ())
+    assert not check_cluster(managed).problems
 
 
 def _broker(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
