@@ -35,6 +35,15 @@ pytestmark = pytest.mark.integration
 CLI = [sys.executable, "-m", "rolltape.infra"]
 
 
+def _kek_file(folder: Path) -> tuple[KeyEncryptionKey, Path]:
+    """A new KEK, and the 0600 file that holds it (ROLLTAPE_KEK_FILE)."""
+    kek = KeyEncryptionKey.generate()
+    path = folder / "kek.bin"
+    path.write_bytes(kek.secret)
+    path.chmod(0o600)
+    return kek, path
+
+
 def _record(topics: Topics, kek: KeyEncryptionKey, tmp_path: Path) -> None:
     recorder = Recorder(
         topics.connection(Role.AGENT),
@@ -109,10 +118,7 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
 ) -> None:
     if cluster.managed is None:
         pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
-    kek = KeyEncryptionKey.generate()
-    kek_file = tmp_path / "kek.bin"
-    kek_file.write_bytes(kek.secret)
-    kek_file.chmod(0o600)
+    kek, kek_file = _kek_file(tmp_path)
     settings = topics.settings.model_copy(update={"kek_file": kek_file})
     projector = subprocess.Popen(  # follows the keys topic: opens, and tombstones the erased
         [*CLI, "project"],
@@ -432,10 +438,7 @@ def test_the_worker_judges_subject_sessions_on_their_content_and_erasure_reaches
         pytest.skip("needs rolltape's managed broker (its principals and ACLs)")
     from tests.support.openai_server import OpenAICompatibleServer, grade_by_answer
 
-    kek = KeyEncryptionKey.generate()
-    kek_file = tmp_path / "kek.bin"
-    kek_file.write_bytes(kek.secret)
-    kek_file.chmod(0o600)
+    kek, kek_file = _kek_file(tmp_path)
     recorder = Recorder(
         topics.connection(Role.AGENT),
         topic_prefix=topics.prefix,
