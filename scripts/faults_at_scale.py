@@ -1,16 +1,27 @@
-"""Faults at scale: record from several processes while the broker and the worker are SIGKILLed
-twice each, then check that nothing was lost, doubled, forked or left unjudged.
+"""Faults at scale: record from several processes while brokers and workers are SIGKILLed, then
+check that nothing was lost, doubled, forked or left unjudged.
 
     .venv/bin/python scripts/faults_at_scale.py                      # 100,000 events, 4 processes
     .venv/bin/python scripts/faults_at_scale.py --events 6000 --processes 3 --seconds 50
+    .venv/bin/python scripts/faults_at_scale.py --scenario worker-kills --rounds 20 \\
+        --events 3000 --processes 3 --seconds 30
 
 It starts its own managed broker (SASL, principals, ACLs, the judge's key) in a temporary folder,
-one `rolltape worker`, and N recording processes. Each records agent sessions (as the agent
-principal) and training sessions (events as the agent, metrics as the monitor) at a steady pace
-for --seconds. Meanwhile, one after the other: broker SIGKILL (down --downtime s, then
-restarted), worker SIGKILL (restarted once its group has dropped the dead member, as a supervisor
-would after the session timeout), broker again, worker again. When the recorders are done and
-the worker has caught up, it checks:
+the workers, and N recording processes. Each records agent sessions (as the agent principal) and
+training sessions (events as the agent, metrics as the monitor) at a steady pace for --seconds.
+Meanwhile, by scenario:
+
+- broker-and-worker (one worker), one after the other: broker SIGKILL (down --downtime s, then
+  restarted), worker SIGKILL (restarted once its group has dropped the dead member, as a
+  supervisor would after the session timeout), broker again, worker again;
+- worker-kills (--workers in one group): one worker SIGKILLed and started again at once, as a
+  supervisor restarts it, while the group still counts the dead one; the new one SIGKILLed and
+  started again too, its predecessor still a member; another worker SIGKILLed and started again
+  only after the group dropped the dead (the others take its partitions over meanwhile); a third
+  SIGKILLed and started again at once.
+
+--rounds runs the scenario that many times on the same broker, each round on topics of its own.
+When the recorders are done and the workers have caught up, it checks:
 
 - every event present once: each chain holds exactly the events its recorder sealed, seq 0..n-1;
 - every chain intact: no break on any raw or output chain (rules, verdicts, filtered, checkpoint
@@ -27,6 +38,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,8 +52,8 @@ import orjson
 
 from rolltape.infra import Settings, open_monitor_recorder, open_recorder
 from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
-from rolltape.infra.broker import ManagedBroker
-from rolltape.infra.commands.worker_process import worker_running
+from rolltape.infra.broker import ManagedBroker, require_connection
+from rolltape.infra.commands.worker_process import worker_members
 from rolltape.infra.kafka.readback import RawRecord, read_records
 from rolltape.infra.kafka.topics import provision
 from rolltape.infra.keys import judge_key
@@ -111,6 +123,8 @@ def record(index: int, events: int, seconds: float, out: Path) -> None:
 
 # -- the run ------------------------------------------------------------------------------------
 class Worker:
+    """One `rolltape worker` process, started again as a supervisor would."""
+
     def __init__(self, env: dict[str, str], home: Path) -> None:
         self.env, self.home, self.starts = env, home, 0
         self.proc: subprocess.Popen[bytes] | None = None
@@ -141,10 +155,9 @@ class Worker:
 
 def read_all(settings: Settings) -> list[RawRecord]:
     async def go() -> list[RawRecord]:
-        from rolltape.infra.broker import require_connection
-
         reader = require_connection(settings, Role.READER)
-        return [r async for r in read_records(reader, ALL_STREAMS, prefix=PREFIX)]
+        prefix = settings.topic_prefix
+        return [r async for r in read_records(reader, ALL_STREAMS, prefix=prefix)]
 
     return asyncio.run(go())
 
@@ -156,6 +169,8 @@ class Outputs:
         self.by_type: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
         self.committed: set[tuple[str, str, str]] = set()
         self.dead_letters = 0
+        self.broken: list[str] = []
+        """What each `chain_broken` output says (where a failure is looked into)."""
         self.logs: dict[str, dict[int, Checkpoint]] = defaultdict(dict)
         for r in records:
             if r.stream == Stream.DEADLETTER:
@@ -165,6 +180,8 @@ class Outputs:
                 continue
             env = decode(r.value)
             self.by_type[env["type"]][env["session_id"]].add(env["event_id"])
+            if env["type"] == "chain_broken":
+                self.broken.append(f"{env['session_id']}: {env['payload']}")
             if env["type"] == "checkpoint":
                 checkpoint = Checkpoint.model_validate(env["payload"])
                 self.logs[env["session_id"]].setdefault(env["seq"], checkpoint)
@@ -183,83 +200,53 @@ class Outputs:
         return all((stream, sid, h) in self.committed for (stream, sid), h in heads.items())
 
 
-def run(args: argparse.Namespace) -> int:
-    home = Path(tempfile.mkdtemp(prefix="rolltape-faults-", dir=args.state_dir))
-    cfg = Settings()
-    broker = ManagedBroker(
-        home / "broker",
-        kafka_version=cfg.kafka_version,
-        scala_version=cfg.scala_version,
-        cache_dir=cfg.cache_dir,
-        heap="512m",
-    )
-    t0 = time.monotonic()
-    state = broker.start()
-    settings = Settings(
-        bootstrap=state.bootstrap,
-        principals_file=broker.principals.path,
-        state_dir=home,
-        topic_prefix=PREFIX,
-        partitions=6,
-    )
-    provision(settings)
-    key = judge_key(settings)
-    key.create()
-    env = {**os.environ, **settings.child_env(), "ROLLTAPE_CHECKPOINT_INTERVAL_S": "5"}
-    worker = Worker(env, home)
-    worker.start()
-    faults: list[str] = []
-    per = args.events // args.processes
-    recorders = [
-        subprocess.Popen(
-            [
-                *(sys.executable, __file__, "record", "--index", str(i)),
-                *("--events", str(per), "--seconds", str(args.seconds)),
-                *("--out", str(home / f"recorder-{i}.json")),
-            ],
-            env=env,
-        )
-        for i in range(args.processes)
-    ]
-    rec_start = time.monotonic()
+class Run:
+    """One managed broker, topics under a prefix, recorders and workers (logs under `home`)."""
 
-    def at(fraction: float) -> None:
-        wait = rec_start + fraction * args.seconds - time.monotonic()
+    def __init__(self, args: argparse.Namespace, home: Path, settings: Settings) -> None:
+        self.args, self.home, self.settings = args, home, settings
+        self.env = {**os.environ, **settings.child_env(), "ROLLTAPE_CHECKPOINT_INTERVAL_S": "5"}
+        self.faults: list[str] = []
+        self.rec_start = time.monotonic()
+
+    def at(self, fraction: float) -> None:
+        wait = self.rec_start + fraction * self.args.seconds - time.monotonic()
         if wait > 0:
             time.sleep(wait)
 
-    def note(what: str) -> None:
-        faults.append(f"{time.monotonic() - rec_start:6.1f}s  {what}")
-        print(faults[-1], flush=True)
+    def note(self, what: str) -> None:
+        self.faults.append(f"{time.monotonic() - self.rec_start:6.1f}s  {what}")
+        print(self.faults[-1], flush=True)
 
-    def worker_back() -> None:
-        """Until the worker is a member of its group again (it is working, not only alive)."""
+    def members(self, count: int, what: str) -> None:
+        """Until the worker group has `count` members (working, not only alive)."""
         deadline = time.monotonic() + 120
-        while not worker_running(settings) and time.monotonic() < deadline:
+        while worker_members(self.settings) != count and time.monotonic() < deadline:
             time.sleep(0.5)
-        note("worker is a group member")
+        self.note(what)
 
-    try:
-        worker_back()
-        for round_, fraction in enumerate((0.1, 0.5)):
-            at(fraction)
-            broker.kill()
-            note(f"broker SIGKILLed ({round_ + 1}/2)")
-            time.sleep(args.downtime)
-            broker.start()
-            note("broker restarted")
-            worker_back()
-            at(fraction + 0.2)
-            worker.kill()
-            note(f"worker SIGKILLed ({round_ + 1}/2)")
-            while worker_running(settings):  # the group drops the dead member (session timeout)
-                time.sleep(0.5)
-            worker.start()
-            note("worker restarted")
-            worker_back()
+    def record(self) -> list[subprocess.Popen[bytes]]:
+        per = self.args.events // self.args.processes
+        recorders = [
+            subprocess.Popen(
+                [
+                    *(sys.executable, __file__, "record", "--index", str(i)),
+                    *("--events", str(per), "--seconds", str(self.args.seconds)),
+                    *("--out", str(self.home / f"recorder-{i}.json")),
+                ],
+                env=self.env,
+            )
+            for i in range(self.args.processes)
+        ]
+        self.rec_start = time.monotonic()
+        return recorders
+
+    def outcome(self, recorders: list[subprocess.Popen[bytes]], key: Any) -> int:
+        """Wait for the recorders and for the worker to catch up; check; print the figures."""
+        args, home, settings = self.args, self.home, self.settings
         codes = [p.wait() for p in recorders]
         rec_end = time.monotonic()
-        note("recorders done")
+        self.note("recorders done")
         if any(codes):
             print(f"FAILED: recorder exit codes {codes}")
             return 1
@@ -306,10 +293,9 @@ def run(args: argparse.Namespace) -> int:
               f"{sum(len(v) for v in outputs.by_type['rule_evaluation'].values()):,} rule evaluations, "
               f"{sum(len(v) for v in outputs.by_type['checkpoint'].values()):,} checkpoints "
               f"in {len(outputs.logs)} logs")  # fmt: skip
-        print(f"worker caught up       {caught_up - rec_end:.1f}s after the last recorder ended; "
-              f"total run {caught_up - t0:.0f}s")  # fmt: skip
+        print(f"worker caught up       {caught_up - rec_end:.1f}s after the last recorder ended")
         print("faults:")
-        for line in faults:
+        for line in self.faults:
             print(f"  {line}")
         if failures:
             print(f"\nFAILED ({len(failures)}):")
@@ -318,16 +304,127 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print("\nOK: every event once, every chain intact, every output present, no fork")
         return 0
+
+
+def broker_and_worker(run: Run, broker: ManagedBroker, key: Any) -> int:
+    """The broker SIGKILLed twice and the worker twice, one after the other."""
+    worker = Worker(run.env, run.home)
+    worker.start()
+    recorders = run.record()
+    try:
+        run.members(1, "worker is a group member")
+        for round_, fraction in enumerate((0.1, 0.5)):
+            run.at(fraction)
+            broker.kill()
+            run.note(f"broker SIGKILLed ({round_ + 1}/2)")
+            time.sleep(run.args.downtime)
+            broker.start()
+            run.note("broker restarted")
+            run.members(1, "worker is a group member")
+            run.at(fraction + 0.2)
+            worker.kill()
+            run.note(f"worker SIGKILLed ({round_ + 1}/2)")
+            run.members(0, "the group dropped it")  # its session timed out
+            worker.start()
+            run.note("worker restarted")
+            run.members(1, "worker is a group member")
+        return run.outcome(recorders, key)
     finally:
         for p in recorders:
             if p.poll() is None:
                 p.kill()
         worker.stop()
-        broker.stop()
-        if not args.keep:
-            import shutil
 
+
+def worker_kills(run: Run, key: Any) -> int:
+    """`--workers` workers in one group, SIGKILLed in turn while the recorders run (see the
+    module's docstring)."""
+    count = run.args.workers
+    workers = [Worker(run.env, run.home / f"w{i}") for i in range(count)]
+    for w in workers:
+        w.home.mkdir(exist_ok=True)
+        w.start()
+    recorders: list[subprocess.Popen[bytes]] = []
+
+    def again_at_once(worker: Worker, what: str) -> None:
+        worker.kill()
+        worker.start()
+        run.note(f"{what}: SIGKILLed and started again at once")
+
+    try:
+        run.members(count, f"{count} workers are group members")
+        recorders = run.record()
+        first, second, third = (workers[i % count] for i in range(3))
+        run.at(0.15)
+        again_at_once(first, "worker 1")
+        run.at(0.3)  # the group still counts the first one's predecessor (session timeout)
+        again_at_once(first, "worker 1 again, its predecessor still a member")
+        run.at(0.45)
+        second.kill()
+        run.note("worker 2: SIGKILLed")
+        run.members(count - 1, f"the group dropped the dead; {count - 1} share the partitions")
+        second.start()
+        run.note("worker 2 started again")
+        run.at(0.8)
+        again_at_once(third, "worker 3")
+        return run.outcome(recorders, key)
+    finally:
+        for p in recorders:
+            if p.poll() is None:
+                p.kill()
+        for w in workers:
+            w.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    home = Path(tempfile.mkdtemp(prefix="rolltape-faults-", dir=args.state_dir))
+    cfg = Settings()
+    broker = ManagedBroker(
+        home / "broker",
+        kafka_version=cfg.kafka_version,
+        scala_version=cfg.scala_version,
+        cache_dir=cfg.cache_dir,
+        heap="512m",
+    )
+    state = broker.start()
+    base = Settings(
+        bootstrap=state.bootstrap,
+        principals_file=broker.principals.path,
+        state_dir=home,
+        partitions=6,
+    )
+    key = judge_key(base)
+    key.create()
+    base = base.model_copy(update={"judge_key_file": key.path})  # one key for every round
+    failed: list[int] = []
+    try:
+        for round_ in range(args.rounds):
+            t0 = time.monotonic()
+            round_home = home / f"round-{round_ + 1}"
+            round_home.mkdir()
+            prefix = f"{PREFIX}{round_ + 1}" if args.rounds > 1 else PREFIX
+            settings = base.model_copy(update={"topic_prefix": prefix, "state_dir": round_home})
+            provision(settings)
+            if args.rounds > 1:
+                print(f"== round {round_ + 1} of {args.rounds} ({args.scenario})", flush=True)
+            this = Run(args, round_home, settings)
+            if args.scenario == "worker-kills":
+                code = worker_kills(this, key)
+            else:
+                code = broker_and_worker(this, broker, key)
+            print(f"round took {time.monotonic() - t0:.0f}s", flush=True)
+            if code:
+                failed.append(round_ + 1)
+    finally:
+        broker.stop()
+        if args.keep or failed:
+            print(f"logs and broker data kept in {home}")
+        else:
             shutil.rmtree(home, ignore_errors=True)
+    if args.rounds > 1:
+        verdict = f"FAILED rounds {failed}" if failed else "OK"
+        print(f"\n{verdict}: {args.rounds - len(failed)} of {args.rounds} rounds held")
+    return 1 if failed else 0
 
 
 def check(
@@ -352,9 +449,10 @@ def check(
             failures.append(f"{stream}/{sid}: {report.break_counts}, {report.set_aside} set aside")
     if verifier.unattributed:
         failures.append(f"{len(verifier.unattributed)} records belong to no chain")
-    for kind in ("chain_broken",):
-        if outputs.by_type.get(kind):
-            failures.append(f"{sum(len(v) for v in outputs.by_type[kind].values())} {kind} outputs")
+    if outputs.broken:
+        failures.append(
+            f"{len(outputs.broken)} chain_broken outputs, the first: {outputs.broken[0]}"
+        )
     if outputs.dead_letters:
         failures.append(f"{outputs.dead_letters} dead letters")
     for sid, info in sorted(sessions.items()):
@@ -397,6 +495,14 @@ def main() -> int:
     parser.add_argument("--catch-up", type=float, default=600.0, help="max wait for the worker")
     parser.add_argument("--state-dir", type=Path, default=None, help="where the temp folder goes")
     parser.add_argument("--keep", action="store_true", help="keep the folder (logs) afterwards")
+    parser.add_argument(
+        "--scenario",
+        choices=("broker-and-worker", "worker-kills"),
+        default="broker-and-worker",
+        help="what is killed (see the module's docstring)",
+    )
+    parser.add_argument("--workers", type=int, default=3, help="workers in worker-kills")
+    parser.add_argument("--rounds", type=int, default=1, help="times to run the scenario")
     args = parser.parse_args()
     if args.command == "record":
         record(args.index, args.events, args.seconds, args.out)

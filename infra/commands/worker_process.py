@@ -81,8 +81,14 @@ async def _members(connection: KafkaConnection, group_id: str) -> int:
     )
 
 
-def worker_running(settings: Settings) -> bool:
-    """Whether the worker group of `settings` has members (a worker is up). Asked as the
-    processor, whose group it is."""
+def worker_members(settings: Settings) -> int:
+    """How many members the worker group of `settings` has, as its coordinator sees it (a
+    SIGKILLed worker stays one until its session times out). Asked as the processor, whose
+    group it is."""
     connection = require_connection(settings, Role.PROCESSOR)
-    return asyncio.run(_members(connection, settings.worker_group)) > 0
+    return asyncio.run(_members(connection, settings.worker_group))
+
+
+def worker_running(settings: Settings) -> bool:
+    """Whether the worker group of `settings` has members (a worker is up)."""
+    return worker_members(settings) > 0

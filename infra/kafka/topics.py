@@ -117,9 +117,16 @@ async def ensure_topics(
                 if any(current.get(n, {}).get(k) != v for k, v in wanted[n].items())
             ]
             if drifted:
-                await admin.alter_configs(
+                altered = await admin.alter_configs(
                     [ConfigResource(ConfigResourceType.TOPIC, n, wanted[n]) for n in drifted]
                 )
+                for response in altered:
+                    for code, message, _rtype, name in response.resources:
+                        if code != 0:
+                            refused = for_code(code)(message or "")
+                            raise translate_kafka_error(
+                                refused, f"setting the configs of topic {name}"
+                            ) from refused
             for name in present:
                 parts = len(existing[name]["partitions"])
                 note = ""

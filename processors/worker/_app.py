@@ -139,15 +139,23 @@ def create_app(
         reader = await runtime.reader()
         tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(owned)]
         positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
+        shell.owning(owned)
         await reader.assign(owned, positions)
         log.info("reading partitions %s of the raw topics", sorted(owned))
 
     @app.on_partitions_revoked.connect
     async def stop_reading(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # Nothing written from here until the recovery that follows is done: the reader stops
+        # after its batch (and with it the shell's owned partitions, which checkpoints write),
+        # then a timer's commit in hand finishes. A write landing while a partition's next
+        # owner (this worker again, or another) restores its state from the changelog would
+        # leave that owner an older state than the log holds: a forked checkpoint log.
         if runtime.has_reader():
             await (await runtime.reader()).release()
         if runtime.has_shell():  # the states kept between batches may belong to others now
-            (await runtime.shell()).forget_states()
+            shell = await runtime.shell()
+            await shell.settle()
+            shell.forget_states()
 
     @app.agent(assignment, concurrency=1)
     async def membership(stream: Any) -> None:
@@ -269,7 +277,7 @@ class _Runtime:
                     requests_topic=self.config.judge_requests_topic,
                     results_topic=self.config.judge_results_topic,
                     partitions=self.config.partitions,
-                    owned=self.owned_partitions,
+                    owned=self.reading,
                     keys=self.keys,
                 )
             return self._shell
@@ -294,6 +302,10 @@ class _Runtime:
             await self.keys.stop()
             self._keys_started = False
         self._shell = self._producer = self._reader = None
+
+    def reading(self) -> frozenset[int]:
+        """The partitions the reader reads now (none from a revocation to the recovery's end)."""
+        return self._reader.owned if self._reader is not None else frozenset()
 
     def owned_partitions(self) -> set[int]:
         return {

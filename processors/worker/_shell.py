@@ -18,7 +18,7 @@ import logging
 import time
 import traceback
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from aiokafka import TopicPartition
@@ -117,7 +117,7 @@ class Shell:
         requests_topic: str = "",
         results_topic: str = "",
         partitions: int = 0,
-        owned: Callable[[], set[int]] | None = None,
+        owned: Callable[[], Collection[int]] | None = None,
         keys: KeySource | None = None,
     ) -> None:
         self.processor = processor
@@ -147,7 +147,9 @@ class Shell:
         self._live: OrderedDict[str, SessionState] = OrderedDict()
         """Parsed states kept between batches, most recently used last (see the module)."""
         self._owned = owned
-        """The raw partitions this worker owns now (checkpoints write only those logs)."""
+        """The raw partitions this worker reads now: checkpoints write only those logs. Empty
+        from a revocation to the end of the recovery that follows, so a timer's checkpoint never
+        writes a log whose state another worker may be restoring."""
         self._lock = asyncio.Lock()
 
     def to_input(
@@ -263,9 +265,25 @@ class Shell:
         stored = self.store.get(position_key(tp.topic, tp.partition, self.partitions))
         return int(stored) if stored else None
 
+    async def settle(self) -> None:
+        """Until the batch or timer commit in hand (if any) is done: after a revocation, so
+        that nothing this worker writes lands while another restores the partitions."""
+        async with self._lock:
+            pass
+
+    def owning(self, partitions: Collection[int]) -> None:
+        """The partitions assigned after a rebalance: sessions advanced here on the others are
+        not committed here any more (their new owner reads and commits them)."""
+        for partition in [p for p in self._uncommitted if p not in partitions]:
+            del self._uncommitted[partition]
+
     async def resend_outboxes(self, owned: Callable[[bytes], bool]) -> int:
         """After recovery: send what sessions saved but may not have sent, then empty their
         outboxes. Only sessions on partitions this worker owns (`owned(key)`) are touched."""
+        async with self._lock:  # a timer's commit may be waiting to run
+            return await self._resend_outboxes(owned)
+
+    async def _resend_outboxes(self, owned: Callable[[bytes], bool]) -> int:
         states: dict[str, SessionState] = {}
         outputs: list[Output] = []
         self.forget_states()
@@ -308,8 +326,7 @@ class Shell:
         owned = self._owned() if self._owned is not None else None
         for partition in sorted(self._uncommitted):
             if owned is not None and partition not in owned:
-                del self._uncommitted[partition]  # another worker commits them now
-                continue
+                continue  # not read here now (perhaps again after a rebalance): kept for then
             if now - self._last_checkpoint.get(partition, 0.0) < signer.interval_s:
                 continue
             for sid in sorted(self._uncommitted.pop(partition)):

@@ -3,7 +3,8 @@ namespaces on one switch, tests/support/hosts.py), recorded to from a fourth: th
 controller killed while sessions record, then a node cut off from the others and brought back.
 After each, every chain holds exactly what its recorder sealed, nothing is lost or duplicated,
 and `broker status` shows the cluster healthy again; `broker check` names a drifted config.
-Workers on two more hosts share the partitions; one is killed and the other takes them over."""
+Workers on three more hosts share the partitions; they are killed one by one and the others
+take their partitions over."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ from .workers import RawRecord, WorkerProcess, chain_reports, payloads, read_all
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.skipif(not can_make_hosts(), reason="test hosts need root and iproute2"),
+    # One test process runs the module: its cluster is started once, for all of its tests.
+    pytest.mark.xdist_group("hosts"),
 ]
 NODES = ("node1", "node2", "node3")
-WORKERS = ("worker1", "worker2")
+WORKERS = ("worker1", "worker2", "worker3")
 CLI = [sys.executable, "-m", "rolltape.infra"]
 
 
@@ -167,7 +170,10 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     assert "--add-config min.insync.replicas=2" in drifted.stdout
     realigned = broker_up(managed, as_admin=True)
     assert any(t.action.value == "config updated" for t in realigned.topics or ())
-    assert not check_cluster(managed).problems
+    deadline = time.monotonic() + 30  # the new configs reach every node's metadata in turn
+    while (problems := check_cluster(managed).problems) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not problems
 
 
 def _broker(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -179,7 +185,7 @@ def _broker(state_dir: Path, *args: str, **env: str) -> subprocess.CompletedProc
     )
 
 
-def test_workers_on_two_hosts__one_killed__the_other_takes_its_partitions_and_breaks_nothing(
+def test_workers_on_three_hosts__killed_one_by_one__the_others_take_their_partitions(
     hosted: tuple[Hosts, ManagedBroker, Cluster], tmp_path: Path
 ) -> None:
     hosts, _, cluster = hosted
@@ -206,10 +212,13 @@ def test_workers_on_two_hosts__one_killed__the_other_takes_its_partitions_and_br
 
     try:
         record(0, 30)
-        wait_for(topics, lambda rs: judged(rs) == 30, worker=workers[1], timeout_s=180)
-        workers[0].kill()  # SIGKILL of the first worker's host process, the other one runs on
+        wait_for(topics, lambda rs: judged(rs) == 30, worker=workers[2], timeout_s=180)
+        workers[0].kill()  # SIGKILL of the first worker's host process; two run on
         record(30, 30)
-        outputs = wait_for(topics, lambda rs: judged(rs) == 60, worker=workers[1], timeout_s=180)
+        wait_for(topics, lambda rs: judged(rs) == 60, worker=workers[2], timeout_s=180)
+        workers[1].kill()  # and of the second: the third takes every partition
+        record(60, 30)
+        outputs = wait_for(topics, lambda rs: judged(rs) == 90, worker=workers[2], timeout_s=180)
     finally:
         for worker in workers:
             if worker.alive():
@@ -217,7 +226,7 @@ def test_workers_on_two_hosts__one_killed__the_other_takes_its_partitions_and_br
     recorder.close(60)
     assert payloads(outputs, "chain_broken") == []
     outcomes = _outcomes(outputs)
-    assert sorted(outcomes) == [f"w-{i:03d}" for i in range(60)]
+    assert sorted(outcomes) == [f"w-{i:03d}" for i in range(90)]
     assert all(p["accepted"] for p in outcomes.values())
     everything = read_all(topics, (Stream.EVENTS, Stream.FILTERED))
     assert all(report.ok for report in chain_reports(everything))
