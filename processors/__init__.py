@@ -8,6 +8,7 @@ per session by `SessionProcessor`; `rolltape.processors.worker` is the Kafka she
 from rolltape.processors._errors import ProcessorError
 from rolltape.processors._replay import (
     Conflict,
+    ReplayedSession,
     Replayer,
     ReplayRecord,
     ReplayResult,
@@ -45,6 +46,7 @@ __all__ = [
     "Refused",
     "ReplayRecord",
     "ReplayResult",
+    "ReplayedSession",
     "Replayer",
     "Requested",
     "SessionProcessor",

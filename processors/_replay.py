@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -38,7 +38,7 @@ from rolltape.processors._session import (
     handle,
 )
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.schemas import Stream, UnreadableRecord, read_event, versioned_stream
+from rolltape.schemas import Stream, TypedEvent, UnreadableRecord, read_event, versioned_stream
 
 
 class ReplayRecord(NamedTuple):
@@ -102,6 +102,15 @@ class ReplayResult:
     again, and a machine without the key-encryption key would judge empty fields)."""
 
 
+class ReplayedSession(NamedTuple):
+    """One session as replay stepped it: its raw events (both streams, in the order stepped)
+    decoded once, their payloads read by the step, and the outputs it emitted, in order."""
+
+    session_id: str
+    events: list[TypedEvent]
+    outputs: list[Emitted]
+
+
 JudgeCall = Callable[[JudgeRequest, str], Awaitable[JudgeResult]]
 
 
@@ -118,20 +127,49 @@ class Replayer:
         self.processor = SessionProcessor(config)
         self.states: dict[str, SessionState] = {}
 
-    def run(self, records: Sequence[InputRecord]) -> ReplayResult:
+    def run(self, records: Iterable[InputRecord]) -> ReplayResult:
         result = ReplayResult()
         chains: dict[tuple[str, str], list[Emitted]] = defaultdict(list)
+        for session in self.sessions(records, result):
+            for output in session.outputs:
+                chains[(output.stream, output.session_id)].append(output)
+        return self.finish(result, chains)
+
+    def sessions(
+        self, records: Iterable[InputRecord], result: ReplayResult
+    ) -> Iterator[ReplayedSession]:
+        """Step `records` (in `replay_order`: a session's records one after another) and yield
+        each session once its records are stepped, with its events as the step decoded them,
+        so that a fold after the step decodes nothing again. Dead letters and judge requests
+        are counted into `result`; `finish` completes it."""
+        sid: str | None = None
+        decoded: list[TypedEvent] = []
+        emitted: list[Emitted] = []
         for record in records:
-            sid, outputs = handle(self.processor, self.states, record)
-            if sid is not None:
-                result.sessions.add(sid)
+            at = len(decoded)
+            touched, outputs = handle(self.processor, self.states, record, decoded=decoded)
+            if touched != sid and touched is not None:
+                if sid is not None:
+                    yield ReplayedSession(sid, decoded[:at], emitted)
+                    del decoded[:at]
+                    emitted = []
+                sid = touched
+                result.sessions.add(touched)
             for output in outputs:
                 if isinstance(output, Emitted):
-                    chains[(output.stream, output.session_id)].append(output)
+                    emitted.append(output)
                 elif isinstance(output, DeadLetter):
                     result.dead_letters[output.reason] += 1
                 elif isinstance(output, Requested):
                     result.requests.append(JudgeRequest.model_validate_json(output.value))
+        if sid is not None:
+            yield ReplayedSession(sid, decoded, emitted)
+
+    def finish(
+        self, result: ReplayResult, chains: dict[tuple[str, str], list[Emitted]]
+    ) -> ReplayResult:
+        """`result` with the chains stepped, less the sessions whose content could not be
+        opened (nothing of them is written or judged)."""
         unopened = {sid: s.unopened for sid, s in self.states.items() if s.unopened is not None}
         result.unopened.update(unopened.values())
         result.chains = {ids: chain for ids, chain in chains.items() if ids[1] not in unopened}

@@ -917,11 +917,14 @@ def handle(
     states: dict[str, SessionState],
     record: InputRecord,
     load: Callable[[str], SessionState] = lambda sid: SessionState(),
+    decoded: list[TypedEvent] | None = None,
 ) -> tuple[str | None, list[Output]]:
     """Route one record, raw or a judge result: dead-letter what cannot be attributed to a
     session, step the rest. A session not in `states` is `load`ed (the worker reads its table;
     tests start fresh). Returns the session touched (None for a dead letter) and the outputs,
-    in order.
+    in order. A raw record's event, as the step decoded it (its payload model read once), is
+    appended to `decoded` when given: a reader that folds after the step reads it from there
+    instead of decoding the record again.
 
     Total: a step that raises (a bug) dead-letters its record with the error and keeps the
     outputs it sealed before raising, whose chain heads the state already holds."""
@@ -943,6 +946,8 @@ def handle(
                 f"session ids starting {CHECKPOINT_LOG_PREFIX!r} name the judge's checkpoint logs"
             )
             return None, [DeadLetter(record, "reserved_session_id", detail)]
+        if decoded is not None:
+            decoded.append(event)
     state = states.get(sid)
     if state is None:
         state = states[sid] = load(sid)

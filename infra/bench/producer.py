@@ -160,7 +160,7 @@ def _jsonl_writer(path: Path, calls: int) -> list[int]:
     return samples
 
 
-def _sustained(
+def sustained_recording(
     connection: KafkaConnection,
     prefix: str,
     spool: Path,
@@ -314,10 +314,14 @@ def _run(
                 recorder.close()
             jsonl_samples += _jsonl_writer(Path(tmp) / "local.jsonl", calls // repeats)
             for n in senders:
-                sustained[n].append(_sustained(connection, prefix, spool, events, sessions, n))
+                sustained[n].append(
+                    sustained_recording(connection, prefix, spool, events, sessions, n)
+                )
                 if sealed:
                     sealed_runs[n].append(
-                        _sustained(connection, prefix, spool, events, sessions, n, sealed=True)
+                        sustained_recording(
+                            connection, prefix, spool, events, sessions, n, sealed=True
+                        )
                     )
             topic = topic_name("events", prefix)
             raw.append(asyncio.run(_raw_aiokafka(connection, topic, events, 1024)))

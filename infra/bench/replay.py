@@ -6,18 +6,19 @@ tool call / tool result rounds, a reward, the end), sealed and chained as the re
 them and produced straight to a scratch events topic. Each pass reads the whole topic:
 
 - raw: a plain aiokafka scan of the same records, counting them (the ceiling of reading alone);
-- pipeline: the same scan into replay records, `replay_order`, `replay` (the processors' pure
-  step: chain audit with hash check, filters, reward function), then a session at a time its
-  records and derived outputs read through the codec and folded (`fold`), and its
-  `sharegpt_row` + JSON line rendered at once (as the export streams). Stage times are
-  reported too;
+- pipeline: the same scan into replay records, `replay_order`, then a session at a time
+  (`Replayer.sessions`) the processors' pure step (chain audit with hash check, filters, reward
+  function), the fold of the events as the step decoded them (each record decoded once) with
+  its derived outputs, and its `sharegpt_row` + JSON line rendered at once (as the export
+  streams). Stage times are reported too;
 - decode: every record of the pass read through the codec once (`read_event` and its payload
   model), nothing else. With the read stage it is the least a one-process pipeline that decodes
   each record once must spend, so `events / (read + decode)` is that pipeline's ceiling here,
   whatever its processing costs.
 
 Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
-and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
+`rolltape replay --dry-run --group` as commands, one member alone and two members in one group
+started together; and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
 export holding every record in memory (how export worked before it streamed) and of
 `rolltape export --help` (the import floor).
 
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -45,7 +47,14 @@ from rolltape.infra.commands.replay import run_replay
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
-from rolltape.processors import ProcessorConfig, ReplayRecord, replay, replay_order
+from rolltape.processors import (
+    Emitted,
+    ProcessorConfig,
+    Replayer,
+    ReplayRecord,
+    ReplayResult,
+    replay_order,
+)
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.projections import ExportOptions, build_export, checked_event, fold
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
@@ -86,6 +95,16 @@ class ReplayBench(BaseModel):
     jobs: int
     command_jobs_events_per_s: float
     """The same with `--jobs`: partition numbers replayed in parallel processes."""
+    group_one_events_per_s: float
+    """`rolltape replay --dry-run --group G`, one member alone (a fresh process: start, group
+    settling and every partition)."""
+    group_two_events_per_s: float
+    """The same with two members started together in one group (the union of their partitions
+    is every partition): events / the slower member's time."""
+    pipeline_vs_decode_ceiling: float
+    """pipeline_events_per_s / decode_ceiling_events_per_s (goal >= 0.5)."""
+    group_two_vs_one: float
+    """group_two_events_per_s / group_one_events_per_s (goal >= 1.6)."""
     export_events_per_s: float
     """`rolltape export --format sharegpt` over the topic (read, fold, sort, write), as a
     command (process start included)."""
@@ -183,35 +202,39 @@ def _pipeline(
     t0 = time.perf_counter()
     raw = asyncio.run(_read(connection, prefix))
     t1 = time.perf_counter()
-    result = replay(replay_order(raw), config)
-    t2 = time.perf_counter()
     # A session at a time, as `rolltape export` folds from its spill: holding every decoded
-    # event of the topic at once made the cyclic GC the largest cost of this stage.
-    records: dict[str, list[bytes]] = defaultdict(list)
-    for item in raw:
-        records[(item.record.key or b"").decode()].append(item.record.value)
-    derived: dict[str, list[bytes]] = defaultdict(list)
-    for (_, sid), outputs in result.chains.items():
-        derived[sid].extend(o.value for o in outputs)
-    # Each trajectory rendered as soon as it is folded, as `rolltape export` streams: holding
-    # every trajectory of a 1,000,000-event topic until the end nearly doubled this stage (full
-    # collections traversing them: 4.6 s of 15 µs an event, against 0.6 s of 8).
+    # event of the topic at once made the cyclic GC the largest cost of this stage. Each session
+    # is folded from the events its replay step decoded (no second decode of a record), and
+    # rendered at once, as the export streams: holding every trajectory of a 1,000,000-event
+    # topic until the end nearly doubled this stage (full collections traversing them).
+    replayer = Replayer(config)
+    result = ReplayResult()
+    chains: dict[tuple[str, str], list[Emitted]] = defaultdict(list)
     lines: list[bytes] = []
-    export_s = 0.0
-    for sid in sorted(records):
-        trajectory = fold(map(read_event, records[sid]), map(read_event, derived[sid]))
-        t3 = time.perf_counter()
+    fold_s = export_s = 0.0
+    clock = time.perf_counter
+    events_stream = Stream.EVENTS.value
+    for session in replayer.sessions(replay_order(raw), result):
+        t2 = clock()
+        for output in session.outputs:
+            chains[(output.stream, output.session_id)].append(output)
+        events = [e for e in session.events if e.stream == events_stream]
+        trajectory = fold(events, [read_event(o.value) for o in session.outputs])
+        t3 = clock()
         lines.append(jsonl_line(sharegpt_row(trajectory)))
-        export_s += time.perf_counter() - t3
-    fold_s = time.perf_counter() - t2 - export_s  # the rest: filing by session, the folds
-    t4 = time.perf_counter()
+        t4 = clock()
+        fold_s += t3 - t2
+        export_s += t4 - t3
+    replayer.finish(result, chains)
+    replay_s = clock() - t1 - fold_s - export_s  # the rest: ordering and the step
+    t5 = clock()
     for item in raw:
         _ = read_event(item.record.value).body
-    decode_s = time.perf_counter() - t4
+    decode_s = clock() - t5
     return {
         "events": len(raw),
         "read": t1 - t0,
-        "replay": t2 - t1,
+        "replay": replay_s,
         "fold": fold_s,
         "export": export_s,
         "decode": decode_s,
@@ -273,6 +296,30 @@ def _measured(settings: Settings, module: str, *args: str) -> tuple[float, float
     return seconds, int(peaks[-1]) / 1024
 
 
+def _group_replay(settings: Settings, members: int) -> float:
+    """Seconds until `members` processes of `rolltape replay --dry-run --group` (a fresh group),
+    started together, have all returned (process start, the group's settling and the wait for
+    the others included: what a user on that many hosts waits)."""
+    group = f"benchreplay-{uuid.uuid4().hex[:8]}"
+    cli = [sys.executable, "-m", "rolltape.infra", "replay", "--judge-version", "live"]
+    start = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [*cli, "--dry-run", "--group", group],
+            env={**os.environ, **settings.child_env()},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(members)
+    ]
+    errors = [p.communicate()[1].decode(errors="replace") for p in procs]
+    seconds = time.perf_counter() - start
+    failed = [e for p, e in zip(procs, errors, strict=True) if p.returncode != 0]
+    if failed:
+        raise RuntimeError(f"a member of replay group {group} failed: {failed[0][-2000:]}")
+    return seconds
+
+
 def _export_figures(settings: Settings) -> tuple[tuple[float, float], ...]:
     """`rolltape export`, the in-memory baseline and the command's import floor, each in a
     fresh process: (seconds, peak RSS MB) each."""
@@ -311,6 +358,8 @@ def run_replay_bench(
             runs.append(_pipeline(reader, prefix, config))
         command = asyncio.run(run_replay(scratch, config, dry_run=True))
         parallel = asyncio.run(run_replay(scratch, config, dry_run=True, jobs=jobs))
+        group_one = _group_replay(scratch, 1)
+        group_two = _group_replay(scratch, 2)
         streamed, in_memory, idle = _export_figures(scratch)
 
     def median(key: str) -> float:
@@ -321,6 +370,7 @@ def run_replay_bench(
     )
     raw_rate = statistics.median(raw_rates)
     pipeline_rate = written / total
+    ceiling = written / statistics.median(run["read"] + run["decode"] for run in runs)
     return ReplayBench(
         machine=machine(),
         partitions=partitions,
@@ -338,11 +388,14 @@ def run_replay_bench(
         export_lines=int(median("lines")),
         export_bytes=int(median("bytes")),
         decode_s=median("decode"),
-        decode_ceiling_events_per_s=written
-        / statistics.median(run["read"] + run["decode"] for run in runs),
+        decode_ceiling_events_per_s=ceiling,
+        pipeline_vs_decode_ceiling=pipeline_rate / ceiling,
         command_events_per_s=command.records_read / command.seconds,
         jobs=jobs,
         command_jobs_events_per_s=parallel.records_read / parallel.seconds,
+        group_one_events_per_s=written / group_one,
+        group_two_events_per_s=written / group_two,
+        group_two_vs_one=group_one / group_two,
         export_events_per_s=written / streamed[0],
         export_peak_rss_mb=streamed[1],
         in_memory_export_events_per_s=written / in_memory[0],

@@ -217,12 +217,22 @@ def replay(
         f"  read + decode alone (no processing):   {r.decode_ceiling_events_per_s:,.0f} events/s "
         f"(decode {r.decode_s:.2f} s)"
     )
+    verdict = "met" if r.pipeline_vs_decode_ceiling >= 0.5 else "MISSED"
+    console.print(
+        f"    pipeline / (read + decode): {r.pipeline_vs_decode_ceiling:.2f} (goal >= 0.5: {verdict})"
+    )
     console.print(
         f"  rolltape replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s"
     )
     console.print(
         f"    --jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
         f"({r.command_jobs_events_per_s / r.command_events_per_s:.2f}x)"
+    )
+    verdict = "met" if r.group_two_vs_one >= 1.6 else "MISSED"
+    console.print(
+        f"  rolltape replay --dry-run --group, one member: {r.group_one_events_per_s:,.0f} "
+        f"events/s; two members: {r.group_two_events_per_s:,.0f} events/s "
+        f"({r.group_two_vs_one:.2f}x, goal >= 1.6: {verdict})"
     )
     console.print(
         f"  rolltape export -f sharegpt (command): {r.export_events_per_s:,.0f} events/s, "
@@ -233,6 +243,46 @@ def replay(
         f"peak RSS {r.in_memory_export_peak_rss_mb:,.0f} MB"
     )
     console.print(f"    `export --help` alone: peak RSS {r.idle_rss_mb:,.0f} MB")
+
+
+@app.command()
+def cluster(
+    events: int = typer.Option(100_000, min=1, help="Events per sustained run."),
+    repeats: int = typer.Option(3, min=1, help="Runs on each cluster; medians are reported."),
+    senders: int = typer.Option(1, min=1, help="Sender processes of the recorder."),
+    sessions: int = typer.Option(64, min=1, help="Sessions the events are spread over."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
+    """Recording into a three-node cluster (RF 3, min ISR 2) against one node, same run. Starts
+    both clusters itself (no ROLLTAPE_BOOTSTRAP needed)."""
+    from rolltape.infra.bench.cluster import run_cluster_bench
+
+    r = run_cluster_bench(events=events, repeats=repeats, senders=senders, sessions=sessions)
+    if json_out:
+        console.print(r.model_dump_json(indent=2), markup=False)
+        return
+    console.print(
+        f"machine: {r.machine}; every node on this machine; {r.partitions} partitions; "
+        f"{r.repeats} repeats, alternating which cluster goes first"
+    )
+    console.print(
+        f"{r.events:,} events of ~1 KB over {r.sessions} sessions, {r.senders} sender "
+        "process(es), acks=all, idempotent; until every event is acknowledged"
+    )
+    for run in (r.single, r.replicated):
+        runs = " / ".join(f"{v:,.0f}" for v in run.runs_events_per_s)
+        console.print(
+            f"  {run.nodes} node(s), replication factor {run.replication_factor}, min ISR "
+            f"{run.min_insync_replicas}: {run.events_per_s:,.0f} events/s ({runs}); brokers' "
+            f"CPU {run.broker_cpu_us_per_event:.1f} us an event, all nodes together"
+        )
+        for problem in run.check_problems:
+            console.print(f"    broker check: {problem}", markup=False)
+    verdict = "met" if r.ratio >= r.goal_ratio else "MISSED"
+    console.print(
+        f"  ratio (three nodes / one): {r.ratio:.2f} (per repeat: "
+        f"{' / '.join(f'{v:.2f}' for v in r.runs_ratio)}; goal >= {r.goal_ratio}: {verdict})"
+    )
 
 
 @app.command()

@@ -274,6 +274,27 @@ def test_bench_producer__runs_end_to_end_and_reports_every_figure(topics: Topics
     assert [s["senders"] for s in figures["sealed"]] == [1, 2]
 
 
+def test_bench_cluster__starts_one_node_and_three_and_reports_both_set_up_as_checked(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path)}
+    env.pop("ROLLTAPE_BOOTSTRAP", None)  # it starts both clusters itself
+    out = run(["bench", "cluster", "--events", "400", "--repeats", "1", "--json"], env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    single, replicated = figures["single"], figures["replicated"]
+    assert (single["nodes"], single["replication_factor"], single["min_insync_replicas"]) == (
+        1,
+        1,
+        1,
+    )
+    assert (replicated["nodes"], replicated["replication_factor"]) == (3, 3)
+    assert replicated["min_insync_replicas"] == 2
+    assert single["check_problems"] == [] and replicated["check_problems"] == []
+    assert single["events_per_s"] > 0 and replicated["events_per_s"] > 0
+    assert replicated["broker_cpu_us_per_event"] > 0 and figures["ratio"] > 0
+
+
 def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
     rules.write_text('{"r2_noise_scale_low": 9000}')
@@ -313,6 +334,8 @@ def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) 
     assert figures["raw_events_per_s"] > 0 and figures["pipeline_events_per_s"] > 0
     assert figures["decode_s"] > 0 and figures["decode_ceiling_events_per_s"] > 0
     assert figures["command_events_per_s"] > 0 and figures["command_jobs_events_per_s"] > 0
+    assert figures["group_one_events_per_s"] > 0 and figures["group_two_events_per_s"] > 0
+    assert figures["pipeline_vs_decode_ceiling"] > 0 and figures["group_two_vs_one"] > 0
     assert figures["export_events_per_s"] > 0 and figures["in_memory_export_events_per_s"] > 0
     assert 0 < figures["idle_rss_mb"] <= figures["export_peak_rss_mb"]
 

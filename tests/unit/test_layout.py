@@ -167,6 +167,7 @@ def test_public_api__is_pinned() -> None:
         "JUDGE_RESULTS",
         "Conflict",
         "Replayer",
+        "ReplayedSession",
         "ReplayRecord",
         "ReplayResult",
         "WritePlan",

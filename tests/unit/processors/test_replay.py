@@ -8,14 +8,17 @@ from typing import Any
 from rolltape.processors import (
     Emitted,
     ProcessorConfig,
+    Replayer,
     ReplayRecord,
+    ReplayResult,
     plan_writes,
     replay,
     replay_order,
 )
 from rolltape.processors.audit import InputRecord
 from rolltape.processors.rules import RuleBook, RuleSet
-from rolltape.schemas import decode
+from rolltape.projections import fold
+from rolltape.schemas import decode, read_event
 from tests.unit.processors.scripted import Tape, run
 from tests.unit.projections.sessions import CONFIG, record_sessions
 
@@ -66,6 +69,33 @@ def test_replay_reproduces_the_live_outputs_byte_for_byte() -> None:
     replayed = replay(replay_order(_as_read(records)), CONFIG)
     assert _bytes(replayed.chains) == live_chains
     assert replayed.sessions == {"s-good", "s-bad", "s-tok-a", "s-tok-b", "t-1", "t-2"}
+
+
+def test_sessions_yield_each_session_once_with_the_events_the_step_decoded_foldable_as_read() -> (
+    None
+):
+    records = replay_order(_as_read(_recorded()))
+    whole = replay(records, CONFIG)
+    result = ReplayResult()
+    replayer = Replayer(CONFIG)
+    seen: list[str] = []
+    outputs: dict[tuple[str, str], list[Emitted]] = {}
+    for session in replayer.sessions(records, result):
+        seen.append(session.session_id)
+        mine = [r for r in records if (r.key or b"").decode() == session.session_id]
+        assert [e.seq for e in session.events] == [read_event(r.value).seq for r in mine]
+        # Decoded once: the step validated every payload already (the fold reads those bodies).
+        assert all(e.parsed for e in session.events)
+        for output in session.outputs:
+            outputs.setdefault((output.stream, output.session_id), []).append(output)
+        if session.session_id.startswith("s-"):
+            events = [e for e in session.events if e.stream == "events"]
+            derived = [read_event(o.value) for o in session.outputs]
+            from_step = fold(events, derived)
+            from_bytes = fold([read_event(r.value) for r in mine if r.stream == "events"], derived)
+            assert from_step == from_bytes
+    assert sorted(seen) == sorted(set(seen)) == sorted(whole.sessions)
+    assert _bytes(replayer.finish(result, outputs).chains) == _bytes(whole.chains)
 
 
 def test_replay_output_does_not_depend_on_how_the_scan_interleaved_the_topics() -> None:
