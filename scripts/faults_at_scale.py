@@ -4,7 +4,8 @@ check that nothing was lost, doubled, forked or left unjudged.
     .venv/bin/python scripts/faults_at_scale.py                      # 100,000 events, 4 processes
     .venv/bin/python scripts/faults_at_scale.py --events 6000 --processes 3 --seconds 50
     .venv/bin/python scripts/faults_at_scale.py --scenario worker-kills --rounds 20 \\
-        --events 3000 --processes 3 --seconds 30
+        --events 9000 --processes 3 --seconds 30
+    .venv/bin/python scripts/faults_at_scale.py --scenario cluster   # as root
 
 It starts its own managed broker (SASL, principals, ACLs, the judge's key) in a temporary folder,
 the workers, and N recording processes. Each records agent sessions (as the agent principal) and
@@ -18,7 +19,11 @@ Meanwhile, by scenario:
   supervisor restarts it, while the group still counts the dead one; the new one SIGKILLed and
   started again too, its predecessor still a member; another worker SIGKILLed and started again
   only after the group dropped the dead (the others take its partitions over meanwhile); a third
-  SIGKILLed and started again at once.
+  SIGKILLed and started again at once;
+- cluster (three nodes, each on a test host: network namespaces on one switch, made with the
+  tests' harness, so root and iproute2): the active controller SIGKILLed and started again, the
+  worker SIGKILLed and started again at once, another node SIGKILLed and started again, the
+  third cut off from the others and brought back; the cluster must be healthy again at the end.
 
 --rounds runs the scenario that many times on the same broker, each round on topics of its own.
 When the recorders are done and the workers have caught up, it checks:
@@ -45,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +61,10 @@ from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_met
 from rolltape.infra.broker import ManagedBroker, require_connection
 from rolltape.infra.commands.worker_process import worker_members
 from rolltape.infra.kafka.readback import RawRecord, read_records
-from rolltape.infra.kafka.topics import provision
+from rolltape.infra.kafka.topics import partition_health, provision
 from rolltape.infra.keys import judge_key
 from rolltape.schemas import ChainVerifier, Checkpoint, Role, Stream, decode
+from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.trust import LogTree
 
 PREFIX = "faults"
@@ -376,8 +383,83 @@ def worker_kills(run: Run, key: Any) -> int:
             w.stop()
 
 
-def run(args: argparse.Namespace) -> int:
-    home = Path(tempfile.mkdtemp(prefix="rolltape-faults-", dir=args.state_dir))
+def cluster_faults(run: Run, broker: ManagedBroker, hosts: Any, key: Any) -> int:
+    """Three nodes on test hosts: the active controller SIGKILLed, then another node, then the
+    third cut off from the others (its link down) and brought back; the worker SIGKILLed and
+    started again at once meanwhile. The cluster must be healthy again at the end."""
+    admin = require_connection(run.settings, Role.ADMIN)
+    worker = Worker(run.env, run.home)
+    worker.start()
+    recorders: list[subprocess.Popen[bytes]] = []
+    try:
+        run.members(1, "worker is a group member")
+        recorders = run.record()
+        run.at(0.15)
+        controller = asyncio.run(_controller(admin))
+        broker.kill(controller)
+        run.note(f"node {controller} (the active controller) SIGKILLed")
+        time.sleep(run.args.downtime)
+        broker.start()
+        run.note(f"node {controller} started again")
+        run.at(0.3)
+        worker.kill()
+        worker.start()
+        run.note("worker SIGKILLed and started again at once")
+        run.at(0.45)
+        other = controller % 3 + 1
+        broker.kill(other)
+        run.note(f"node {other} SIGKILLed")
+        time.sleep(run.args.downtime)
+        broker.start()
+        run.note(f"node {other} started again")
+        run.at(0.7)
+        third = ({1, 2, 3} - {controller, other}).pop()
+        hosts.cut(f"node{third}")
+        run.note(f"node {third} cut off from the others")
+        time.sleep(max(run.args.downtime, 6.0))  # past the controller's fencing of it (4 s)
+        hosts.heal(f"node{third}")
+        run.note(f"node {third} brought back")
+        code = run.outcome(recorders, key)
+        healthy = _healthy(admin)
+        print(f"cluster healthy again  {'yes' if healthy else 'NO'}")
+        return code or (0 if healthy else 1)
+    finally:
+        for p in recorders:
+            if p.poll() is None:
+                p.kill()
+        worker.stop()
+
+
+async def _controller(admin: KafkaConnection) -> int:
+    async with admin.started(admin.admin(), "describing the cluster") as client:
+        described: Any = await client.describe_cluster()
+        return int(described["controller_id"])
+
+
+def _healthy(admin: KafkaConnection, within_s: float = 120.0) -> bool:
+    """Until no partition is offline or under-replicated (False after `within_s`)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            health = asyncio.run(partition_health(admin))
+        except Exception:  # a node still coming back: ask again
+            health = None
+        if health is not None and not health.offline and not health.under_replicated:
+            return True
+        time.sleep(2)
+    return False
+
+
+def _cluster(home: Path, stack: ExitStack) -> tuple[ManagedBroker, Any]:
+    """Three nodes, each on a test host of its own (network namespaces on one switch, made by
+    the tests' harness: root and iproute2), this script on the runner host."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.support.hosts import Hosts, can_make_hosts
+
+    if not can_make_hosts():
+        raise SystemExit("--scenario cluster needs root and iproute2 (test hosts)")
+    names = ("node1", "node2", "node3")
+    hosts = stack.enter_context(Hosts(names))
     cfg = Settings()
     broker = ManagedBroker(
         home / "broker",
@@ -385,13 +467,35 @@ def run(args: argparse.Namespace) -> int:
         scala_version=cfg.scala_version,
         cache_dir=cfg.cache_dir,
         heap="512m",
+        nodes=3,
+        hosts={i + 1: hosts.addresses[name] for i, name in enumerate(names)},
+        launch=lambda node: hosts.command(names[node - 1], []),
     )
+    return broker, hosts
+
+
+def run(args: argparse.Namespace) -> int:
+    home = Path(tempfile.mkdtemp(prefix="rolltape-faults-", dir=args.state_dir))
+    cfg = Settings()
+    stack = ExitStack()
+    hosts = None
+    if args.scenario == "cluster":
+        broker, hosts = _cluster(home, stack)
+    else:
+        broker = ManagedBroker(
+            home / "broker",
+            kafka_version=cfg.kafka_version,
+            scala_version=cfg.scala_version,
+            cache_dir=cfg.cache_dir,
+            heap="512m",
+        )
     state = broker.start()
     base = Settings(
         bootstrap=state.bootstrap,
         principals_file=broker.principals.path,
         state_dir=home,
         partitions=6,
+        replication_factor=min(3, len(state.nodes)),
     )
     key = judge_key(base)
     key.create()
@@ -410,6 +514,8 @@ def run(args: argparse.Namespace) -> int:
             this = Run(args, round_home, settings)
             if args.scenario == "worker-kills":
                 code = worker_kills(this, key)
+            elif args.scenario == "cluster":
+                code = cluster_faults(this, broker, hosts, key)
             else:
                 code = broker_and_worker(this, broker, key)
             print(f"round took {time.monotonic() - t0:.0f}s", flush=True)
@@ -417,6 +523,7 @@ def run(args: argparse.Namespace) -> int:
                 failed.append(round_ + 1)
     finally:
         broker.stop()
+        stack.close()
         if args.keep or failed:
             print(f"logs and broker data kept in {home}")
         else:
@@ -497,7 +604,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the folder (logs) afterwards")
     parser.add_argument(
         "--scenario",
-        choices=("broker-and-worker", "worker-kills"),
+        choices=("broker-and-worker", "worker-kills", "cluster"),
         default="broker-and-worker",
         help="what is killed (see the module's docstring)",
     )

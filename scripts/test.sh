@@ -49,4 +49,7 @@ if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
 else
   echo "no cargo: testing the pure-Python codec only (the native core's tests are skipped)" >&2
 fi
-"$PY" -m pytest "$@"
+# Two test processes, each with a broker of its own: most integration tests wait on a broker,
+# a worker or a timeout, not on the CPU. A module whose fixture is costly to build is kept in
+# one process (`xdist_group`). `-n 0` after the command runs everything in this process.
+"$PY" -m pytest -n 2 --dist loadgroup "$@"

@@ -18,7 +18,10 @@ from rolltape.schemas import Role, Stream
 from tests.integration.conftest import Cluster, make_topics
 from tests.integration.workers import WorkerProcess, payloads, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.xdist_group("evidence"),  # one process builds the module's export once
+]
 CLI = [sys.executable, "-m", "rolltape.infra"]
 CALC = {"name": "calc", "parameters": {"type": "object"}}
 DATA = "sharegpt-00000.jsonl"

@@ -48,7 +48,9 @@ def test_worker_kills__three_rounds__no_chain_broken_no_fork_every_output(tmp_pa
     out = _run(
         tmp_path,
         *("--scenario", "worker-kills", "--workers", "3", "--rounds", "3"),
-        *("--events", "6000", "--processes", "3", "--seconds", "30"),
+        *("--events", "4000", "--processes", "3", "--seconds", "20"),
     )
     assert "OK: 3 of 3 rounds held" in out
-    assert out.count("its predecessor still a member: SIGKILLed and started again at once") == 3
+    # Each fault is printed as it happens and again in its round's summary.
+    twice = out.count("its predecessor still a member: SIGKILLed and started again at once")
+    assert twice == 2 * 3

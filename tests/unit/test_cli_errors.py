@@ -152,6 +152,7 @@ CASES = [
     Case(("bench", "producer"), said=NO_BROKER),
     Case(("bench", "rules"), said=NO_BROKER),
     Case(("bench", "replay"), said=NO_BROKER),
+    Case(("bench", "cluster"), ("--events", "0"), "--events", usage=True),
     Case(("bench", "otlp"), said=NO_BROKER),
     Case(("bench", "batch"), said=NO_BROKER),
     Case(("bench", "prompts"), said=NO_BROKER),

@@ -14,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 GO_DIR = ROOT / "tests" / "conformance" / "go"
 VECTORS = ROOT / "schemas" / "vectors" / "canonical.json"
 
-pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("go") is None, reason="needs the Go toolchain"),
+    pytest.mark.xdist_group("conformance-go"),  # one process builds the Go checker once
+]
 
 
 @pytest.fixture(scope="module")
