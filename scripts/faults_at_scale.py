@@ -58,13 +58,12 @@ import orjson
 
 from rolltape.infra import Settings, open_monitor_recorder, open_recorder
 from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
-from rolltape.infra.broker import ManagedBroker, require_connection
+from rolltape.infra.broker import ManagedBroker, managed_broker, require_connection
 from rolltape.infra.commands.worker_process import worker_members
 from rolltape.infra.kafka.readback import RawRecord, read_records
-from rolltape.infra.kafka.topics import partition_health, provision
+from rolltape.infra.kafka.topics import active_controller, provision, until_healthy
 from rolltape.infra.keys import judge_key
 from rolltape.schemas import ChainVerifier, Checkpoint, Role, Stream, decode
-from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.trust import LogTree
 
 PREFIX = "faults"
@@ -215,6 +214,8 @@ class Run:
         self.env = {**os.environ, **settings.child_env(), "ROLLTAPE_CHECKPOINT_INTERVAL_S": "5"}
         self.faults: list[str] = []
         self.rec_start = time.monotonic()
+        self.workers: list[Worker] = []
+        """The workers started (a worker that exits on its own fails the run at once)."""
 
     def at(self, fraction: float) -> None:
         wait = self.rec_start + fraction * self.args.seconds - time.monotonic()
@@ -283,6 +284,10 @@ class Run:
             if time.monotonic() > deadline:
                 print(f"the worker did not catch up within {args.catch_up}s")
                 break
+            exited = [w for w in self.workers if w.proc is not None and w.proc.poll() is not None]
+            if exited:
+                print(f"FAILED: a worker exited on its own (see {exited[0].home}/worker-*.log)")
+                return 1
             time.sleep(3)
         caught_up = time.monotonic()
         failures = check(expected, sessions, reports, verifier, outputs, key)
@@ -316,6 +321,7 @@ class Run:
 def broker_and_worker(run: Run, broker: ManagedBroker, key: Any) -> int:
     """The broker SIGKILLed twice and the worker twice, one after the other."""
     worker = Worker(run.env, run.home)
+    run.workers.append(worker)
     worker.start()
     recorders = run.record()
     try:
@@ -348,6 +354,7 @@ def worker_kills(run: Run, key: Any) -> int:
     module's docstring)."""
     count = run.args.workers
     workers = [Worker(run.env, run.home / f"w{i}") for i in range(count)]
+    run.workers.extend(workers)
     for w in workers:
         w.home.mkdir(exist_ok=True)
         w.start()
@@ -389,13 +396,14 @@ def cluster_faults(run: Run, broker: ManagedBroker, hosts: Any, key: Any) -> int
     started again at once meanwhile. The cluster must be healthy again at the end."""
     admin = require_connection(run.settings, Role.ADMIN)
     worker = Worker(run.env, run.home)
+    run.workers.append(worker)
     worker.start()
     recorders: list[subprocess.Popen[bytes]] = []
     try:
         run.members(1, "worker is a group member")
         recorders = run.record()
         run.at(0.15)
-        controller = asyncio.run(_controller(admin))
+        controller = asyncio.run(active_controller(admin))
         broker.kill(controller)
         run.note(f"node {controller} (the active controller) SIGKILLed")
         time.sleep(run.args.downtime)
@@ -420,7 +428,7 @@ def cluster_faults(run: Run, broker: ManagedBroker, hosts: Any, key: Any) -> int
         hosts.heal(f"node{third}")
         run.note(f"node {third} brought back")
         code = run.outcome(recorders, key)
-        healthy = _healthy(admin)
+        healthy = until_healthy(admin)
         print(f"cluster healthy again  {'yes' if healthy else 'NO'}")
         return code or (0 if healthy else 1)
     finally:
@@ -428,26 +436,6 @@ def cluster_faults(run: Run, broker: ManagedBroker, hosts: Any, key: Any) -> int
             if p.poll() is None:
                 p.kill()
         worker.stop()
-
-
-async def _controller(admin: KafkaConnection) -> int:
-    async with admin.started(admin.admin(), "describing the cluster") as client:
-        described: Any = await client.describe_cluster()
-        return int(described["controller_id"])
-
-
-def _healthy(admin: KafkaConnection, within_s: float = 120.0) -> bool:
-    """Until no partition is offline or under-replicated (False after `within_s`)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            health = asyncio.run(partition_health(admin))
-        except Exception:  # a node still coming back: ask again
-            health = None
-        if health is not None and not health.offline and not health.under_replicated:
-            return True
-        time.sleep(2)
-    return False
 
 
 def _cluster(home: Path, stack: ExitStack) -> tuple[ManagedBroker, Any]:
@@ -460,12 +448,9 @@ def _cluster(home: Path, stack: ExitStack) -> tuple[ManagedBroker, Any]:
         raise SystemExit("--scenario cluster needs root and iproute2 (test hosts)")
     names = ("node1", "node2", "node3")
     hosts = stack.enter_context(Hosts(names))
-    cfg = Settings()
-    broker = ManagedBroker(
-        home / "broker",
-        kafka_version=cfg.kafka_version,
-        scala_version=cfg.scala_version,
-        cache_dir=cfg.cache_dir,
+    broker = managed_broker(
+        Settings(),
+        home=home / "broker",
         heap="512m",
         nodes=3,
         hosts={i + 1: hosts.addresses[name] for i, name in enumerate(names)},
@@ -476,19 +461,12 @@ def _cluster(home: Path, stack: ExitStack) -> tuple[ManagedBroker, Any]:
 
 def run(args: argparse.Namespace) -> int:
     home = Path(tempfile.mkdtemp(prefix="rolltape-faults-", dir=args.state_dir))
-    cfg = Settings()
     stack = ExitStack()
     hosts = None
     if args.scenario == "cluster":
         broker, hosts = _cluster(home, stack)
     else:
-        broker = ManagedBroker(
-            home / "broker",
-            kafka_version=cfg.kafka_version,
-            scala_version=cfg.scala_version,
-            cache_dir=cfg.cache_dir,
-            heap="512m",
-        )
+        broker = managed_broker(Settings(), home=home / "broker", heap="512m", nodes=1)
     state = broker.start()
     base = Settings(
         bootstrap=state.bootstrap,
@@ -611,6 +589,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3, help="workers in worker-kills")
     parser.add_argument("--rounds", type=int, default=1, help="times to run the scenario")
     args = parser.parse_args()
+    # SIGTERM (a timeout, a CI job cancelled) unwinds like Ctrl-C: the brokers, workers and
+    # test hosts this run made are stopped and removed on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.command == "record":
         record(args.index, args.events, args.seconds, args.out)
         return 0

@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench.producer import sustained_recording
-from rolltape.infra.broker import ManagedBroker, min_insync_for, require_connection
+from rolltape.infra.broker import managed_broker, min_insync_for, require_connection
 from rolltape.infra.commands.broker_check import check_cluster
 from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
@@ -81,15 +81,7 @@ def _cpu_s(pids: list[int]) -> float:
 def _managed(home: Path, nodes: int) -> Iterator[tuple[Settings, list[int]]]:
     """A managed cluster of `nodes` in `home`, stopped on exit: settings that reach it with its
     principals (topics replicated as `broker up --nodes` would), and its nodes' pids."""
-    cfg = Settings()
-    broker = ManagedBroker(
-        home,
-        kafka_version=cfg.kafka_version,
-        scala_version=cfg.scala_version,
-        cache_dir=cfg.cache_dir,
-        heap="512m",
-        nodes=nodes,
-    )
+    broker = managed_broker(Settings(), home=home, heap="512m", nodes=nodes)
     state = broker.start()
     try:
         settings = Settings(

@@ -5,6 +5,9 @@ asks for the connection of its role; the credentials come from settings, never f
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from pydantic import SecretStr
 
 from rolltape.infra.broker._errors import BrokerUnavailable
@@ -15,18 +18,31 @@ from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
 
-def managed_broker(settings: Settings, *, secure: bool = True) -> ManagedBroker:
+def managed_broker(
+    settings: Settings,
+    *,
+    secure: bool = True,
+    home: Path | None = None,
+    heap: str | None = None,
+    nodes: int | None = None,
+    hosts: dict[int, str] | None = None,
+    launch: Callable[[int], list[str]] | None = None,
+) -> ManagedBroker:
     """A handle on the managed broker kept under the state folder; it starts nothing. `secure`
     (SASL/SCRAM and ACLs) counts only when its storage is first formatted: an existing broker
-    keeps the mode it was formatted with."""
+    keeps the mode it was formatted with. Tests, benchmarks and scripts that run brokers of
+    their own name their `home`, and may override the heap, the node count and where the nodes
+    run (`ManagedBroker`'s `hosts` and `launch`)."""
     return ManagedBroker(
-        settings.state_dir / "broker",
+        home if home is not None else settings.state_dir / "broker",
         kafka_version=settings.kafka_version,
         scala_version=settings.scala_version,
         cache_dir=settings.cache_dir,
-        heap=settings.broker_heap,
+        heap=heap if heap is not None else settings.broker_heap,
         secure=secure,
-        nodes=settings.broker_nodes,
+        nodes=nodes if nodes is not None else settings.broker_nodes,
+        hosts=hosts,
+        launch=launch,
     )
 
 

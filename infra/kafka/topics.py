@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 from enum import StrEnum
@@ -30,7 +31,12 @@ from rolltape.infra.broker import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.schemas import TOPIC_SPECS, Role, topic_name
-from rolltape.schemas.clients import KafkaConnection, translate_kafka_error
+from rolltape.schemas.clients import (
+    KafkaClientError,
+    KafkaConnection,
+    KafkaUnavailableError,
+    translate_kafka_error,
+)
 
 _ALREADY_EXISTS = 36
 
@@ -71,11 +77,31 @@ class TopicStatus(BaseModel):
 async def ensure_topics(
     connection: KafkaConnection, settings: Settings, *, timeout_s: float = 30.0
 ) -> list[TopicStatus]:
-    """Create missing topics and align configs of existing ones; returns what was done."""
+    """Create missing topics and align configs of existing ones; returns what was done.
+
+    A cluster that answered but has a node down or coming back (the controller moving, a
+    request sent to a node that is not ready) is asked again until `timeout_s`: a worker started
+    while one node of three restarts must not exit. A cluster that does not answer at all is
+    reported at once."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        answered: list[bool] = []
+        try:
+            return await _ensure_topics(connection, settings, timeout_s, answered)
+        except KafkaUnavailableError:
+            if not answered or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+async def _ensure_topics(
+    connection: KafkaConnection, settings: Settings, timeout_s: float, answered: list[bool]
+) -> list[TopicStatus]:
     doing = f"creating the topics of prefix {settings.topic_prefix} on {connection}"
     async with connection.started(
         connection.admin(request_timeout_ms=int(timeout_s * 1000)), doing
     ) as admin:
+        answered.append(True)
         existing = {t["topic"]: t for t in await admin.describe_topics()}
         replicas = replication_factor(settings)
         durable = {"min.insync.replicas": str(min_insync_for(replicas))}
@@ -239,6 +265,27 @@ async def partition_health(connection: KafkaConnection) -> PartitionHealth:
             elif len(part["isr"]) < len(part["replicas"]):
                 health.under_replicated.append(name)
     return health
+
+
+def until_healthy(connection: KafkaConnection, within_s: float = 120.0) -> bool:
+    """Whether the cluster reaches no offline and no under-replicated partition within
+    `within_s` (asked every 2 s; a node still coming back may refuse an answer meanwhile)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        with contextlib.suppress(KafkaClientError):
+            health = asyncio.run(partition_health(connection))
+            if not health.offline and not health.under_replicated:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(2)
+
+
+async def active_controller(connection: KafkaConnection) -> int:
+    """The node id of the cluster's active controller (what a fault test kills first)."""
+    async with connection.started(connection.admin(), f"describing {connection}") as client:
+        described: Any = await client.describe_cluster()
+        return int(described["controller_id"])
 
 
 def provision(settings: Settings) -> list[TopicStatus]:

@@ -23,7 +23,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import faust
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -129,10 +129,30 @@ def create_app(
         # `kill -USR1 <worker pid>` logs every asyncio task's stack: what a stuck worker awaits.
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _log_task_stacks)
 
+    @app.on_partitions_assigned.connect
+    async def note_assignment(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        runtime.assigned_in = app.rebalancing_count
+
+    def recovery_is_current() -> bool:
+        """Whether the table's state is the recovery of the assignment in force: no rebalance
+        has started since that assignment (a revocation counts one) and no newer assignment
+        waits for its own recovery. faust calls the recovery callbacks before it checks that
+        the generation it recovered is still the group's: reading then would go on while the
+        next recovery writes older changelog records over the states being advanced."""
+        return (
+            runtime.assigned_in == app.rebalancing_count
+            and not cast(Any, app.tables).recovery.signal_recovery_start.is_set()
+        )
+
     @table.on_recover
     async def resume_owned_partitions() -> None:
         # Runs after the table is restored: send what sessions saved but may not have sent,
         # then read the owned partitions from the positions the table holds.
+        if not recovery_is_current():
+            log.info(
+                "a recovery ended for an assignment a rebalance replaced; waiting for the next"
+            )
+            return
         shell = await runtime.shell()
         owned = runtime.owned_partitions()
         await shell.resend_outboxes(lambda key: runtime.partition_of(key) in owned)
@@ -140,8 +160,8 @@ def create_app(
         tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(owned)]
         positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
         shell.owning(owned)
-        await reader.assign(owned, positions)
-        log.info("reading partitions %s of the raw topics", sorted(owned))
+        if await reader.assign(owned, positions, unless=lambda: not recovery_is_current()):
+            log.info("reading partitions %s of the raw topics", sorted(owned))
 
     @app.on_partitions_revoked.connect
     async def stop_reading(app: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -240,6 +260,8 @@ class _Runtime:
         self._events_topic = topic_name(Stream.EVENTS, config.topic_prefix)
         self._metrics_topic = topic_name(Stream.METRICS, config.topic_prefix)
         self._last_progress = time.monotonic()
+        self.assigned_in: int | None = None
+        """faust's rebalance count when the assignment in force was made."""
 
     def touch(self) -> None:
         self._last_progress = time.monotonic()

@@ -75,10 +75,20 @@ class RawReader:
             await self._consumer.stop()
             self._consumer = None
 
-    async def assign(self, partitions: set[int], positions: Mapping[TopicPartition, int]) -> None:
+    async def assign(
+        self,
+        partitions: set[int],
+        positions: Mapping[TopicPartition, int],
+        *,
+        unless: Callable[[], bool] = lambda: False,
+    ) -> bool:
         """Read `partitions` of every topic from `positions` (the start of a partition whose
-        position is not known)."""
+        position is not known); False, reading nothing new, when `unless()` holds once the
+        batch in hand is done (a rebalance began while this waited: its revocation released
+        the reader, and its own recovery assigns again)."""
         async with self._lock:
+            if unless():
+                return False
             consumer = self._require()
             tps = [TopicPartition(t, p) for t in self.topics for p in sorted(partitions)]
             consumer.assign(tps)
@@ -90,6 +100,7 @@ class RawReader:
                 self._assigned.set()
             else:
                 self._assigned.clear()
+            return True
 
     async def release(self) -> None:
         """Stop reading (a rebalance took the partitions), once the batch in hand is done."""

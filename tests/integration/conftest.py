@@ -28,6 +28,7 @@ import pytest
 from rolltape.infra.broker import (
     ManagedBroker,
     docker_engine_available,
+    managed_broker,
     require_connection,
     start_container_broker,
 )
@@ -95,14 +96,7 @@ class Topics(_Connected):
 
 
 def start_managed(home: Path) -> ManagedBroker:
-    cfg = Settings()
-    broker = ManagedBroker(
-        home,
-        kafka_version=cfg.kafka_version,
-        scala_version=cfg.scala_version,
-        cache_dir=cfg.cache_dir,
-        heap="384m",
-    )
+    broker = managed_broker(Settings(), home=home, heap="384m", nodes=1)
     broker.start()
     return broker
 

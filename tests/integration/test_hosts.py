@@ -20,14 +20,13 @@ from typing import Any
 import pytest
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
-from rolltape.infra.broker import ManagedBroker
+from rolltape.infra.broker import ManagedBroker, managed_broker
 from rolltape.infra.commands.broker import broker_status, broker_up
 from rolltape.infra.commands.broker_check import check_cluster
-from rolltape.infra.kafka.topics import partition_health
+from rolltape.infra.kafka.topics import active_controller, until_healthy
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, Session
 from rolltape.schemas import Role, Stream, read_event, topic_name
-from rolltape.schemas.clients import KafkaConnection
 from tests.support.hosts import Hosts, can_make_hosts
 
 from .conftest import Cluster, make_topics, managed_cluster
@@ -50,14 +49,11 @@ def hosted(
 ) -> Iterator[tuple[Hosts, ManagedBroker, Cluster]]:
     """One cluster for the module's tests (each on a prefix of its own): its start is the
     slowest part of each."""
-    cfg = Settings()
     state = tmp_path_factory.mktemp("hosted") / "state"
     with Hosts((*NODES, *WORKERS)) as hosts:
-        broker = ManagedBroker(
-            state / "broker",
-            kafka_version=cfg.kafka_version,
-            scala_version=cfg.scala_version,
-            cache_dir=cfg.cache_dir,
+        broker = managed_broker(
+            Settings(),
+            home=state / "broker",
             heap="384m",
             nodes=3,
             hosts={i + 1: hosts.addresses[name] for i, name in enumerate(NODES)},
@@ -72,28 +68,6 @@ def hosted(
             broker.stop()
 
 
-def _controller(admin: KafkaConnection) -> int:
-    async def ask() -> int:
-        async with admin.started(admin.admin(), "describing the cluster") as client:
-            described: Any = await client.describe_cluster()
-            return int(described["controller_id"])
-
-    return asyncio.run(ask())
-
-
-def _healthy(admin: KafkaConnection, within_s: float = 90.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            health = asyncio.run(partition_health(admin))
-        except Exception:  # a node still coming back: ask again
-            health = None
-        if health is not None and not health.offline and not health.under_replicated:
-            return True
-        time.sleep(2)
-    return False
-
-
 def _turns(sessions: list[Session], start: int, stop: int) -> None:
     for n in range(start, stop):
         for s in sessions:
@@ -106,7 +80,7 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     hosts, broker, cluster = hosted
     topics = make_topics(cluster)
     admin = topics.connection(Role.ADMIN)
-    assert _healthy(admin)
+    assert until_healthy(admin)
     recorder = Recorder(
         topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=tmp_path / "spool"
     )
@@ -114,7 +88,7 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     _turns(sessions, 0, 100)
     recorder.flush(60)
 
-    controller = _controller(admin)
+    controller = asyncio.run(active_controller(admin))
     broker.kill(controller)  # SIGKILL of the active controller while the sessions go on
     _turns(sessions, 100, 200)
     recorder.flush(120)
@@ -122,7 +96,7 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
     assert degraded.returncode == 1 and f"node {controller}" in degraded.stdout
     assert "1 node(s) down; `rolltape broker up` starts them" in degraded.stderr
     broker.start()  # the killed node comes back
-    assert _healthy(admin), "not fully replicated again after the controller's restart"
+    assert until_healthy(admin), "not fully replicated again after the controller's restart"
 
     cut = NODES[(controller % 3)]  # another node this time
     hosts.cut(cut)  # its link down: cut off from the others and from the recorder
@@ -133,7 +107,7 @@ def test_controller_killed_and_node_cut_off__nothing_lost_duplicated_or_forked(
         s.end("completed")
     closed = recorder.close(120)
     assert closed.acked == closed.sealed  # spooled ones too, delivered once the broker took them
-    assert _healthy(admin), "not fully replicated again after the node was brought back"
+    assert until_healthy(admin), "not fully replicated again after the node was brought back"
 
     reports = {r.session_id: r for r in topics.verify().reports() if r.stream == "events"}
     assert sorted(reports) == sorted(s.session_id for s in sessions)
