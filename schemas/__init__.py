@@ -126,6 +126,7 @@ from rolltape.schemas._judging import (
 from rolltape.schemas._links import LinkVerdict, classify_link
 from rolltape.schemas._monitoring import REFERENCE_TASK, LayerSpec, LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
+    CONTENT_MISSING,
     PAYLOAD_MODELS,
     Decision,
     EditOp,
@@ -199,6 +200,7 @@ __all__ = [
     "BLOB_CHUNK_BYTES",
     "CHAINED_STREAMS",
     "CONTENT_FIELDS",
+    "CONTENT_MISSING",
     "DEFAULT_PARTITIONS",
     "DEFAULT_PREFIX",
     "DERIVED_STREAMS",

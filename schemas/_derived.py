@@ -158,6 +158,9 @@ class FilterOutcome(BaseModel):
     """Name and digest of the filter config used."""
     accepted: bool
     reasons: tuple[FilterReason, ...] = ()
+    observed: tuple[FilterReason, ...] = ()
+    """What the filters noticed without holding it against the session (`tools_undeclared`:
+    the tools a session called when it declared none), with the same evidence."""
     status: str
     turns: int
     tool_calls: int

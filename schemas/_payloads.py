@@ -9,7 +9,7 @@ judge we learn from map onto ours one to one.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Final, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -297,9 +297,17 @@ class SessionEnded(BaseModel):
 
     status: Literal["completed", "interrupted", "failed"]
     outcome: dict[str, Any] = Field(default_factory=dict)
+    """What the run came to, in the producer's terms. `outcome["content_missing"]` (a
+    CONTENT_MISSING text) flags a session whose content never reached the recorder, saying what
+    was missing and which setting would send it: the reward filters never accept it."""
     error: str | None = None
     streams: tuple[str, ...] = ()
     sealed: str | None = sealed_field()
+
+
+CONTENT_MISSING: Final = "content_missing"
+"""The `SessionEnded.outcome` key a producer sets when a session's content did not arrive (an
+OpenTelemetry instrumentation with content capture off, say), its value saying what and why."""
 
 
 class SessionResumed(BaseModel):

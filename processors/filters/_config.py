@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.schemas import canonical_bytes
 
-FILTER_VERSION: Final = "rolltape.filters/1"
+FILTER_VERSION: Final = "rolltape.filters/2"
+"""2: sessions without a prompt or an assistant reply, or flagged `content_missing`, are not
+accepted; calls in a session that declares no tools are observed, not rejected."""
 
 
 class FilterConfig(BaseModel):
@@ -22,7 +24,13 @@ class FilterConfig(BaseModel):
     require_completed: bool = True
     """Interrupted and failed sessions are rejected (kept as failure data)."""
     reject_unknown_tools: bool = True
-    """A call to a tool name the session did not declare is a hallucination."""
+    """A call to a tool name the session did not declare is a hallucination, when it declares
+    tools. A session that declares none (most OpenTelemetry instrumentations send no tool
+    definitions) has its tools observed instead (`tools_undeclared`), not rejected."""
+    require_content: bool = True
+    """A session needs a prompt (a task or a user message with text) and an assistant turn
+    with content, reasoning or a call, and must not be flagged `content_missing` by its
+    producer: an empty conversation is never training data."""
     check_tool_arguments: bool = True
     """Arguments must satisfy the declared tool's JSON Schema."""
     require_reasoning: bool = False

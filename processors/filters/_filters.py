@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from rolltape.processors.conversation import Reader, read
 from rolltape.processors.filters._config import FILTER_VERSION, FilterConfig
 from rolltape.schemas import (
+    CONTENT_MISSING,
     FilterOutcome,
     FilterReason,
     Reward,
@@ -46,6 +47,17 @@ class FilterState:
     reward: float | None = None
     findings: dict[str, list[Any]] = field(default_factory=dict)
     """code -> [count, first message, evidence hashes...]"""
+    prompted: bool | None = None
+    """The session has a task with text, or a user turn with text. None: the state was saved
+    by a build that did not track it, mid-session (then content is not judged)."""
+    answered: bool | None = None
+    """An assistant turn has content, reasoning or a call (a call event counts too); None as
+    for `prompted`."""
+    content_missing: tuple[str, str] | None = None
+    """(why, evidence hash): the producer flagged the session's content as missing
+    (`SessionEnded.outcome`)."""
+    undeclared: dict[str, list[Any]] = field(default_factory=dict)
+    """Tool name -> [count, evidence hashes...] of calls in a session that declares no tools."""
 
     def note(self, code: str, message: str, evidence: str) -> None:
         entry = self.findings.get(code)
@@ -97,18 +109,31 @@ class _Filters(Reader[str]):
     def started(self, start: SessionStarted, at: str) -> None:
         self.state.trainable = start.trainable
         self.state.tools = {t.name: dict(t.parameters) for t in start.tools}
+        self.state.prompted = bool(start.task.strip())
+        self.state.answered = False
 
     def turn(self, turn: Turn, at: str) -> None:
+        if turn.role == "user" and turn.content.strip():
+            self.state.prompted = True
         if turn.role != "assistant":
             return
         self.state.turns += 1
+        if turn.content.strip() or (turn.reasoning or "").strip():
+            self.state.answered = True
         if self.config.require_reasoning and not (turn.reasoning or "").strip():
             self.state.note("no_reasoning", "an assistant turn has no reasoning", at)
 
     def call(self, call: ToolCall, at: str) -> None:
         state, config = self.state, self.config
         state.tool_calls += 1
+        state.answered = True
         schema = state.tools.get(call.name)
+        if schema is None and not state.tools:  # nothing declared: observe, judge nothing
+            seen = state.undeclared.setdefault(call.name, [0])
+            seen[0] += 1
+            if len(seen) - 1 < EVIDENCE_KEPT:
+                seen.append(at)
+            return
         if schema is None:
             if config.reject_unknown_tools:
                 known = ", ".join(sorted(state.tools)) or "none"
@@ -131,6 +156,9 @@ class _Filters(Reader[str]):
 
     def ended(self, end: SessionEnded, at: str) -> None:
         self.state.status = end.status
+        missing = end.outcome.get(CONTENT_MISSING)
+        if missing:
+            self.state.content_missing = (str(missing), at)
 
 
 def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:
@@ -149,6 +177,16 @@ def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:
         reasons.append(
             FilterReason(code="not_completed", message=f"the session ended {state.status}")
         )
+    if config.require_content:
+        if state.prompted is False:
+            message = "the session has no task and no user message with text"
+            reasons.append(FilterReason(code="no_prompt", message=message))
+        if state.answered is False:
+            message = "no assistant turn has content, reasoning or a tool call"
+            reasons.append(FilterReason(code="no_assistant_content", message=message))
+        if state.content_missing is not None:
+            why, at = state.content_missing
+            reasons.append(FilterReason(code=CONTENT_MISSING, message=why, evidence=(at,)))
     if state.turns < config.min_turns:
         message = f"{state.turns} assistant turns, fewer than {config.min_turns}"
         reasons.append(FilterReason(code="too_few_turns", message=message))
@@ -162,11 +200,22 @@ def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:
             message = f"reward {state.reward!r} is below {config.min_reward!r}"
             reasons.append(FilterReason(code="low_reward", message=message))
     reasons.sort(key=lambda r: r.code)
+    observed = []
+    if state.undeclared:
+        names = ", ".join(f"{name} ({entry[0]})" for name, entry in sorted(state.undeclared.items()))
+        evidence = [h for _, entry in sorted(state.undeclared.items()) for h in entry[1:]]
+        message = f"the session declares no tools; it called {names}"
+        observed.append(
+            FilterReason(
+                code="tools_undeclared", message=message, evidence=tuple(evidence[:EVIDENCE_KEPT])
+            )
+        )
     return FilterOutcome(
         filter_version=FILTER_VERSION,
         config=config.label,
         accepted=not reasons,
         reasons=tuple(reasons),
+        observed=tuple(observed),
         status=state.status or "unknown",
         turns=state.turns,
         tool_calls=state.tool_calls,

@@ -199,6 +199,7 @@ def test_public_api__is_pinned() -> None:
         "BreakKind",
         "CHAINED_STREAMS",
         "CONTENT_FIELDS",
+        "CONTENT_MISSING",
         "CanonicalEncodingError",
         "CaseScoring",
         "ChainBreak",

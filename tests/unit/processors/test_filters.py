@@ -50,7 +50,7 @@ def test_filter__a_clean_completed_session_is_accepted() -> None:
     )
     assert result["accepted"] and result["reasons"] == []
     assert (
-        result["config"].startswith("default@") and result["filter_version"] == "rolltape.filters/1"
+        result["config"].startswith("default@") and result["filter_version"] == "rolltape.filters/2"
     )
 
 
@@ -121,3 +121,61 @@ def test_filter__a_judge_conversation_is_never_training_data() -> None:
 def test_filter__a_nan_reward_never_passes_a_minimum() -> None:
     records = session(Tape(), ANSWER, ("reward", {"value": float("nan")}))
     assert codes(outcome(records, min_reward=0.1)) == ["non_finite_reward"]
+
+
+def test_filter__a_session_with_no_prompt_or_no_assistant_content_is_not_accepted() -> None:
+    tape = Tape()
+    empty_reply = ("turn", {"role": "assistant", "content": ""})
+    records = [tape.start("e1", task=" "), tape.event("e1", *empty_reply[:1], **empty_reply[1])]
+    assert codes(outcome(records + tape.end("e1"))) == ["no_assistant_content", "no_prompt"]
+    asked = ("turn", {"role": "user", "content": "What is 2+2?"})
+    records = [tape.start("e2", task=""), tape.event("e2", *asked[:1], **asked[1])]
+    records.append(tape.event("e2", *ANSWER[:1], **ANSWER[1]))
+    assert outcome(records + tape.end("e2"))["accepted"]  # the user's text is the prompt
+    a_call = ("tool_call", {"id": "c", "name": "calc", "arguments": {"expr": "2+2"}})
+    assert outcome(session(Tape(), a_call), min_turns=0)["accepted"]  # a call answers too
+    assert outcome(session(Tape(), empty_reply), require_content=False)["accepted"]
+
+
+def test_filter__a_session_its_producer_flagged_content_missing_is_not_accepted() -> None:
+    tape = Tape()
+    records = [tape.start("m1", tools=[CALC]), tape.event("m1", *ANSWER[:1], **ANSWER[1])]
+    records += tape.end("m1", content_missing="2 inference spans carried no messages")
+    result = outcome(records)
+    (reason,) = result["reasons"]
+    assert reason["code"] == "content_missing" and reason["message"].startswith("2 inference")
+    from rolltape.schemas import decode
+
+    assert reason["evidence"] == [decode(records[-1].value)["hash"]]
+    assert outcome(records, require_content=False)["accepted"]
+
+
+def test_filter__calls_in_a_session_that_declares_no_tools_are_observed_not_rejected() -> None:
+    tape = Tape()
+    call = ("tool_call", {"id": "c", "name": "weather", "arguments": {"city": "Paris"}})
+    records = [tape.start("u1"), tape.event("u1", *call[:1], **call[1])]
+    records += [tape.event("u1", *ANSWER[:1], **ANSWER[1]), *tape.end("u1")]
+    result = outcome(records)
+    assert result["accepted"] and result["reasons"] == []
+    (seen,) = result["observed"]
+    assert seen["code"] == "tools_undeclared"
+    assert seen["message"] == "the session declares no tools; it called weather (1)"
+    from rolltape.schemas import decode
+
+    assert seen["evidence"] == [decode(records[1].value)["hash"]]
+    # Declared tools still reject a name not among them.
+    records = session(Tape(), ("tool_call", {"id": "d", "name": "weather", "arguments": {}}), ANSWER)
+    assert codes(outcome(records)) == ["unknown_tool"] and outcome(records)["observed"] == []
+
+
+def test_filter__a_state_saved_before_content_was_tracked_judges_no_content() -> None:
+    """A worker upgraded mid-session reads filter states that never tracked the prompt or the
+    reply: it cannot tell, so it holds neither against the session."""
+    from rolltape.processors.filters import FilterState
+    from rolltape.processors.filters import outcome as filter_outcome
+
+    saved = FilterState(status="completed", turns=1)
+    assert filter_outcome(saved, FilterConfig()).accepted
+    fresh = FilterState(status="completed", turns=1, prompted=False, answered=False)
+    codes = [r.code for r in filter_outcome(fresh, FilterConfig()).reasons]
+    assert codes == ["no_assistant_content", "no_prompt"]
