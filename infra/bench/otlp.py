@@ -175,7 +175,8 @@ def _run_receiver(
     or the baseline that records nothing."""
     from aiohttp import web
 
-    from rolltape.infra.commands.otlp_serve import ReceiverConfig, open_receiver, serve
+    from rolltape.infra.commands.otlp_http import serve
+    from rolltape.infra.commands.otlp_serve import ReceiverConfig, open_receiver
     from rolltape.infra.commands.otlp_workers import WorkerPool
     from rolltape.producers.otlp import decode, success_body, unpack
 

@@ -10,15 +10,13 @@ from rich.markup import escape
 
 from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import CliError, err_console, settings, stop_on_signals
+from rolltape.infra.commands.otlp_http import serve as serve_receiver
 from rolltape.infra.commands.otlp_serve import (
     ReceiverConfig,
     ReceiverFront,
     open_receiver,
     otlp_dir,
     state_lock,
-)
-from rolltape.infra.commands.otlp_serve import (
-    serve as serve_receiver,
 )
 from rolltape.infra.commands.otlp_workers import WorkerPool
 from rolltape.infra.settings import Settings
@@ -49,6 +47,14 @@ def serve(
             help="Seconds without spans after which a trace whose root span never came ends as interrupted.",
         ),
     ] = 300.0,
+    join_wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="Seconds an inference span that came without content waits for the log records "
+            "carrying it (instrumentations that send content as log events).",
+        ),
+    ] = 10.0,
     subject_attribute: Annotated[
         str | None,
         typer.Option(
@@ -79,7 +85,11 @@ def serve(
     s = settings()
     connection = current_connection(s, Role.AGENT)
     config = ReceiverConfig(
-        family=family, linger_s=linger, idle_s=idle, subject_attribute=subject_attribute
+        family=family,
+        linger_s=linger,
+        idle_s=idle,
+        join_wait_s=join_wait,
+        subject_attribute=subject_attribute,
     )
     with state_lock(otlp_dir(s)):
         _run(s, connection, config, host, port, workers)
@@ -132,13 +142,7 @@ def _run(
             f"cannot listen on {host}:{port}: {exc}; pick another --port (0 for a free one)"
         ) from exc
     ended = receiver.shutdown()
-    st = receiver.stats
-    err_console.print(
-        f"stopped: {st.requests} request(s), {st.spans} span(s): {st.recorded} recorded, "
-        f"{st.redelivered} redelivered, {st.not_genai} not GenAI, {st.rejected} rejected; "
-        f"{st.sessions_started} session(s) started, {len(ended)} ended at stop",
-        highlight=False,
-    )
+    err_console.print(f"stopped: {escape(receiver.stats.line(len(ended)))}", highlight=False)
     if isinstance(receiver, WorkerPool) and receiver.failure is not None:
         raise CliError(
             f"{receiver.failure}, so the receiver stopped: the batches it had not acknowledged "

@@ -1,11 +1,13 @@
-"""`rolltape otlp serve`: the OTLP/HTTP receiver that records GenAI traces as sessions.
+"""`rolltape otlp serve`: the OTLP receiver that records GenAI traces as sessions.
 
-POST /v1/traces with `application/x-protobuf` or `application/json`, optionally gzip. A batch is
-acknowledged (200) only once every record it produced is acknowledged by the broker or spooled
-to disk, and its span ids are journaled; until then the sender keeps it and retries. Answers
-follow OTLP/HTTP: 200 with `partial_success` when spans were rejected (bad ids) or there is a
-warning (no message content), 400 / 413 / 415 with a `google.rpc.Status` saying what was wrong
-(not retried by exporters), 503 when the recorder could not make the batch durable in time
+Traces and logs arrive over OTLP/HTTP (otlp_http.py) and OTLP/gRPC (otlp_grpc.py); both hand
+each request to one `ReceiverFront`, which decodes it, has its spans and log records recorded
+and answers in OTLP's terms, so the two transports acknowledge alike. A batch is acknowledged
+only once every record it produced is acknowledged by the broker or spooled to disk, and its
+span ids and what it leaves waiting are journaled; until then the sender keeps it and retries.
+Answers: success with `partial_success` when spans were rejected (bad ids) or there is a
+warning (no message content), a client error saying what was wrong (not retried by
+exporters), unavailable (503) when the recorder could not make the batch durable in time
 (retried). One receiver per state folder: a second one is refused (the lock), because two
 writers on one trace's session would fork its chain.
 """
@@ -13,6 +15,7 @@ writers on one trace's session would fork its chain.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import fcntl
 import logging
@@ -22,22 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from aiohttp import web
-
 from rolltape.infra import open_recorder
 from rolltape.infra._errors import InfraError
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, RecorderError
 from rolltape.producers.otlp import (
-    JSON,
-    PROTOBUF,
     Applied,
     Encoding,
     Journal,
+    LogRecord,
     OtlpRequestError,
+    Signal,
     Span,
     TraceIngest,
     decode,
+    decode_logs,
     encoding_of,
     status_body,
     success_body,
@@ -45,7 +47,6 @@ from rolltape.producers.otlp import (
 )
 
 log = logging.getLogger("rolltape.otlp")
-TRACES_PATH = "/v1/traces"
 STOPPED = "the receiver stopped before the trace's root span arrived"
 
 
@@ -56,9 +57,10 @@ class ReceiverBusyError(InfraError, RuntimeError):
 @dataclass
 class ReceiverStats:
     """Counters of this receiver process since it started (kept in memory, never persisted);
-    `otlp serve` prints them when it stops."""
+    `otlp serve` prints them when it stops and serves them on `/metrics`."""
 
-    requests: int = 0
+    requests: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Signal (traces, logs, metrics) -> requests answered."""
     spans: int = 0
     recorded: int = 0
     redelivered: int = 0
@@ -66,16 +68,46 @@ class ReceiverStats:
     rejected: int = 0
     failed_requests: int = 0
     sessions_started: int = 0
+    logs: int = 0
+    logs_joined: int = 0
+    logs_redelivered: int = 0
+    without_content: int = 0
+    unmapped: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Reason (UNMAPPED_REASONS, and `metrics_not_recorded`) -> items acknowledged, not
+    recorded."""
+    waiting: int = 0
+    """Spans and log records acknowledged and held in the journal, not recorded yet."""
+
+    def line(self, ended: int) -> str:
+        """The stop line: every count, and every reason something was not recorded."""
+        requests = sum(self.requests.values())
+        text = (
+            f"{requests} request(s), {self.spans} span(s): {self.recorded} recorded, "
+            f"{self.redelivered} redelivered, {self.not_genai} not GenAI, {self.rejected} "
+            f"rejected; {self.logs} log record(s): {self.logs_joined} joined to their spans, "
+            f"{self.logs_redelivered} redelivered"
+        )
+        if self.unmapped:
+            reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.unmapped.items()))
+            text += f"; not recorded: {reasons}"
+        if self.without_content:
+            text += f"; {self.without_content} inference span(s) without content"
+        text += f"; {self.sessions_started} session(s) started, {ended} ended at stop"
+        if self.waiting:
+            text += f"; {self.waiting} item(s) wait in the journal for the next start"
+        return text
 
 
 @dataclass
 class ReceiverConfig:
-    """One receiver's knobs; `otlp serve` sets `family`, `linger_s` and `idle_s` from its
-    options. `family` names the model family whose text-written tool calls are parsed."""
+    """One receiver's knobs; `otlp serve` sets them from its options. `family` names the model
+    family whose text-written tool calls are parsed."""
 
     family: str | None = None
     linger_s: float = 5.0
     idle_s: float = 300.0
+    join_wait_s: float = 10.0
+    """How long an inference span without content waits for the log records that carry it."""
     subject_attribute: str | None = None
     """The span or resource attribute naming a trace's subject (`enduser.id`): its sessions'
     content is then sealed under a data key of their own (docs/privacy.md)."""
@@ -115,8 +147,9 @@ def state_lock(folder: Path) -> Iterator[IO[str]]:
 
 @dataclass
 class Outcome:
-    """What recording one batch came to (or one worker's share of it, see otlp_workers.py):
-    picklable, and merged across workers into one answer."""
+    """What recording one batch came to (or one worker's share of it, or one tick of a
+    worker's timer, see otlp_workers.py): picklable, and merged across workers into one
+    answer."""
 
     status: int = 200
     """200, or 503 (the batch is not durable yet: the exporter sends it again) or 500."""
@@ -130,9 +163,15 @@ class Outcome:
     sessions_started: int = 0
     without_content: int = 0
     warning: str = ""
+    logs: int = 0
+    logs_joined: int = 0
+    logs_redelivered: int = 0
+    unmapped: dict[str, int] = field(default_factory=dict)
+    waiting: int | None = None
+    """Spans and log records the recorder holds after this, when it says."""
 
     @classmethod
-    def of(cls, applied: Applied) -> Outcome:
+    def of(cls, applied: Applied, waiting: int | None = None) -> Outcome:
         return cls(
             spans=applied.spans,
             recorded=len(applied.recorded),
@@ -142,12 +181,20 @@ class Outcome:
             sessions_started=len(applied.sessions_started),
             without_content=applied.without_content,
             warning=applied.warning(),
+            logs=applied.logs,
+            logs_joined=applied.logs_joined,
+            logs_redelivered=applied.logs_redelivered,
+            unmapped=dict(applied.unmapped),
+            waiting=waiting,
         )
 
     def merged(self, other: Outcome) -> Outcome:
         """Both parts of one batch: the worse status (a 503 anywhere means the exporter must
         send the batch again), the counts added, the notes joined."""
         worst = max((self, other), key=lambda o: (o.status != 200, o.status))
+        unmapped = collections.Counter(self.unmapped)
+        unmapped.update(other.unmapped)
+        waits = [w for w in (self.waiting, other.waiting) if w is not None]
         return Outcome(
             status=worst.status,
             message=worst.message,
@@ -159,22 +206,40 @@ class Outcome:
             sessions_started=self.sessions_started + other.sessions_started,
             without_content=self.without_content + other.without_content,
             warning="; ".join(w for w in (self.warning, other.warning) if w),
+            logs=self.logs + other.logs,
+            logs_joined=self.logs_joined + other.logs_joined,
+            logs_redelivered=self.logs_redelivered + other.logs_redelivered,
+            unmapped=dict(unmapped),
+            waiting=sum(waits) if waits else None,
         )
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A receiver's answer to one export request, for either transport: the HTTP status (the
+    gRPC side maps it to a status code) and the body in the request's encoding (an
+    Export*ServiceResponse on success, a `google.rpc.Status` otherwise)."""
+
+    status: int
+    body: bytes
+    encoding: Encoding
+    message: str = ""
+
+
 class ReceiverFront:
-    """The HTTP side of a receiver: reads and decodes requests, has their spans recorded
-    (`record`, by the subclass), answers in OTLP's terms and keeps the counters."""
+    """A receiver's side that transports talk to: decodes requests, has their spans and log
+    records recorded (`record`, by the subclass), answers in OTLP's terms and keeps the
+    counters."""
 
     def __init__(self, config: ReceiverConfig) -> None:
         self.config = config
         self.stats = ReceiverStats()
         self._told: set[str] = set()
-        """Kinds of problems already logged: exporters do not show partial_success to the
-        agent's author, so the receiver says it on its own console, once per kind."""
+        """Problems already logged: exporters do not show partial_success to the agent's
+        author, so the receiver says it on its own console, once per kind."""
 
-    async def record(self, spans: list[Span]) -> Outcome:
-        """Record a batch's spans and make them durable before answering."""
+    async def record(self, spans: list[Span], logs: list[LogRecord]) -> Outcome:
+        """Record a batch's spans and log records and make them durable before answering."""
         raise NotImplementedError
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -185,156 +250,195 @@ class ReceiverFront:
         """End what is open and release everything; the sessions ended at stop."""
         return []
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
-        app.router.add_route("*", TRACES_PATH, self.traces)
-        app.router.add_route("*", "/{tail:.*}", self.elsewhere)
-        return app
-
-    async def elsewhere(self, request: web.Request) -> web.Response:
-        return _status(
-            "json", 404, f"no such endpoint {request.path}: send traces to POST {TRACES_PATH}"
-        )
-
-    async def traces(self, request: web.Request) -> web.Response:
-        self.stats.requests += 1
-        encoding: Encoding = "json"
-        try:
-            if request.method != "POST":
-                raise OtlpRequestError(f"use POST for {TRACES_PATH}", status=405)
-            encoding = encoding_of(request.headers.get("Content-Type"))
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge as exc:
-                raise OtlpRequestError(
-                    f"the body is over {self.config.max_body_bytes} bytes: send smaller "
-                    "batches (the exporter's max_export_batch_size)",
-                    status=413,
-                ) from exc
-            data = unpack(body, request.headers.get("Content-Encoding"), self.config.max_body_bytes)
-            decoded = decode(data, encoding)
-        except OtlpRequestError as exc:
-            self.stats.failed_requests += 1
-            log.warning("rejected a request from %s: %s", request.remote, exc)
-            return _status(encoding, exc.status, str(exc))
-        outcome = await self.record(decoded.spans)
-        if outcome.status != 200:
-            self.stats.failed_requests += 1
-            answer = _status(encoding, outcome.status, outcome.message)
-            if outcome.status == 503:
-                answer.headers["Retry-After"] = "2"
-            return answer
+    def count(self, outcome: Outcome) -> None:
+        """Add what recording did, from a request or from a timer, to the counters."""
         s = self.stats
         s.spans += outcome.spans
         s.recorded += outcome.recorded
         s.redelivered += outcome.redelivered
         s.not_genai += outcome.not_genai
-        rejected = len(decoded.rejected) + len(outcome.rejected)
-        s.rejected += rejected
         s.sessions_started += outcome.sessions_started
-        notes = [f"span {r.span_id or '?'}: {r.reason}" for r in decoded.rejected[:5]]
-        notes += outcome.rejected[:5]
+        s.logs += outcome.logs
+        s.logs_joined += outcome.logs_joined
+        s.logs_redelivered += outcome.logs_redelivered
+        s.without_content += outcome.without_content
+        s.unmapped.update(outcome.unmapped)
+        if outcome.waiting is not None:
+            s.waiting = outcome.waiting
+
+    def refused(self, signal: str, message: str, status: int, encoding: Encoding) -> Answer:
+        """A request that cannot be taken: counted, logged, answered with why."""
+        self.stats.requests[signal] += 1
+        self.stats.failed_requests += 1
+        return Answer(status, status_body(encoding, status, message), encoding, message)
+
+    def metrics_request(self, encoding: Encoding) -> Answer:
+        """OTLP metrics (an instrumentation's token and duration histograms): acknowledged and
+        counted, not recorded: sessions hold the usage of every call already."""
+        self.stats.requests["metrics"] += 1
+        self.stats.unmapped["metrics_not_recorded"] += 1
+        if "metrics" not in self._told:
+            self._told.add("metrics")
+            log.warning(
+                "OTLP metrics are acknowledged and not recorded (sessions hold each call's "
+                "usage); unset OTEL_METRICS_EXPORTER or point it elsewhere to stop sending them"
+            )
+        return Answer(200, b"{}" if encoding == "json" else b"", encoding)
+
+    async def export(
+        self,
+        signal: Signal,
+        body: bytes,
+        content_type: str | None,
+        content_encoding: str | None,
+        peer: str | None = None,
+    ) -> Answer:
+        """Answer one Export request of `signal` (its body as sent)."""
+        encoding: Encoding = "json"
+        try:
+            encoding = encoding_of(content_type)
+            data = unpack(body, content_encoding, self.config.max_body_bytes)
+            spans: list[Span] = []
+            logs: list[LogRecord] = []
+            problems: list[str] = []
+            if signal == "traces":
+                decoded = decode(data, encoding)
+                spans = decoded.spans
+                problems = [f"span {r.span_id or '?'}: {r.reason}" for r in decoded.rejected]
+            else:
+                decoded_logs = decode_logs(data, encoding)
+                logs = decoded_logs.records
+                problems = [f"log record: {u}" for u in decoded_logs.unusable]
+        except OtlpRequestError as exc:
+            log.warning("rejected a request from %s: %s", peer or "?", exc)
+            return self.refused(signal, str(exc), exc.status, encoding)
+        outcome = await self.record(spans, logs)
+        self.stats.requests[signal] += 1
+        if outcome.status != 200:
+            self.stats.failed_requests += 1
+            message = outcome.message
+            return Answer(
+                outcome.status, status_body(encoding, outcome.status, message), encoding, message
+            )
+        self.count(outcome)
+        if signal == "logs" and problems:
+            self.stats.unmapped["log_ids_unusable"] += len(problems)
+        rejected = len(problems) + len(outcome.rejected)
+        self.stats.rejected += rejected
+        notes = problems[:5] + outcome.rejected[:5]
         if outcome.warning:
             notes.append(outcome.warning)
-        if notes:
-            kind = "content" if outcome.without_content else "rejected" if rejected else "other"
+        for note in notes:
+            kind = note.split(":", 1)[0] if note in problems or note in outcome.rejected else note
             if kind not in self._told:
                 self._told.add(kind)
-                log.warning("told the sender (shown once): %s", "; ".join(notes))
-        return web.Response(
-            body=success_body(encoding, rejected, "; ".join(notes)),
-            content_type=PROTOBUF if encoding == "protobuf" else JSON,
-        )
+                log.warning("told the sender (shown once): %s", note)
+        message = "; ".join(notes)
+        return Answer(200, success_body(encoding, rejected, message, signal), encoding, message)
 
 
 class OtlpReceiver(ReceiverFront):
     """A receiver in one process: the front, and the ingest that records through one Recorder
-    and ends finished traces' sessions on a timer."""
+    and, on a timer, records what waited long enough and ends finished traces' sessions."""
 
-    def __init__(self, recorder: Recorder, journal: Journal, config: ReceiverConfig) -> None:
+    def __init__(
+        self,
+        recorder: Recorder,
+        journal: Journal,
+        config: ReceiverConfig,
+        owns: Callable[[str], bool] | None = None,
+    ) -> None:
         super().__init__(config)
         self.recorder = recorder
         self.journal = journal
+        self.stopped_outcome: Outcome | None = None
+        """What recording at shutdown did (`shutdown`)."""
         self.ingest = TraceIngest(
             recorder,
             journal,
             family=config.family,
             linger_s=config.linger_s,
             idle_s=config.idle_s,
+            join_wait_s=config.join_wait_s,
             subject_attribute=config.subject_attribute,
         )
+        # What an earlier run acknowledged and left waiting (of the traces this one owns).
+        self.ingest.restore(owns or (lambda trace_id: True))
+        self.stats.waiting = self.ingest.waiting()
 
-    async def record(self, spans: list[Span]) -> Outcome:
+    async def record(self, spans: list[Span], logs: list[LogRecord]) -> Outcome:
+        applied: Applied | None = None
         try:
-            applied = self.ingest.apply(spans)
+            applied = self.ingest.apply(spans, logs)
             await self.recorder.aflush(self.config.flush_timeout_s)
         except RecorderError as exc:
+            if applied is not None:
+                self.ingest.not_durable(applied)
             log.error("could not make a batch durable: %s", exc)
             return Outcome(503, f"the batch is not recorded yet ({exc}); send it again")
         except Exception as exc:  # a bug of ours: say so in OTLP's terms, keep serving
             log.exception("failed on a batch")
             return Outcome(500, f"the receiver failed: {type(exc).__name__}: {exc}")
-        self.journal.spans_recorded(applied.recorded + applied.again)
-        return Outcome.of(applied)
+        self._settle(applied)
+        return Outcome.of(applied, self.ingest.waiting())
+
+    def _settle(self, applied: Applied) -> None:
+        self.journal.settle(applied.recorded + applied.again, applied.hold, applied.release)
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.end_finished(stop)
+        await self.tick_until(stop)
 
-    async def end_finished(self, stop: asyncio.Event, every_s: float = 0.5) -> None:
+    async def tick_until(self, stop: asyncio.Event, every_s: float = 0.5) -> None:
+        """Until `stop`: every `every_s`, record what waited long enough, end finished
+        sessions, and report what that did (`on_tick`)."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every_s)
-            try:
-                self.ingest.end_due()
-            except RecorderError as exc:
-                log.error("could not end finished sessions: %s", exc)
+            outcome = await self.tick()
+            if outcome is not None:
+                self.on_tick(outcome)
+
+    async def tick(self) -> Outcome | None:
+        """One round of the timer; None when it did nothing."""
+        applied = None
+        try:
+            applied = self.ingest.tick()
+            did = applied.recorded or applied.hold or applied.release or applied.ended
+            if not did and not applied.unmapped:
+                return None
+            await self.recorder.aflush(self.config.flush_timeout_s)
+        except RecorderError as exc:
+            if applied is not None:
+                self.ingest.not_durable(applied)
+            log.error("could not record what waited or end finished sessions: %s", exc)
+            return None
+        self._settle(applied)
+        return Outcome.of(applied, self.ingest.waiting())
+
+    def on_tick(self, outcome: Outcome) -> None:
+        self.count(outcome)
 
     def shutdown(self) -> list[str]:
-        """End what is open (see TraceIngest.end_all), flush and close the recorder."""
-        ended = self.ingest.end_all(STOPPED)
+        """Record what waits and end what is open (see TraceIngest.end_all), close the recorder
+        (what the broker did not take stays in its spool), then journal it all."""
+        applied = self.ingest.end_all(STOPPED)
         self.recorder.close(timeout_s=30.0)
+        self._settle(applied)
+        self.stopped_outcome = Outcome.of(applied, self.ingest.waiting())
+        self.count(self.stopped_outcome)
         self.journal.close()
-        return ended
+        return applied.ended
 
 
-def _status(encoding: Encoding, http_status: int, message: str) -> web.Response:
-    return web.Response(
-        status=http_status,
-        body=status_body(encoding, http_status, message),
-        content_type=PROTOBUF if encoding == "protobuf" else JSON,
-    )
-
-
-def open_receiver(settings: Settings, config: ReceiverConfig) -> OtlpReceiver:
-    """A receiver recording under the settings' principal, with its own spool and journal."""
+def open_receiver(
+    settings: Settings, config: ReceiverConfig, owns: Callable[[str], bool] | None = None
+) -> OtlpReceiver:
+    """A receiver recording under the settings' principal, with its own spool and journal
+    (`owns`: the traces it records, when it is one worker of a pool)."""
     folder = otlp_dir(settings)
     recorder = open_recorder(
         settings,
         producer_name="rolltape.otlp",
         spool_dir=settings.resolved_spool_dir() / "otlp",
     )
-    return OtlpReceiver(recorder, Journal(folder / "journal.sqlite"), config)
-
-
-async def serve(
-    receiver: ReceiverFront,
-    host: str,
-    port: int,
-    stop: asyncio.Event,
-    on_ready: Callable[[int], None] | None = None,
-) -> int:
-    """Serve until `stop` is set; `on_ready(port)` is called once it listens (port 0 picks
-    a free one). Returns the port."""
-    # Bodies are inflated by unpack (bounded, with OTLP's error answers), not by aiohttp.
-    runner = web.AppRunner(receiver.app(), access_log=None, auto_decompress=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = int(runner.addresses[0][1])
-    if on_ready is not None:
-        on_ready(bound)
-    try:
-        await receiver.run(stop)
-    finally:
-        await runner.cleanup()
-    return bound
+    return OtlpReceiver(recorder, Journal(folder / "journal.sqlite"), config, owns)

@@ -1,7 +1,7 @@
 """`rolltape otlp serve --workers N`: one receiver spread over N worker processes.
 
-The front process listens, decodes each request and hands each worker the spans of the traces
-it owns; every worker maps them to records through its own `OtlpReceiver` (trace ingest,
+The front process listens, decodes each request and hands each worker the spans and log
+records of the traces it owns; every worker maps them to records through its own `OtlpReceiver` (trace ingest,
 recorder, sender) and answers once its records are durable; the front answers the request once
 every worker it involved has. Mapping spans to records and sealing them is most of a
 receiver's work (a single process is one interpreter), so the workers add cores; decoding stays
@@ -9,7 +9,11 @@ in the front (about an eighth of the work).
 
 Invariants:
 
-- A trace's spans go to one worker, `worker_of(trace_id, n)`: its session has one writer.
+- A trace's spans and log records go to one worker, `worker_of(trace_id, n)`: its session
+  has one writer, and a log record meets its span there. Log records outside any trace go to
+  worker 0, which counts them.
+- What a worker's timer does (spans that waited recorded, log records dropped, sessions
+  ended) is reported to the front, which keeps every counter.
 - The workers share one journal (SQLite in WAL mode; a writer waits for another's
   transaction): a trace any worker recorded before a restart is known to all, so a restart with
   another number of workers continues traces in linked sessions and never forks them.
@@ -46,7 +50,7 @@ from rolltape.infra.commands.otlp_serve import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.producers import fresh_interpreter
-from rolltape.producers.otlp import Span
+from rolltape.producers.otlp import LogRecord, Span
 
 log = logging.getLogger("rolltape.otlp")
 _LENGTH = struct.Struct(">I")
@@ -96,24 +100,26 @@ class WorkerPool(ReceiverFront):
         if workers < 2:
             raise ValueError("a pool has two workers at least; one process serves alone")
         self.settings = settings
-        self.count = workers
+        self.workers = workers
         self._workers: list[_Worker] = []
         self._ids = itertools.count()
         self._failed: asyncio.Event | None = None
         self._stopped = False
         self._ended: list[str] = []
+        self._waits: dict[int, int] = {}
+        """Worker -> spans and log records it holds, as it last said."""
 
     async def start(self) -> None:
         """Spawn the workers and wait until each is ready (its recorder and journal open)."""
         self._failed = asyncio.Event()
-        for index in range(self.count):
+        for index in range(self.workers):
             ours, theirs = socket.socketpair()
             proc = fresh_interpreter(
                 "rolltape.infra.commands.otlp_workers:serve_worker", theirs.fileno()
             )
             theirs.close()
             reader, writer = await asyncio.open_connection(sock=ours)
-            _write(writer, ("start", self.settings, self.config, index))
+            _write(writer, ("start", self.settings, self.config, index, self.workers))
             worker = _Worker(index, proc, reader, writer)
             ready = await _read(reader)
             if ready is None or ready[0] != "ready":
@@ -134,7 +140,11 @@ class WorkerPool(ReceiverFront):
                 future = worker.pending.pop(message[1], None)
                 if future is not None and not future.done():
                     future.set_result(message[2])
+            elif message[0] == "tick":
+                self.count(self._waited(worker.index, message[1]))
             elif message[0] == "stopped" and worker.stopped is not None:
+                if message[2] is not None:
+                    self.count(self._waited(worker.index, message[2]))
                 worker.stopped.set_result(message[1])
                 return
         code = await asyncio.to_thread(worker.proc.wait)
@@ -149,27 +159,41 @@ class WorkerPool(ReceiverFront):
         if self._failed is not None:
             self._failed.set()
 
-    async def record(self, spans: list[Span]) -> Outcome:
+    def _waited(self, index: int, outcome: Outcome) -> Outcome:
+        """The outcome with the pool's waiting count: every worker's, as each last said."""
+        if outcome.waiting is not None:
+            self._waits[index] = outcome.waiting
+        outcome.waiting = sum(self._waits.values())
+        return outcome
+
+    async def record(self, spans: list[Span], logs: list[LogRecord]) -> Outcome:
         if self._stopped:
             return Outcome(
                 503, f"{self.failure or 'the receiver is stopping'}; send the batch again"
             )
-        shares: dict[int, list[Span]] = {}
+        shares: dict[int, tuple[list[Span], list[LogRecord]]] = {}
         for span in spans:
-            shares.setdefault(worker_of(span.trace_id, self.count), []).append(span)
+            shares.setdefault(worker_of(span.trace_id, self.workers), ([], []))[0].append(span)
+        for record in logs:
+            owner = worker_of(record.trace_id, self.workers) if record.trace_id else 0
+            shares.setdefault(owner, ([], []))[1].append(record)
         waits = []
-        for index, share in shares.items():
+        for index, (share, share_logs) in shares.items():
             worker = self._workers[index]
             if worker.dead is not None:
                 return Outcome(503, f"{worker.dead}; send the batch again")
             request = next(self._ids)
             future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
             worker.pending[request] = future
-            _write(worker.writer, ("spans", request, share))
-            waits.append(future)
+            _write(worker.writer, ("spans", request, share, share_logs))
+            waits.append((index, future))
         outcome = Outcome()
-        for part in await asyncio.gather(*waits):
+        for index, future in waits:
+            part = await future
+            if part.waiting is not None:
+                self._waits[index] = part.waiting
             outcome = outcome.merged(part)
+        outcome.waiting = sum(self._waits.values())
         return outcome
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -226,22 +250,23 @@ async def _worker(sock: socket.socket) -> None:
     start = await _read(reader)
     if start is None or start[0] != "start":
         return
-    _, settings, config, index = start
-    receiver = open_receiver(settings, config)
+    _, settings, config, index, workers = start
+    receiver = open_receiver(settings, config, owns=lambda t: worker_of(t, workers) == index)
+    receiver.on_tick = lambda outcome: _write(writer, ("tick", outcome))  # type: ignore[method-assign]
     _write(writer, ("ready", index, os.getpid()))
     stop = asyncio.Event()
     timer = asyncio.get_running_loop().create_task(receiver.run(stop))
     tasks: set[asyncio.Task[None]] = set()
 
-    async def share(request: int, spans: list[Span]) -> None:
-        _write(writer, ("done", request, await receiver.record(spans)))
+    async def share(request: int, spans: list[Span], logs: list[LogRecord]) -> None:
+        _write(writer, ("done", request, await receiver.record(spans, logs)))
 
     try:
         while True:
             message = await _read(reader)
             if message is None or message[0] == "stop":
                 break
-            task = asyncio.get_running_loop().create_task(share(message[1], message[2]))
+            task = asyncio.get_running_loop().create_task(share(message[1], message[2], message[3]))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -251,6 +276,6 @@ async def _worker(sock: socket.socket) -> None:
         await timer
         ended = await asyncio.to_thread(receiver.shutdown)
         with contextlib.suppress(ConnectionError):
-            _write(writer, ("stopped", ended))
+            _write(writer, ("stopped", ended, receiver.stopped_outcome))
             await writer.drain()
         writer.close()

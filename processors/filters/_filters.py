@@ -202,7 +202,9 @@ def outcome(state: FilterState, config: FilterConfig) -> FilterOutcome:
     reasons.sort(key=lambda r: r.code)
     observed = []
     if state.undeclared:
-        names = ", ".join(f"{name} ({entry[0]})" for name, entry in sorted(state.undeclared.items()))
+        names = ", ".join(
+            f"{name} ({entry[0]})" for name, entry in sorted(state.undeclared.items())
+        )
         evidence = [h for _, entry in sorted(state.undeclared.items()) for h in entry[1:]]
         message = f"the session declares no tools; it called {names}"
         observed.append(

@@ -1,14 +1,22 @@
 """OTLP GenAI ingest: traces from any OpenTelemetry-instrumented agent become sessions.
 
-`decode` reads an OTLP/HTTP `ExportTraceServiceRequest` (protobuf or JSON, after `unpack` of
-its gzip), `TraceIngest` applies the spans to sessions through a Recorder (see _ingest.py for
-the mapping and _genai.py for what is read from a span), and the `Journal` keeps what a
-restarted receiver must know. The HTTP server around them is `rolltape otlp serve`
-(rolltape.infra.commands.otlp_serve). Needs the `otlp` extra for protobuf.
+`decode` reads an `ExportTraceServiceRequest` and `decode_logs` an `ExportLogsServiceRequest`
+(protobuf or JSON, after `unpack` of their gzip); `TraceIngest` applies spans and log records to
+sessions through a Recorder (_ingest.py: order, waiting and ending; _events.py: log records
+joined to their span; _genai.py: what is read from a span; _span_records.py: what a span
+records), and the `Journal` keeps what a restarted receiver must know and what it holds. The
+servers around them are `rolltape otlp serve` (rolltape.infra.commands.otlp_serve). Needs the
+`otlp` extra for protobuf.
 """
 
-from rolltape.producers.otlp._ingest import Applied, TraceIngest, session_id_for
+from rolltape.producers.otlp._ingest import (
+    UNMAPPED_REASONS,
+    Applied,
+    TraceIngest,
+    session_id_for,
+)
 from rolltape.producers.otlp._journal import Journal
+from rolltape.producers.otlp._log_records import DecodedLogs, LogRecord, decode_logs
 from rolltape.producers.otlp._wire import (
     JSON,
     PROTOBUF,
@@ -16,6 +24,7 @@ from rolltape.producers.otlp._wire import (
     Encoding,
     OtlpRequestError,
     Rejected,
+    Signal,
     Span,
     SpanEvent,
     decode,
@@ -28,16 +37,21 @@ from rolltape.producers.otlp._wire import (
 __all__ = [
     "JSON",
     "PROTOBUF",
+    "UNMAPPED_REASONS",
     "Applied",
     "Decoded",
+    "DecodedLogs",
     "Encoding",
     "Journal",
+    "LogRecord",
     "OtlpRequestError",
     "Rejected",
+    "Signal",
     "Span",
     "SpanEvent",
     "TraceIngest",
     "decode",
+    "decode_logs",
     "encoding_of",
     "session_id_for",
     "status_body",

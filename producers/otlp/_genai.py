@@ -33,7 +33,7 @@ from rolltape.schemas import ToolSpec, split_reasoning
 INFERENCE_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 DETAILS_EVENT = "gen_ai.client.inference.operation.details"
 EVALUATION_EVENT = "gen_ai.evaluation.result"
-_MESSAGE_KEYS = (
+MESSAGE_KEYS = (
     "gen_ai.input.messages",
     "gen_ai.output.messages",
     "gen_ai.system_instructions",
@@ -338,7 +338,7 @@ def inference(span: Span) -> Inference:
     for event in span.events:
         if event.name == DETAILS_EVENT:
             attributes = dict(attributes)
-            attributes.update({k: v for k, v in event.attributes.items() if k in _MESSAGE_KEYS})
+            attributes.update({k: v for k, v in event.attributes.items() if k in MESSAGE_KEYS})
     unreadable: list[str] = []
 
     def read(key: str, reader: Any) -> Any:
@@ -393,7 +393,7 @@ def inference(span: Span) -> Inference:
         tools=tools,
         model=model if isinstance(model, str) else None,
         latency_ms=_duration_ms(span),
-        content_captured=bool(head or raw_input or output),
+        content_captured=_any_content(head, raw_input, output),
         unreadable=unreadable,
         response_id=str(response_id) if response_id else None,
         starts_with=orjson.dumps(opening, option=orjson.OPT_SORT_KEYS, default=_jsonable),
@@ -419,6 +419,73 @@ def inference(span: Span) -> Inference:
     )
     call.reply = reply
     return call
+
+
+def _any_content(
+    head: list[dict[str, Any]], raw_input: list[Any], output: dict[str, Any] | None
+) -> bool:
+    """Whether any message holds content: text, a call's arguments or a tool's result. Messages
+    without any (an instrumentation with content capture off still sends their roles, and its
+    calls' names) are no conversation to learn from."""
+    for message in [*head, *([output] if output else [])]:
+        if str(message.get("content") or "").strip():
+            return True
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, Mapping) and (call.get("function") or {}).get("arguments"):
+                return True
+    for message in raw_input:
+        if not isinstance(message, Mapping):
+            continue
+        parts = message.get("parts")
+        if parts is None and message.get("content"):
+            return True
+        for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, Mapping):
+                continue
+            if part.get("type") == "tool_call" and part.get("arguments") not in (None, "", {}):
+                return True
+            value = part.get("content", part.get("response", part.get("result")))
+            if value not in (None, "", [], {}):
+                return True
+    return False
+
+
+OPENINFERENCE_SCOPE = "openinference."
+_OPENAI_V2_SCOPE = "opentelemetry.instrumentation.openai_v2"
+
+
+def content_setting(span: Span, events_came: bool) -> str:
+    """What would send the content an inference span came without, for the mode the span
+    shows (its instrumentation and conventions), and whether its log records came at all."""
+    if span.scope.startswith(OPENINFERENCE_SCOPE):
+        return (
+            "OpenInference sends content unless told not to: unset OPENINFERENCE_HIDE_INPUTS, "
+            "OPENINFERENCE_HIDE_OUTPUTS and OPENINFERENCE_HIDE_*_MESSAGES (or the TraceConfig "
+            "passed to the instrumentor)"
+        )
+    latest = "gen_ai.provider.name" in span.attributes
+    if not latest and span.scope == _OPENAI_V2_SCOPE:
+        if events_came:
+            return (
+                "the instrumentation's log records came without content: set "
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true"
+            )
+        return (
+            "with these conventions content goes as log records, and none came for this span: "
+            "set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true and export logs to this "
+            "receiver too (a LoggerProvider with an OTLP log exporter, or OTEL_LOGS_EXPORTER=otlp "
+            "under opentelemetry-instrument)"
+        )
+    if events_came:
+        return (
+            "its log records came without content: set "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_AND_EVENT (or EVENT_ONLY)"
+        )
+    return (
+        "set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY (the conventions' "
+        "content on the spans; older instrumentations take true), or EVENT_ONLY with "
+        "OTEL_INSTRUMENTATION_GENAI_EMIT_EVENT=true and logs exported to this receiver"
+    )
 
 
 def tool_execution(span: Span) -> ToolExecution:

@@ -1,46 +1,72 @@
-"""Traces into sessions: one session per trace, written as the trace's spans arrive.
+"""Traces into sessions: one session per trace, written as the trace's spans and log records
+arrive, in any order.
 
-A trace becomes a session (`otel-<trace id>`) when its first GenAI span arrives; spans of other
-libraries in the same trace (HTTP, databases) are not recorded. Within a batch a trace's spans
-are applied in the order they ended, which is the conversation's order: an inference span
-records the request messages the session does not hold yet and the reply, an `execute_tool`
-span the result of the call it ran (recording the call first when no reply named it), and
-evaluation events feedback. The session ends `linger_s` after its root span arrived (spans of
-other processes may come a little later), as failed when the root span failed; a trace whose
-root never comes ends as interrupted after `idle_s` without spans.
+A trace becomes a session (`otel-<trace id>`) when its first GenAI span is recorded; spans of
+other libraries in the same trace (HTTP, databases) are not recorded. A trace's spans wait in
+its queue, in the order they ended (the conversation's order), and are recorded from the front:
+an inference span as soon as its content is there (on the span, or its log records' choice or
+details event came: see _events.py), otherwise once `join_wait_s` passed since it arrived (then
+without content, and the session is flagged `content_missing`); a span behind a waiting one
+waits too. GenAI log records wait for their span, joined to it by trace and span id. The
+session ends `linger_s` after its root span arrived (spans of other processes may come a little
+later) and nothing waits, as failed when the root span failed; a trace whose root never comes
+ends as interrupted after `idle_s` without spans.
 
-Spans are deduplicated by id, so a batch sent again is a redelivery. A span that arrives after
-its trace's session ended (or after a receiver restart, which loses the chain's head) starts a
-continuation session `otel-<trace id>.<n>` linked to the previous one: a chain is never
-reopened or forked.
+Spans are deduplicated by id and log records by their content, so a batch sent again is a
+redelivery. A span that arrives after its trace's session ended (or after a receiver restart,
+which loses the chain's head) starts a continuation session `otel-<trace id>.<n>` linked to the
+previous one: a chain is never reopened or forked. What waits was acknowledged, so it is held in
+the journal until it is recorded (`Applied.hold` / `release`), and a restarted receiver takes it
+back (`TraceIngest.restore`).
+
+Nothing is dropped in silence: every span or log record that is not recorded is counted in
+`Applied.unmapped` by reason.
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
+import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from rolltape.producers._errors import RecorderError
 from rolltape.producers._recorder import Recorder, Session
-from rolltape.producers.capture._conversation import Conversation
+from rolltape.producers.otlp._events import completes, event_kind, has_content, joined
 from rolltape.producers.otlp._genai import (
     INFERENCE_OPERATIONS,
     Inference,
-    evaluations,
     inference,
     is_genai,
     is_local_root,
     operation,
-    tool_execution,
 )
 from rolltape.producers.otlp._journal import Journal
+from rolltape.producers.otlp._log_records import LogRecord
+from rolltape.producers.otlp._span_records import SpanRecorder
+from rolltape.producers.otlp._stored import restored, stored
 from rolltape.producers.otlp._wire import STATUS_ERROR, Span
-from rolltape.schemas import result_failed
+from rolltape.schemas import CONTENT_MISSING
 
 TAG = "otlp"
+
+UNMAPPED_REASONS = {
+    "span_not_genai": "spans of other libraries (HTTP, databases) in GenAI traces",
+    "trace_not_genai": "spans of traces without any GenAI span",
+    "span_rejected": "spans whose content broke the mapping (named in partial_success)",
+    "log_not_genai": "log records that are no GenAI event (an application's own logs)",
+    "log_outside_span": "GenAI log records without a trace and span id to join",
+    "log_after_its_span": "GenAI log records that came after their span was recorded",
+    "log_content_also_on_span": "content log records whose span carried the same content",
+    "log_span_never_came": "GenAI log records whose span did not come within the idle time",
+    "log_ids_unusable": "log records with malformed ids",
+}
+"""Why a span or log record was acknowledged but not recorded, for the counters and the docs."""
 
 
 def session_id_for(trace_id: str, generation: int) -> str:
@@ -50,12 +76,18 @@ def session_id_for(trace_id: str, generation: int) -> str:
 
 
 @dataclass
-class _Thread:
-    conversation: Conversation
-    history: list[Any] | None = None
-    """The GenAI messages this conversation holds, as spans write them (the last request and
-    its reply): a request that starts with them records only its tail, without fingerprinting
-    the whole conversation again (agents resend all of it on every call)."""
+class _Waiting:
+    span: Span
+    arrived: float
+    journaled: bool = False
+
+
+@dataclass
+class _Log:
+    record: LogRecord
+    key: str
+    arrived: float
+    journaled: bool = False
 
 
 @dataclass
@@ -63,25 +95,34 @@ class _Trace:
     trace_id: str
     generation: int
     session: Session | None = None
-    conversations: dict[bytes, _Thread] = field(default_factory=dict)
-    """The session's conversations, one per agent (a trace may hold several agents, each
-    sending its own history), keyed by how each request starts."""
-    nested: set[str] = field(default_factory=set)
-    """Span ids that wrap an inference span already recorded (a framework's span around the
-    provider's), and response ids already recorded: the same call is not recorded twice."""
+    spans: SpanRecorder | None = None
     seen: set[str] = field(default_factory=set)
-    """Span ids applied (in this process or, per the journal, before)."""
+    """Span ids recorded (in this process or, per the journal, before)."""
+    queue: list[_Waiting] = field(default_factory=list)
+    """Spans not recorded yet, in the order they ended."""
+    logs: dict[str, list[_Log]] = field(default_factory=dict)
+    """Span id -> the GenAI log records waiting for it."""
+    log_keys: set[str] = field(default_factory=set)
+    """Digests of the log records taken (a batch sent again is a redelivery)."""
+    on_span: set[str] = field(default_factory=set)
+    """Ids of inference spans recorded with content of their own: log records of theirs that
+    come later are copies (SPAN_AND_EVENT), not late content."""
     last_span_at: float = 0.0
     root_at: float | None = None
     root_error: str | None = None
     ended_at: float | None = None
 
+    def waits(self) -> bool:
+        return bool(self.queue or self.logs)
+
 
 @dataclass
 class Applied:
-    """What one batch did; `recorded` is journaled once the records are durable."""
+    """What one batch (or one tick of the timer) did. `recorded`, `hold` and `release` are
+    journaled once the records are durable."""
 
     spans: int = 0
+    logs: int = 0
     recorded: list[tuple[str, str]] = field(default_factory=list)
     redelivered: int = 0
     again: list[tuple[str, str]] = field(default_factory=list)
@@ -93,23 +134,33 @@ class Applied:
     sessions_started: list[str] = field(default_factory=list)
     without_content: int = 0
     unreadable: list[str] = field(default_factory=list)
+    settings: list[str] = field(default_factory=list)
+    """What would send the content of the inference spans that came without it."""
+    logs_joined: int = 0
+    """GenAI log records recorded with their span."""
+    logs_redelivered: int = 0
+    unmapped: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Reason (UNMAPPED_REASONS) -> spans or log records acknowledged, not recorded."""
+    hold: list[tuple[str, str, bytes]] = field(default_factory=list)
+    release: list[tuple[str, str]] = field(default_factory=list)
+    ended: list[str] = field(default_factory=list)
 
     def warning(self) -> str:
         """The note for the sender's partial_success (empty when all went as expected)."""
         notes = []
         if self.without_content:
+            setting = self.settings[0] if self.settings else "turn on content capture"
             notes.append(
-                f"{self.without_content} inference span(s) carried no messages: turn on message "
-                "content capture in the instrumentation "
-                "(OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true)"
+                f"{self.without_content} inference span(s) carried no message content; {setting}"
             )
         notes.extend(f"unreadable attribute {u}" for u in self.unreadable[:5])
         return "; ".join(notes)
 
 
 class TraceIngest:
-    """Applies span batches to sessions through one Recorder (the caller flushes it before
-    acknowledging) and ends sessions when their traces are done (`end_due`)."""
+    """Applies span and log batches to sessions through one Recorder (the caller flushes it
+    before acknowledging, then settles the journal) and ends sessions when their traces are
+    done (`tick`)."""
 
     def __init__(
         self,
@@ -119,6 +170,7 @@ class TraceIngest:
         family: str | None = None,
         linger_s: float = 5.0,
         idle_s: float = 300.0,
+        join_wait_s: float = 10.0,
         forget_after_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         subject_attribute: str | None = None,
@@ -131,80 +183,228 @@ class TraceIngest:
         session then seals its content under a data key of its own."""
         self.linger_s = linger_s
         self.idle_s = idle_s
+        self.join_wait_s = join_wait_s
+        """How long an inference span without content waits for its log records."""
         self.forget_after_s = forget_after_s
         self.clock = clock
         self._traces: dict[str, _Trace] = {}
         self._open: dict[str, _Trace] = {}
-        """Traces whose session is open: the ones `end_due` looks at."""
+        """Traces whose session is open: the ones `tick` looks at to end them."""
+        self._waiting: dict[str, _Trace] = {}
+        """Traces with spans or log records waiting."""
         self._idle: collections.deque[tuple[float, str]] = collections.deque()
         """(when, trace) of traces without an open session, oldest first, to forget them."""
-        self._read_ahead: dict[str, Inference] = {}
-        """Inference spans already read to start their session (read once)."""
+        self._carry = Applied()
+        """What batches that were not made durable leave to journal (see `not_durable`)."""
 
     # -- a batch ---------------------------------------------------------------------------------
-    def apply(self, spans: Sequence[Span]) -> Applied:
-        """Record a batch. A span is marked seen only once applied, so when the recorder
-        refuses records midway (RecorderError, answered 503) the rest of the batch is applied
-        when it is sent again. A span whose content breaks the mapping is rejected with why
-        (what it recorded before that stays)."""
-        done = Applied(spans=len(spans))
+    def apply(self, spans: Sequence[Span] = (), logs: Sequence[LogRecord] = ()) -> Applied:
+        """Take a batch and record what is ready. A span is marked seen only once recorded, so
+        when the recorder refuses records midway (RecorderError, answered 503) the rest is
+        recorded when the batch is sent again. A span whose content breaks the mapping is
+        rejected with why (what it recorded before that stays)."""
+        done = self._fresh(spans=len(spans), logs=len(logs))
+        now = self.clock()
+        touched: dict[str, _Trace] = {}
+        for record in logs:
+            self._take_log(record, done, now, touched)
         by_trace: dict[str, list[Span]] = {}
         for span in spans:
             by_trace.setdefault(span.trace_id, []).append(span)
-        now = self.clock()
-        fresh: dict[str, list[Span]] = {}
         for trace_id, group in by_trace.items():
             trace = self._trace(trace_id)
-            new: dict[str, Span] = {}
+            queued = {w.span.span_id: w for w in trace.queue}
+            fresh: dict[str, Span] = {}
             for span in group:
-                if span.span_id in trace.seen or span.span_id in new:
+                if span.span_id in trace.seen or span.span_id in fresh:
                     done.redelivered += 1
                     done.again.append((trace_id, span.span_id))
+                elif span.span_id in queued:
+                    done.redelivered += 1
+                    touched[trace_id] = trace
                 else:
-                    new[span.span_id] = span
-            if new:
+                    fresh[span.span_id] = span
+            if fresh:
                 trace.last_span_at = now
-                fresh[trace_id] = sorted(new.values(), key=lambda s: (s.end_ns, s.start_ns))
+                for span in fresh.values():
+                    bisect.insort(trace.queue, _Waiting(span, now), key=_order)
+                touched[trace_id] = trace
+        self._release(list(touched.values()), done, now)
+        self._hold(touched.values(), done)
+        return done
+
+    def _take_log(
+        self, record: LogRecord, done: Applied, now: float, touched: dict[str, _Trace]
+    ) -> None:
+        kind = event_kind(record)
+        if kind is None:
+            done.unmapped["log_not_genai"] += 1
+            return
+        if not record.trace_id or not record.span_id:
+            done.unmapped["log_outside_span"] += 1
+            return
+        trace = self._trace(record.trace_id)
+        key = _log_key(record)
+        if key in trace.log_keys:
+            done.logs_redelivered += 1
+            touched[record.trace_id] = trace  # journaled now, if its first batch was not durable
+            return
+        trace.log_keys.add(key)
+        if record.span_id in trace.seen:  # its span is recorded: only an evaluation can follow
+            session, spans = trace.session, trace.spans
+            if kind == "evaluation" and session is not None and not session.ended and spans:
+                spans.record(joined(_bare(record), [record])[0])  # as the span's own would be
+                done.logs_joined += 1
+            elif record.span_id in trace.on_span:
+                done.unmapped["log_content_also_on_span"] += 1
+            else:
+                done.unmapped["log_after_its_span"] += 1
+            return
+        trace.logs.setdefault(record.span_id, []).append(_Log(record, key, now))
+        trace.last_span_at = now
+        touched[record.trace_id] = trace
+
+    def _hold(self, traces: Iterable[_Trace], done: Applied) -> None:
+        """Journal (once) what the batch leaves waiting: it was acknowledged."""
+        for trace in traces:
+            for waiting in trace.queue:
+                if not waiting.journaled:
+                    waiting.journaled = True
+                    item = f"s:{waiting.span.span_id}"
+                    done.hold.append((trace.trace_id, item, stored(waiting.span)))
+            for logs in trace.logs.values():
+                for log in logs:
+                    if not log.journaled:
+                        log.journaled = True
+                        done.hold.append((trace.trace_id, f"l:{log.key}", stored(log.record)))
+            if trace.waits():
+                self._waiting[trace.trace_id] = trace
+            else:
+                self._waiting.pop(trace.trace_id, None)
+
+    def not_durable(self, done: Applied) -> None:
+        """The records of `done` could not be made durable in time (they stay queued in the
+        recorder): what it would have journaled is journaled with the next batch that is."""
+        carry = self._carry
+        carry.recorded += done.recorded + done.again
+        carry.hold += done.hold
+        carry.release += done.release
+
+    def waiting(self) -> int:
+        """Spans and log records acknowledged and not recorded yet (held in the journal)."""
+        return sum(
+            len(t.queue) + sum(len(v) for v in t.logs.values()) for t in self._waiting.values()
+        )
+
+    def _fresh(self, spans: int = 0, logs: int = 0) -> Applied:
+        """A new batch's account, carrying what an earlier one could not journal."""
+        done, carry = Applied(spans=spans, logs=logs), self._carry
+        done.again, done.hold, done.release = carry.recorded, carry.hold, carry.release
+        self._carry = Applied()
+        return done
+
+    def _ready(self, trace: _Trace, waiting: _Waiting, now: float) -> bool:
+        span = waiting.span
+        if operation(span) not in INFERENCE_OPERATIONS or has_content(span):
+            return True
+        if completes(span, [log.record for log in trace.logs.get(span.span_id, [])]):
+            return True
+        return now - waiting.arrived >= self.join_wait_s
+
+    def _release(
+        self, traces: Sequence[_Trace], done: Applied, now: float, *, force: bool = False
+    ) -> None:
+        """Record the spans at the front of each trace's queue that are ready (all, `force`)."""
+        ready: dict[str, list[_Waiting]] = {}
+        for trace in traces:
+            count = 0
+            for waiting in trace.queue:
+                if not (force or self._ready(trace, waiting, now)):
+                    break
+                count += 1
+            if count:
+                ready[trace.trace_id] = trace.queue[:count]
         starting = [
-            t
-            for t, group in fresh.items()
-            if self._needs_session(self._traces[t]) and any(is_genai(s) for s in group)
+            self._traces[t]
+            for t, group in ready.items()
+            if _needs_session(self._traces[t]) and any(is_genai(w.span) for w in group)
         ]
         if starting:  # journaled before the first record: a restart never starts them again
             entries = []
-            for trace_id in starting:
-                trace = self._traces[trace_id]
+            for trace in starting:
                 if trace.session is not None:  # its session ended: continue in a new one
                     trace.generation += 1
                 entries.append(
-                    (trace_id, trace.generation, session_id_for(trace_id, trace.generation))
+                    (
+                        trace.trace_id,
+                        trace.generation,
+                        session_id_for(trace.trace_id, trace.generation),
+                    )
                 )
             self.journal.open_sessions(entries)
-        for trace_id, group in fresh.items():
+        for trace_id, group in ready.items():
             trace = self._traces[trace_id]
-            if trace_id in starting:
-                self._start(trace, group)
+            first: Inference | None = None
+            spans = [self._joined(trace, w.span, done) for w in group]
+            if trace in starting:
+                first = self._start(trace, spans)
                 done.sessions_started.append(trace.session.session_id)  # type: ignore[union-attr]
-            for span in group:
-                self._one(trace, span, done, now)
+            for waiting, (span, events_came) in zip(group, spans, strict=True):
+                self._one(trace, span, events_came, done, now, first)
+                first = None
+                trace.queue.remove(waiting)
                 trace.seen.add(span.span_id)
-        return done
+                if waiting.journaled:
+                    done.release.append((trace_id, f"s:{span.span_id}"))
+                for log in trace.logs.pop(span.span_id, []):
+                    if log.journaled:
+                        done.release.append((trace_id, f"l:{log.key}"))
 
-    def _one(self, trace: _Trace, span: Span, done: Applied, now: float) -> None:
-        if trace.session is None or trace.session.ended:
+    def _joined(self, trace: _Trace, span: Span, done: Applied) -> tuple[Span, bool]:
+        if operation(span) in INFERENCE_OPERATIONS and has_content(span):
+            trace.on_span.add(span.span_id)
+        records = [log.record for log in trace.logs.get(span.span_id, [])]
+        if not records:
+            return span, False
+        with_content, duplicates = joined(span, records)
+        done.unmapped["log_content_also_on_span"] += duplicates
+        done.logs_joined += len(records) - duplicates
+        return with_content, True
+
+    def _one(
+        self,
+        trace: _Trace,
+        span: Span,
+        events_came: bool,
+        done: Applied,
+        now: float,
+        first: Inference | None,
+    ) -> None:
+        spans = trace.spans
+        if trace.session is None or trace.session.ended or spans is None:
             done.not_genai += 1
+            done.unmapped["trace_not_genai"] += 1
             return
+        without = spans.without_content
         try:
-            recorded = self._apply(trace, span, done)
+            recorded = spans.record(span, first, events_came)
         except RecorderError:
             raise
         except Exception as exc:  # the span's content broke the mapping: reject it, say why
             done.rejected.append(f"span {span.span_id}: {type(exc).__name__}: {exc}")
+            done.unmapped["span_rejected"] += 1
             return
+        done.unreadable.extend(spans.unreadable)
+        spans.unreadable.clear()
+        if spans.without_content > without:
+            done.without_content += 1
+            if spans.missing_now is not None and spans.missing_now not in done.settings:
+                done.settings.append(spans.missing_now)
         if recorded:
             done.recorded.append((trace.trace_id, span.span_id))
         else:
             done.not_genai += 1
+            done.unmapped["span_not_genai"] += 1
         if is_local_root(span):
             trace.root_at = now
             if span.status_code == STATUS_ERROR:
@@ -224,22 +424,22 @@ class TraceIngest:
             self._idle.append((self.clock(), trace_id))
         return trace
 
-    def _needs_session(self, trace: _Trace) -> bool:
-        return trace.session is None or trace.session.ended
-
-    def _start(self, trace: _Trace, group: Sequence[Span]) -> None:
+    def _start(self, trace: _Trace, group: Sequence[tuple[Span, bool]]) -> Inference | None:
+        """Start the trace's session from its first spans; returns the first inference, read
+        to name the task (recorded next without reading it again)."""
         previous = trace.session.session_id if trace.session is not None else None
         if previous is None and trace.generation > 1:
             previous = session_id_for(trace.trace_id, trace.generation - 1)
-        first_span = next((s for s in group if operation(s) in INFERENCE_OPERATIONS), None)
+        spans = [span for span, _ in group]
+        first_span = next((s for s in spans if operation(s) in INFERENCE_OPERATIONS), None)
         first = None
         try:
             if first_span is not None:
-                first = self._read_ahead[first_span.span_id] = inference(first_span)
-            task = _task(first, group, trace.trace_id)
-        except Exception:  # the span is rejected with why when it is applied
-            first, task = None, _task(None, group, trace.trace_id)
-        resource = group[0].resource
+                first = inference(first_span)
+            task = _task(first, spans, trace.trace_id)
+        except Exception:  # the span is rejected with why when it is recorded
+            first, task = None, _task(None, spans, trace.trace_id)
+        resource = spans[0].resource
         service = resource.get("service.name")
         run_config: dict[str, Any] = {"otel": {"trace_id": trace.trace_id}}
         if isinstance(service, str):
@@ -248,7 +448,7 @@ class TraceIngest:
             run_config["otel"]["continues"] = previous
         trace.session = self.recorder.session(
             task,
-            subject=self._subject(group),
+            subject=self._subject(spans),
             session_id=session_id_for(trace.trace_id, trace.generation),
             tools=first.tools if first else (),
             model=first.model if first else None,
@@ -256,12 +456,12 @@ class TraceIngest:
             tags=[TAG] if trace.generation == 1 else [TAG, "continuation"],
             linked_session_id=previous,
         )
-        trace.conversations = {}
-        trace.nested = set()
+        trace.spans = SpanRecorder(trace.session, self.family)
         self._open[trace.trace_id] = trace
         trace.root_at = None
         trace.root_error = None
         trace.ended_at = None
+        return first if first_span is spans[0] else None
 
     def _subject(self, group: Sequence[Span]) -> str | None:
         """The trace's subject: the attribute on one of its first spans, else on their
@@ -274,106 +474,71 @@ class TraceIngest:
                 return found
         return None
 
-    def _apply(self, trace: _Trace, span: Span, done: Applied) -> bool:
-        """Record one span; False when it holds nothing GenAI (kept out of the session)."""
-        session = trace.session
-        assert session is not None
-        recorded = False
-        op = operation(span)
-        if op in INFERENCE_OPERATIONS:
-            call = self._read_ahead.pop(span.span_id, None) or inference(span)
-            if span.span_id not in trace.nested and (
-                call.response_id is None or call.response_id not in trace.nested
-            ):
-                self._inference(trace, call, done)
-            if span.parent_span_id:
-                trace.nested.add(span.parent_span_id)
-            if call.response_id is not None:
-                trace.nested.add(call.response_id)
-            recorded = True
-        elif op == "execute_tool":
-            self._tool(session, span)
-            recorded = True
-        for evaluation in evaluations(span):
-            text = " - ".join(x for x in (evaluation.label, evaluation.explanation) if x)
-            session.feedback(
-                source=f"evaluation:{evaluation.name}", score=evaluation.score, text=text or None
-            )
-            recorded = True
-        return recorded or is_genai(span)
-
-    def _inference(self, trace: _Trace, call: Inference, done: Applied) -> None:
-        assert trace.session is not None
-        done.unreadable.extend(call.unreadable)
-        if not call.content_captured:
-            done.without_content += 1
-        thread = trace.conversations.get(call.starts_with)
-        if thread is None:
-            thread = _Thread(Conversation(trace.session, self.family))
-            trace.conversations[call.starts_with] = thread
-        conversation, known, raw = thread.conversation, thread.history, call.raw_input
-        if known and len(raw) >= len(known) and _same_messages(raw[: len(known)], known):
-            conversation.extend(call.messages(skip=len(known)))
-        else:
-            conversation.request(call.messages())
-        thread.history = list(raw) if raw else None
-        if call.error is not None:
-            conversation.error(
-                call.error[0],
-                call.error[1],
-                status=call.status,
-                model=call.model,
-                latency_ms=call.latency_ms,
-            )
-        elif call.reply is not None:
-            conversation.reply(call.reply, call.latency_ms, call.tools)
-            if thread.history is not None:
-                if call.raw_output is None:
-                    thread.history = None
-                else:
-                    thread.history.append(call.raw_output)
-
-    def _tool(self, session: Session, span: Span) -> None:
-        run = tool_execution(span)
-        arguments = run.arguments if isinstance(run.arguments, dict) else {}
-        raw = run.arguments if isinstance(run.arguments, str) else None
-        call_id = run.call_id
-        if call_id is None:  # the oldest open call of this name and arguments, if any
-            call_id = session._claim_call(run.name, arguments)
-            if call_id is None:
-                call_id = session.tool_call(
-                    run.name, arguments, call_id=f"call_{span.span_id}", raw_arguments=raw
-                )
-        elif call_id in session._answered:
-            return  # its result came with a request already
-        elif all(open_id != call_id for open_id, _, _ in session._open_calls):
-            session.tool_call(run.name, arguments, call_id=call_id, raw_arguments=raw)
-        content = run.result if run.result is not None else ""
-        success = not run.failed and (run.result is None or not result_failed(content))
-        session.tool_result(
-            call_id, content, success=success, error=run.error, duration_ms=run.duration_ms
-        )
-
-    # -- ending ----------------------------------------------------------------------------------
-    def end_due(self) -> list[str]:
-        """End the sessions whose traces are done; forget traces ended long ago (the journal
-        still knows them). Returns the ended session ids."""
+    # -- after a restart -------------------------------------------------------------------------
+    def restore(self, owns: Callable[[str], bool] = lambda trace_id: True) -> int:
+        """Take back what the journal holds for the traces this ingest owns (a receiver's
+        worker owns some): spans queue again, log records wait for their spans. Returns how
+        many items came back."""
         now = self.clock()
-        ended = []
+        count = 0
+        for trace_id, item, body in self.journal.held():
+            if not owns(trace_id):
+                continue
+            trace = self._trace(trace_id)
+            thing = restored(body)
+            if thing.span_id in trace.seen:  # recorded before the journal let go of it
+                self._carry.release.append((trace_id, item))
+                continue
+            if isinstance(thing, Span):
+                bisect.insort(trace.queue, _Waiting(thing, now, journaled=True), key=_order)
+            else:
+                key = item.removeprefix("l:")
+                trace.log_keys.add(key)
+                trace.logs.setdefault(thing.span_id, []).append(
+                    _Log(thing, key, now, journaled=True)
+                )
+            trace.last_span_at = now
+            self._waiting[trace_id] = trace
+            count += 1
+        return count
+
+    # -- the timer -------------------------------------------------------------------------------
+    def tick(self) -> Applied:
+        """Record the spans whose wait for their log records is over, drop log records whose
+        span never came (counted), end the sessions whose traces are done and forget traces
+        ended long ago (the journal still knows them)."""
+        done = self._fresh()
+        now = self.clock()
+        waiting = list(self._waiting.values())
+        self._release(waiting, done, now)
+        for trace in waiting:
+            for span_id in [s for s in trace.logs if all(w.span.span_id != s for w in trace.queue)]:
+                logs = trace.logs[span_id]
+                if now - logs[0].arrived >= self.idle_s:
+                    done.unmapped["log_span_never_came"] += len(logs)
+                    done.release.extend(
+                        (trace.trace_id, f"l:{log.key}") for log in logs if log.journaled
+                    )
+                    del trace.logs[span_id]
+        self._hold(waiting, done)
         for trace in list(self._open.values()):
             session = trace.session
             assert session is not None
+            if trace.waits():
+                continue
             if trace.root_at is not None and now - trace.last_span_at >= self.linger_s:
                 self._end(trace, now)
-                ended.append(session.session_id)
+                done.ended.append(session.session_id)
             elif now - trace.last_span_at >= self.idle_s:
                 self._end(trace, now, idle=True)
-                ended.append(session.session_id)
+                done.ended.append(session.session_id)
         idle = self._idle
         while idle and now - idle[0][0] >= self.forget_after_s:
             _, trace_id = idle.popleft()
             remembered = self._traces.get(trace_id)
-            if remembered is None or trace_id in self._open:
+            if remembered is None or trace_id in self._open or remembered.waits():
+                if remembered is not None and remembered.waits():
+                    idle.append((now, trace_id))
                 continue
             since = (
                 remembered.ended_at if remembered.ended_at is not None else remembered.last_span_at
@@ -382,29 +547,44 @@ class TraceIngest:
                 del self._traces[trace_id]
             else:  # active again since: look later
                 idle.append((since, trace_id))
-        return ended
+        return done
+
+    def end_due(self) -> list[str]:
+        """`tick`, for callers that only want the sessions it ended."""
+        return self.tick().ended
 
     def _end(self, trace: _Trace, now: float, *, idle: bool = False, reason: str = "") -> None:
         session = trace.session
         assert session is not None
+        outcome: dict[str, Any] = {}
+        missing = trace.spans.content_missing() if trace.spans is not None else None
+        if missing is not None:
+            outcome[CONTENT_MISSING] = missing
         if idle or reason:
             session.end(
                 "interrupted",
+                outcome=outcome,
                 error=reason
                 or f"no span for {self.idle_s:g}s and the trace's root span never arrived",
             )
         elif trace.root_error is not None:
-            session.end("failed", error=trace.root_error)
+            session.end("failed", outcome=outcome, error=trace.root_error)
         else:
-            session.end("completed")
+            session.end("completed", outcome=outcome)
         trace.ended_at = now
         self._open.pop(trace.trace_id, None)
         self._idle.append((now, trace.trace_id))
 
-    def end_all(self, reason: str) -> list[str]:
-        """At shutdown: traces whose root arrived end as usual, the others as interrupted."""
+    def end_all(self, reason: str) -> Applied:
+        """At shutdown: every waiting span is recorded as it is (its log records may never
+        come to a receiver that stops), then traces whose root arrived end as usual, the others
+        as interrupted. Log records still waiting for their span stay in the journal for the
+        next run. `ended` lists the sessions ended."""
+        done = self._fresh()
         now = self.clock()
-        ended = []
+        waiting = list(self._waiting.values())
+        self._release(waiting, done, now, force=True)
+        self._hold(waiting, done)
         for trace in list(self._open.values()):
             session = trace.session
             if session is not None and not session.ended:
@@ -412,19 +592,51 @@ class TraceIngest:
                     self._end(trace, now)
                 else:
                     self._end(trace, now, reason=reason)
-                ended.append(session.session_id)
-        return ended
+                done.ended.append(session.session_id)
+        return done
 
 
-def _same_messages(sent: list[Any], known: list[Any]) -> bool:
-    """Whether messages a request starts with are the ones recorded (an echoed reply may carry
-    its `finish_reason` again)."""
-    for a, b in zip(sent, known, strict=True):
-        if a != b and not (
-            isinstance(a, dict) and {k: v for k, v in a.items() if k != "finish_reason"} == b
-        ):
-            return False
-    return True
+def _order(waiting: _Waiting) -> tuple[int, int]:
+    return waiting.span.end_ns, waiting.span.start_ns
+
+
+def _needs_session(trace: _Trace) -> bool:
+    return trace.session is None or trace.session.ended
+
+
+def _log_key(record: LogRecord) -> str:
+    """A log record's identity: log records have no id, so a resent batch is recognised by
+    what its records hold (with their time and place in the request)."""
+    digest = hashlib.sha256(
+        orjson.dumps(
+            [
+                record.span_id,
+                record.event_name,
+                record.time_ns,
+                record.position,
+                record.body,
+                record.attributes,
+            ],
+            option=orjson.OPT_SORT_KEYS,
+            default=lambda v: v.hex() if isinstance(v, bytes) else repr(v),
+        )
+    )
+    return digest.hexdigest()[:32]
+
+
+def _bare(record: LogRecord) -> Span:
+    """A span that holds nothing but what `joined` adds from the record (an evaluation that
+    came after its span was recorded)."""
+    return Span(
+        trace_id=record.trace_id,
+        span_id=record.span_id,
+        parent_span_id="",
+        name="",
+        kind=0,
+        start_ns=record.time_ns,
+        end_ns=record.time_ns,
+        attributes={},
+    )
 
 
 def _task(first: Inference | None, group: Sequence[Span], trace_id: str) -> str:

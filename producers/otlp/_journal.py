@@ -5,7 +5,9 @@ memory. After a restart that head is gone, so a trace seen before must never sta
 again (a second chain from seq 0 under the same session id is a fork): the journal knows every
 trace's last session, and a trace that comes back continues in a new, linked session. It also
 knows the span ids recorded lately, so a batch the exporter sends again after a restart is a
-redelivery, not a duplicate.
+redelivery, not a duplicate. And it holds what was acknowledged but not recorded yet: GenAI log
+records waiting for their span, spans waiting for their log records (`held`), so a restart
+joins them as the first run would have.
 
 A trace is journaled before its session's first record is sent; span ids after
 their records are durable and before the batch is acknowledged. SQLite (WAL)
@@ -34,6 +36,12 @@ CREATE TABLE IF NOT EXISTS spans (
     recorded_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS spans_of_trace ON spans (trace_id);
+CREATE TABLE IF NOT EXISTS held (
+    trace_id TEXT NOT NULL,
+    item TEXT NOT NULL,
+    body BLOB NOT NULL,
+    PRIMARY KEY (trace_id, item)
+) WITHOUT ROWID;
 """
 
 
@@ -74,8 +82,25 @@ class Journal:
     def spans_recorded(self, spans: Iterable[tuple[str, str]]) -> None:
         """Journal (trace, span) pairs whose records are durable: one row per trace and batch
         (the span ids joined), since a batch is journaled whole."""
+        self.settle(spans)
+
+    def held(self) -> list[tuple[str, str, bytes]]:
+        """(trace, item, body) of everything held: what a receiver that
+        stopped had acknowledged without recording it yet."""
+        rows = self._db.execute("SELECT trace_id, item, body FROM held ORDER BY trace_id, item")
+        return [(str(t), str(i), bytes(b)) for t, i, b in rows]
+
+    def settle(
+        self,
+        recorded: Iterable[tuple[str, str]],
+        held: Iterable[tuple[str, str, bytes]] = (),
+        released: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """In one transaction, once a batch's records are durable: the spans it recorded
+        (`spans_recorded`), the items it holds from now on, and the held items it recorded
+        (no longer held)."""
         by_trace: dict[str, list[str]] = {}
-        for trace_id, span_id in spans:
+        for trace_id, span_id in recorded:
             by_trace.setdefault(trace_id, []).append(span_id)
         now = time.time()
         with self._transaction():
@@ -83,6 +108,8 @@ class Journal:
                 "INSERT INTO spans VALUES (?, ?, ?)",
                 [(t, ",".join(ids), now) for t, ids in by_trace.items()],
             )
+            self._db.executemany("INSERT OR REPLACE INTO held VALUES (?, ?, ?)", list(held))
+            self._db.executemany("DELETE FROM held WHERE trace_id = ? AND item = ?", list(released))
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._db)

@@ -68,6 +68,10 @@ class Span:
     resource: Mapping[str, Any] = field(default_factory=dict)
     parent_is_remote: bool = False
     """From the span's flags: its parent lives in another process."""
+    scope: str = ""
+    """The instrumentation scope's name (`opentelemetry.instrumentation.openai_v2`,
+    `openinference.instrumentation.openai`): which instrumentation wrote the span, so a hint
+    can name that instrumentation's content setting."""
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,7 @@ def _from_protobuf(body: bytes) -> Decoded:
                         status_message=s.status.message,
                         resource=resource,
                         parent_is_remote=s.flags & _PARENT_IS_REMOTE == _PARENT_IS_REMOTE,
+                        scope=scope_spans.scope.name,
                     )
                 )
     return Decoded(spans, rejected)
@@ -252,7 +257,7 @@ def _hex_id(value: Any) -> str:
     return value.lower() if isinstance(value, str) else ""
 
 
-def _json_span(s: Mapping[str, Any], resource: Mapping[str, Any]) -> Span:
+def _json_span(s: Mapping[str, Any], resource: Mapping[str, Any], scope: str) -> Span:
     status = s.get("status") or {}
     return Span(
         trace_id=_hex_id(_get(s, "traceId", "trace_id")),
@@ -275,6 +280,7 @@ def _json_span(s: Mapping[str, Any], resource: Mapping[str, Any]) -> Span:
         status_message=str(status.get("message") or ""),
         resource=resource,
         parent_is_remote=int(s.get("flags") or 0) & _PARENT_IS_REMOTE == _PARENT_IS_REMOTE,
+        scope=scope,
     )
 
 
@@ -297,9 +303,10 @@ def _from_json(body: bytes) -> Decoded:
             for j, scope_spans in enumerate(
                 _get(resource_spans, "scopeSpans", "scope_spans") or []
             ):
+                scope = str((scope_spans.get("scope") or {}).get("name") or "")
                 for k, raw in enumerate(scope_spans.get("spans") or []):
                     where = f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]"
-                    span = _json_span(raw, resource)
+                    span = _json_span(raw, resource, scope)
                     problem = _check_ids(span.trace_id, span.span_id, span.parent_span_id)
                     if problem:
                         rejected.append(Rejected(span.span_id, problem))
@@ -313,26 +320,47 @@ def _from_json(body: bytes) -> Decoded:
 
 
 # -- answers -------------------------------------------------------------------------------------
-def success_body(encoding: Encoding, rejected: int = 0, message: str = "") -> bytes:
-    """An ExportTraceServiceResponse; `partial_success` set when spans were rejected or there is
-    a warning for the sender (OTLP: rejected_spans 0 with a message is a warning)."""
+Signal = Literal["traces", "logs"]
+
+
+def success_body(
+    encoding: Encoding, rejected: int = 0, message: str = "", signal: Signal = "traces"
+) -> bytes:
+    """An Export{Trace,Logs}ServiceResponse; `partial_success` set when spans (log records) were
+    rejected or there is a warning for the sender (OTLP: a rejected count of 0 with a message
+    is a warning)."""
     if encoding == "json":
         if not rejected and not message:
             return b"{}"
-        return orjson.dumps(
-            {"partialSuccess": {"rejectedSpans": str(rejected), "errorMessage": message}}
+        count = "rejectedSpans" if signal == "traces" else "rejectedLogRecords"
+        return orjson.dumps({"partialSuccess": {count: str(rejected), "errorMessage": message}})
+    return bytes(_success_message(rejected, message, signal).SerializeToString())
+
+
+def _success_message(rejected: int, message: str, signal: Signal) -> Any:
+    if signal == "logs":
+        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+            ExportLogsPartialSuccess,
+            ExportLogsServiceResponse,
         )
+
+        logs = ExportLogsServiceResponse()
+        if rejected or message:
+            logs.partial_success.CopyFrom(
+                ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
+            )
+        return logs
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTracePartialSuccess,
         ExportTraceServiceResponse,
     )
 
-    response = ExportTraceServiceResponse()
+    traces = ExportTraceServiceResponse()
     if rejected or message:
-        response.partial_success.CopyFrom(
+        traces.partial_success.CopyFrom(
             ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
         )
-    return bytes(response.SerializeToString())
+    return traces
 
 
 def status_body(encoding: Encoding, http_status: int, message: str) -> bytes:

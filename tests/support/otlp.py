@@ -8,8 +8,10 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import httpx
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -17,7 +19,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
-from rolltape.infra.commands.otlp_serve import OtlpReceiver, serve
+from rolltape.infra.commands.otlp_http import serve
+from rolltape.infra.commands.otlp_serve import OtlpReceiver, ReceiverConfig
+from rolltape.producers import Recorder
+from rolltape.producers.otlp import Journal
+from tests.unit.producers.recorded import spooled
+
+PB = {"Content-Type": "application/x-protobuf"}
+JS = {"Content-Type": "application/json"}
 
 
 class ReceiverThread:
@@ -54,6 +63,48 @@ class ReceiverThread:
         assert self._loop is not None and self._stop is not None
         self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+
+
+class Rig:
+    """A receiver recording to a spool, with its journal, in `folder`."""
+
+    def __init__(self, folder: Path, kek: Any = None, **config: Any) -> None:
+        self.folder = folder
+        self.recorder = Recorder(None, spool_dir=folder / "spool", spool_after_s=0.0, kek=kek)
+        self.receiver = OtlpReceiver(
+            self.recorder, Journal(folder / "journal.sqlite"), ReceiverConfig(**config)
+        )
+        self.thread = ReceiverThread(self.receiver)
+        self.stopped = False
+
+    def __enter__(self) -> Rig:
+        self.thread.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.stopped:
+            self.stopped = True
+            self.thread.__exit__()
+            self.receiver.shutdown()
+
+    def recorded(self) -> list[dict[str, Any]]:
+        """Stop the receiver (it closes its recorder) and read what it spooled."""
+        self.__exit__()
+        return envelopes(self.folder)
+
+    def post(self, body: bytes, headers: dict[str, str] = PB) -> httpx.Response:
+        return httpx.post(self.thread.url, content=body, headers=headers, timeout=30)
+
+
+def envelopes(folder: Path) -> list[dict[str, Any]]:
+    return spooled(folder / "spool")
+
+
+def by_session(source: Path | list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for e in envelopes(source) if isinstance(source, Path) else source:
+        out.setdefault(e["session_id"], []).append(e)
+    return out
 
 
 @contextmanager

@@ -43,10 +43,10 @@ def test_worker_pool__records_every_share_and_a_dead_worker_stops_it(tmp_path: P
         await pool.start()
         stop = asyncio.Event()
         running = asyncio.ensure_future(pool.run(stop))
-        recorded = await pool.record(spans)
+        recorded = await pool.record(spans, [])
         pool._workers[0].proc.kill()
         await asyncio.wait_for(running, 60)  # the pool stops on its own
-        after = await pool.record(spans)
+        after = await pool.record(spans, [])
         return recorded, after, pool.failure
 
     recorded, after, failure = asyncio.run(scenario())

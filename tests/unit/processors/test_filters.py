@@ -164,7 +164,9 @@ def test_filter__calls_in_a_session_that_declares_no_tools_are_observed_not_reje
 
     assert seen["evidence"] == [decode(records[1].value)["hash"]]
     # Declared tools still reject a name not among them.
-    records = session(Tape(), ("tool_call", {"id": "d", "name": "weather", "arguments": {}}), ANSWER)
+    records = session(
+        Tape(), ("tool_call", {"id": "d", "name": "weather", "arguments": {}}), ANSWER
+    )
     assert codes(outcome(records)) == ["unknown_tool"] and outcome(records)["observed"] == []
 
 

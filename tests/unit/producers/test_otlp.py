@@ -19,65 +19,22 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.trace import SpanKind, StatusCode, Tracer
 from opentelemetry.trace import Status as SpanStatus
 
-from rolltape.infra.commands.otlp_serve import OtlpReceiver, ReceiverConfig
 from rolltape.producers import Recorder
 from rolltape.producers.otlp import Journal, TraceIngest
 from tests.support.otlp import (
-    ReceiverThread,
+    JS,
+    PB,
+    Rig,
     agent_tracer,
     as_otlp_json,
+    by_session,
+    envelopes,
     failed_call,
     parts,
     recorded_request,
     text,
     weather_agent,
 )
-from tests.unit.producers.recorded import spooled
-
-PB = {"Content-Type": "application/x-protobuf"}
-JS = {"Content-Type": "application/json"}
-
-
-class Rig:
-    """A receiver recording to a spool, with its journal, in `folder`."""
-
-    def __init__(self, folder: Path, kek: Any = None, **config: Any) -> None:
-        self.folder = folder
-        self.recorder = Recorder(None, spool_dir=folder / "spool", spool_after_s=0.0, kek=kek)
-        self.receiver = OtlpReceiver(
-            self.recorder, Journal(folder / "journal.sqlite"), ReceiverConfig(**config)
-        )
-        self.thread = ReceiverThread(self.receiver)
-        self.stopped = False
-
-    def __enter__(self) -> Rig:
-        self.thread.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if not self.stopped:
-            self.stopped = True
-            self.thread.__exit__()
-            self.receiver.shutdown()
-
-    def recorded(self) -> list[dict[str, Any]]:
-        """Stop the receiver (it closes its recorder) and read what it spooled."""
-        self.__exit__()
-        return envelopes(self.folder)
-
-    def post(self, body: bytes, headers: dict[str, str] = PB) -> httpx.Response:
-        return httpx.post(self.thread.url, content=body, headers=headers, timeout=30)
-
-
-def envelopes(folder: Path) -> list[dict[str, Any]]:
-    return spooled(folder / "spool")
-
-
-def by_session(source: Path | list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for e in envelopes(source) if isinstance(source, Path) else source:
-        out.setdefault(e["session_id"], []).append(e)
-    return out
 
 
 @pytest.fixture
@@ -331,20 +288,31 @@ def test_traces_without_genai_spans_are_not_sessions(rig: Rig, tmp_path: Path) -
     assert rig.recorded() == []
 
 
-def test_spans_without_message_content_are_recorded_with_a_warning_to_the_sender(rig: Rig) -> None:
+def test_spans_without_message_content_are_recorded_flagged_and_the_sender_told_what_to_set(
+    tmp_path: Path,
+) -> None:
     def no_content(tracer: Tracer) -> None:
         with tracer.start_as_current_span("chat m", attributes={
             "gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+            "gen_ai.provider.name": "openai",
             "gen_ai.usage.input_tokens": 7, "gen_ai.usage.output_tokens": 3,
         }):  # fmt: skip
             pass
 
-    answer = rig.post(recorded_request(no_content))
-    response = ExportTraceServiceResponse.FromString(answer.content)
-    assert response.partial_success.rejected_spans == 0
-    assert "CAPTURE_MESSAGE_CONTENT" in response.partial_success.error_message
-    turn = next(e["payload"] for e in rig.recorded() if e["type"] == "turn")
+    with Rig(tmp_path, linger_s=0.0, join_wait_s=0.0) as rig:  # no log records will come
+        answer = rig.post(recorded_request(no_content))
+        response = ExportTraceServiceResponse.FromString(answer.content)
+        assert response.partial_success.rejected_spans == 0
+        warning = response.partial_success.error_message
+        assert "1 inference span(s) carried no message content" in warning
+        assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY" in warning
+        events = rig.recorded()
+    turn = next(e["payload"] for e in events if e["type"] == "turn")
     assert (turn["content"], turn["prompt_tokens"], turn["completion_tokens"]) == ("", 7, 3)
+    ended = next(e["payload"] for e in events if e["type"] == "session_ended")
+    assert ended["outcome"]["content_missing"].startswith(
+        "1 of 1 inference span(s) carried no message content: set "
+    )
 
 
 @pytest.mark.parametrize(
@@ -380,8 +348,9 @@ def test_an_oversized_body_is_refused_before_it_is_inflated(tmp_path: Path) -> N
 
 def test_wrong_method_or_path_is_answered_with_what_to_do(rig: Rig) -> None:
     assert httpx.get(rig.thread.url).status_code == 405
-    other = httpx.post(rig.thread.url.replace("/v1/traces", "/v1/logs"), content=b"")
-    assert other.status_code == 404 and "/v1/traces" in other.json()["message"]
+    other = httpx.post(rig.thread.url.replace("/v1/traces", "/v1/spans"), content=b"")
+    assert other.status_code == 404
+    assert "/v1/traces" in other.json()["message"] and "/v1/logs" in other.json()["message"]
 
 
 def test_spans_with_unusable_ids_are_rejected_and_the_rest_recorded(rig: Rig) -> None:
