@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install rolltape with its dev tools and the torch extra (the
-# training monitor and harness; torch comes from PyPI), building the codec's native core (Rust,
+# Create .venv (if missing) and install rolltape with its dev tools and every extra (torch, for
+# the training monitor and harness, comes from PyPI), building the codec's native core (Rust,
 # from schemas/native; its crates come from crates.io): about 3 minutes on a fresh machine, said
 # on stderr when it happens. Idempotent, and silent when there is nothing to install.
 set -euo pipefail
@@ -39,7 +39,21 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || native_changed; then
   # setuptools warns on every editable install that folders named like the package could
   # shadow it; ours are named schemas/, processors/... and install as rolltape.*, so it never
   # applies, and nothing else is filtered.
-  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e ".[dev,torch]"
+  # Every extra, in one resolution: they must install beside each other (the test command
+  # runs `pip check` on the result).
+  PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e \
+    ".[dev,torch,openai,otlp,containers,env,tokenizer,atropos,report,bench]"
   touch "$stamp"
   echo "== rolltape installed in .venv ($((SECONDS - started)) s)" >&2
+fi
+
+# The tests run OpenTelemetry's current OpenAI instrumentation (genai-openai) in an environment of
+# its own: it cannot share one with the deprecated openai-v2 the dev extra holds (see
+# tests/support/genai-openai-requirements.txt).
+genai_stamp=.venv-genai/.installed
+if [ ! -f "$genai_stamp" ] || [ tests/support/genai-openai-requirements.txt -nt "$genai_stamp" ]; then
+  echo "== installing the genai-openai instrumentation's test environment in .venv-genai" >&2
+  "$PYTHON" -m venv .venv-genai
+  .venv-genai/bin/python -m pip install -q -r tests/support/genai-openai-requirements.txt
+  touch "$genai_stamp"
 fi

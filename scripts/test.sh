@@ -24,6 +24,9 @@ if [ ${#packages[@]} -gt 0 ]; then
   fi
 fi
 
+echo "== pip check (every extra installed together)"
+"$PY" -m pip check
+
 echo "== ruff"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .

@@ -175,7 +175,7 @@ def _run_receiver(
     or the baseline that records nothing."""
     from aiohttp import web
 
-    from rolltape.infra.commands.otlp_http import serve
+    from rolltape.infra.commands.otlp_listen import serve
     from rolltape.infra.commands.otlp_serve import ReceiverConfig, open_receiver
     from rolltape.infra.commands.otlp_workers import WorkerPool
     from rolltape.producers.otlp import decode, success_body, unpack
@@ -201,9 +201,15 @@ def _run_receiver(
         if workers > 1:
             pool = WorkerPool(settings, config, workers)
             await pool.start()
-            await serve(pool, "127.0.0.1", 0, stop, ports.put)
+            await serve(pool, "127.0.0.1", 0, stop, lambda bound: ports.put(bound.http))
             return
-        await serve(open_receiver(settings, config), "127.0.0.1", 0, stop, ports.put)
+        await serve(
+            open_receiver(settings, config),
+            "127.0.0.1",
+            0,
+            stop,
+            lambda bound: ports.put(bound.http),
+        )
 
     asyncio.run(main())
 

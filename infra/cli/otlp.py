@@ -10,7 +10,13 @@ from rich.markup import escape
 
 from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import CliError, err_console, settings, stop_on_signals
-from rolltape.infra.commands.otlp_http import serve as serve_receiver
+from rolltape.infra.commands.otlp_listen import (
+    GRPC_PORT,
+    HTTP_PORT,
+    Listening,
+    grpc_available,
+)
+from rolltape.infra.commands.otlp_listen import serve as serve_receiver
 from rolltape.infra.commands.otlp_serve import (
     ReceiverConfig,
     ReceiverFront,
@@ -29,7 +35,15 @@ app = typer.Typer(help="Receive OpenTelemetry traces.", no_args_is_help=True)
 
 @app.command()
 def serve(
-    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port.")] = 4318,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The OTLP/HTTP port; 0 picks a free one.")
+    ] = HTTP_PORT,
+    grpc_port: Annotated[
+        int, typer.Option(min=0, max=65535, help="The OTLP/gRPC port; 0 picks a free one.")
+    ] = GRPC_PORT,
+    grpc: Annotated[
+        bool, typer.Option("--grpc/--no-grpc", help="Also receive OTLP over gRPC.")
+    ] = True,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     family: Annotated[
         str | None,
@@ -72,11 +86,13 @@ def serve(
         ),
     ] = 1,
 ) -> None:
-    """Receive OTLP/HTTP traces (POST /v1/traces, protobuf or JSON, gzip) and record every trace
-    with GenAI spans as a session: inference spans as turns, execute_tool spans as tool calls and
-    results, evaluation events as feedback. A batch is acknowledged once its records are on the
-    broker or spooled. Point an agent's exporter at it with
-    OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT. Ctrl-C or SIGTERM stops."""
+    """Receive OTLP traces and logs, over HTTP (POST /v1/traces and /v1/logs, protobuf or JSON,
+    gzip) and gRPC, and record every trace with GenAI spans as a session: inference spans as
+    turns (their content from the spans or from the log records emitted in them), execute_tool
+    spans as tool calls and results, evaluation events as feedback; OpenInference spans too. A
+    batch is acknowledged once its records are on the broker or spooled. What is not recorded is
+    counted by reason at GET /metrics and in the line printed at stop. Point an agent's exporter
+    at it with OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT. Ctrl-C or SIGTERM stops."""
     if family is not None:
         try:
             check_family(family)
@@ -91,8 +107,15 @@ def serve(
         join_wait_s=join_wait,
         subject_attribute=subject_attribute,
     )
+    if grpc and not grpc_available():
+        err_console.print(
+            "gRPC is off: grpcio is not installed (pip install 'rolltape[otlp]'); receiving "
+            "OTLP/HTTP only",
+            highlight=False,
+        )
+        grpc = False
     with state_lock(otlp_dir(s)):
-        _run(s, connection, config, host, port, workers)
+        _run(s, connection, config, host, port, grpc_port if grpc else None, workers)
 
 
 def _run(
@@ -101,6 +124,7 @@ def _run(
     config: ReceiverConfig,
     host: str,
     port: int,
+    grpc_port: int | None,
     workers: int,
 ) -> None:
     receiver: ReceiverFront = (
@@ -114,10 +138,12 @@ def _run(
             "which the next `rolltape otlp serve` with a broker sends"
         )
 
-    def ready(bound: int) -> None:
+    def ready(bound: Listening) -> None:
         processes = f" in {workers} worker processes" if workers > 1 else ""
+        grpc_part = f", OTLP/gRPC on {host}:{bound.grpc}" if bound.grpc is not None else ""
         err_console.print(
-            f"receiving OTLP/HTTP traces on http://{host}:{bound}/v1/traces{processes}; "
+            f"receiving OTLP/HTTP on http://{host}:{bound.http}/v1/traces and /v1/logs"
+            f"{grpc_part}{processes}; counters at http://{host}:{bound.http}/metrics; "
             f"{escape(target)}; Ctrl-C stops",
             highlight=False,
         )
@@ -127,7 +153,7 @@ def _run(
         if isinstance(receiver, WorkerPool):
             await receiver.start()
         try:
-            await serve_receiver(receiver, host, port, stop, ready)
+            await serve_receiver(receiver, host, port, stop, ready, grpc_port=grpc_port)
         except OSError:
             if isinstance(receiver, WorkerPool):
                 stop.set()
@@ -138,8 +164,10 @@ def _run(
         asyncio.run(main())
     except OSError as exc:  # the port is taken or not ours to bind: say which option to change
         receiver.shutdown()
+        ports = f"{port}" if grpc_port is None else f"{port} (HTTP) or {grpc_port} (gRPC)"
         raise CliError(
-            f"cannot listen on {host}:{port}: {exc}; pick another --port (0 for a free one)"
+            f"cannot listen on {host}:{ports}: {exc}; pick another --port or --grpc-port (0 for "
+            "a free one), or --no-grpc"
         ) from exc
     ended = receiver.shutdown()
     err_console.print(f"stopped: {escape(receiver.stats.line(len(ended)))}", highlight=False)

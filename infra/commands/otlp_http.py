@@ -5,9 +5,7 @@ receiver's counters. Each request goes to the one `ReceiverFront`; this module o
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from collections.abc import Callable
 
 from aiohttp import web
 
@@ -104,25 +102,14 @@ class HttpSide:
         return _response(answer)
 
 
-async def serve(
-    receiver: ReceiverFront,
-    host: str,
-    port: int,
-    stop: asyncio.Event,
-    on_ready: Callable[[int], None] | None = None,
-) -> int:
-    """Serve OTLP/HTTP until `stop` is set; `on_ready(port)` is called once it listens (port 0
-    picks a free one). Returns the port."""
+async def start_http(front: ReceiverFront, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Listen for OTLP/HTTP on `host:port` (0 picks a free port); the runner and its port."""
     # Bodies are inflated by unpack (bounded, with OTLP's error answers), not by aiohttp.
-    runner = web.AppRunner(HttpSide(receiver).app(), access_log=None, auto_decompress=False)
+    runner = web.AppRunner(HttpSide(front).app(), access_log=None, auto_decompress=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    bound = int(runner.addresses[0][1])
-    if on_ready is not None:
-        on_ready(bound)
     try:
-        await receiver.run(stop)
-    finally:
+        await web.TCPSite(runner, host, port).start()
+    except OSError:
         await runner.cleanup()
-    return bound
+        raise
+    return runner, int(runner.addresses[0][1])

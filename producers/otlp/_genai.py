@@ -407,9 +407,11 @@ def inference(span: Span) -> Inference:
     if output is not None:
         reply.content, reply.reasoning = split_reasoning(str(output.get("content") or ""))
         reply.tool_calls = list(output.get("tool_calls") or [])
+    # The span's finish reasons are the provider's own words (`tool_calls`); a message's may be
+    # the conventions' normalised ones (`tool_call`): the provider's are what a replay expects.
     finishes = attributes.get("gen_ai.response.finish_reasons")
-    if output_finish is None and isinstance(finishes, Sequence) and not isinstance(finishes, str):
-        output_finish = finishes[0] if finishes else None
+    if isinstance(finishes, Sequence) and not isinstance(finishes, str) and finishes:
+        output_finish = finishes[0]
     reply.finish_reason = str(output_finish) if output_finish is not None else None
     reply.prompt_tokens = _int(
         _first(attributes, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import collections
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +49,8 @@ from rolltape.producers.otlp._genai import (
 )
 from rolltape.producers.otlp._journal import Journal
 from rolltape.producers.otlp._log_records import LogRecord
+from rolltape.producers.otlp._openinference import RECORDED_KINDS, SESSION_ID, as_genai
+from rolltape.producers.otlp._openinference import kind as openinference_kind
 from rolltape.producers.otlp._span_records import SpanRecorder
 from rolltape.producers.otlp._stored import restored, stored
 from rolltape.producers.otlp._wire import STATUS_ERROR, Span
@@ -59,6 +62,8 @@ UNMAPPED_REASONS = {
     "span_not_genai": "spans of other libraries (HTTP, databases) in GenAI traces",
     "trace_not_genai": "spans of traces without any GenAI span",
     "span_rejected": "spans whose content broke the mapping (named in partial_success)",
+    "span_kind_not_recorded": "OpenInference spans of kinds that hold no conversation "
+    "(RETRIEVER, EMBEDDING, RERANKER, GUARDRAIL, EVALUATOR)",
     "log_not_genai": "log records that are no GenAI event (an application's own logs)",
     "log_outside_span": "GenAI log records without a trace and span id to join",
     "log_after_its_span": "GenAI log records that came after their span was recorded",
@@ -69,10 +74,35 @@ UNMAPPED_REASONS = {
 """Why a span or log record was acknowledged but not recorded, for the counters and the docs."""
 
 
+SESSION_GROUP = "session:"
+"""The key prefix of a group of traces sharing an OpenInference `session.id`."""
+_SAFE_ID = re.compile(r"[A-Za-z0-9._:@+-]{1,150}")
+
+
 def session_id_for(trace_id: str, generation: int) -> str:
     """The session of a trace's `generation`-th chain: `otel-<trace id>` for the first, then
     `otel-<trace id>.<n>` for each continuation (a chain is never reopened)."""
     return f"otel-{trace_id}" if generation == 1 else f"otel-{trace_id}.{generation}"
+
+
+def grouped_session_id(session: str, generation: int = 1) -> str:
+    """The rolltape session of an OpenInference `session.id` (its `generation`-th chain):
+    `otel-session-<id>` when the id is safe as a key, else the first 32 hex digits of its
+    SHA-256 (the id itself is in `run_config.otel["session.id"]`)."""
+    safe = (
+        session
+        if _SAFE_ID.fullmatch(session)
+        else hashlib.sha256(session.encode()).hexdigest()[:32]
+    )
+    base = f"otel-session-{safe}"
+    return base if generation == 1 else f"{base}.{generation}"
+
+
+def _session_id(group: _Group, generation: int | None = None) -> str:
+    generation = group.generation if generation is None else generation
+    if group.by_session:
+        return grouped_session_id(group.key.removeprefix(SESSION_GROUP), generation)
+    return session_id_for(group.key, generation)
 
 
 @dataclass
@@ -91,11 +121,34 @@ class _Log:
 
 
 @dataclass
-class _Trace:
-    trace_id: str
+class _Group:
+    """What becomes one session: a trace, or every trace of one OpenInference `session.id`
+    (an agent's session across traces)."""
+
+    key: str
+    """The trace id, or `session:<session.id>`."""
     generation: int
     session: Session | None = None
     spans: SpanRecorder | None = None
+    traces: set[str] = field(default_factory=set)
+    """Traces recorded into the open session."""
+    rootless: set[str] = field(default_factory=set)
+    """Of those, the ones whose root span has not come."""
+    last_span_at: float = 0.0
+    root_at: float | None = None
+    root_error: str | None = None
+    ended_at: float | None = None
+
+    @property
+    def by_session(self) -> bool:
+        return self.key.startswith(SESSION_GROUP)
+
+
+@dataclass
+class _Trace:
+    trace_id: str
+    group: _Group | None = None
+    """Where its spans are recorded, once its first spans were."""
     seen: set[str] = field(default_factory=set)
     """Span ids recorded (in this process or, per the journal, before)."""
     queue: list[_Waiting] = field(default_factory=list)
@@ -108,9 +161,6 @@ class _Trace:
     """Ids of inference spans recorded with content of their own: log records of theirs that
     come later are copies (SPAN_AND_EVENT), not late content."""
     last_span_at: float = 0.0
-    root_at: float | None = None
-    root_error: str | None = None
-    ended_at: float | None = None
 
     def waits(self) -> bool:
         return bool(self.queue or self.logs)
@@ -174,26 +224,32 @@ class TraceIngest:
         forget_after_s: float = 600.0,
         clock: Callable[[], float] = time.monotonic,
         subject_attribute: str | None = None,
+        owns_session: Callable[[str], bool] = lambda key: True,
     ) -> None:
         self.recorder = recorder
         self.journal = journal
         self.family = family
         self.subject_attribute = subject_attribute
-        """A span or resource attribute naming the trace's subject (`enduser.id`): the
-        session then seals its content under a data key of its own."""
+        """A span or resource attribute naming the trace's subject (`enduser.id`, or
+        OpenInference's `user.id`): the session then seals its content under a data key of its
+        own."""
         self.linger_s = linger_s
         self.idle_s = idle_s
         self.join_wait_s = join_wait_s
         """How long an inference span without content waits for its log records."""
         self.forget_after_s = forget_after_s
         self.clock = clock
+        self.owns_session = owns_session
+        """Whether this ingest writes the session of a `session:<id>` group (a worker of a pool
+        owns some; a trace routed here whose session another owns is a session of its own)."""
         self._traces: dict[str, _Trace] = {}
-        self._open: dict[str, _Trace] = {}
-        """Traces whose session is open: the ones `tick` looks at to end them."""
+        self._groups: dict[str, _Group] = {}
+        self._open: dict[str, _Group] = {}
+        """Groups whose session is open: the ones `tick` looks at to end them."""
         self._waiting: dict[str, _Trace] = {}
         """Traces with spans or log records waiting."""
         self._idle: collections.deque[tuple[float, str]] = collections.deque()
-        """(when, trace) of traces without an open session, oldest first, to forget them."""
+        """(when, trace) of traces, oldest first, to forget them."""
         self._carry = Applied()
         """What batches that were not made durable leave to journal (see `not_durable`)."""
 
@@ -213,7 +269,7 @@ class TraceIngest:
             by_trace.setdefault(span.trace_id, []).append(span)
         for trace_id, group in by_trace.items():
             trace = self._trace(trace_id)
-            queued = {w.span.span_id: w for w in trace.queue}
+            queued = {w.span.span_id for w in trace.queue}
             fresh: dict[str, Span] = {}
             for span in group:
                 if span.span_id in trace.seen or span.span_id in fresh:
@@ -223,7 +279,7 @@ class TraceIngest:
                     done.redelivered += 1
                     touched[trace_id] = trace
                 else:
-                    fresh[span.span_id] = span
+                    fresh[span.span_id] = as_genai(span)
             if fresh:
                 trace.last_span_at = now
                 for span in fresh.values():
@@ -251,7 +307,9 @@ class TraceIngest:
             return
         trace.log_keys.add(key)
         if record.span_id in trace.seen:  # its span is recorded: only an evaluation can follow
-            session, spans = trace.session, trace.spans
+            group = trace.group
+            spans = group.spans if group is not None else None
+            session = group.session if group is not None else None
             if kind == "evaluation" and session is not None and not session.ended and spans:
                 spans.record(joined(_bare(record), [record])[0])  # as the span's own would be
                 done.logs_joined += 1
@@ -324,33 +382,32 @@ class TraceIngest:
                 count += 1
             if count:
                 ready[trace.trace_id] = trace.queue[:count]
-        starting = [
-            self._traces[t]
-            for t, group in ready.items()
-            if _needs_session(self._traces[t]) and any(is_genai(w.span) for w in group)
-        ]
+        starting: dict[str, _Group] = {}
+        for trace_id, group in ready.items():
+            trace = self._traces[trace_id]
+            target = self._group_of(trace, [w.span for w in group])
+            if _needs_session(target) and any(is_genai(w.span) for w in group):
+                starting[target.key] = target
         if starting:  # journaled before the first record: a restart never starts them again
             entries = []
-            for trace in starting:
-                if trace.session is not None:  # its session ended: continue in a new one
-                    trace.generation += 1
-                entries.append(
-                    (
-                        trace.trace_id,
-                        trace.generation,
-                        session_id_for(trace.trace_id, trace.generation),
-                    )
-                )
+            for target in starting.values():
+                if target.session is not None:  # its session ended: continue in a new one
+                    target.generation += 1
+                entries.append((target.key, target.generation, _session_id(target)))
             self.journal.open_sessions(entries)
         for trace_id, group in ready.items():
             trace = self._traces[trace_id]
+            target = self._group_of(trace, [w.span for w in group])
             first: Inference | None = None
             spans = [self._joined(trace, w.span, done) for w in group]
-            if trace in starting:
-                first = self._start(trace, spans)
-                done.sessions_started.append(trace.session.session_id)  # type: ignore[union-attr]
+            if target.key in starting and _needs_session(target):
+                first = self._start(target, spans)
+                done.sessions_started.append(target.session.session_id)  # type: ignore[union-attr]
+            if trace_id not in target.traces and target.session is not None:
+                target.traces.add(trace_id)
+                target.rootless.add(trace_id)
             for waiting, (span, events_came) in zip(group, spans, strict=True):
-                self._one(trace, span, events_came, done, now, first)
+                self._one(trace, target, span, events_came, done, now, first)
                 first = None
                 trace.queue.remove(waiting)
                 trace.seen.add(span.span_id)
@@ -359,6 +416,29 @@ class TraceIngest:
                 for log in trace.logs.pop(span.span_id, []):
                     if log.journaled:
                         done.release.append((trace_id, f"l:{log.key}"))
+
+    def _group_of(self, trace: _Trace, spans: Sequence[Span]) -> _Group:
+        """The group a trace records into: its OpenInference session's, when one of its spans
+        names one this ingest owns, else its own; decided with its first spans, and kept while
+        the session is open."""
+        group = trace.group
+        if group is not None and not (group.session is not None and group.session.ended):
+            return group
+        key = trace.trace_id
+        for span in (*spans, *(w.span for w in trace.queue)):
+            named = span.attributes.get(SESSION_ID)
+            if isinstance(named, str) and named and self.owns_session(f"{SESSION_GROUP}{named}"):
+                key = f"{SESSION_GROUP}{named}"
+                break
+        group = self._groups.get(key)
+        if group is None:
+            known = self.journal.trace(key)
+            group = _Group(key, generation=1 if known is None else known[0])
+            if known is not None:  # seen by an earlier run: its chain's head is gone
+                group.session = _ENDED
+            self._groups[key] = group
+        trace.group = group
+        return group
 
     def _joined(self, trace: _Trace, span: Span, done: Applied) -> tuple[Span, bool]:
         if operation(span) in INFERENCE_OPERATIONS and has_content(span):
@@ -374,16 +454,22 @@ class TraceIngest:
     def _one(
         self,
         trace: _Trace,
+        group: _Group,
         span: Span,
         events_came: bool,
         done: Applied,
         now: float,
         first: Inference | None,
     ) -> None:
-        spans = trace.spans
-        if trace.session is None or trace.session.ended or spans is None:
+        spans = group.spans
+        if group.session is None or group.session.ended or spans is None:
             done.not_genai += 1
             done.unmapped["trace_not_genai"] += 1
+            return
+        oi = openinference_kind(span)
+        if oi is not None and oi not in RECORDED_KINDS:
+            done.not_genai += 1
+            done.unmapped["span_kind_not_recorded"] += 1
             return
         without = spans.without_content
         try:
@@ -405,62 +491,65 @@ class TraceIngest:
         else:
             done.not_genai += 1
             done.unmapped["span_not_genai"] += 1
+        group.last_span_at = now
         if is_local_root(span):
-            trace.root_at = now
+            group.rootless.discard(trace.trace_id)
+            group.root_at = now
             if span.status_code == STATUS_ERROR:
-                trace.root_error = span.status_message or span.name
+                group.root_error = span.status_message or span.name
 
     def _trace(self, trace_id: str) -> _Trace:
         trace = self._traces.get(trace_id)
         if trace is None:
-            known = self.journal.trace(trace_id)
-            if known is None:
-                trace = _Trace(trace_id, generation=1)
-            else:  # seen by an earlier run of the receiver: its chain's head is gone
-                trace = _Trace(trace_id, generation=known[0] + 1)
+            trace = _Trace(trace_id)
+            if self.journal.trace(trace_id) is not None:  # seen by an earlier run
                 trace.seen = self.journal.recorded_spans(trace_id)
-                trace.ended_at = self.clock()
             self._traces[trace_id] = trace
             self._idle.append((self.clock(), trace_id))
         return trace
 
-    def _start(self, trace: _Trace, group: Sequence[tuple[Span, bool]]) -> Inference | None:
-        """Start the trace's session from its first spans; returns the first inference, read
+    def _start(self, group: _Group, spans_came: Sequence[tuple[Span, bool]]) -> Inference | None:
+        """Start the group's session from its first spans; returns the first inference, read
         to name the task (recorded next without reading it again)."""
-        previous = trace.session.session_id if trace.session is not None else None
-        if previous is None and trace.generation > 1:
-            previous = session_id_for(trace.trace_id, trace.generation - 1)
-        spans = [span for span, _ in group]
+        previous = group.session.session_id if group.session not in (None, _ENDED) else None
+        if previous is None and group.generation > 1:
+            previous = _session_id(group, group.generation - 1)
+        spans = [span for span, _ in spans_came]
         first_span = next((s for s in spans if operation(s) in INFERENCE_OPERATIONS), None)
         first = None
         try:
             if first_span is not None:
                 first = inference(first_span)
-            task = _task(first, spans, trace.trace_id)
+            task = _task(first, spans, group.key)
         except Exception:  # the span is rejected with why when it is recorded
-            first, task = None, _task(None, spans, trace.trace_id)
+            first, task = None, _task(None, spans, group.key)
         resource = spans[0].resource
         service = resource.get("service.name")
-        run_config: dict[str, Any] = {"otel": {"trace_id": trace.trace_id}}
+        otel: dict[str, Any] = {}
+        if group.by_session:
+            otel["session.id"] = group.key.removeprefix(SESSION_GROUP)
+        else:
+            otel["trace_id"] = group.key
         if isinstance(service, str):
-            run_config["otel"]["service.name"] = service
-        if trace.generation > 1:
-            run_config["otel"]["continues"] = previous
-        trace.session = self.recorder.session(
+            otel["service.name"] = service
+        if group.generation > 1:
+            otel["continues"] = previous
+        group.session = self.recorder.session(
             task,
             subject=self._subject(spans),
-            session_id=session_id_for(trace.trace_id, trace.generation),
+            session_id=_session_id(group),
             tools=first.tools if first else (),
             model=first.model if first else None,
-            run_config=run_config,
-            tags=[TAG] if trace.generation == 1 else [TAG, "continuation"],
+            run_config={"otel": otel},
+            tags=[TAG] if group.generation == 1 else [TAG, "continuation"],
             linked_session_id=previous,
         )
-        trace.spans = SpanRecorder(trace.session, self.family)
-        self._open[trace.trace_id] = trace
-        trace.root_at = None
-        trace.root_error = None
-        trace.ended_at = None
+        group.spans = SpanRecorder(group.session, self.family)
+        group.traces, group.rootless = set(), set()
+        self._open[group.key] = group
+        group.root_at = None
+        group.root_error = None
+        group.ended_at = None
         return first if first_span is spans[0] else None
 
     def _subject(self, group: Sequence[Span]) -> str | None:
@@ -512,7 +601,8 @@ class TraceIngest:
         waiting = list(self._waiting.values())
         self._release(waiting, done, now)
         for trace in waiting:
-            for span_id in [s for s in trace.logs if all(w.span.span_id != s for w in trace.queue)]:
+            queued = {w.span.span_id for w in trace.queue}
+            for span_id in [s for s in trace.logs if s not in queued]:
                 logs = trace.logs[span_id]
                 if now - logs[0].arrived >= self.idle_s:
                     done.unmapped["log_span_never_came"] += len(logs)
@@ -521,43 +611,53 @@ class TraceIngest:
                     )
                     del trace.logs[span_id]
         self._hold(waiting, done)
-        for trace in list(self._open.values()):
-            session = trace.session
+        for group in list(self._open.values()):
+            session = group.session
             assert session is not None
-            if trace.waits():
+            if any(t in self._waiting for t in group.traces):
                 continue
-            if trace.root_at is not None and now - trace.last_span_at >= self.linger_s:
-                self._end(trace, now)
+            quiet = now - group.last_span_at
+            if group.by_session:  # an agent's session across traces ends when it goes quiet
+                if quiet >= self.idle_s:
+                    self._end(group, now, idle=bool(group.rootless))
+                    done.ended.append(session.session_id)
+            elif group.root_at is not None and quiet >= self.linger_s:
+                self._end(group, now)
                 done.ended.append(session.session_id)
-            elif now - trace.last_span_at >= self.idle_s:
-                self._end(trace, now, idle=True)
+            elif quiet >= self.idle_s:
+                self._end(group, now, idle=True)
                 done.ended.append(session.session_id)
+        self._forget(now)
+        return done
+
+    def _forget(self, now: float) -> None:
         idle = self._idle
         while idle and now - idle[0][0] >= self.forget_after_s:
             _, trace_id = idle.popleft()
-            remembered = self._traces.get(trace_id)
-            if remembered is None or trace_id in self._open or remembered.waits():
-                if remembered is not None and remembered.waits():
-                    idle.append((now, trace_id))
+            trace = self._traces.get(trace_id)
+            if trace is None:
                 continue
-            since = (
-                remembered.ended_at if remembered.ended_at is not None else remembered.last_span_at
-            )
-            if now - since >= self.forget_after_s:
-                del self._traces[trace_id]
-            else:  # active again since: look later
+            group = trace.group
+            if trace.waits() or (group is not None and group.key in self._open):
+                idle.append((now, trace_id))
+                continue
+            since = max(trace.last_span_at, group.ended_at or 0.0) if group else trace.last_span_at
+            if now - since < self.forget_after_s:  # active again since: look later
                 idle.append((since, trace_id))
-        return done
+                continue
+            del self._traces[trace_id]
+            if group is not None and group.key not in self._open:
+                self._groups.pop(group.key, None)
 
     def end_due(self) -> list[str]:
         """`tick`, for callers that only want the sessions it ended."""
         return self.tick().ended
 
-    def _end(self, trace: _Trace, now: float, *, idle: bool = False, reason: str = "") -> None:
-        session = trace.session
+    def _end(self, group: _Group, now: float, *, idle: bool = False, reason: str = "") -> None:
+        session = group.session
         assert session is not None
         outcome: dict[str, Any] = {}
-        missing = trace.spans.content_missing() if trace.spans is not None else None
+        missing = group.spans.content_missing() if group.spans is not None else None
         if missing is not None:
             outcome[CONTENT_MISSING] = missing
         if idle or reason:
@@ -567,13 +667,12 @@ class TraceIngest:
                 error=reason
                 or f"no span for {self.idle_s:g}s and the trace's root span never arrived",
             )
-        elif trace.root_error is not None:
-            session.end("failed", outcome=outcome, error=trace.root_error)
+        elif group.root_error is not None:
+            session.end("failed", outcome=outcome, error=group.root_error)
         else:
             session.end("completed", outcome=outcome)
-        trace.ended_at = now
-        self._open.pop(trace.trace_id, None)
-        self._idle.append((now, trace.trace_id))
+        group.ended_at = now
+        self._open.pop(group.key, None)
 
     def end_all(self, reason: str) -> Applied:
         """At shutdown: every waiting span is recorded as it is (its log records may never
@@ -585,13 +684,13 @@ class TraceIngest:
         waiting = list(self._waiting.values())
         self._release(waiting, done, now, force=True)
         self._hold(waiting, done)
-        for trace in list(self._open.values()):
-            session = trace.session
+        for group in list(self._open.values()):
+            session = group.session
             if session is not None and not session.ended:
-                if trace.root_at is not None:
-                    self._end(trace, now)
+                if group.root_at is not None and not group.rootless:
+                    self._end(group, now)
                 else:
-                    self._end(trace, now, reason=reason)
+                    self._end(group, now, reason=reason)
                 done.ended.append(session.session_id)
         return done
 
@@ -600,8 +699,19 @@ def _order(waiting: _Waiting) -> tuple[int, int]:
     return waiting.span.end_ns, waiting.span.start_ns
 
 
-def _needs_session(trace: _Trace) -> bool:
-    return trace.session is None or trace.session.ended
+class _Ended:
+    """Stands for the session an earlier run of the receiver wrote: ended, as far as this run
+    can write (its chain's head is gone)."""
+
+    ended = True
+    session_id = ""
+
+
+_ENDED: Any = _Ended()
+
+
+def _needs_session(group: _Group) -> bool:
+    return group.session is None or group.session.ended
 
 
 def _log_key(record: LogRecord) -> str:

@@ -21,8 +21,15 @@ ANSWER = "Sunny in Paris."
 RESULT = '{"sky": "sunny"}'
 
 
+FOLLOW_UP = "Thanks! And tomorrow?"
+FOLLOW_UP_ANSWER = "Sunny again tomorrow."
+
+
 def weather_model(body: dict[str, Any]) -> Completion:
-    """The model of the weather conversation: asks for the tool, then answers from its result."""
+    """The model of the weather conversation: asks for the tool, then answers from its result;
+    answers the follow-up question from what it knows."""
+    if body["messages"][-1].get("content") == FOLLOW_UP:
+        return Completion(content=FOLLOW_UP_ANSWER, prompt_token_ids=[0] * 80, token_ids=[0] * 4)
     if body["messages"][-1]["role"] == "tool":
         return Completion(content=ANSWER, prompt_token_ids=[0] * 60, token_ids=[0] * 5)
     return Completion(
@@ -51,7 +58,7 @@ def run_agent(
     batch: int = 512,
     more: tuple[str, ...] = (),
 ) -> str:
-    """Run the agent once in its own process; its trace id."""
+    """Run the agent once in its own process; its trace ids (space-separated when several)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENINFERENCE_"))}
     done = subprocess.run(
         [python, str(AGENT), "--instrumentation", instrumentation, "--endpoint", endpoint,

@@ -11,7 +11,7 @@ tool, the agent runs it (an `execute_tool` span when the instrumentation's conve
 the agent writes it itself, as frameworks do), and the model answers. Content settings come from
 the environment, as the instrumentations read them. `--order` says which signal is exported
 first (`logs-first`, `spans-first`); `--batch` splits each signal into exports of that many
-items. It prints the trace id.
+items. It prints the trace ids.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ def main() -> None:
     parser.add_argument("--user", default=None, help="OpenInference user.id")
     parser.add_argument("--tool-span", action="store_true", help="write an execute_tool span")
     parser.add_argument(
+        "--follow-up", default=None, help="ask this next, in a trace of its own (a chat session)"
+    )
+    parser.add_argument(
         "--no-logs", action="store_true", help="export no logs (the SDK's default: no provider)"
     )
     args = parser.parse_args()
@@ -109,9 +112,8 @@ def main() -> None:
     )
     tracer = tracer_provider.get_tracer("weather-agent")
     client = openai.OpenAI(base_url=args.openai_url, api_key="test", max_retries=0)
-    context = _grouping(args)
     with (
-        context,
+        _grouping(args),
         tracer.start_as_current_span(
             "invoke_agent weather",
             kind=SpanKind.INTERNAL,
@@ -137,8 +139,14 @@ def main() -> None:
             ):
                 pass
         messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        client.chat.completions.create(model="qwen3", messages=messages, tools=[WEATHER])
-        trace_id = format(root.get_span_context().trace_id, "032x")
+        answer = client.chat.completions.create(model="qwen3", messages=messages, tools=[WEATHER])
+        messages.append(answer.choices[0].message.model_dump(exclude_none=True))
+        traces = [format(root.get_span_context().trace_id, "032x")]
+    if args.follow_up is not None:
+        with _grouping(args), tracer.start_as_current_span("invoke_agent weather") as root:
+            messages.append({"role": "user", "content": args.follow_up})
+            client.chat.completions.create(model="qwen3", messages=messages, tools=[WEATHER])
+            traces.append(format(root.get_span_context().trace_id, "032x"))
     first_provider, second = (
         (logger_provider, tracer_provider)
         if args.order == "logs-first"
@@ -148,7 +156,7 @@ def main() -> None:
     instrumentor.uninstrument()
     tracer_provider.shutdown()
     logger_provider.shutdown()
-    print(trace_id)
+    print(" ".join(traces))
     sys.exit(0 if ok else 3)
 
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer
 
-from rolltape.infra.commands.otlp_http import serve
+from rolltape.infra.commands.otlp_listen import Listening, serve
 from rolltape.infra.commands.otlp_serve import OtlpReceiver, ReceiverConfig
 from rolltape.producers import Recorder
 from rolltape.producers.otlp import Journal
@@ -30,9 +30,11 @@ JS = {"Content-Type": "application/json"}
 
 
 class ReceiverThread:
-    def __init__(self, receiver: OtlpReceiver) -> None:
+    def __init__(self, receiver: OtlpReceiver, *, grpc: bool = False) -> None:
         self.receiver = receiver
+        self.grpc = grpc
         self.port = 0
+        self.grpc_port: int | None = None
         self._ready = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -46,12 +48,19 @@ class ReceiverThread:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            await serve(self.receiver, "127.0.0.1", 0, self._stop, self._bound)
+            await serve(
+                self.receiver,
+                "127.0.0.1",
+                0,
+                self._stop,
+                self._bound,
+                grpc_port=0 if self.grpc else None,
+            )
 
         asyncio.run(main())
 
-    def _bound(self, port: int) -> None:
-        self.port = port
+    def _bound(self, listening: Listening) -> None:
+        self.port, self.grpc_port = listening.http, listening.grpc
         self._ready.set()
 
     def __enter__(self) -> ReceiverThread:
@@ -68,13 +77,13 @@ class ReceiverThread:
 class Rig:
     """A receiver recording to a spool, with its journal, in `folder`."""
 
-    def __init__(self, folder: Path, kek: Any = None, **config: Any) -> None:
+    def __init__(self, folder: Path, kek: Any = None, *, grpc: bool = False, **config: Any) -> None:
         self.folder = folder
         self.recorder = Recorder(None, spool_dir=folder / "spool", spool_after_s=0.0, kek=kek)
         self.receiver = OtlpReceiver(
             self.recorder, Journal(folder / "journal.sqlite"), ReceiverConfig(**config)
         )
-        self.thread = ReceiverThread(self.receiver)
+        self.thread = ReceiverThread(self.receiver, grpc=grpc)
         self.stopped = False
 
     def __enter__(self) -> Rig:
@@ -92,8 +101,11 @@ class Rig:
         self.__exit__()
         return envelopes(self.folder)
 
-    def post(self, body: bytes, headers: dict[str, str] = PB) -> httpx.Response:
-        return httpx.post(self.thread.url, content=body, headers=headers, timeout=30)
+    def post(
+        self, body: bytes, headers: dict[str, str] = PB, signal: str = "traces"
+    ) -> httpx.Response:
+        url = self.thread.url.replace("/v1/traces", f"/v1/{signal}")
+        return httpx.post(url, content=body, headers=headers, timeout=30)
 
 
 def envelopes(folder: Path) -> list[dict[str, Any]]:

@@ -526,3 +526,149 @@ def test_a_span_whose_parent_is_remote_is_the_root_that_ends_the_session(
     now[0] = 1.0
     assert ingest.end_due() == [f"otel-{span.trace_id}"]
     recorder.close()
+
+
+def _log_request(*records: dict[str, Any]) -> bytes:
+    """An ExportLogsServiceRequest (OTLP/JSON) of records given as {trace, span, event, body}."""
+    out = []
+    for r in records:
+        record: dict[str, Any] = {"timeUnixNano": str(r.get("time", 0)), "eventName": r["event"]}
+        if "trace" in r:
+            record.update(traceId=r["trace"], spanId=r["span"])
+        if "body" in r:
+            record["body"] = {"stringValue": r["body"]}
+        out.append(record)
+    return json.dumps(
+        {"resourceLogs": [{"scopeLogs": [{"scope": {"name": "app"}, "logRecords": out}]}]}
+    ).encode()
+
+
+def test_log_records_that_are_no_genai_content_are_acknowledged_and_counted_by_reason(
+    rig: Rig,
+) -> None:
+    body = _log_request(
+        {"event": "http.request", "trace": "ab" * 16, "span": "cd" * 8, "body": "GET /"},
+        {"event": "", "body": "a plain log line"},
+        {"event": "gen_ai.user.message", "body": "outside any span"},
+    )
+    answer = rig.post(body, JS, signal="logs")
+    assert answer.status_code == 200
+    scrape = httpx.get(rig.thread.url.replace("/v1/traces", "/metrics")).text
+    assert 'rolltape_otlp_unmapped_total{reason="log_not_genai"} 2.0' in scrape
+    assert 'rolltape_otlp_unmapped_total{reason="log_outside_span"} 1.0' in scrape
+    assert "rolltape_otlp_log_records_received_total 3.0" in scrape
+    assert rig.recorded() == []  # nothing of them became a session
+    assert rig.receiver.stats.line(0).endswith(
+        "not recorded: 2 log_not_genai, 1 log_outside_span; 0 session(s) started, 0 ended at stop"
+    )
+
+
+def _legacy_logs_and_span(tracer_spans: bytes) -> tuple[bytes, bytes]:
+    """A chat span without content (openai-v2's default conventions) and the log records that
+    carry its messages, as two requests."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    span = ExportTraceServiceRequest.FromString(tracer_spans).resource_spans[0]
+    chat = span.scope_spans[0].spans[0]
+    trace, span_id = chat.trace_id.hex(), chat.span_id.hex()
+    logs = json.dumps(
+        {
+            "resourceLogs": [{"scopeLogs": [{"logRecords": [
+                {"eventName": "gen_ai.user.message", "traceId": trace, "spanId": span_id,
+                 "body": {"kvlistValue": {"values": [
+                     {"key": "content", "value": {"stringValue": "hi there"}}]}}},
+                {"eventName": "gen_ai.choice", "traceId": trace, "spanId": span_id,
+                 "body": {"kvlistValue": {"values": [
+                     {"key": "index", "value": {"intValue": "0"}},
+                     {"key": "finish_reason", "value": {"stringValue": "stop"}},
+                     {"key": "message", "value": {"kvlistValue": {"values": [
+                         {"key": "role", "value": {"stringValue": "assistant"}},
+                         {"key": "content", "value": {"stringValue": "hello!"}}]}}}]}}},
+            ]}]}]
+        }
+    ).encode()  # fmt: skip
+    return tracer_spans, logs
+
+
+def _bare_chat(tracer: Tracer) -> None:
+    with tracer.start_as_current_span(
+        "chat m", kind=SpanKind.CLIENT,
+        attributes={"gen_ai.operation.name": "chat", "gen_ai.system": "openai",
+                    "gen_ai.request.model": "m", "gen_ai.usage.input_tokens": 3},
+    ):  # fmt: skip
+        pass
+
+
+def test_log_records_held_across_a_restart_join_their_span_sent_after_it(tmp_path: Path) -> None:
+    """Log records acknowledged by one run wait in the journal; the next run joins them to
+    their span when it comes, as one run would have."""
+    spans, logs = _legacy_logs_and_span(recorded_request(_bare_chat))
+    with Rig(tmp_path, linger_s=0.0) as first:
+        assert first.post(logs, JS, signal="logs").status_code == 200
+        assert first.receiver.ingest.waiting() == 2
+    assert envelopes(tmp_path) == []  # acknowledged, not recorded: held
+    with Rig(tmp_path, linger_s=0.0) as second:
+        assert second.receiver.ingest.waiting() == 2
+        assert second.post(spans).status_code == 200
+        events = second.recorded()
+    turns = [(e["payload"]["role"], e["payload"]["content"]) for e in events if e["type"] == "turn"]
+    assert turns == [("user", "hi there"), ("assistant", "hello!")]
+    assert "content_missing" not in events[-1]["payload"]["outcome"]
+
+
+def test_a_span_waiting_for_its_log_records_is_recorded_without_them_once_the_wait_is_over(
+    tmp_path: Path,
+) -> None:
+    clock = [0.0]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0)
+    ingest = TraceIngest(
+        recorder, Journal(tmp_path / "j.sqlite"), linger_s=0.0, join_wait_s=10.0,
+        clock=lambda: clock[0],
+    )  # fmt: skip
+    from rolltape.producers.otlp import decode
+
+    spans = decode(recorded_request(_bare_chat), "protobuf").spans
+    done = ingest.apply(spans)
+    assert done.recorded == [] and ingest.waiting() == 1 and len(done.hold) == 1
+    clock[0] = 9.0
+    assert ingest.tick().recorded == []
+    clock[0] = 10.0
+    waited = ingest.tick()
+    assert len(waited.recorded) == 1 and waited.release == [done.hold[0][:2]]
+    assert waited.without_content == 1
+    assert waited.ended == [f"otel-{spans[0].trace_id}"]  # its root: nothing else waits
+    recorder.close()
+    ended = envelopes(tmp_path)[-1]["payload"]
+    assert (
+        "1 of 1 inference span(s) carried no message content" in ended["outcome"]["content_missing"]
+    )
+    assert "logs exported to this receiver" in ended["outcome"]["content_missing"]
+
+
+def test_grpc_answers_in_otlp_grpc_status_codes(tmp_path: Path) -> None:
+    import grpc
+
+    with Rig(tmp_path, linger_s=0.0, grpc=True) as rig:
+        channel = grpc.insecure_channel(f"127.0.0.1:{rig.thread.grpc_port}")
+        export = channel.unary_unary(
+            "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+            request_serializer=None,
+            response_deserializer=None,
+        )
+        with pytest.raises(grpc.RpcError) as bad:
+            export(b"\xff\x00garbage", timeout=10)
+        assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not an ExportTraceServiceRequest" in (bad.value.details() or "")
+        fine = ExportTraceServiceResponse.FromString(
+            export(recorded_request(weather_agent), timeout=10)
+        )
+        assert not fine.HasField("partial_success")
+        unknown = channel.unary_unary("/opentelemetry.proto.collector.profiles.v1.X/Export")
+        with pytest.raises(grpc.RpcError) as missing:
+            unknown(b"", timeout=10)
+        assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        channel.close()
+        sessions = by_session(rig.recorded())
+    assert len(sessions) == 1

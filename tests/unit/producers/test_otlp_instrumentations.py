@@ -15,6 +15,8 @@ import pytest
 
 from tests.support.instrumented import (
     CHECKED,
+    FOLLOW_UP,
+    FOLLOW_UP_ANSWER,
     WHOLE,
     conversation,
     kept_fields,
@@ -39,18 +41,27 @@ def record(
     tmp_path: Path, model: OpenAICompatibleServer, env: dict[str, str], **run: Any
 ) -> tuple[list[dict[str, Any]], Rig]:
     """Run the agent once into a fresh receiver; the one session it became, and the rig."""
-    with Rig(tmp_path, linger_s=0.0, join_wait_s=run.pop("join_wait_s", 10.0)) as rig:
+    run_expects = {"session": run.pop("session")} if "session" in run else {}
+    rig_config = {"join_wait_s": run.pop("join_wait_s", 10.0), **run.pop("rig", {})}
+    grpc = run.get("transport") == "grpc"
+    with Rig(tmp_path, linger_s=0.0, grpc=grpc, **rig_config) as rig:
+        endpoint = (
+            f"http://127.0.0.1:{rig.thread.grpc_port}"
+            if grpc
+            else rig.thread.url.removesuffix("/v1/traces")
+        )
         trace = run_agent(
             run.pop("python", python_of(".venv")),
             run.pop("instrumentation", "openai-v2"),
-            rig.thread.url.removesuffix("/v1/traces"),
+            endpoint,
             model.base_url,
             env=env,
             **run,
         )
         sessions = by_session(rig.recorded())
-    assert list(sessions) == [f"otel-{trace}"], sessions.keys()
-    return sessions[f"otel-{trace}"], rig
+    (sid,) = sessions
+    assert sid == run_expects.get("session", f"otel-{trace}"), sessions.keys()
+    return sessions[sid], rig
 
 
 def lost(events: list[dict[str, Any]]) -> list[str]:
@@ -59,14 +70,22 @@ def lost(events: list[dict[str, Any]]) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("order", "batch"), [("logs-first", 512), ("spans-first", 512), ("spans-first", 2)]
+    ("transport", "order", "batch"),
+    [
+        ("http", "logs-first", 512),
+        ("http", "spans-first", 512),
+        ("http", "spans-first", 2),
+        ("grpc", "logs-first", 512),
+        ("grpc", "spans-first", 2),
+    ],
 )
 def test_openai_v2_content_as_log_records__every_field_kept_once_in_any_order(
-    tmp_path: Path, model: OpenAICompatibleServer, order: str, batch: int
+    tmp_path: Path, model: OpenAICompatibleServer, transport: str, order: str, batch: int
 ) -> None:
     """Default conventions with content capture on: every message is a log record (the legacy
-    events), joined to its chat span whichever arrives first, split over several exports."""
-    events, rig = record(tmp_path, model, LEGACY, order=order, batch=batch)
+    events), joined to its chat span whichever arrives first, split over several exports, over
+    either transport."""
+    events, rig = record(tmp_path, model, LEGACY, transport=transport, order=order, batch=batch)
     assert lost(events) == []
     assert conversation(events) == WHOLE
     ended = events[-1]["payload"]
@@ -111,3 +130,93 @@ def test_openai_v2_content_on_but_logs_not_exported__the_hint_says_to_export_log
     events, _ = record(tmp_path, model, LEGACY, more=("--no-logs",), join_wait_s=0.0)
     missing = events[-1]["payload"]["outcome"]["content_missing"]
     assert "none came for this span" in missing and "export logs to this receiver" in missing
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+def test_openinference__every_field_kept_once_and_declared_tools_read(
+    tmp_path: Path, model: OpenAICompatibleServer, transport: str
+) -> None:
+    """OpenInference's OpenAI instrumentation (spans only, content by default): its flattened
+    messages, tool calls with their ids, declared tools and token counts."""
+    events, rig = record(tmp_path, model, {}, instrumentation="openinference", transport=transport)
+    assert lost(events) == []
+    assert conversation(events) == WHOLE
+    started = events[0]["payload"]
+    assert [t["name"] for t in started["tools"]] == ["weather"]
+    assert started["tools"][0]["parameters"]["properties"] == {"city": {"type": "string"}}
+    assert rig.receiver.stats.unmapped == {}
+
+
+def test_openinference__one_session_id_across_traces_is_one_session_for_its_user(
+    tmp_path: Path, model: OpenAICompatibleServer
+) -> None:
+    """`session.id` groups an agent's traces (a chat, a question per trace) into one rolltape
+    session, each message once; `user.id` names its subject when the receiver is told."""
+    from rolltape.schemas.privacy import KeyEncryptionKey
+
+    events, _ = record(
+        tmp_path, model, {}, instrumentation="openinference",
+        more=("--session", "chat-7", "--user", "ada", "--follow-up", FOLLOW_UP),
+        session="otel-session-chat-7",
+        rig={"subject_attribute": "user.id", "kek": KeyEncryptionKey.generate()},
+    )  # fmt: skip
+    (key,) = [e for e in events if "wrapped" in e]  # the session's data key, for its subject
+    assert (key["subject"], key["session_id"]) == ("ada", "otel-session-chat-7")
+    chained = [e for e in events if "type" in e]
+    started = chained[0]["payload"]
+    assert started["run_config"]["otel"]["session.id"] == "chat-7"
+    assert started["sealed"]  # the subject's content sealed under its own key
+    assert [e["type"] for e in chained].count("session_ended") == 1
+
+
+def test_openinference__a_chat_across_traces_holds_every_message_once(
+    tmp_path: Path, model: OpenAICompatibleServer
+) -> None:
+    events, _ = record(
+        tmp_path, model, {}, instrumentation="openinference",
+        more=("--session", "chat-8", "--follow-up", FOLLOW_UP), session="otel-session-chat-8",
+    )  # fmt: skip
+    assert conversation(events) == [*WHOLE, "turn:user", "turn:assistant"]
+    turns = [e["payload"] for e in events if e["type"] == "turn"]
+    assert [t["content"] for t in turns if t["role"] == "user"] == ["Weather in Paris?", FOLLOW_UP]
+    assert turns[-1]["content"] == FOLLOW_UP_ANSWER
+    assert lost(events) == ["user text"]  # two questions now: each checked above
+
+
+def _genai_python() -> str:
+    python = python_of(".venv-genai")
+    assert python.endswith(".venv-genai/bin/python"), (
+        "the genai-openai instrumentation runs in .venv-genai (it cannot share .venv with "
+        "openai-v2): scripts/bootstrap.sh makes it"
+    )
+    return python
+
+
+@pytest.mark.parametrize(
+    ("mode", "transport"),
+    [("SPAN_ONLY", "http"), ("EVENT_ONLY", "http"), ("SPAN_AND_EVENT", "grpc")],
+)
+def test_genai_openai__every_field_kept_once_with_its_declared_tools(
+    tmp_path: Path, model: OpenAICompatibleServer, mode: str, transport: str
+) -> None:
+    """openai-v2's successor (always the latest conventions; content through util-genai's
+    modes), which also sends `gen_ai.tool.definitions`."""
+    env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": mode}
+    events, _ = record(
+        tmp_path, model, env, python=_genai_python(), instrumentation="genai-openai",
+        transport=transport, order="spans-first",
+    )  # fmt: skip
+    assert lost(events) == []
+    assert conversation(events) == WHOLE
+    assert [t["name"] for t in events[0]["payload"]["tools"]] == ["weather"]
+
+
+def test_genai_openai_without_content__flagged_with_its_modes(
+    tmp_path: Path, model: OpenAICompatibleServer
+) -> None:
+    events, _ = record(
+        tmp_path, model, {}, python=_genai_python(), instrumentation="genai-openai",
+        join_wait_s=0.0,
+    )  # fmt: skip
+    missing = events[-1]["payload"]["outcome"]["content_missing"]
+    assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY" in missing
