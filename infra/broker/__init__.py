@@ -33,8 +33,10 @@ from rolltape.infra.broker._ready import (
     cluster_brokers,
     cluster_brokers_sync,
 )
+from rolltape.infra.broker._tools import CONSUMER_GROUPS, run_kafka_tool
 
 __all__ = [
+    "CONSUMER_GROUPS",
     "Acl",
     "AclError",
     "BrokerError",
@@ -63,6 +65,7 @@ __all__ = [
     "replication_for",
     "require_connection",
     "role_acls",
+    "run_kafka_tool",
     "scheduler_group",
     "start_container_broker",
 ]

@@ -12,7 +12,8 @@
     projector   trajectories                           every topic of the prefix
     scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
     reader      -                                      every topic of the prefix, any group but
-                                                       the worker's
+                                                       the worker's (which it may describe, with
+                                                       the offsets of the worker's topics)
     admin       super user: the only one that may delete records or topics, create topics, ACLs
 
 Nothing grants DELETE or ALTER to anyone but admin. The standard authorizer denies what no ACL
@@ -185,6 +186,17 @@ def role_acls(role: Role, prefix: str, worker_group: str) -> list[Acl]:
                 pattern=PatternType.LITERAL,
                 operation=Operation.READ,
                 permission=Permission.DENY,
+            )
+        )
+        # Kafka's tools describe the worker's group (its lag on the raw topics) by listing the
+        # offsets of every topic it commits, the worker's internal ones too: to describe them
+        # is to see their offsets, not their records.
+        acls.append(
+            Acl(
+                resource=ResourceType.TOPIC,
+                name=f"{worker_group}-",
+                pattern=PatternType.PREFIXED,
+                operation=Operation.DESCRIBE,
             )
         )
     if role == Role.PROCESSOR:

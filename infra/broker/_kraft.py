@@ -25,7 +25,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -37,6 +36,7 @@ from rolltape.infra.broker._errors import BrokerStartError
 from rolltape.infra.broker._maven import kafka_classpath, kafka_jars_cached, uses_log4j2
 from rolltape.infra.broker._principals import PrincipalError, PrincipalStore
 from rolltape.infra.broker._ready import broker_answers_sync, cluster_brokers_sync
+from rolltape.infra.broker._tools import CONFIGS, run_kafka_tool
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
@@ -394,49 +394,16 @@ class ManagedBroker:
             raise BrokerStartError(
                 "the managed broker is not running with SASL; `rolltape broker up`"
             )
-        admin = self.principals.get(Role.ADMIN.value)
-        libs = kafka_classpath(self.kafka_version, self.scala_version, self.cache_dir)
-        with tempfile.TemporaryDirectory(dir=self.home) as tmp:
-            client = Path(tmp) / "admin.properties"
-            entity = Path(tmp) / "user.properties"
-            for path, text in (
-                (
-                    client,
-                    "security.protocol=SASL_PLAINTEXT\n"
-                    f"sasl.mechanism={SCRAM}\n"
-                    "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule "
-                    f'required username="{admin.name}" '
-                    f'password="{admin.password.get_secret_value()}";\n',
-                ),
-                (entity, f"{SCRAM}=iterations=8192,password={password}\n"),
-            ):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-                with os.fdopen(fd, "w") as out:
-                    out.write(text)
-            done = subprocess.run(
-                [
-                    "java",
-                    "-Xmx256m",
-                    "-cp",
-                    f"{libs}/*",
-                    "kafka.admin.ConfigCommand",
-                    "--bootstrap-server",
-                    state.bootstrap,
-                    "--command-config",
-                    str(client),
-                    "--alter",
-                    "--add-config-file",
-                    str(entity),
-                    "--entity-type",
-                    "users",
-                    "--entity-name",
-                    name,
-                ],
-                capture_output=True,
-                text=True,
-                check=False,
-                timeout=120,
-            )
+        done = run_kafka_tool(
+            CONFIGS,
+            ["--alter", "--add-config-file", "{user.properties}", "--entity-type", "users",
+             "--entity-name", name],
+            self.connection(Role.ADMIN),
+            kafka_version=self.kafka_version,
+            scala_version=self.scala_version,
+            cache_dir=self.cache_dir,
+            files={"user.properties": f"{SCRAM}=iterations=8192,password={password}\n"},
+        )  # fmt: skip
         if done.returncode != 0:
             raise BrokerStartError(
                 f"creating SCRAM credentials for {name} failed:\n{done.stdout}{done.stderr}"

@@ -38,8 +38,16 @@ def uses_log4j2(kafka_version: str) -> bool:
     return int(kafka_version.split(".")[0]) >= 4
 
 
+_CLASSPATH = 2
+"""What a cached classpath holds; a cache made for an older one is fetched again. 2: Kafka's
+command-line tools (`kafka-tools`: kafka-consumer-groups, the console consumer) beside the broker."""
+
+
 def _dependencies(kafka_version: str, scala_version: str) -> list[tuple[str, str, str]]:
-    deps = [("org.apache.kafka", f"kafka_{scala_version}", kafka_version)]
+    deps = [
+        ("org.apache.kafka", f"kafka_{scala_version}", kafka_version),
+        ("org.apache.kafka", "kafka-tools", kafka_version),
+    ]
     if uses_log4j2(kafka_version):
         deps += [
             ("org.apache.logging.log4j", "log4j-core", "2.24.3"),
@@ -54,6 +62,9 @@ def _dependencies(kafka_version: str, scala_version: str) -> list[tuple[str, str
     return deps
 
 
+_COMPLETE = f".complete-{_CLASSPATH}"
+
+
 def _cache_home(kafka_version: str, scala_version: str, cache_dir: Path) -> Path:
     return cache_dir / f"kafka_{scala_version}-{kafka_version}"
 
@@ -61,14 +72,15 @@ def _cache_home(kafka_version: str, scala_version: str, cache_dir: Path) -> Path
 def kafka_jars_cached(kafka_version: str, scala_version: str, cache_dir: Path) -> bool:
     """Whether `kafka_classpath` will find the jars without a download: a caller about to start
     the broker for the first time can say that Maven is fetching, not hanging."""
-    return (_cache_home(kafka_version, scala_version, cache_dir) / ".complete").exists()
+    return (_cache_home(kafka_version, scala_version, cache_dir) / _COMPLETE).exists()
 
 
 def kafka_classpath(kafka_version: str, scala_version: str, cache_dir: Path) -> Path:
-    """Return a folder of jars that runs `kafka.Kafka`; fetch it with Maven the first time."""
+    """Return a folder of jars that runs `kafka.Kafka` and Kafka's tools (`kafka-tools`); fetch
+    it with Maven the first time."""
     home = _cache_home(kafka_version, scala_version, cache_dir)
     libs = home / "libs"
-    done = home / ".complete"
+    done = home / _COMPLETE
     if done.exists():
         return libs
     mvn = shutil.which("mvn")

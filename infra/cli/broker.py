@@ -96,8 +96,9 @@ def down() -> None:
 @app.command()
 def status() -> None:
     """Print the bootstrap address when a broker answers; then, for a managed cluster of several
-    nodes, each node, and any partition that is offline or under-replicated. Exit 0 when it
-    answers and is healthy, 1 when it does not answer or is not healthy."""
+    nodes, each node, and any partition that is offline or under-replicated; then each consumer
+    group reading the prefix's topics (the worker's among them) with its lag per topic. Exit 0
+    when it answers and is healthy, 1 when it does not answer or is not healthy."""
     found = broker_status(settings())
     if found.bootstrap is None:
         err_console.print(found.problem)
@@ -111,6 +112,14 @@ def status() -> None:
         if names:
             more = f" and {len(names) - 12} more" if len(names) > 12 else ""
             err_console.print(f"{len(names)} partition(s) {what}: {', '.join(names[:12])}{more}")
+    for group in found.groups:
+        members = "?" if group.members is None else str(group.members)
+        per_topic = ", ".join(f"{t.topic} {t.lag}" for t in group.topics)
+        console.print(
+            f"  group {escape(group.group)}  {members} member(s)  lag {group.lag} ({per_topic})",
+            highlight=False,
+            soft_wrap=True,
+        )
     if found.problem:
         err_console.print(f"not healthy: {found.problem}")
         raise typer.Exit(1)

@@ -23,6 +23,7 @@ from rolltape.infra.broker import (
 from rolltape.infra.cli._common import console, err_console, settings
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
+from rolltape.schemas.clients import KafkaConnection
 
 app = typer.Typer(
     help="The principals of the managed broker: list them, show one's credentials, add one.",
@@ -93,13 +94,14 @@ def show(
             f"ROLLTAPE_SASL_PASSWORD={secret}",
         ]
     else:
-        lines = [
-            f"bootstrap.servers={bootstrap}",
-            "security.protocol=SASL_PLAINTEXT",
-            "sasl.mechanism=SCRAM-SHA-512",
-            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
-            f'username="{principal.name}" password="{secret}";',
-        ]
+        connection = KafkaConnection(
+            bootstrap=bootstrap,
+            security_protocol="SASL_PLAINTEXT",
+            sasl_mechanism="SCRAM-SHA-512",
+            username=principal.name,
+            password=principal.password,
+        )
+        lines = [connection.java_properties().rstrip("\n")]
     print("\n".join(lines))
 
 

@@ -29,6 +29,7 @@ from rolltape.infra.broker import (
     require_connection,
 )
 from rolltape.infra.commands.worker import can_provision
+from rolltape.infra.kafka.groups import GroupLag, group_lags
 from rolltape.infra.kafka.topics import PartitionHealth, TopicStatus, partition_health, provision
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
@@ -150,6 +151,9 @@ class BrokerStatus(BaseModel):
     bootstrap: str | None
     nodes: list[NodeStatus] = []
     partitions: PartitionHealth = PartitionHealth()
+    groups: list[GroupLag] = []
+    """The consumer groups reading the prefix's topics (the worker's, feeds', trainers'), each
+    with its lag, as far as the principal looking may see."""
     problem: str | None = None
 
 
@@ -173,7 +177,9 @@ def broker_status(settings: Settings) -> BrokerStatus:
             NodeStatus(node_id=n.node_id, address=n.address, pid=n.pid, up=n.node_id not in down)
             for n in state.nodes
         ]
-    health = asyncio.run(partition_health(current_connection(settings, Role.ADMIN) or connection))
+    looking = current_connection(settings, Role.ADMIN) or connection
+    health = asyncio.run(partition_health(looking))
+    groups = asyncio.run(group_lags(looking, settings.topic_prefix))
     problem = None
     if any(not n.up for n in nodes):
         count = sum(not n.up for n in nodes)
@@ -181,5 +187,9 @@ def broker_status(settings: Settings) -> BrokerStatus:
     elif health.offline or health.under_replicated:
         problem = "replicas are catching up, or a node is away"
     return BrokerStatus(
-        bootstrap=connection.bootstrap, nodes=nodes, partitions=health, problem=problem
+        bootstrap=connection.bootstrap,
+        nodes=nodes,
+        partitions=health,
+        groups=groups,
+        problem=problem,
     )

@@ -37,6 +37,7 @@ from rolltape.processors._session import (
 )
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.worker._config import WorkerConfig
+from rolltape.processors.worker._group_positions import GroupPositions
 from rolltape.processors.worker._judging import JudgeRunner
 from rolltape.processors.worker._keys import KeySource
 from rolltape.processors.worker._producers import OutputProducer
@@ -123,6 +124,20 @@ def create_app(
     async def commit_idle_sessions() -> None:
         if signer is not None and runtime.has_shell():
             await (await runtime.shell()).commit_due()
+
+    group_positions = GroupPositions(config.group_id)
+
+    @app.timer(interval=2.0)  # type: ignore[untyped-decorator]
+    async def commit_group_positions() -> None:
+        # For Kafka's tools only (see _group_positions.py): the saved positions of the raw
+        # partitions read now, committed to the worker's group as faust's member.
+        if not (runtime.has_reader() and runtime.has_shell()):
+            return
+        reader, shell = await runtime.reader(), await runtime.shell()
+        tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(reader.owned)]
+        positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
+        group_positions.forget(set(tps))
+        await group_positions.commit(reader.client, _faust_member(app), positions)
 
     @app.task  # type: ignore[untyped-decorator]
     async def install_stack_dump() -> None:
@@ -339,6 +354,16 @@ class _Runtime:
     def partition_of(self, key: bytes) -> int:
         """The partition of a session key, as the Java client and aiokafka place it."""
         return int(murmur2(key) & 0x7FFFFFFF) % self.config.partitions
+
+
+def _faust_member(app: faust.App) -> tuple[str, int] | None:
+    """faust's member of the worker's group: (member id, generation), None before it joined."""
+    try:
+        coordinator = cast(Any, app.consumer)._thread._ensure_consumer()._coordinator
+    except Exception:  # not started, or stopping
+        return None
+    member_id, generation = coordinator.member_id, coordinator.generation
+    return (member_id, generation) if member_id else None
 
 
 def _log_task_stacks() -> None:

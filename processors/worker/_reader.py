@@ -19,6 +19,7 @@ import asyncio
 import functools
 import itertools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.partitioner import murmur2
@@ -60,6 +61,12 @@ class RawReader:
     @property
     def owned(self) -> frozenset[int]:
         return self._owned
+
+    @property
+    def client(self) -> Any:
+        """The consumer's client (its connections to the cluster), for the group commits of
+        _group_positions.py."""
+        return self._require()._client
 
     async def start(self) -> None:
         # aiokafka clients bind to the running loop: built here, not in __init__.

@@ -117,6 +117,31 @@ class KafkaConnection(BaseModel):
             settings["ssl_context"] = context
         return settings
 
+    def java_properties(self) -> str:
+        """The same address and security as a Java client's properties file: what Kafka's own
+        tools take (`kafka-consumer-groups --command-config FILE`, the console consumer's
+        `--consumer.config`). It holds the password: write it where only its owner reads."""
+        lines = [
+            f"bootstrap.servers={self.bootstrap}",
+            f"security.protocol={self.security_protocol}",
+        ]
+        if self.security_protocol.startswith("SASL"):
+            assert self.password is not None  # checked by the validator
+            module = (
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+                if self.sasl_mechanism == "PLAIN"
+                else "org.apache.kafka.common.security.scram.ScramLoginModule"
+            )
+            secret = self.password.get_secret_value().replace("\\", "\\\\").replace('"', '\\"')
+            lines += [
+                f"sasl.mechanism={self.sasl_mechanism}",
+                f'sasl.jaas.config={module} required username="{self.username}" '
+                f'password="{secret}";',
+            ]
+        if self.ssl_cafile is not None:
+            lines += ["ssl.truststore.type=PEM", f"ssl.truststore.location={self.ssl_cafile}"]
+        return "\n".join(lines) + "\n"
+
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context for SSL/SASL_SSL, built from the configured files."""
         if not self.security_protocol.endswith("SSL"):

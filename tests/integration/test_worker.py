@@ -131,6 +131,56 @@ def test_worker__sdk_sessions_produce_rule_evaluations_verdicts_and_filter_outco
     assert all(env["causes"] and env["producer"]["name"] == "rolltape.processors" for env in rules)
 
 
+def _describe_group(topics: Topics, group: str) -> dict[str, list[tuple[int, int, int]]]:
+    """`kafka-consumer-groups --describe` (Kafka's own tool) as the reader principal: topic ->
+    [(partition, committed offset, log end offset)] of the rows it printed."""
+    from rolltape.infra.broker import CONSUMER_GROUPS, run_kafka_tool
+
+    s = topics.settings
+    done = run_kafka_tool(
+        CONSUMER_GROUPS, ["--describe", "--group", group], topics.reader,
+        kafka_version=s.kafka_version, scala_version=s.scala_version, cache_dir=s.cache_dir,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Error" not in done.stderr, done.stderr
+    rows: dict[str, list[tuple[int, int, int]]] = {}
+    for line in done.stdout.splitlines():
+        cells = line.split()
+        if len(cells) >= 6 and cells[0] == group and cells[2].isdigit() and cells[3].isdigit():
+            rows.setdefault(cells[1], []).append((int(cells[2]), int(cells[3]), int(cells[4])))
+    return rows
+
+
+def test_worker__kafkas_own_tools_show_its_lag_on_the_raw_topics(
+    topics: Topics, worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """The worker commits the positions it has processed to its group, so
+    `kafka-consumer-groups --describe` shows its offsets and lag on the topics it reads, as
+    the reader principal; `rolltape broker status` shows them too."""
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
+        for i in range(6):
+            with rec.session("2+2", session_id=f"lag-{i}") as s:
+                s.turn("user", "2+2?")
+                s.turn("assistant", "4")
+    wait_for(topics, lambda rs: len(payloads(rs, "filter_outcome")) == 6, worker=worker)
+    events = f"{topics.prefix}.events.v1"
+    deadline = time.monotonic() + 60
+    while True:
+        rows = _describe_group(topics, topics.settings.worker_group)
+        written = [r for r in rows.get(events, []) if r[2] > 0]
+        if written and all(committed == end for _, committed, end in written):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(1)
+    assert sum(end for _, _, end in written) == sum(1 + 2 + 1 for _ in range(6))
+
+    from rolltape.infra.commands.broker import broker_status
+
+    status = broker_status(topics.settings)
+    (group,) = [g for g in status.groups if g.group == topics.settings.worker_group]
+    assert group.lag == 0 and events in {t.topic for t in group.topics}
+
+
 def test_worker__killed_mid_stream_and_restarted_loses_no_output(
     topics: Topics, worker: WorkerProcess, tmp_path: Path
 ) -> None:
