@@ -1,6 +1,7 @@
 """A sink that pushes judged trajectories to an Atropos API server as ScoredDataGroups.
 
     sink = AtroposSink("http://trainer:8000", group_size=8, tokenizer=tok)
+    await sink.register(stop)                  # as Atropos's environments do: waits for a trainer
     async with TrajectoryFeed(..., auto_ack=False) as feed:
         async for item in feed:
             for settled in await sink.add(item.trajectory):
@@ -15,12 +16,22 @@ file export: token ids recorded at generation time, else the tokenizer; groups w
 equal are dropped as Atropos does). Groups go to `POST /scored_data_list`, `batch_groups` at a time;
 a failed POST is retried with backoff, then raised (nothing is dropped silently: the groups stay
 queued for the next `flush`).
+
+The Atropos API server keeps nothing for a trainer that has not registered: groups posted
+before its `/register` sit in a queue the trainer's registration then never initialises
+(`atroposlib/api/server.py`: `register` sets up its state only `if not hasattr(app.state,
+"queue")`). So the sink registers as Atropos's own environments do (`POST /register-env`, asked
+again while the server answers "wait for trainer to start") and posts its groups under the
+environment id it got; before each post it checks that a trainer is still registered
+(`GET /info`: a restarted server has none) and waits for one again. A group counts as delivered
+only once the server took it for a registered trainer.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from rolltape.projections._errors import ProjectionError
@@ -49,6 +60,10 @@ class AtroposSink:
         batch_groups: int = 1,
         retries: int = 3,
         timeout_s: float = 30.0,
+        env_name: str = "rolltape",
+        max_token_length: int = 8192,
+        weight: float = 1.0,
+        wait_every_s: float = 2.0,
     ) -> None:
         import httpx  # the `atropos` extra
 
@@ -68,6 +83,80 @@ class AtroposSink:
         self.sent_groups = 0
         self.skipped: Counter[str] = Counter()
         """Sessions left out of groups, by reason (no_score, equal_scores, needs_tokenizer...)."""
+        self.env_name = env_name
+        self.max_token_length = max_token_length
+        self.weight = weight
+        self.wait_every_s = wait_every_s
+        self.env_id: int | None = None
+        """The environment id the server gave at registration (None: not registered)."""
+        self._stop: asyncio.Event | None = None
+        self.on_wait: Callable[[str], None] = lambda message: None
+        """Told, once per wait, why the sink waits for the server (no trainer registered)."""
+
+    # -- registration ----------------------------------------------------------------------------
+    async def register(self, stop: asyncio.Event | None = None) -> bool:
+        """Register as an environment, asking again while no trainer has started; False when
+        `stop` was set first. Raises AtroposSinkError when the server refuses the request."""
+        self._stop = stop
+        told = False
+        while True:
+            response = await self._request(
+                "POST",
+                "/register-env",
+                json={
+                    "max_token_length": self.max_token_length,
+                    "desired_name": self.env_name,
+                    "weight": self.weight,
+                    "group_size": self.group_size,
+                },
+            )
+            answer = response.json()
+            if answer.get("status") == "success":
+                self.env_id = int(answer["env_id"])
+                return True
+            if not told:
+                told = True
+                self.on_wait(
+                    f"waiting for a trainer: the Atropos server says {answer.get('status')!r} "
+                    "(a trainer registers with /register and asks for its first /batch)"
+                )
+            if await self._stopped_within(self.wait_every_s):
+                return False
+
+    async def _registered(self) -> bool:
+        """Whether a trainer is still registered; registers again when it is not (a restarted
+        server). False when told to stop while waiting."""
+        info = (await self._request("GET", "/info")).json()
+        if self.env_id is not None and int(info.get("batch_size", -1)) >= 0:
+            return True
+        self.env_id = None
+        self.on_wait("the Atropos server has no trainer registered any more (restarted?)")
+        return await self.register(self._stop)
+
+    async def _stopped_within(self, seconds: float) -> bool:
+        if self._stop is None:
+            await asyncio.sleep(seconds)
+            return False
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except Exception as exc:
+            raise AtroposSinkError(
+                f"the Atropos server at {self._client.base_url} did not answer {method} {path}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if response.status_code >= 300:
+            raise AtroposSinkError(
+                f"the Atropos server answered {method} {path} with HTTP {response.status_code}: "
+                f"{response.text[:300]}"
+            )
+        return response
 
     async def add(self, trajectory: Trajectory) -> list[Trajectory]:
         """Take one trajectory; returns the trajectories settled because of it (their group was
@@ -99,7 +188,9 @@ class AtroposSink:
         if not self._queued:
             settled, self._queued_members = self._queued_members, []
             return settled
-        body = list(self._queued)
+        if not await self._registered():  # told to stop while waiting: nothing sent
+            return []
+        body = [{**group, "env_id": self.env_id} for group in self._queued]
         delay = 0.5
         for attempt in range(self.retries + 1):
             try:

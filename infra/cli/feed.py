@@ -6,10 +6,10 @@ import asyncio
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
-    ScoreOption,
     TokenizerOption,
     check_judge_version,
     err_console,
@@ -17,7 +17,12 @@ from rolltape.infra.cli._common import (
     stop_on_signals,
 )
 from rolltape.infra.commands.export import open_tokenizer
-from rolltape.infra.commands.feed import AtroposFeedOptions, AtroposFeedResult, feed_atropos
+from rolltape.infra.commands.feed import (
+    AtroposFeedOptions,
+    AtroposFeedResult,
+    FeedProgress,
+    feed_atropos,
+)
 from rolltape.projections import Selection
 from rolltape.schemas import LIVE_JUDGE_VERSION
 
@@ -31,7 +36,14 @@ def atropos(
         int, typer.Option(min=1, help="Sessions per group (the env's group_size).")
     ],
     tokenizer: TokenizerOption = None,
-    score: ScoreOption = "reward",
+    score: Annotated[
+        str | None,
+        typer.Option(
+            help="What scores the groups: reward, reward:NAME or verdict:JUDGE:KEY. Default: the "
+            "sessions' reward, when the log holds rewards of one name (else it says which it "
+            "found)."
+        ),
+    ] = None,
     keep_equal_scores: KeepEqualScoresOption = False,
     accepted_only: Annotated[
         bool, typer.Option("--accepted-only", help="Only accepted sessions.")
@@ -39,9 +51,19 @@ def atropos(
     judge_version: Annotated[str, typer.Option(help="Whose verdicts to use.")] = LIVE_JUDGE_VERSION,
     group_id: Annotated[str, typer.Option(help="The feed's consumer group.")] = "rolltape-atropos",
     batch_groups: Annotated[int, typer.Option(min=1, help="Groups per POST.")] = 1,
+    env_name: Annotated[
+        str, typer.Option(help="The environment name the feed registers under.")
+    ] = "rolltape",
+    max_token_length: Annotated[
+        int, typer.Option(min=1, help="The environment's max_token_length, as registered.")
+    ] = 8192,
 ) -> None:
-    """Follow the topics and POST ScoredDataGroups to /scored_data_list as groups fill up (at
-    least once: a restart resumes from the group's committed offsets). Ctrl-C or SIGTERM stops."""
+    """Register with the Atropos API server as its environments do (waiting until a trainer
+    has registered and started), then follow the topics and POST ScoredDataGroups to
+    /scored_data_list as groups fill up. A session is committed only once the server took its
+    group for a registered trainer (at least once: a restart resumes from the group's committed
+    offsets). Shows what it sent, what waits and what it left out while it runs. Ctrl-C or
+    SIGTERM stops."""
     check_judge_version(judge_version)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
     s = settings()
@@ -56,14 +78,26 @@ def atropos(
         score=score,
         keep_equal_scores=keep_equal_scores,
         batch_groups=batch_groups,
+        env_name=env_name,
+        max_token_length=max_token_length,
     )
 
     def started(bootstrap: str) -> None:
-        err_console.print(f"feeding {url} from {bootstrap} (judge version {judge_version})")
+        err_console.print(
+            f"feeding {url} from {bootstrap} (judge version {judge_version}); Ctrl-C stops"
+        )
+
+    def progress(now: FeedProgress) -> None:
+        err_console.print(escape(now.line()))
 
     async def main() -> AtroposFeedResult:
-        return await feed_atropos(s, options, stop_on_signals(), on_started=started)
+        return await feed_atropos(
+            s, options, stop_on_signals(), on_started=started, on_progress=progress
+        )
 
     result = asyncio.run(main())
     reasons = ", ".join(f"{k} {n}" for k, n in sorted(result.skipped.items())) or "none"
-    err_console.print(f"sent {result.sent_groups} group(s); sessions left out: {reasons}")
+    err_console.print(
+        f"stopped: sent {result.sent_groups} group(s) scored by {result.score}; sessions left "
+        f"out: {reasons}"
+    )

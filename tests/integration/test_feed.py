@@ -254,12 +254,86 @@ def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_ne
             group = latest(server, 2)
             assert group["scores"] == [1.0, 0.0] and group["tokens"][1] == [11, 12, 21, 31, 2]
             time.sleep(2)  # let the feed commit what it acknowledged
-            assert "sent 1 group(s)" in stop(first)
+            assert "stopped: sent 1 group(s) scored by reward;" in stop(first)
             # "lonely" never filled a group of 2: it was not acknowledged, so it comes again.
             second = feed(server, "--group-size", "1", "--keep-equal-scores")
             lonely = latest(server, 1)
             assert lonely["scores"] == [1.0] and lonely["tokens"] == [[11, 12, 20, 30, 2]]
             time.sleep(2)
-            assert "sent 1 group(s)" in stop(second)  # f-0 and f-1 were not sent again
+            assert "stopped: sent 1 group(s)" in stop(second)  # f-0 and f-1 were not sent again
     finally:
         worker.stop()
+
+
+def test_feed_atropos_started_before_the_trainer_waits_for_it_and_loses_no_group(
+    topics: Topics, tmp_path: Path
+) -> None:
+    """As Atropos's own environments: the feed registers and waits while the server answers
+    "wait for trainer to start", posts nothing the trainer's registration would strand, then
+    delivers once a trainer runs; its score is the sessions' one reward name (`correct`)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.support.atropos_server import AtroposServer
+
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
+        for i, value in enumerate((1.0, 0.0)):
+            with rec.session("count", session_id=f"c-{i}", group_id="c") as s:
+                s.turn("user", "count", token_ids=[11, 12])
+                s.turn("assistant", f"{i} {i}", token_ids=[20 + i, 30 + i, 2])
+                s.reward(value, name="correct")
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        with AtroposServer() as server:
+            feed = subprocess.Popen(
+                [sys.executable, "-m", "rolltape.infra", "feed", "atropos", "--url", server.url,
+                 "--group-size", "2"],
+                env=topics.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            assert feed.stderr is not None
+            first = feed.stderr.readline()
+            assert "waiting for a trainer" in first and "wait for trainer to start" in first, first
+            time.sleep(3)  # the worker decides the sessions meanwhile: nothing may go out
+            assert httpx.get(f"{server.url}/status", timeout=5).json()["queue_size"] == 0
+            server.register_trainer(batch_size=2)
+            deadline = time.monotonic() + 60
+            batch: object = []
+            while not batch and time.monotonic() < deadline:
+                batch = server.batch()
+                time.sleep(0.5)
+            feed.send_signal(signal.SIGTERM)
+            _, rest = feed.communicate(timeout=60)
+    finally:
+        worker.stop()
+    assert feed.returncode == 0, rest
+    assert isinstance(batch, list) and len(batch) == 1, batch
+    assert batch[0]["scores"] == [1.0, 0.0] and batch[0]["env_id"] == 0
+    assert "stopped: sent 1 group(s) scored by reward:correct;" in rest
+    assert "sent 1 group(s); 0 session(s) waiting" in rest  # shown while it ran
+
+
+def test_feed_atropos_without_score_refuses_when_sessions_carry_several_reward_names(
+    topics: Topics, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    spool = tmp_path / "spool"
+    with (
+        Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=spool) as rec,
+        rec.session("q", session_id="two-rewards") as s,
+    ):
+        s.turn("assistant", "a")
+        s.reward(1.0, name="correct")
+        s.reward(0.5, name="style")
+    done = subprocess.run(
+        [sys.executable, "-m", "rolltape.infra", "feed", "atropos", "--url", "http://127.0.0.1:9",
+         "--group-size", "2"],
+        env=topics.env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "correct (1), style (1)" in done.stderr and "--score reward:NAME" in done.stderr

@@ -52,6 +52,7 @@ class AtroposServer:
         raise RuntimeError("the Atropos server did not answer within 60 s")
 
     def register_trainer(self, batch_size: int) -> None:
+        """What a trainer does when it starts: `/register`, then its first `/batch`."""
         response = httpx.post(
             f"{self.url}/register",
             json={
@@ -67,6 +68,9 @@ class AtroposServer:
             timeout=10,
         )
         response.raise_for_status()
+        # A trainer asks for its first batch right after registering: only then does the server
+        # let environments register (`started`).
+        httpx.get(f"{self.url}/batch", timeout=10).raise_for_status()
 
     def batch(self) -> object:
         return httpx.get(f"{self.url}/batch", timeout=10).json()["batch"]
