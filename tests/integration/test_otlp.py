@@ -27,7 +27,7 @@ CLI = [sys.executable, "-m", "rolltape.infra"]
 
 def start_receiver(env: dict[str, str], *more: str) -> tuple[subprocess.Popen[str], str]:
     receiver = subprocess.Popen(
-        [*CLI, "otlp", "serve", "--port", "0", "--linger", "0.2", *more],
+        [*CLI, "otlp", "serve", "--port", "0", "--grpc-port", "0", "--linger", "0.2", *more],
         env=env,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -144,3 +144,61 @@ def test_otlp_serve__workers_record_each_trace_once_and_other_workers_after_a_re
     assert continued["linked_session_id"] == f"otel-{trace}"  # type: ignore[index]
     reports = topics.verify().reports()
     assert len(reports) == 7 and all(r.ok and r.ended for r in reports)
+
+
+def test_otlp_serve__instrumented_agents_are_judged_honestly_and_exported_whole(
+    topics: Topics, tmp_path: Path
+) -> None:
+    """What the ecosystem really sends, end to end: an openai-v2 agent with content capture on
+    (its content as log records) and one with it off, into `otlp serve`, the
+    worker's default filter, and `export --accepted-only`: the complete session is accepted and
+    exported whole (its undeclared tool observed, not a rejection), the empty one is rejected as
+    `content_missing`, never exported."""
+    import json
+
+    from tests.integration.workers import WorkerProcess, payloads, wait_for
+    from tests.support.instrumented import ANSWER, python_of, run_agent, weather_server
+
+    env = {**topics.env(), "ROLLTAPE_STATE_DIR": str(tmp_path), "COLUMNS": "250"}
+    receiver, url = start_receiver(env)
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        assert receiver.stderr is not None
+        with weather_server() as model:
+            base = url.removesuffix("/v1/traces")
+            content = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "true"}
+            whole = run_agent(python_of(".venv"), "openai-v2", base, model.base_url, env=content)
+            empty = run_agent(python_of(".venv"), "openai-v2", base, model.base_url, env={})
+        records = wait_for(
+            topics, lambda rs: len(payloads(rs, "filter_outcome")) == 2, worker=worker
+        )
+    finally:
+        err = _stop(receiver)
+        worker.stop()
+    outcomes = {
+        sid: payloads(records, "filter_outcome", sid)[0]
+        for sid in (f"otel-{whole}", f"otel-{empty}")
+    }
+    accepted = outcomes[f"otel-{whole}"]
+    assert accepted["accepted"] and accepted["reasons"] == []
+    assert [o["code"] for o in accepted["observed"]] == ["tools_undeclared"]
+    rejected = outcomes[f"otel-{empty}"]
+    assert "content_missing" in {r["code"] for r in rejected["reasons"]}
+    assert "CAPTURE_MESSAGE_CONTENT=true" in next(
+        r["message"] for r in rejected["reasons"] if r["code"] == "content_missing"
+    )
+    assert "not recorded:" in err and "log record(s)" in err
+
+    out = tmp_path / "export"
+    done = subprocess.run(
+        [*CLI, "export", "-f", "openai", "-o", str(out), "--accepted-only"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = [
+        json.loads(raw) for f in sorted(out.glob("*.jsonl")) for raw in f.read_text().splitlines()
+    ]
+    roles = [m["role"] for m in line["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant"]
+    assert line["messages"][2]["tool_calls"][0]["function"]["name"] == "weather"
+    assert line["messages"][-1]["content"] == ANSWER
