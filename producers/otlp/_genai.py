@@ -63,8 +63,9 @@ class Inference:
     """(error type, message) of a failed call."""
     status: int | None = None
     """The HTTP status of a failed call, when the span has it."""
-    content_captured: bool = True
-    """False when the span carried no messages at all (content capture off in the agent)."""
+    missing: str | None = None
+    """What of the call's content the span did not carry ("input and output", "input",
+    "output"; a failed call has no output to miss): content capture off, or hidden."""
     unreadable: list[str] = field(default_factory=list)
     """Message attributes that were present but could not be read, with why."""
     response_id: str | None = None
@@ -219,6 +220,14 @@ def _system(value: Any) -> dict[str, Any] | None:
         return {"role": "system", "content": parts}
     message = _openai_messages({"role": "system", "parts": parts or []})
     return message[0] if message else None
+
+
+def _missing(has_input: bool, has_output: bool, *, failed: bool) -> str | None:
+    if not has_input and not (has_output or failed):
+        return "input and output"
+    if not has_input:
+        return "input"
+    return None if has_output or failed else "output"
 
 
 def _tool_specs(value: Any) -> list[ToolSpec]:
@@ -393,7 +402,11 @@ def inference(span: Span) -> Inference:
         tools=tools,
         model=model if isinstance(model, str) else None,
         latency_ms=_duration_ms(span),
-        content_captured=_any_content(head, raw_input, output),
+        missing=_missing(
+            _openai_content(head) or _parts_content(raw_input),
+            output is not None and _openai_content([output]),
+            failed=span.status_code == STATUS_ERROR,
+        ),
         unreadable=unreadable,
         response_id=str(response_id) if response_id else None,
         starts_with=orjson.dumps(opening, option=orjson.OPT_SORT_KEYS, default=_jsonable),
@@ -423,19 +436,25 @@ def inference(span: Span) -> Inference:
     return call
 
 
-def _any_content(
-    head: list[dict[str, Any]], raw_input: list[Any], output: dict[str, Any] | None
-) -> bool:
-    """Whether any message holds content: text, a call's arguments or a tool's result. Messages
-    without any (an instrumentation with content capture off still sends their roles, and its
-    calls' names) are no conversation to learn from."""
-    for message in [*head, *([output] if output else [])]:
+def _openai_content(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether OpenAI-form messages hold content: text, or a call with its arguments."""
+    for message in messages:
         if str(message.get("content") or "").strip():
             return True
         for call in message.get("tool_calls") or []:
-            if isinstance(call, Mapping) and (call.get("function") or {}).get("arguments"):
+            if (
+                isinstance(call, Mapping)
+                and (call.get("function") or {}).get("arguments") is not None
+            ):
                 return True
-    for message in raw_input:
+    return False
+
+
+def _parts_content(messages: Sequence[Any]) -> bool:
+    """Whether GenAI-convention messages hold content: text, a call's arguments or a tool's
+    result. Messages without any (an instrumentation with content capture off still sends
+    their roles, and its calls' names) are no conversation to learn from."""
+    for message in messages:
         if not isinstance(message, Mapping):
             continue
         parts = message.get("parts")
@@ -444,8 +463,10 @@ def _any_content(
         for part in parts if isinstance(parts, list) else []:
             if not isinstance(part, Mapping):
                 continue
-            if part.get("type") == "tool_call" and part.get("arguments") not in (None, "", {}):
-                return True
+            if part.get("type") == "tool_call":
+                if part.get("arguments") is not None:
+                    return True
+                continue
             value = part.get("content", part.get("response", part.get("result")))
             if value not in (None, "", [], {}):
                 return True

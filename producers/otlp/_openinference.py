@@ -128,9 +128,13 @@ def _llm(source: Mapping[str, Any], attributes: dict[str, Any]) -> None:
         inputs = _messages(source, "llm.input_messages.")
         if inputs:
             attributes["gen_ai.input.messages"] = inputs
+    finish = source.get("llm.finish_reason")
+    if isinstance(finish, str) and finish:
+        # The provider's own words (`tool_calls`): OpenInference's GenAI conversion writes the
+        # conventions' normalised ones (`tool_call`) beside them.
+        attributes["gen_ai.response.finish_reasons"] = [finish]
     if "gen_ai.output.messages" not in attributes:
         outputs = _messages(source, "llm.output_messages.")
-        finish = source.get("llm.finish_reason")
         if outputs and isinstance(finish, str) and finish:
             outputs[0]["finish_reason"] = finish
         if outputs:

@@ -51,7 +51,9 @@ class SpanRecorder:
     provider's), and response ids already recorded: the same call is not recorded twice."""
     inferences: int = 0
     without_content: int = 0
-    """Inference spans recorded without any message content."""
+    """Inference spans recorded without their messages (all, or their input or output)."""
+    gaps: set[str] = field(default_factory=set)
+    """What those missed ("input and output", "input", "output")."""
     missing_setting: str | None = None
     """What would have sent the content of the first inference span that came without it."""
     missing_now: str | None = None
@@ -93,16 +95,26 @@ class SpanRecorder:
         and what would send it, or None when every one had some."""
         if not self.without_content:
             return None
+        what = (
+            {
+                "input and output": "no message content",
+                "input": "no input messages",
+                "output": "no output messages",
+            }[next(iter(self.gaps))]
+            if len(self.gaps) == 1
+            else "only part of their message content"
+        )
         return (
-            f"{self.without_content} of {self.inferences} inference span(s) carried no message "
-            f"content: {self.missing_setting}"
+            f"{self.without_content} of {self.inferences} inference span(s) carried {what}: "
+            f"{self.missing_setting}"
         )
 
     def _inference(self, call: Inference, span: Span, events_came: bool) -> None:
         self.inferences += 1
         self.unreadable.extend(call.unreadable)
-        if not call.content_captured:
+        if call.missing is not None:
             self.without_content += 1
+            self.gaps.add(call.missing)
             self.missing_now = content_setting(span, events_came)
             if self.missing_setting is None:
                 self.missing_setting = self.missing_now
