@@ -361,6 +361,7 @@ class OtlpReceiver(ReceiverFront):
             idle_s=config.idle_s,
             join_wait_s=config.join_wait_s,
             subject_attribute=config.subject_attribute,
+            owns_session=owns or (lambda key: True),
         )
         # What an earlier run acknowledged and left waiting (of the traces this one owns).
         self.ingest.restore(owns or (lambda trace_id: True))
@@ -434,7 +435,8 @@ def open_receiver(
     settings: Settings, config: ReceiverConfig, owns: Callable[[str], bool] | None = None
 ) -> OtlpReceiver:
     """A receiver recording under the settings' principal, with its own spool and journal
-    (`owns`: the traces it records, when it is one worker of a pool)."""
+    (`owns`: the traces and OpenInference sessions it records, by key, when it is one worker of
+    a pool)."""
     folder = otlp_dir(settings)
     recorder = open_recorder(
         settings,

@@ -9,9 +9,12 @@ in the front (about an eighth of the work).
 
 Invariants:
 
-- A trace's spans and log records go to one worker, `worker_of(trace_id, n)`: its session
-  has one writer, and a log record meets its span there. Log records outside any trace go to
-  worker 0, which counts them.
+- A trace's spans and log records go to one worker, `worker_of(trace_id, n)` (or the owner
+  of the OpenInference session its first spans name, `worker_of("session:<id>", n)`): its
+  session has one writer, and a log record meets its span there. A worker records a trace into
+  a session across traces only when it owns that session; otherwise the trace is a session of
+  its own (never a second writer). Log records outside any trace go to worker 0, which counts
+  them.
 - What a worker's timer does (spans that waited recorded, log records dropped, sessions
   ended) is reported to the front, which keeps every counter.
 - The workers share one journal (SQLite in WAL mode; a writer waits for another's
@@ -30,6 +33,7 @@ threads). Frames on each worker's socket: a 4-byte length and a pickled tuple.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import logging
@@ -39,6 +43,7 @@ import signal
 import socket
 import struct
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,10 +55,11 @@ from rolltape.infra.commands.otlp_serve import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.producers import fresh_interpreter
-from rolltape.producers.otlp import LogRecord, Span
+from rolltape.producers.otlp import SESSION_GROUP, SESSION_ID, LogRecord, Span
 
 log = logging.getLogger("rolltape.otlp")
 _LENGTH = struct.Struct(">I")
+_OWNERS_KEPT = 100_000
 
 
 def worker_of(trace_id: str, workers: int) -> int:
@@ -108,6 +114,8 @@ class WorkerPool(ReceiverFront):
         self._ended: list[str] = []
         self._waits: dict[int, int] = {}
         """Worker -> spans and log records it holds, as it last said."""
+        self._owners: collections.OrderedDict[str, int] = collections.OrderedDict()
+        """Trace -> the worker it went to."""
 
     async def start(self) -> None:
         """Spawn the workers and wait until each is ready (its recorder and journal open)."""
@@ -159,6 +167,23 @@ class WorkerPool(ReceiverFront):
         if self._failed is not None:
             self._failed.set()
 
+    def _owner(self, trace_id: str, batch: Sequence[Span] = ()) -> int:
+        """The worker of a trace: the owner of its OpenInference session when its first spans
+        name one (so a session across traces has one writer), else of its id; kept for the
+        trace's later spans and log records (bounded: the oldest traces are forgotten)."""
+        owner = self._owners.get(trace_id)
+        if owner is None:
+            key = trace_id
+            for span in batch:
+                named = span.attributes.get(SESSION_ID) if span.trace_id == trace_id else None
+                if isinstance(named, str) and named:
+                    key = f"{SESSION_GROUP}{named}"
+                    break
+            owner = self._owners[trace_id] = worker_of(key, self.workers)
+            if len(self._owners) > _OWNERS_KEPT:
+                self._owners.popitem(last=False)
+        return owner
+
     def _waited(self, index: int, outcome: Outcome) -> Outcome:
         """The outcome with the pool's waiting count: every worker's, as each last said."""
         if outcome.waiting is not None:
@@ -173,9 +198,9 @@ class WorkerPool(ReceiverFront):
             )
         shares: dict[int, tuple[list[Span], list[LogRecord]]] = {}
         for span in spans:
-            shares.setdefault(worker_of(span.trace_id, self.workers), ([], []))[0].append(span)
+            shares.setdefault(self._owner(span.trace_id, spans), ([], []))[0].append(span)
         for record in logs:
-            owner = worker_of(record.trace_id, self.workers) if record.trace_id else 0
+            owner = self._owner(record.trace_id) if record.trace_id else 0
             shares.setdefault(owner, ([], []))[1].append(record)
         waits = []
         for index, (share, share_logs) in shares.items():
@@ -251,7 +276,11 @@ async def _worker(sock: socket.socket) -> None:
     if start is None or start[0] != "start":
         return
     _, settings, config, index, workers = start
-    receiver = open_receiver(settings, config, owns=lambda t: worker_of(t, workers) == index)
+    receiver = open_receiver(
+        settings,
+        config,
+        owns=lambda key: worker_of(key, workers) == index,
+    )
     receiver.on_tick = lambda outcome: _write(writer, ("tick", outcome))  # type: ignore[method-assign]
     _write(writer, ("ready", index, os.getpid()))
     stop = asyncio.Event()

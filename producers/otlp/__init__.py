@@ -10,6 +10,7 @@ servers around them are `rolltape otlp serve` (rolltape.infra.commands.otlp_serv
 """
 
 from rolltape.producers.otlp._ingest import (
+    SESSION_GROUP,
     UNMAPPED_REASONS,
     Applied,
     TraceIngest,
@@ -17,6 +18,7 @@ from rolltape.producers.otlp._ingest import (
 )
 from rolltape.producers.otlp._journal import Journal
 from rolltape.producers.otlp._log_records import DecodedLogs, LogRecord, decode_logs
+from rolltape.producers.otlp._openinference import SESSION_ID
 from rolltape.producers.otlp._wire import (
     JSON,
     PROTOBUF,
@@ -37,6 +39,8 @@ from rolltape.producers.otlp._wire import (
 __all__ = [
     "JSON",
     "PROTOBUF",
+    "SESSION_GROUP",
+    "SESSION_ID",
     "UNMAPPED_REASONS",
     "Applied",
     "Decoded",

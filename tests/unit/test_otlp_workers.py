@@ -54,3 +54,37 @@ def test_worker_pool__records_every_share_and_a_dead_worker_stops_it(tmp_path: P
     assert recorded.sessions_started == 4
     assert after.status == 503 and "send the batch again" in after.message
     assert failure is not None and "worker 0" in failure and "exited" in failure
+
+
+def test_worker_pool__an_openinference_session_across_traces_has_one_writer(
+    tmp_path: Path,
+) -> None:
+    """Traces naming one `session.id` go to the worker that owns the session, whichever worker
+    their trace ids would pick: one session, one chain."""
+    import dataclasses
+    import json
+
+    from rolltape.producers.otlp import decode as decode_spans
+    from tests.unit.producers.recorded import spooled
+
+    case = Path(__file__).parent / "producers" / "otlp_conformance"
+    body = json.loads((case / "openinference__session-user.json").read_text())["exports"][0]
+    first = decode_spans(json.dumps(body["body"]).encode(), "json").spans
+    traces = [first[0].trace_id[:-1] + digit for digit in "0123"]  # owned by both workers
+    spans = [dataclasses.replace(s, trace_id=t) for t in traces for s in first]
+    settings = Settings(state_dir=tmp_path, bootstrap=None)
+
+    async def scenario() -> Outcome:
+        pool = WorkerPool(settings, ReceiverConfig(linger_s=0.0, idle_s=1.0), 2)
+        await pool.start()
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(pool.run(stop))
+        outcome = await pool.record(spans, [])
+        stop.set()
+        await running
+        return outcome
+
+    outcome = asyncio.run(scenario())
+    assert outcome.status == 200 and outcome.sessions_started == 1
+    ids = {e["session_id"] for e in spooled(settings.resolved_spool_dir() / "otlp") if "type" in e}
+    assert ids == {"otel-session-sess-1"}
