@@ -1,13 +1,19 @@
 """`rolltape bench otlp`: spans per second through the OTLP receiver into Kafka.
 
 The receiver runs in a process of its own (one process, as the goal states) against scratch
-topics; a load generator in another process POSTs pre-built protobuf batches of agent traces
+topics; a load generator in another process sends pre-built protobuf batches of agent traces
 (an invoke_agent root, then chat and execute_tool spans whose messages grow turn by turn, as an
 instrumented agent writes them) over `connections` keep-alive connections. A batch counts once
-its 200 came back, which the receiver sends only after the batch's records are acknowledged by
-the broker: spans/s is end to end, into Kafka. The same batches sent in the same run to a
-baseline receiver that only reads them (the same HTTP server and protobuf decoding, nothing
-recorded) give the ceiling of the parts that are not rolltape's.
+its answer came back, which the receiver sends only after the batch's records are acknowledged
+by the broker: spans/s is end to end, into Kafka. Four ways, in the same run:
+
+- spans with their content, over HTTP (the reference);
+- the same traces with their content as log records (the legacy per-message events of
+  OpenTelemetry's openai-v2 instrumentation: every request message and the choice, each call
+  resending its history), each batch's log records sent before its spans, over HTTP;
+- spans with their content over gRPC;
+- a baseline receiver that only reads the spans (the same HTTP server and protobuf decoding,
+  nothing recorded): the ceiling of the parts that are not rolltape's.
 """
 
 from __future__ import annotations
@@ -47,9 +53,19 @@ class OtlpFigures(BaseModel):
     decode_only_spans_per_s: float
     """The same batches to a receiver that decodes and answers, recording nothing."""
     ratio: float
+    logs_spans_per_s: float
+    """Median over repeats with the content as log records (spans/s; the records not counted)."""
+    logs_ratio: float
+    """logs_spans_per_s / receiver_spans_per_s (goal >= 0.8)."""
+    log_records_per_span: float
+    grpc_spans_per_s: float
+    grpc_ratio: float
+    """grpc_spans_per_s / receiver_spans_per_s (goal >= 0.8)."""
     workers_spans_per_s: dict[int, float] = {}
     """`otlp serve --workers N` for each N measured beside one process (medians, same runs)."""
     goal_spans_per_s: float = 10_000.0
+    goal_ratio: float = 0.35
+    """Of the decode-only baseline, in the same run."""
     anchor_collector_spans_per_s_per_core: float = 12_000.0
 
 
@@ -63,8 +79,70 @@ def _attr(key: str, value: Any) -> Any:
     return KeyValue(key=key, value=AnyValue(string_value=str(value)))
 
 
-def _trace(spans: list[Any], trace_id: bytes, turns: int) -> None:
-    """One agent trace: root, then per turn a chat span and an execute_tool span."""
+def _body(value: Any) -> Any:
+    """A log record body (AnyValue) of a JSON-like value."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+    if isinstance(value, dict):
+        out = AnyValue()
+        out.kvlist_value.values.extend(KeyValue(key=k, value=_body(v)) for k, v in value.items())
+        return out
+    if isinstance(value, list):
+        out = AnyValue()
+        out.array_value.values.extend(_body(v) for v in value)
+        return out
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    return AnyValue(string_value=str(value))
+
+
+def _legacy_events(
+    logs: list[Any], trace_id: bytes, span_id: bytes, history: list[dict[str, Any]], out: Any
+) -> None:
+    """The records openai-v2 emits for one call with content capture on (default conventions):
+    one per request message, then the choice."""
+    from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
+
+    def record(name: str, body: dict[str, Any]) -> None:
+        logs.append(
+            LogRecord(
+                event_name=name,
+                trace_id=trace_id,
+                span_id=span_id,
+                observed_time_unix_nano=1_700_000_000_000_000_000 + len(logs),
+                body=_body(body),
+            )
+        )
+
+    for message in history:
+        role = message["role"]
+        if role == "tool":
+            part = message["parts"][0]
+            record("gen_ai.tool.message", {"content": part["response"], "id": part["id"]})
+        elif role == "assistant":
+            record("gen_ai.assistant.message", {"tool_calls": _openai_calls(message)})
+        else:
+            record(f"gen_ai.{role}.message", {"content": message["parts"][0]["content"]})
+    choice = {"role": "assistant", "content": out["parts"][0]["content"]}
+    choice["tool_calls"] = _openai_calls(out)
+    record("gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": choice})
+
+
+def _openai_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": p["id"],
+            "type": "function",
+            "function": {"name": p["name"], "arguments": json.dumps(p["arguments"])},
+        }
+        for p in message["parts"]
+        if p["type"] == "tool_call"
+    ]
+
+
+def _trace(spans: list[Any], trace_id: bytes, turns: int, logs: list[Any] | None = None) -> None:
+    """One agent trace: root, then per turn a chat span and an execute_tool span. With `logs`,
+    the chat spans carry no content: it goes to `logs` as openai-v2's legacy events."""
     from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
     root_id = os.urandom(8)
@@ -81,18 +159,24 @@ def _trace(spans: list[Any], trace_id: bytes, turns: int) -> None:
             ],
             "finish_reason": "tool_calls",
         }
-        attributes = {
+        attributes: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
             "gen_ai.request.model": "qwen3-8b",
             "gen_ai.usage.input_tokens": 100 + 40 * turn,
             "gen_ai.usage.output_tokens": 40,
-            "gen_ai.input.messages": json.dumps(history),
-            "gen_ai.output.messages": json.dumps([out]),
         }
+        chat_id = os.urandom(8)
+        if logs is None:
+            attributes["gen_ai.input.messages"] = json.dumps(history)
+            attributes["gen_ai.output.messages"] = json.dumps([out])
+        else:
+            attributes["gen_ai.system"] = "openai"
+            attributes["gen_ai.response.finish_reasons"] = "tool_calls"
+            _legacy_events(logs, trace_id, chat_id, history, out)
         spans.append(
             Span(
                 trace_id=trace_id,
-                span_id=os.urandom(8),
+                span_id=chat_id,
                 parent_span_id=root_id,
                 name="chat qwen3-8b",
                 kind=Span.SPAN_KIND_CLIENT,
@@ -143,36 +227,58 @@ def _trace(spans: list[Any], trace_id: bytes, turns: int) -> None:
     )
 
 
-def build_batches(spans: int, spans_per_batch: int, turns: int = 3) -> list[bytes]:
-    """Serialized ExportTraceServiceRequests holding about `spans` spans in whole traces."""
+Request = tuple[str, bytes]
+"""(signal, serialized Export request): "traces" or "logs"."""
+
+
+def build_batches(
+    spans: int, spans_per_batch: int, turns: int = 3, *, as_logs: bool = False
+) -> list[list[Request]]:
+    """Batches of about `spans` spans in whole traces, each a list of requests sent in order:
+    its ExportTraceServiceRequest, preceded by the ExportLogsServiceRequest of its content when
+    `as_logs` (the SDK exports log records every second, spans every five)."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
     from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+    service = KeyValue(key="service.name", value=AnyValue(string_value="bench-agent"))
     batches = []
     made = 0
     while made < spans:
         request = ExportTraceServiceRequest()
         resource = request.resource_spans.add()
-        resource.resource.attributes.append(
-            KeyValue(key="service.name", value=AnyValue(string_value="bench-agent"))
-        )
+        resource.resource.attributes.append(service)
         scope = resource.scope_spans.add()
         batch: list[Any] = []
+        logs: list[Any] | None = [] if as_logs else None
         while len(batch) + 2 * turns + 1 <= spans_per_batch and made + len(batch) < spans:
-            _trace(batch, os.urandom(16), turns)
+            _trace(batch, os.urandom(16), turns, logs)
         scope.spans.extend(batch)
         made += len(batch)
-        batches.append(request.SerializeToString())
+        requests: list[Request] = []
+        if logs is not None:
+            log_request = ExportLogsServiceRequest()
+            resource_logs = log_request.resource_logs.add()
+            resource_logs.resource.attributes.append(service)
+            scope_logs = resource_logs.scope_logs.add()
+            scope_logs.scope.name = "opentelemetry.instrumentation.openai_v2"
+            scope_logs.log_records.extend(logs)
+            requests.append(("logs", log_request.SerializeToString()))
+        requests.append(("traces", request.SerializeToString()))
+        batches.append(requests)
     return batches
 
 
 def _run_receiver(
-    settings: Settings, ports: multiprocessing.Queue[int], decode_only: bool, workers: int = 1
+    settings: Settings,
+    ports: multiprocessing.Queue[tuple[int, int | None]],
+    decode_only: bool,
+    workers: int = 1,
 ) -> None:
-    """A receiver process: the real one (with `workers` worker processes when more than one),
-    or the baseline that records nothing."""
+    """A receiver process: the real one on HTTP and gRPC (with `workers` worker processes when
+    more than one), or the baseline that records nothing."""
     from aiohttp import web
 
     from rolltape.infra.commands.otlp_listen import serve
@@ -194,30 +300,32 @@ def _run_receiver(
             runner = web.AppRunner(app, access_log=None)
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
-            ports.put(int(runner.addresses[0][1]))
+            ports.put((int(runner.addresses[0][1]), None))
             await stop.wait()
             return
         config = ReceiverConfig(linger_s=0.2)
+        receiver: Any
         if workers > 1:
-            pool = WorkerPool(settings, config, workers)
-            await pool.start()
-            await serve(pool, "127.0.0.1", 0, stop, lambda bound: ports.put(bound.http))
-            return
+            receiver = WorkerPool(settings, config, workers)
+            await receiver.start()
+        else:
+            receiver = open_receiver(settings, config)
         await serve(
-            open_receiver(settings, config),
+            receiver,
             "127.0.0.1",
             0,
             stop,
-            lambda bound: ports.put(bound.http),
+            lambda bound: ports.put((bound.http, bound.grpc)),
+            grpc_port=0,
         )
 
     asyncio.run(main())
 
 
-async def _send(url: str, batches: list[bytes], connections: int) -> float:
+async def _send_http(base: str, batches: list[list[Request]], connections: int) -> float:
     import aiohttp
 
-    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    queue: asyncio.Queue[list[Request]] = asyncio.Queue()
     for batch in batches:
         queue.put_nowait(batch)
     headers = {"Content-Type": "application/x-protobuf"}
@@ -226,42 +334,83 @@ async def _send(url: str, batches: list[bytes], connections: int) -> float:
 
         async def worker() -> None:
             while not queue.empty():
-                body = queue.get_nowait()
-                async with http.post(url, data=body, headers=headers) as response:
-                    await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"the receiver answered {response.status}")
+                for signal, body in queue.get_nowait():
+                    async with http.post(f"{base}/v1/{signal}", data=body, headers=headers) as r:
+                        await r.read()
+                        if r.status != 200:
+                            raise RuntimeError(f"the receiver answered {r.status}")
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(connections)))
         return time.perf_counter() - t0
 
 
+_GRPC_METHODS = {
+    "traces": "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+    "logs": "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+}
+
+
+async def _send_grpc(target: str, batches: list[list[Request]], connections: int) -> float:
+    """The same batches over gRPC: one channel per connection, raw bytes both ways."""
+    from grpc import aio
+
+    queue: asyncio.Queue[list[Request]] = asyncio.Queue()
+    for batch in batches:
+        queue.put_nowait(batch)
+    channels = [aio.insecure_channel(target) for _ in range(connections)]
+    try:
+
+        async def worker(channel: aio.Channel) -> None:
+            calls: dict[str, Any] = {
+                signal: channel.unary_unary(method) for signal, method in _GRPC_METHODS.items()
+            }
+            while not queue.empty():
+                for signal, body in queue.get_nowait():
+                    await calls[signal](body, timeout=60)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in channels))
+        return time.perf_counter() - t0
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
 def _load(
-    url: str, batches: list[bytes], connections: int, out: multiprocessing.Queue[float]
+    target: str,
+    transport: str,
+    batches: list[list[Request]],
+    connections: int,
+    out: multiprocessing.Queue[float],
 ) -> None:
     """The load generator, in its own process (it must not share the receiver's interpreter)."""
-    asyncio.run(_send(url, batches[:2], connections))  # warm-up: connections, caches
-    out.put(asyncio.run(_send(url, batches[2:], connections)))
+    send = _send_grpc if transport == "grpc" else _send_http
+    asyncio.run(send(target, batches[:2], connections))  # warm-up: connections, caches
+    out.put(asyncio.run(send(target, batches[2:], connections)))
 
 
 def _measure(
     settings: Settings,
-    batches: list[bytes],
+    batches: list[list[Request]],
     connections: int,
     decode_only: bool,
     workers: int = 1,
+    transport: str = "http",
 ) -> float:
     ctx = multiprocessing.get_context("spawn")
-    ports: multiprocessing.Queue[int] = ctx.Queue()
+    ports: multiprocessing.Queue[tuple[int, int | None]] = ctx.Queue()
     receiver = ctx.Process(
         target=_run_receiver, args=(settings, ports, decode_only, workers), daemon=True
     )
     receiver.start()
     try:
-        url = f"http://127.0.0.1:{ports.get(timeout=120)}/v1/traces"
+        http, grpc = ports.get(timeout=120)
+        target = f"127.0.0.1:{grpc}" if transport == "grpc" else f"http://127.0.0.1:{http}"
         results: multiprocessing.Queue[float] = ctx.Queue()
-        load = ctx.Process(target=_load, args=(url, batches, connections, results), daemon=True)
+        load = ctx.Process(
+            target=_load, args=(target, transport, batches, connections, results), daemon=True
+        )
         load.start()
         seconds = results.get(timeout=1800)
         load.join(30)
@@ -289,26 +438,35 @@ def run_otlp_bench(
     repeats: int = 3,
     workers: tuple[int, ...] = (),
 ) -> OtlpFigures:
-    """Send the same pre-built batches to the receiver and to the decode-only baseline, each
-    in its own process, on a fresh scratch prefix per repeat (deleted after); and, for each of
-    `workers`, to a receiver with that many worker processes. The first two batches warm up
-    and are not timed. Needs a broker."""
+    """Send the same pre-built traces, each repeat on fresh scratch prefixes (deleted after):
+    spans with content over HTTP, the content as log records over HTTP, spans over gRPC, to the
+    decode-only baseline, and, for each of `workers`, to a receiver with that many worker
+    processes, each in a process of its own. The first two batches warm up and are not timed.
+    Needs a broker."""
     from rolltape.infra.broker import require_connection
     from rolltape.infra.kafka.topics import scratch_prefix
 
     batches = build_batches(spans + 2 * spans_per_batch, spans_per_batch)
+    as_logs = build_batches(spans + 2 * spans_per_batch, spans_per_batch, as_logs=True)
     counts = [_count_spans(b) for b in batches]
     timed_spans = sum(counts[2:])
-    runs, baseline, per_span = [], [], []
+    records = sum(_count_log_records(b) for b in as_logs[2:])
+    runs, baseline, per_span, logs, grpc = [], [], [], [], []
     pooled: dict[int, list[float]] = {n: [] for n in workers if n > 1}
+
+    def timed(these: list[list[Request]], n: int = 1, transport: str = "http") -> float:
+        with (
+            scratch_prefix(settings, "bench", partitions=partitions) as scratch,
+            tempfile.TemporaryDirectory() as state,
+        ):
+            scoped = scratch.model_copy(update={"state_dir": Path(state)})
+            return timed_spans / _measure(scoped, these, connections, False, n, transport)
+
     for _ in range(repeats):
         for n in pooled:
-            with (
-                scratch_prefix(settings, "bench", partitions=partitions) as scratch,
-                tempfile.TemporaryDirectory() as state,
-            ):
-                scoped = scratch.model_copy(update={"state_dir": Path(state)})
-                pooled[n].append(timed_spans / _measure(scoped, batches, connections, False, n))
+            pooled[n].append(timed(batches, n))
+        logs.append(timed(as_logs))
+        grpc.append(timed(batches, transport="grpc"))
         with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
             with tempfile.TemporaryDirectory() as state:
                 scoped = scratch.model_copy(update={"state_dir": Path(state)})
@@ -320,6 +478,7 @@ def run_otlp_bench(
                 baseline.append(timed_spans / _measure(scoped, batches, connections, True))
     receiver = statistics.median(runs)
     decode_only = statistics.median(baseline)
+    logs_rate, grpc_rate = statistics.median(logs), statistics.median(grpc)
     return OtlpFigures(
         machine=machine(),
         spans=timed_spans,
@@ -331,14 +490,36 @@ def run_otlp_bench(
         events_per_span=round(statistics.median(per_span), 3),
         decode_only_spans_per_s=round(decode_only, 1),
         ratio=round(receiver / decode_only, 3),
+        logs_spans_per_s=round(logs_rate, 1),
+        logs_ratio=round(logs_rate / receiver, 3),
+        log_records_per_span=round(records / timed_spans, 2),
+        grpc_spans_per_s=round(grpc_rate, 1),
+        grpc_ratio=round(grpc_rate / receiver, 3),
         workers_spans_per_s={n: round(statistics.median(v), 1) for n, v in pooled.items()},
     )
 
 
-def _count_spans(batch: bytes) -> int:
+def _count_spans(batch: list[Request]) -> int:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
-    request = ExportTraceServiceRequest.FromString(batch)
-    return sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+    return sum(
+        len(s.spans)
+        for signal, body in batch
+        if signal == "traces"
+        for r in ExportTraceServiceRequest.FromString(body).resource_spans
+        for s in r.scope_spans
+    )
+
+
+def _count_log_records(batch: list[Request]) -> int:
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+
+    return sum(
+        len(s.log_records)
+        for signal, body in batch
+        if signal == "logs"
+        for r in ExportLogsServiceRequest.FromString(body).resource_logs
+        for s in r.scope_logs
+    )

@@ -439,7 +439,8 @@ def otlp(
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
-    """Spans/s through `rolltape otlp serve` into Kafka, against a receiver that only decodes."""
+    """Spans/s through `rolltape otlp serve` into Kafka: content on the spans over HTTP, as log
+    records, over gRPC, against a receiver that only decodes."""
     from rolltape.infra.bench.otlp import run_otlp_bench
 
     cfg = settings()
@@ -469,7 +470,23 @@ def otlp(
     console.print(
         f"    baseline receiver that only decodes:        {r.decode_only_spans_per_s:,.0f} spans/s"
     )
-    console.print(f"    ratio (rolltape / baseline): {r.ratio:.2f}")
+    console.print(
+        f"    ratio (rolltape / baseline): {r.ratio:.2f} (goal >= {r.goal_ratio:.2f}: "
+        f"{'met' if r.ratio >= r.goal_ratio else 'MISSED'})"
+    )
+    for label, rate, ratio in (
+        (
+            f"content as log records ({r.log_records_per_span:.1f} per span)",
+            r.logs_spans_per_s,
+            r.logs_ratio,
+        ),
+        ("spans over gRPC", r.grpc_spans_per_s, r.grpc_ratio),
+    ):
+        verdict = "met" if ratio >= 0.8 else "MISSED"
+        console.print(
+            f"    {label}: {rate:,.0f} spans/s, {ratio:.2f} of spans over HTTP "
+            f"(goal >= 0.80: {verdict})"
+        )
     for n, rate in r.workers_spans_per_s.items():
         console.print(
             f"    otlp serve --workers {n}: {rate:,.0f} spans/s "

@@ -371,7 +371,8 @@ class OtlpReceiver(ReceiverFront):
         applied: Applied | None = None
         try:
             applied = self.ingest.apply(spans, logs)
-            await self.recorder.aflush(self.config.flush_timeout_s)
+            if applied.wrote:
+                await self.recorder.aflush(self.config.flush_timeout_s)
         except RecorderError as exc:
             if applied is not None:
                 self.ingest.not_durable(applied)

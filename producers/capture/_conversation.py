@@ -67,15 +67,19 @@ def _call_ids(message: Mapping[str, Any]) -> tuple[str, ...]:
 
 def fingerprint(message: Mapping[str, Any]) -> Fingerprint:
     """What makes two request messages the same message: (role, text, call ids). A tool message
-    is known by its call id alone; an assistant's text is taken without its reasoning, so an
-    echo without `<think>` matches the reply it came from."""
+    is known by its call id alone, and so is an assistant message that made calls (call ids are
+    unique, and an echo may come without the text: OpenTelemetry's openai-v2 instrumentation
+    drops an assistant message's text when it has calls); an assistant's text is taken without
+    its reasoning, so an echo without `<think>` matches the reply it came from."""
     role = str(message.get("role", ""))
     if role == "tool":
         return (role, str(message.get("tool_call_id", "")), ())
-    text = text_of(message.get("content"))
     if role == "assistant":
-        return (role, split_reasoning(text)[0].strip(), _call_ids(message))
-    return (role, text, ())
+        calls = _call_ids(message)
+        if calls and all(calls):
+            return (role, "", calls)
+        return (role, split_reasoning(text_of(message.get("content")))[0].strip(), calls)
+    return (role, text_of(message.get("content")), ())
 
 
 class Conversation:

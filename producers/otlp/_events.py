@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -40,7 +41,11 @@ _MESSAGE_EVENT = re.compile(r"gen_ai\.([a-z_]+)\.message")
 def event_kind(record: LogRecord) -> str | None:
     """What a log record is to rolltape: "message" (a legacy request message), "choice",
     "details", "evaluation", or None (not a GenAI event: an application's own logs)."""
-    name = record.event_name
+    return _kind_of(record.event_name)
+
+
+@functools.lru_cache(maxsize=256)
+def _kind_of(name: str) -> str | None:
     if name == CHOICE_EVENT:
         return "choice"
     if name == DETAILS_EVENT:

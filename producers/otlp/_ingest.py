@@ -195,6 +195,18 @@ class Applied:
     release: list[tuple[str, str]] = field(default_factory=list)
     ended: list[str] = field(default_factory=list)
 
+    @property
+    def wrote(self) -> bool:
+        """Whether the batch gave the recorder anything to make durable (a batch of log
+        records that all wait for their spans gives it nothing: no flush to wait for)."""
+        return bool(
+            self.recorded
+            or self.sessions_started
+            or self.ended
+            or self.logs_joined
+            or self.rejected
+        )
+
     def warning(self) -> str:
         """The note for the sender's partial_success (empty when all went as expected)."""
         notes = []

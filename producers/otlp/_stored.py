@@ -9,7 +9,6 @@ mistaken for one: a map whose only key is `$bytes` is read back as bytes, as wri
 from __future__ import annotations
 
 import base64
-import dataclasses
 from typing import Any
 
 import orjson
@@ -37,9 +36,15 @@ def _restored(node: Any) -> Any:
 
 
 def stored(item: Span | LogRecord) -> bytes:
-    """The item as the journal holds it."""
-    fields = dataclasses.asdict(item)
-    fields["kind"] = "span" if isinstance(item, Span) else "log"
+    """The item as the journal holds it. Its fields are plain values (attribute maps are trees
+    of them), so a shallow copy is enough: `dataclasses.asdict` deep-copies every value, which
+    was most of the cost of holding a log record."""
+    fields = dict(vars(item))
+    if isinstance(item, Span):
+        fields["kind"] = "span"
+        fields["events"] = [vars(event) for event in item.events]
+    else:
+        fields["kind"] = "log"
     fields["resource"] = dict(item.resource)
     return orjson.dumps(fields, default=_default)
 

@@ -672,3 +672,65 @@ def test_grpc_answers_in_otlp_grpc_status_codes(tmp_path: Path) -> None:
         channel.close()
         sessions = by_session(rig.recorded())
     assert len(sessions) == 1
+
+
+def _kv(value: Any) -> dict[str, Any]:
+    """A JSON-like value as OTLP/JSON's AnyValue."""
+    if isinstance(value, dict):
+        return {"kvlistValue": {"values": [{"key": k, "value": _kv(v)} for k, v in value.items()]}}
+    if isinstance(value, list):
+        return {"arrayValue": {"values": [_kv(v) for v in value]}}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    return {"stringValue": str(value)}
+
+
+def test_an_echoed_assistant_message_without_its_text_is_the_reply_it_echoes(rig: Rig) -> None:
+    """openai-v2's legacy events drop an assistant message's text when it made calls: the
+    resent history still matches the recorded reply (by its call ids), recorded once."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    def agent(tracer: Tracer) -> None:
+        with tracer.start_as_current_span("invoke_agent weather"):
+            for name in ("chat 1", "chat 2"):
+                with tracer.start_as_current_span(
+                    name, attributes={"gen_ai.operation.name": "chat", "gen_ai.system": "openai"}
+                ):
+                    pass
+
+    spans = recorded_request(agent)
+    chats = ExportTraceServiceRequest.FromString(spans).resource_spans[0].scope_spans[0].spans
+    trace, first, second = chats[0].trace_id.hex(), chats[0].span_id.hex(), chats[1].span_id.hex()
+    call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+    events = [
+        (first, "gen_ai.user.message", {"content": "Weather?"}),
+        (first, "gen_ai.choice", {"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": "Let me look.", "tool_calls": [call]}}),
+        (second, "gen_ai.user.message", {"content": "Weather?"}),
+        (second, "gen_ai.assistant.message", {"tool_calls": [call]}),  # its text dropped
+        (second, "gen_ai.tool.message", {"content": "sunny", "id": "c1"}),
+        (second, "gen_ai.choice", {"index": 0, "finish_reason": "stop", "message": {
+            "role": "assistant", "content": "Sunny."}}),
+    ]  # fmt: skip
+    logs = json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [
+        {"eventName": name, "traceId": trace, "spanId": span, "timeUnixNano": str(i + 1),
+         "body": _kv(body)}
+        for i, (span, name, body) in enumerate(events)
+    ]}]}]}).encode()  # fmt: skip
+    assert rig.post(logs, JS, signal="logs").status_code == 200
+    assert rig.post(spans).status_code == 200
+    recorded = rig.recorded()
+    kinds = [
+        (e["type"], e["payload"].get("role"), e["payload"].get("content"))
+        for e in recorded
+        if e["type"] in ("turn", "tool_call", "tool_result")
+    ]
+    assert kinds == [
+        ("turn", "user", "Weather?"),
+        ("turn", "assistant", "Let me look."),
+        ("tool_call", None, None),
+        ("tool_result", None, "sunny"),
+        ("turn", "assistant", "Sunny."),
+    ]
