@@ -448,9 +448,9 @@ def run_otlp_bench(
 
     batches = build_batches(spans + 2 * spans_per_batch, spans_per_batch)
     as_logs = build_batches(spans + 2 * spans_per_batch, spans_per_batch, as_logs=True)
-    counts = [_count_spans(b) for b in batches]
+    counts = [_count(b, "traces") for b in batches]
     timed_spans = sum(counts[2:])
-    records = sum(_count_log_records(b) for b in as_logs[2:])
+    records = sum(_count(b, "logs") for b in as_logs[2:])
     runs, baseline, per_span, logs, grpc = [], [], [], [], []
     pooled: dict[int, list[float]] = {n: [] for n in workers if n > 1}
 
@@ -499,27 +499,21 @@ def run_otlp_bench(
     )
 
 
-def _count_spans(batch: list[Request]) -> int:
+def _count(batch: list[Request], signal: str) -> int:
+    """Spans ("traces") or log records ("logs") in a batch's requests."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
-    return sum(
-        len(s.spans)
-        for signal, body in batch
-        if signal == "traces"
-        for r in ExportTraceServiceRequest.FromString(body).resource_spans
-        for s in r.scope_spans
-    )
-
-
-def _count_log_records(batch: list[Request]) -> int:
-    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
-
-    return sum(
-        len(s.log_records)
-        for signal, body in batch
-        if signal == "logs"
-        for r in ExportLogsServiceRequest.FromString(body).resource_logs
-        for s in r.scope_logs
-    )
+    total = 0
+    for kind, body in batch:
+        if kind != signal:
+            continue
+        if kind == "traces":
+            request = ExportTraceServiceRequest.FromString(body)
+            total += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+        else:
+            logs = ExportLogsServiceRequest.FromString(body)
+            total += sum(len(s.log_records) for r in logs.resource_logs for s in r.scope_logs)
+    return total

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from rolltape.producers.otlp._wire import (
     _HEX,
     Encoding,
@@ -26,6 +24,7 @@ from rolltape.producers.otlp._wire import (
     _json_attributes,
     _json_value,
     _pb_attributes,
+    json_request,
 )
 
 
@@ -126,12 +125,7 @@ def _from_protobuf(body: bytes) -> DecodedLogs:
 
 
 def _from_json(body: bytes) -> DecodedLogs:
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise OtlpRequestError(f"the body is not JSON: {exc}") from exc
-    if not isinstance(request, dict):
-        raise OtlpRequestError("the body is not an ExportLogsServiceRequest: expected an object")
+    request = json_request(body, "ExportLogsServiceRequest")
     records: list[LogRecord] = []
     unusable: list[str] = []
     where = "resourceLogs"

@@ -284,13 +284,20 @@ def _json_span(s: Mapping[str, Any], resource: Mapping[str, Any], scope: str) ->
     )
 
 
-def _from_json(body: bytes) -> Decoded:
+def json_request(body: bytes, message: str) -> dict[str, Any]:
+    """The body of an OTLP/JSON request of `message` (ExportTraceServiceRequest...), or why
+    not (OtlpRequestError)."""
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise OtlpRequestError(f"the body is not JSON: {exc}") from exc
     if not isinstance(request, dict):
-        raise OtlpRequestError("the body is not an ExportTraceServiceRequest: expected an object")
+        raise OtlpRequestError(f"the body is not an {message}: expected an object")
+    return request
+
+
+def _from_json(body: bytes) -> Decoded:
+    request = json_request(body, "ExportTraceServiceRequest")
     spans: list[Span] = []
     rejected: list[Rejected] = []
     where = "resourceSpans"
