@@ -161,6 +161,8 @@ class _Trace:
     """Ids of inference spans recorded with content of their own: log records of theirs that
     come later are copies (SPAN_AND_EVENT), not late content."""
     last_span_at: float = 0.0
+    journaled: tuple[int, str] | None = None
+    """What the journal knew of the trace's own session when the trace was first seen."""
 
     def waits(self) -> bool:
         return bool(self.queue or self.logs)
@@ -444,7 +446,7 @@ class TraceIngest:
                 break
         group = self._groups.get(key)
         if group is None:
-            known = self.journal.trace(key)
+            known = trace.journaled if key == trace.trace_id else self.journal.trace(key)
             group = _Group(key, generation=1 if known is None else known[0])
             if known is not None:  # seen by an earlier run: its chain's head is gone
                 group.session = _ENDED
@@ -514,7 +516,8 @@ class TraceIngest:
         trace = self._traces.get(trace_id)
         if trace is None:
             trace = _Trace(trace_id)
-            if self.journal.trace(trace_id) is not None:  # seen by an earlier run
+            trace.journaled = self.journal.trace(trace_id)
+            if trace.journaled is not None:  # seen by an earlier run
                 trace.seen = self.journal.recorded_spans(trace_id)
             self._traces[trace_id] = trace
             self._idle.append((self.clock(), trace_id))
