@@ -13,11 +13,11 @@ fi
 stamp=.venv/.rolltape-installed
 if [ ! -x .venv/bin/python ]; then
   # pip runs quietly, so say what the silent minutes are for, once.
-  echo "== creating .venv and installing rolltape with its dev tools and torch (first run only," \
+  echo "== creating .venv and installing rolltape with its dev tools and every extra, torch among them (first run only," \
     "about 3 minutes; the Kafka jars download on the first broker start)" >&2
   "$PYTHON" -m venv .venv
 elif [ ! -f "$stamp" ]; then
-  echo "== installing rolltape into .venv with its dev tools and torch (about 3 minutes)" >&2
+  echo "== installing rolltape into .venv with its dev tools and every extra (about 3 minutes)" >&2
 fi
 # rustup installs cargo in ~/.cargo/bin, which a non-login shell may not have on its PATH.
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
