@@ -396,13 +396,13 @@ class ManagedBroker:
             )
         done = run_kafka_tool(
             CONFIGS,
-            ["--alter", "--add-config-file", "{user.properties}", "--entity-type", "users",
+            ["--alter", "--add-config-file", "{user_properties}", "--entity-type", "users",
              "--entity-name", name],
             self.connection(Role.ADMIN),
             kafka_version=self.kafka_version,
             scala_version=self.scala_version,
             cache_dir=self.cache_dir,
-            files={"user.properties": f"{SCRAM}=iterations=8192,password={password}\n"},
+            files={"user_properties": f"{SCRAM}=iterations=8192,password={password}\n"},
         )  # fmt: skip
         if done.returncode != 0:
             raise BrokerStartError(

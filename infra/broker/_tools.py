@@ -37,7 +37,8 @@ def run_kafka_tool(
     timeout_s: float = 120.0,
 ) -> subprocess.CompletedProcess[str]:
     """Run one of Kafka's tools against `connection`'s cluster as its principal. `files` are
-    more private files the arguments name as `{name}` (a user's new SCRAM secret)."""
+    more private files (a user's new SCRAM secret): an argument that is exactly `{name}` of one
+    of them is replaced by its path; every other argument is passed as it is."""
     libs = kafka_classpath(kafka_version, scala_version, cache_dir)
     with tempfile.TemporaryDirectory() as tmp:
         client = Path(tmp) / "client.properties"
@@ -56,7 +57,7 @@ def run_kafka_tool(
             connection.bootstrap,
             config_flag,
             str(client),
-            *(a.format(**named) for a in args),
+            *(named.get(a[1:-1], a) if a.startswith("{") and a.endswith("}") else a for a in args),
         ]
         return subprocess.run(
             command, capture_output=True, text=True, check=False, timeout=timeout_s

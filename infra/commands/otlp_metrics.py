@@ -10,10 +10,7 @@ collector of its own registry, never the library's global one.
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from typing import Any
 
 from rolltape.infra.commands.otlp_serve import ReceiverStats
 from rolltape.producers.otlp import UNMAPPED_REASONS
@@ -21,11 +18,16 @@ from rolltape.producers.otlp import UNMAPPED_REASONS
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class _StatsCollector(Collector):
+class _StatsCollector:
+    """A prometheus_client collector (anything with `collect`) of one receiver's counters;
+    prometheus_client is the `otlp` extra's, imported when a scrape comes."""
+
     def __init__(self, stats: ReceiverStats) -> None:
         self.stats = stats
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
         s = self.stats
         requests = CounterMetricFamily(
             "rolltape_otlp_requests", "Export requests answered, by signal.", labels=["signal"]
@@ -71,6 +73,8 @@ class _StatsCollector(Collector):
 
 def exposition(stats: ReceiverStats) -> bytes:
     """The counters as a Prometheus scrape reads them."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_StatsCollector(stats))
     return generate_latest(registry)
