@@ -128,7 +128,7 @@ class _Group:
     key: str
     """The trace id, or `session:<session.id>`."""
     generation: int
-    session: Session | None = None
+    session: Session | _Closed | None = None
     spans: SpanRecorder | None = None
     traces: set[str] = field(default_factory=set)
     """Traces recorded into the open session."""
@@ -670,7 +670,7 @@ class TraceIngest:
 
     def _end(self, group: _Group, now: float, *, idle: bool = False, reason: str = "") -> None:
         session = group.session
-        assert session is not None
+        assert isinstance(session, Session), "only an open session ends"
         outcome: dict[str, Any] = {}
         missing = group.spans.content_missing() if group.spans is not None else None
         if missing is not None:
@@ -688,6 +688,10 @@ class TraceIngest:
             session.end("completed", outcome=outcome)
         group.ended_at = now
         self._open.pop(group.key, None)
+        # What recorded the session is done: keep only its id (a continuation links to it), so
+        # ended sessions' conversations do not stay in memory (and in every GC pass) for the
+        # `forget_after_s` their traces are remembered.
+        group.session, group.spans = _Closed(session.session_id), None
 
     def end_all(self, reason: str) -> Applied:
         """At shutdown: every waiting span is recorded as it is (its log records may never
@@ -714,15 +718,18 @@ def _order(waiting: _Waiting) -> tuple[int, int]:
     return waiting.span.end_ns, waiting.span.start_ns
 
 
-class _Ended:
-    """Stands for the session an earlier run of the receiver wrote: ended, as far as this run
-    can write (its chain's head is gone)."""
+class _Closed:
+    """Stands for a session that ended: its id, and that no record can join it."""
 
     ended = True
-    session_id = ""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
 
 
-_ENDED: Any = _Ended()
+_ENDED: Any = _Closed("")
+"""The session an earlier run of the receiver wrote: ended, as far as this run can write (its
+chain's head is gone)."""
 
 
 def _needs_session(group: _Group) -> bool:
