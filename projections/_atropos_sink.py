@@ -96,7 +96,9 @@ class AtroposSink:
     # -- registration ----------------------------------------------------------------------------
     async def register(self, stop: asyncio.Event | None = None) -> bool:
         """Register as an environment, asking again while no trainer has started; False when
-        `stop` was set first. Raises AtroposSinkError when the server refuses the request."""
+        `stop` was set first. Without `stop` it asks once: AtroposSinkError when no trainer has
+        started (nothing is sent; the groups stay queued). Raises AtroposSinkError when the
+        server refuses the request."""
         self._stop = stop
         told = False
         while True:
@@ -114,6 +116,11 @@ class AtroposSink:
             if answer.get("status") == "success":
                 self.env_id = int(answer["env_id"])
                 return True
+            if stop is None:
+                raise AtroposSinkError(
+                    f"the Atropos server at {self._client.base_url} has no trainer yet "
+                    f"({answer.get('status')!r}): nothing was sent; the groups stay queued"
+                )
             if not told:
                 told = True
                 self.on_wait(

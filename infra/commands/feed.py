@@ -144,7 +144,7 @@ async def feed_atropos(
             waiting_sessions=sum(waiting.values()),
             waiting_groups=len(waiting),
             skipped=dict(skipped),
-            waiting_for=waiting_for[-1] if waiting_for else None,
+            waiting_for=waiting_for[-1] if waiting_for and sink.env_id is None else None,
         )
         moment = time.monotonic()
         if shown and shown[-1] == current:

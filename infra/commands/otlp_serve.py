@@ -396,7 +396,11 @@ class OtlpReceiver(ReceiverFront):
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), every_s)
-            outcome = await self.tick()
+            try:
+                outcome = await self.tick()
+            except Exception:  # a bug of ours: say so, keep the timer (ends, waits) going
+                log.exception("the receiver's timer failed; it goes on")
+                continue
             if outcome is not None:
                 self.on_tick(outcome)
 
@@ -405,10 +409,10 @@ class OtlpReceiver(ReceiverFront):
         applied = None
         try:
             applied = self.ingest.tick()
-            did = applied.recorded or applied.hold or applied.release or applied.ended
-            if not did and not applied.unmapped:
+            if not (applied.wrote or applied.hold or applied.unmapped):
                 return None
-            await self.recorder.aflush(self.config.flush_timeout_s)
+            if applied.wrote:
+                await self.recorder.aflush(self.config.flush_timeout_s)
         except RecorderError as exc:
             if applied is not None:
                 self.ingest.not_durable(applied)
@@ -423,12 +427,16 @@ class OtlpReceiver(ReceiverFront):
     def shutdown(self) -> list[str]:
         """Record what waits and end what is open (see TraceIngest.end_all), close the recorder
         (what the broker did not take stays in its spool), then journal it all."""
-        applied = self.ingest.end_all(STOPPED)
-        self.recorder.close(timeout_s=30.0)
-        self._settle(applied)
+        try:
+            applied = self.ingest.end_all(STOPPED)
+            # Journaled only once closing made the records durable: if it fails, what was held
+            # stays held (the next run records it again, in a continuation) rather than lost.
+            self.recorder.close(timeout_s=30.0)
+            self._settle(applied)
+        finally:
+            self.journal.close()
         self.stopped_outcome = Outcome.of(applied, self.ingest.waiting())
         self.count(self.stopped_outcome)
-        self.journal.close()
         return applied.ended
 
 

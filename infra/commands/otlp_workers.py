@@ -172,7 +172,9 @@ class WorkerPool(ReceiverFront):
         name one (so a session across traces has one writer), else of its id; kept for the
         trace's later spans and log records (bounded: the oldest traces are forgotten)."""
         owner = self._owners.get(trace_id)
-        if owner is None:
+        if owner is not None:
+            self._owners.move_to_end(trace_id)
+        else:
             key = trace_id
             for span in batch:
                 named = span.attributes.get(SESSION_ID) if span.trace_id == trace_id else None
@@ -302,7 +304,8 @@ async def _worker(sock: socket.socket) -> None:
             await asyncio.gather(*tasks)
     finally:
         stop.set()
-        await timer
+        with contextlib.suppress(Exception):  # its failure is logged; shutting down goes on
+            await timer
         ended = await asyncio.to_thread(receiver.shutdown)
         with contextlib.suppress(ConnectionError):
             _write(writer, ("stopped", ended, receiver.stopped_outcome))

@@ -26,16 +26,14 @@ from aiokafka.protocol.commit import OffsetCommitRequest
 
 log = logging.getLogger("rolltape.worker")
 
-_RETRIED_LATER = frozenset(
-    {
-        "IllegalGenerationError",
-        "UnknownMemberIdError",
-        "RebalanceInProgressError",
-        "NotCoordinatorError",
-        "CoordinatorNotAvailableError",
-        "CoordinatorLoadInProgressError",
-    }
+_REBALANCING = frozenset(
+    {"IllegalGenerationError", "UnknownMemberIdError", "RebalanceInProgressError"}
 )
+"""aiokafka's names of the answers that mean: commit again with the next generation."""
+_COORDINATOR_MOVED = frozenset(
+    {"NotCoordinatorForGroupError", "GroupCoordinatorNotAvailableError", "GroupLoadInProgressError"}
+)
+"""... and those that mean: find the group's coordinator again."""
 
 
 class GroupPositions:
@@ -88,8 +86,10 @@ class GroupPositions:
                     done += 1
                     continue
                 name = for_code(code).__name__
-                if name in _RETRIED_LATER:
-                    self._coordinator = None if "Coordinator" in name else self._coordinator
+                if name in _COORDINATOR_MOVED:
+                    self._coordinator = None
+                elif name in _REBALANCING:
+                    pass
                 elif name not in self._warned:
                     self._warned.add(name)
                     log.warning(

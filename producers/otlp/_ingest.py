@@ -76,7 +76,8 @@ UNMAPPED_REASONS = {
 
 SESSION_GROUP = "session:"
 """The key prefix of a group of traces sharing an OpenInference `session.id`."""
-_SAFE_ID = re.compile(r"[A-Za-z0-9._:@+-]{1,150}")
+_SAFE_ID = re.compile(r"[A-Za-z0-9_:@+-]{1,150}")
+"""A `session.id` used as it is in a session id: no `.`, which opens a continuation's number."""
 
 
 def session_id_for(trace_id: str, generation: int) -> str:
@@ -199,10 +200,14 @@ class Applied:
 
     @property
     def wrote(self) -> bool:
-        """Whether the batch gave the recorder anything to make durable (a batch of log
-        records that all wait for their spans gives it nothing: no flush to wait for)."""
+        """Whether anything of this account must be durable before it is journaled: records it
+        gave the recorder, or spans and held items an earlier batch recorded but could not
+        journal (a batch of log records that all wait for their spans has none of these: no
+        flush to wait for)."""
         return bool(
             self.recorded
+            or self.again
+            or self.release
             or self.sessions_started
             or self.ended
             or self.logs_joined
@@ -286,10 +291,10 @@ class TraceIngest:
             queued = {w.span.span_id for w in trace.queue}
             fresh: dict[str, Span] = {}
             for span in group:
-                if span.span_id in trace.seen or span.span_id in fresh:
+                if span.span_id in trace.seen:
                     done.redelivered += 1
                     done.again.append((trace_id, span.span_id))
-                elif span.span_id in queued:
+                elif span.span_id in fresh or span.span_id in queued:
                     done.redelivered += 1
                     touched[trace_id] = trace
                 else:
@@ -299,7 +304,13 @@ class TraceIngest:
                 for span in fresh.values():
                     bisect.insort(trace.queue, _Waiting(span, now), key=_order)
                 touched[trace_id] = trace
-        self._release(list(touched.values()), done, now)
+        try:
+            self._release(list(touched.values()), done, now)
+        except BaseException:
+            # What was recorded or acknowledged before the refusal stays accounted for.
+            self._hold(touched.values(), done)
+            self.not_durable(done)
+            raise
         self._hold(touched.values(), done)
         return done
 
@@ -319,19 +330,22 @@ class TraceIngest:
             done.logs_redelivered += 1
             touched[record.trace_id] = trace  # journaled now, if its first batch was not durable
             return
-        trace.log_keys.add(key)
         if record.span_id in trace.seen:  # its span is recorded: only an evaluation can follow
             group = trace.group
             spans = group.spans if group is not None else None
             session = group.session if group is not None else None
             if kind == "evaluation" and session is not None and not session.ended and spans:
                 spans.record(joined(_bare(record), [record])[0])  # as the span's own would be
+                trace.log_keys.add(key)  # once recorded: a resend after a refusal records it
                 done.logs_joined += 1
             elif record.span_id in trace.on_span:
+                trace.log_keys.add(key)
                 done.unmapped["log_content_also_on_span"] += 1
             else:
+                trace.log_keys.add(key)
                 done.unmapped["log_after_its_span"] += 1
             return
+        trace.log_keys.add(key)
         trace.logs.setdefault(record.span_id, []).append(_Log(record, key, now))
         trace.last_span_at = now
         touched[record.trace_id] = trace
@@ -369,11 +383,22 @@ class TraceIngest:
         )
 
     def _fresh(self, spans: int = 0, logs: int = 0) -> Applied:
-        """A new batch's account, carrying what an earlier one could not journal."""
+        """A new batch's account, carrying what an earlier one could not journal: its holds
+        only for what still waits (an item recorded since must not be held again)."""
         done, carry = Applied(spans=spans, logs=logs), self._carry
-        done.again, done.hold, done.release = carry.recorded, carry.hold, carry.release
+        done.again, done.release = carry.recorded, carry.release
+        done.hold = [h for h in carry.hold if self._still_waits(h[0], h[1])]
         self._carry = Applied()
         return done
+
+    def _still_waits(self, trace_id: str, item: str) -> bool:
+        trace = self._traces.get(trace_id)
+        if trace is None:
+            return False
+        kind, _, key = item.partition(":")
+        if kind == "s":
+            return any(w.span.span_id == key for w in trace.queue)
+        return any(log.key == key for logs in trace.logs.values() for log in logs)
 
     def _ready(self, trace: _Trace, waiting: _Waiting, now: float) -> bool:
         span = waiting.span
@@ -415,7 +440,13 @@ class TraceIngest:
             first: Inference | None = None
             spans = [self._joined(trace, w.span, done) for w in group]
             if target.key in starting and _needs_session(target):
-                first = self._start(target, spans)
+                try:
+                    first = self._start(target, spans)
+                except BaseException:
+                    # Its generation is journaled but nothing was written under it: the next
+                    # try takes that generation again, linking to the one before.
+                    target.session = None
+                    raise
                 done.sessions_started.append(target.session.session_id)  # type: ignore[union-attr]
             if trace_id not in target.traces and target.session is not None:
                 target.traces.add(trace_id)
@@ -480,6 +511,11 @@ class TraceIngest:
             done.not_genai += 1
             done.unmapped["trace_not_genai"] += 1
             return
+        if is_local_root(span):  # first: a root that is rejected still ends the session
+            group.rootless.discard(trace.trace_id)
+            group.root_at = now
+            if span.status_code == STATUS_ERROR:
+                group.root_error = span.status_message or span.name
         oi = openinference_kind(span)
         if oi is not None and oi not in RECORDED_KINDS:
             done.not_genai += 1
@@ -506,19 +542,15 @@ class TraceIngest:
             done.not_genai += 1
             done.unmapped["span_not_genai"] += 1
         group.last_span_at = now
-        if is_local_root(span):
-            group.rootless.discard(trace.trace_id)
-            group.root_at = now
-            if span.status_code == STATUS_ERROR:
-                group.root_error = span.status_message or span.name
 
     def _trace(self, trace_id: str) -> _Trace:
         trace = self._traces.get(trace_id)
         if trace is None:
             trace = _Trace(trace_id)
             trace.journaled = self.journal.trace(trace_id)
-            if trace.journaled is not None:  # seen by an earlier run
-                trace.seen = self.journal.recorded_spans(trace_id)
+            # Its spans recorded by an earlier run, whatever session they went to (a trace of
+            # an OpenInference session has no journal row of its own).
+            trace.seen = self.journal.recorded_spans(trace_id)
             self._traces[trace_id] = trace
             self._idle.append((self.clock(), trace_id))
         return trace
@@ -614,8 +646,21 @@ class TraceIngest:
         done = self._fresh()
         now = self.clock()
         waiting = list(self._waiting.values())
-        self._release(waiting, done, now)
-        for trace in waiting:
+        try:
+            self._release(waiting, done, now)
+            self._drop_orphan_logs(waiting, done, now)
+            self._hold(waiting, done)
+            self._end_due(done, now)
+        except BaseException:  # what was recorded before the refusal stays accounted for
+            self._hold(waiting, done)
+            self.not_durable(done)
+            raise
+        self._forget(now)
+        return done
+
+    def _drop_orphan_logs(self, traces: Sequence[_Trace], done: Applied, now: float) -> None:
+        """Log records whose span did not come within `idle_s`: counted, and let go of."""
+        for trace in traces:
             queued = {w.span.span_id for w in trace.queue}
             for span_id in [s for s in trace.logs if s not in queued]:
                 logs = trace.logs[span_id]
@@ -625,7 +670,8 @@ class TraceIngest:
                         (trace.trace_id, f"l:{log.key}") for log in logs if log.journaled
                     )
                     del trace.logs[span_id]
-        self._hold(waiting, done)
+
+    def _end_due(self, done: Applied, now: float) -> None:
         for group in list(self._open.values()):
             session = group.session
             assert session is not None
@@ -642,8 +688,6 @@ class TraceIngest:
             elif quiet >= self.idle_s:
                 self._end(group, now, idle=True)
                 done.ended.append(session.session_id)
-        self._forget(now)
-        return done
 
     def _forget(self, now: float) -> None:
         idle = self._idle
@@ -701,8 +745,10 @@ class TraceIngest:
         done = self._fresh()
         now = self.clock()
         waiting = list(self._waiting.values())
-        self._release(waiting, done, now, force=True)
-        self._hold(waiting, done)
+        try:
+            self._release(waiting, done, now, force=True)
+        finally:
+            self._hold(waiting, done)
         for group in list(self._open.values()):
             session = group.session
             if session is not None and not session.ended:

@@ -734,3 +734,65 @@ def test_an_echoed_assistant_message_without_its_text_is_the_reply_it_echoes(rig
         ("tool_result", None, "sunny"),
         ("turn", "assistant", "Sunny."),
     ]
+
+
+def _ingest(tmp_path: Path, **options: Any) -> tuple[Recorder, TraceIngest]:
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0)
+    return recorder, TraceIngest(recorder, Journal(tmp_path / "j.sqlite"), **options)
+
+
+def test_a_batch_resent_after_it_was_not_durable_waits_for_the_flush_of_the_first(
+    tmp_path: Path,
+) -> None:
+    """The first delivery's records were queued, not durable (answered 503); the resend is all
+    redeliveries, yet it must still be flushed before it is journaled and acknowledged."""
+    from rolltape.producers.otlp import decode
+
+    recorder, ingest = _ingest(tmp_path, linger_s=0.0)
+    spans = decode(recorded_request(weather_agent), "protobuf").spans
+    first = ingest.apply(spans)
+    assert first.recorded and first.wrote
+    ingest.not_durable(first)
+    again = ingest.apply(spans)
+    assert again.recorded == [] and again.redelivered == len(spans)
+    assert again.wrote  # the first delivery's span ids are journaled with this one, once durable
+    assert {s for _, s in again.again} == {s.span_id for s in spans}
+    recorder.close()
+
+
+def test_a_span_twice_in_one_batch_while_it_waits_is_not_journaled_as_recorded(
+    tmp_path: Path,
+) -> None:
+    from rolltape.producers.otlp import decode
+
+    recorder, ingest = _ingest(tmp_path, join_wait_s=10.0)
+    (chat,) = decode(recorded_request(_bare_chat), "protobuf").spans
+    done = ingest.apply([chat, chat])
+    assert done.recorded == [] and done.again == [] and done.redelivered == 1
+    assert ingest.waiting() == 1
+    recorder.close()
+
+
+def test_a_session_ids_trace_resent_after_a_restart_is_a_redelivery(tmp_path: Path) -> None:
+    """The spans of a trace that went to an OpenInference session are known after a restart,
+    although the journal names the session, not the trace: a resend is not recorded again."""
+    case = Path(__file__).with_name("otlp_conformance") / "openinference__session-user.json"
+    body = json.dumps(json.loads(case.read_text())["exports"][0]["body"]).encode()
+    with Rig(tmp_path, linger_s=0.0) as first:
+        assert first.post(body, JS).status_code == 200
+    with Rig(tmp_path, linger_s=0.0) as second:
+        assert second.post(body, JS).status_code == 200
+        assert second.receiver.stats.recorded == 0
+        assert second.receiver.stats.redelivered == 5
+    sessions = by_session(tmp_path)
+    assert list(sessions) == ["otel-session-sess-1"]
+
+
+def test_a_session_id_that_looks_like_a_continuation_is_hashed() -> None:
+    from rolltape.producers.otlp._ingest import grouped_session_id
+
+    assert grouped_session_id("chat-7") == "otel-session-chat-7"
+    assert grouped_session_id("abc.2") != grouped_session_id("abc", 2)
+    assert grouped_session_id("abc.2").startswith(
+        "otel-session-"
+    ) and "." not in grouped_session_id("abc.2")
