@@ -141,7 +141,7 @@ def _legacy_attributes(records: Sequence[LogRecord]) -> dict[str, Any]:
         role = found.group(1)
         if role == "tool":
             response = {"type": "tool_call_response", "id": str(body.get("id") or "")}
-            response["response"] = _content(body.get("content"))
+            response["response"] = text_of(body.get("content"))
             inputs.append({"role": "tool", "parts": [response]})
         else:
             inputs.append(_message(role, body, assistant=role == "assistant"))
@@ -153,19 +153,11 @@ def _legacy_attributes(records: Sequence[LogRecord]) -> dict[str, Any]:
     return attributes
 
 
-def _content(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return text_of(value)
-
-
 def _message(role: str, body: Mapping[str, Any], *, assistant: bool) -> dict[str, Any]:
     parts: list[dict[str, Any]] = []
     content = body.get("content")
     if content is not None and content != "":
-        parts.append({"type": "text", "content": _content(content)})
+        parts.append({"type": "text", "content": text_of(content)})
     calls = body.get("tool_calls") if assistant else None
     for call in calls if isinstance(calls, list) else []:
         if not isinstance(call, Mapping):

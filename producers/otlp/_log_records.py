@@ -25,6 +25,7 @@ from rolltape.producers.otlp._wire import (
     _json_value,
     _pb_attributes,
     json_request,
+    protobuf_request,
 )
 
 
@@ -87,15 +88,9 @@ def decode_logs(body: bytes, encoding: Encoding) -> DecodedLogs:
 
 
 def _from_protobuf(body: bytes) -> DecodedLogs:
-    from google.protobuf.message import DecodeError
     from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 
-    try:
-        request = ExportLogsServiceRequest.FromString(body)
-    except DecodeError as exc:
-        raise OtlpRequestError(
-            f"the body is not an ExportLogsServiceRequest in protobuf: {exc}"
-        ) from exc
+    request = protobuf_request(ExportLogsServiceRequest, body)
     records: list[LogRecord] = []
     unusable: list[str] = []
     for resource_logs in request.resource_logs:

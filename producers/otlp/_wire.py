@@ -172,18 +172,23 @@ def _pb_attributes(pairs: Iterable[Any]) -> dict[str, Any]:
     return {kv.key: _any_value(kv.value) for kv in pairs}
 
 
-def _from_protobuf(body: bytes) -> Decoded:
+def protobuf_request(message: Any, body: bytes) -> Any:
+    """The body parsed as the protobuf `message` class (ExportTraceServiceRequest...), or why
+    not (OtlpRequestError)."""
     from google.protobuf.message import DecodeError
+
+    try:
+        return message.FromString(body)
+    except DecodeError as exc:
+        raise OtlpRequestError(f"the body is not an {message.__name__} in protobuf: {exc}") from exc
+
+
+def _from_protobuf(body: bytes) -> Decoded:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
     )
 
-    try:
-        request = ExportTraceServiceRequest.FromString(body)
-    except DecodeError as exc:
-        raise OtlpRequestError(
-            f"the body is not an ExportTraceServiceRequest in protobuf: {exc}"
-        ) from exc
+    request = protobuf_request(ExportTraceServiceRequest, body)
     spans: list[Span] = []
     rejected: list[Rejected] = []
     for resource_spans in request.resource_spans:
@@ -345,29 +350,19 @@ def success_body(
 
 
 def _success_message(rejected: int, message: str, signal: Signal) -> Any:
-    if signal == "logs":
-        from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
-            ExportLogsPartialSuccess,
-            ExportLogsServiceResponse,
-        )
-
-        logs = ExportLogsServiceResponse()
-        if rejected or message:
-            logs.partial_success.CopyFrom(
-                ExportLogsPartialSuccess(rejected_log_records=rejected, error_message=message)
-            )
-        return logs
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-        ExportTracePartialSuccess,
         ExportTraceServiceResponse,
     )
 
-    traces = ExportTraceServiceResponse()
-    if rejected or message:
-        traces.partial_success.CopyFrom(
-            ExportTracePartialSuccess(rejected_spans=rejected, error_message=message)
-        )
-    return traces
+    if signal == "logs":
+        response, count = ExportLogsServiceResponse(), "rejected_log_records"
+    else:
+        response, count = ExportTraceServiceResponse(), "rejected_spans"
+    if rejected or message:  # a field set to a non-default value makes partial_success present
+        setattr(response.partial_success, count, rejected)
+        response.partial_success.error_message = message
+    return response
 
 
 def status_body(encoding: Encoding, http_status: int, message: str) -> bytes:
