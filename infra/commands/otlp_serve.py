@@ -281,7 +281,7 @@ class ReceiverFront:
             self._told.add("metrics")
             log.warning(
                 "OTLP metrics are acknowledged and not recorded (sessions hold each call's "
-                "usage); unset OTEL_METRICS_EXPORTER or point it elsewhere to stop sending them"
+                "usage); set OTEL_METRICS_EXPORTER=none in the agent to stop sending them"
             )
         return Answer(200, b"{}" if encoding == "json" else b"", encoding)
 
