@@ -86,10 +86,11 @@ def choose_score(names: Counter[str]) -> str:
     if len(names) == 1:
         (name,) = names
         return "reward" if name == "reward" else f"reward:{name}"
-    found = ", ".join(f"{n} ({c})" for n, c in names.most_common()) or "none yet"
+    found = ", ".join(f"{n} ({c})" for n, c in names.most_common())
+    what = f"the sessions' reward names are {found}" if found else "no session has a reward yet"
     raise ScoreNotChosenError(
-        f"choose what scores the groups: the sessions' reward names are {found}; pass --score "
-        "reward:NAME (or verdict:JUDGE:KEY for a judge's score)"
+        f"choose what scores the groups: {what}; pass --score reward:NAME (or "
+        "verdict:JUDGE:KEY for a judge's score)"
     )
 
 
