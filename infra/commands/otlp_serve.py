@@ -87,8 +87,9 @@ class ReceiverStats:
             f"rejected; {self.logs} log record(s): {self.logs_joined} joined to their spans, "
             f"{self.logs_redelivered} redelivered"
         )
-        if self.unmapped:
-            reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(self.unmapped.items()))
+        counted = sorted((reason, n) for reason, n in self.unmapped.items() if n)
+        if counted:
+            reasons = ", ".join(f"{n} {reason}" for reason, n in counted)
             text += f"; not recorded: {reasons}"
         if self.without_content:
             text += f"; {self.without_content} inference span(s) without content"

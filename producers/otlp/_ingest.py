@@ -492,7 +492,8 @@ class TraceIngest:
         if not records:
             return span, False
         with_content, duplicates = joined(span, records)
-        done.unmapped["log_content_also_on_span"] += duplicates
+        if duplicates:
+            done.unmapped["log_content_also_on_span"] += duplicates
         done.logs_joined += len(records) - duplicates
         return with_content, True
 
