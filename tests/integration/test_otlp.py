@@ -187,7 +187,7 @@ def test_otlp_serve__instrumented_agents_are_judged_honestly_and_exported_whole(
     assert "CAPTURE_MESSAGE_CONTENT=true" in next(
         r["message"] for r in rejected["reasons"] if r["code"] == "content_missing"
     )
-    assert "not recorded:" in err and "log record(s)" in err
+    assert "joined to their spans" in err and "2 inference span(s) without content" in err
 
     out = tmp_path / "export"
     done = subprocess.run(
