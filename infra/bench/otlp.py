@@ -278,13 +278,17 @@ def _run_receiver(
     workers: int = 1,
 ) -> None:
     """A receiver process: the real one on HTTP and gRPC (with `workers` worker processes when
-    more than one), or the baseline that records nothing."""
+    more than one), or the baseline that records nothing; both with the collector settings of
+    `otlp serve`."""
     from aiohttp import web
 
+    from rolltape.infra._gc import RECEIVER_YOUNG_THRESHOLD, tune_collector
     from rolltape.infra.commands.otlp_listen import serve
     from rolltape.infra.commands.otlp_serve import ReceiverConfig, open_receiver
     from rolltape.infra.commands.otlp_workers import WorkerPool
     from rolltape.producers.otlp import decode, success_body, unpack
+
+    tune_collector(RECEIVER_YOUNG_THRESHOLD)  # as `otlp serve` runs, the baseline too
 
     async def main() -> None:
         stop = asyncio.Event()

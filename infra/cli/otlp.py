@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from rolltape.infra._gc import RECEIVER_YOUNG_THRESHOLD, tune_collector
 from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import CliError, err_console, settings, stop_on_signals
 from rolltape.infra.commands.otlp_listen import (
@@ -160,6 +161,7 @@ def _run(
                 await receiver.run(stop)  # stops the workers it started
             raise
 
+    tune_collector(RECEIVER_YOUNG_THRESHOLD)  # a request's worth between collections (_gc.py)
     try:
         asyncio.run(main())
     except OSError as exc:  # the port is taken or not ours to bind: say which option to change

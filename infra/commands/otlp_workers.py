@@ -47,6 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rolltape.infra._gc import RECEIVER_YOUNG_THRESHOLD, tune_collector
 from rolltape.infra.commands.otlp_serve import (
     Outcome,
     ReceiverConfig,
@@ -269,6 +270,7 @@ def serve_worker(fd: int) -> None:
     closes the socket, which stops the worker the same way."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    tune_collector(RECEIVER_YOUNG_THRESHOLD)  # as the front's (_gc.py)
     asyncio.run(_worker(socket.socket(fileno=fd)))
 
 

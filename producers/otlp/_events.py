@@ -21,7 +21,6 @@ both, `SPAN_AND_EVENT`) and are counted, not read.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -32,7 +31,7 @@ import orjson
 from rolltape.producers.capture._conversation import text_of
 from rolltape.producers.otlp._genai import DETAILS_EVENT, EVALUATION_EVENT, MESSAGE_KEYS
 from rolltape.producers.otlp._log_records import LogRecord
-from rolltape.producers.otlp._wire import STATUS_ERROR, Span, SpanEvent
+from rolltape.producers.otlp._wire import STATUS_ERROR, Span, SpanEvent, amended
 
 CHOICE_EVENT = "gen_ai.choice"
 _MESSAGE_EVENT = re.compile(r"gen_ai\.([a-z_]+)\.message")
@@ -78,24 +77,27 @@ def completes(span: Span, records: Sequence[LogRecord]) -> bool:
     return span.status_code == STATUS_ERROR and "message" in kinds
 
 
-def joined(span: Span, records: Sequence[LogRecord]) -> tuple[Span, int]:
+def joined(
+    span: Span, records: Sequence[LogRecord], *, content: bool | None = None
+) -> tuple[Span, int]:
     """The span with the content its log records carry, as the current conventions' attributes;
-    and how many content records were not read because the span carries its own."""
-    content = [r for r in records if event_kind(r) in ("message", "choice", "details")]
+    and how many content records were not read because the span carries its own (`content`:
+    whether it does, when the caller knows already)."""
+    found = [r for r in records if event_kind(r) in ("message", "choice", "details")]
     evaluations = [r for r in records if event_kind(r) == "evaluation"]
     events = span.events + tuple(
         SpanEvent(r.event_name, r.time_ns, _evaluation_attributes(r)) for r in evaluations
     )
-    if has_content(span):
-        return dataclasses.replace(span, events=events), len(content)
+    if has_content(span) if content is None else content:
+        return amended(span, events=events), len(found)
     attributes = dict(span.attributes)
-    details = [r for r in content if event_kind(r) == "details"]
+    details = [r for r in found if event_kind(r) == "details"]
     if details:
         for record in details:
             attributes.update(_details_attributes(record))
     else:
-        attributes.update(_legacy_attributes(_in_order(content)))
-    return dataclasses.replace(span, attributes=attributes, events=events), 0
+        attributes.update(_legacy_attributes(_in_order(found)))
+    return amended(span, attributes=attributes, events=events), 0
 
 
 def _in_order(records: Iterable[LogRecord]) -> list[LogRecord]:

@@ -111,6 +111,14 @@ class _Waiting:
     span: Span
     arrived: float
     journaled: bool = False
+    inference: bool = field(init=False)
+    """An inference operation (read once: the queue asks on every batch of its trace)."""
+    content: bool = field(init=False)
+    """It carries its messages itself (`has_content`)."""
+
+    def __post_init__(self) -> None:
+        self.inference = operation(self.span) in INFERENCE_OPERATIONS
+        self.content = has_content(self.span)
 
 
 @dataclass
@@ -281,6 +289,12 @@ class TraceIngest:
         done = self._fresh(spans=len(spans), logs=len(logs))
         now = self.clock()
         touched: dict[str, _Trace] = {}
+        self._load(
+            [
+                *(r.trace_id for r in logs if r.trace_id and event_kind(r)),
+                *(s.trace_id for s in spans),
+            ]
+        )
         for record in logs:
             self._take_log(record, done, now, touched)
         by_trace: dict[str, list[Span]] = {}
@@ -402,7 +416,7 @@ class TraceIngest:
 
     def _ready(self, trace: _Trace, waiting: _Waiting, now: float) -> bool:
         span = waiting.span
-        if operation(span) not in INFERENCE_OPERATIONS or has_content(span):
+        if not waiting.inference or waiting.content:
             return True
         if completes(span, [log.record for log in trace.logs.get(span.span_id, [])]):
             return True
@@ -438,7 +452,7 @@ class TraceIngest:
             trace = self._traces[trace_id]
             target = self._group_of(trace, [w.span for w in group])
             first: Inference | None = None
-            spans = [self._joined(trace, w.span, done) for w in group]
+            spans = [self._joined(trace, w, done) for w in group]
             if target.key in starting and _needs_session(target):
                 try:
                     first = self._start(target, spans)
@@ -485,13 +499,14 @@ class TraceIngest:
         trace.group = group
         return group
 
-    def _joined(self, trace: _Trace, span: Span, done: Applied) -> tuple[Span, bool]:
-        if operation(span) in INFERENCE_OPERATIONS and has_content(span):
+    def _joined(self, trace: _Trace, waiting: _Waiting, done: Applied) -> tuple[Span, bool]:
+        span = waiting.span
+        if waiting.inference and waiting.content:
             trace.on_span.add(span.span_id)
         records = [log.record for log in trace.logs.get(span.span_id, [])]
         if not records:
             return span, False
-        with_content, duplicates = joined(span, records)
+        with_content, duplicates = joined(span, records, content=waiting.content)
         if duplicates:
             done.unmapped["log_content_also_on_span"] += duplicates
         done.logs_joined += len(records) - duplicates
@@ -547,14 +562,26 @@ class TraceIngest:
     def _trace(self, trace_id: str) -> _Trace:
         trace = self._traces.get(trace_id)
         if trace is None:
-            trace = _Trace(trace_id)
-            trace.journaled = self.journal.trace(trace_id)
-            # Its spans recorded by an earlier run, whatever session they went to (a trace of
-            # an OpenInference session has no journal row of its own).
-            trace.seen = self.journal.recorded_spans(trace_id)
-            self._traces[trace_id] = trace
-            self._idle.append((self.clock(), trace_id))
+            self._load([trace_id])
+            trace = self._traces[trace_id]
         return trace
+
+    def _load(self, trace_ids: Iterable[str]) -> None:
+        """Take up the traces of `trace_ids` not in memory, with what the journal knows of them
+        (their last session, and their spans recorded by an earlier run, whatever session they
+        went to: a trace of an OpenInference session has no journal row of its own), in one
+        query each for all of them."""
+        new = [t for t in dict.fromkeys(trace_ids) if t not in self._traces]
+        if not new:
+            return
+        journaled, recorded = self.journal.traces(new), self.journal.recorded_spans(new)
+        now = self.clock()
+        for trace_id in new:
+            trace = _Trace(trace_id)
+            trace.journaled = journaled.get(trace_id)
+            trace.seen = recorded.get(trace_id, set())
+            self._traces[trace_id] = trace
+            self._idle.append((now, trace_id))
 
     def _start(self, group: _Group, spans_came: Sequence[tuple[Span, bool]]) -> Inference | None:
         """Start the group's session from its first spans; returns the first inference, read

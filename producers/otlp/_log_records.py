@@ -29,10 +29,10 @@ from rolltape.producers.otlp._wire import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass
 class LogRecord:
     """One log record: ids as lowercase hex ("" when the record is outside any span), the
-    body and attributes as Python values."""
+    body and attributes as Python values. A value, not frozen: as `Span`, for the cost."""
 
     trace_id: str
     span_id: str

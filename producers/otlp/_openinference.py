@@ -20,13 +20,12 @@ by those; the OpenInference attributes then only fill what is missing.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from rolltape.producers.otlp._wire import Span
+from rolltape.producers.otlp._wire import Span, amended
 
 SPAN_KIND = "openinference.span.kind"
 SESSION_ID = "session.id"
@@ -61,7 +60,7 @@ def as_genai(span: Span) -> Span:
         agent = span.attributes.get("agent.name") or (span.name if oi == "AGENT" else None)
         if isinstance(agent, str) and agent:
             attributes.setdefault("gen_ai.agent.name", agent)
-    return dataclasses.replace(span, attributes=attributes)
+    return amended(span, attributes=attributes)
 
 
 def _json(value: Any) -> Any:
