@@ -63,6 +63,20 @@ class OtlpFigures(BaseModel):
     """grpc_spans_per_s / receiver_spans_per_s (goal >= 0.8)."""
     workers_spans_per_s: dict[int, float] = {}
     """`otlp serve --workers N` for each N measured beside one process (medians, same runs)."""
+    receiver_cpu_us_per_span: float | None = None
+    """The receiver process's CPU time (user and system) over the timed batches, per span
+    (median; from /proc, None elsewhere): what the ratio means when the baseline is not
+    CPU-bound."""
+    decode_only_cpu_us_per_span: float | None = None
+    cpu_ratio: float | None = None
+    """decode_only_cpu_us_per_span / receiver_cpu_us_per_span: the ratio in CPU, whatever
+    bounds the baseline's rate."""
+    logs_cpu_us_per_span: float | None = None
+    grpc_cpu_us_per_span: float | None = None
+    receiver_busy: float | None = None
+    """Receiver CPU seconds per wall second over the timed batches (1.0: one core, saturated)."""
+    decode_only_busy: float | None = None
+    """The same for the baseline: well under 1, it waited for the load generator."""
     goal_spans_per_s: float = 10_000.0
     goal_ratio: float = 0.35
     """Of the decode-only baseline, in the same run."""
@@ -391,7 +405,26 @@ def _load(
     """The load generator, in its own process (it must not share the receiver's interpreter)."""
     send = _send_grpc if transport == "grpc" else _send_http
     asyncio.run(send(target, batches[:2], connections))  # warm-up: connections, caches
+    out.put(0.0)  # the timed part starts
     out.put(asyncio.run(send(target, batches[2:], connections)))
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) a process has used so far, from /proc; None where there is no
+    /proc (the figure is then not reported)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class _Timed(BaseModel):
+    """One timed run: wall seconds of the timed batches, and the receiver process's CPU seconds
+    over them (None where not measured: without /proc, or with worker processes)."""
+
+    seconds: float
+    cpu_s: float | None
 
 
 def _measure(
@@ -401,7 +434,7 @@ def _measure(
     decode_only: bool,
     workers: int = 1,
     transport: str = "http",
-) -> float:
+) -> _Timed:
     ctx = multiprocessing.get_context("spawn")
     ports: multiprocessing.Queue[tuple[int, int | None]] = ctx.Queue()
     receiver = ctx.Process(
@@ -416,9 +449,13 @@ def _measure(
             target=_load, args=(target, transport, batches, connections, results), daemon=True
         )
         load.start()
+        results.get(timeout=1800)
+        before = _cpu_seconds(receiver.pid) if workers == 1 and receiver.pid else None
         seconds = results.get(timeout=1800)
+        after = _cpu_seconds(receiver.pid) if before is not None and receiver.pid else None
         load.join(30)
-        return seconds
+        cpu = after - before if before is not None and after is not None else None
+        return _Timed(seconds=seconds, cpu_s=cpu)
     finally:
         receiver.terminate()
         receiver.join(30)
@@ -455,16 +492,20 @@ def run_otlp_bench(
     counts = [_count(b, "traces") for b in batches]
     timed_spans = sum(counts[2:])
     records = sum(_count(b, "logs") for b in as_logs[2:])
-    runs, baseline, per_span, logs, grpc = [], [], [], [], []
-    pooled: dict[int, list[float]] = {n: [] for n in workers if n > 1}
+    runs: list[_Timed] = []
+    baseline: list[_Timed] = []
+    logs: list[_Timed] = []
+    grpc: list[_Timed] = []
+    per_span: list[float] = []
+    pooled: dict[int, list[_Timed]] = {n: [] for n in workers if n > 1}
 
-    def timed(these: list[list[Request]], n: int = 1, transport: str = "http") -> float:
+    def timed(these: list[list[Request]], n: int = 1, transport: str = "http") -> _Timed:
         with (
             scratch_prefix(settings, "bench", partitions=partitions) as scratch,
             tempfile.TemporaryDirectory() as state,
         ):
             scoped = scratch.model_copy(update={"state_dir": Path(state)})
-            return timed_spans / _measure(scoped, these, connections, False, n, transport)
+            return _measure(scoped, these, connections, False, n, transport)
 
     for _ in range(repeats):
         for n in pooled:
@@ -474,15 +515,28 @@ def run_otlp_bench(
         with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
             with tempfile.TemporaryDirectory() as state:
                 scoped = scratch.model_copy(update={"state_dir": Path(state)})
-                runs.append(timed_spans / _measure(scoped, batches, connections, False))
+                runs.append(_measure(scoped, batches, connections, False))
             reader = require_connection(scratch, Role.READER)
             per_span.append(_events_written(reader, scratch.topic_prefix) / sum(counts))
             with tempfile.TemporaryDirectory() as state:
                 scoped = scratch.model_copy(update={"state_dir": Path(state)})
-                baseline.append(timed_spans / _measure(scoped, batches, connections, True))
-    receiver = statistics.median(runs)
-    decode_only = statistics.median(baseline)
-    logs_rate, grpc_rate = statistics.median(logs), statistics.median(grpc)
+                baseline.append(_measure(scoped, batches, connections, True))
+
+    def rate(these: list[_Timed]) -> float:
+        return statistics.median(timed_spans / t.seconds for t in these)
+
+    def cpu(these: list[_Timed]) -> float | None:
+        """Median receiver CPU per span, in microseconds."""
+        known = [t.cpu_s for t in these if t.cpu_s is not None]
+        return round(statistics.median(known) / timed_spans * 1e6, 2) if known else None
+
+    def busy(these: list[_Timed]) -> float | None:
+        known = [t.cpu_s / t.seconds for t in these if t.cpu_s is not None]
+        return round(statistics.median(known), 2) if known else None
+
+    receiver, decode_only = rate(runs), rate(baseline)
+    logs_rate, grpc_rate = rate(logs), rate(grpc)
+    receiver_cpu, decode_cpu = cpu(runs), cpu(baseline)
     return OtlpFigures(
         machine=machine(),
         spans=timed_spans,
@@ -490,7 +544,7 @@ def run_otlp_bench(
         connections=connections,
         repeats=repeats,
         receiver_spans_per_s=round(receiver, 1),
-        receiver_runs=[round(r, 1) for r in runs],
+        receiver_runs=[round(timed_spans / t.seconds, 1) for t in runs],
         events_per_span=round(statistics.median(per_span), 3),
         decode_only_spans_per_s=round(decode_only, 1),
         ratio=round(receiver / decode_only, 3),
@@ -499,7 +553,14 @@ def run_otlp_bench(
         log_records_per_span=round(records / timed_spans, 2),
         grpc_spans_per_s=round(grpc_rate, 1),
         grpc_ratio=round(grpc_rate / receiver, 3),
-        workers_spans_per_s={n: round(statistics.median(v), 1) for n, v in pooled.items()},
+        workers_spans_per_s={n: round(rate(v), 1) for n, v in pooled.items()},
+        receiver_cpu_us_per_span=receiver_cpu,
+        decode_only_cpu_us_per_span=decode_cpu,
+        cpu_ratio=(round(decode_cpu / receiver_cpu, 3) if receiver_cpu and decode_cpu else None),
+        logs_cpu_us_per_span=cpu(logs),
+        grpc_cpu_us_per_span=cpu(grpc),
+        receiver_busy=busy(runs),
+        decode_only_busy=busy(baseline),
     )
 
 

@@ -474,6 +474,19 @@ def otlp(
         f"    ratio (rolltape / baseline): {r.ratio:.2f} (goal >= {r.goal_ratio:.2f}: "
         f"{'met' if r.ratio >= r.goal_ratio else 'MISSED'})"
     )
+    if r.receiver_cpu_us_per_span is not None and r.decode_only_cpu_us_per_span is not None:
+        waited = (
+            ": the rest it waited for the load generator" if (r.decode_only_busy or 0) < 0.9 else ""
+        )
+        console.print(
+            f"    receiver CPU per span: {r.receiver_cpu_us_per_span:.1f} µs (busy "
+            f"{r.receiver_busy:.0%} of the run); baseline {r.decode_only_cpu_us_per_span:.1f} µs "
+            f"(busy {r.decode_only_busy:.0%}{waited}); ratio in CPU {r.cpu_ratio:.2f}"
+        )
+        console.print(
+            f"    CPU per span with content as log records {r.logs_cpu_us_per_span:.1f} µs, "
+            f"over gRPC {r.grpc_cpu_us_per_span:.1f} µs"
+        )
     for label, rate, ratio in (
         (
             f"content as log records ({r.log_records_per_span:.1f} per span)",

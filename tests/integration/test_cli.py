@@ -340,6 +340,19 @@ def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) 
     assert 0 < figures["idle_rss_mb"] <= figures["export_peak_rss_mb"]
 
 
+def test_bench_otlp__runs_every_way_and_reports_the_receivers_cpu(topics: Topics) -> None:
+    args = "bench otlp --spans 700 --batch 70 --connections 2 --repeats 1 --workers 2 --json"
+    out = run(args.split(), topics.env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["spans"] >= 700 and figures["events_per_span"] > 1
+    for way in ("receiver", "decode_only", "logs", "grpc"):
+        assert figures[f"{way}_spans_per_s"] > 0
+        assert figures[f"{way}_cpu_us_per_span"] > 0  # read from /proc: this is Linux
+    assert figures["workers_spans_per_s"]["2"] > 0 and figures["log_records_per_span"] > 1
+    assert figures["cpu_ratio"] > 0 and figures["receiver_busy"] > 0
+
+
 def test_bench_batch__runs_end_to_end_and_reports_every_figure(topics: Topics) -> None:
     args = ["--rollouts", "12", "--concurrency", "1", "--concurrency", "4"]
     out = run(
