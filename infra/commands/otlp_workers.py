@@ -56,7 +56,7 @@ from rolltape.infra.commands.otlp_serve import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.producers import fresh_interpreter
-from rolltape.producers.otlp import SESSION_GROUP, SESSION_ID, LogRecord, Span
+from rolltape.producers.otlp import LogRecord, Span, group_key
 
 log = logging.getLogger("rolltape.otlp")
 _LENGTH = struct.Struct(">I")
@@ -169,8 +169,8 @@ class WorkerPool(ReceiverFront):
             self._failed.set()
 
     def _owner(self, trace_id: str, batch: Sequence[Span] = ()) -> int:
-        """The worker of a trace: the owner of its OpenInference session when its first spans
-        name one (so a session across traces has one writer), else of its id; kept for the
+        """The worker of a trace: the owner of its session or conversation when its first spans
+        name one (`group_key`: so a session across traces has one writer), else of its id; kept for the
         trace's later spans and log records (bounded: the oldest traces are forgotten)."""
         owner = self._owners.get(trace_id)
         if owner is not None:
@@ -178,9 +178,9 @@ class WorkerPool(ReceiverFront):
         else:
             key = trace_id
             for span in batch:
-                named = span.attributes.get(SESSION_ID) if span.trace_id == trace_id else None
-                if isinstance(named, str) and named:
-                    key = f"{SESSION_GROUP}{named}"
+                named = group_key(span) if span.trace_id == trace_id else None
+                if named is not None:
+                    key = named
                     break
             owner = self._owners[trace_id] = worker_of(key, self.workers)
             if len(self._owners) > _OWNERS_KEPT:

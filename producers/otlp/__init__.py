@@ -10,10 +10,13 @@ servers around them are `rolltape otlp serve` (rolltape.infra.commands.otlp_serv
 """
 
 from rolltape.producers.otlp._ingest import (
+    CONVERSATION_GROUP,
+    CONVERSATION_ID,
     SESSION_GROUP,
     UNMAPPED_REASONS,
     Applied,
     TraceIngest,
+    group_key,
     session_id_for,
 )
 from rolltape.producers.otlp._journal import Journal
@@ -37,6 +40,8 @@ from rolltape.producers.otlp._wire import (
 )
 
 __all__ = [
+    "CONVERSATION_GROUP",
+    "CONVERSATION_ID",
     "JSON",
     "PROTOBUF",
     "SESSION_GROUP",
@@ -57,6 +62,7 @@ __all__ = [
     "decode",
     "decode_logs",
     "encoding_of",
+    "group_key",
     "session_id_for",
     "status_body",
     "success_body",

@@ -76,8 +76,38 @@ UNMAPPED_REASONS = {
 
 SESSION_GROUP = "session:"
 """The key prefix of a group of traces sharing an OpenInference `session.id`."""
+CONVERSATION_ID = "gen_ai.conversation.id"
+CONVERSATION_GROUP = "conversation:"
+"""The key prefix of a group of traces sharing a GenAI `gen_ai.conversation.id`."""
+_GROUPINGS = (
+    (SESSION_GROUP, SESSION_ID, "session"),
+    (CONVERSATION_GROUP, CONVERSATION_ID, "conversation"),
+)
+"""(key prefix, the attribute naming the group, the word in its session ids), the first that a
+span names winning: OpenInference's `session.id` is the application's own grouping; the
+conventions' conversation id may come from a provider's conversation under it."""
 _SAFE_ID = re.compile(r"[A-Za-z0-9_:@+-]{1,150}")
-"""A `session.id` used as it is in a session id: no `.`, which opens a continuation's number."""
+"""A group id used as it is in a session id: no `.`, which opens a continuation's number."""
+
+
+def group_key(span: Span) -> str | None:
+    """The group of traces a span names, as a key: `session:<id>` for its OpenInference
+    `session.id`, else `conversation:<id>` for its `gen_ai.conversation.id`; None when it names
+    neither (its trace is then a session of its own)."""
+    attributes = span.attributes
+    for prefix, attribute, _ in _GROUPINGS:
+        named = attributes.get(attribute)
+        if isinstance(named, str) and named:
+            return prefix + named
+    return None
+
+
+def _grouping(key: str) -> tuple[str, str, str] | None:
+    """(attribute, word, id) of a group key; None for a trace's own."""
+    for prefix, attribute, word in _GROUPINGS:
+        if key.startswith(prefix):
+            return attribute, word, key.removeprefix(prefix)
+    return None
 
 
 def session_id_for(trace_id: str, generation: int) -> str:
@@ -86,23 +116,26 @@ def session_id_for(trace_id: str, generation: int) -> str:
     return f"otel-{trace_id}" if generation == 1 else f"otel-{trace_id}.{generation}"
 
 
-def grouped_session_id(session: str, generation: int = 1) -> str:
-    """The rolltape session of an OpenInference `session.id` (its `generation`-th chain):
-    `otel-session-<id>` when the id is safe as a key, else the first 32 hex digits of its
-    SHA-256 (the id itself is in `run_config.otel["session.id"]`)."""
+def grouped_session_id(session: str, generation: int = 1, *, word: str = "session") -> str:
+    """The rolltape session of an OpenInference `session.id` (its `generation`-th chain), or,
+    with `word="conversation"`, of a `gen_ai.conversation.id`: `otel-session-<id>` (or
+    `otel-conversation-<id>`) when the id is safe as a key, else the first 32 hex digits of its
+    SHA-256 (the id itself is in `run_config.otel`, under its attribute's name)."""
     safe = (
         session
         if _SAFE_ID.fullmatch(session)
         else hashlib.sha256(session.encode()).hexdigest()[:32]
     )
-    base = f"otel-session-{safe}"
+    base = f"otel-{word}-{safe}"
     return base if generation == 1 else f"{base}.{generation}"
 
 
 def _session_id(group: _Group, generation: int | None = None) -> str:
     generation = group.generation if generation is None else generation
-    if group.by_session:
-        return grouped_session_id(group.key.removeprefix(SESSION_GROUP), generation)
+    grouping = _grouping(group.key)
+    if grouping is not None:
+        _, word, name = grouping
+        return grouped_session_id(name, generation, word=word)
     return session_id_for(group.key, generation)
 
 
@@ -149,8 +182,9 @@ class _Group:
     ended_at: float | None = None
 
     @property
-    def by_session(self) -> bool:
-        return self.key.startswith(SESSION_GROUP)
+    def grouped(self) -> bool:
+        """Traces grouped by a session or conversation id, not a trace alone."""
+        return _grouping(self.key) is not None
 
 
 @dataclass
@@ -477,17 +511,17 @@ class TraceIngest:
                         done.release.append((trace_id, f"l:{log.key}"))
 
     def _group_of(self, trace: _Trace, spans: Sequence[Span]) -> _Group:
-        """The group a trace records into: its OpenInference session's, when one of its spans
-        names one this ingest owns, else its own; decided with its first spans, and kept while
-        the session is open."""
+        """The group a trace records into: the session or conversation one of its spans names
+        (`group_key`), when this ingest owns it, else its own; decided with its first spans, and
+        kept while the session is open."""
         group = trace.group
         if group is not None and not (group.session is not None and group.session.ended):
             return group
         key = trace.trace_id
         for span in (*spans, *(w.span for w in trace.queue)):
-            named = span.attributes.get(SESSION_ID)
-            if isinstance(named, str) and named and self.owns_session(f"{SESSION_GROUP}{named}"):
-                key = f"{SESSION_GROUP}{named}"
+            named = group_key(span)
+            if named is not None and self.owns_session(named):
+                key = named
                 break
         group = self._groups.get(key)
         if group is None:
@@ -601,8 +635,9 @@ class TraceIngest:
         resource = spans[0].resource
         service = resource.get("service.name")
         otel: dict[str, Any] = {}
-        if group.by_session:
-            otel["session.id"] = group.key.removeprefix(SESSION_GROUP)
+        grouping = _grouping(group.key)
+        if grouping is not None:
+            otel[grouping[0]] = grouping[2]  # "session.id" or "gen_ai.conversation.id"
         else:
             otel["trace_id"] = group.key
         if isinstance(service, str):
@@ -706,7 +741,7 @@ class TraceIngest:
             if any(t in self._waiting for t in group.traces):
                 continue
             quiet = now - group.last_span_at
-            if group.by_session:  # an agent's session across traces ends when it goes quiet
+            if group.grouped:  # an agent's session across traces ends when it goes quiet
                 if quiet >= self.idle_s:
                     self._end(group, now, idle=bool(group.rootless))
                     done.ended.append(session.session_id)

@@ -190,5 +190,6 @@ def _call_ids(message: dict[str, Any]) -> tuple[str, ...]:
     parts = message.get("parts")
     if not isinstance(parts, list):
         return ()
-    ids = tuple(p.get("id") for p in parts if isinstance(p, dict) and p.get("type") == "tool_call")
-    return ids if all(isinstance(i, str) and i for i in ids) else ()
+    ids = [p.get("id") for p in parts if isinstance(p, dict) and p.get("type") == "tool_call"]
+    named = [i for i in ids if isinstance(i, str) and i]
+    return tuple(named) if len(named) == len(ids) else ()

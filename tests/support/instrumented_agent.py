@@ -94,6 +94,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--session", default=None, help="OpenInference session.id")
     parser.add_argument("--user", default=None, help="OpenInference user.id")
+    parser.add_argument(
+        "--conversation",
+        default=None,
+        help="gen_ai.conversation.id, set by util-genai's agent invocation (genai-openai)",
+    )
     parser.add_argument("--tool-span", action="store_true", help="write an execute_tool span")
     parser.add_argument(
         "--follow-up", default=None, help="ask this next, in a trace of its own (a chat session)"
@@ -113,7 +118,7 @@ def main() -> None:
     tracer = tracer_provider.get_tracer("weather-agent")
     client = openai.OpenAI(base_url=args.openai_url, api_key="test", max_retries=0)
     with (
-        _grouping(args),
+        _grouping(args, tracer_provider, logger_provider),
         tracer.start_as_current_span(
             "invoke_agent weather",
             kind=SpanKind.INTERNAL,
@@ -143,7 +148,10 @@ def main() -> None:
         messages.append(answer.choices[0].message.model_dump(exclude_none=True))
         traces = [format(root.get_span_context().trace_id, "032x")]
     if args.follow_up is not None:
-        with _grouping(args), tracer.start_as_current_span("invoke_agent weather") as root:
+        with (
+            _grouping(args, tracer_provider, logger_provider),
+            tracer.start_as_current_span("invoke_agent weather") as root,
+        ):
             messages.append({"role": "user", "content": args.follow_up})
             client.chat.completions.create(model="qwen3", messages=messages, tools=[WEATHER])
             traces.append(format(root.get_span_context().trace_id, "032x"))
@@ -160,10 +168,17 @@ def main() -> None:
     sys.exit(0 if ok else 3)
 
 
-def _grouping(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    """OpenInference's context for session.id and user.id on every span, when asked."""
+def _grouping(args: argparse.Namespace, tracer_provider, logger_provider):  # type: ignore[no-untyped-def]
+    """OpenInference's context for session.id and user.id on every span, or util-genai's agent
+    invocation naming the conversation (its spans, and the chat spans under it, carry
+    `gen_ai.conversation.id`), when asked."""
     import contextlib
 
+    if args.conversation is not None:
+        from opentelemetry.util.genai.handler import TelemetryHandler
+
+        handler = TelemetryHandler(tracer_provider=tracer_provider, logger_provider=logger_provider)
+        return handler.invoke_local_agent(agent_name="weather", conversation_id=args.conversation)
     if args.session is None and args.user is None:
         return contextlib.nullcontext()
     from openinference.instrumentation import using_attributes

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,11 +58,15 @@ def test_worker_pool__records_every_share_and_a_dead_worker_stops_it(tmp_path: P
     assert failure is not None and "worker 0" in failure and "exited" in failure
 
 
-def test_worker_pool__an_openinference_session_across_traces_has_one_writer(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("attribute", "session"),
+    [("session.id", "otel-session-sess-1"), ("gen_ai.conversation.id", "otel-conversation-sess-1")],
+)
+def test_worker_pool__a_session_across_traces_has_one_writer(
+    tmp_path: Path, attribute: str, session: str
 ) -> None:
-    """Traces naming one `session.id` go to the worker that owns the session, whichever worker
-    their trace ids would pick: one session, one chain."""
+    """Traces naming one `session.id` (or `gen_ai.conversation.id`) go to the worker that owns
+    the session, whichever worker their trace ids would pick: one session, one chain."""
     import dataclasses
     import json
 
@@ -71,7 +77,11 @@ def test_worker_pool__an_openinference_session_across_traces_has_one_writer(
     body = json.loads((case / "openinference__session-user.json").read_text())["exports"][0]
     first = decode_spans(json.dumps(body["body"]).encode(), "json").spans
     traces = [first[0].trace_id[:-1] + digit for digit in "0123"]  # owned by both workers
-    spans = [dataclasses.replace(s, trace_id=t) for t in traces for s in first]
+    spans = [
+        dataclasses.replace(s, trace_id=t, attributes=_named(s.attributes, attribute))
+        for t in traces
+        for s in first
+    ]
     settings = Settings(state_dir=tmp_path, bootstrap=None)
 
     async def scenario() -> Outcome:
@@ -87,4 +97,12 @@ def test_worker_pool__an_openinference_session_across_traces_has_one_writer(
     outcome = asyncio.run(scenario())
     assert outcome.status == 200 and outcome.sessions_started == 1
     ids = {e["session_id"] for e in spooled(settings.resolved_spool_dir() / "otlp") if "type" in e}
-    assert ids == {"otel-session-sess-1"}
+    assert ids == {session}
+
+
+def _named(attributes: dict[str, Any], attribute: str) -> dict[str, Any]:
+    """The attributes with their `session.id` under `attribute`."""
+    out = dict(attributes)
+    if "session.id" in out:
+        out[attribute] = out.pop("session.id")
+    return out

@@ -796,3 +796,52 @@ def test_a_session_id_that_looks_like_a_continuation_is_hashed() -> None:
     assert grouped_session_id("abc.2").startswith(
         "otel-session-"
     ) and "." not in grouped_session_id("abc.2")
+
+
+def test_traces_naming_one_conversation_id_are_one_session_each_message_once(
+    tmp_path: Path,
+) -> None:
+    """A chat whose turns are traces of their own (each user question an agent run) is one
+    session when its spans name one `gen_ai.conversation.id`; another id is another session,
+    and a trace naming none stays a session of its own."""
+    question, answer = parts("user", text("Weather in Paris?")), parts("assistant", text("Sunny."))
+    again, answer2 = parts("user", text("And Oslo?")), parts("assistant", text("Rainy."))
+
+    def turn(conversation: str | None, inputs: list[Any], output: dict[str, Any]) -> bytes:
+        extra = {} if conversation is None else {"gen_ai.conversation.id": conversation}
+        return recorded_request(lambda t: _under_root(t, lambda t2: _chat(t2, inputs, output, **extra)))  # fmt: skip
+
+    with Rig(tmp_path, linger_s=0.0) as rig:
+        for request in (
+            turn("conv_1", [question], answer),
+            turn("conv_1", [question, answer, again], answer2),
+            turn("conv_2", [question], answer),
+            turn(None, [again], answer2),
+        ):
+            assert rig.post(request).is_success
+    sessions = by_session(tmp_path)
+    grouped = sorted(s for s in sessions if s.startswith("otel-conversation-"))
+    assert grouped == ["otel-conversation-conv_1", "otel-conversation-conv_2"]
+    assert len(sessions) == 3  # the trace naming no conversation is its own
+    one = sessions["otel-conversation-conv_1"]
+    turns = [(e["payload"]["role"], e["payload"]["content"]) for e in one if e["type"] == "turn"]
+    assert turns == [
+        ("user", "Weather in Paris?"),
+        ("assistant", "Sunny."),
+        ("user", "And Oslo?"),
+        ("assistant", "Rainy."),
+    ]
+    started = one[0]["payload"]
+    assert started["run_config"]["otel"]["gen_ai.conversation.id"] == "conv_1"
+    assert [e["type"] for e in one].count("session_ended") == 1
+
+
+def test_an_openinference_session_id_wins_over_a_conversation_id() -> None:
+    from rolltape.producers.otlp import Span, group_key
+
+    def span(**attributes: Any) -> Span:
+        return Span("a" * 32, "b" * 16, "", "chat", 3, 0, 1, attributes)
+
+    assert group_key(span(**{"session.id": "s", "gen_ai.conversation.id": "c"})) == "session:s"
+    assert group_key(span(**{"gen_ai.conversation.id": "c"})) == "conversation:c"
+    assert group_key(span(**{"gen_ai.conversation.id": ""})) is None

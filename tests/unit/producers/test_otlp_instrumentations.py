@@ -211,6 +211,25 @@ def test_genai_openai__every_field_kept_once_with_its_declared_tools(
     assert [t["name"] for t in events[0]["payload"]["tools"]] == ["weather"]
 
 
+def test_genai_openai__a_conversation_id_across_traces_is_one_session(
+    tmp_path: Path, model: OpenAICompatibleServer
+) -> None:
+    """util-genai's agent invocation with a `conversation_id` puts `gen_ai.conversation.id` on
+    its spans and on the chat spans under it: a chat whose follow-up is a trace of its own is one
+    session, each message once."""
+    env = {"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"}
+    events, _ = record(
+        tmp_path, model, env, python=_genai_python(), instrumentation="genai-openai",
+        more=("--conversation", "conv_7", "--follow-up", FOLLOW_UP),
+        session="otel-conversation-conv_7",
+    )  # fmt: skip
+    assert conversation(events) == [*WHOLE, "turn:user", "turn:assistant"]
+    turns = [e["payload"] for e in events if e["type"] == "turn"]
+    assert [t["content"] for t in turns if t["role"] == "user"] == ["Weather in Paris?", FOLLOW_UP]
+    assert events[0]["payload"]["run_config"]["otel"]["gen_ai.conversation.id"] == "conv_7"
+    assert [e["type"] for e in events].count("session_ended") == 1
+
+
 def test_genai_openai_without_content__flagged_with_its_modes(
     tmp_path: Path, model: OpenAICompatibleServer
 ) -> None:
