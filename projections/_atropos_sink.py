@@ -81,6 +81,10 @@ class AtroposSink:
         self._queued_members: list[Trajectory] = []
         """Trajectories whose groups are queued or were left out, not yet settled."""
         self.sent_groups = 0
+        self.buffered_groups = 0
+        """Of those, the ones the server buffered instead of queueing for the trainer: groups
+        shorter than `group_size` (members left out), which it holds until buffered groups add
+        up to `group_size` sequences (`atroposlib/api/server.py`, `_process_scored_data`)."""
         self.skipped: Counter[str] = Counter()
         """Sessions left out of groups, by reason (no_score, equal_scores, needs_tokenizer...)."""
         self.env_name = env_name
@@ -208,6 +212,7 @@ class AtroposSink:
                 if response.status_code < 300:
                     self._queued.clear()
                     self.sent_groups += len(body)
+                    self.buffered_groups += _buffered(response)
                     settled, self._queued_members = self._queued_members, []
                     return settled
                 error = f"HTTP {response.status_code}: {response.text[:300]}"
@@ -229,3 +234,13 @@ class AtroposSink:
             return await self.flush()
         finally:
             await self._client.aclose()
+
+
+def _buffered(response: Any) -> int:
+    """How many posted groups the server says it buffered (0 when it does not say)."""
+    try:
+        answer = response.json()
+    except ValueError:
+        return 0
+    count = answer.get("buffered", 0) if isinstance(answer, dict) else 0
+    return count if isinstance(count, int) and count > 0 else 0

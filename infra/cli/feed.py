@@ -21,6 +21,7 @@ from rolltape.infra.commands.feed import (
     AtroposFeedOptions,
     AtroposFeedResult,
     FeedProgress,
+    buffered,
     feed_atropos,
 )
 from rolltape.projections import Selection
@@ -97,7 +98,8 @@ def atropos(
 
     result = asyncio.run(main())
     reasons = ", ".join(f"{k} {n}" for k, n in sorted(result.skipped.items())) or "none"
+    held = f" ({buffered(result.buffered_groups)})" if result.buffered_groups else ""
     err_console.print(
-        f"stopped: sent {result.sent_groups} group(s) scored by {result.score}; sessions left "
-        f"out: {reasons}"
+        f"stopped: sent {result.sent_groups} group(s) scored by {result.score}{held}; sessions "
+        f"left out: {reasons}"
     )

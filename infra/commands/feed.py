@@ -56,14 +56,27 @@ class FeedProgress:
     skipped: dict[str, int]
     waiting_for: str | None = None
     """Why it waits for the server, when it does (no trainer registered)."""
+    buffered_groups: int = 0
+    """Of the groups sent, those the server holds back: short of the group size."""
 
     def line(self) -> str:
         left = ", ".join(f"{k} {n}" for k, n in sorted(self.skipped.items())) or "none"
-        text = (
-            f"sent {self.sent_groups} group(s); {self.waiting_sessions} session(s) waiting in "
-            f"{self.waiting_groups} unfilled group(s); left out: {left}"
+        text = f"sent {self.sent_groups} group(s)"
+        if self.buffered_groups:
+            text += f" ({buffered(self.buffered_groups)})"
+        text += (
+            f"; {self.waiting_sessions} session(s) waiting in {self.waiting_groups} unfilled "
+            f"group(s); left out: {left}"
         )
         return f"{text}; {self.waiting_for}" if self.waiting_for else text
+
+
+def buffered(groups: int) -> str:
+    """What the server does with groups it buffered, in words."""
+    return (
+        f"{groups} short of the group size, which the Atropos server holds until its buffered "
+        "groups add up to the group size"
+    )
 
 
 async def reward_names(settings: Settings) -> Counter[str]:
@@ -101,6 +114,8 @@ class AtroposFeedResult:
     """Sessions left out, by reason."""
     score: str
     """The score source the groups carried."""
+    buffered_groups: int = 0
+    """Of the groups sent, those the server buffered (short of the group size)."""
 
 
 async def feed_atropos(
@@ -142,6 +157,7 @@ async def feed_atropos(
         waiting = sink.waiting
         current = FeedProgress(
             sent_groups=sink.sent_groups,
+            buffered_groups=sink.buffered_groups,
             waiting_sessions=sum(waiting.values()),
             waiting_groups=len(waiting),
             skipped=dict(skipped),
@@ -196,4 +212,6 @@ async def feed_atropos(
         ) from exc
     skipped = Counter(feed.skipped)  # left out by the feed (erased, key_unavailable, selection)
     skipped.update(sink.skipped)  # and by the sink (groups)
-    return AtroposFeedResult(sink.sent_groups, dict(sorted(skipped.items())), score)
+    return AtroposFeedResult(
+        sink.sent_groups, dict(sorted(skipped.items())), score, sink.buffered_groups
+    )

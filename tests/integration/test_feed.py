@@ -108,6 +108,46 @@ def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
     assert group["masks"][0] == [-100, -100, 20, 30, 2]
 
 
+def test_a_group_short_of_its_size_is_counted_as_buffered_by_the_server(
+    topics: Topics, tmp_path: Path
+) -> None:
+    """A group that lost a member (no reward) goes out short; Atropos's server buffers it, not
+    queueing it for the trainer until buffered groups add up to the group size: the sink says so
+    instead of counting it as delivered like a full one."""
+    with Recorder(topics.writer, topic_prefix=topics.prefix, spool_dir=tmp_path / "spool") as rec:
+        record_group(rec, "full", (1.0, 0.0, 0.5))
+        for i, reward in enumerate((1.0, 0.0, None)):
+            with rec.session("count", session_id=f"short-{i}", group_id="short") as s:
+                s.turn("user", "count", token_ids=[11, 12])
+                s.turn("assistant", f"{i} {i}", token_ids=[20 + i, 30 + i, 2])
+                if reward is not None:
+                    s.reward(reward)
+    worker = WorkerProcess(topics, tmp_path).start()
+
+    async def scenario(server_url: str) -> AtroposSink:
+        async with TrajectoryFeed(topics.reader, group_id="t", prefix=topics.prefix) as feed:
+            items = await take(feed, 6)
+        sink = AtroposSink(server_url, group_size=3)
+        assert await sink.register(asyncio.Event())
+        for item in items:
+            await sink.add(item.trajectory)
+        await sink.close()
+        return sink
+
+    from tests.support.atropos_server import AtroposServer
+
+    try:
+        with AtroposServer() as server:
+            server.register_trainer(batch_size=3)
+            sink = asyncio.run(scenario(server.url))
+            batch = server.batch()
+    finally:
+        worker.stop()
+    assert sink.sent_groups == 2 and sink.buffered_groups == 1
+    assert sink.skipped["no_score"] == 1
+    assert isinstance(batch, list) and [g["scores"] for g in batch] == [[1.0, 0.0, 0.5]]
+
+
 def test_a_second_consumer_group_gets_its_own_copy(topics: Topics, tmp_path: Path) -> None:
     record_groups(topics, tmp_path / "spool", {"g": (1.0, 0.5)})
     worker = WorkerProcess(topics, tmp_path).start()
