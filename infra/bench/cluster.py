@@ -14,7 +14,6 @@ up as the checks require.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from rolltape.infra.bench._machine import machine
+from rolltape.infra.bench._machine import cpu_seconds, machine
 from rolltape.infra.bench.producer import sustained_recording
 from rolltape.infra.broker import managed_broker, min_insync_for, require_connection
 from rolltape.infra.commands.broker_check import check_cluster
@@ -63,18 +62,6 @@ class ClusterBench(BaseModel):
     """Median over the repeats of replicated / single events/s, each pair from one repeat."""
     runs_ratio: list[float]
     goal_ratio: float = GOAL_RATIO
-
-
-_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pids: list[int]) -> float:
-    """User + system CPU seconds the processes have used so far (/proc, so Linux only)."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total * _TICK_S
 
 
 @contextmanager
@@ -123,7 +110,7 @@ def run_cluster_bench(
             for nodes in order:
                 scratch = scratches[nodes]
                 spool = home / f"spool-{nodes}-{repeat}"
-                cpu_before = _cpu_s(pids[nodes])
+                cpu_before = cpu_seconds(pids[nodes])
                 _, acked_s = sustained_recording(
                     require_connection(scratch, Role.AGENT),
                     scratch.topic_prefix,
@@ -133,7 +120,7 @@ def run_cluster_bench(
                     senders=senders,
                 )
                 rates[nodes].append(events / acked_s)
-                cpu[nodes].append((_cpu_s(pids[nodes]) - cpu_before) / events * 1e6)
+                cpu[nodes].append((cpu_seconds(pids[nodes]) - cpu_before) / events * 1e6)
 
     def run(nodes: int) -> ClusterRun:
         replicas = min(3, nodes)

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rolltape.infra.bench._machine import machine
+from rolltape.infra.bench._machine import cpu_seconds, machine
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
@@ -76,7 +76,7 @@ class OtlpFigures(BaseModel):
     receiver_busy: float | None = None
     """Receiver CPU seconds per wall second over the timed batches (1.0: one core, saturated)."""
     decode_only_busy: float | None = None
-    """The same for the baseline: well under 1, it waited for the load generator."""
+    """The same for the baseline: under 1 when it waited for the load generator."""
     goal_spans_per_s: float = 10_000.0
     goal_ratio: float = 0.35
     """Of the decode-only baseline, in the same run."""
@@ -409,14 +409,15 @@ def _load(
     out.put(asyncio.run(send(target, batches[2:], connections)))
 
 
-def _cpu_seconds(pid: int) -> float | None:
-    """CPU time (user and system) a process has used so far, from /proc; None where there is no
-    /proc (the figure is then not reported)."""
+def _cpu_of(pid: int | None) -> float | None:
+    """The process's CPU seconds so far; None where /proc cannot say (the figure is then not
+    reported)."""
+    if pid is None:
+        return None
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return cpu_seconds([pid])
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class _Timed(BaseModel):
@@ -450,9 +451,9 @@ def _measure(
         )
         load.start()
         results.get(timeout=1800)
-        before = _cpu_seconds(receiver.pid) if workers == 1 and receiver.pid else None
+        before = _cpu_of(receiver.pid) if workers == 1 else None
         seconds = results.get(timeout=1800)
-        after = _cpu_seconds(receiver.pid) if before is not None and receiver.pid else None
+        after = _cpu_of(receiver.pid) if before is not None else None
         load.join(30)
         cpu = after - before if before is not None and after is not None else None
         return _Timed(seconds=seconds, cpu_s=cpu)

@@ -168,7 +168,7 @@ class _Group:
     (an agent's session across traces)."""
 
     key: str
-    """The trace id, or `session:<session.id>`."""
+    """The trace id, or a `group_key` (`session:<id>`, `conversation:<id>`)."""
     generation: int
     session: Session | _Closed | None = None
     spans: SpanRecorder | None = None

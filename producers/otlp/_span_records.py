@@ -179,14 +179,18 @@ def _same_messages(sent: list[Any], known: list[Any]) -> bool:
             return False
         if {k: v for k, v in a.items() if k != "finish_reason"} == b:
             continue
-        if a.get("role") == b.get("role") == "assistant" and _call_ids(a) == _call_ids(b) != ():
+        if (
+            a.get("role") == b.get("role") == "assistant"
+            and _parts_call_ids(a) == _parts_call_ids(b) != ()
+        ):
             continue
         return False
     return True
 
 
-def _call_ids(message: dict[str, Any]) -> tuple[str, ...]:
-    """The ids of a GenAI message's tool calls; () when it made none or one has no id."""
+def _parts_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
+    """The ids of a GenAI message's `tool_call` parts; () when it made none or one has no id
+    (the capture's fingerprint reads the same from OpenAI-form messages)."""
     parts = message.get("parts")
     if not isinstance(parts, list):
         return ()
