@@ -15,8 +15,9 @@ exporters rely on:
   with no turn before them open an empty assistant message (a model that only called tools);
 - results are matched to calls by `call_id`; a second result for a call is ignored, a result for
   no known call is listed in `unmatched_results`, never attached by position;
-- a result counts as failed by `tool_failed` (the recorder's flag and error, then the Hermes rule
-  on its text, REFERENCE.md section 2); a call with no result counts as failed in `tool_stats`;
+- a result counts as failed by `tool_failed` (the recorder's flag and error, then the Hermes
+  agent's rule on its text, schemas._tool_outcome); a call with no result counts as failed in
+  `tool_stats`;
 - `tool_stats` lists every declared tool, with zeros when unused, so columnar loaders see one
   schema.
 """

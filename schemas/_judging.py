@@ -1,4 +1,7 @@
-"""Judges as agents (DESIGN.md, REFERENCE.md section 4): who a judge is and what it must return.
+"""Judges as agents (docs/contracts.md, judges as agents): who a judge is and what it must return.
+
+The design is that of PrimeIntellect's verifiers v1 (PrimeIntellect-ai/verifiers, PR #1910:
+`AgentSpec`, `JudgeSpec`, judge tokens never trainable, no silent 0 for a missing verdict).
 
 A judge is an agent spec (harness, logical model, placement, budget, never trainable) with a
 typed verdict. The `null` harness is the single-call judge: no tools, its evidence rides in its

@@ -3,8 +3,10 @@
 Invariant: every model is frozen and forbids unknown fields when written; readers that must
 tolerate fields added by a newer producer use `parse_payload(..., lenient=True)`. Float fields
 accept the canonical non-finite tokens ("NaN", "Infinity", "-Infinity") and give floats back.
-Field names of `Metric` and `Decision` follow REFERENCE.md section 1 so logs of the monitor and
-judge we learn from map onto ours one to one.
+Field names of `Metric` and `Decision` follow env_rl's (its monitor's `EpochMetrics` and its
+`DECISION_SCHEMA`: zubairashfaque/environment_rl @633b4e7, `src/env_rl/monitor/hooks.py` and
+`src/env_rl/harness/prompt.py`), so logs of the monitor and judge we learn from map onto ours one
+to one.
 """
 
 from __future__ import annotations
@@ -158,8 +160,9 @@ class ToolParseError(BaseModel):
 class Metric(BaseModel):
     """Epoch-level training diagnostics, measured by the training monitor's hooks.
 
-    Field names of the first block follow REFERENCE.md section 1, so logs of the monitor we learn
-    from map onto ours one to one; the rest are what rolltape's monitor measures besides (see
+    Field names of the first block follow env_rl's `EpochMetrics` (zubairashfaque/environment_rl
+    @633b4e7, `src/env_rl/monitor/hooks.py`), so logs of the monitor we learn from map onto ours
+    one to one; the rest are what rolltape's monitor measures besides (see
     docs/training-monitor.md for every estimator). None means "not measured", never zero.
     """
 
@@ -235,9 +238,10 @@ EditTarget = Literal["relu", "leaky_relu", "gelu", "none"]
 
 
 class RemedyParams(BaseModel):
-    """What a decision changes. The first three fields are REFERENCE.md's strict schema; rolltape
-    adds `add_batchnorm` as an edit and the new batch size and clipping norm as values, so the
-    judge can replay every hyperparameter the harness changes."""
+    """What a decision changes. The first three fields are env_rl's strict `remedy_params`
+    (`lr_new`, `edit_op`, `edit_to` of its `DECISION_SCHEMA`, `src/env_rl/harness/prompt.py`);
+    rolltape adds `add_batchnorm` as an edit and the new batch size and clipping norm as values,
+    so the judge can replay every hyperparameter the harness changes."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -250,7 +254,8 @@ class RemedyParams(BaseModel):
 
 
 class Decision(BaseModel):
-    """A training decision in the strict schema of REFERENCE.md section 1, plus its epoch."""
+    """A training decision in env_rl's strict schema (`DECISION_SCHEMA` of
+    zubairashfaque/environment_rl @633b4e7, `src/env_rl/harness/prompt.py`), plus its epoch."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,7 +1,8 @@
 """When a tool result counts as a failure: one rule for the recorder, the fold and the importer.
 
-It is the Hermes agent's rule (REFERENCE.md section 2), so tool statistics computed here agree
-with the `tool_stats` of Hermes rows: a JSON object with a non-null `error`, a nested
+It is the Hermes agent's rule (`_extract_tool_stats` in NousResearch/hermes-agent,
+`batch_runner.py`, as of commit 5d3be898), so tool statistics computed here agree with the
+`tool_stats` of Hermes rows: a JSON object with a non-null `error`, a nested
 `content.error`, or `success: false`; or a result that is not JSON and is empty or starts with
 `error:` (any case). A non-zero exit code alone is not a failure, nor is "Unknown tool" text.
 """

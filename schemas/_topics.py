@@ -1,8 +1,8 @@
 """Streams and the Kafka topics that carry them.
 
-Topics are trust domains (DESIGN.md): split by who may write them, each with its own hash chain
-per session. The topic name is `<prefix>.<stream>.v<major>`; the prefix is a setting so that test
-runs and tenants can share one cluster without seeing each other's records.
+Topics are trust domains (docs/contracts.md, trust domains): split by who may write them, each
+with its own hash chain per session. The topic name is `<prefix>.<stream>.v<major>`; the prefix is
+a setting so that test runs and tenants can share one cluster without seeing each other's records.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ CHAINED_STREAMS: tuple[Stream, ...] = (
 
 
 class Role(StrEnum):
-    """Who a principal is (DESIGN.md's table): it decides which topics the principal may write
+    """Who a principal is (docs/contracts.md, trust domains): it decides which topics it may write
     and read. A principal has exactly one role; several principals may share one."""
 
     ADMIN = "admin"
@@ -144,7 +144,7 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     ),
     TopicSpec(
         # One chain ("erasures") of signed erasure records (schemas._erasure), kept forever.
-        # Written by the admin alone (a custodian's `rolltape erase`), read by every reader.
+        # Written by the admin alone (a custodian's `rolltape privacy erase`), read by every reader.
         stream=Stream.ERASURES,
         writers=(),
         configs=_RAW,

@@ -22,7 +22,8 @@ part of the chain it competed with, whatever it writes next. It is reported once
 
 A forged record whose content was edited is TAMPERED; one whose hash was recomputed breaks the
 link to its successor; one appended after the end is AFTER_END. A forger who appends to an open
-chain with a correct link is stopped by ACLs on the topic, not by the hash alone (DESIGN.md).
+chain with a correct link is stopped by ACLs on the topic, not by the hash alone
+(docs/contracts.md, trust domains).
 
 What a record is to its chain (joins, redelivered, set aside) is decided by `classify_link`
 (_links.py), as for the live audit and the fold; this module keeps the memory and the reports.

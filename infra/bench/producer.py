@@ -1,8 +1,9 @@
 """`rolltape bench producer`: what recording costs the agent, and how fast records reach Kafka.
 
 (a) Hot path: per-call latency of `Session.turn` (p50/p99, microseconds) beside a local chained
-    JSONL writer in the style of REFERENCE.md section 1 (json.dumps + sha256 + write + flush per
-    event), measured in the same run on the same 1 KB payloads.
+    JSONL writer in the style of env_rl's `ChainedJsonlWriter` (json.dumps + sha256 + write +
+    flush per event; zubairashfaque/environment_rl @633b4e7, `src/env_rl/monitor/logging.py`),
+    measured in the same run on the same 1 KB payloads.
 (b) Sustained: ~1 KB events from one process to the broker with acks=all, from the first record
     call until flush returns (every event acknowledged), beside raw aiokafka sending the same
     number of pre-encoded 1 KB values with the same producer settings (no validation, chaining

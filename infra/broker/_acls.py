@@ -1,4 +1,4 @@
-"""DESIGN.md's trust domains as Kafka ACLs, and the one request that installs them.
+"""The trust domains (docs/contracts.md) as Kafka ACLs, and the one request that installs them.
 
     role        writes                                 reads
     agent       events, blobs (its worlds' contents),  events (to resume a session's chain)

@@ -1,6 +1,7 @@
-"""The last resort of DESIGN.md's provisioning order: a broker in a container via testcontainers.
+"""The provisioning order's last resort: a broker in a container via testcontainers.
 
-Only where a Docker engine answers; kept small because most of our machines have none.
+Only where a Docker engine answers (docs/contracts.md, broker provisioning); kept small because
+most of our machines have none.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Where is the broker, and who are we on it? DESIGN.md's order: explicit address, then the
-managed broker from Maven jars, then testcontainers when a Docker engine answers. Every command
-asks for the connection of its role; the credentials come from settings, never from its caller.
+"""Where is the broker, and who are we on it? The order of docs/contracts.md (broker
+provisioning): explicit address, then the managed broker from Maven jars, then testcontainers
+when a Docker engine answers. Every command asks for the connection of its role; the credentials
+come from settings, never from its caller.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Create rolltape's topics idempotently, with the configs DESIGN.md asks for.
+"""Create rolltape's topics idempotently, with their configs (docs/contracts.md, trust domains).
 
 Existing topics keep their partition count: adding partitions would move sessions to other
 partitions and break their total order, so a mismatch is reported, never "fixed".

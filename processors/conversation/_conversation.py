@@ -65,7 +65,8 @@ EVENT_TYPES: frozenset[str] = frozenset(
 
 
 def tool_failed(result: ToolResult) -> bool:
-    """What the recorder said, then REFERENCE.md section 2's rule on the result text."""
+    """What the recorder said, then the Hermes agent's rule on the result text (`result_failed`,
+    rolltape.schemas._tool_outcome)."""
     return not result.success or result.error is not None or result_failed(result.content)
 
 

@@ -34,7 +34,9 @@ class FilterConfig(BaseModel):
     check_tool_arguments: bool = True
     """Arguments must satisfy the declared tool's JSON Schema."""
     require_reasoning: bool = False
-    """Every assistant turn must carry non-empty reasoning (REFERENCE.md section 2)."""
+    """Every assistant turn must carry non-empty reasoning (stricter than the Hermes agent's batch
+    runner, which drops a sample with no reasoning in any turn: NousResearch/hermes-agent,
+    `batch_runner.py`)."""
     min_turns: int = Field(default=1, ge=0)
     """Minimum number of assistant turns."""
     min_reward: float | None = None

@@ -5,7 +5,9 @@ live model (model specs and the end-of-run live check, written under the monitor
 the metrics stream). A spec or an accuracy the agent reports is evidence only for runs recorded
 without a monitor (imported logs), and the verdict says which source it used.
 
-A failed gate makes the verdict `failed` with both scores 0 (REFERENCE.md section 1, steps 6-7).
+A failed gate makes the verdict `failed` with both scores 0, as a hard fail does in env_rl's
+judge, whose steps 6 (architecture replay) and 7 (live diagnostic) these gates are
+(zubairashfaque/environment_rl @633b4e7, `src/env_rl/judge/__init__.py`).
 """
 
 from __future__ import annotations
@@ -131,7 +133,8 @@ def _agent_reported_replay(
     found: Findings,
 ) -> dict[str, Any]:
     """Runs recorded without a monitor (imported logs): the run config's `architecture` against
-    the `final_spec` the session's end reports, as the judge of REFERENCE.md does."""
+    the `final_spec` the session's end reports, as env_rl's judge replays logged edits on the
+    initial spec and compares the result with the submitted model (`src/env_rl/judge/replay.py`)."""
     initial, final = run_config.get("architecture"), outcome.get("final_spec")
     if not isinstance(initial, dict) or not isinstance(final, dict):
         return {

@@ -1,4 +1,7 @@
-"""Judges the worker runs on finished agent sessions: judges as agents (REFERENCE.md section 4).
+"""Judges the worker runs on finished agent sessions: judges as agents (docs/judges.md).
+
+A judge is another agent (a harness and a logical model) whose verdict is a typed object, as in
+the v1 judge design of PrimeIntellect's verifiers (PrimeIntellect-ai/verifiers, PR #1910).
 
 A judge is registered once, by name, with its version and a hook that makes its spec for one
 session from the session's transcript (`JudgeSpec`: criteria already rendered into the prompt,

@@ -5,7 +5,7 @@ rule firings recomputed by the canonical engine from its metrics, its decisions,
 the chain breaks seen on its streams. It never reads the rules topic: firings an agent or a
 forged rules record claims are not evidence.
 
-Fixes over the judge of REFERENCE.md section 1:
+Fixes over env_rl's post-run judge (zubairashfaque/environment_rl @633b4e7, `src/env_rl/judge/`):
 - the process score's denominator is the obligations the run created (rule-firing episodes and
   precedence conflicts whose answer window closed), not the number of decisions: padding a log
   with decisions cannot dilute a violation, and a run that was never tested reports

@@ -30,7 +30,8 @@ class TrainingJudgeConfig(BaseModel):
     live_check_tolerance: float = Field(default=0.30, gt=0)
     """The end-of-run live check passes when every parameter's gradient norm on the probe batch
     is within this relative distance of what the monitor logged for the epoch whose weights the
-    model holds (REFERENCE.md's +-30%)."""
+    model holds (the +-30% of env_rl's live check: `compare_norms_within_tolerance`,
+    zubairashfaque/environment_rl @633b4e7, `src/env_rl/judge/live_diag.py`)."""
 
     @functools.cached_property
     def label(self) -> str:

@@ -4,7 +4,7 @@ Invariant: the evaluation of an epoch is a pure function of the rule set and the
 events up to and including it, in chain order. Live processing, replay and the training judge all
 call `evaluate` and so agree bit for bit.
 
-Fixes over the monitor of REFERENCE.md section 1:
+Fixes over env_rl's monitor (zubairashfaque/environment_rl @633b4e7, `src/env_rl/monitor/`):
 - a NaN/Inf loss, gradient norm or update ratio fires R7 at once and never enters an EMA (the
   other signals keep their EMAs; a non-finite gradient-noise scale, which a single-step epoch
   yields legitimately, is listed but fires nothing);

@@ -1,9 +1,10 @@
 """The versioned rule-set config: thresholds, EMA alpha and persistence of R1..R7.
 
-`RuleSet()` is the reference monitor's rule set (REFERENCE.md section 1, calibrated there on
-CIFAR-10), shipped as `reference-monitor` and labelled `default@2713ec7281ea`. A rule evaluation
-names the rule set by name and digest, so a firing can always be traced to the exact thresholds
-that produced it.
+`RuleSet()` is the rule set of env_rl's monitor, the reference monitor (the thresholds of
+zubairashfaque/environment_rl @633b4e7, `src/env_rl/monitor/rules.py` and
+`conf/monitor/default.yaml`, set there for CIFAR-10), shipped as `reference-monitor` and labelled
+`default@2713ec7281ea`. A rule evaluation names the rule set by name and digest, so a firing can
+always be traced to the exact thresholds that produced it.
 """
 
 from __future__ import annotations

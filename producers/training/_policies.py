@@ -2,7 +2,8 @@
 
 A policy sees what a human engineer at the terminal would (the canonical rule evaluation from
 the worker, the monitor's latest measurements, the current settings and network) and returns
-one decision in REFERENCE.md's strict schema for the rule the harness asks it to act on. The
+one decision in env_rl's strict schema (`DECISION_SCHEMA`, zubairashfaque/environment_rl
+@633b4e7, `src/env_rl/harness/prompt.py`) for the rule the harness asks it to act on. The
 scripted policy applies the playbook's remedy; the LLM policy asks a model named "policy"
 through the `openai` client with strict structured output, in one conversation per attempt, so
 the conversation it had is exactly what it saw (and is recorded as an agent session).
@@ -72,7 +73,7 @@ BASE_POLICY_PROMPT: Final = PLAYBOOK.format(precedence=PRECEDENCE_TEXT, waived="
 
 
 class PolicyRemedy(BaseModel):
-    """REFERENCE.md's `remedy_params` plus rolltape's `batch_size_new` and `clip_grad_norm`.
+    """env_rl's `remedy_params` plus rolltape's `batch_size_new` and `clip_grad_norm`.
     Every field is required (null or "none" when unused) and no other is allowed, since OpenAI's
     strict structured output accepts only such schemas."""
 
@@ -86,7 +87,7 @@ class PolicyRemedy(BaseModel):
 
 
 class PolicyDecision(BaseModel):
-    """The decision schema a policy answers in (REFERENCE.md's, with rolltape's additions); the
+    """The decision schema a policy answers in (env_rl's, with rolltape's additions); the
     harness adds the epoch."""
 
     model_config = ConfigDict(extra="forbid")

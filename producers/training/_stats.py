@@ -451,10 +451,10 @@ def _nan_last(v: float) -> float:
 
 
 def _env_rl_noise_scale(norm_sum: float, diff_sq_sum: float, steps: int) -> float | None:
-    """mean^2 / var of the per-step total gradient norm (REFERENCE.md's env_rl estimator, which
-    the rule set's R2 band was set for), with the variance taken from differences of consecutive
-    steps (von Neumann), so the norm's drift over the epoch is not counted as noise. None with
-    fewer than two steps or no spread."""
+    """mean^2 / var of the per-step total gradient norm (env_rl's estimator, which the rule set's
+    R2 band was set for: zubairashfaque/environment_rl @633b4e7, `src/env_rl/monitor/hooks.py`),
+    with the variance taken from differences of consecutive steps (von Neumann), so the norm's
+    drift over the epoch is not counted as noise. None with fewer than two steps or no spread."""
     if steps < 2:
         return None
     mean = norm_sum / steps

@@ -1,4 +1,5 @@
-"""Atropos ScoredDataGroup lines (REFERENCE.md section 3): one line per group of sessions that
+"""Atropos ScoredDataGroup lines (NousResearch/atropos, `atroposlib/envs/base.py`; atroposlib
+0.4.0): one line per group of sessions that
 answered the same prompt (`group_id`), validated by atroposlib's own `ScoredData` in the tests.
 
     {"tokens": [[...], [...]], "masks": [[-100, ..., 1234, ...], ...], "scores": [1.0, 0.0],

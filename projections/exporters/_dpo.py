@@ -1,4 +1,5 @@
-"""Preference pairs for TRL's DPO trainer, conversational form (REFERENCE.md section 3).
+"""Preference pairs for TRL's DPO trainer, conversational form (huggingface/trl,
+`docs/source/dataset_formats.md`, preference datasets).
 
     {"prompt": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}],
      "chosen": [{"role": "assistant", "content": "..."}],

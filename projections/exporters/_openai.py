@@ -1,4 +1,7 @@
-"""OpenAI fine-tuning chat JSONL and TRL conversational rows (REFERENCE.md section 3).
+"""OpenAI fine-tuning chat JSONL and TRL conversational rows.
+
+The formats are those of OpenAI's fine-tuning guide (chat format with tools) and of TRL's
+dataset formats page (huggingface/trl, `docs/source/dataset_formats.md`).
 
 OpenAI (`openai_row`):
 

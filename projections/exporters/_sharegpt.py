@@ -1,5 +1,7 @@
-"""ShareGPT rows in the conventions agent trainers already consume (Hermes batch runner,
-REFERENCE.md section 2), with the escaping of `_tags` so any content round-trips.
+"""ShareGPT rows in the conventions agent trainers already consume (the Hermes agent's:
+`_convert_to_trajectory_format` in `run_agent.py` and the rows of `batch_runner.py`,
+NousResearch/hermes-agent as of commit 5d3be898), with the escaping of `_tags` so any content
+round-trips.
 
 A row:
 

@@ -1,5 +1,6 @@
-"""Importing an env_rl judge_logs folder (REFERENCE.md section 1): verify its chains with env_rl's
-own hash formula, then turn its metrics and decisions into a rolltape training session.
+"""Importing an env_rl judge_logs folder: verify its chains with env_rl's own hash formula (its
+`ChainedJsonlWriter`, zubairashfaque/environment_rl @633b4e7, `src/env_rl/monitor/logging.py`),
+then turn its metrics and decisions into a rolltape training session.
 
 env_rl writes three chained JSONL files (metrics_log.jsonl, rule_evaluations.jsonl,
 decision_log.jsonl); each line is `json.dumps(record, sort_keys=True)` of {seq, ts, prev_hash,
@@ -151,8 +152,9 @@ def _finite_or_token(value: Any) -> Any:
 
 
 def _decision(payload: dict[str, Any]) -> dict[str, Any]:
-    """env_rl's decision (either the strict schema of REFERENCE.md or the article's form with
-    `cited_rule` and `remedy_params.edit`) in rolltape's Decision schema."""
+    """env_rl's decision (either its strict `DECISION_SCHEMA`, `src/env_rl/harness/prompt.py`, or
+    the form its reference agent logs, with `cited_rule` and `remedy_params.edit`,
+    `src/env_rl/agent/reference_run.py`) in rolltape's Decision schema."""
     cites = payload.get("cites")
     if cites is None and payload.get("cited_rule"):
         cites = [payload["cited_rule"]]

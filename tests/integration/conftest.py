@@ -108,7 +108,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(Settings(), None)
         return
     if shutil.which("java") is None and docker_engine_available():
-        # DESIGN.md's last resort, for machines with Docker but no Java.
+        # The provisioning order's last resort (docs/contracts.md, broker provisioning), for
+        # machines with Docker but no Java.
         bootstrap, container = start_container_broker()
         try:
             yield Cluster(Settings(bootstrap=bootstrap), None)

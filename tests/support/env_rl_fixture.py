@@ -1,6 +1,7 @@
 """A written env_rl-format fixture: judge_logs folders as env_rl's monitor writes them.
 
-The writer follows env_rl's ChainedJsonlWriter (REFERENCE.md section 1): one
+The writer follows env_rl's ChainedJsonlWriter (zubairashfaque/environment_rl @633b4e7,
+`src/env_rl/monitor/logging.py`): one
 `json.dumps(record, sort_keys=True)` line per record {seq, ts, prev_hash, payload, hash},
 hash = sha256_hex(prev_hash + json.dumps(payload, sort_keys=True, separators=(",", ":"))
 + str(seq) + str(ts)), Python's json defaults otherwise (NaN written bare), root 64 zeros.

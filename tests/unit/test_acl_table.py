@@ -1,4 +1,4 @@
-"""DESIGN.md's trust-domain table as ACLs: who writes what, and that nobody but admin deletes."""
+"""The trust-domain table (docs/contracts.md) as ACLs: who writes what, and only admin deletes."""
 
 from __future__ import annotations
 

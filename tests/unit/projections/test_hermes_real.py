@@ -75,7 +75,8 @@ def test_real_row__imports_with_its_tools_model_time_and_reasoning(
 
 def in_key_order(value: str) -> str:
     """The turn with each call's arguments in sorted key order: events keep arguments as
-    canonical JSON (DESIGN.md), so an object's key order is the one thing not kept as written."""
+    canonical JSON (docs/canonical-encoding.md), so an object's key order is the one thing not
+    kept as written."""
     return re.sub(
         r"(?<=<tool_call>\n)(.*)(?=\n</tool_call>)",
         lambda m: json.dumps(
