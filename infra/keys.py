@@ -3,7 +3,7 @@
 rotation keeps its versions (`KekStore`), and the redaction secret.
 
 The judge's private key signs the worker's checkpoints; the public key (PEM, with its key id) is
-what a third party needs to verify an export offline (`rolltape verify-export DIR --public-key
+what a third party needs to verify an export offline (`rolltape dataset verify DIR --public-key
 FILE`).
 """
 
@@ -198,7 +198,7 @@ def _called(spec: str, method: Callable[[], object], name: str) -> KeyEncryption
 
 class KekRotation(Protocol):
     """What a provider (ROLLTAPE_KEK_PROVIDER naming an object, not a function) implements for
-    `rolltape keys rotate-kek` to rotate the KEK it serves. Each method may return bytes or a
+    `rolltape privacy rotate-kek` to rotate the KEK it serves. Each method may return bytes or a
     KeyEncryptionKey; a key service keeps the three versions it names (docs/privacy.md)."""
 
     def current(self) -> bytes:

@@ -16,7 +16,7 @@ ProducerError
 │   ├── MonitorError           the training monitor cannot measure as asked (no held-out data, a
 │   │                          checkpoint that does not fit the model, used after finish)
 │   └── HarnessError           the decision harness cannot go on (no rule evaluation or verdict
-│                              arrived in time: is `rolltape worker` running?; a policy endpoint
+│                              arrived in time: is `rolltape serve worker` running?; a policy endpoint
 │                              that is not configured)
 ├── ScheduleError, JobError   a cron schedule or job the scheduler cannot take
 ├── DeliveryError          a cron run's answer could not be delivered to its channel

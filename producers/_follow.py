@@ -70,7 +70,7 @@ class LogFollower:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise HarnessError(
-                        f"no {what} arrived within {timeout_s:.0f} s: is `rolltape worker` "
+                        f"no {what} arrived within {timeout_s:.0f} s: is `rolltape serve worker` "
                         "running against this broker and topic prefix?"
                     )
                 self._cond.wait(min(left, 0.5))

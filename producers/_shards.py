@@ -387,7 +387,7 @@ class ShardedSender:
             f"the sender process of shard {shard.index} of {len(self._shards)} (pid "
             f"{shard.proc.pid}) {how}. {len(lost)} event(s) it had not made durable are listed "
             f"in {self.rejected_path} (they may or may not have reached the broker: check with "
-            "`rolltape verify`); what it had spooled stays in "
+            "`rolltape log verify`); what it had spooled stays in "
             f"{self.config.spool_dir} for the next recorder. Create a new Recorder."
         )
         log.error("rolltape: %s", error)

@@ -1,6 +1,6 @@
 """A file of erasures, checked offline: which sessions' content was erased, signed by the judge.
 
-`rolltape erasures export FILE` writes the erasures chain (one envelope per line, canonical
+`rolltape privacy export-erasures FILE` writes the erasures chain (one envelope per line, canonical
 JSON, from seq 0). Reading it back checks, with the judge's public key alone, that the lines are
 one unbroken chain from its first record and that every erasure carries the key's signature
 over its own place in the chain (seq and previous hash), so that none can be left out and the
@@ -60,7 +60,7 @@ class ErasureList:
 
 
 def read_erasures(data: bytes, public_key: Ed25519PublicKey) -> ErasureList:
-    """The erasures in `data` (what `rolltape erasures export` wrote), checked: ErasuresFileError
+    """The erasures in `data` (what `rolltape privacy export-erasures` wrote), checked: ErasuresFileError
     naming every line that is not a link of one chain from seq 0 or not signed by the key."""
     problems: list[str] = []
     verifier = ChainVerifier()

@@ -183,7 +183,7 @@ class Chosen:
 class ChosenStore(Protocol):
     """Where chosen trajectories wait: an export's order is global (by start time, or by group),
     so no line can be written before every session is folded. `MemoryStore` serves small
-    exports; `rolltape export` sorts through a file, so its memory does not grow with the log."""
+    exports; `rolltape dataset export` sorts through a file, so its memory does not grow with the log."""
 
     def add(self, key: SortKey, chosen: Chosen) -> None: ...
 
@@ -288,7 +288,7 @@ class Exporting:
     """One export on its way: `offer` every folded trajectory, then `write` the lines.
 
     The same steps serve an export in memory (`build_export`) and the streaming one of
-    `rolltape export`, so both write the same bytes; only the `ChosenStore` and the `FileSink`
+    `rolltape dataset export`, so both write the same bytes; only the `ChosenStore` and the `FileSink`
     differ."""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""Erasure records: what `rolltape erase` destroyed, signed by the judge's key.
+"""Erasure records: what `rolltape privacy erase` destroyed, signed by the judge's key.
 
 An erasure tombstones data keys on the keys topic (schemas._data_keys); this record, chained on
 the erasures stream, says which keys of which sessions, when, at whose request, and carries the

@@ -129,7 +129,7 @@ def record(index: int, events: int, seconds: float, out: Path) -> None:
 
 # -- the run ------------------------------------------------------------------------------------
 class Worker:
-    """One `rolltape worker` process, started again as a supervisor would."""
+    """One `rolltape serve worker` process, started again as a supervisor would."""
 
     def __init__(self, env: dict[str, str], home: Path) -> None:
         self.env, self.home, self.starts = env, home, 0

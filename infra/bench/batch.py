@@ -1,6 +1,6 @@
 """`rolltape bench batch`: the batch runner's own overhead, and cron's scheduling jitter.
 
-(a) Rollouts per second of `rolltape batch run`'s code (the timer runs from the planning callback,
+(a) Rollouts per second of `rolltape env run`'s code (the timer runs from the planning callback,
 so creating the model client counts, to the last rollout's flush) at several concurrencies, against
 a local OpenAI-compatible server in its own process that answers at once, with an environment whose
 items need one model call and whose reward is computed at once, so the figure is the runner's cost:

@@ -3,7 +3,7 @@
 Two sets of the same agent sessions, one recorded plainly and one recorded with a subject (its
 content sealed under a data key per session, as the sender seals it), exported to ShareGPT by
 the export code (`run_export`) in alternation; the sealed set is opened with a keyring as
-`rolltape export` opens it. Kafka reading is left out, the same work for both sets (a sealed
+`rolltape dataset export` opens it. Kafka reading is left out, the same work for both sets (a sealed
 record is about a third larger), so the ratio is the code's own and a conservative one: with
 the broker's reads in both, opening is a smaller share of the whole.
 """

@@ -16,11 +16,11 @@ them and produced straight to a scratch events topic. Each pass reads the whole 
   each record once must spend, so `events / (read + decode)` is that pipeline's ceiling here,
   whatever its processing costs.
 
-Then once each: `rolltape replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
-`rolltape replay --dry-run --group` as commands, one member alone and two members in one group
-started together; and `rolltape export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
+Then once each: `rolltape log replay --dry-run` itself (`run_replay`, one process) and with `--jobs`;
+`rolltape log replay --dry-run --group` as commands, one member alone and two members in one group
+started together; and `rolltape dataset export` (ShareGPT) as a command, its rate and peak RSS beside those of the same
 export holding every record in memory (how export worked before it streamed) and of
-`rolltape export --help` (the import floor).
+`rolltape dataset export --help` (the import floor).
 
 Medians over the passes; the topics are deleted afterwards.
 """
@@ -90,13 +90,13 @@ class ReplayBench(BaseModel):
     """events / (read + decode): the rate of a pipeline that reads and decodes each record once
     and does nothing else (the ceiling of any processing done in one process after it)."""
     command_events_per_s: float
-    """`rolltape replay --dry-run` over the same topic (reads its own records, one partition
+    """`rolltape log replay --dry-run` over the same topic (reads its own records, one partition
     number at a time), one process."""
     jobs: int
     command_jobs_events_per_s: float
     """The same with `--jobs`: partition numbers replayed in parallel processes."""
     group_one_events_per_s: float
-    """`rolltape replay --dry-run --group G`, one member alone (a fresh process: start, group
+    """`rolltape log replay --dry-run --group G`, one member alone (a fresh process: start, group
     settling and every partition)."""
     group_two_events_per_s: float
     """The same with two members started together in one group (the union of their partitions
@@ -106,7 +106,7 @@ class ReplayBench(BaseModel):
     group_two_vs_one: float
     """group_two_events_per_s / group_one_events_per_s (goal >= 1.6)."""
     export_events_per_s: float
-    """`rolltape export --format sharegpt` over the topic (read, fold, sort, write), as a
+    """`rolltape dataset export --format sharegpt` over the topic (read, fold, sort, write), as a
     command (process start included)."""
     export_peak_rss_mb: float
     """That process's peak resident memory."""
@@ -114,7 +114,7 @@ class ReplayBench(BaseModel):
     in_memory_export_peak_rss_mb: float
     """The same export holding every record and trajectory in memory (before it streamed)."""
     idle_rss_mb: float
-    """`rolltape export --help`: the command's import floor under both."""
+    """`rolltape dataset export --help`: the command's import floor under both."""
 
 
 def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict[str, Any]]]:
@@ -202,7 +202,7 @@ def _pipeline(
     t0 = time.perf_counter()
     raw = asyncio.run(_read(connection, prefix))
     t1 = time.perf_counter()
-    # A session at a time, as `rolltape export` folds from its spill: holding every decoded
+    # A session at a time, as `rolltape dataset export` folds from its spill: holding every decoded
     # event of the topic at once made the cyclic GC the largest cost of this stage. Each session
     # is folded from the events its replay step decoded (no second decode of a record), and
     # rendered at once, as the export streams: holding every trajectory of a 1,000,000-event
@@ -297,7 +297,7 @@ def _measured(settings: Settings, module: str, *args: str) -> tuple[float, float
 
 
 def _group_replay(settings: Settings, members: int) -> float:
-    """Seconds until `members` processes of `rolltape replay --dry-run --group` (a fresh group),
+    """Seconds until `members` processes of `rolltape log replay --dry-run --group` (a fresh group),
     started together, have all returned (process start, the group's settling and the wait for
     the others included: what a user on that many hosts waits)."""
     group = f"benchreplay-{uuid.uuid4().hex[:8]}"
@@ -321,7 +321,7 @@ def _group_replay(settings: Settings, members: int) -> float:
 
 
 def _export_figures(settings: Settings) -> tuple[tuple[float, float], ...]:
-    """`rolltape export`, the in-memory baseline and the command's import floor, each in a
+    """`rolltape dataset export`, the in-memory baseline and the command's import floor, each in a
     fresh process: (seconds, peak RSS MB) each."""
     with tempfile.TemporaryDirectory() as out:
         cli = ("rolltape.infra", "export")

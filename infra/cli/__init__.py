@@ -1,5 +1,10 @@
-"""The `rolltape` command: each package's commands mounted on one typer app, every one of them
-behind the one error boundary (`_common.error_boundary`), applied here at registration."""
+"""The `rolltape` command: groups named for what a person wants to do (nouns, with verbs inside;
+the services under `serve`), mounted on one typer app, every command behind the one error
+boundary (`_common.error_boundary`), applied here at registration.
+
+A group whose commands live in one module is that module's `app`; `serve` and `log` gather
+commands from the modules of their features, here. docs/cli.md is generated from this app
+(`scripts/cli_reference.py`), and `_group.RENAMED` says where each old name went."""
 
 from __future__ import annotations
 
@@ -12,15 +17,12 @@ import typer
 from rolltape.infra._gc import tune_collector
 from rolltape.infra.cli import (
     _common,
-    batch,
     bench,
     broker,
     cron,
+    dataset,
     demo,
     env,
-    erase,
-    erasures,
-    export,
     feed,
     harness,
     importing,
@@ -28,6 +30,7 @@ from rolltape.infra.cli import (
     otlp,
     parse,
     principal,
+    privacy,
     project,
     prompts,
     replay,
@@ -38,28 +41,64 @@ from rolltape.infra.cli import (
     verify,
     worker,
 )
+from rolltape.infra.cli._flags import EXIT_CODES
+from rolltape.infra.cli._group import Group
 
 app = typer.Typer(
     name="rolltape",
     help="A flight recorder for LLM agents and training runs, on Apache Kafka.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    cls=Group,
+    epilog="Exit codes: "
+    + "; ".join(f"{code} {text.split(';')[0]}" for code, text in EXIT_CODES.items())
+    + ". Reference: docs/cli.md.",
 )
-app.add_typer(broker.app, name="broker")
-app.add_typer(principal.app, name="principal")
-app.add_typer(keys.app, name="keys")
-app.add_typer(erasures.app, name="erasures")
-app.add_typer(schemas.app, name="schemas")
-app.add_typer(bench.app, name="bench")
-app.add_typer(importing.app, name="import")
-app.add_typer(feed.app, name="feed")
-app.add_typer(harness.app, name="harness")
-app.add_typer(rules.app, name="rules")
-app.add_typer(otlp.app, name="otlp")
-app.add_typer(cron.app, name="cron")
-app.add_typer(env.app, name="env")
-app.add_typer(batch.app, name="batch")
-app.add_typer(prompts.app, name="prompts")
+
+#: The long-running services, started one way: `rolltape serve <service>`; each stops on Ctrl-C
+#: or SIGTERM.
+serve = typer.Typer(
+    help="Start a long-running service: the worker, the OTLP receiver, the projector, the live "
+    "feed to a trainer, the cron scheduler, an environment's Atropos server.",
+    no_args_is_help=True,
+)
+for name, command in (
+    ("worker", worker.worker),
+    ("otlp", otlp.serve),
+    ("projector", project.project),
+    ("feed", feed.feed),
+    ("cron", cron.scheduler),
+    ("env", env.serve),
+):
+    serve.command(name)(command)
+
+#: Reading the log itself: follow it, verify its chains, replay it through other judges.
+log = typer.Typer(
+    help="The event log: follow it, verify its hash chains, replay it through other judges.",
+    no_args_is_help=True,
+)
+for name, command in (("tail", tail.tail), ("verify", verify.verify), ("replay", replay.replay)):
+    log.command(name)(command)
+
+# In the order `rolltape --help` lists them: what a new user does first comes first.
+for name, group in (
+    ("broker", broker.app),
+    ("serve", serve),
+    ("log", log),
+    ("dataset", dataset.app),
+    ("import", importing.app),
+    ("env", env.app),
+    ("cron", cron.app),
+    ("harness", harness.app),
+    ("rules", rules.app),
+    ("prompts", prompts.app),
+    ("privacy", privacy.app),
+    ("principal", principal.app),
+    ("keys", keys.app),
+    ("schemas", schemas.app),
+    ("bench", bench.app),
+):
+    app.add_typer(group, name=name)
 
 
 def _summary(command: Callable[..., Any]) -> str:
@@ -78,27 +117,18 @@ def _reflowed(command: Callable[..., Any]) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
-for name, command in (
-    ("tail", tail.tail),
-    ("verify", verify.verify),
-    ("demo", demo.demo),
-    ("worker", worker.worker),
-    ("export", export.export),
-    ("verify-export", export.verify_export),
-    ("purge-export", export.purge_export),
-    ("replay", replay.replay),
-    ("project", project.project),
-    ("report", report.report),
-    ("parse", parse.parse_command),
-    ("erase", erase.erase),
+for name, command, summary in (
+    ("demo", demo.demo, "Record, judge, export and verify sample sessions end to end."),
+    ("report", report.report, "A self-contained HTML report of a session, a task or a prompt."),
+    ("parse", parse.parse_command, "Parse a raw completion of an open model; print it as JSON."),
 ):
-    app.command(name=name, short_help=_summary(command), help=_reflowed(command))(command)
+    app.command(name=name, short_help=summary, help=_reflowed(command))(command)
 
 
 _CLIENT_LOGS_LEFT_AS_THEY_ARE = {
     worker.worker,  # its own log shows the client's lines, as an operator expects
-    export.verify_export,  # offline, and what a third party runs: no Kafka client, no state
-    export.purge_export,  # offline
+    dataset.verify_export,  # offline, and what a third party runs: no Kafka client, no state
+    dataset.purge_export,  # offline
     parse.parse_command,  # offline
     schemas.export,  # offline
     rules.calibrate_command,  # offline: trains here, no Kafka client
@@ -121,6 +151,7 @@ def _bound(typer_app: typer.Typer) -> None:
             command = _common.client_logs_kept(command)
         info.callback = _common.error_boundary(command)
     for group in typer_app.registered_groups:
+        group.cls = Group  # an old name typed in any group says where it went
         if group.typer_instance is not None:
             _bound(group.typer_instance)
 

@@ -14,7 +14,7 @@ import errno
 import functools
 import re
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, NoReturn, ParamSpec, TypeVar
 
@@ -43,7 +43,10 @@ TokenizerOption = Annotated[
     typer.Option(help="Local Hugging Face tokenizer folder (with a chat template)."),
 ]
 ScoreOption = Annotated[
-    str, typer.Option(help="Atropos/DPO score: reward, reward:NAME or verdict:JUDGE:KEY.")
+    str,
+    typer.Option(
+        help="What scores a session: reward, reward:NAME or verdict:JUDGE:KEY (Atropos, DPO)."
+    ),
 ]
 KeepEqualScoresOption = Annotated[
     bool, typer.Option(help="Atropos: keep groups whose scores are all equal.")
@@ -152,14 +155,19 @@ def _said(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def option_problems(exc: ValidationError) -> str:
+def option_problems(exc: ValidationError, options: Mapping[str, str] | None = None) -> str:
     """A ValidationError of the models a command builds from its options, in the options' own
-    words: `--score: 'correct' is not a score source: ...; --token-budget: ...`."""
+    words: `--score: 'correct' is not a score source: ...; --token-budget: ...`. `options` names
+    the option of a field whose flag is not the field's name (`{"prompt": "task"}`)."""
     problems = []
     for error in exc.errors():
         names = [part for part in error["loc"] if isinstance(part, str)]
         message = error["msg"].removeprefix("Value error, ")
-        problems.append(f"--{names[-1].replace('_', '-')}: {message}" if names else message)
+        if names:
+            option = (options or {}).get(names[-1], names[-1])
+            problems.append(f"--{option.replace('_', '-')}: {message}")
+        else:
+            problems.append(message)
     return "; ".join(problems)
 
 

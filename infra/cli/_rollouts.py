@@ -36,7 +36,7 @@ PromptOption = Annotated[
     str,
     typer.Option(
         "--prompt",
-        help="The agent's system prompt: a version of the environment's prompt target "
+        help="The system prompt (the agent's): a version of the environment's prompt target "
         "env.<name>.system (label, digest prefix), `champion` (the log's, else the "
         "environment's own) or `base` (the environment's own).",
     ),
@@ -82,7 +82,7 @@ def print_summary(summary: BatchSummary) -> None:
     console.print(
         f"filter outcomes: {summary.accepted} accepted, {summary.rejected} rejected, "
         f"{summary.undecided} undecided"
-        + (" (no worker has judged them yet: `rolltape worker`)" if summary.undecided else "")
+        + (" (no worker has judged them yet: `rolltape serve worker`)" if summary.undecided else "")
     )
     for code, count in summary.reasons.items():
         console.print(f"    rejected for {code}: {count}")

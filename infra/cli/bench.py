@@ -16,21 +16,24 @@ app = typer.Typer(help="Benchmarks that print figures.", no_args_is_help=True)
 
 @app.command()
 def producer(
-    calls: int = typer.Option(200_000, min=1, help="Hot-path record calls in all."),
-    events: int = typer.Option(200_000, min=1, help="Events per sustained-throughput run."),
+    calls: int = typer.Option(200_000, min=1, help="Calls timed: hot-path record calls in all."),
+    events: int = typer.Option(200_000, min=1, help="Events per run (sustained throughput)."),
     repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
     senders: list[int] = typer.Option(
         [],
         min=1,
-        help="More sender-process counts for the sustained run (1 and 2 always run; repeatable).",
+        help="Sender processes for the sustained run: counts besides 1 and 2, which always run "
+        "(repeatable).",
     ),
-    sessions: int = typer.Option(64, min=1, help="Sessions the sustained events are spread over."),
+    sessions: int = typer.Option(
+        64, min=1, help="Sessions in each run (the sustained events spread over them)."
+    ),
     sealed: bool = typer.Option(
         False,
         "--sealed",
         help="Also run each sustained run with every session naming a subject (content sealed).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Hot-path cost of a record call and sustained events/s to the broker."""
     from rolltape.infra.bench.producer import run_producer_bench
@@ -112,11 +115,11 @@ def producer(
 @app.command()
 def rules(
     epochs: int = typer.Option(
-        1000, min=1, help="Epochs timed for the firing latency (after warm-up)."
+        1000, min=1, help="Epochs per run, timed for the firing latency (after warm-up)."
     ),
-    events: int = typer.Option(100_000, min=1, help="Events for the worker throughput run."),
+    events: int = typer.Option(100_000, min=1, help="Events per run (worker throughput)."),
     sessions: int = typer.Option(
-        100, min=1, help="Sessions the throughput events are spread over."
+        100, min=1, help="Sessions in each run (the throughput events spread over them)."
     ),
     two_workers: bool = typer.Option(
         True, help="Also run the throughput load through two worker processes in one group."
@@ -127,7 +130,7 @@ def rules(
         help="Also run the same number of events from this many sessions recording at once "
         "(0: not run).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Metric-acknowledged to rule-evaluation-readable latency, and worker events/s."""
     from rolltape.infra.bench.rules import run_rules_bench
@@ -181,11 +184,15 @@ def rules(
 
 @app.command()
 def replay(
-    events: int = typer.Option(1_000_000, min=1, help="Events on the scratch topic."),
-    sessions: int = typer.Option(10_000, min=1, help="Agent sessions the events are spread over."),
+    events: int = typer.Option(1_000_000, min=1, help="Events per run (on the scratch topic)."),
+    sessions: int = typer.Option(
+        10_000, min=1, help="Sessions in each run (agent sessions, the events spread over them)."
+    ),
     passes: int = typer.Option(3, min=1, help="Full passes over the topic (medians reported)."),
-    jobs: int = typer.Option(2, min=1, help="Processes for the `rolltape replay --jobs` figure."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    jobs: int = typer.Option(
+        2, min=1, help="Processes replaying partitions at once, for the `log replay --jobs` figure."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Events/s from a topic through replay, fold and ShareGPT export vs the raw consume rate."""
     from rolltape.infra.bench.replay import run_replay_bench
@@ -222,7 +229,7 @@ def replay(
         f"    pipeline / (read + decode): {r.pipeline_vs_decode_ceiling:.2f} (goal >= 0.5: {verdict})"
     )
     console.print(
-        f"  rolltape replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s"
+        f"  rolltape log replay --dry-run, one process: {r.command_events_per_s:,.0f} events/s"
     )
     console.print(
         f"    --jobs {r.jobs}: {r.command_jobs_events_per_s:,.0f} events/s "
@@ -230,12 +237,12 @@ def replay(
     )
     verdict = "met" if r.group_two_vs_one >= 1.6 else "MISSED"
     console.print(
-        f"  rolltape replay --dry-run --group, one member: {r.group_one_events_per_s:,.0f} "
+        f"  rolltape log replay --dry-run --group, one member: {r.group_one_events_per_s:,.0f} "
         f"events/s; two members: {r.group_two_events_per_s:,.0f} events/s "
         f"({r.group_two_vs_one:.2f}x, goal >= 1.6: {verdict})"
     )
     console.print(
-        f"  rolltape export -f sharegpt (command): {r.export_events_per_s:,.0f} events/s, "
+        f"  rolltape dataset export -f sharegpt (command): {r.export_events_per_s:,.0f} events/s, "
         f"peak RSS {r.export_peak_rss_mb:,.0f} MB"
     )
     console.print(
@@ -247,11 +254,13 @@ def replay(
 
 @app.command()
 def cluster(
-    events: int = typer.Option(100_000, min=1, help="Events per sustained run."),
-    repeats: int = typer.Option(3, min=1, help="Runs on each cluster; medians are reported."),
-    senders: int = typer.Option(1, min=1, help="Sender processes of the recorder."),
-    sessions: int = typer.Option(64, min=1, help="Sessions the events are spread over."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    events: int = typer.Option(100_000, min=1, help="Events per run (sustained)."),
+    repeats: int = typer.Option(3, min=1, help="Runs; medians are reported (on each cluster)."),
+    senders: int = typer.Option(1, min=1, help="Sender processes (of the recorder)."),
+    sessions: int = typer.Option(
+        64, min=1, help="Sessions in each run (the events spread over them)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Recording into a three-node cluster (RF 3, min ISR 2) against one node, same run. Starts
     both clusters itself (no ROLLTAPE_BOOTSTRAP needed)."""
@@ -292,23 +301,24 @@ def monitor(
     ),
     block: int = typer.Option(25, min=1, help="Steps per alternating block."),
     width: list[int] = typer.Option([32, 64], min=1, help="Channel widths of the CNN to measure."),
-    model: list[str] = typer.Option(
+    network: list[str] = typer.Option(
         ["cnn"],
-        help="Models to measure: cnn (the reference CNN, each --width), resnet18, transformer "
+        "--network",
+        help="Networks to measure: cnn (the reference CNN, each --width), resnet18, transformer "
         "(batch 256 on random data: for a GPU).",
     ),
     device: str = typer.Option("cpu", help="Where to train: cpu, or cuda (a GPU)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Training-step time with the monitor measuring every step vs the same loop without it
     (same process, alternating blocks, medians), and the cost of an epoch's end."""
     from rolltape.infra.bench.monitor import ModelName, run_monitor_bench
 
-    unknown = [m for m in model if m not in ("cnn", "resnet18", "transformer")]
+    unknown = [m for m in network if m not in ("cnn", "resnet18", "transformer")]
     if unknown:
         raise typer.BadParameter(
-            f"{', '.join(unknown)}: the models are cnn, resnet18 and transformer",
-            param_hint="--model",
+            f"{', '.join(unknown)}: the networks are cnn, resnet18 and transformer",
+            param_hint="--network",
         )
     if device not in ("cpu", "cuda"):
         raise typer.BadParameter(f"{device}: cpu or cuda", param_hint="--device")
@@ -319,7 +329,7 @@ def monitor(
             raise typer.BadParameter(
                 "no CUDA device is visible to torch here; measure on cpu", param_hint="--device"
             )
-    models = cast(tuple[ModelName, ...], tuple(dict.fromkeys(model)))
+    models = cast(tuple[ModelName, ...], tuple(dict.fromkeys(network)))
     r = run_monitor_bench(
         steps=steps, block=block, widths=tuple(width), models=models, device=device
     )
@@ -346,9 +356,9 @@ def monitor(
 @app.command()
 def capture(
     calls: int = typer.Option(
-        3000, min=2, help="Timed calls per client back to back (half as many in the paused run)."
+        3000, min=2, help="Calls timed per client, back to back (half as many in the paused run)."
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
     peer: str | None = typer.Option(
         None,
         help="otel: beside OpenTelemetry's OpenAI instrumentation on a realistic request (the "
@@ -435,11 +445,14 @@ def otlp(
     connections: int = typer.Option(4, min=1, help="Concurrent keep-alive connections."),
     repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
     workers: list[int] = typer.Option(
-        [], min=2, help="Also measure `otlp serve --workers N` for each N given (same runs)."
+        [],
+        min=2,
+        help="Processes that record spans: also measure `serve otlp --workers N` for each N given "
+        "(same runs).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
-    """Spans/s through `rolltape otlp serve` into Kafka: content on the spans over HTTP, as log
+    """Spans/s through `rolltape serve otlp` into Kafka: content on the spans over HTTP, as log
     records, over gRPC, against a receiver that only decodes."""
     from rolltape.infra.bench.otlp import run_otlp_bench
 
@@ -464,7 +477,7 @@ def otlp(
         "execute_tool spans with their messages)"
     )
     console.print(
-        f"    rolltape otlp serve, acknowledged into Kafka: {r.receiver_spans_per_s:,.0f} "
+        f"    rolltape serve otlp, acknowledged into Kafka: {r.receiver_spans_per_s:,.0f} "
         f"spans/s (runs {runs}; {r.events_per_span:.2f} records per span)"
     )
     console.print(
@@ -515,10 +528,10 @@ def otlp(
 @app.command()
 def evidence(
     sessions: int = typer.Option(
-        2000, min=1, help="Agent sessions in the export that is verified."
+        2000, min=1, help="Sessions in each run (agent sessions in the export that is verified)."
     ),
     repeats: int = typer.Option(3, min=1, help="Runs; medians are reported."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Checkpoint signing and `verify-export` throughput (no broker: the code's own cost)."""
     from rolltape.infra.bench.evidence import run_evidence_bench
@@ -544,9 +557,11 @@ def evidence(
 
 @app.command("export")
 def export_bench(
-    sessions: int = typer.Option(2000, min=1, help="Agent sessions in each export."),
-    repeats: int = typer.Option(5, min=1, help="Runs of each export; medians are reported."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    sessions: int = typer.Option(
+        2000, min=1, help="Sessions in each run (agent sessions in each export)."
+    ),
+    repeats: int = typer.Option(5, min=1, help="Runs; medians are reported (of each export)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Export throughput of sessions recorded with a subject (content sealed, opened on export)
     against the same sessions in clear, in the same run (no broker: the code's own cost)."""
@@ -574,13 +589,13 @@ def export_bench(
 def batch(
     rollouts: int = typer.Option(400, min=1, help="Rollouts per concurrency."),
     concurrency: list[int] = typer.Option(
-        [1, 8, 64], min=1, help="Concurrencies to run (repeatable)."
+        [1, 8, 64], min=1, help="Rollouts at once: each value given is measured (repeatable)."
     ),
     cron_jobs: int = typer.Option(
         20, min=1, help="Cron jobs due every second (bursts of this many)."
     ),
     cron_fires: int = typer.Option(1000, min=1, help="Cron runs measured after the warm-up."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """The batch runner's rollouts/s against a server that answers at once (its own overhead),
     beside bare model calls; cron's jitter from due time to session start."""
@@ -626,9 +641,13 @@ def batch(
 
 @app.command()
 def judges(
-    repeats: int = typer.Option(9, min=1, help="Rounds of the world operations; medians."),
-    calls: int = typer.Option(200, min=1, help="Shell tool calls each way (alternating)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    repeats: int = typer.Option(
+        9, min=1, help="Runs; medians are reported (rounds of the world operations)."
+    ),
+    calls: int = typer.Option(
+        200, min=1, help="Calls timed: shell tool calls each way (alternating)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """Recording and restoring a rollout's world against tar of the same tree; a shell tool
     call in the bubblewrap sandbox against the same command unsandboxed. No broker needed."""
@@ -667,9 +686,9 @@ def judges(
 
 @app.command()
 def prompts(
-    rounds: int = typer.Option(3, min=1, help="Rounds of the loop; medians over them."),
-    epochs: int = typer.Option(4, min=1, help="Epochs per test run."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    rounds: int = typer.Option(3, min=1, help="Rounds of the loop: medians over them."),
+    epochs: int = typer.Option(4, min=1, help="Epochs per run (a test run)."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON: the figures."),
 ) -> None:
     """The prompt loop's own time per round (the tuner's call, recording, the rule) beside the
     monitored training runs it starts, with a server that answers at once; the same scenarios

@@ -132,7 +132,7 @@ def status() -> None:
 
 @app.command()
 def check(
-    verbose: bool = typer.Option(False, "--all", help="Show the checks that pass too."),
+    verbose: bool = typer.Option(False, "--passing", help="Show the checks that pass too."),
 ) -> None:
     """Check the cluster (ROLLTAPE_BOOTSTRAP, or the managed one) against what rolltape's
     guarantees need: the topics' replication, min ISR and configs, unclean leader election off,

@@ -1,5 +1,5 @@
-"""`rolltape cron`: jobs as a continuous task source (add, list, pause, resume, remove, run,
-runs, failures, review)."""
+"""`rolltape cron`: jobs as a continuous task source (add, list, pause, resume, remove, runs,
+failures, review, to-env); their scheduler is `rolltape serve cron`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import (
+    CliError,
     ScoreOption,
     console,
     err_console,
+    option_problems,
     settings,
     stop_on_signals,
 )
@@ -42,7 +45,7 @@ app = typer.Typer(
 
 _NS = 1_000_000_000
 JobArgument = Annotated[str, typer.Argument(help="The job's id (see `rolltape cron list`).")]
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON object per line.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON: one object per line.")]
 
 
 def _when(ns: int | None, now_ns: int | None = None) -> str:
@@ -85,7 +88,7 @@ def add(
             "phrase ('daily at 09:00')."
         ),
     ],
-    prompt: Annotated[str, typer.Option(help="The task each run starts with.")],
+    task: Annotated[str, typer.Option(help="The task each run starts with (its prompt).")],
     job_id: Annotated[
         str | None, typer.Option("--id", help="The job's id (default: from the prompt).")
     ] = None,
@@ -104,7 +107,10 @@ def add(
         str | None, typer.Option(help="module:function that runs the job (see README).")
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Logical model the runner asks (ROLLTAPE_MODELS).")
+        str | None,
+        typer.Option(
+            help="Logical model (ROLLTAPE_MODELS binds it to an endpoint) the runner asks."
+        ),
     ] = None,
     max_attempts: Annotated[int, typer.Option(min=1, max=100, help="Attempts per run.")] = 3,
     backoff: Annotated[
@@ -115,11 +121,11 @@ def add(
     ),
     timeout: Annotated[int, typer.Option(min=1, help="Seconds an attempt may take.")] = 3600,
 ) -> None:
-    """Create a job. Its definition is a record on the jobs topic; `rolltape cron run` fires it."""
+    """Create a job. Its definition is a record on the jobs topic; `rolltape serve cron` fires it."""
     guard_against_recursion("create a cron job")
     spec = _spec(
         schedule=schedule,
-        prompt=prompt,
+        prompt=task,
         job_id=job_id,
         timezone=tz,
         skills=tuple(skills or ()),
@@ -146,11 +152,15 @@ def add(
             f"runs the reference agent with model {job.model or DEFAULT_MODEL!r} "
             "(bound to an endpoint by ROLLTAPE_MODELS where the scheduler runs)"
         )
-    console.print("the scheduler fires it: rolltape cron run")
+    console.print("the scheduler fires it: rolltape serve cron")
 
 
 def _spec(**fields: Any) -> JobSpec:
-    return JobSpec(**fields)
+    """The job's spec; its prompt is the `--task` option."""
+    try:
+        return JobSpec(**fields)
+    except ValidationError as exc:
+        raise CliError(option_problems(exc, {"prompt": "task"})) from exc
 
 
 def _read_book() -> JobBook:
@@ -163,7 +173,7 @@ def _read_book() -> JobBook:
 
 @app.command("list")
 def list_(
-    all_: Annotated[bool, typer.Option("--all", help="Include removed jobs.")] = False,
+    all_: Annotated[bool, typer.Option("--removed", help="Include removed jobs.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Every job with its schedule, state, next run and last run's status."""
@@ -176,7 +186,7 @@ def list_(
             print(json.dumps(job.model_dump(mode="json"), sort_keys=True))
         return
     if not jobs:
-        console.print("no jobs; add one with: rolltape cron add --schedule 'every 6h' --prompt ...")
+        console.print("no jobs; add one with: rolltape cron add --schedule 'every 6h' --task ...")
         return
     table = Table(title_justify="left", title="cron jobs")
     for column in ("job", "schedule", "state", "next run", "last run"):
@@ -284,8 +294,7 @@ def review(
     _print_runs(queue, as_json, "nothing to review")
 
 
-@app.command()
-def run(
+def scheduler(
     max_concurrent: Annotated[
         int, typer.Option(min=1, help="Runs executing at once in this scheduler.")
     ] = 4,
@@ -333,7 +342,9 @@ __all__ = ["CronJobs", "app"]
 @app.command("to-env")
 def to_env(
     job_id: JobArgument,
-    out: Annotated[Path, typer.Option("-o", "--out", help="The items file to write (JSONL).")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Where to write the items file (JSONL).")
+    ],
     min_reward: Annotated[
         float | None,
         typer.Option(

@@ -1,4 +1,6 @@
-"""`rolltape export`: training files from the recorded sessions of one judge version."""
+"""`rolltape dataset export | verify | purge`: training files from the recorded sessions of one
+judge version, checked offline against the judge's signed chain heads, and purged of sessions
+erased since."""
 
 from __future__ import annotations
 
@@ -39,6 +41,12 @@ from rolltape.projections import (
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role
 from rolltape.schemas.trust import load_public_key
 
+app = typer.Typer(
+    help="Training data out: export judged sessions as training files, verify an export offline, "
+    "purge erased sessions from one.",
+    no_args_is_help=True,
+)
+
 
 def parse_time(text: str | None, option: str) -> int | None:
     """ISO 8601 (`2026-11-20`, `2026-11-20T10:00:00+00:00`; no zone means UTC) to ns."""
@@ -56,14 +64,17 @@ def parse_time(text: str | None, option: str) -> int | None:
     return int(moment.timestamp()) * 10**9 + moment.microsecond * 1000
 
 
+@app.command("export")
 def export(
     format: Annotated[Format, typer.Option("--format", "-f", help="Output format.")],
     out: Annotated[
         Path,
-        typer.Option("--out", "-o", help="Folder for the data files (.rolltape/ gets the rest)."),
+        typer.Option(
+            "--out", "-o", help="Where to write the data files (.rolltape/ gets the rest)."
+        ),
     ],
     judge_version: Annotated[
-        str, typer.Option(help="Whose verdicts and filter outcomes to use (replay writes others).")
+        str, typer.Option(help="The judge version whose verdicts and filter outcomes to use.")
     ] = LIVE_JUDGE_VERSION,
     accepted_only: Annotated[
         bool, typer.Option("--accepted-only", help="Only sessions the reward filter accepted.")
@@ -73,10 +84,10 @@ def export(
     ] = False,
     session: Annotated[
         list[str] | None,
-        typer.Option("--session", "-s", help="Session id or shell pattern; repeat for more."),
+        typer.Option("--session", "-s", help="A session id or shell pattern (repeatable)."),
     ] = None,
     since: Annotated[
-        str | None, typer.Option(help="Sessions started at or after (ISO 8601).")
+        str | None, typer.Option(help="Only sessions started at or after (ISO 8601).")
     ] = None,
     until: Annotated[str | None, typer.Option(help="Sessions started before (ISO 8601).")] = None,
     include_unfinished: Annotated[bool, typer.Option(help="Also sessions not ended yet.")] = False,
@@ -88,12 +99,12 @@ def export(
     tokenizer: TokenizerOption = None,
     score: ScoreOption = "reward",
     keep_equal_scores: KeepEqualScoresOption = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an export already in --out.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an earlier export in --out.")] = False,
     evidence: Annotated[
         bool,
         typer.Option(
             help="Also write the envelopes behind every line and the signed proofs of their "
-            "chain heads (.rolltape/*.evidence.jsonl), for `rolltape verify-export`."
+            "chain heads (.rolltape/*.evidence.jsonl), for `rolltape dataset verify`."
         ),
     ] = False,
 ) -> None:
@@ -181,7 +192,7 @@ def export(
         console.print(
             f"  evidence: {len(manifest.evidence)} file(s) in {out / META_DIR}; check with "
             "`rolltape keys export judge.pub.pem` then "
-            f"`rolltape verify-export {out} --public-key judge.pub.pem`"
+            f"`rolltape dataset verify {out} --public-key judge.pub.pem`"
         )
     if manifest.skipped.get("no_checkpoint"):
         console.print(
@@ -199,7 +210,7 @@ def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
         return (
             f"{left}: there is no judge key at {key.path}, so the worker signs no checkpoints. "
             "Create one with `rolltape keys init` (`rolltape broker up` and `rolltape demo` "
-            "create it when there is none) and restart `rolltape worker`: sessions it decides "
+            "create it when there is none) and restart `rolltape serve worker`: sessions it decides "
             "from then on carry evidence"
         )
     try:
@@ -208,7 +219,7 @@ def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
         return f"{left}: the judge key is unusable: {exc}"
     return (
         f"{left}: the judge key {kid} exists ({key.path}) but no worker signed them. Is "
-        "`rolltape worker` running and caught up? A worker reads the key when it starts: "
+        "`rolltape serve worker` running and caught up? A worker reads the key when it starts: "
         "sessions decided by one started before the key existed stay unsigned; restart it "
         "for the sessions to come"
     )
@@ -232,13 +243,16 @@ def _erasures(path: Path, key: Ed25519PublicKey) -> ErasureList:
     return read_erasures(path.read_bytes(), key)
 
 
+@app.command("verify")
 def verify_export(
     folder: Annotated[Path, typer.Argument(help="The export folder (with its .rolltape/).")],
     public_key: PublicKeyOption,
     tokenizer: TokenizerOption = None,
     erasures: Annotated[
         Path | None,
-        typer.Option(help="An erasures file (`rolltape erasures export`): name erased lines."),
+        typer.Option(
+            help="The erasures file (`rolltape privacy export-erasures FILE`): name erased lines."
+        ),
     ] = None,
 ) -> None:
     """Check an export offline with the judge's public key: every line must re-fold, byte for
@@ -266,10 +280,11 @@ def verify_export(
     )
 
 
+@app.command("purge")
 def purge_export(
     folder: Annotated[Path, typer.Argument(help="The export folder, purged in place.")],
     erasures: Annotated[
-        Path, typer.Option(help="The erasures file (`rolltape erasures export FILE`).")
+        Path, typer.Option(help="The erasures file (`rolltape privacy export-erasures FILE`).")
     ],
     public_key: PublicKeyOption,
     tokenizer: TokenizerOption = None,

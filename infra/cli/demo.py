@@ -19,7 +19,11 @@ if TYPE_CHECKING:  # the demo trains with torch: imported when the command runs
 def demo(
     out: Annotated[
         Path | None,
-        typer.Option(help="Folder for the exported training files (default: a new temp folder)."),
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where to write the exported training files (default: a new temp folder).",
+        ),
     ] = None,
 ) -> None:
     """Start the broker if needed (as `broker up` does: topics, the judge's key) and a worker,
@@ -46,7 +50,7 @@ def demo(
         console.print(f"report of the training attempts: {result.report}", soft_wrap=True)
     console.print(
         f"checkpoints signed with judge key {result.broker.judge_key_id} (public key in "
-        f"{result.broker.judge_public_key}): `rolltape export --evidence` can prove these sessions",
+        f"{result.broker.judge_public_key}): `rolltape dataset export --evidence` can prove these sessions",
         soft_wrap=True,
     )
     console.print("demo: all chains verified")

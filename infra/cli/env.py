@@ -1,4 +1,5 @@
-"""`rolltape env list | evaluate`: environments run by the reference agent."""
+"""`rolltape env list | evaluate | run | process`: environments run by the reference agent (their
+Atropos server is `rolltape serve env`)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from rolltape.infra.cli._rollouts import (
     print_summary,
     with_progress,
 )
-from rolltape.infra.commands.batch import process_batch
+from rolltape.infra.commands.batch import process_batch, run_batch
 from rolltape.infra.commands.export import open_tokenizer
 from rolltape.infra.judging import open_judge_runtime
 from rolltape.producers.agent import DEFAULT_MODEL
@@ -138,13 +139,66 @@ def _print(evaluation: Evaluation, rollouts: dict[str, Rollout]) -> None:
     )
 
 
+@app.command("run")
+def run_(
+    environment: EnvArgument,
+    items: Annotated[int, typer.Option(min=1, help="Rollouts to run (train items, cycled).")],
+    concurrency: ConcurrencyOption = 4,
+    model: ModelOption = DEFAULT_MODEL,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="The batch's name (default: the environment's); run again "
+            "with the same name to resume it.",
+        ),
+    ] = None,
+    wait_judged: Annotated[
+        float,
+        typer.Option(
+            min=0, help="Seconds to wait for the worker's decisions (its filter outcomes)."
+        ),
+    ] = 0.0,
+    prompt: PromptOption = "champion",
+) -> None:
+    """Run ITEMS rollouts, CONCURRENCY at a time. Run it again with the same --run to resume:
+    rollouts whose session ended completed are skipped (the log is the checkpoint), the rest run
+    as fresh sessions. Prints per-tool statistics and the reward filter's outcomes at the end."""
+    env = open_environment(environment)
+    endpoint = endpoint_for(model)
+    version = environment_prompt(env, prompt)
+    name = run or env.name
+    summary = with_progress(
+        f"batch {name}",
+        lambda on_plan, on_rollout: run_batch(
+            settings(),
+            env,
+            run=name,
+            count=items,
+            endpoint=endpoint,
+            concurrency=concurrency,
+            wait_judged_s=wait_judged,
+            on_plan=on_plan,
+            on_rollout=on_rollout,
+            prompt=version,
+        ),
+    )
+    if summary is None:
+        err_console.print(
+            f"stopped: finished rollouts are in the log; `rolltape env run {environment} "
+            f"--items {items} --run {name}` resumes"
+        )
+        raise typer.Exit(130)
+    print_summary(summary)
+
+
 @app.command()
 def process(
     environment: EnvArgument,
-    items: Annotated[int, typer.Option(min=1, help="Rollouts (train items, cycled).")],
-    out: Annotated[Path, typer.Option("-o", "--out", help="Folder for the exported files.")],
+    items: Annotated[int, typer.Option(min=1, help="Rollouts to run (train items, cycled).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the exported files.")],
     export_format: Annotated[
-        Format, typer.Option("--format", "-f", help="Export format.")
+        Format, typer.Option("--format", "-f", help="Output format (of the export).")
     ] = "sharegpt",
     accepted_only: Annotated[
         bool, typer.Option("--accepted-only", help="Only sessions the reward filter accepted.")
@@ -153,17 +207,18 @@ def process(
     concurrency: ConcurrencyOption = 4,
     model: ModelOption = DEFAULT_MODEL,
     run: Annotated[
-        str | None, typer.Option("--run", help="The batch's name (resumable; default: env's).")
+        str | None,
+        typer.Option("--run", help="The batch's name (resumable; default: the environment's)."),
     ] = None,
     wait_judged: Annotated[
         float, typer.Option(min=0, help="Seconds to wait for the worker's decisions.")
     ] = 120.0,
-    overwrite: Annotated[bool, typer.Option(help="Replace an earlier export in OUT.")] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an earlier export in --out.")] = False,
     prompt: PromptOption = "champion",
 ) -> None:
     """Run a batch of rollouts (as `batch run`, resumable), wait for the worker's judges and
     filters, and export the batch's scored sessions from the log (with provenance and a
-    manifest, as `rolltape export` writes them)."""
+    manifest, as `rolltape dataset export` writes them)."""
     env = open_environment(environment)
     chat_tokenizer, label = open_tokenizer(tokenizer)
     endpoint = endpoint_for(model)
@@ -209,12 +264,12 @@ def process(
     )
 
 
-@app.command()
 def serve(
     environment: EnvArgument,
     url: Annotated[str, typer.Option(help="The Atropos API server, e.g. http://host:8000.")],
     group_size: Annotated[
-        int | None, typer.Option(min=1, help="Rollouts per item (default: the env's).")
+        int | None,
+        typer.Option(min=1, help="Sessions per group: rollouts per item (default: the env's)."),
     ] = None,
     groups: Annotated[
         int | None, typer.Option(min=1, help="Stop after this many groups (default: never).")
@@ -224,7 +279,8 @@ def serve(
     keep_equal_scores: KeepEqualScoresOption = False,
     model: ModelOption = DEFAULT_MODEL,
     run: Annotated[
-        str | None, typer.Option("--run", help="Names the sessions and the feed's group.")
+        str | None,
+        typer.Option("--run", help="The batch's name: it names the sessions and the feed's group."),
     ] = None,
     prompt: PromptOption = "champion",
 ) -> None:

@@ -1,4 +1,4 @@
-"""`rolltape feed atropos`: push judged sessions to an Atropos API server as they are decided."""
+"""`rolltape serve feed`: push judged sessions to an Atropos API server as they are decided."""
 
 from __future__ import annotations
 
@@ -27,11 +27,8 @@ from rolltape.infra.commands.feed import (
 from rolltape.projections import Selection
 from rolltape.schemas import LIVE_JUDGE_VERSION
 
-app = typer.Typer(help="Stream judged sessions to training pipelines.", no_args_is_help=True)
 
-
-@app.command()
-def atropos(
+def feed(
     url: Annotated[str, typer.Option(help="The Atropos API server, e.g. http://host:8000.")],
     group_size: Annotated[
         int, typer.Option(min=1, help="Sessions per group (the env's group_size).")
@@ -40,16 +37,18 @@ def atropos(
     score: Annotated[
         str | None,
         typer.Option(
-            help="What scores the groups: reward, reward:NAME or verdict:JUDGE:KEY. Default: the "
+            help="What scores a session: reward, reward:NAME or verdict:JUDGE:KEY. Default: the "
             "sessions' reward, when the log holds rewards of one name (else it says which it "
             "found)."
         ),
     ] = None,
     keep_equal_scores: KeepEqualScoresOption = False,
     accepted_only: Annotated[
-        bool, typer.Option("--accepted-only", help="Only accepted sessions.")
+        bool, typer.Option("--accepted-only", help="Only sessions the reward filter accepted.")
     ] = False,
-    judge_version: Annotated[str, typer.Option(help="Whose verdicts to use.")] = LIVE_JUDGE_VERSION,
+    judge_version: Annotated[
+        str, typer.Option(help="The judge version whose verdicts to use.")
+    ] = LIVE_JUDGE_VERSION,
     group_id: Annotated[str, typer.Option(help="The feed's consumer group.")] = "rolltape-atropos",
     batch_groups: Annotated[int, typer.Option(min=1, help="Groups per POST.")] = 1,
     env_name: Annotated[

@@ -70,25 +70,28 @@ def scenarios() -> None:
 def run(
     attempts: Annotated[int, typer.Option(min=1, help="Self-refine attempts.")] = 2,
     epochs: Annotated[
-        int | None, typer.Option(min=1, help="Epochs per attempt (default: the scenario's).")
+        int | None,
+        typer.Option(min=1, help="Epochs per run (an attempt; default: the scenario's)."),
     ] = None,
     policy: Annotated[
         PolicyName,
         typer.Option(help="scripted (the playbook) or llm (the model bound to 'policy')."),
     ] = PolicyName.scripted,
-    scenario: Annotated[str, typer.Option(help="See `rolltape harness scenarios`.")] = "baseline",
+    scenario: Annotated[
+        str, typer.Option(help="The scenario to run (`rolltape harness scenarios` lists them).")
+    ] = "baseline",
     waive: Annotated[
         list[str] | None, typer.Option(help="A rule to declare waived (repeatable), e.g. R2.")
     ] = None,
     start_worker: Annotated[
-        bool, typer.Option(help="Run a `rolltape worker` for the duration (else one must run).")
+        bool, typer.Option(help="Run a worker for the duration (else one must run).")
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed of the first attempt (+1 per attempt).")] = 0,
     prompt_ref: Annotated[
         str,
         typer.Option(
             "--prompt",
-            help="The llm policy's system prompt: a version of harness.policy (label, digest "
+            help="The system prompt (the llm policy's): a version of harness.policy (label, digest "
             "prefix), `champion` (the log's, else the playbook) or `base` (the playbook).",
         ),
     ] = "champion",
@@ -212,7 +215,7 @@ def _worker(s: Settings, logs: Path, start: bool) -> WorkerProcess | None:
     if not start:
         if not worker_running(s):
             raise CliError(
-                "no `rolltape worker` is running against "
+                "no `rolltape serve worker` is running against "
                 f"{require_connection(s, Role.PROCESSOR).bootstrap} (its consumer group "
                 f"{s.worker_group} has no members): start one in another shell, or pass "
                 "--start-worker"

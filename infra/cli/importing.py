@@ -28,7 +28,7 @@ app = typer.Typer(help="Import historical runs from other recorders.", no_args_i
 @app.command()
 def hermes(
     file: Annotated[Path, typer.Argument(help="Hermes ShareGPT / batch-runner JSONL file.")],
-    dry_run: Annotated[bool, typer.Option(help="Read and check the rows, send nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Write nothing: read and check the rows.")] = False,
 ) -> None:
     """Turn each row into an agent session on the events stream (tagged imported:hermes, chained
     on import). Importing a file twice writes the same records again, which readers drop as
@@ -60,7 +60,7 @@ def hermes(
 @app.command("env-rl")
 def env_rl(
     folder: Annotated[Path, typer.Argument(help="An env_rl judge_logs folder.")],
-    dry_run: Annotated[bool, typer.Option(help="Verify and re-judge, send nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Write nothing: verify and re-judge.")] = False,
 ) -> None:
     """Verify an env_rl judge_logs folder with env_rl's own hash formula, import its metrics and
     decisions as a training session, re-judge it with rolltape's rule engine and judge, and show

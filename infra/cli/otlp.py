@@ -1,4 +1,4 @@
-"""`rolltape otlp serve`: receive OpenTelemetry GenAI traces over OTLP/HTTP as sessions."""
+"""`rolltape serve otlp`: receive OpenTelemetry GenAI traces over OTLP/HTTP as sessions."""
 
 from __future__ import annotations
 
@@ -31,10 +31,7 @@ from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, check_famil
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
-app = typer.Typer(help="Receive OpenTelemetry traces.", no_args_is_help=True)
 
-
-@app.command()
 def serve(
     port: Annotated[
         int, typer.Option(min=0, max=65535, help="The OTLP/HTTP port; 0 picks a free one.")
@@ -49,7 +46,7 @@ def serve(
     family: Annotated[
         str | None,
         typer.Option(
-            help=f"Parse tool calls written as text by this model family: {', '.join(sorted(FAMILIES))}."
+            help=f"The model family whose text tool calls to parse: {', '.join(sorted(FAMILIES))}."
         ),
     ] = None,
     linger: Annotated[
@@ -136,7 +133,7 @@ def _run(
     else:
         target = (
             f"no broker is running: recording to the spool ({s.resolved_spool_dir() / 'otlp'}), "
-            "which the next `rolltape otlp serve` with a broker sends"
+            "which the next `rolltape serve otlp` with a broker sends"
         )
 
     def ready(bound: Listening) -> None:

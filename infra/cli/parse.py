@@ -17,7 +17,8 @@ def parse_command(
     family: Annotated[
         str,
         typer.Option(
-            "--family", "-f", help=f"The model family's format: {', '.join(sorted(FAMILIES))}."
+            "--family",
+            help=f"The model family whose text tool calls to parse: {', '.join(sorted(FAMILIES))}.",
         ),
     ],
     source: Annotated[

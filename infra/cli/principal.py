@@ -77,7 +77,11 @@ def list_() -> None:
 def show(
     name: Annotated[str, typer.Argument(help="The principal, e.g. agent.")],
     format: Annotated[
-        Format, typer.Option("--format", help="env: ROLLTAPE_* lines; properties: Kafka client.")
+        Format,
+        typer.Option(
+            "--format",
+            help="Output format: env (ROLLTAPE_* lines) or properties (a Kafka client's).",
+        ),
     ] = Format.env,
 ) -> None:
     """Print NAME's credentials (including its secret) for another process or machine."""
@@ -108,7 +112,9 @@ def show(
 @app.command()
 def add(
     name: Annotated[str, typer.Argument(help="A new principal name, e.g. agent-2.")],
-    role: Annotated[Role, typer.Option("--role", help="What it may do (DESIGN.md's table).")],
+    role: Annotated[
+        Role, typer.Option("--role", help="What it may do (docs/contracts.md, trust domains).")
+    ],
 ) -> None:
     """Create a principal on the running managed broker: SCRAM credentials, and its role's ACLs
     on every topic prefix provisioned so far. Its secret is stored, not printed."""

@@ -1,4 +1,4 @@
-"""`rolltape project`: publish folded trajectories to the compacted trajectories topic."""
+"""`rolltape serve projector`: publish folded trajectories to the compacted trajectories topic."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rolltape.schemas import LIVE_JUDGE_VERSION
 
 def project(
     judge_version: Annotated[
-        str, typer.Option(help="Fold with this version's verdicts and filter outcomes.")
+        str, typer.Option(help="The judge version whose verdicts and filter outcomes to fold with.")
     ] = LIVE_JUDGE_VERSION,
 ) -> None:
     """Fold every session once the judge version has decided on it and publish the trajectory to

@@ -148,7 +148,7 @@ def champion(target: TargetArg) -> None:
 @app.command()
 def add(
     target: TargetArg,
-    file: Annotated[Path, typer.Option("--file", "-f", help="The prompt's text.")],
+    file: Annotated[Path, typer.Option("--file", help="The prompt's text.")],
     parent: Annotated[
         list[str],
         typer.Option(help="A version it was made from (repeatable; default: the champion)."),
@@ -205,7 +205,9 @@ def _cases(values: list[str], option: str) -> tuple[Case, ...]:
 @app.command()
 def evolve(
     target: TargetArg,
-    rounds: Annotated[int, typer.Option(min=1, help="Rounds of propose, test, judge.")] = 3,
+    rounds: Annotated[
+        int, typer.Option(min=1, help="Rounds of the loop: propose, test, judge.")
+    ] = 3,
     resume_from_champion: Annotated[
         bool,
         typer.Option(
@@ -233,10 +235,14 @@ def evolve(
         typer.Option(help="A held-out case, SCENARIO[:SEED] (repeatable; default suite if none)."),
     ] = [],  # noqa: B006 (typer reads the default)
     epochs: Annotated[
-        int | None, typer.Option(min=1, help="Epochs per test run (default: the scenario's).")
+        int | None,
+        typer.Option(min=1, help="Epochs per run (a test run; default: the scenario's)."),
     ] = None,
-    margin: Annotated[
-        float, typer.Option(help="The interval's lower end must lie above this.")
+    promotion_margin: Annotated[
+        float,
+        typer.Option(
+            help="The gain a challenger needs: the interval's lower end must lie above it."
+        ),
     ] = 0.0,
     confidence: Annotated[
         float, typer.Option(min=0.5, max=0.999, help="The bootstrap interval's coverage.")
@@ -252,7 +258,7 @@ def evolve(
         typer.Option("--review-veto", help="Promote only when the reviewer prefers it too."),
     ] = False,
     start_worker: Annotated[
-        bool, typer.Option(help="Run a `rolltape worker` for the duration (else one must run).")
+        bool, typer.Option(help="Run a worker for the duration (else one must run).")
     ] = False,
 ) -> None:
     """The prompt loop: each round the tuner (ROLLTAPE_MODELS `tuner`) proposes a version from
@@ -280,7 +286,7 @@ def evolve(
         budget_calls=budget_calls,
         suite=suite,
         epochs=epochs,
-        rule=PromotionRule(margin=margin, confidence=confidence, review_veto=review_veto),
+        rule=PromotionRule(margin=promotion_margin, confidence=confidence, review_veto=review_veto),
         review=review,
         from_base=from_base,
     )
@@ -422,18 +428,21 @@ def _result(score: float | None, passed: bool) -> str:
 def rejudge(
     target: TargetArg,
     judge_version: Annotated[
-        str, typer.Option(help="The replay's judge version whose verdicts decide again.")
+        str, typer.Option(help="The judge version (a replay's) whose verdicts decide again.")
     ],
     round_: Annotated[
         list[int],
         typer.Option("--round", min=1, help="A round's number in the log (repeatable; all)."),
     ] = [],  # noqa: B006 (typer reads the default)
     record: Annotated[
-        bool, typer.Option(help="Record the re-judged decisions (they change no champion).")
+        bool,
+        typer.Option(
+            help="Record the results as events: the re-judged decisions (they change no champion)."
+        ),
     ] = False,
 ) -> None:
     """Decide rounds again from another judge version's verdicts on the same test sessions
-    (`rolltape replay --judge-version V` first), by each round's recorded scoring and rule, and
+    (`rolltape log replay --judge-version V` first), by each round's recorded scoring and rule, and
     say which outcomes change."""
     config = settings()
     history = target_history(target)

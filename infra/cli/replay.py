@@ -1,4 +1,4 @@
-"""`rolltape replay`: re-judge recorded sessions under a judge version."""
+"""`rolltape log replay`: re-judge recorded sessions under a judge version."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from rolltape.infra.cli._common import (
     settings,
     transient_progress,
 )
-from rolltape.infra.cli.export import parse_time
+from rolltape.infra.cli.dataset import parse_time
 from rolltape.infra.commands.replay import replay_config, run_replay
 
 
@@ -23,25 +23,29 @@ def replay(
     judge_version: Annotated[
         str,
         typer.Option(
-            help="Label of the outputs: `live` reproduces the worker's chains; any other label "
+            help="The judge version to write: `live` reproduces the worker's chains; any other label "
             "writes rules@V, verdicts@V and filtered@V beside them."
         ),
     ],
     since: Annotated[
         str | None,
         typer.Option(
-            help="Only sessions whose first event reached the broker at or after (ISO 8601)."
+            help="Only sessions started at or after (ISO 8601): their first event reached the broker then."
         ),
     ] = None,
     from_beginning: Annotated[
-        bool, typer.Option("--from-beginning", help="Every session on the topics (the default).")
+        bool,
+        typer.Option(
+            "--from-beginning",
+            help="Start at the oldest record: every session on the topics (the default).",
+        ),
     ] = False,
-    dry_run: Annotated[bool, typer.Option(help="Compute and compare, write nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option(help="Write nothing: compute and compare.")] = False,
     jobs: Annotated[
         int,
         typer.Option(
             min=1,
-            help="Partition numbers replayed at once, each in a process of its own (sessions "
+            help="Processes replaying partitions at once, each its own partition numbers (sessions "
             "never span partition numbers).",
         ),
     ] = 1,
@@ -64,7 +68,7 @@ def replay(
     A version's chains are never rewritten: outputs already there byte for byte are counted as
     reproduced, new ones are appended, and sessions whose recomputed outputs differ from what the
     version holds are reported as conflicts (use a new version label for a changed config).
-    Export the result with `rolltape export --judge-version V`.
+    Export the result with `rolltape dataset export --judge-version V`.
     """
     if since is not None and from_beginning:
         raise typer.BadParameter("choose one of --since and --from-beginning")

@@ -14,15 +14,17 @@ from rolltape.schemas import Role
 
 
 def report(
-    out: Annotated[Path, typer.Option("--out", "-o", help="The HTML file to write.")] = Path(
-        "report.html"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Where to write the HTML report.")
+    ] = Path("report.html"),
     session: Annotated[
-        str | None, typer.Option("--session", "-s", help="One session id (training or agent).")
+        str | None, typer.Option("--session", "-s", help="A session id (training or agent).")
     ] = None,
     task: Annotated[
         str | None,
-        typer.Option(help="Every session started with this task text, e.g. digits-cnn/dead_relu."),
+        typer.Option(
+            help="The task: every session started with this task text, e.g. digits-cnn/dead_relu."
+        ),
     ] = None,
     runs: Annotated[int, typer.Option(min=1, help="With --task: the newest N training runs.")] = 5,
     prompts: Annotated[

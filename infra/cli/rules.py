@@ -88,10 +88,11 @@ def calibrate_command(
         str | None, typer.Option(help="The rule set's name (default: <task>-calibrated, / as -).")
     ] = None,
     seeds: Annotated[
-        int | None, typer.Option(min=1, help="Seeded healthy runs (seeds 0..N-1; default 10).")
+        int | None, typer.Option(min=1, help="Seeded runs per scenario, seeds 0..N-1 (default 10).")
     ] = None,
     scenario: Annotated[
-        list[str] | None, typer.Option(help="Healthy scenario(s) to run (default: baseline).")
+        list[str] | None,
+        typer.Option(help="The scenario to run: healthy ones (repeatable; default: baseline)."),
     ] = None,
     epochs: Annotated[
         int | None, typer.Option(min=1, help="Epochs per run (default: the scenario's).")
@@ -122,7 +123,9 @@ def calibrate_command(
     ] = False,
     session: Annotated[
         list[str] | None,
-        typer.Option(help="With --from-log: a recorded healthy run to read (repeatable)."),
+        typer.Option(
+            help="A session id: with --from-log, a recorded healthy run to read (repeatable)."
+        ),
     ] = None,
 ) -> None:
     """Train N seeded healthy runs of the reference task under the monitor (no broker needed),
@@ -195,14 +198,16 @@ def evaluate_command(
             "several on the same runs (default: the task's rule set in the worker's rule book)."
         ),
     ] = None,
-    task: Annotated[str, typer.Option(help="The task whose scenarios to train.")] = TASK,
-    seeds: Annotated[int, typer.Option(min=1, help="Seeded runs per scenario.")] = 10,
+    task: Annotated[str, typer.Option(help="The task (family) whose scenarios to train.")] = TASK,
+    seeds: Annotated[int, typer.Option(min=1, help="Seeded runs per scenario, seeds 0..N-1.")] = 10,
     first_seed: Annotated[
         int, typer.Option(help="The first seed (default: away from calibration's 0..N-1).")
     ] = EVALUATION_SEED_OFFSET,
     scenario: Annotated[
         list[str] | None,
-        typer.Option(help="Faulty scenario(s) to run (default: every one but baseline)."),
+        typer.Option(
+            help="The scenario to run: faulty ones (repeatable; default: every one but baseline)."
+        ),
     ] = None,
     epochs: Annotated[
         int | None, typer.Option(min=1, help="Epochs per run (default: the scenario's).")
@@ -210,11 +215,11 @@ def evaluate_command(
     record: Annotated[
         bool,
         typer.Option(
-            help="Also record each rule set with its figures as a `ruleset_evaluation` event "
+            help="Record the results as events: each rule set with its figures as a `ruleset_evaluation` "
             "(needs a broker)."
         ),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON: the figures.")] = False,
 ) -> None:
     """Measure rule sets: per rule, its firings on healthy baseline epochs (false alarms) and
     the longest run of them; per scenario, in how many seeds its intended rule fired and at

@@ -1,4 +1,4 @@
-"""`rolltape tail`: records as they arrive, one line each."""
+"""`rolltape log tail`: records as they arrive, one line each."""
 
 from __future__ import annotations
 
@@ -68,9 +68,11 @@ def _summary(event_type: str, p: Mapping[str, Any]) -> str:
 
 def tail(
     stream: list[Stream] = typer.Option(
-        list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to show (repeatable)."
+        list(CHAINED_STREAMS), "--stream", help="A stream of the log to show (repeatable)."
     ),
-    session: str | None = typer.Option(None, "--session", help="Only this session id."),
+    session: str | None = typer.Option(
+        None, "--session", "-s", help="A session id: only its records."
+    ),
     from_beginning: bool = typer.Option(
         False, "--from-beginning", help="Start at the oldest record."
     ),

@@ -1,4 +1,4 @@
-"""`rolltape verify`: chains read back from Kafka, with every gap, reordering, copy and edit."""
+"""`rolltape log verify`: chains read back from Kafka, with every gap, reordering, copy and edit."""
 
 from __future__ import annotations
 
@@ -27,19 +27,18 @@ def _break_row(b: ChainBreak) -> dict[str, Any]:
 
 
 def verify(
-    session: str | None = typer.Option(None, "--session", help="Verify one session."),
-    all_sessions: bool = typer.Option(False, "--all", help="Verify every session (the default)."),
-    stream: list[Stream] = typer.Option(
-        list(CHAINED_STREAMS), "--stream", "-s", help="Stream(s) to check (repeatable)."
+    session: str | None = typer.Option(
+        None, "--session", "-s", help="A session id: verify it alone."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable report on stdout."),
+    stream: list[Stream] = typer.Option(
+        list(CHAINED_STREAMS), "--stream", help="A stream of the log to check (repeatable)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: a machine-readable report."),
 ) -> None:
-    """Read chains back from Kafka and report gaps, reordering, duplicates and tampering.
+    """Read chains back from Kafka (every session, or one with --session) and report gaps, reordering, duplicates and tampering.
 
     Exit code: 0 when every chain is intact, 1 on any break, 2 on a usage or broker error.
     """
-    if session and all_sessions:
-        raise typer.BadParameter("give either --session ID or --all, not both")
     cfg = settings()
     connection = require_connection(cfg, Role.READER)
     verifier = asyncio.run(

@@ -1,4 +1,4 @@
-"""`rolltape worker`."""
+"""`rolltape serve worker`: the processors."""
 
 from __future__ import annotations
 

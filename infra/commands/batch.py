@@ -1,4 +1,4 @@
-"""`rolltape batch run`: a batch of rollouts that resumes from the log and reports what the
+"""`rolltape env run`: a batch of rollouts that resumes from the log and reports what the
 judges made of it.
 
 Before planning, the batch's recorder delivers whatever a killed earlier run left in its spool

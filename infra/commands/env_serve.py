@@ -1,4 +1,4 @@
-"""`rolltape env serve`: an environment as an Atropos rollout server, through the log.
+"""`rolltape serve env`: an environment as an Atropos rollout server, through the log.
 
 It registers with the Atropos API server (`/register-env`, waiting while the trainer has not
 started), then does two things at once:

@@ -1,4 +1,4 @@
-"""`rolltape erase`: destroy a subject's (or a session's) data keys, and sign the receipt.
+"""`rolltape privacy erase`: destroy a subject's (or a session's) data keys, and sign the receipt.
 
 Erasure is crypto-shredding: the sealed content stays in the log, chained and checkpointed as
 it was, and every reader that reads the keys topic finds the key's tombstone and reads the
@@ -80,7 +80,7 @@ async def erase(
         raise EraseError(
             f"no live data key for {what} on {topic_name(Stream.KEYS, prefix)}: it was never "
             "recorded with a subject, or it is erased already (see the erasures stream: "
-            "`rolltape tail -s erasures`)"
+            "`rolltape log tail --stream erasures`)"
         )
     await write_keys(connection, prefix, [(k, None) for k in sorted(chosen)], "rolltape-erase")
     producer = connection.chain_producer(linger_ms=0, client_id="rolltape-erase")

@@ -1,4 +1,4 @@
-"""`rolltape erasures export FILE`: the erasures chain, for checking and purging exports offline.
+"""`rolltape privacy export-erasures FILE`: the erasures chain, for checking and purging exports offline.
 
 The file holds every record of the one erasures chain, from seq 0, as the log holds it (one
 canonical envelope per line): `rolltape.projections.read_erasures` checks it with the judge's

@@ -1,4 +1,4 @@
-"""`rolltape export` wiring: read the topics, fold every session, write the files.
+"""`rolltape dataset export` wiring: read the topics, fold every session, write the files.
 
 The pure parts (selection, rendering, sharding, manifest) are rolltape.projections; this module
 only reads Kafka, checks each record's hash, and writes what the projections return.

@@ -1,4 +1,4 @@
-"""`rolltape feed atropos` wiring: the live feed of judged trajectories into an Atropos API
+"""`rolltape serve feed` wiring: the live feed of judged trajectories into an Atropos API
 server, a session acknowledged only once its group reached the server.
 
 The pure parts (the feed's selection and buffering, the sink's grouping and scoring) are
@@ -26,7 +26,7 @@ from rolltape.schemas import Role, SchemaError, Stream, read_event
 
 @dataclass(frozen=True)
 class AtroposFeedOptions:
-    """Where the groups go and how they are made (see `rolltape feed atropos --help`)."""
+    """Where the groups go and how they are made (see `rolltape serve feed --help`)."""
 
     url: str
     group_size: int

@@ -1,4 +1,4 @@
-"""`rolltape otlp serve`: the OTLP receiver that records GenAI traces as sessions.
+"""`rolltape serve otlp`: the OTLP receiver that records GenAI traces as sessions.
 
 Traces and logs arrive over OTLP/HTTP (otlp_http.py) and OTLP/gRPC (otlp_grpc.py); both hand
 each request to one `ReceiverFront`, which decodes it, has its spans and log records recorded

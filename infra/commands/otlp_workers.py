@@ -1,4 +1,4 @@
-"""`rolltape otlp serve --workers N`: one receiver spread over N worker processes.
+"""`rolltape serve otlp --workers N`: one receiver spread over N worker processes.
 
 The front process listens, decodes each request and hands each worker the spans and log
 records of the traces it owns; every worker maps them to records through its own `OtlpReceiver` (trace ingest,

@@ -1,4 +1,4 @@
-"""`rolltape project` wiring: the projector (rolltape.projections.run_projector) run as the
+"""`rolltape serve projector` wiring: the projector (rolltape.projections.run_projector) run as the
 projector principal, on the settings' topic prefix, until stopped; with the key-encryption key
 where this machine has it, following the keys topic to open subject sessions and tombstone the
 trajectories of erased ones."""

@@ -418,12 +418,12 @@ async def rejudge(
 ) -> list[tuple[PromptDecision, PromptDecision]]:
     """(as judged, as re-judged) for the target's rounds (numbered in log order; all when
     `rounds` is empty): each decided again from the verdicts `judge_version` gave the same test
-    sessions (`rolltape replay --judge-version V` writes them), by its recorded scoring and
+    sessions (`rolltape log replay --judge-version V` writes them), by its recorded scoring and
     rule. With `record`, the re-judged decisions are recorded (they change no champion)."""
     if judge_version == LIVE_JUDGE_VERSION:
         raise PromptLookupError(
             f"the rounds were judged on the {LIVE_JUDGE_VERSION!r} verdicts already: name the "
-            "judge version a replay wrote (`rolltape replay --judge-version V`)"
+            "judge version a replay wrote (`rolltape log replay --judge-version V`)"
         )
     judged = history.rounds()
     unknown = [n for n in rounds if not 1 <= n <= len(judged)]
@@ -447,7 +447,7 @@ async def rejudge(
         if not verdicts[judge]:
             raise PromptLookupError(
                 f"the log holds no {judge} verdicts of judge version {judge_version!r} on these "
-                f"rounds' {len(sessions)} test sessions: run `rolltape replay --judge-version "
+                f"rounds' {len(sessions)} test sessions: run `rolltape log replay --judge-version "
                 f"{judge_version}` first"
             )
     out = [(d, d.rejudged(verdicts[d.scoring.judge], judge_version)) for d in chosen]

@@ -1,4 +1,4 @@
-"""`rolltape purge-export DIR --erasures FILE`: take erased sessions out of an export written
+"""`rolltape dataset purge DIR --erasures FILE`: take erased sessions out of an export written
 before their erasure, so that the folder holds none of their content and still verifies.
 
 An export with evidence is rendered again from the evidence of the sessions that remain (the
@@ -85,7 +85,7 @@ def _rerender(
             except ValidationError as exc:
                 raise ExportError(
                     f"{name}:{number} is not an evidence line ({exc.errors()[0]['msg']}): run "
-                    "`rolltape verify-export` on the folder; nothing was changed"
+                    "`rolltape dataset verify` on the folder; nothing was changed"
                 ) from exc
             if evidence.session_id in erasures.sessions:
                 purged.append(evidence.session_id)
@@ -103,7 +103,7 @@ def _rerender(
             trajectories.append(fold(events, derived, judge_version=judge_version))
         except (FoldError, SchemaError, ValueError) as exc:
             raise ExportError(
-                f"the evidence of {sid} does not fold ({exc}): run `rolltape verify-export` "
+                f"the evidence of {sid} does not fold ({exc}): run `rolltape dataset verify` "
                 "on the folder first; nothing was changed"
             ) from exc
     blobs, rendered = render_export(

@@ -1,4 +1,4 @@
-"""`rolltape replay` wiring: read the raw topics, re-run the processors under a judge version,
+"""`rolltape log replay` wiring: read the raw topics, re-run the processors under a judge version,
 write what that version's chains do not hold yet.
 
 The pure parts (order, step, write plan) are rolltape.processors' replay; this module reads and
@@ -159,7 +159,7 @@ async def write_outputs(settings: Settings, plan: WritePlan) -> int:
 
 
 class ReplaySummary(BaseModel):
-    """What `rolltape replay` did, as it prints it (and as `--json` writes it)."""
+    """What `rolltape log replay` did, as it prints it (and as `--json` writes it)."""
 
     judge_version: str
     rules: str

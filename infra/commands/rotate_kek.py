@@ -1,4 +1,4 @@
-"""`rolltape keys rotate-kek`: re-wrap every live data key under a new key-encryption key, and
+"""`rolltape privacy rotate-kek`: re-wrap every live data key under a new key-encryption key, and
 retire the old one.
 
 Why: a copy of the keys topic taken before an erasure (a backup, a mirror) still holds the

@@ -1,4 +1,4 @@
-"""`rolltape verify-export`: check an export folder with the judge's public key alone.
+"""`rolltape dataset verify`: check an export folder with the judge's public key alone.
 
 No Kafka: the folder's evidence files hold every envelope the lines were folded from and the
 inclusion proofs of their chain heads in signed tree heads. Each session's evidence is checked
@@ -59,7 +59,7 @@ LineKey = tuple[tuple[str, ...], int]
 
 _ERASED = (
     "erased (erasure {seq} of the erasures file): its content may not be kept; "
-    "`rolltape purge-export` takes it out"
+    "`rolltape dataset purge` takes it out"
 )
 
 

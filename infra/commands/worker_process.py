@@ -1,4 +1,4 @@
-"""A `rolltape worker` in a child process, and whether one is running against a cluster.
+"""A `rolltape serve worker` in a child process, and whether one is running against a cluster.
 
 The demo, the benchmarks and `rolltape harness run --start-worker` need the processors running
 while they record; they start the same worker a user starts by hand, as a child process with its

@@ -1,5 +1,5 @@
-"""The erasures chain read back: the one reader of the erasures stream, for `rolltape erase`
-(its head), `rolltape erasures export` (its records), the live readers of content (the
+"""The erasures chain read back: the one reader of the erasures stream, for `rolltape privacy erase`
+(its head), `rolltape privacy export-erasures` (its records), the live readers of content (the
 sessions erased) and a KEK rotation (the keys erased)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rolltape.schemas.clients import KafkaConnection
 @dataclass(frozen=True)
 class ErasuresLog:
     """The records of the erasures chain by seq (the first copy of each), as the log holds
-    them. A record that does not read as an envelope is left out: `rolltape verify` names it."""
+    them. A record that does not read as an envelope is left out: `rolltape log verify` names it."""
 
     records: tuple[tuple[TypedEvent, bytes], ...]
 

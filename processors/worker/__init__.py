@@ -1,4 +1,4 @@
-"""The faust worker that runs the processors against Kafka (`rolltape worker`)."""
+"""The faust worker that runs the processors against Kafka (`rolltape serve worker`)."""
 
 from rolltape.processors.worker._app import create_app, run_worker
 from rolltape.processors.worker._config import WorkerConfig

@@ -64,7 +64,7 @@ def create_app(
     """The worker's faust app: the assignment agent, the state table, the batch reader task,
     the judges agent and the timers (watchdog, idle checkpoints). `on_stall` replaces the
     process when it stops making progress with records waiting; how depends on who started
-    it (`rolltape worker` starts itself again in place)."""
+    it (`rolltape serve worker` starts itself again in place)."""
     app = faust.App(
         config.group_id,
         broker=config.connection.faust_broker(),

@@ -5,7 +5,7 @@
 sessions through a Recorder (_ingest.py: order, waiting and ending; _events.py: log records
 joined to their span; _genai.py: what is read from a span; _span_records.py: what a span
 records), and the `Journal` keeps what a restarted receiver must know and what it holds. The
-servers around them are `rolltape otlp serve` (rolltape.infra.commands.otlp_serve). Needs the
+servers around them are `rolltape serve otlp` (rolltape.infra.commands.otlp_serve). Needs the
 `otlp` extra for protobuf.
 """
 

@@ -1,6 +1,6 @@
 """Exporters: pure functions from a Trajectory to the formats trainers read.
 
-Each module documents its format with an example line; `FORMATS` names what `rolltape export`
+Each module documents its format with an example line; `FORMATS` names what `rolltape dataset export`
 offers.
 """
 
@@ -42,7 +42,7 @@ from rolltape.projections.exporters._sharegpt import (
 from rolltape.projections.exporters._tags import escape, unescape
 from rolltape.projections.exporters._turns import turn_lines
 
-#: Formats of `rolltape export`; atropos lines are per group, dpo lines per pair in a group, the
+#: Formats of `rolltape dataset export`; atropos lines are per group, dpo lines per pair in a group, the
 #: others per session (turns: per assistant turn).
 FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl", "dpo")
 

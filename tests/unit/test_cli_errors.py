@@ -69,50 +69,53 @@ class Case:
 
 CASES = [
     # Commands that read the topics fail first through the broker when there is none.
-    Case(("tail",), said=NO_BROKER),
-    Case(("verify",), said=NO_BROKER),
-    Case(("erase",), ("--subject", "user-1"), NO_BROKER),
-    Case(("erasures", "export"), ("{tmp}/erasures.jsonl",), NO_BROKER),
-    Case(("keys", "rotate-kek"), said=NO_BROKER),
+    Case(("log", "tail"), said=NO_BROKER),
+    Case(("log", "verify"), said=NO_BROKER),
+    Case(("privacy", "erase"), ("--subject", "user-1"), NO_BROKER),
+    Case(("privacy", "export-erasures"), ("{tmp}/erasures.jsonl",), NO_BROKER),
+    Case(("privacy", "rotate-kek"), said=NO_BROKER),
     Case(
-        ("purge-export",),
+        ("dataset", "purge"),
         ("{tmp}/empty", "--erasures", "{tmp}/rules.json", "--public-key", "{tmp}/judge.pub.pem"),
         "the erasures file does not check out",
     ),
-    Case(("verify",), said=REFUSED, env=CLOSED),
-    Case(("tail",), ("--no-follow",), REFUSED, env=CLOSED),
-    Case(("export",), ("-f", "sharegpt", "-o", "{tmp}/out"), REFUSED, env=CLOSED),
+    Case(("log", "verify"), said=REFUSED, env=CLOSED),
+    Case(("log", "tail"), ("--no-follow",), REFUSED, env=CLOSED),
+    Case(("dataset", "export"), ("-f", "sharegpt", "-o", "{tmp}/out"), REFUSED, env=CLOSED),
+    Case(("serve", "projector"), said=NO_BROKER),
     Case(
-        ("verify",), ("--session", "s-1", "--all"), "give either --session ID or --all", usage=True
+        ("serve", "projector"), ("--judge-version", "Bad Label"), "a judge version is", usage=True
     ),
-    Case(("project",), said=NO_BROKER),
-    Case(("project",), ("--judge-version", "Bad Label"), "a judge version is", usage=True),
     Case(("demo",), said=NO_PASSWORD, env=NOWHERE),
     Case(("demo",), said=BAD_SETTING_SAID, env=BAD_SETTING),
-    Case(("worker",), said="{tmp}/rules.json", env={"ROLLTAPE_RULES_FILE": "{tmp}/rules.json"}),
     Case(
-        ("export",),
+        ("serve", "worker"),
+        said="{tmp}/rules.json",
+        env={"ROLLTAPE_RULES_FILE": "{tmp}/rules.json"},
+    ),
+    Case(
+        ("dataset", "export"),
         ("-f", "dpo", "-o", "{tmp}/out", "--score", "correct"),
         "--score: 'correct' is not a score source",
     ),
-    Case(("export",), ("-f", "sharegpt", "-o", "{tmp}/out"), NO_BROKER),
+    Case(("dataset", "export"), ("-f", "sharegpt", "-o", "{tmp}/out"), NO_BROKER),
     Case(
-        ("verify-export",),
+        ("dataset", "verify"),
         ("{tmp}/empty", "--public-key", "{tmp}/judge.pub.pem"),
         "holds no export",
     ),
     Case(
-        ("verify-export",),
+        ("dataset", "verify"),
         ("{tmp}/empty", "--public-key", "{tmp}/missing.pem"),
         "missing.pem: No such file or directory (ENOENT)",
     ),
     Case(
-        ("verify-export",),
+        ("dataset", "verify"),
         ("{tmp}/empty", "--public-key", "{tmp}/rules.json"),
         "pass the judge's public key as `rolltape keys export FILE` writes it",
     ),
     Case(
-        ("replay",),
+        ("log", "replay"),
         ("--judge-version", "v2", "--dry-run"),
         "{tmp}/rules.json",
         env={"ROLLTAPE_RULES_FILE": "{tmp}/rules.json"},
@@ -125,10 +128,14 @@ CASES = [
         usage=True,
     ),
     Case(("report",), ("--prompts", "harness.policy", "-o", "{tmp}/r.html"), NO_BROKER),
-    Case(("parse",), ("-f", "hermes", "{tmp}/missing.txt"), "{tmp}/missing.txt is not a file"),
-    Case(("parse",), ("-f", "nope", "{tmp}/completion.txt"), "unknown model family 'nope'"),
-    Case(("parse",), ("-f", "hermes", "{tmp}/binary.txt"), "{tmp}/binary.txt is not UTF-8 text"),
-    Case(("parse",), ("-f", "hermes", "-"), "stdin is not UTF-8 text", stdin=b"\xff\xfe"),
+    Case(
+        ("parse",), ("--family", "hermes", "{tmp}/missing.txt"), "{tmp}/missing.txt is not a file"
+    ),
+    Case(("parse",), ("--family", "nope", "{tmp}/completion.txt"), "unknown model family 'nope'"),
+    Case(
+        ("parse",), ("--family", "hermes", "{tmp}/binary.txt"), "{tmp}/binary.txt is not UTF-8 text"
+    ),
+    Case(("parse",), ("--family", "hermes", "-"), "stdin is not UTF-8 text", stdin=b"\xff\xfe"),
     # The managed broker is never started: each of these fails on its credentials first.
     Case(("broker", "up"), said=NO_PASSWORD, env=NOWHERE),
     Case(("broker", "down"), said="not rolltape's to stop", env=NOWHERE),
@@ -158,7 +165,7 @@ CASES = [
     Case(("bench", "prompts"), said=NO_BROKER),
     Case(("bench", "capture"), ("--peer", "zipkin"), "the peer measured is otel", usage=True),
     Case(("bench", "monitor"), ("--block", "0"), "--block", usage=True),
-    Case(("bench", "monitor"), ("--model", "vgg"), "the models are cnn, resnet18", usage=True),
+    Case(("bench", "monitor"), ("--network", "vgg"), "the networks are cnn, resnet18", usage=True),
     Case(("bench", "monitor"), ("--device", "tpu"), "cpu or cuda", usage=True),
     Case(("bench", "capture"), ("--calls", "1"), "--calls", usage=True),
     Case(("bench", "evidence"), ("--repeats", "0"), "--repeats", usage=True),
@@ -166,7 +173,7 @@ CASES = [
     Case(("bench", "judges"), ("--calls", "0"), "--calls", usage=True),
     Case(("import", "hermes"), ("{tmp}/missing.jsonl",), "missing.jsonl is not a file"),
     Case(("import", "env-rl"), ("{tmp}/missing",), "missing is not a folder"),
-    Case(("feed", "atropos"), ("--url", "http://127.0.0.1:1", "--group-size", "2"), NO_BROKER),
+    Case(("serve", "feed"), ("--url", "http://127.0.0.1:1", "--group-size", "2"), NO_BROKER),
     Case(
         ("harness", "run"),
         ("--policy", "llm"),
@@ -174,10 +181,10 @@ CASES = [
         env={"ROLLTAPE_MODELS": "{}"},
     ),
     Case(("harness", "run"), ("--scenario", "nope"), "dead_relu", usage=True),
-    Case(("otlp", "serve"), ("--family", "nope"), "--family: unknown model family 'nope'"),
-    Case(("otlp", "serve"), ("--workers", "0"), "--workers", usage=True),
+    Case(("serve", "otlp"), ("--family", "nope"), "--family: unknown model family 'nope'"),
+    Case(("serve", "otlp"), ("--workers", "0"), "--workers", usage=True),
     Case(
-        ("otlp", "serve"),
+        ("serve", "otlp"),
         said="ROLLTAPE_MODELS does not read: a list or mapping setting is written as JSON",
         env={"ROLLTAPE_MODELS": "not json"},
     ),
@@ -248,7 +255,7 @@ CASES = [
         said="rules.json is not JSON",
     ),
     Case(
-        ("cron", "run"),
+        ("serve", "cron"),
         said="model 'agent': unknown model family 'qwen3-coder'; known: apertus",
         env={
             "ROLLTAPE_MODELS": '{"agent": {"base_url": "http://h/v1", "model": "m", '
@@ -257,14 +264,14 @@ CASES = [
     ),
     Case(
         ("cron", "add"),
-        ("--schedule", "every 6h", "--prompt", "x"),
+        ("--schedule", "every 6h", "--task", "x"),
         "recursion guard",
         env={CRON_RUN_ENV: "job@1"},
     ),
     Case(
         ("cron", "add"),
-        ("--schedule", "every 6h", "--prompt", ""),
-        "--prompt: String should have at least 1 character",
+        ("--schedule", "every 6h", "--task", ""),
+        "--task: String should have at least 1 character",
     ),
     Case(("cron", "pause"), ("ci",), "recursion guard", env={CRON_RUN_ENV: "job@1"}),
     Case(("cron", "resume"), ("ci",), "recursion guard", env={CRON_RUN_ENV: "job@1"}),
@@ -274,16 +281,16 @@ CASES = [
     Case(("cron", "runs"), ("ci",), NO_BROKER),
     Case(("cron", "failures"), said=NO_BROKER),
     Case(("cron", "review"), said=NO_BROKER),
-    Case(("cron", "run"), said=NO_BROKER),
+    Case(("serve", "cron"), said=NO_BROKER),
     Case(("cron", "to-env"), ("ci", "-o", "{tmp}/items.jsonl"), NO_BROKER),
     Case(("env", "evaluate"), ("nope",), "unknown environment 'nope'"),
     Case(("env", "process"), ("bugfix", "--items", "1", "-o", "{tmp}/out"), "no endpoint is bound"),
     Case(
-        ("env", "serve"),
+        ("serve", "env"),
         ("jsonl:{tmp}/missing.jsonl", "--url", "http://127.0.0.1:1"),
         "cannot read items from {tmp}/missing.jsonl",
     ),
-    Case(("batch", "run"), ("nope", "--items", "1"), "unknown environment 'nope'"),
+    Case(("env", "run"), ("nope", "--items", "1"), "unknown environment 'nope'"),
 ]
 
 NO_ERROR_PATH = {
@@ -535,7 +542,7 @@ def test_cli__a_refused_connection_is_one_line_and_the_clients_own_lines_go_to_i
     env = {k: v for k, v in os.environ.items() if not k.startswith("ROLLTAPE_")}
     env.update(CLOSED, ROLLTAPE_STATE_DIR=str(tmp_path / "state"))
     done = subprocess.run(
-        [sys.executable, "-m", "rolltape.infra", "verify"],
+        [sys.executable, "-m", "rolltape.infra", "log", "verify"],
         env=env,
         capture_output=True,
         text=True,

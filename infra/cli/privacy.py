@@ -1,0 +1,111 @@
+"""`rolltape privacy`: erase a subject's or a session's content, export the signed erasures for
+exports held elsewhere, rotate the key-encryption key that wraps the data keys."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import orjson
+import typer
+
+from rolltape.infra.broker import require_connection
+from rolltape.infra.cli._common import console, settings
+from rolltape.infra.commands.erase import erase as erase_keys
+from rolltape.infra.commands.erasures import export_erasures
+from rolltape.infra.commands.rotate_kek import rotate_kek as rotate
+from rolltape.infra.keys import kek_path
+from rolltape.schemas import Role
+
+app = typer.Typer(
+    help="Erase what a subject or session said, everywhere at once; export the signed erasures; "
+    "rotate the key-encryption key.",
+    no_args_is_help=True,
+)
+
+
+@app.command("erase")
+def erase(
+    subject: str | None = typer.Option(
+        None, "--subject", help="Erase every session recorded with this subject."
+    ),
+    session: str | None = typer.Option(
+        None, "--session", "-s", help="A session id: erase it alone."
+    ),
+    reason: str | None = typer.Option(None, "--reason", help="Why (kept in the receipt)."),
+) -> None:
+    """Erase the content of a subject's sessions (or of one session) everywhere at once: their
+    data keys are tombstoned on the keys topic, so every reader reads them as erased from now on,
+    while chains, checkpoints and `verify` still pass. Runs as the admin principal; the receipt
+    (which sessions and keys, when, signed with the judge's key) is appended to the erasures
+    stream and printed as JSON. Compaction removes the wrapped keys from the broker's disks
+    within about two hours (docs/privacy.md)."""
+    if (subject is None) == (session is None):
+        raise typer.BadParameter("give one of --subject or --session")
+    cfg = settings()
+    connection = require_connection(cfg, Role.ADMIN)
+    receipt = asyncio.run(
+        erase_keys(connection, cfg, subject=subject, session_id=session, reason=reason)
+    )
+    out = {
+        "subject": receipt.subject,
+        "erasure": receipt.erasure.model_dump(mode="json"),
+        "record": {"stream": "erasures", "seq": receipt.seq, "hash": receipt.hash},
+    }
+    console.print(
+        orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True
+    )
+
+
+@app.command("export-erasures")
+def export_erasures_command(
+    path: Annotated[Path, typer.Argument(help="Where to write the erasures (JSON lines).")],
+) -> None:
+    """Write every erasure record (the whole chain, signed with the judge's key) to a file.
+    Whoever holds an export written before an erasure checks it with `rolltape dataset
+    verify DIR --public-key KEY --erasures FILE` and purges it with `rolltape dataset purge`,
+    offline."""
+    cfg = settings()
+    connection = require_connection(cfg, Role.READER)
+    count = asyncio.run(export_erasures(connection, cfg.topic_prefix, path))
+    console.print(f"{count} erasure record(s) written to {path}", highlight=False, soft_wrap=True)
+
+
+@app.command("rotate-kek")
+def rotate_kek() -> None:
+    """Re-wrap every live data key under a new key-encryption key and retire the old one (its
+    file overwritten, or destroyed by the provider that serves it), so that a copy of a wrapped
+    key taken before (a backup of the keys topic) is useless. Runs as the admin; readers need the
+    new KEK file afterwards. A rotation cut short goes on where it stopped when run again
+    (docs/privacy.md)."""
+    cfg = settings()
+    connection = require_connection(cfg, Role.ADMIN)
+    done = asyncio.run(rotate(connection, cfg))
+    where = cfg.kek_provider or kek_path(cfg)
+    after = (
+        "the provider destroyed the old key."
+        if cfg.kek_provider
+        else "the old key is overwritten. Copy the new file to every machine that records "
+        "subject sessions or reads their content."
+    )
+    console.print(
+        f"key-encryption key {done.old_kek_id} -> {done.new_kek_id} ({where}): "
+        f"{done.rewrapped} data keys re-wrapped, {done.already} re-wrapped already; {after}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if done.erased_again:
+        console.print(
+            f"{done.erased_again} data keys erased while the rotation ran were tombstoned again.",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if done.foreign:
+        console.print(
+            f"{done.foreign} data keys are wrapped under another key-encryption key (another "
+            "cluster's, or one retired before) and were left as they were: nothing here opens "
+            "them.",
+            highlight=False,
+            soft_wrap=True,
+        )
