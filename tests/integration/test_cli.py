@@ -26,9 +26,9 @@ def run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str
 @pytest.mark.parametrize(
     "args",
     [
-        ["verify"],
-        ["export", "-f", "sharegpt", "-o", "out"],
-        ["replay", "--judge-version", "v2", "--dry-run"],
+        ["log", "verify"],
+        ["dataset", "export", "-f", "sharegpt", "-o", "out"],
+        ["log", "replay", "--judge-version", "v2", "--dry-run"],
     ],
 )
 def test_a_cluster_that_does_not_answer__is_one_line_that_says_what_to_check(
@@ -95,7 +95,7 @@ def test_a_setting_that_does_not_read__is_one_line_naming_the_variable(
     tmp_path: Path, variable: str, value: str, said: str
 ) -> None:
     env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path), variable: value}
-    out = run(["replay", "--judge-version", "v2", "--dry-run"], env)
+    out = run(["log", "replay", "--judge-version", "v2", "--dry-run"], env)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "Traceback" not in out.stderr and said in out.stderr
 
@@ -103,7 +103,7 @@ def test_a_setting_that_does_not_read__is_one_line_naming_the_variable(
 def test_verify__without_a_broker_says_how_to_get_one(tmp_path: Path) -> None:
     env = {**os.environ, "ROLLTAPE_STATE_DIR": str(tmp_path)}
     env.pop("ROLLTAPE_BOOTSTRAP", None)
-    out = run(["verify"], env)
+    out = run(["log", "verify"], env)
     assert out.returncode == 2 and "rolltape broker up" in out.stderr
 
 
@@ -144,6 +144,7 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     for name in ("a", "b"):
         export = run(
             [
+                "dataset",
                 "export",
                 "-f",
                 "sharegpt",
@@ -165,7 +166,7 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
 
     tok = build_chat_tokenizer(tmp_path / "tok")
     atropos = run(
-        ["export", "-f", "atropos", "-o", str(tmp_path / "atr"), "-s", "demo-agent-*",
+        ["dataset", "export", "-f", "atropos", "-o", str(tmp_path / "atr"), "-s", "demo-agent-*",
          "--tokenizer", str(tok), "--score", "reward:answer_correct", "--keep-equal-scores"],
         env,
     )  # fmt: skip
@@ -174,7 +175,7 @@ def test_demo__records_processes_and_verifies_agent_and_training_sessions(
     assert group["scores"] == [1.0] and any(m != -100 for m in group["masks"][0])
     manifest = json.loads((tmp_path / "atr" / ".rolltape" / "manifest.json").read_text())
     assert manifest["options"]["tokenizer"].startswith("tok@sha256:")
-    tail = run(["tail", "--from-beginning", "--no-follow"], topics.env())
+    tail = run(["log", "tail", "--from-beginning", "--no-follow"], topics.env())
     assert tail.returncode == 0
     assert (
         "session_started" in tail.stdout
@@ -227,7 +228,7 @@ def test_tail__follows_new_records_live_and_filters_by_session(
     from rolltape.producers import Recorder
 
     follower = subprocess.Popen(
-        [*CLI, "tail", "--session", "live-1"],
+        [*CLI, "log", "tail", "--session", "live-1"],
         env={**topics.env(), "COLUMNS": "200"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -298,16 +299,18 @@ def test_bench_cluster__starts_one_node_and_three_and_reports_both_set_up_as_che
 def test_worker__refuses_a_bad_config_and_says_what_to_fix(topics: Topics, tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
     rules.write_text('{"r2_noise_scale_low": 9000}')
-    out = run(["worker"], {**topics.env(), "ROLLTAPE_RULES_FILE": str(rules)})
+    out = run(["serve", "worker"], {**topics.env(), "ROLLTAPE_RULES_FILE": str(rules)})
     assert out.returncode == 2 and "r2_noise_scale_low must be below" in out.stderr
-    out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["oracle"]'})
+    out = run(["serve", "worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["oracle"]'})
     assert out.returncode == 2 and "unknown judge(s) oracle" in out.stderr
     assert "ROLLTAPE_LLM_JUDGES" in out.stderr
-    out = run(["worker"], {**topics.env(), "ROLLTAPE_PLUGINS": '["no_such_plugin_module"]'})
+    out = run(
+        ["serve", "worker"], {**topics.env(), "ROLLTAPE_PLUGINS": '["no_such_plugin_module"]'}
+    )
     assert (
         out.returncode == 2 and "cannot import plugin module 'no_such_plugin_module'" in out.stderr
     )
-    out = run(["worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["answer_quality"]'})
+    out = run(["serve", "worker"], {**topics.env(), "ROLLTAPE_LLM_JUDGES": '["answer_quality"]'})
     assert out.returncode == 2 and "no endpoint for the logical model(s) grader" in out.stderr
 
 
@@ -371,24 +374,47 @@ def test_bench_batch__runs_end_to_end_and_reports_every_figure(topics: Topics) -
 def test_export__bad_options_say_what_to_change(tmp_path: Path) -> None:
     env = dict(os.environ)
     both = run(
-        ["export", "-f", "sharegpt", "-o", str(tmp_path), "--accepted-only", "--rejected-only"], env
+        [
+            "dataset",
+            "export",
+            "-f",
+            "sharegpt",
+            "-o",
+            str(tmp_path),
+            "--accepted-only",
+            "--rejected-only",
+        ],
+        env,
     )
     assert (
         both.returncode == 2 and "choose one of --accepted-only and --rejected-only" in both.stderr
     )
-    since = run(["export", "-f", "openai", "-o", str(tmp_path), "--since", "yesterday"], env)
+    since = run(
+        ["dataset", "export", "-f", "openai", "-o", str(tmp_path), "--since", "yesterday"], env
+    )
     assert since.returncode == 2 and "ISO 8601" in since.stderr
     tokenizer = run(
-        ["export", "-f", "atropos", "-o", str(tmp_path), "--tokenizer", str(tmp_path / "none")], env
+        [
+            "dataset",
+            "export",
+            "-f",
+            "atropos",
+            "-o",
+            str(tmp_path),
+            "--tokenizer",
+            str(tmp_path / "none"),
+        ],
+        env,
     )
     assert tokenizer.returncode == 2 and "does not exist" in tokenizer.stderr
     version = run(
-        ["export", "-f", "turns", "-o", str(tmp_path), "--judge-version", "Bad Version"], env
+        ["dataset", "export", "-f", "turns", "-o", str(tmp_path), "--judge-version", "Bad Version"],
+        env,
     )
     assert version.returncode == 2 and "lowercase letters" in version.stderr
-    fmt = run(["export", "-f", "csv", "-o", str(tmp_path)], env)
+    fmt = run(["dataset", "export", "-f", "csv", "-o", str(tmp_path)], env)
     assert fmt.returncode == 2 and "csv" in fmt.stderr
-    score = run(["export", "-f", "dpo", "-o", str(tmp_path), "--score", "correct"], env)
+    score = run(["dataset", "export", "-f", "dpo", "-o", str(tmp_path), "--score", "correct"], env)
     assert score.returncode == 2 and "Traceback" not in score.stderr
     assert "--score: 'correct' is not a score source: use reward, reward:NAME" in score.stderr
 
@@ -411,9 +437,9 @@ def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
     moved = tmp_path / "renamed.jsonl"  # the same row from another file, at another line
     moved.write_text("\n" + json.dumps(HERMES_ROW) + "\n")
     assert run(["import", "hermes", str(moved)], env).returncode == 0
-    verify = run(["verify"], env)
+    verify = run(["log", "verify"], env)
     assert verify.returncode == 0, verify.stdout + verify.stderr
-    tail = run(["tail", "--from-beginning", "--no-follow"], env)
+    tail = run(["log", "tail", "--from-beginning", "--no-follow"], env)
     assert "list files" in tail.stdout and "terminal" in tail.stdout
 
     # Prose that quotes the tags comes out of import and export exactly as it was written.
@@ -429,7 +455,7 @@ def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
     assert run(["import", "hermes", str(tmp_path / "quoting.jsonl")], env).returncode == 0
     for fmt in ("openai", "sharegpt"):
         out = tmp_path / f"quoting-{fmt}"
-        exported = run(["export", "-f", fmt, "-o", str(out), "-s", "hermes-*"], env)
+        exported = run(["dataset", "export", "-f", fmt, "-o", str(out), "-s", "hermes-*"], env)
         assert exported.returncode == 0, exported.stdout + exported.stderr
         lines = [json.loads(x) for f in out.glob("*.jsonl") for x in f.read_text().splitlines()]
         if fmt == "openai":
@@ -451,7 +477,7 @@ def test_import__hermes_rows_and_env_rl_logs_land_as_verified_sessions(
     assert "env_rl chains verified" in imported.stdout
     assert "where the rule engines disagree" in imported.stdout and "R2" in imported.stdout
     assert "missing_decision" in imported.stdout
-    assert run(["verify"], env).returncode == 0
+    assert run(["log", "verify"], env).returncode == 0
     (logs / "decision_log.jsonl").write_text(
         (logs / "decision_log.jsonl").read_text().replace("NaN", "nan")
     )
@@ -471,7 +497,9 @@ def test_harness__lists_its_scenarios_and_refuses_to_run_without_a_worker(topics
     assert "R7" in listed.stdout and "R6" in listed.stdout
     alone = run(["harness", "run", "--scenario", "baseline"], topics.env())
     assert alone.returncode == 2
-    assert "no `rolltape worker` is running" in alone.stderr and "--start-worker" in alone.stderr
+    assert (
+        "no `rolltape serve worker` is running" in alone.stderr and "--start-worker" in alone.stderr
+    )
     unknown = run(["harness", "run", "--scenario", "nope"], topics.env())
     assert unknown.returncode == 2 and "dead_relu" in unknown.stderr
     llm = run(["harness", "run", "--policy", "llm"], {**topics.env(), "ROLLTAPE_MODELS": "{}"})

@@ -28,4 +28,4 @@ def test_no_checkpoint_hint__with_a_judge_key_names_it_and_points_at_the_worker(
     kid = judge_key(settings).create()
     hint = no_checkpoint_hint(settings, 1)
     assert f"the judge key {kid} exists" in hint and "no worker signed them" in hint
-    assert "`rolltape worker`" in hint and "keys init" not in hint
+    assert "`rolltape serve worker`" in hint and "keys init" not in hint

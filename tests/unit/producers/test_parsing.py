@@ -272,11 +272,11 @@ def test_cli__prints_the_parse_as_json_and_exits_1_when_a_block_was_unreadable(
     assert json.loads(good.stdout)["tool_calls"][0]["name"] == "ls"
     completion = tmp_path / "completion.txt"
     completion.write_text(MIXED["kimi_k2"], encoding="utf-8")
-    mixed = subprocess.run([*cli, "-f", "kimi_k2", str(completion)], capture_output=True,
+    mixed = subprocess.run([*cli, "--family", "kimi_k2", str(completion)], capture_output=True,
                            text=True, check=False)  # fmt: skip
     assert mixed.returncode == 1
     assert len(json.loads(mixed.stdout)["problems"]) == 1
-    unknown = subprocess.run([*cli, "-f", "gpt2", str(completion)], capture_output=True,
+    unknown = subprocess.run([*cli, "--family", "gpt2", str(completion)], capture_output=True,
                              text=True, check=False)  # fmt: skip
     assert unknown.returncode == 2 and "deepseek_v3" in unknown.stderr
 
