@@ -17,6 +17,8 @@ InfraError
 
 from __future__ import annotations
 
+from rolltape.schemas import RolltapeError
 
-class InfraError(Exception):
+
+class InfraError(RolltapeError):
     """Root of every error rolltape.infra raises."""

@@ -11,6 +11,8 @@ dead-lettered with the reason. They reach callers that load configs or drive the
 
 from __future__ import annotations
 
+from rolltape.schemas import RolltapeError
 
-class ProcessorError(Exception):
+
+class ProcessorError(RolltapeError):
     """Root of every error rolltape.processors raises."""

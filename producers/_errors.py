@@ -45,8 +45,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
+from rolltape.schemas import RolltapeError
 
-class ProducerError(Exception):
+
+class ProducerError(RolltapeError):
     """Root of every error the producer SDK raises."""
 
 

@@ -10,6 +10,8 @@ ProjectionError
 
 from __future__ import annotations
 
+from rolltape.schemas import RolltapeError
 
-class ProjectionError(Exception):
+
+class ProjectionError(RolltapeError):
     """Root of every error rolltape.projections raises."""

@@ -71,6 +71,7 @@ from rolltape.schemas._errors import (
     CanonicalEncodingError,
     EnvelopeError,
     PayloadError,
+    RolltapeError,
     SchemaError,
 )
 from rolltape.schemas._evaluation import EvaluatedItem, Evaluation
@@ -304,6 +305,7 @@ __all__ = [
     "Reward",
     "RewardEvent",
     "Role",
+    "RolltapeError",
     "RuleClass",
     "RuleEvaluation",
     "RuleEvaluationEvent",

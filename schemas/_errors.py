@@ -1,4 +1,22 @@
-"""The one exception root of rolltape.schemas.
+"""rolltape's exception tree: `RolltapeError` above every package's root, so a library user writes
+one `except RolltapeError` (importable as `rolltape.schemas.RolltapeError`). Each package's own
+root, in the module beside it, draws its leaves:
+
+RolltapeError
+├── SchemaError        rolltape.schemas: bad data (below)
+├── KafkaClientError   rolltape.schemas.clients: the cluster could not do what was asked
+├── PluginError        rolltape.schemas.plugins: a plugin that does not load or is not there
+├── ProducerError      rolltape.producers: the recording SDK, capture, OTLP mapping, agents
+├── ProcessorError     rolltape.processors: rule sets, judge configs, the engine
+├── ProjectionError    rolltape.projections: folds, formats, tokenizers, the Atropos sink
+└── InfraError         rolltape.infra: broker, worker setup, exports, reports, the CLI
+
+The roots stay apart below `RolltapeError` on purpose: a handler of bad data (`SchemaError`) must
+never catch "the broker is down" (`KafkaClientError`) by accident, nor the other way round. A
+library's own exceptions (aiokafka's, pydantic's, an HTTP client's) are translated into one of
+these where rolltape calls that library.
+
+The leaves of rolltape.schemas:
 
 SchemaError
 ├── CanonicalEncodingError   a value has no canonical JSON form (wrong type, int out of range)
@@ -14,7 +32,11 @@ the broker being away is not bad data.
 from __future__ import annotations
 
 
-class SchemaError(Exception):
+class RolltapeError(Exception):
+    """Root of every error rolltape raises on purpose; the message says what to do."""
+
+
+class SchemaError(RolltapeError):
     """Root of every error raised by rolltape.schemas."""
 
 

@@ -1,7 +1,7 @@
 """Shared CLI plumbing: settings, the console, and the one place where errors become messages.
 
 The boundary (`error_boundary`) wraps every command once, where `rolltape.infra.cli` registers
-it: each package's exception root, an OSError, a pydantic ValidationError of options a command
+it: `RolltapeError` (every package's root is below it), an OSError, a pydantic ValidationError of options a command
 validates, and a missing optional dependency become one line `error: <message>` on stderr and
 exit code 2. Anything else is a bug and keeps its traceback.
 """
@@ -27,12 +27,8 @@ from rich.progress import Progress, ProgressColumn
 
 from rolltape.infra import InfraError
 from rolltape.infra.settings import Settings
-from rolltape.processors import ProcessorError
-from rolltape.producers import ProducerError, keep_client_logs_in
-from rolltape.projections import ProjectionError
-from rolltape.schemas import JUDGE_VERSION_PATTERN, SchemaError
-from rolltape.schemas.clients import KafkaClientError
-from rolltape.schemas.plugins import PluginError
+from rolltape.producers import keep_client_logs_in
+from rolltape.schemas import JUDGE_VERSION_PATTERN, RolltapeError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -55,18 +51,6 @@ KeepEqualScoresOption = Annotated[
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-#: The exception root of each package: what our code raises for input, state or a cluster it
-#: cannot work with, each with a message that says what to do.
-PACKAGE_ERRORS: tuple[type[Exception], ...] = (
-    SchemaError,
-    KafkaClientError,
-    PluginError,
-    ProducerError,
-    ProcessorError,
-    ProjectionError,
-    InfraError,
-)
-
 #: The import name of each optional dependency and the extra of pyproject.toml that installs it.
 OPTIONAL_MODULES = {
     "torch": "torch",
@@ -85,7 +69,7 @@ OPTIONAL_MODULES = {
 
 
 #: What the boundary prints as raised: a package's error, or the system's (a file, a port).
-_USER_ERRORS: tuple[type[Exception], ...] = (*PACKAGE_ERRORS, OSError)
+_USER_ERRORS: tuple[type[Exception], ...] = (RolltapeError, OSError)
 _bounded: set[Callable[..., object]] = set()
 
 

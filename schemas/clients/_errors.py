@@ -27,8 +27,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from rolltape.schemas._errors import RolltapeError
 
-class KafkaClientError(Exception):
+
+class KafkaClientError(RolltapeError):
     """The cluster could not do what was asked; the message says what was being done, what
     the client reported and what to do."""
 

@@ -17,8 +17,10 @@ working; `UnknownPluginError` is also a `KeyError`, because a registry is a `Map
 
 from __future__ import annotations
 
+from rolltape.schemas._errors import RolltapeError
 
-class PluginError(Exception):
+
+class PluginError(RolltapeError):
     """Root of every error raised by rolltape.schemas.plugins; the message says what to fix."""
 
 

@@ -25,12 +25,8 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "pydantic_settings",
         "rolltape.infra",
         "rolltape.infra.settings",
-        "rolltape.processors",
         "rolltape.producers",
-        "rolltape.projections",
         "rolltape.schemas",
-        "rolltape.schemas.clients",
-        "rolltape.schemas.plugins",
     },
     "_rollouts": {
         "rolltape.producers.environments",

@@ -24,6 +24,7 @@ import rolltape.schemas.clients
 import rolltape.schemas.plugins
 import rolltape.schemas.privacy
 import rolltape.schemas.trust
+from rolltape.schemas import RolltapeError
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = {
@@ -294,6 +295,7 @@ def test_public_api__is_pinned() -> None:
         "Reward",
         "RewardEvent",
         "Role",
+        "RolltapeError",
         "RuleClass",
         "RuleEvaluation",
         "RuleEvaluationEvent",
@@ -535,6 +537,23 @@ def test_packaging__every_package_folder_is_listed_for_the_wheel() -> None:
 
 
 @pytest.mark.parametrize(
+    "root",
+    [
+        "rolltape.schemas.SchemaError",
+        "rolltape.schemas.clients.KafkaClientError",
+        "rolltape.schemas.plugins.PluginError",
+        "rolltape.producers.ProducerError",
+        "rolltape.processors.ProcessorError",
+        "rolltape.projections.ProjectionError",
+        "rolltape.infra.InfraError",
+    ],
+)
+def test_exceptions__every_package_root_is_a_rolltape_error(root: str) -> None:
+    module_name, _, class_name = root.rpartition(".")
+    assert issubclass(getattr(importlib.import_module(module_name), class_name), RolltapeError)
+
+
+@pytest.mark.parametrize(
     ("package", "root"),
     [
         ("schemas", "rolltape.schemas.SchemaError"),
@@ -566,6 +585,7 @@ def test_exceptions__each_package_raises_under_its_one_root(package: str, root: 
                 isinstance(cls, type)
                 and issubclass(cls, BaseException)
                 and not issubclass(cls, base)
+                and cls is not RolltapeError  # the one root above every package's
             ):
                 strays.append(f"{dotted}.{name}")
     assert strays == []
