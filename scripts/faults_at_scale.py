@@ -139,7 +139,7 @@ class Worker:
         self.starts += 1
         log = open(self.home / f"worker-{self.starts}.log", "wb")  # noqa: SIM115 (the child keeps it)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.infra", "worker", "--log-level", "info"],
+            [sys.executable, "-m", "rolltape.infra", "serve", "worker", "--log-level", "info"],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -301,7 +301,7 @@ def _group_replay(settings: Settings, members: int) -> float:
     started together, have all returned (process start, the group's settling and the wait for
     the others included: what a user on that many hosts waits)."""
     group = f"benchreplay-{uuid.uuid4().hex[:8]}"
-    cli = [sys.executable, "-m", "rolltape.infra", "replay", "--judge-version", "live"]
+    cli = [sys.executable, "-m", "rolltape.infra", "log", "replay", "--judge-version", "live"]
     start = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -324,7 +324,7 @@ def _export_figures(settings: Settings) -> tuple[tuple[float, float], ...]:
     """`rolltape dataset export`, the in-memory baseline and the command's import floor, each in a
     fresh process: (seconds, peak RSS MB) each."""
     with tempfile.TemporaryDirectory() as out:
-        cli = ("rolltape.infra", "export")
+        cli = ("rolltape.infra", "dataset", "export")
         streamed = _measured(settings, *cli, "-f", "sharegpt", "-o", str(Path(out) / "x"))
         in_memory = _measured(settings, "rolltape.infra.bench.replay")
         idle = _measured(settings, *cli, "--help")

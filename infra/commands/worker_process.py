@@ -30,7 +30,7 @@ class WorkerProcess:
         self.log_path = log
         self._log: IO[bytes] = open(log, "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.infra", "worker"],
+            [sys.executable, "-m", "rolltape.infra", "serve", "worker"],
             env={
                 **os.environ,
                 **settings.child_env(),

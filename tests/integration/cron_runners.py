@@ -1,5 +1,5 @@
 """Runners the cron tests name as `tests.integration.cron_runners:FUNC` (importable by a
-`rolltape cron run` started from the repository root)."""
+`rolltape serve cron` started from the repository root)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def schedules_more(run: CronRunContext) -> str:
             "add",
             "--schedule",
             "every 1m",
-            "--prompt",
+            "--task",
             "more",
         ],
         env=run.env(),

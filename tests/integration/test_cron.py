@@ -93,12 +93,12 @@ def _ids_on_every_partition(partitions: int, per_partition: int) -> list[str]:
 
 
 class _Scheduler:
-    """`rolltape cron run` as a user starts it, in the repository root."""
+    """`rolltape serve cron` as a user starts it, in the repository root."""
 
     def __init__(self, topics: Topics, log: Path) -> None:
         self._log = log.open("wb")
         self.proc = subprocess.Popen(
-            [*CLI, "cron", "run"],
+            [*CLI, "serve", "cron"],
             env={**topics.env(), "COLUMNS": "200"},
             cwd=ROOT,
             stdout=self._log,
@@ -331,7 +331,7 @@ def test_statuses__failures_and_reviews_land_in_their_queues_with_reasons_and_ar
 
 
 def test_cli__add_refuses_a_bad_schedule_and_lists_what_is_accepted(topics: Topics) -> None:
-    done = _cli(topics, "add", "--schedule", "every other tuesday", "--prompt", "x")
+    done = _cli(topics, "add", "--schedule", "every other tuesday", "--task", "x")
     assert done.returncode == 2
     assert "cannot read schedule 'every other tuesday'" in done.stderr
     assert "every 6h" in done.stderr and "daily at 09:00" in done.stderr
@@ -340,7 +340,7 @@ def test_cli__add_refuses_a_bad_schedule_and_lists_what_is_accepted(topics: Topi
         "add",
         "--schedule",
         "daily at 09:00",
-        "--prompt",
+        "--task",
         "Summarise CI",
         "--id",
         "ci",

@@ -123,7 +123,7 @@ def _batch(topics: Topics, models: str, *extra: str) -> subprocess.Popen[str]:
             sys.executable,
             "-m",
             "rolltape.infra",
-            "batch",
+            "env",
             "run",
             "bugfix",
             "--items",
@@ -295,8 +295,8 @@ def test_env_serve__delivers_judged_groups_that_the_trainer_gets_from_batch(
                     sys.executable,
                     "-m",
                     "rolltape.infra",
-                    "env",
                     "serve",
+                    "env",
                     "bugfix",
                     "--url",
                     atropos.url,
@@ -420,7 +420,7 @@ def test_env_evaluate__a_tools_judge_reviews_the_passing_fix_and_replay_rejudges
         replays = []
         for version in ("v1", "v1", "v2"):
             replay = subprocess.run(
-                [*CLI, "replay", "--judge-version", version],
+                [*CLI, "log", "replay", "--judge-version", version],
                 env=judged,
                 capture_output=True,
                 text=True,

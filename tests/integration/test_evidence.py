@@ -71,7 +71,7 @@ def exported(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
     finally:
         worker.stop()
     out = base / "out"
-    made = run(["export", "-f", "sharegpt", "-o", str(out), "--evidence"], topics.env())
+    made = run(["dataset", "export", "-f", "sharegpt", "-o", str(out), "--evidence"], topics.env())
     assert made.returncode == 0, made.stderr
     assert "5 sharegpt lines from 5" in made.stdout and "evidence: 1 file(s)" in made.stdout
     key = run(["keys", "export", str(base / "judge.pub.pem")], topics.env())
@@ -82,7 +82,7 @@ def exported(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def verify(
     base: Path, folder: Path, key: str = "judge.pub.pem"
 ) -> subprocess.CompletedProcess[str]:
-    return run(["verify-export", str(folder), "--public-key", str(base / key)], offline(base))
+    return run(["dataset", "verify", str(folder), "--public-key", str(base / key)], offline(base))
 
 
 def edited(base: Path, name: str) -> Path:

@@ -180,7 +180,7 @@ def test_the_projector_publishes_each_decided_session_to_the_compacted_topic(
     record_groups(topics, tmp_path / "spool", {"p": (1.0, 0.0, 0.5)})
     worker = WorkerProcess(topics, tmp_path).start()
     projector = subprocess.Popen(
-        [sys.executable, "-m", "rolltape.infra", "project"],
+        [sys.executable, "-m", "rolltape.infra", "serve", "projector"],
         env=topics.env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -260,8 +260,8 @@ def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_ne
                 sys.executable,
                 "-m",
                 "rolltape.infra",
+                "serve",
                 "feed",
-                "atropos",
                 "--url",
                 server.url,
                 *extra,
@@ -330,7 +330,7 @@ def test_feed_atropos_started_before_the_trainer_waits_for_it_and_loses_no_group
     try:
         with AtroposServer() as server:
             feed = subprocess.Popen(
-                [sys.executable, "-m", "rolltape.infra", "feed", "atropos", "--url", server.url,
+                [sys.executable, "-m", "rolltape.infra", "serve", "feed", "--url", server.url,
                  "--group-size", "2"],
                 env=topics.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
@@ -371,7 +371,7 @@ def test_feed_atropos_without_score_refuses_when_sessions_carry_several_reward_n
         s.reward(1.0, name="correct")
         s.reward(0.5, name="style")
     done = subprocess.run(
-        [sys.executable, "-m", "rolltape.infra", "feed", "atropos", "--url", "http://127.0.0.1:9",
+        [sys.executable, "-m", "rolltape.infra", "serve", "feed", "--url", "http://127.0.0.1:9",
          "--group-size", "2"],
         env=topics.env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip

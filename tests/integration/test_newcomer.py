@@ -64,7 +64,9 @@ def test_demo_then_export_evidence__verifies_offline_with_the_key_the_demo_creat
     assert "demo: all chains verified" in demo.stdout
     assert "new judge key" in demo.stderr, demo.stderr
 
-    export = run(["export", "-f", "sharegpt", "-o", "out", "--evidence"], newcomer, tmp_path)
+    export = run(
+        ["dataset", "export", "-f", "sharegpt", "-o", "out", "--evidence"], newcomer, tmp_path
+    )
     assert export.returncode == 0, export.stdout + export.stderr
     manifest = json.loads((tmp_path / "out" / ".rolltape" / "manifest.json").read_text())
     # The demo's four agent sessions, each with its evidence; none left out for want of a
@@ -76,7 +78,7 @@ def test_demo_then_export_evidence__verifies_offline_with_the_key_the_demo_creat
     exported = run(["keys", "export", "judge.pub.pem"], newcomer, tmp_path)
     assert exported.returncode == 0, exported.stderr
     verified = run(
-        ["verify-export", "out", "--public-key", "judge.pub.pem"],
+        ["dataset", "verify", "out", "--public-key", "judge.pub.pem"],
         # The verifier is a third party: none of the recorder's settings, no broker.
         {k: v for k, v in newcomer.items() if k != "ROLLTAPE_STATE_DIR"},
         tmp_path,

@@ -1,4 +1,4 @@
-"""`rolltape otlp serve` as a user runs it: an agent instrumented with the OpenTelemetry SDK
+"""`rolltape serve otlp` as a user runs it: an agent instrumented with the OpenTelemetry SDK
 exports its trace over OTLP/HTTP, and the trace lands on the broker as a verified session."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ CLI = [sys.executable, "-m", "rolltape.infra"]
 
 def start_receiver(env: dict[str, str], *more: str) -> tuple[subprocess.Popen[str], str]:
     receiver = subprocess.Popen(
-        [*CLI, "otlp", "serve", "--port", "0", "--grpc-port", "0", "--linger", "0.2", *more],
+        [*CLI, "serve", "otlp", "--port", "0", "--grpc-port", "0", "--linger", "0.2", *more],
         env=env,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -58,7 +58,7 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
     receiver, url = start_receiver(env)
     try:
         second = subprocess.run(
-            [*CLI, "otlp", "serve", "--port", "0"], env=env, capture_output=True, text=True
+            [*CLI, "serve", "otlp", "--port", "0"], env=env, capture_output=True, text=True
         )
         assert second.returncode == 2 and "another OTLP receiver" in second.stderr
         with agent_tracer(url, gzip=True) as tracer:
@@ -191,7 +191,7 @@ def test_otlp_serve__instrumented_agents_are_judged_honestly_and_exported_whole(
 
     out = tmp_path / "export"
     done = subprocess.run(
-        [*CLI, "export", "-f", "openai", "-o", str(out), "--accepted-only"],
+        [*CLI, "dataset", "export", "-f", "openai", "-o", str(out), "--accepted-only"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -101,9 +101,9 @@ def _folder(out: Path) -> dict[str, Any]:
 
 
 def _export(topics: Topics, out: Path, kek_file: Path, *options: str) -> dict[str, Any]:
-    """`rolltape export` as a person runs it; the manifest, and every line's text."""
+    """`rolltape dataset export` as a person runs it; the manifest, and every line's text."""
     env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
-    done = _run(env, "export", "-f", "sharegpt", "-o", str(out), *options)
+    done = _run(env, "dataset", "export", "-f", "sharegpt", "-o", str(out), *options)
     assert done.returncode == 0, done.stdout + done.stderr
     return _folder(out)
 
@@ -121,7 +121,7 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     kek, kek_file = _kek_file(tmp_path)
     settings = topics.settings.model_copy(update={"kek_file": kek_file})
     projector = subprocess.Popen(  # follows the keys topic: opens, and tombstones the erased
-        [*CLI, "project"],
+        [*CLI, "serve", "projector"],
         env={**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -197,16 +197,16 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     public_pem.write_bytes(judge_key(topics.settings).public_pem())
     offline = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "COLUMNS": "200"}
     checked = _run(
-        offline, "verify-export", str(tmp_path / "evidence"), "--public-key", str(public_pem)
+        offline, "dataset", "verify", str(tmp_path / "evidence"), "--public-key", str(public_pem)
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     without = _export(topics, tmp_path / "no-kek", tmp_path / "absent.bin")
     assert without["exported"] == 0 and without["skipped"].get("key_unavailable") == 2
 
-    # `rolltape erase` as the custodian runs it: tombstones, and a signed receipt.
+    # `rolltape privacy erase` as the custodian runs it: tombstones, and a signed receipt.
     env = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
     erased = subprocess.run(
-        [*CLI, "erase", "--subject", "user-a", "--reason", "GDPR art. 17 request"],
+        [*CLI, "privacy", "erase", "--subject", "user-a", "--reason", "GDPR art. 17 request"],
         env=env,
         capture_output=True,
         text=True,
@@ -221,7 +221,11 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     assert erasure_signed_by(public, erasure)
     assert not erasure_signed_by(public, erasure.model_copy(update={"sessions": ("s-user-b",)}))
     again = subprocess.run(
-        [*CLI, "erase", "--subject", "user-a"], env=env, capture_output=True, text=True, timeout=180
+        [*CLI, "privacy", "erase", "--subject", "user-a"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert again.returncode == 2 and "no live data key for subject 'user-a'" in again.stderr
 
@@ -237,7 +241,7 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     assert all(r.ok for r in chains.values())
     assert all(r.ended for (stream, _), r in chains.items() if stream == "events")
 
-    tailed = _run(env, "tail", "--no-follow", "--from-beginning", "-s", "events")
+    tailed = _run(env, "log", "tail", "--no-follow", "--from-beginning", "--stream", "events")
     lines = [line for line in tailed.stdout.splitlines() if " user: " in line]
     assert tailed.returncode == 0 and len(lines) == 2, tailed.stdout + tailed.stderr
     assert sum("[erased] user: " in line for line in lines) == 1
@@ -278,10 +282,10 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     asyncio.run(_feed_keys(topics, stranger))
     assert _opened(topics, stranger)["s-user-b"] == ["key unavailable"]
 
-    # `rolltape keys rotate-kek`: live keys re-wrapped, the old KEK retired; a copy of it (or of
+    # `rolltape privacy rotate-kek`: live keys re-wrapped, the old KEK retired; a copy of it (or of
     # a key wrapped under it) opens nothing from then on.
     rotated = subprocess.run(
-        [*CLI, "keys", "rotate-kek"], env=env, capture_output=True, text=True, timeout=180
+        [*CLI, "privacy", "rotate-kek"], env=env, capture_output=True, text=True, timeout=180
     )
     assert rotated.returncode == 0, rotated.stdout + rotated.stderr
     assert "1 data keys re-wrapped" in rotated.stdout
@@ -314,16 +318,16 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
             )
 
     asyncio.run(revive())
-    again = _run(env, "keys", "rotate-kek")
+    again = _run(env, "privacy", "rotate-kek")
     assert again.returncode == 0 and "1 data keys erased while the rotation ran" in again.stdout
     keyring = asyncio.run(read_keyring(topics.reader, settings))
     assert keyring.subjects == {"s-user-b": "user-b"}
 
     # Exports written before the erasure: named by the signed erasures file, purged by it.
     erasures = tmp_path / "erasures.jsonl"
-    listed = _run(env, "erasures", "export", str(erasures))
+    listed = _run(env, "privacy", "export-erasures", str(erasures))
     assert listed.returncode == 0 and "1 erasure record(s)" in listed.stdout, listed.stderr
-    verify = ["verify-export", str(tmp_path / "evidence"), "--public-key", str(public_pem)]
+    verify = ["dataset", "verify", str(tmp_path / "evidence"), "--public-key", str(public_pem)]
     named = _run(offline, *verify, "--erasures", str(erasures))
     assert named.returncode == 1
     assert (
@@ -331,7 +335,7 @@ def test_subject_sessions__sealed_in_the_log_opened_by_readers_unreadable_once_e
     )
     for folder in ("evidence", "before"):
         purged = _run(
-            offline, "purge-export", str(tmp_path / folder), "--erasures", str(erasures),
+            offline, "dataset", "purge", str(tmp_path / folder), "--erasures", str(erasures),
             "--public-key", str(public_pem),
         )  # fmt: skip
         assert purged.returncode == 0 and "purged 1 erased session(s)" in purged.stdout
@@ -505,7 +509,7 @@ def test_the_worker_judges_subject_sessions_on_their_content_and_erasure_reaches
 
         # Erasing the session erases its judge's conversation with it, and the verdicts' words.
         cli_env = {**topics.env(), **env, "COLUMNS": "200"}
-        erased = _run(cli_env, "erase", "--session", "s-judged-a")
+        erased = _run(cli_env, "privacy", "erase", "--session", "s-judged-a")
         assert erased.returncode == 0, erased.stdout + erased.stderr
         sessions = json.loads(erased.stdout)["erasure"]["sessions"]
         assert sessions[0].startswith("judge.answer_quality.") and sessions[1] == "s-judged-a"
@@ -522,7 +526,7 @@ def test_the_worker_judges_subject_sessions_on_their_content_and_erasure_reaches
 
         # A replay re-judges what it can open and leaves the erased sessions out.
         asked = len(server.requests)
-        replayed = _run(cli_env, "replay", "--judge-version", "v2")
+        replayed = _run(cli_env, "log", "replay", "--judge-version", "v2")
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
         assert "left out (content not opened, nothing written): 2 erased" in replayed.stdout
         assert len(server.requests) == asked + 1  # s-judged-b only

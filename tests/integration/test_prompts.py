@@ -278,7 +278,9 @@ def test_prompt_loop__rejects_a_noise_proposal_promotes_a_better_one_and_carries
 
     # a round re-judged from a replay's verdicts: the same judge code gives the same decisions
     replayed = run(
-        ["replay", "--judge-version", "v2"], topics, cli=[sys.executable, "-m", "rolltape.infra"]
+        ["log", "replay", "--judge-version", "v2"],
+        topics,
+        cli=[sys.executable, "-m", "rolltape.infra"],
     )
     assert replayed.returncode == 0, replayed.stderr
     live = run(["rejudge", "harness.policy", "--judge-version", "live"], topics)

@@ -134,7 +134,7 @@ def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
     import asyncio
 
     asyncio.run(forge())
-    cli = [sys.executable, "-m", "rolltape.infra", "verify"]
+    cli = [sys.executable, "-m", "rolltape.infra", "log", "verify"]
     bad = subprocess.run(
         [*cli, "--session", "victim-1", "--json"], env=topics.env(), capture_output=True, text=True
     )
@@ -146,7 +146,7 @@ def test_verify__reports_records_forged_into_the_topic_by_a_raw_producer(
         [*cli, "--session", "honest-1"], env=topics.env(), capture_output=True, text=True
     )
     assert good.returncode == 0, good.stdout + good.stderr
-    everything = subprocess.run([*cli, "--all"], env=topics.env(), capture_output=True, text=True)
+    everything = subprocess.run(cli, env=topics.env(), capture_output=True, text=True)
     assert everything.returncode == 1 and "tampered" in everything.stdout
 
 

@@ -81,7 +81,7 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
     live = by_chain(topics)
     env = {**topics.env(), "ROLLTAPE_REWARDS": '["final_reward"]', "COLUMNS": "200"}
 
-    same = cli(["replay", "--judge-version", "live"], env)
+    same = cli(["log", "replay", "--judge-version", "live"], env)
     assert same.returncode == 0, same.stdout + same.stderr
     outputs = sum(len(v) for v in live.values())
     assert f"{outputs} outputs: {outputs} already held byte for byte, 0 written" in same.stdout
@@ -90,7 +90,7 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"name": "noise-30", "r2_noise_scale_low": 30.0}))
     env_v2 = {**env, "ROLLTAPE_RULES_FILE": str(rules)}
-    first = cli(["replay", "--judge-version", "v2"], env_v2)
+    first = cli(["log", "replay", "--judge-version", "v2"], env_v2)
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"{outputs} outputs: 0 already held byte for byte, {outputs} written" in first.stdout
     after = by_chain(topics)
@@ -111,14 +111,16 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
     )
     assert all(report.ok for report in chain_reports(everything))
 
-    again = cli(["replay", "--judge-version", "v2", "--jobs", "3"], env_v2)  # a process a partition
+    again = cli(
+        ["log", "replay", "--judge-version", "v2", "--jobs", "3"], env_v2
+    )  # a process a partition
     assert (
         again.returncode == 0 and f"{outputs} already held byte for byte, 0 written" in again.stdout
     )
     assert by_chain(topics) == after
 
     changed = cli(
-        ["replay", "--judge-version", "v2", "--jobs", "2"], env
+        ["log", "replay", "--judge-version", "v2", "--jobs", "2"], env
     )  # default rules, same label
     assert changed.returncode == 1 and "conflict" in changed.stdout
     assert "new --judge-version" in changed.stdout
@@ -126,6 +128,7 @@ def test_replay__reproduces_live_writes_new_versions_beside_it_and_never_rewrite
 
     exported = cli(
         [
+            "dataset",
             "export",
             "-f",
             "sharegpt",
@@ -178,12 +181,12 @@ def test_replay__llm_judges_keep_held_verdicts_and_judge_anew_under_a_new_versio
         live = by_chain(topics)
         env = {**topics.env(), **judged, "COLUMNS": "200"}
 
-        same = cli(["replay", "--judge-version", "live"], env)
+        same = cli(["log", "replay", "--judge-version", "live"], env)
         assert same.returncode == 0, same.stdout + same.stderr
         assert "LLM verdicts: 2 held (not asked again), 0 asked" in same.stdout
         assert len(server.requests) == asked_live and by_chain(topics) == live
 
-        v2 = cli(["replay", "--judge-version", "v2"], env)
+        v2 = cli(["log", "replay", "--judge-version", "v2"], env)
         assert v2.returncode == 0, v2.stdout + v2.stderr
         assert "LLM verdicts: 0 held (not asked again), 2 asked" in v2.stdout
         assert len(server.requests) == asked_live + 2
@@ -198,7 +201,7 @@ def test_replay__llm_judges_keep_held_verdicts_and_judge_anew_under_a_new_versio
         # sat on a partition it had already replayed is new to the next run, which writes their
         # filter outcomes (not trainable), asks no model and changes nothing already written;
         # the run after that has nothing left to do.
-        again = cli(["replay", "--judge-version", "v2"], env)
+        again = cli(["log", "replay", "--judge-version", "v2"], env)
         assert again.returncode == 0, again.stdout + again.stderr
         assert any(f", {n} written" in again.stdout for n in (0, 1, 2))
         assert "LLM verdicts: 2 held (not asked again), 0 asked" in again.stdout
@@ -207,7 +210,7 @@ def test_replay__llm_judges_keep_held_verdicts_and_judge_anew_under_a_new_versio
         assert {k for k in grown if k not in after} == {
             ("filtered@v2", sid) for _, sid in grown if sid.startswith("judge.")
         } - {k for k in after}
-        third = cli(["replay", "--judge-version", "v2"], env)
+        third = cli(["log", "replay", "--judge-version", "v2"], env)
         assert third.returncode == 0 and ", 0 written" in third.stdout
         assert len(server.requests) == asked_live + 2
     everything = read_all(topics, (Stream.EVENTS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED))
@@ -223,7 +226,7 @@ def test_replay_in_a_group__shares_the_partitions_and_writes_what_one_replay_wri
 ) -> None:
     record(topics, tmp_path / "spool")
     env = {**topics.env(), "COLUMNS": "200"}
-    group = ["replay", "--judge-version", "v2", "--group", f"{topics.prefix}-replayers"]
+    group = ["log", "replay", "--judge-version", "v2", "--group", f"{topics.prefix}-replayers"]
     members = [
         subprocess.Popen([*CLI, *group], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
@@ -242,7 +245,7 @@ def test_replay_in_a_group__shares_the_partitions_and_writes_what_one_replay_wri
 
     # One replay of the same version after them finds every output already written, byte for
     # byte: the members' union is what it would have written.
-    alone = cli(["replay", "--judge-version", "v2"], env)
+    alone = cli(["log", "replay", "--judge-version", "v2"], env)
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert ", 0 written," in alone.stdout and "0 session(s) in conflict" in alone.stdout
     held = re.search(r"(\d+) outputs: (\d+) already held byte for byte", alone.stdout)

@@ -1,4 +1,4 @@
-"""A real `rolltape worker` process for the tests, and reading its outputs back."""
+"""A real `rolltape serve worker` process for the tests, and reading its outputs back."""
 
 from __future__ import annotations
 
@@ -36,7 +36,16 @@ class WorkerProcess:
         self.starts += 1
         log = open(self.log_dir / f"worker-{self.starts}.log", "wb")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(
-            [*self.on, sys.executable, "-m", "rolltape.infra", "worker", "--log-level", "info"],
+            [
+                *self.on,
+                sys.executable,
+                "-m",
+                "rolltape.infra",
+                "serve",
+                "worker",
+                "--log-level",
+                "info",
+            ],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,4 +1,4 @@
-"""`rolltape tail`'s one line per event."""
+"""`rolltape log tail`'s one line per event."""
 
 from __future__ import annotations
 

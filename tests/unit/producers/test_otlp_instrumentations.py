@@ -1,4 +1,4 @@
-"""Real instrumentations, as users run them, into `rolltape otlp serve`: the real `openai` client
+"""Real instrumentations, as users run them, into `rolltape serve otlp`: the real `openai` client
 against a local OpenAI-compatible server, OpenTelemetry's own instrumentation and the SDK's
 own OTLP exporters, in each content mode and with spans and log records arriving in either
 order and across batches. Each session is checked field by field against what the client sent

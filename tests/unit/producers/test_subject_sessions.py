@@ -100,7 +100,7 @@ def test_the_kek_is_read_at_each_subject_session_so_a_rotated_one_is_used(
     recorder.session("no subject").end()
     assert reads == []
     recorder.session("a", subject="u1").end()
-    keks.pop(0)  # `rolltape keys rotate-kek` replaced the file
+    keks.pop(0)  # `rolltape privacy rotate-kek` replaced the file
     recorder.session("b", subject="u2").end()
     recorder.close(5)
     assert reads == [KEK.kek_id, keks[0].kek_id]

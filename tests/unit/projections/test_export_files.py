@@ -219,7 +219,7 @@ def test_dpo_export_pairs_group_members_by_score_and_counts_what_it_skips(tmp_pa
 def test_the_streaming_export_writes_the_bytes_of_the_export_built_in_memory(
     tmp_path: Path, format: str, extra: dict[str, object]
 ) -> None:
-    """`rolltape export` sorts through its spill and writes lines as they come; `build_export`
+    """`rolltape dataset export` sorts through its spill and writes lines as they come; `build_export`
     (what verify-export re-renders) sorts a list in memory. Both must give the same files."""
     from rolltape.projections import build_export, fold
 
