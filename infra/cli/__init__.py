@@ -62,14 +62,15 @@ serve = typer.Typer(
     "feed to a trainer, the cron scheduler, an environment's Atropos server.",
     no_args_is_help=True,
 )
-for name, command in (
+_SERVICES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("worker", worker.worker),
     ("otlp", otlp.serve),
     ("projector", project.project),
     ("feed", feed.feed),
     ("cron", cron.scheduler),
     ("env", env.serve),
-):
+)
+for name, command in _SERVICES:
     serve.command(name)(command)
 
 #: Reading the log itself: follow it, verify its chains, replay it through other judges.
@@ -77,7 +78,12 @@ log = typer.Typer(
     help="The event log: follow it, verify its hash chains, replay it through other judges.",
     no_args_is_help=True,
 )
-for name, command in (("tail", tail.tail), ("verify", verify.verify), ("replay", replay.replay)):
+_LOG: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("tail", tail.tail),
+    ("verify", verify.verify),
+    ("replay", replay.replay),
+)
+for name, command in _LOG:
     log.command(name)(command)
 
 # In the order `rolltape --help` lists them: what a new user does first comes first.
@@ -117,11 +123,12 @@ def _reflowed(command: Callable[..., Any]) -> str:
     return "\n\n".join(" ".join(p.split()) for p in paragraphs)
 
 
-for name, command, summary in (
+_TOP_LEVEL: tuple[tuple[str, Callable[..., Any], str], ...] = (
     ("demo", demo.demo, "Record, judge, export and verify sample sessions end to end."),
     ("report", report.report, "A self-contained HTML report of a session, a task or a prompt."),
     ("parse", parse.parse_command, "Parse a raw completion of an open model; print it as JSON."),
-):
+)
+for name, command, summary in _TOP_LEVEL:
     app.command(name=name, short_help=summary, help=_reflowed(command))(command)
 
 
