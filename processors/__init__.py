@@ -6,6 +6,9 @@ per session by `SessionProcessor`; `rolltape.processors.worker` is the Kafka she
 """
 
 from rolltape.processors._errors import ProcessorError
+from rolltape.processors._judge_messages import JUDGE_RESULTS, JudgeRequest, JudgeResult
+from rolltape.processors._outputs import DeadLetter, Emitted, Output, Refused, Requested, StepOutput
+from rolltape.processors._processor_config import ProcessorConfig
 from rolltape.processors._replay import (
     Conflict,
     ReplayedSession,
@@ -17,21 +20,8 @@ from rolltape.processors._replay import (
     replay,
     replay_order,
 )
-from rolltape.processors._session import (
-    JUDGE_RESULTS,
-    DeadLetter,
-    Emitted,
-    JudgeRequest,
-    JudgeResult,
-    Output,
-    ProcessorConfig,
-    Refused,
-    Requested,
-    SessionProcessor,
-    SessionState,
-    StepOutput,
-    handle,
-)
+from rolltape.processors._session import SessionProcessor, handle
+from rolltape.processors._session_state import SessionState
 
 __all__ = [
     "JUDGE_RESULTS",

@@ -26,17 +26,11 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from rolltape.processors._session import (
-    DeadLetter,
-    Emitted,
-    JudgeRequest,
-    JudgeResult,
-    ProcessorConfig,
-    Requested,
-    SessionProcessor,
-    SessionState,
-    handle,
-)
+from rolltape.processors._judge_messages import JudgeRequest, JudgeResult
+from rolltape.processors._outputs import DeadLetter, Emitted, Requested
+from rolltape.processors._processor_config import ProcessorConfig
+from rolltape.processors._session import SessionProcessor, handle
+from rolltape.processors._session_state import SessionState
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.schemas import Stream, TypedEvent, UnreadableRecord, read_event, versioned_stream
 

@@ -10,28 +10,34 @@ batch replay and the tests all drive it; the worker only adds Kafka, persistence
 Output chains (rules, verdicts, filtered) are per session, like the raw ones; the state carries
 their heads, so a crash before the state is saved replays the same inputs into byte-identical
 outputs (the same seq, hash and event id), which readers count as redeliveries.
+
+This module is the step alone. What it is told, what it keeps about a session, what it exchanges
+with the LLM judges and what it gives back live beside it (`_processor_config.py`,
+`_session_state.py`, `_judge_messages.py`, `_outputs.py`; the keys and purposes of sealed values
+in `_sealed_values.py`); which event types each raw stream may carry is
+`rolltape.schemas.STREAM_EVENT_TYPES`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import re
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-import pydantic_core
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
+from rolltape.processors._judge_messages import JUDGE_RESULTS, JudgeRequest, JudgeResult
+from rolltape.processors._outputs import DeadLetter, Emitted, Output, Refused, Requested, StepOutput
+from rolltape.processors._processor_config import ProcessorConfig
+from rolltape.processors._sealed_values import session_key, transcript_purpose
+from rolltape.processors._session_state import SessionState
 from rolltape.processors.audit import (
     AUDITOR_VERSION,
     CHECKPOINT_LOG_PREFIX,
     CHECKPOINT_VERSION,
     Admitted,
     ChainHead,
-    CheckpointSigner,
     DeadLettered,
     InputRecord,
     Position,
@@ -39,12 +45,11 @@ from rolltape.processors.audit import (
     audit,
     parse_record,
 )
-from rolltape.processors.filters import FILTER_VERSION, FilterConfig, FilterState, observe, outcome
+from rolltape.processors.filters import FILTER_VERSION, FilterState, observe, outcome
 from rolltape.processors.judges import (
     JUDGE_VERSION,
     JUDGES,
     REWARDS,
-    TrainingJudgeConfig,
     TrainingJudgeState,
     Transcript,
     judge,
@@ -52,17 +57,14 @@ from rolltape.processors.judges import (
 from rolltape.processors.rules import (
     RULES_VERSION,
     EpochOrderError,
-    RuleBook,
     RuleState,
-    default_rulebook,
     epoch_order_error,
     evaluate,
     restart_course,
 )
 from rolltape.schemas import (
     CONTENT_FIELDS,
-    JUDGE_VERSION_PATTERN,
-    LIVE_JUDGE_VERSION,
+    STREAM_EVENT_TYPES,
     BreakKind,
     ChainBroken,
     ChainHeadLeaf,
@@ -79,19 +81,14 @@ from rolltape.schemas import (
     TreeHead,
     TypedEvent,
     UnreadableRecord,
-    Verdict,
     canonical_bytes,
     canonical_dump_bytes,
     derived_event_id,
     parse_payload,
     read_event,
-    session_binding,
     versioned_stream,
 )
 from rolltape.schemas.privacy import (
-    Access,
-    ContentKey,
-    Keyring,
     SealedContentError,
     open_value,
     seal_content,
@@ -107,315 +104,12 @@ PRODUCER_NAME: Final = "rolltape.processors"
 _EVENTS: Final = Stream.EVENTS.value
 """The events stream's name (an enum member's `.value` costs a lookup on every event)."""
 _NO_TYPES: Final[frozenset[str]] = frozenset()
-_EVENT_TYPES: Final = {
-    Stream.EVENTS.value: frozenset(
-        {
-            "session_started",
-            "turn",
-            "tool_call",
-            "tool_result",
-            "model_error",
-            "tool_parse_error",
-            "decision",
-            "reward",
-            "feedback",
-            "session_ended",
-            "session_resumed",
-            "evaluation",
-            "ruleset_evaluation",
-            "world_snapshot",
-            "verdict",
-            "prompt_version",
-            "prompt_promotion",
-            "prompt_decision",
-        }
-    ),
-    Stream.METRICS.value: frozenset(
-        {"metric", "model_spec", "live_check", "session_ended", "session_resumed"}
-    ),
-}
-
-
-@dataclass(frozen=True)
-class ProcessorConfig:
-    """What the pure step needs to know: rules, filters, judges, principals and the label its
-    outputs are written under. Frozen: one config serves every session of a worker."""
-
-    rules: RuleBook = field(default_factory=default_rulebook)
-    """The rule set of each task: a session's metrics are evaluated under its task's."""
-    filters: FilterConfig = field(default_factory=FilterConfig)
-    training_judge: TrainingJudgeConfig = field(default_factory=TrainingJudgeConfig)
-    principal: str = "processor"
-    """The principal named in the rules, filtered and dead-letter chains."""
-    judge_principal: str = "judge"
-    """The principal named in the verdicts chain (the judge's trust domain)."""
-    software_version: str = "0"
-    rewards: tuple[str, ...] = ()
-    """Reward functions (rolltape.processors.judges.REWARDS) run on every finished agent session."""
-    llm_judges: tuple[str, ...] = ()
-    """Judges (JUDGES, by name) requested for every finished agent session."""
-    transcript_max_chars: int = 32_000
-    signer: CheckpointSigner | None = None
-    """The judge's key: with it, the worker commits the chain heads it verified to signed
-    checkpoint logs; None, no checkpoints (replays never write them)."""
-    writers: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """stream -> the principals that may name themselves its writer (those of the roles the
-    stream's topic lets write, and admins). A record naming another is flagged and not used;
-    a stream not listed is not checked (a cluster whose principals rolltape does not keep)."""
-    judge_version: str = LIVE_JUDGE_VERSION
-    """The label the outputs are written under: the live worker writes the plain chains
-    (`verdicts`), a replay under version V writes `verdicts@V` beside them."""
-    keys: Keyring | None = None
-    """The data keys that open the content of sessions naming a subject (the worker's follower
-    of the keys topic keeps it current; replay reads it once). None: such content is never
-    opened, and its sessions are filtered out as `content_unavailable`, their judges skipped."""
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(JUDGE_VERSION_PATTERN, self.judge_version):
-            raise ValueError(
-                f"judge version {self.judge_version!r} must match {JUDGE_VERSION_PATTERN}"
-            )
-        unknown = [n for n in self.rewards if n not in REWARDS]
-        unknown += [n for n in self.llm_judges if n not in JUDGES]
-        if unknown:
-            known = sorted(REWARDS) + sorted(JUDGES)
-            raise ValueError(f"unknown judge(s) {', '.join(unknown)}; known: {', '.join(known)}")
-
-
-class JudgeRequest(BaseModel):
-    """A finished session handed to the LLM-judge agent (internal topic, keyed by session).
-    A subject session's transcript travels sealed under its data key (`content_key`), so the
-    internal topic keeps no copy of its content that erasure does not reach; the judge agent
-    opens it (`opened`)."""
-
-    session_id: str
-    judges: tuple[str, ...]
-    transcript: Transcript | None = None
-    sealed_transcript: str | None = None
-    content_key: str | None = None
-    """The id of the session's data key its transcript and verdicts are sealed under."""
-    causes: tuple[str, ...]
-    ts_ns: int
-
-    def opened(self, keys: Keyring | None) -> tuple[JudgeRequest | None, Access]:
-        """This request with its transcript in clear, or None and why not (its key erased
-        since the session ended, or not held here)."""
-        if self.sealed_transcript is None:
-            return self, "clear"
-        key, access = _key(keys, self.session_id, self.content_key)
-        if key is None:
-            return None, access
-        try:
-            plain = open_value(key, _transcript_purpose(self.session_id), self.sealed_transcript)
-        except SealedContentError:
-            return None, "key unavailable"
-        transcript = Transcript.model_validate_json(plain)
-        return self.model_copy(update={"transcript": transcript, "sealed_transcript": None}), access
-
-
-class JudgeResult(BaseModel):
-    """A judge's verdict on its way back to the session's verdict chain; None when the judge's
-    hook found nothing to judge (no verdict is chained). About a subject session, the verdict
-    travels sealed under the session's data key (`content_key`), as its request did."""
-
-    session_id: str
-    judge: str
-    verdict: Verdict | None
-    sealed_verdict: str | None = None
-    content_key: str | None = None
-    causes: tuple[str, ...]
-    ts_ns: int
-
-    def sealed(self, keys: Keyring | None) -> JudgeResult:
-        """This result as it may travel: its verdict sealed when `content_key` names a key (a
-        verdict about a session whose key is gone meanwhile travels as no verdict)."""
-        if self.content_key is None or self.verdict is None:
-            return self
-        key, _ = _key(keys, self.session_id, self.content_key)
-        sealed = None
-        if key is not None:
-            plain = canonical_bytes(self.verdict.model_dump(mode="python"))
-            sealed = seal_value(key, _verdict_purpose(self.session_id, self.judge), plain)
-        return self.model_copy(update={"verdict": None, "sealed_verdict": sealed})
-
-    def opened_verdict(self, keys: Keyring | None) -> Verdict | None:
-        """The verdict, opened when it travelled sealed; None when there is none, or its key is
-        gone (the session was erased while it was judged)."""
-        if self.sealed_verdict is None:
-            return self.verdict
-        key, _ = _key(keys, self.session_id, self.content_key)
-        if key is None:
-            return None
-        purpose = _verdict_purpose(self.session_id, self.judge)
-        try:
-            return Verdict.model_validate_json(open_value(key, purpose, self.sealed_verdict))
-        except SealedContentError:
-            return None
-
-
-def _key(
-    keys: Keyring | None, session_id: str, key_id: str | None
-) -> tuple[ContentKey | None, Access]:
-    if keys is None or key_id is None:
-        return None, "key unavailable"
-    key = keys.key(session_id, key_id)
-    return key, "opened" if key is not None else keys.access(session_id, key_id)
-
-
-def _transcript_purpose(session_id: str) -> str:
-    return f"transcript of {session_id}"
-
-
-def _verdict_purpose(session_id: str, judge: str) -> str:
-    return f"verdict of {judge} on {session_id}"
-
-
-@dataclass(frozen=True)
-class Emitted:
-    """A sealed derived record, ready to send."""
-
-    stream: str
-    session_id: str
-    value: bytes
-    event_id: str
-    type: str
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """An input record that cannot be used, with why. The original bytes travel unchanged."""
-
-    record: InputRecord
-    reason: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Refused:
-    """Why the step cannot use the event it was given; `handle` dead-letters the record with it
-    (the step sees events, not the records that carried them)."""
-
-    reason: str
-    detail: str
-
-
-@dataclass(frozen=True)
-class Requested:
-    """A judge request for the internal requests topic."""
-
-    session_id: str
-    value: bytes
-
-
-Output = Emitted | DeadLetter | Requested
-StepOutput = Emitted | Refused | Requested
-JUDGE_RESULTS: Final = "judge_results"
-"""The `InputRecord.stream` of records from the worker's internal judge-results topic."""
-
-
-@dataclass
-class SessionState:
-    """All a worker keeps about one session (rewritten to a changelog on every update)."""
-
-    last_offsets: dict[str, int] = field(default_factory=dict)
-    """topic -> offset of the last record processed: a consumer redelivery is skipped."""
-    chains: dict[str, ChainHead] = field(default_factory=dict)
-    outputs: dict[str, tuple[int, str]] = field(default_factory=dict)
-    """output stream -> (next seq, head hash): the heads of the chains written for the session
-    (a ChainWriter's heads)."""
-    kind: str | None = None
-    task: str | None = None
-    """From the events stream's session_started (as `kind`); until it is read, the metrics
-    stream's events wait in `early` (the rule set to evaluate them under is the task's)."""
-    early: list[tuple[str, str, int, dict[str, Any]]] = field(default_factory=list)
-    """(type, hash, ts_ns, payload as decoded) of the metrics stream's events read before the
-    session's task was known, in chain order."""
-    rules: RuleState = field(default_factory=RuleState)
-    filters: FilterState = field(default_factory=FilterState)
-    judge: TrainingJudgeState = field(default_factory=TrainingJudgeState)
-    ended: dict[str, str] = field(default_factory=dict)
-    """stream -> hash of its session_ended."""
-    ended_ts: dict[str, int] = field(default_factory=dict)
-    """stream -> ts_ns of its session_ended (end-of-session outputs take the latest, whichever
-    topic happened to be read last)."""
-    end: dict[str, Any] | None = None
-    """The events stream's session_ended payload."""
-    finished: bool = False
-    transcript: Transcript | None = None
-    """Kept only for agent sessions that judges will read. A subject session's is stored
-    sealed (`sealed_transcript`), and opened again when the state is read back."""
-    sealed_transcript: str | None = None
-    content_key: str | None = None
-    """The id of the data key a subject session's content was opened with: what the outputs
-    about that content (verdicts, filter reasons, the stored transcript) are sealed under."""
-    unopened: str | None = None
-    """Why a subject session's content could not be opened (`erased`, `key unavailable`): it is
-    then filtered out, and its judges skipped."""
-    judged: dict[str, str] = field(default_factory=dict)
-    """LLM judge name -> event id of its verdict (a second result is a duplicate)."""
-    outbox: list[tuple[str, str, str, bytes]] = field(default_factory=list)
-    """(stream, type, event id, record) of chained outputs saved before they are sent: after a
-    crash they are resent byte for byte instead of being derived again, because the raw topics
-    may interleave differently on the second read and the output chains must not change.
-    Stored as the record's UTF-8 text (every record sealed here is canonical JSON)."""
-    tree: dict[str, Any] | None = None
-    """A checkpoint log's tree ({"size", "frontier": hex hashes}); None for sessions."""
-
-    def to_bytes(self) -> bytes:
-        """The stored form: JSON, with non-finite floats as the canonical tokens (which the
-        typed fields read back as floats) and the outbox's records as their UTF-8 text.
-        pydantic-core's encoder, not the canonical one: nothing hashes a state, and a batch
-        saves every session it touched twice."""
-        fields = dict(vars(self))
-        key: ContentKey | None = fields.pop("_key", None)
-        if self.transcript is not None:  # a model applies its own config (NaN as null): not here
-            dumped = self.transcript.model_dump(mode="python")
-            if self.content_key is None:
-                fields["transcript"] = dumped
-            else:  # a subject session's content is never at rest in clear
-                fields["transcript"] = None
-                if key is not None:
-                    plain = pydantic_core.to_json(dumped, inf_nan_mode="strings")
-                    purpose = _transcript_purpose(self.transcript.session_id)
-                    fields["sealed_transcript"] = seal_value(key, purpose, plain)
-        return pydantic_core.to_json(fields, inf_nan_mode="strings")
-
-    def use_key(self, key: ContentKey) -> None:
-        """Seal this session's stored content under `key` from now on (held in memory only)."""
-        self.content_key = key.key_id
-        self.__dict__["_key"] = key
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> SessionState:
-        """A state from its stored form, by the types of its fields (one adapter for every
-        nested part: audit heads, rule, filter and judge states, transcript, outbox)."""
-        return _stored_state().validate_json(data)
-
-    def head_leaves(self, sid: str, *, binding: bool = False) -> list[ChainHeadLeaf]:
-        """The heads of the raw chains audited and of the chains written for the session (an
-        export's line is folded from both), as checkpoint leaves; with `binding`, the leaf that
-        binds them all."""
-        chains = {s: (c.next_seq - 1, c.head) for s, c in self.chains.items()}
-        chains.update({s: (int(o[0]) - 1, str(o[1])) for s, o in self.outputs.items()})
-        heads = {s: head for s, head in sorted(chains.items()) if head[0] >= 0}
-        leaves = [
-            ChainHeadLeaf(stream=s, session_id=sid, seq=q, hash=h) for s, (q, h) in heads.items()
-        ]
-        if binding:
-            leaves.append(session_binding(sid, heads))
-        return leaves
 
 
 def _last_epoch(state: SessionState) -> int:
     """The latest epoch evaluated or waiting to be (a metric must come after it)."""
     waiting = [int(fields["epoch"]) for kind, _, _, fields in state.early if kind == "metric"]
     return max(waiting, default=state.rules.last_epoch)
-
-
-@functools.cache
-def _stored_state() -> TypeAdapter[SessionState]:
-    """Built once, on first use (building the schema takes a few milliseconds)."""
-    return TypeAdapter(SessionState)
 
 
 def _llm_judge_version(name: str, reported: str) -> str:
@@ -468,7 +162,7 @@ class SessionProcessor:
             )
             kind = BreakKind.FOREIGN_PRINCIPAL
             out.append(self._chain_broken(state, position, env, kind, env.seq, detail))
-        if env.type not in _EVENT_TYPES.get(env.stream, _NO_TYPES):
+        if env.type not in STREAM_EVENT_TYPES.get(env.stream, _NO_TYPES):
             detail = f"{env.type!r} does not belong on the {env.stream} stream"
             out.append(Refused("wrong_stream", detail))
             return
@@ -549,11 +243,11 @@ class SessionProcessor:
         """The transcript the judges will read: the one in memory, or the one the stored state
         keeps sealed, opened (None when its key is gone: the session's judges are skipped)."""
         if state.transcript is None and state.sealed_transcript is not None:
-            key, access = _key(self.config.keys, sid, state.content_key)
+            key, access = session_key(self.config.keys, sid, state.content_key)
             try:
                 if key is None:
                     raise SealedContentError(access)
-                plain = open_value(key, _transcript_purpose(sid), state.sealed_transcript)
+                plain = open_value(key, transcript_purpose(sid), state.sealed_transcript)
             except SealedContentError:
                 state.unopened = state.unopened or access
                 state.sealed_transcript = None
@@ -693,12 +387,12 @@ class SessionProcessor:
                 causes=causes,
                 ts_ns=ts_ns,
             )
-            key, _ = _key(self.config.keys, sid, state.content_key)
+            key, _ = session_key(self.config.keys, sid, state.content_key)
             if state.content_key is not None:
                 if key is None:
                     return  # erased while it was being judged: nothing to hand a judge
                 plain = canonical_bytes(transcript.model_dump(mode="python"))
-                sealed = seal_value(key, _transcript_purpose(sid), plain)
+                sealed = seal_value(key, transcript_purpose(sid), plain)
                 request = request.model_copy(
                     update={
                         "transcript": None,
@@ -877,7 +571,7 @@ class SessionProcessor:
         """An output about a subject session's content, sealed under the data key it was read
         with (so erasing that key erases what was said about it too); with its content fields
         left out when the key is gone meanwhile (nothing of an erased session leaves in clear)."""
-        key, _ = _key(self.config.keys, sid, state.content_key)
+        key, _ = session_key(self.config.keys, sid, state.content_key)
         if key is not None:
             return seal_content(event_type, dumped, key, stream=stream, session_id=sid, seq=seq)
         return withhold_content(event_type, dumped)

@@ -30,9 +30,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._evidence import CHECKPOINT_TYPE
 from rolltape.projections._export import Selection
@@ -41,7 +38,7 @@ from rolltape.projections._records import checked_event
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import session_rows
 from rolltape.schemas import DEFAULT_PREFIX, Stream, TypedEvent, topic_name, versioned_stream
-from rolltape.schemas.clients import KafkaConnection, kafka_errors
+from rolltape.schemas.clients import GroupMember, KafkaClientError, KafkaConnection, Partition
 
 _log = logging.getLogger(__name__)
 
@@ -84,7 +81,7 @@ class FeedItem:
 class _Open:
     events: list[TypedEvent] = field(default_factory=list)
     derived: list[TypedEvent] = field(default_factory=list)
-    offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    offsets: dict[Partition, int] = field(default_factory=dict)
     """The first offset of this session on each partition it was read from."""
     ended: bool = False
     decided: bool = False
@@ -96,18 +93,21 @@ class _Open:
     judges: set[str] = field(default_factory=set)
 
 
-class _Revoked(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Revoked:
+    """The feed's `Ownership`: before partitions go, commit what was handed out and forget the
+    rest (whoever owns the partitions next re-reads them whole)."""
+
     def __init__(self, feed: TrajectoryFeed) -> None:
         self.feed = feed
 
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+    async def revoked(self, partitions: list[Partition]) -> None:
         await self.feed._commit()
-        self.feed._open.clear()  # whoever owns the partitions next re-reads them whole
+        self.feed._open.clear()
         for sid in self.feed._to_open:  # decided, not opened yet: read again with the rest
             self.feed._done.pop(sid, None)
         self.feed._to_open.clear()
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+    async def assigned(self, partitions: list[Partition]) -> None:
         return None
 
 
@@ -153,14 +153,9 @@ class TrajectoryFeed:
         self._topics = [
             topic_name(s, prefix) for s in (Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED)
         ]
-        self._consumer_settings: dict[str, Any] = {
-            "group_id": group_id,
-            "enable_auto_commit": False,
-            "auto_offset_reset": "earliest" if from_beginning else "latest",
-            "partition_assignment_strategy": (RangePartitionAssignor,),
-            "fetch_max_wait_ms": 100,
-        }
-        self._consumer_instance: AIOKafkaConsumer | None = None
+        self._member_instance: GroupMember | None = None
+        self._group_id = group_id
+        self._from_beginning = from_beginning
         self._open: dict[str, _Open] = {}
         self._done: OrderedDict[str, None] = OrderedDict()
         self._seen_ids: OrderedDict[str, None] = OrderedDict()
@@ -178,19 +173,24 @@ class TrajectoryFeed:
         """Sessions decided on but not handed out, by reason (selection, unreadable records)."""
 
     @property
-    def _consumer(self) -> AIOKafkaConsumer:
-        if self._consumer_instance is None:
+    def _member(self) -> GroupMember:
+        if self._member_instance is None:
             raise FeedNotStartedError(
                 "the feed is not started: use `async with TrajectoryFeed(...)`"
             )
-        return self._consumer_instance
+        return self._member_instance
 
     async def start(self) -> Self:
-        # Made here, inside the running loop, not in __init__ (aiokafka binds to the loop).
-        with kafka_errors(f"joining the feed's group on {self._connection}"):
-            self._consumer_instance = self._connection.consumer(**self._consumer_settings)
-            await self._consumer.start()
-            self._consumer.subscribe(self._topics, listener=_Revoked(self))
+        member = GroupMember(
+            self._connection,
+            group_id=self._group_id,
+            topics=self._topics,
+            ownership=_Revoked(self),
+            from_beginning=self._from_beginning,
+            co_partitioned=True,
+            fetch_max_wait_ms=100,
+        )
+        self._member_instance = await member.start()
         return self
 
     async def stop(self, *, commit: bool = True) -> None:
@@ -203,7 +203,7 @@ class TrajectoryFeed:
             if commit:
                 await self._commit()
         finally:
-            await self._consumer.stop()
+            await self._member.stop()
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -253,17 +253,14 @@ class TrajectoryFeed:
             self._in_hand = None
 
     async def _poll(self) -> None:
-        with kafka_errors(f"reading {', '.join(self._topics)}"):
-            batch = await self._consumer.getmany(timeout_ms=200, max_records=2000)
-        for tp, messages in batch.items():
-            for message in messages:
-                self._add(tp, message.offset, message.key, message.value)
+        for record in await self._member.fetch(timeout_s=0.2, max_records=2000):
+            self._add(record.partition, record.offset, record.key, record.value)
         if self._to_open:
             await self._open_sealed()
         if time.monotonic() - self._last_commit >= self._commit_every:
             await self._commit()
 
-    def _add(self, tp: TopicPartition, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def _add(self, tp: Partition, offset: int, key: bytes | None, value: bytes | None) -> None:
         if key is None or value is None:
             return
         sid = key.decode("utf-8", "replace")
@@ -369,19 +366,18 @@ class TrajectoryFeed:
         position when none is)."""
         self._last_commit = time.monotonic()
         self._abandon_idle(self._last_commit)
-        assignment = self._consumer.assignment()
+        assignment = self._member.owned()
         if not assignment:
             return
-        offsets: dict[TopicPartition, int] = {}
+        offsets: dict[Partition, int] = {}
         for tp in assignment:
             try:
-                offsets[tp] = await self._consumer.position(tp)
-            except Exception:
-                continue
+                offsets[tp] = await self._member.position(tp)
+            except KafkaClientError:
+                continue  # no position yet (a partition just assigned): nothing to commit
         for session in self._open.values():
             for tp, first in session.offsets.items():
                 if tp in offsets and first < offsets[tp]:
                     offsets[tp] = first
         if offsets:
-            with kafka_errors("committing the feed's offsets"):
-                await self._consumer.commit(offsets)
+            await self._member.commit(offsets)  # False: moved meanwhile, its new owner re-reads

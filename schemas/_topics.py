@@ -8,7 +8,9 @@ a setting so that test runs and tenants can share one cluster without seeing eac
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
@@ -46,6 +48,39 @@ CHAINED_STREAMS: tuple[Stream, ...] = (
     Stream.FILTERED,
     Stream.ERASURES,
 )
+
+
+#: raw stream -> the event types that may appear on it; a record of any other type (or on any
+#: other stream) is refused by the processors as `wrong_stream`. Keyed by the stream's string
+#: value, not the enum member: the worker looks an envelope's `stream` up here on every event,
+#: and `Stream.X.value` would cost an attribute lookup each time.
+STREAM_EVENT_TYPES: Final[Mapping[str, frozenset[str]]] = {
+    Stream.EVENTS.value: frozenset(
+        {
+            "session_started",
+            "turn",
+            "tool_call",
+            "tool_result",
+            "model_error",
+            "tool_parse_error",
+            "decision",
+            "reward",
+            "feedback",
+            "session_ended",
+            "session_resumed",
+            "evaluation",
+            "ruleset_evaluation",
+            "world_snapshot",
+            "verdict",
+            "prompt_version",
+            "prompt_promotion",
+            "prompt_decision",
+        }
+    ),
+    Stream.METRICS.value: frozenset(
+        {"metric", "model_spec", "live_check", "session_ended", "session_resumed"}
+    ),
+}
 
 
 class Role(StrEnum):

@@ -8,7 +8,6 @@ writes Kafka and builds the processor config from settings, like the worker does
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import multiprocessing
 import time
@@ -17,8 +16,6 @@ from collections.abc import Callable, Collection
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
-from aiokafka.errors import CommitFailedError, IllegalStateError
 from pydantic import BaseModel
 
 from rolltape.infra._errors import InfraError
@@ -51,7 +48,7 @@ from rolltape.schemas import (
     topic_name,
     versioned_stream,
 )
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import GroupMember, KafkaConnection, Partition
 
 
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
@@ -327,30 +324,34 @@ async def replay_in_group(
             "share out; replay without --group"
         )
     events = topic_name(Stream.EVENTS, prefix)
-    parts = await topic_partitions(connection, [events])
-    consumer = connection.consumer(
+    parts = [
+        Partition(tp.topic, tp.partition) for tp in await topic_partitions(connection, [events])
+    ]
+    paused = _Paused()
+    member = GroupMember(
+        connection,
         group_id=group,
-        enable_auto_commit=False,
+        topics=[events],
+        ownership=paused,
         max_poll_interval_ms=24 * 3600 * 1000,  # a slice may take long; the group waits
     )
+    paused.member = member
     out: list[SliceTotals] = []
-    doing = f"joining replay group {group} on {connection}"
-    async with connection.started(consumer, doing):
-        ends = await consumer.end_offsets(parts)
-        consumer.subscribe([events], listener=_Paused(consumer))
-        seen, since = consumer.assignment(), time.monotonic()
+    async with member:
+        ends = await member.end_offsets(parts)
+        seen, since = member.owned(), time.monotonic()
         while time.monotonic() - since < GROUP_SETTLE_S or not seen:
-            await consumer.getmany(timeout_ms=200)
-            if consumer.assignment() != seen:
-                seen, since = set(consumer.assignment()), time.monotonic()
+            await member.fetch(timeout_s=0.2)
+            if member.owned() != seen:
+                seen, since = member.owned(), time.monotonic()
         deadline = time.monotonic() + GROUP_WAIT_S
         while True:
-            await consumer.getmany(timeout_ms=200)  # paused: keeps the member in the group
-            committed = {tp: await consumer.committed(tp) for tp in parts}
+            await member.fetch(timeout_s=0.2)  # paused: keeps the member in the group
+            committed = {tp: await member.committed(tp) for tp in parts}
             done = {tp for tp, at in committed.items() if at is not None and at >= ends[tp]}
             if len(done) == len(parts):
                 return out
-            mine = sorted(set(consumer.assignment()) - done)
+            mine = sorted(member.owned() - done)
             if not mine and time.monotonic() > deadline:
                 raise ReplayGroupError(
                     f"partitions {sorted(tp.partition for tp in set(parts) - done)} of {events} "
@@ -367,24 +368,23 @@ async def replay_in_group(
                         dry_run=dry_run,
                     )
                 )
-                with contextlib.suppress(CommitFailedError, IllegalStateError):
-                    # Revoked meanwhile: whoever has it now replays it again (same bytes).
-                    await consumer.commit({tp: ends[tp]})
+                # False: revoked meanwhile, whoever has it now replays it again (same bytes).
+                await member.commit({tp: ends[tp]})
                 deadline = time.monotonic() + GROUP_WAIT_S
 
 
-class _Paused(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Pauses every partition the group assigns: a member reads them through `replay_slice`,
-    never through the group's consumer."""
+class _Paused:
+    """A replay member's `Ownership`: pauses every partition the group assigns, so the member
+    reads them through `replay_slice`, never through the group's consumer."""
 
-    def __init__(self, consumer: AIOKafkaConsumer) -> None:
-        self.consumer = consumer
+    member: GroupMember | None = None
 
-    async def on_partitions_revoked(self, revoked: Any) -> None:
+    async def revoked(self, partitions: list[Partition]) -> None:
         return None
 
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        self.consumer.pause(*assigned)
+    async def assigned(self, partitions: list[Partition]) -> None:
+        assert self.member is not None
+        self.member.pause(*partitions)
 
 
 async def run_replay(

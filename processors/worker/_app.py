@@ -30,11 +30,9 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.partitioner import murmur2
 from pydantic import ValidationError
 
-from rolltape.processors._session import (
-    DeadLetter,
-    JudgeRequest,
-    SessionProcessor,
-)
+from rolltape.processors._judge_messages import JudgeRequest
+from rolltape.processors._outputs import DeadLetter
+from rolltape.processors._session import SessionProcessor
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.processors.worker._config import WorkerConfig
 from rolltape.processors.worker._group_positions import GroupPositions

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf
 
-from rolltape.processors._session import ProcessorConfig
+from rolltape.processors._processor_config import ProcessorConfig
 from rolltape.processors.worker._judging import JudgeExecutor
 from rolltape.processors.worker._keys import KeySource
 from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX, software_version

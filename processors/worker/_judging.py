@@ -25,7 +25,7 @@ import asyncio
 import logging
 from typing import Protocol
 
-from rolltape.processors._session import JudgeRequest, JudgeResult
+from rolltape.processors._judge_messages import JudgeRequest, JudgeResult
 from rolltape.processors.judges import JUDGES, Transcript
 from rolltape.processors.worker._producers import OutputProducer
 from rolltape.schemas import JudgeSpec, Verdict, canonical_bytes

@@ -24,16 +24,10 @@ from dataclasses import dataclass, field
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from rolltape.processors._session import (
-    JUDGE_RESULTS,
-    DeadLetter,
-    Emitted,
-    Output,
-    Requested,
-    SessionProcessor,
-    SessionState,
-    handle,
-)
+from rolltape.processors._judge_messages import JUDGE_RESULTS
+from rolltape.processors._outputs import DeadLetter, Emitted, Output, Requested
+from rolltape.processors._session import SessionProcessor, handle
+from rolltape.processors._session_state import SessionState
 from rolltape.processors.audit import InputRecord, Position, log_for_partition, raw_partition
 from rolltape.processors.worker._keys import KeySource, sealed_keys
 from rolltape.processors.worker._producers import OutgoingRecord, OutputProducer

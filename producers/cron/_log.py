@@ -126,9 +126,10 @@ class JobsLog:
             payload=payload.model_dump(mode="json"),
             producer=self._producer_info,
         )
-        await self.producer.send_and_wait(
-            self.topic, record, key=key.encode(), partition=self.partition_of(job_id)
-        )
+        with kafka_errors(f"writing {key} to {self.topic}"):
+            await self.producer.send_and_wait(
+                self.topic, record, key=key.encode(), partition=self.partition_of(job_id)
+            )
         fold_record(book, record, f"{self.topic} (own write)")
 
     async def flush(self) -> None:

@@ -21,9 +21,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
-
 from rolltape.producers._errors import NotStartedError
 from rolltape.producers._recorder import Recorder
 from rolltape.producers.cron._book import Expire, Fire, JobBook
@@ -45,7 +42,7 @@ from rolltape.producers.cron._runs import (
     unmark_cron_run,
 )
 from rolltape.schemas import FINAL_STATUSES, CronJob, CronRun, RunStatus, Stream, topic_name
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import GroupMember, KafkaClientError, KafkaConnection, Partition
 
 _log = logging.getLogger("rolltape.producers.cron")
 _NS = 1_000_000_000
@@ -57,15 +54,18 @@ _SESSION_STATUS = {
 }
 
 
-class _Ownership(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Ownership:
+    """The scheduler's `Ownership`: a partition it loses stops firing here; one it gains is
+    read from the start before its jobs fire (the book must hold every revision first)."""
+
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
 
-    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        await self._scheduler._give_up({tp.partition for tp in revoked})
+    async def revoked(self, partitions: list[Partition]) -> None:
+        await self._scheduler._give_up({p.partition for p in partitions})
 
-    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self._scheduler._take(list(assigned))
+    async def assigned(self, partitions: list[Partition]) -> None:
+        await self._scheduler._take(partitions)
 
 
 class Scheduler:
@@ -104,9 +104,9 @@ class Scheduler:
         self._on_start = on_start
         self._on_write = on_write
         self._ready: set[int] = set()
-        self._loading: dict[TopicPartition, int] = {}
+        self._loading: dict[Partition, int] = {}
         self._in_flight: dict[str, asyncio.Task[None]] = {}
-        self._consumer: AIOKafkaConsumer | None = None
+        self._member: GroupMember | None = None
         self.fired = 0
 
     # -- ownership -------------------------------------------------------------------------------
@@ -120,36 +120,37 @@ class Scheduler:
         }
         await self._log.flush()
 
-    async def _take(self, assigned: list[TopicPartition]) -> None:
+    async def _take(self, assigned: list[Partition]) -> None:
         if not assigned:
             return
-        ends = await self.consumer.end_offsets(assigned)
-        await self.consumer.seek_to_beginning(*assigned)
+        ends = await self.member.end_offsets(assigned)
+        await self.member.seek_to_beginning(*assigned)
         for tp in assigned:
             self._loading[tp] = ends[tp]
         _log.info("%s owns partitions %s", self.instance, sorted(tp.partition for tp in assigned))
 
     async def _check_loaded(self) -> None:
         for tp, end in list(self._loading.items()):
-            if await self.consumer.position(tp) >= end:
+            if await self.member.position(tp) >= end:
                 del self._loading[tp]
                 self._ready.add(tp.partition)
 
     # -- the loop --------------------------------------------------------------------------------
     @property
-    def consumer(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
+    def member(self) -> GroupMember:
+        if self._member is None:
             raise NotStartedError("the scheduler is not running: call run() first")
-        return self._consumer
+        return self._member
 
     async def run(self, stop: asyncio.Event) -> None:
         await self._log.start()
         try:
-            self._consumer = self._connection.consumer(
-                group_id=self._group_id, enable_auto_commit=False, auto_offset_reset="earliest"
-            )
-            await self._consumer.start()
-            self._consumer.subscribe([self._topic], listener=_Ownership(self))
+            self._member = await GroupMember(
+                self._connection,
+                group_id=self._group_id,
+                topics=[self._topic],
+                ownership=_Ownership(self),
+            ).start()
             try:
                 while not stop.is_set():
                     await self._poll(self._sleep_ms())
@@ -157,7 +158,7 @@ class Scheduler:
                     await self._act()
             finally:
                 await self._drain()
-                await self.consumer.stop()
+                await self.member.stop()
         finally:
             await self._log.stop()
 
@@ -183,12 +184,9 @@ class Scheduler:
         return int(min(max((wake - self._clock()) / 1e6, 1), 500))
 
     async def _poll(self, timeout_ms: int) -> None:
-        batch = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=10_000)
-        for tp, messages in batch.items():
-            for message in messages:
-                fold_record(
-                    self.book, message.value, f"{tp.topic}[{tp.partition}]@{message.offset}"
-                )
+        for record in await self.member.fetch(timeout_s=timeout_ms / 1000, max_records=10_000):
+            where = f"{record.partition.topic}[{record.partition.partition}]@{record.offset}"
+            fold_record(self.book, record.value, where)
 
     async def _act(self) -> None:
         """Claim every due run at once (one round trip for a burst of jobs due together). A
@@ -201,7 +199,7 @@ class Scheduler:
             return_exceptions=True,
         )
         for action, outcome in zip(actions, done, strict=True):
-            if isinstance(outcome, KafkaError):
+            if isinstance(outcome, KafkaClientError):
                 _log.warning(
                     "could not write %s's run (%s); trying again", action.job.job_id, outcome
                 )
@@ -261,7 +259,7 @@ class Scheduler:
             return
         try:
             await self._finish(job, run, outcome)
-        except KafkaError as exc:
+        except KafkaClientError as exc:
             _log.error(
                 "%s attempt %d ended (%s) but its status could not be written (%s); it will "
                 "time out and be retried",

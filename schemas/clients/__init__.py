@@ -2,7 +2,8 @@
 
 One connection model and one factory for every Kafka client (`KafkaConnection`), the one
 translation of the client library's errors into ours (`kafka_errors`, under its own root
-`KafkaClientError`), the packing of records into batches by partition, and the binding of a
+`KafkaClientError`), one member of a consumer group (`GroupMember`: the one way processes share
+partitions), the packing of records into batches by partition, and the binding of a
 logical model name to an OpenAI-compatible endpoint. It sits below producers, processors and
 projections so that a security setting applies to all of them at once, and apart from
 `rolltape.schemas` so that reading the wire format never imports a client library.
@@ -22,8 +23,18 @@ from rolltape.schemas.clients._errors import (
     kafka_errors,
     translate_kafka_error,
 )
+from rolltape.schemas.clients._group import (
+    Fetched,
+    GroupMember,
+    GroupNotStartedError,
+    Ownership,
+    Partition,
+)
 
 __all__ = [
+    "Fetched",
+    "GroupMember",
+    "GroupNotStartedError",
     "KafkaAuthenticationError",
     "KafkaAuthorizationError",
     "KafkaClientError",
@@ -34,6 +45,8 @@ __all__ = [
     "KafkaUnavailableError",
     "KeyPartitions",
     "ModelEndpoint",
+    "Ownership",
+    "Partition",
     "SaslMechanism",
     "SecurityProtocol",
     "fill_batch",

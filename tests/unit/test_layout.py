@@ -308,6 +308,7 @@ def test_public_api__is_pinned() -> None:
         "RunStatus",
         "SCHEMA_VERSION",
         "SESSION_ID_PATTERN",
+        "STREAM_EVENT_TYPES",
         "SchemaError",
         "SessionEnded",
         "SessionEndedEvent",
@@ -386,6 +387,11 @@ def test_public_api__is_pinned() -> None:
             "KeyPartitions",
             "fill_batch",
             "ModelEndpoint",
+            "Fetched",
+            "GroupMember",
+            "GroupNotStartedError",
+            "Ownership",
+            "Partition",
         ]
     )
     assert sorted(rolltape.schemas.plugins.__all__) == [

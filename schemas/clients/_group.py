@@ -1,0 +1,226 @@
+"""One member of a Kafka consumer group: the one way rolltape shares partitions between processes.
+
+The live feed, replay's `--group` members and cron's schedulers each own some partitions of a
+topic and must know when they gain or lose one: a feed commits what it handed out before it
+loses a partition, a scheduler stops firing the jobs of a partition it lost and reloads the
+state of one it gained, a replay member replays the partitions it was given and marks each
+done. Kafka's group protocol gives all of that (assignment, revocation, a member that dies
+losing its partitions to the others once its session times out, committed offsets as "done up
+to here"); this class gives it to them in rolltape's terms, with the client library's errors
+translated once, here, into `KafkaClientError` kinds, so no user imports aiokafka.
+
+`tests/integration/test_group_member.py` is the contract every user relies on: partitions are
+shared without overlap, a joining member takes some over after they were revoked from another,
+a member that leaves or dies loses its partitions to the survivors, and a new member starts
+where the group committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self
+
+from rolltape.schemas.clients._errors import KafkaClientError, kafka_errors
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaConsumer
+
+    from rolltape.schemas.clients._connection import KafkaConnection
+
+
+class Partition(NamedTuple):
+    """A partition of a topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """A record read by a group member, where it was."""
+
+    partition: Partition
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+
+class Ownership(Protocol):
+    """What a member is told when the group moves partitions. `revoked` runs before the
+    partitions go (commit what is done there, stop acting on them); `assigned` after new ones
+    come (load their state). Both run inside the member's `fetch`."""
+
+    async def assigned(self, partitions: list[Partition]) -> None: ...
+
+    async def revoked(self, partitions: list[Partition]) -> None: ...
+
+
+class GroupNotStartedError(KafkaClientError):
+    """The member was used before `start()` (or `async with`): a mistake in the caller."""
+
+
+class GroupMember:
+    """A member of consumer group `group_id` reading `topics`; enter it with `async with`.
+
+    Offsets are committed only by `commit` (never automatically): what a member commits is what
+    it has finished, and a member that takes a partition over starts there.
+    """
+
+    def __init__(
+        self,
+        connection: KafkaConnection,
+        *,
+        group_id: str,
+        topics: Sequence[str],
+        ownership: Ownership | None = None,
+        from_beginning: bool = True,
+        co_partitioned: bool = False,
+        **settings: Any,
+    ) -> None:
+        """`co_partitioned`: the topics are partitioned alike (by session), and a member gets
+        the same partition of each (Kafka's range assignor). `settings` go to the consumer
+        (timeouts, fetch sizes)."""
+        self._connection = connection
+        self._group_id = group_id
+        self._topics = list(topics)
+        self._ownership = ownership
+        self._settings: dict[str, Any] = {
+            "group_id": group_id,
+            "enable_auto_commit": False,
+            "auto_offset_reset": "earliest" if from_beginning else "latest",
+            **settings,
+        }
+        if co_partitioned:
+            from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+            self._settings["partition_assignment_strategy"] = (RangePartitionAssignor,)
+        self._consumer_instance: AIOKafkaConsumer | None = None
+        self._doing = f"reading {', '.join(self._topics)} in group {group_id} on {connection}"
+
+    @property
+    def _consumer(self) -> AIOKafkaConsumer:
+        if self._consumer_instance is None:
+            raise GroupNotStartedError(
+                f"group member of {self._group_id} used before start(): use `async with`"
+            )
+        return self._consumer_instance
+
+    async def start(self) -> Self:
+        # Made here, inside the running loop (aiokafka binds a consumer to the loop it is
+        # made in), not in __init__.
+        with kafka_errors(f"joining group {self._group_id} on {self._connection}"):
+            consumer = self._connection.consumer(**self._settings)
+            await consumer.start()
+            self._consumer_instance = consumer
+            consumer.subscribe(self._topics, listener=_listener(self._ownership))
+        return self
+
+    async def stop(self) -> None:
+        """Leave the group (its partitions go to the others at once)."""
+        if self._consumer_instance is None:
+            return
+        consumer, self._consumer_instance = self._consumer_instance, None
+        with kafka_errors(f"leaving group {self._group_id}"):
+            await consumer.stop()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- reading ---------------------------------------------------------------------------------
+    def owned(self) -> frozenset[Partition]:
+        """The partitions this member owns now."""
+        return frozenset(_ours(self._consumer.assignment()))
+
+    async def fetch(self, timeout_s: float = 0.2, max_records: int = 2000) -> list[Fetched]:
+        """The records ready on the owned partitions (none after `timeout_s`). Rebalances
+        happen here: `Ownership` is told before this returns. Keep calling it, even while
+        every partition is paused, or the group counts the member as gone."""
+        with kafka_errors(self._doing):
+            batch = await self._consumer.getmany(
+                timeout_ms=int(timeout_s * 1000), max_records=max_records
+            )
+        return [
+            Fetched(Partition(tp.topic, tp.partition), m.offset, m.key, m.value, m.timestamp)
+            for tp, messages in batch.items()
+            for m in messages
+        ]
+
+    async def position(self, partition: Partition) -> int:
+        """The offset of the next record `fetch` returns from `partition`."""
+        with kafka_errors(self._doing):
+            return int(await self._consumer.position(_theirs(partition)))
+
+    async def end_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        with kafka_errors(self._doing):
+            ends = await self._consumer.end_offsets([_theirs(p) for p in partitions])
+        return {Partition(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
+
+    async def seek_to_beginning(self, *partitions: Partition) -> None:
+        with kafka_errors(self._doing):
+            await self._consumer.seek_to_beginning(*(_theirs(p) for p in partitions))
+
+    def pause(self, *partitions: Partition) -> None:
+        """Fetch nothing from these partitions (the member keeps them: see `fetch`)."""
+        self._consumer.pause(*(_theirs(p) for p in partitions))
+
+    # -- done up to here -------------------------------------------------------------------------
+    async def committed(self, partition: Partition) -> int | None:
+        """The offset the group committed for `partition` (None: nothing yet)."""
+        with kafka_errors(f"reading group {self._group_id}'s offsets"):
+            at = await self._consumer.committed(_theirs(partition))
+        return None if at is None else int(at)
+
+    async def commit(self, done: Mapping[Partition, int]) -> bool:
+        """Commit that everything before `done[partition]` is finished. False when the group
+        moved a partition meanwhile: then the member that has it now does that work again
+        (every user of this class makes its work safe to repeat)."""
+        if not done:
+            return True
+        from aiokafka.errors import CommitFailedError, IllegalStateError
+
+        with kafka_errors(f"committing group {self._group_id}'s offsets"):
+            try:
+                await self._consumer.commit({_theirs(p): at for p, at in done.items()})
+            except (CommitFailedError, IllegalStateError):
+                return False
+        return True
+
+
+def _theirs(partition: Partition) -> Any:
+    from aiokafka import TopicPartition
+
+    return TopicPartition(partition.topic, partition.partition)
+
+
+def _ours(partitions: Iterable[Any]) -> list[Partition]:
+    return sorted(Partition(tp.topic, tp.partition) for tp in partitions)
+
+
+def _listener(ownership: Ownership | None) -> Any:
+    """aiokafka's rebalance listener speaking to `ownership` in our terms."""
+    from aiokafka import ConsumerRebalanceListener
+
+    class _Told(ConsumerRebalanceListener):  # type: ignore[misc]
+        async def on_partitions_revoked(self, revoked: Any) -> None:
+            if ownership is not None:
+                await ownership.revoked(_ours(revoked))
+
+        async def on_partitions_assigned(self, assigned: Any) -> None:
+            if ownership is not None:
+                await ownership.assigned(_ours(assigned))
+
+    return _Told()
+
+
+__all__ = ["Fetched", "GroupMember", "GroupNotStartedError", "Ownership", "Partition"]
