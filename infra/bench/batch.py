@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench.capture import start_instant_server
 from rolltape.infra.bench.cron import CronFigures, run_cron_bench
+from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.batch import run_batch
 from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
@@ -34,6 +37,7 @@ from rolltape.producers.environments import (
     RolloutContext,
     binary,
 )
+from rolltape.schemas import Role
 from rolltape.schemas.clients import ModelEndpoint
 
 
@@ -70,13 +74,39 @@ class ConcurrencyFigures(BaseModel):
     """rollouts/s over bare calls/s: the share of the floor the runner keeps."""
 
 
-class BatchFigures(BaseModel):
+class BatchFigures(Figures):
     """Everything `rolltape bench batch` prints (and `--json` dumps): the runner's rate per
     concurrency and cron's jitter."""
 
     machine: str
     runs: list[ConcurrencyFigures]
     cron: CronFigures
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine)
+        yield (
+            "(a) batch runner: one-call rollouts, recorded on scratch topics, reward at once; "
+            "bare calls to the same server as the floor"
+        )
+        yield "    concurrency   rollouts/s   bare calls/s   ratio"
+        for run in self.runs:
+            yield (
+                f"    {run.concurrency:>11}   {run.rollouts_per_s:10,.1f}   "
+                f"{run.bare_calls_per_s:12,.1f}   {run.ratio:5.2f}"
+            )
+        c = self.cron
+        yield (
+            f"(b) cron: {c.fires:,} runs of {c.jobs} jobs due every second (after "
+            f"{c.warmup_s:.0f} s of warm-up), runner returns at once"
+        )
+        yield (
+            f"    due -> session start    p50 {c.jitter_p50_ms:7.1f} ms   "
+            f"p99 {c.jitter_p99_ms:7.1f} ms   max {c.jitter_max_ms:7.1f} ms"
+        )
+        yield (
+            f"    asyncio wake-up floor   p50 {c.asyncio_floor_p50_ms:7.1f} ms   "
+            f"p99 {c.asyncio_floor_p99_ms:7.1f} ms"
+        )
 
 
 async def _bare(base_url: str, calls: int, concurrency: int) -> float:
@@ -139,6 +169,7 @@ def run_batch_bench(
     """Measure the batch runner at each concurrency on a scratch topic prefix (deleted after),
     then cron's jitter. Needs a broker; raises `RuntimeError` when a bench rollout does not
     complete, since a rate over failed rollouts would flatter the runner."""
+    require_connection(settings, Role.ADMIN)  # a clear error when there is no broker
     base_url, server = start_instant_server()
     endpoint = ModelEndpoint(base_url=base_url, model="bench")
     runs = []

@@ -17,13 +17,14 @@ import multiprocessing
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 
 REPLY = {
@@ -65,6 +66,36 @@ class CaptureFigures(BaseModel):
     on its own in the same run: what the caller's thread executes, without waiting for the
     interpreter while the recorder's sender thread chains and writes."""
     goal_added_p50_us: float = 50.0
+
+
+class CaptureBench(Figures):
+    """Everything `rolltape bench capture` prints: a run back to back, then one with a pause
+    between calls (`--json` dumps the two runs as a list)."""
+
+    runs: list[CaptureFigures]
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.runs[0].machine)
+        yield "bare and captured clients take turns call by call against a local server"
+        yield "that answers at once; added = median of the paired differences"
+        for r in self.runs:
+            when = "back to back" if not r.gap_ms else f"{r.gap_ms:.0f} ms pause between calls"
+            yield f"({when}, {r.calls_each} calls each)"
+            yield f"    bare openai client   p50 {r.bare_p50_us:8.1f} us  p99 {r.bare_p99_us:8.1f} us"
+            yield (
+                f"    captured             p50 {r.captured_p50_us:8.1f} us  "
+                f"p99 {r.captured_p99_us:8.1f} us"
+            )
+            yield f"    added, end to end    p50 {r.added_p50_us:8.1f} us"
+            yield (
+                f"    recording in call    p50 {r.in_call_p50_us:8.1f} us  "
+                f"p99 {r.in_call_p99_us:8.1f} us"
+            )
+            yield f"    recording code alone p50 {r.code_alone_p50_us:8.1f} us (no HTTP)"
+        yield f"goal: added p50 <= {self.runs[0].goal_added_p50_us:.0f} us"
+
+    def to_json(self) -> str:
+        return json.dumps([r.model_dump() for r in self.runs], indent=2)
 
 
 _ANSWER = REPLY["choices"][0]["message"]["content"]  # type: ignore[index]
@@ -224,6 +255,13 @@ def run_capture_bench(
         in_call_p50_us=statistics.median(outside["captured"]) - shim,
         in_call_p99_us=_percentile(outside["captured"], 0.99) - shim,
         code_alone_p50_us=_code_alone(ChatCompletion.model_validate(REPLY), turns_per_session),
+    )
+
+
+def run_capture_benches(calls: int = 3000) -> CaptureBench:
+    """`rolltape bench capture`: `calls` back to back, then half as many with a 5 ms pause."""
+    return CaptureBench(
+        runs=[run_capture_bench(calls=calls), run_capture_bench(calls=calls // 2, gap_ms=5.0)]
     )
 
 

@@ -26,11 +26,13 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench.capture import start_instant_server
 
@@ -96,7 +98,7 @@ class WayFigures(BaseModel):
     """99th percentile of the paired differences (the tail it adds per call)."""
 
 
-class PeerFigures(BaseModel):
+class PeerFigures(Figures):
     """Everything `rolltape bench capture --peer otel` prints (and `--json` dumps)."""
 
     machine: str
@@ -112,6 +114,27 @@ class PeerFigures(BaseModel):
 
     def way(self, name: str) -> WayFigures:
         return next(w for w in self.ways if w.name == name)
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine)
+        yield "a system prompt, a user message, one tool; a reply with content and a tool call;"
+        yield (
+            f"bare, rolltape and otel take turns in {self.rounds} rounds of "
+            f"{self.calls_each // max(self.rounds, 1)} calls ({self.calls_each} each)"
+        )
+        yield "    (us)           p50       p99   added p50   added p99"
+        for w in self.ways:
+            yield (
+                f"    {w.name:<9} {w.p50_us:8.1f}  {w.p99_us:8.1f}    {w.added_p50_us:8.1f}    "
+                f"{w.added_p99_us:8.1f}"
+            )
+        met50 = "met" if self.ratio_p50 <= self.goal_ratio_p50 else "NOT met"
+        met99 = "met" if self.ratio_p99 <= self.goal_ratio_p99 else "NOT met"
+        yield (
+            f"rolltape / otel added: p50 {self.ratio_p50:.2f} (goal <= {self.goal_ratio_p50:.1f}: "
+            f"{met50}), p99 {self.ratio_p99:.2f} (goal <= {self.goal_ratio_p99:.1f}: {met99})"
+        )
+        yield f"otel: {', '.join(f'{k} {v}' for k, v in self.otel_versions.items())}"
 
 
 class _Otel:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import cpu_seconds, machine
 from rolltape.infra.bench.producer import sustained_recording
 from rolltape.infra.broker import managed_broker, min_insync_for, require_connection
@@ -49,7 +50,9 @@ class ClusterRun(BaseModel):
     """What `broker check` found wrong on the scratch prefix (empty: set up as required)."""
 
 
-class ClusterBench(BaseModel):
+class ClusterBench(Figures):
+    """Everything `rolltape bench cluster` prints: one node against three, the same run."""
+
     machine: str
     events: int
     sessions: int
@@ -62,6 +65,33 @@ class ClusterBench(BaseModel):
     """Median over the repeats of replicated / single events/s, each pair from one repeat."""
     runs_ratio: list[float]
     goal_ratio: float = GOAL_RATIO
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(
+            self.machine,
+            "every node on this machine",
+            f"{self.partitions} partitions",
+            f"{self.repeats} repeats, alternating which cluster goes first",
+        )
+        yield (
+            f"{self.events:,} events of ~1 KB over {self.sessions} sessions, {self.senders} sender "
+            "process(es), acks=all, idempotent; until every event is acknowledged"
+        )
+        for run in (self.single, self.replicated):
+            runs = " / ".join(f"{v:,.0f}" for v in run.runs_events_per_s)
+            yield (
+                f"  {run.nodes} node(s), replication factor {run.replication_factor}, min ISR "
+                f"{run.min_insync_replicas}: {run.events_per_s:,.0f} events/s ({runs}); brokers' "
+                f"CPU {run.broker_cpu_us_per_event:.1f} us an event, all nodes together"
+            )
+            for problem in run.check_problems:
+                yield f"    broker check: {problem}"
+        verdict = "met" if self.ratio >= self.goal_ratio else "MISSED"
+        yield (
+            f"  ratio (three nodes / one): {self.ratio:.2f} (per repeat: "
+            f"{' / '.join(f'{v:.2f}' for v in self.runs_ratio)}; goal >= {self.goal_ratio}: "
+            f"{verdict})"
+        )
 
 
 @contextmanager

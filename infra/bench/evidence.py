@@ -14,13 +14,14 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import BaseModel
 
 from rolltape.infra.bench._chains import chained_session
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.commands.export import Collected, run_export
 from rolltape.infra.commands.verify_export import verify_export
@@ -35,7 +36,7 @@ from rolltape.schemas import (
 TOOLS = [{"name": "calc", "parameters": {"type": "object"}}]
 
 
-class EvidenceFigures(BaseModel):
+class EvidenceFigures(Figures):
     """What `rolltape bench evidence` prints: checkpoint signing and `verify-export` rates,
     medians over `repeats`, each beside its floor (signing alone, hashing alone)."""
 
@@ -54,6 +55,21 @@ class EvidenceFigures(BaseModel):
     hash_only_lines_per_s: float
     """Reading every evidence envelope and checking its hash, nothing else (per line)."""
     verify_ratio: float
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine, f"{self.repeats} repeats (medians)")
+        yield "(a) checkpoint signing (the worker, per partition and batch)"
+        yield f"    Ed25519 signature alone         {self.sign_only_per_s:10,.0f} /s"
+        yield f"    checkpoint of 2 leaves          {self.checkpoints_per_s_2_leaves:10,.0f} /s"
+        yield (
+            f"    checkpoint of 100 leaves        {self.checkpoints_per_s_100_leaves:10,.0f} /s "
+            f"({self.leaves_per_s_100_leaves:,.0f} leaves/s)"
+        )
+        yield f"(b) an export of {self.sessions} sessions with evidence (ShareGPT, one line each)"
+        yield f"    export --evidence (no Kafka)    {self.export_lines_per_s:10,.0f} lines/s"
+        yield f"    verify-export                   {self.verify_lines_per_s:10,.0f} lines/s"
+        yield f"    hashing the evidence alone      {self.hash_only_lines_per_s:10,.0f} lines/s"
+        yield f"    ratio (verify / hashing alone): {self.verify_ratio:.2f}"
 
 
 def _sessions(count: int, key: Ed25519PrivateKey) -> Collected:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from rolltape.infra.bench._chains import chained_session
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.commands.export import Collected, run_export
 from rolltape.projections import ExportOptions
@@ -36,7 +36,7 @@ _PROSE = (
 )
 
 
-class ExportFigures(BaseModel):
+class ExportFigures(Figures):
     """Export throughput of the same sessions in clear and sealed (opened on export)."""
 
     machine: str
@@ -49,6 +49,19 @@ class ExportFigures(BaseModel):
     goal_ratio: float = GOAL_RATIO
     open_us_per_event: float
     """Opening alone (the keyring's `open_event`), per sealed event, median."""
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine, f"{self.repeats} repeats (medians)")
+        yield (
+            f"export of {self.sessions} sessions ({self.events_per_session} events each) to "
+            "ShareGPT"
+        )
+        yield "(Kafka reading left out: the same work for both)"
+        yield f"    in clear                        {self.clear_sessions_per_s:10,.0f} sessions/s"
+        yield f"    sealed, opened on export        {self.sealed_sessions_per_s:10,.0f} sessions/s"
+        yield f"    opening alone                   {self.open_us_per_event:10.1f} µs/event"
+        verdict = "met" if self.ratio >= self.goal_ratio else "MISSED"
+        yield f"    ratio (sealed / clear): {self.ratio:.3f}; goal >= {self.goal_ratio}: {verdict}"
 
 
 def _payloads(n: int) -> list[tuple[str, dict[str, Any]]]:

@@ -19,11 +19,12 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.producers import restore_snapshot, take_snapshot
 from rolltape.producers.agent import Sandbox, sandbox_problem
@@ -52,12 +53,39 @@ class SandboxFigures(BaseModel):
     """Goal: at most 20 ms."""
 
 
-class JudgesFigures(BaseModel):
+class JudgesFigures(Figures):
+    """Everything `rolltape bench judges` prints: worlds recorded and restored against tar, and
+    a sandboxed shell tool call against the same command unsandboxed."""
+
     machine: str
     repeats: int
     snapshots: list[SnapshotFigures]
     sandbox: SandboxFigures | None
     sandbox_problem: str | None = None
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine, f"{self.repeats} repeats, medians")
+        yield "(a) a world recorded (snapshot + blob records) and restored, against GNU tar"
+        yield "    (goal: each ratio at most 2)"
+        for s in self.snapshots:
+            yield f"    {s.files:,} files, {s.bytes / 2**20:.0f} MB:"
+            yield (
+                f"      record  {s.record_p50_ms:7.1f} ms  tar -cf {s.tar_create_p50_ms:7.1f} ms  "
+                f"ratio {s.record_ratio:.2f}"
+            )
+            yield (
+                f"      restore {s.restore_p50_ms:7.1f} ms  tar -xf {s.tar_extract_p50_ms:7.1f} ms  "
+                f"ratio {s.restore_ratio:.2f}"
+            )
+        if self.sandbox is None:
+            yield f"(b) sandbox: not measured: {self.sandbox_problem}"
+            return
+        b = self.sandbox
+        yield f"(b) a shell tool call ({b.command!r}, {b.calls} each way)"
+        yield (
+            f"    bubblewrap {b.sandboxed_p50_ms:.1f} ms, unsandboxed {b.unsandboxed_p50_ms:.1f} "
+            f"ms, added {b.added_p50_ms:.1f} ms (goal: at most 20 ms)"
+        )
 
 
 def _tree(root: Path, files: int, total_bytes: int, seed: int = 7) -> None:

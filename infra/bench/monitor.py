@@ -24,13 +24,14 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class StepFigures(BaseModel):
     """A monitored block ran under CUDA's sync debug mode "error" without one."""
 
 
-class MonitorBench(BaseModel):
+class MonitorBench(Figures):
     """What `rolltape bench monitor` prints: the machine and torch build, one `StepFigures` per
     model measured."""
 
@@ -72,6 +73,25 @@ class MonitorBench(BaseModel):
     threads: int
     device: str
     results: list[StepFigures]
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(
+            self.machine, f"torch {self.torch}, {self.threads} threads", f"device {self.device}"
+        )
+        yield "every step measured; SGD with momentum"
+        for f in self.results:
+            yield f"  {f.architecture}, batch {f.batch_size}, {f.steps_each} steps each:"
+            yield (
+                f"    step p50: plain {f.plain_step_ms:.3f} ms, monitored "
+                f"{f.monitored_step_ms:.3f} ms -> overhead {f.overhead:+.1%} "
+                f"(goal <= {f.goal:.0%}: {'met' if f.overhead <= f.goal else 'NOT met'})"
+            )
+            if f.host_syncs_checked:
+                yield "    host synchronisations in a monitored block: none (CUDA sync debug)"
+            yield (
+                f"    epoch end (validation, probe, one host copy, record): {f.epoch_end_ms:.1f} "
+                f"ms per epoch, beside {f.train_epoch_ms:.0f} ms of training steps"
+            )
 
 
 @dataclass
@@ -313,6 +333,13 @@ def _measure(
         train_epoch_ms=plain * epoch_steps * 1000,
         host_syncs_checked=checked,
     )
+
+
+def cuda_visible() -> bool:
+    """Whether torch sees a CUDA device here (for `device="cuda"`). Needs torch."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def run_monitor_bench(

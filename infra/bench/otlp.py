@@ -25,18 +25,20 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import cpu_seconds, machine
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 
 
-class OtlpFigures(BaseModel):
+class OtlpFigures(Figures):
     """What `rolltape bench otlp` prints: spans/s acknowledged into Kafka through the receiver,
     beside a receiver that only decodes, medians over `repeats`."""
 
@@ -61,7 +63,7 @@ class OtlpFigures(BaseModel):
     grpc_spans_per_s: float
     grpc_ratio: float
     """grpc_spans_per_s / receiver_spans_per_s (goal >= 0.8)."""
-    workers_spans_per_s: dict[int, float] = {}
+    workers_spans_per_s: dict[int, float] = Field(default_factory=dict)
     """`otlp serve --workers N` for each N measured beside one process (medians, same runs)."""
     receiver_cpu_us_per_span: float | None = None
     """The receiver process's CPU time (user and system) over the timed batches, per span
@@ -81,6 +83,71 @@ class OtlpFigures(BaseModel):
     goal_ratio: float = 0.35
     """Of the decode-only baseline, in the same run."""
     anchor_collector_spans_per_s_per_core: float = 12_000.0
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(
+            self.machine,
+            f"{self.repeats} repeats of {self.spans:,} spans in requests of "
+            f"{self.spans_per_batch} over {self.connections} connections (agent traces: chat "
+            "and execute_tool spans with their messages)",
+        )
+        runs = ", ".join(f"{v:,.0f}" for v in self.receiver_runs)
+        yield (
+            "    rolltape serve otlp, acknowledged into Kafka: "
+            f"{self.receiver_spans_per_s:,.0f} spans/s (runs {runs}; "
+            f"{self.events_per_span:.2f} records per span)"
+        )
+        yield (
+            "    baseline receiver that only decodes:        "
+            f"{self.decode_only_spans_per_s:,.0f} spans/s"
+        )
+        yield (
+            f"    ratio (rolltape / baseline): {self.ratio:.2f} (goal >= {self.goal_ratio:.2f}: "
+            f"{'met' if self.ratio >= self.goal_ratio else 'MISSED'})"
+        )
+        if (
+            self.receiver_cpu_us_per_span is not None
+            and self.decode_only_cpu_us_per_span is not None
+        ):
+            waited = (
+                ": the rest it waited for the load generator"
+                if (self.decode_only_busy or 0) < 0.9
+                else ""
+            )
+            yield (
+                f"    receiver CPU per span: {self.receiver_cpu_us_per_span:.1f} µs (busy "
+                f"{self.receiver_busy:.0%} of the run); baseline "
+                f"{self.decode_only_cpu_us_per_span:.1f} µs (busy {self.decode_only_busy:.0%}"
+                f"{waited}); ratio in CPU {self.cpu_ratio:.2f}"
+            )
+            yield (
+                f"    CPU per span with content as log records {self.logs_cpu_us_per_span:.1f} "
+                f"µs, over gRPC {self.grpc_cpu_us_per_span:.1f} µs"
+            )
+        for label, rate, ratio in (
+            (
+                f"content as log records ({self.log_records_per_span:.1f} per span)",
+                self.logs_spans_per_s,
+                self.logs_ratio,
+            ),
+            ("spans over gRPC", self.grpc_spans_per_s, self.grpc_ratio),
+        ):
+            verdict = "met" if ratio >= 0.8 else "MISSED"
+            yield (
+                f"    {label}: {rate:,.0f} spans/s, {ratio:.2f} of spans over HTTP "
+                f"(goal >= 0.80: {verdict})"
+            )
+        for n, rate in self.workers_spans_per_s.items():
+            yield (
+                f"    otlp serve --workers {n}: {rate:,.0f} spans/s "
+                f"({rate / self.receiver_spans_per_s:.2f}x one process)"
+            )
+        verdict = "met" if self.receiver_spans_per_s >= self.goal_spans_per_s else "MISSED"
+        yield (
+            f"    goal >= {self.goal_spans_per_s:,.0f} spans/s on one process: {verdict} (anchor: "
+            f"the OpenTelemetry Collector, ~{self.anchor_collector_spans_per_s_per_core:,.0f} "
+            "spans/s per core)"
+        )
 
 
 def _attr(key: str, value: Any) -> Any:
@@ -488,6 +555,7 @@ def run_otlp_bench(
     from rolltape.infra.broker import require_connection
     from rolltape.infra.kafka.topics import scratch_prefix
 
+    require_connection(settings, Role.ADMIN)  # a clear error when there is no broker
     batches = build_batches(spans + 2 * spans_per_batch, spans_per_batch)
     as_logs = build_batches(spans + 2 * spans_per_batch, spans_per_batch, as_logs=True)
     counts = [_count(b, "traces") for b in batches]

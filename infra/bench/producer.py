@@ -22,11 +22,13 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.topics import scratch_prefix
@@ -71,7 +73,7 @@ class SealedRun(BaseModel):
     goal_ratio: float = 0.85
 
 
-class ProducerBench(BaseModel):
+class ProducerBench(Figures):
     """Everything `rolltape bench producer` prints: the hot path against a local chained-JSONL
     writer, and sustained throughput per sender count against the client's ceiling."""
 
@@ -93,11 +95,73 @@ class ProducerBench(BaseModel):
     repeats: int
     sustained_sessions: int
     by_senders: list[SustainedRun]
-    sealed: list[SealedRun] = []
+    sealed: list[SealedRun] = Field(default_factory=list)
     """With `--sealed`: the same sustained runs with every session naming a subject."""
     goal_events_per_s: float = 100_000
     goal_ratio: float = 0.6
     partitions: int = 0
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(
+            self.machine,
+            f"{self.repeats} repeats",
+            f"{self.partitions} partitions",
+            f"timer overhead {self.timer_overhead_us:.3f} us (subtracted)",
+        )
+        yield "(a) hot path, one record call of a ~1 KB turn"
+        rec, writer = self.recorder, self.jsonl_writer
+        yield f"    rolltape Session.turn      p50 {rec.p50_us:7.2f} us   p99 {rec.p99_us:7.2f} us"
+        yield (
+            f"    chained JSONL writer       p50 {writer.p50_us:7.2f} us   "
+            f"p99 {writer.p99_us:7.2f} us"
+        )
+        yield f"    ratio (writer / rolltape p50): {self.hot_path_ratio:.1f}x"
+        yield f"(b) sustained, {self.sustained_events} events of ~1 KB, acks=all, idempotent"
+        yield (
+            f"    rolltape: {self.recorder_events_per_s:,.0f} events/s (enqueue "
+            f"{self.recorder_enqueue_s:.2f} s, all acknowledged after "
+            f"{self.recorder_until_acked_s:.2f} s)"
+        )
+        yield f"    raw aiokafka, pre-encoded values: {self.raw_aiokafka_events_per_s:,.0f} events/s"
+        yield f"    ratio (rolltape / raw): {self.throughput_ratio:.2f}"
+        yield (
+            "    raw aiokafka, pre-encoded values in hand-built batches (client ceiling): "
+            f"{self.raw_batches_events_per_s:,.0f} events/s"
+        )
+        yield (
+            f"(c) sustained by sender processes, {self.sustained_sessions} sessions; ceiling and "
+            "ratio from the same repeats"
+        )
+        yield "    ceiling per repeat: " + _runs(self.raw_batches_runs_events_per_s)
+        yield "    senders   events/s   ceiling   ratio   runs (ratio: median of the repeats')"
+        for s in self.by_senders:
+            yield (
+                f"    {s.senders:>7}   {s.events_per_s:8,.0f}   {s.ceiling_events_per_s:7,.0f}   "
+                f"{s.ratio:5.2f}   {_runs(s.runs_events_per_s)}"
+            )
+        two = next((s for s in self.by_senders if s.senders == 2), None)
+        if two is not None:
+            rate_met = two.events_per_s >= self.goal_events_per_s
+            ratio_met = two.ratio >= self.goal_ratio
+            yield (
+                f"    goal, two senders: >= {self.goal_events_per_s:,.0f} events/s "
+                f"({'met' if rate_met else 'MISSED'}: {two.events_per_s:,.0f}) and >= "
+                f"{self.goal_ratio} of the ceiling ({'met' if ratio_met else 'MISSED'}: "
+                f"{two.ratio:.2f})"
+            )
+        if self.sealed:
+            yield "(d) sessions that name a subject (content sealed), same repeats"
+            yield "    senders   events/s   ratio to unsealed   runs"
+            for run in self.sealed:
+                verdict = "met" if run.ratio >= run.goal_ratio else "MISSED"
+                yield (
+                    f"    {run.senders:>7}   {run.events_per_s:8,.0f}   {run.ratio:5.2f} "
+                    f"(goal >= {run.goal_ratio}: {verdict})   {_runs(run.runs_events_per_s)}"
+                )
+
+
+def _runs(rates: list[float]) -> str:
+    return " / ".join(f"{v:,.0f}" for v in rates)
 
 
 def _pct(samples: list[int], overhead_ns: float) -> Percentiles:
@@ -269,6 +333,7 @@ def run_producer_bench(
     """Run on scratch topics of its own (a fresh prefix, deleted afterwards), so benchmark and
     baseline records never mix with real sessions. `senders`: the recorder configurations of
     the sustained run (1 is always included: it is the in-thread sender the other figures use)."""
+    require_connection(settings, Role.ADMIN)  # a clear error when there is no broker
     with scratch_prefix(settings, "bench", partitions=partitions) as scratch:
         agent = require_connection(scratch, Role.AGENT)
         report = _run(

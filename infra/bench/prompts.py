@@ -18,12 +18,14 @@ import re
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench.capture import start_instant_server
 from rolltape.infra.broker import require_connection
@@ -57,7 +59,7 @@ class RoundFigures(BaseModel):
     model_calls: int
 
 
-class PromptBenchFigures(BaseModel):
+class PromptBenchFigures(Figures):
     """Everything `rolltape bench prompts` prints (and `--json` dumps)."""
 
     machine: str
@@ -76,6 +78,28 @@ class PromptBenchFigures(BaseModel):
     @property
     def met(self) -> bool:
         return self.median_overhead_share <= self.goal_overhead_share
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine)
+        yield (
+            f"prompt loop on harness.policy, held out {', '.join(self.heldout)}, {self.epochs} "
+            "epochs per run, a server that answers at once"
+        )
+        yield "    round   seconds   runs   in runs   loop's own   share   model calls"
+        for x in self.rounds:
+            yield (
+                f"    {x.round:>5}   {x.seconds:7.2f}   {x.runs:>4}   {x.run_seconds:7.2f}   "
+                f"{x.overhead_seconds:10.3f}   {x.overhead_share:5.1%}   {x.model_calls:>11}"
+            )
+        yield (
+            f"    median round {self.median_round_s:.2f} s, loop's own "
+            f"{self.median_overhead_s:.3f} s ({self.median_overhead_share:.1%}; goal at most "
+            f"{self.goal_overhead_share:.0%}: {'met' if self.met else 'NOT met'})"
+        )
+        yield (
+            f"    a held-out run: {self.loop_run_p50_s:.2f} s in the loop, "
+            f"{self.bare_run_p50_s:.2f} s run by the harness alone (median)"
+        )
 
 
 _PROPOSALS = itertools.count(1)
@@ -144,6 +168,7 @@ def run_prompts_bench(
 ) -> PromptBenchFigures:
     """Measure on a scratch prefix (deleted after) with a worker of its own. Needs a broker and
     the torch extra."""
+    require_connection(settings, Role.ADMIN)  # a clear error when there is no broker
     from rolltape.producers.training import (
         SCENARIOS,
         Harness,

@@ -36,11 +36,11 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.replay import run_replay
@@ -65,7 +65,7 @@ _PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
 _TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "object"}}]
 
 
-class ReplayBench(BaseModel):
+class ReplayBench(Figures):
     """What `rolltape bench replay` prints: the replay-fold-export pipeline against a raw scan
     of the same topic (medians over `passes`), the commands' own rates and export's memory."""
 
@@ -115,6 +115,58 @@ class ReplayBench(BaseModel):
     """The same export holding every record and trajectory in memory (before it streamed)."""
     idle_rss_mb: float
     """`rolltape dataset export --help`: the command's import floor under both."""
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine, f"{self.partitions} partitions")
+        medians = f"medians of {self.passes} passes" if self.passes > 1 else "one pass"
+        yield (
+            f"{self.events:,} events over {self.sessions:,} sessions (written in "
+            f"{self.load_s:.1f} s); {medians}"
+        )
+        yield f"  raw aiokafka scan of the topic:        {self.raw_events_per_s:,.0f} events/s"
+        yield (
+            f"  replay + fold + ShareGPT export:       {self.pipeline_events_per_s:,.0f} events/s "
+            f"(ratio to raw {self.pipeline_vs_raw:.2f})"
+        )
+        yield (
+            f"  stages: read {self.read_s:.2f} s, replay {self.replay_s:.2f} s, "
+            f"fold {self.fold_s:.2f} s, export {self.export_s:.2f} s"
+        )
+        yield f"    ({self.export_lines:,} lines, {self.export_bytes / 1e6:.1f} MB)"
+        yield (
+            "  read + decode alone (no processing):   "
+            f"{self.decode_ceiling_events_per_s:,.0f} events/s (decode {self.decode_s:.2f} s)"
+        )
+        verdict = "met" if self.pipeline_vs_decode_ceiling >= 0.5 else "MISSED"
+        yield (
+            f"    pipeline / (read + decode): {self.pipeline_vs_decode_ceiling:.2f} "
+            f"(goal >= 0.5: {verdict})"
+        )
+        yield (
+            "  rolltape log replay --dry-run, one process: "
+            f"{self.command_events_per_s:,.0f} events/s"
+        )
+        yield (
+            f"    --jobs {self.jobs}: {self.command_jobs_events_per_s:,.0f} events/s "
+            f"({self.command_jobs_events_per_s / self.command_events_per_s:.2f}x)"
+        )
+        verdict = "met" if self.group_two_vs_one >= 1.6 else "MISSED"
+        yield (
+            "  rolltape log replay --dry-run --group, one member: "
+            f"{self.group_one_events_per_s:,.0f} events/s; two members: "
+            f"{self.group_two_events_per_s:,.0f} events/s "
+            f"({self.group_two_vs_one:.2f}x, goal >= 1.6: {verdict})"
+        )
+        yield (
+            "  rolltape dataset export -f sharegpt (command): "
+            f"{self.export_events_per_s:,.0f} events/s, "
+            f"peak RSS {self.export_peak_rss_mb:,.0f} MB"
+        )
+        yield (
+            f"    same export held in memory: {self.in_memory_export_events_per_s:,.0f} events/s, "
+            f"peak RSS {self.in_memory_export_peak_rss_mb:,.0f} MB"
+        )
+        yield f"    `export --help` alone: peak RSS {self.idle_rss_mb:,.0f} MB"
 
 
 def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict[str, Any]]]:
@@ -343,6 +395,7 @@ def run_replay_bench(
     """Write the load to a scratch prefix (deleted after), time the raw scan and the pipeline
     per pass, then `replay --dry-run` (one process and `jobs`) and `export` in fresh processes.
     Needs a broker; peak RSS is read from /proc, so Linux only."""
+    require_connection(settings, Role.ADMIN)  # a clear error when there is no broker
     config = ProcessorConfig(rewards=("final_reward",))
     with scratch_prefix(settings, "benchreplay", partitions=partitions) as scratch:
         prefix = scratch.topic_prefix

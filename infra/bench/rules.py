@@ -24,12 +24,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from aiokafka import TopicPartition
-from pydantic import BaseModel
 
 from rolltape.infra import open_monitor_recorder, open_recorder
+from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.bench._synthetic import end_synthetic_metrics, synthetic_metric
 from rolltape.infra.broker import require_connection
@@ -43,7 +44,7 @@ from rolltape.schemas import Role, Stream, read_event, topic_name
 from rolltape.schemas.clients import KafkaConnection
 
 
-class RulesBench(BaseModel):
+class RulesBench(Figures):
     """What `rolltape bench rules` prints: rule-firing latency, and one worker's events/s beside
     a plain consumer, a faust agent doing nothing and the pure core over the same records."""
 
@@ -70,6 +71,44 @@ class RulesBench(BaseModel):
     interleaved_events_per_s: float | None
     """One worker over the same number of events from `concurrent_sessions` sessions recording
     at once (None: not run)."""
+
+    def lines(self) -> Iterator[str]:
+        yield machine_line(self.machine, f"{self.partitions} partitions")
+        yield (
+            "(a) metric acknowledged -> rule evaluation readable, "
+            f"{self.epochs} epochs after {self.warmup} warm-up"
+        )
+        yield (
+            f"    p50 {self.latency_p50_ms:.1f} ms   p99 {self.latency_p99_ms:.1f} ms   "
+            f"max {self.latency_max_ms:.1f} ms"
+        )
+        yield f"(b) {self.events} events (half metrics, half turns) over {self.sessions} sessions"
+        yield (
+            f"    worker: {self.worker_events_per_s:,.0f} events/s (first to last output "
+            f"{self.worker_span_s:.2f} s)"
+        )
+        yield (
+            "    plain aiokafka consumer, same records: "
+            f"{self.raw_consumer_events_per_s:,.0f} events/s"
+        )
+        yield f"    ratio (worker / consumer): {self.worker_vs_raw_consumer:.2f}"
+        if self.two_workers_events_per_s is not None:
+            yield (
+                "    two worker processes in one group, same load on fresh topics: "
+                f"{self.two_workers_events_per_s:,.0f} events/s "
+                f"({self.two_workers_events_per_s / self.worker_events_per_s:.2f}x one worker)"
+            )
+        yield (
+            "    faust agent doing nothing, same records: "
+            f"{self.faust_floor_events_per_s:,.0f} events/s "
+            f"(worker / faust floor: {self.worker_vs_faust_floor:.2f})"
+        )
+        yield f"    pure core in memory (no Kafka): {self.pure_core_events_per_s:,.0f} events/s"
+        if self.interleaved_events_per_s is not None:
+            yield (
+                f"    the same events from {self.concurrent_sessions:,} sessions at once: "
+                f"{self.interleaved_events_per_s:,.0f} events/s"
+            )
 
 
 async def _latency(
@@ -233,6 +272,7 @@ def run_rules_bench(
     """Run the latency and throughput measurements, each on scratch topic prefixes of its own
     (deleted after) with real worker processes. Needs a broker; raises `RuntimeError` when the
     worker or the faust floor does not deliver in time."""
+    require_connection(settings, Role.ADMIN)  # a clear error when there is no broker
     with (
         tempfile.TemporaryDirectory(prefix="rolltape-bench-") as tmp,
         scratch_prefix(settings, "benchlat", partitions=partitions) as latency,
