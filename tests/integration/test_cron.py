@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
@@ -29,6 +29,7 @@ from rolltape.schemas import CronRun, RetryPolicy, RunStatus, Stream, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+from tests.support.waiting import wait_until, wait_until_async
 
 CLI = [sys.executable, "-m", "rolltape.infra"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +107,10 @@ class _Scheduler:
         )
         self.path = log
 
+    def exited(self) -> str | None:
+        code = self.proc.poll()
+        return None if code is None else f"a scheduler exited with {code}:\n{self.path.read_text()}"
+
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGINT)
         try:
@@ -133,10 +138,31 @@ def test_two_schedulers__fire_every_due_tick_exactly_once_and_share_the_jobs(
             for job_id in job_ids
         ),
     )
+
+    def fires(done: Callable[[list[CronRun]], bool], what: str) -> list[CronRun]:
+        return wait_until(
+            lambda: [r for r in _run_revisions(topics) if r.status == RunStatus.RUNNING],
+            done,
+            what=what,
+            every_s=0.5,
+            abort=lambda: first.exited() or (second.exited() if second else None),
+            describe=lambda fired: repr(
+                sorted(Counter((r.job_id, r.fired_by) for r in fired).items())
+            ),
+        )
+
+    second: _Scheduler | None = None
     first = _Scheduler(topics, tmp_path / "a.log")
-    time.sleep(4)
+    fires(lambda fired: {r.job_id for r in fired} == set(job_ids), "the first to fire every job")
     second = _Scheduler(topics, tmp_path / "b.log")  # joins: the partitions are shared out
-    time.sleep(10)
+    fired = fires(lambda fired: len({r.fired_by for r in fired}) == 2, "the second to fire too")
+    before = Counter(r.job_id for r in fired)
+
+    def twice_more(fired: list[CronRun]) -> bool:
+        now = Counter(r.job_id for r in fired)
+        return all(now[job] >= before[job] + 2 for job in job_ids)
+
+    fires(twice_more, "every job to fire twice more once both schedulers fire")
     logs = [first.stop(), second.stop()]
 
     revisions = _run_revisions(topics)
@@ -171,21 +197,56 @@ def _shifted_clock(shift: list[int]) -> Callable[[], int]:
 def _run_scheduler(
     topics: Topics, clock: Callable[[], int], until: Callable[[JobBook], bool]
 ) -> JobBook:
+    """A scheduler in this process until `until(book)` holds, and then until it has looked at
+    what is due twice more: room for a wrong second fire, which the book then shows."""
+
     async def main() -> JobBook:
         recorder = open_recorder(topics.settings)
         scheduler = open_scheduler(topics.settings, recorder=recorder, clock=clock)
+        looks = _count_looks(scheduler.book)
         stop = asyncio.Event()
         task = asyncio.create_task(scheduler.run(stop))
-        deadline = time.monotonic() + 60
-        while not until(scheduler.book) and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)  # room for a wrong second fire
-        stop.set()
-        await task
-        await recorder.aclose()
+
+        def stopped() -> str | None:
+            if not task.done():
+                return None
+            return "the scheduler was cancelled" if task.cancelled() else repr(task.exception())
+
+        try:
+            await wait_until_async(
+                lambda: scheduler.book,
+                until,
+                what="the runs the test waits for",
+                abort=stopped,
+                describe=lambda book: repr({k: str(r.status) for k, r in book.runs.items()}),
+            )
+            seen = looks[0]
+            await wait_until_async(
+                lambda: looks[0],
+                lambda n: n >= seen + 2,  # the look under way may predate the last status
+                what="the scheduler to look at what is due twice more",
+                abort=stopped,
+            )
+        finally:
+            stop.set()
+            await task
+            await recorder.aclose()
         return scheduler.book
 
     return asyncio.run(main())
+
+
+def _count_looks(book: JobBook) -> list[int]:
+    """Counts the scheduler's passes over what is due (each calls `book.due` once)."""
+    looks = [0]
+    due = book.due
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        looks[0] += 1
+        return due(*args, **kwargs)
+
+    book.due = counted  # type: ignore[method-assign]
+    return looks
 
 
 def test_restarted_scheduler__owes_one_run_for_the_ticks_it_missed(topics: Topics) -> None:

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, payloads, read_all, wait_for
 from tests.support.bugfix import FIXES
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+from tests.support.waiting import DEFAULT_TIMEOUT_S, wait_until
 
 CLI = [sys.executable, "-m", "rolltape.infra"]
 
@@ -112,9 +114,38 @@ def test_env_evaluate__records_each_rollout_with_its_world_reward_and_the_evalua
 def _slow_model(body: dict[str, Any]) -> Reply:
     """Looks at the files once, then gives up: a rollout of a few hundred milliseconds."""
     time.sleep(0.3)
+    return _give_up(body)
+
+
+def _give_up(body: dict[str, Any]) -> Reply:
     if not any(m["role"] == "tool" for m in body["messages"]):
         return Completion(tool_calls=[("c1", "list_files", "{}")])
     return Completion(content="I could not find the bug.")
+
+
+class _HeldModel:
+    """`_give_up` at full speed until `finished` rollouts got their last reply; from then on
+    every call waits for `release()`. A batch killed meanwhile has exactly those rollouts
+    finished and the rest cut short, however fast or loaded the machine."""
+
+    def __init__(self, finished: int) -> None:
+        self.finished = finished
+        self.given = 0
+        self._lock = threading.Lock()
+        self._released = threading.Event()
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        last = any(m["role"] == "tool" for m in body["messages"])
+        with self._lock:
+            held = self.given >= self.finished and not self._released.is_set()
+            if last and not held:
+                self.given += 1
+        if held and not self._released.wait(DEFAULT_TIMEOUT_S):
+            return (503, "the test never released the model")
+        return _give_up(body)
+
+    def release(self) -> None:
+        self._released.set()
 
 
 def _batch(topics: Topics, models: str, *extra: str) -> subprocess.Popen[str]:
@@ -144,19 +175,25 @@ def _batch(topics: Topics, models: str, *extra: str) -> subprocess.Popen[str]:
 def test_batch_run__killed_midway_and_resumed_finishes_every_item_exactly_once(
     topics: Topics,
 ) -> None:
-    with OpenAICompatibleServer(_slow_model) as server:
+    model = _HeldModel(finished=3)
+    with OpenAICompatibleServer(model) as server:
         models = json.dumps(
             {"agent": ModelEndpoint(base_url=server.base_url, model="local").to_config()}
         )
         first = _batch(topics, models)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            ended = [e for e in _events(topics) if e.type == "session_ended"]
-            if len(ended) >= 3:
-                break
-            time.sleep(0.2)
-        first.send_signal(signal.SIGKILL)
-        first.communicate(timeout=30)
+        try:
+            ended = wait_until(
+                lambda: [e for e in _events(topics) if e.type == "session_ended"],
+                lambda ended: len(ended) >= 3,
+                what="three rollouts of the batch to end",
+                every_s=0.2,
+                abort=lambda: None if first.poll() is None else "the batch exited",
+                describe=lambda ended: f"{len(ended)} ended",
+            )
+        finally:
+            first.send_signal(signal.SIGKILL)
+            first.communicate(timeout=30)
+            model.release()  # the calls held meanwhile answer a batch that is gone
         assert 3 <= len(ended) < 8, "the batch finished before it could be killed"
         second = _batch(topics, models)
         out, err = second.communicate(timeout=300)

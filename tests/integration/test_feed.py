@@ -5,6 +5,7 @@ and groups reach the trainer's /batch."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ import pytest
 from rolltape.producers import Recorder
 from rolltape.projections import AtroposSink, FeedItem, Selection, TrajectoryFeed
 from tests.integration.conftest import Topics
-from tests.integration.workers import WorkerProcess
+from tests.integration.workers import WorkerProcess, payloads, wait_for
+from tests.support.waiting import Output, wait_until
 
 pytestmark = pytest.mark.integration
 atroposlib = pytest.importorskip("atroposlib.api.server")
@@ -46,12 +48,9 @@ async def take(feed: TrajectoryFeed, count: int, timeout_s: float = 60) -> list[
     return items
 
 
-async def nothing_more(feed: TrajectoryFeed, wait_s: float = 4) -> bool:
-    try:
-        await asyncio.wait_for(feed.__anext__(), wait_s)
-    except TimeoutError:
-        return True
-    return False
+def decided(topics: Topics, worker: WorkerProcess, sessions: int) -> None:
+    """Wait until the worker has decided `sessions` sessions (their filter outcomes)."""
+    wait_for(topics, lambda rs: len(payloads(rs, "filter_outcome")) >= sessions, worker=worker)
 
 
 def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
@@ -75,17 +74,23 @@ def test_feed_streams_judged_sessions_and_the_sink_feeds_atropos(
             for item in items:
                 await sink.add(item.trajectory)
             await sink.close()
-            assert await nothing_more(feed)
+            # Nothing more: once the worker decided all five, a session recorded after them is
+            # the next item, and the rejected one was counted on the way.
+            await asyncio.to_thread(decided, topics, worker, 5)
+            record_groups(topics, tmp_path / "s-marker", {"marker": (1.0,)})
+            marker = await take(feed, 1)
+            assert [i.trajectory.session_id for i in marker] == ["marker-0"]
             assert feed.skipped["not_accepted"] == 1
-        # Everything handed out was committed: the same group gets nothing again...
+        # Everything handed out was committed: the same group gets nothing again, only the
+        # sessions judged later, alone (the second recorded once the first arrived).
         async with TrajectoryFeed(
             topics.reader, group_id="trainer", prefix=topics.prefix, selection=accepted
         ) as again:
-            assert await nothing_more(again)
-            # ...and a session judged later arrives alone.
             record_groups(topics, tmp_path / "s2", {"q3": (1.0,)})
             late = await take(again, 1)
-            assert [i.trajectory.session_id for i in late] == ["q3-0"]
+            record_groups(topics, tmp_path / "s3", {"q4": (1.0,)})
+            late += await take(again, 1)
+            assert [i.trajectory.session_id for i in late] == ["q3-0", "q4-0"]
         return items, sink
 
     from tests.support.atropos_server import AtroposServer
@@ -170,12 +175,11 @@ def test_the_projector_publishes_each_decided_session_to_the_compacted_topic(
     topics: Topics, tmp_path: Path
 ) -> None:
     import signal
-    import subprocess
     import sys
 
     from rolltape.projections import Trajectory
     from rolltape.schemas import Stream, decode
-    from tests.integration.workers import read_all, wait_for
+    from tests.integration.workers import read_all
 
     record_groups(topics, tmp_path / "spool", {"p": (1.0, 0.0, 0.5)})
     worker = WorkerProcess(topics, tmp_path).start()
@@ -219,11 +223,11 @@ def test_sessions_not_processed_before_a_crash_are_delivered_again_with_the_same
         await feed.stop(commit=False)  # a crash: nothing more committed
         async with TrajectoryFeed(topics.reader, group_id="t", prefix=topics.prefix) as again:
             rest = await take(again, 3)
-            while True:  # sessions processed before the crash may come again too (at least once)
-                try:
-                    rest.append(await asyncio.wait_for(again.__anext__(), 4))
-                except TimeoutError:
-                    break
+            # Sessions processed before the crash may come again too (at least once): all
+            # that comes before a session recorded now.
+            record_groups(topics, tmp_path / "marker", {"marker": (1.0,)})
+            while (item := (await take(again, 1))[0]).trajectory.session_id != "marker-0":
+                rest.append(item)
         return (
             [i.id for i in first],
             [i.id for i in rest],
@@ -243,19 +247,19 @@ def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_ne
     topics: Topics, tmp_path: Path
 ) -> None:
     import signal
-    import subprocess
     import sys
-    import time
 
     import httpx
 
+    from rolltape.infra.kafka.groups import group_lags
+    from rolltape.schemas import Role
     from tests.support.atropos_server import AtroposServer
 
     record_groups(topics, tmp_path / "spool", {"f": (1.0, 0.0), "lonely": (1.0,)})
     worker = WorkerProcess(topics, tmp_path).start()
 
-    def feed(server: AtroposServer, *extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
+    def feed(server: AtroposServer, *extra: str) -> tuple[subprocess.Popen[str], Output]:
+        process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -267,23 +271,30 @@ def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_ne
                 *extra,
             ],
             env=topics.env(),
-            stdout=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
+        return process, Output(process.stderr, "the feed's stderr")
 
-    def latest(server: AtroposServer, sequences: int, timeout_s: float = 60) -> dict:  # type: ignore[type-arg]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            group = httpx.get(f"{server.url}/latest_example", timeout=5).json()
-            if len(group.get("tokens") or ()) == sequences:
-                return group  # type: ignore[no-any-return]
-            time.sleep(0.5)
-        raise AssertionError("the group never reached the Atropos server")
+    def latest(server: AtroposServer, sequences: int) -> dict:  # type: ignore[type-arg]
+        return wait_until(  # type: ignore[no-any-return]
+            lambda: httpx.get(f"{server.url}/latest_example", timeout=5).json(),
+            lambda group: len(group.get("tokens") or ()) == sequences,
+            what=f"a group of {sequences} to reach the Atropos server",
+            every_s=0.5,
+        )
 
-    def stop(process: subprocess.Popen[str]) -> str:
+    def lag() -> int | None:
+        """How far the feed's group is behind the end of its topics (None: no commit yet)."""
+        lags = asyncio.run(group_lags(topics.connection(Role.ADMIN), topics.prefix))
+        return next((g.lag for g in lags if g.group == "rolltape-atropos"), None)
+
+    def stop(running: tuple[subprocess.Popen[str], Output]) -> str:
+        process, stderr = running
         process.send_signal(signal.SIGTERM)
-        _, err = process.communicate(timeout=60)
+        process.wait(60)
+        err = stderr.whole()
         assert process.returncode == 0, err
         return err
 
@@ -293,13 +304,20 @@ def test_feed_atropos_cli_sends_full_groups_and_keeps_unsent_sessions_for_the_ne
             first = feed(server, "--group-size", "2")
             group = latest(server, 2)
             assert group["scores"] == [1.0, 0.0] and group["tokens"][1] == [11, 12, 21, 31, 2]
-            time.sleep(2)  # let the feed commit what it acknowledged
+            first[1].wait_for("sent 1 group(s)")  # the feed took the answer: f-0, f-1 acknowledged
             assert "stopped: sent 1 group(s) scored by reward;" in stop(first)
             # "lonely" never filled a group of 2: it was not acknowledged, so it comes again.
             second = feed(server, "--group-size", "1", "--keep-equal-scores")
             lonely = latest(server, 1)
             assert lonely["scores"] == [1.0] and lonely["tokens"] == [[11, 12, 20, 30, 2]]
-            time.sleep(2)
+            # Committed to the end of the log: the feed has had (and acknowledged) every
+            # session there is, so one it sent again would be counted by now.
+            wait_until(
+                lag,
+                lambda behind: behind == 0,
+                what="the feed's group to commit the end of every topic it reads",
+                every_s=0.5,
+            )
             assert "stopped: sent 1 group(s)" in stop(second)  # f-0 and f-1 were not sent again
     finally:
         worker.stop()
@@ -312,9 +330,7 @@ def test_feed_atropos_started_before_the_trainer_waits_for_it_and_loses_no_group
     "wait for trainer to start", posts nothing the trainer's registration would strand, then
     delivers once a trainer runs; its score is the sessions' one reward name (`correct`)."""
     import signal
-    import subprocess
     import sys
-    import time
 
     import httpx
 
@@ -337,14 +353,19 @@ def test_feed_atropos_started_before_the_trainer_waits_for_it_and_loses_no_group
             assert feed.stderr is not None
             first = feed.stderr.readline()
             assert "waiting for a trainer" in first and "wait for trainer to start" in first, first
-            time.sleep(3)  # the worker decides the sessions meanwhile: nothing may go out
+            # The worker decides the sessions meanwhile, and the feed asks the server again
+            # after that: it had its chance to send them, and nothing may have gone out.
+            decided(topics, worker, 2)
+            asked = server.requests("POST", "/register-env")
+            wait_until(
+                lambda: server.requests("POST", "/register-env"),
+                lambda now: now > asked,
+                what="the feed to ask to register again once the sessions were decided",
+                every_s=0.2,
+            )
             assert httpx.get(f"{server.url}/status", timeout=5).json()["queue_size"] == 0
             server.register_trainer(batch_size=2)
-            deadline = time.monotonic() + 60
-            batch: object = []
-            while not batch and time.monotonic() < deadline:
-                batch = server.batch()
-                time.sleep(0.5)
+            batch = wait_until(server.batch, what="the trainer's first batch", every_s=0.5)
             feed.send_signal(signal.SIGTERM)
             _, rest = feed.communicate(timeout=60)
     finally:
@@ -359,7 +380,6 @@ def test_feed_atropos_started_before_the_trainer_waits_for_it_and_loses_no_group
 def test_feed_atropos_without_score_refuses_when_sessions_carry_several_reward_names(
     topics: Topics, tmp_path: Path
 ) -> None:
-    import subprocess
     import sys
 
     spool = tmp_path / "spool"

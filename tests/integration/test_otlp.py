@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -18,6 +17,7 @@ import pytest
 from rolltape.infra.kafka.readback import read_records
 from rolltape.schemas import Stream, decode
 from tests.support.otlp import agent_tracer, failed_call, recorded_request, weather_agent
+from tests.support.waiting import wait_until
 
 from .conftest import Topics
 
@@ -64,7 +64,7 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
         with agent_tracer(url, gzip=True) as tracer:
             weather_agent(tracer)
             failed_call(tracer)
-        time.sleep(1.5)  # the sessions end 0.2 s after their root spans
+        _ended(topics, 2)  # the sessions end 0.2 s after their root spans
     finally:
         receiver.send_signal(signal.SIGTERM)
         _, err = receiver.communicate(timeout=60)
@@ -84,6 +84,18 @@ def test_otlp_serve__an_sdk_exported_agent_trace_lands_as_a_verified_session(
     assert {e["producer"]["name"] for e in recorded} == {"rolltape.otlp"}  # type: ignore[index]
     reports = topics.verify().reports()
     assert len(reports) == 2 and all(r.ok and r.ended for r in reports)
+
+
+def _ended(topics: Topics, sessions: int) -> None:
+    """Wait until the receiver has ended `sessions` sessions on the events topic."""
+    wait_until(
+        lambda: sorted(
+            str(e["session_id"]) for e in _events(topics) if e["type"] == "session_ended"
+        ),
+        lambda ended: len(ended) >= sessions,
+        what=f"{sessions} session(s) to end on the events topic",
+        every_s=0.2,
+    )
 
 
 def _stop(receiver: subprocess.Popen[str]) -> str:
@@ -122,7 +134,7 @@ def test_otlp_serve__workers_record_each_trace_once_and_other_workers_after_a_re
     receiver, url = start_receiver(env, "--workers", "2")
     try:
         assert httpx.post(url, content=request, headers=headers, timeout=60).status_code == 200
-        time.sleep(1.5)  # the sessions end 0.2 s after their root spans
+        _ended(topics, 6)  # the sessions end 0.2 s after their root spans
     finally:
         err = _stop(receiver)
     assert "24 span(s): 24 recorded, 0 redelivered" in err and "6 session(s) started" in err

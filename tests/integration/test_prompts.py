@@ -8,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from tests.integration.workers import WorkerProcess, dead_letters, read_all
 from tests.support.bugfix import FIXES
 from tests.support.chromium import opened
 from tests.support.openai_server import Completion, OpenAICompatibleServer
+from tests.support.waiting import wait_until
 
 CLI = [sys.executable, "-m", "rolltape.infra", "prompts"]
 
@@ -53,7 +53,7 @@ def test_prompts__versions_lineage_and_the_champion_come_from_the_log(
     added = run(["add", "harness.policy", "--file", str(first), "--promote", "initial"], topics)
     assert added.returncode == 0, added.stderr
     assert "harness.policy v000" in added.stdout and "v000 is the champion" in added.stdout
-    edit = ["add", "harness.policy", "-f", str(second), "--technique", "negative_constraint"]
+    edit = ["add", "harness.policy", "--file", str(second), "--technique", "negative_constraint"]
     edited = run([*edit, "--rationale", "R2 was deferred"], topics)
     assert edited.returncode == 0 and "harness.policy v001" in edited.stdout, edited.stderr
 
@@ -67,7 +67,7 @@ def test_prompts__versions_lineage_and_the_champion_come_from_the_log(
     assert "+For R2, change the batch size." in diff.stdout, diff.stderr
 
     promoted = run(
-        ["add", "harness.policy", "-f", str(second), "--promote", "fixes the R2 deferrals"],
+        ["add", "harness.policy", "--file", str(second), "--promote", "fixes the R2 deferrals"],
         topics,
     )
     assert "harness.policy v001" in promoted.stdout, promoted.stderr  # the same text: v001
@@ -85,10 +85,13 @@ def sessions_of(topics: Topics) -> set[str]:
 
 def _joined(worker: WorkerProcess, topics: Topics) -> None:
     """Wait until the worker is a member of its group (the loop refuses to start before)."""
-    deadline = time.monotonic() + 120
-    while not worker_running(topics.settings):
-        assert worker.alive() and time.monotonic() < deadline, worker.log()
-        time.sleep(0.5)
+    wait_until(
+        lambda: worker_running(topics.settings),
+        what="the worker to join its group",
+        every_s=0.5,
+        abort=lambda: None if worker.alive() else "the worker exited",
+        explain=worker.log,
+    )
 
 
 def _tuner_or_policy(tuner_calls: list[dict[str, Any]]) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -13,6 +12,7 @@ import pytest
 
 from rolltape.producers import Recorder
 from rolltape.schemas import decode, read_event, seal, topic_name
+from tests.support.waiting import Output
 
 from .conftest import Topics, make_topics, managed_cluster, start_managed
 
@@ -75,11 +75,15 @@ def test_broker_killed_mid_session__every_event_arrives_once_in_order_and_the_ag
             text=True,
         )
         assert agent.stdout is not None
+        stderr = Output(agent.stderr, "the agent's stderr")
         assert agent.stdout.readline().strip() == "a third recorded"
         assert broker.kill()
-        time.sleep(3.0)  # the agent keeps recording while the broker is dead
+        stderr.wait_for("spooling records to")  # the agent records on while the broker is dead
         broker.start()
-        out, err = agent.communicate(timeout=180)
+        agent.wait(180)
+        with agent.stdout:
+            out = agent.stdout.read()
+        err = stderr.whole()
         assert agent.returncode == 0, err
         assert out.startswith(f"sealed {total + 2} spooled ") and not out.endswith(" 0\n")
         verifier = topics.verify("crash-1")

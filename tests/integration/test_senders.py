@@ -19,6 +19,7 @@ from rolltape.infra.kafka.readback import read_records
 from rolltape.producers import EventsRejectedError, Recorder
 from rolltape.producers import _recorder as recorder_module
 from rolltape.schemas import Role, Stream, decode
+from tests.support.waiting import wait_until
 
 from .conftest import Cluster, Topics, make_topics, managed_cluster, start_managed
 
@@ -92,8 +93,8 @@ def test_senders_two__broker_killed_mid_session__every_event_arrives_once_in_ord
             if n == 300:
                 recorder.flush(60)
                 assert broker.kill()
-            if n == 600:
-                time.sleep(3.0)  # recording on while the broker is dead: the shards spool
+            if n == 600:  # recording on while the broker is dead: the shards spool
+                wait_until(lambda: recorder.spool_bytes, what="the recorder to spool")
                 broker.start()
             time.sleep(0.001)
         for s in sessions:

@@ -27,6 +27,7 @@ from tests.integration.workers import (
     payloads,
     wait_for,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -164,14 +165,18 @@ def test_worker__kafkas_own_tools_show_its_lag_on_the_raw_topics(
                 s.turn("assistant", "4")
     wait_for(topics, lambda rs: len(payloads(rs, "filter_outcome")) == 6, worker=worker)
     events = f"{topics.prefix}.events.v1"
-    deadline = time.monotonic() + 60
-    while True:
-        rows = _describe_group(topics, topics.settings.worker_group)
+
+    def caught_up(rows: dict[str, list[tuple[int, int, int]]]) -> bool:
         written = [r for r in rows.get(events, []) if r[2] > 0]
-        if written and all(committed == end for _, committed, end in written):
-            break
-        assert time.monotonic() < deadline, rows
-        time.sleep(1)
+        return bool(written) and all(committed == end for _, committed, end in written)
+
+    rows = wait_until(
+        lambda: _describe_group(topics, topics.settings.worker_group),
+        caught_up,
+        what="kafka-consumer-groups to show the worker's commits at the end of the events",
+        every_s=1.0,
+    )
+    written = [r for r in rows[events] if r[2] > 0]
     assert sum(end for _, _, end in written) == sum(1 + 2 + 1 for _ in range(6))
 
     from rolltape.infra.commands.broker import broker_status
@@ -503,14 +508,19 @@ def test_two_workers__one_killed_mid_stream__the_other_takes_over_with_no_loss_a
     recording = threading.Thread(
         target=record_around_a_kill, args=(recorder, sessions, epochs, killed), daemon=True
     )
+
+    def settled(owners: tuple[set[int], set[int]]) -> bool:
+        a, b = owners
+        return bool(a and b) and not a & b and a | b == set(range(6))
+
     try:
-        deadline = time.monotonic() + 120
-        while True:  # until the group settled: the two own disjoint halves of the partitions
-            a, b = owned(first), owned(second)
-            if a and b and not a & b and a | b == set(range(6)):
-                break
-            assert time.monotonic() < deadline, first.log() + second.log()
-            time.sleep(0.5)
+        wait_until(
+            lambda: (owned(first), owned(second)),
+            settled,
+            what="the group to settle: the two workers own disjoint halves of the partitions",
+            every_s=0.5,
+            explain=lambda: first.log() + second.log(),
+        )
         recording.start()
         wait_for(topics, lambda rs: len(payloads(rs, "verdict")) >= 6, worker=second)
         assert "worker: " in first.full_log() and "worker: " in second.full_log(), (

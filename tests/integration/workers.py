@@ -6,7 +6,6 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from rolltape.infra.kafka.readback import RawRecord, read_records
 from rolltape.schemas import ChainReport, ChainVerifier, Stream, decode
 from tests.integration.conftest import Topics
+from tests.support.waiting import DEFAULT_TIMEOUT_S, wait_until
 
 OUTPUT_STREAMS = (Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.DEADLETTER)
 
@@ -94,22 +94,25 @@ def wait_for(
     done: Callable[[list[RawRecord]], bool],
     *,
     worker: WorkerProcess | None = None,
-    timeout_s: float = 120.0,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     streams: tuple[Stream, ...] = OUTPUT_STREAMS,
 ) -> list[RawRecord]:
-    """Read the outputs until `done` holds; fail with the worker's log when it never does."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        records = read_all(topics, streams)
-        if done(records):
-            return records
-        if time.monotonic() > deadline or (worker is not None and not worker.alive()):
-            log = worker.log() if worker else ""
-            raise AssertionError(
-                f"outputs incomplete after {timeout_s}s ({len(records)} read; "
-                f"{_outputs_summary(records)})\n{log}"
-            )
-        time.sleep(0.5)
+    """Read the outputs until `done` holds (a `wait_until` on the topics); fail with what was
+    read and the worker's log when it never does, at once when the worker exited."""
+
+    def exited() -> str | None:
+        return None if worker is None or worker.alive() else "the worker exited"
+
+    return wait_until(
+        lambda: read_all(topics, streams),
+        done,
+        what=f"the records on {', '.join(s.value for s in streams)}",
+        timeout_s=timeout_s,
+        every_s=0.5,
+        abort=exited,
+        describe=lambda records: f"{len(records)} read; {_outputs_summary(records)}",
+        explain=worker.log if worker is not None else None,
+    )
 
 
 def _outputs_summary(records: list[RawRecord]) -> str:

@@ -3,13 +3,17 @@ the sink is tested against the server trainers really use."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
-import time
+import tempfile
+from pathlib import Path
 from types import TracebackType
 
 import httpx
+
+from tests.support.waiting import wait_until
 
 
 def _free_port() -> int:
@@ -23,33 +27,54 @@ class AtroposServer:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._process: subprocess.Popen[bytes] | None = None
+        handle, name = tempfile.mkstemp(prefix="atropos-", suffix=".log")
+        os.close(handle)
+        self.log = Path(name)
+        """uvicorn's output, its access log included: what `requests` counts."""
 
     def __enter__(self) -> AtroposServer:
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "atroposlib.api.server:app",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/status", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if self._process.poll() is not None:
-                raise RuntimeError(f"the Atropos server exited with {self._process.returncode}")
-            time.sleep(0.2)
-        raise RuntimeError("the Atropos server did not answer within 60 s")
+        with self.log.open("wb") as log:
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "atroposlib.api.server:app",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "info",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        process = self._process
+
+        def answers() -> bool:
+            return httpx.get(f"{self.url}/status", timeout=1).status_code == 200
+
+        def exited() -> str | None:
+            code = process.poll()
+            return None if code is None else f"the Atropos server exited with {code}"
+
+        try:
+            wait_until(
+                answers,
+                what=f"the Atropos server at {self.url} to answer /status",
+                every_s=0.2,
+                abort=exited,
+                explain=lambda: self.log.read_text(errors="replace")[-4000:],
+                ignoring=(httpx.HTTPError,),
+            )
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def requests(self, method: str, path: str) -> int:
+        """How many `method path` requests the server has answered so far (its access log)."""
+        line = f'"{method} {path} HTTP/'
+        return sum(line in entry for entry in self.log.read_text(errors="replace").splitlines())
 
     def register_trainer(self, batch_size: int) -> None:
         """What a trainer does when it starts: `/register`, then its first `/batch`."""
@@ -84,3 +109,6 @@ class AtroposServer:
                 self._process.wait(10)
             except subprocess.TimeoutExpired:
                 self._process.kill()
+                self._process.wait(10)
+            self._process = None
+        self.log.unlink(missing_ok=True)

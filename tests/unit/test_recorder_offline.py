@@ -10,6 +10,7 @@ import pytest
 from rolltape.producers import EventsRejectedError, Recorder, RecorderClosedError
 from rolltape.schemas import ChainVerifier
 from tests.support.spool import drain
+from tests.support.waiting import wait_until
 
 
 def test_recorder__without_a_broker_spools_every_event_as_a_verifiable_chain(
@@ -89,19 +90,24 @@ def test_recorder__async_code_records_and_flushes_without_blocking_the_loop(tmp_
 def test_recorder__a_full_spool_refuses_new_events_and_keeps_the_accepted_ones(
     tmp_path: Path,
 ) -> None:
-    import time
-
     from rolltape.producers import SpoolFullError
 
     recorder = Recorder(None, spool_dir=tmp_path, spool_max_bytes=8192, spool_after_s=0.0)
     s = recorder.session("fill the spool", session_id="full-1")
     accepted = 1
-    deadline = time.monotonic() + 30
-    with pytest.raises(SpoolFullError, match="ROLLTAPE_SPOOL_MAX_BYTES"):
-        while time.monotonic() < deadline:
+
+    def record() -> SpoolFullError | None:
+        """One more event: the refusal once the spool is full, None while it takes them."""
+        nonlocal accepted
+        try:
             s.turn("assistant", "x" * 1000)
-            accepted += 1
-            time.sleep(0.001)
+        except SpoolFullError as exc:
+            return exc
+        accepted += 1
+        return None
+
+    full = wait_until(record, what="the spool to fill and refuse an event", every_s=0.001)
+    assert "ROLLTAPE_SPOOL_MAX_BYTES" in str(full)
     with pytest.raises(SpoolFullError):
         recorder.flush(10)
     recorder.close(2)
@@ -185,12 +191,7 @@ def test_session__records_arguments_as_they_were_at_the_call(tmp_path: Path) -> 
 
 
 def _idle(recorder: Recorder) -> None:
-    import time
-
-    deadline = time.monotonic() + 30
-    while not recorder._sender.idle:
-        assert time.monotonic() < deadline, "the sender never went idle"
-        time.sleep(0.01)
+    wait_until(lambda: recorder._sender.idle, what="the sender to go idle", every_s=0.01)
 
 
 @pytest.mark.parametrize("senders", [1, 2])

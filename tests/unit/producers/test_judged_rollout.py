@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
 import re
 import threading
@@ -26,6 +27,7 @@ from rolltape.producers.judging import JudgeInputs, JudgeRuntime, RecordedWorld,
 from rolltape.schemas import AgentSpec, JudgeBudget, JudgeSpec
 from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
+from tests.support.waiting import DEFAULT_TIMEOUT_S
 from tests.unit.producers.recorded import spooled
 from tests.unit.producers.test_environments import FIXED_SLUG
 
@@ -197,19 +199,28 @@ def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms
     tmp_path: Path,
 ) -> None:
     """Each rollout-placed judge first checks the world has no junk, then leaves junk in it:
-    the second still sees none (the world is reset). Clean-room judges overlap in time."""
+    the second still sees none (the world is reset). Clean-room judges run at once: the first
+    call of each waits until the other's came."""
     world = tmp_path / "world"
     world.mkdir()
     (world / "a.txt").write_text("the agent's work\n")
-    spans: dict[str, list[float]] = {}
-    lock = threading.Lock()
+    calls: dict[str, list[int]] = {}  # each judge's calls, numbered as they came
+    numbers = itertools.count()
+    started: set[str] = set()
+    changed = threading.Condition()
+    clean_rooms = {"c-one", "c-two"}
 
     def reply(body: dict[str, Any]) -> Reply:
         name = body["messages"][1]["content"]
-        with lock:
-            spans.setdefault(name, []).append(time.monotonic())
-        time.sleep(0.2)
         results = _tool_results(body)
+        with changed:
+            calls.setdefault(name, []).append(next(numbers))
+            started.add(name)
+            changed.notify_all()
+            first = name in clean_rooms and not results
+            if first and not changed.wait_for(lambda: clean_rooms <= started, DEFAULT_TIMEOUT_S):
+                return (500, f"{name} was never in a call with the other clean room")
+        time.sleep(0.2)  # a model that takes a moment: judges not run in turn would overlap
         if not results:
             return _shell("s1", "test -e junk && echo JUNK; echo x > junk; ls")
         if len(results) == 1:
@@ -229,9 +240,8 @@ def test_placement__rollout_judges_run_in_turn_on_the_recorded_world_clean_rooms
     verdicts, _ = judge_world(tmp_path, specs, reply, world)
     assert [v.status for v in verdicts] == ["ok"] * 4, [v.error for v in verdicts]
     assert [v.details["verdict"]["junk_seen"] for v in verdicts] == [False] * 4
-    # in turn: every call of r-one before the first of r-two; clean rooms overlap each other
-    assert max(spans["r-one"]) < min(spans["r-two"])
-    assert min(spans["c-two"]) < max(spans["c-one"]) and min(spans["c-one"]) < max(spans["c-two"])
+    # in turn: every call of r-one before the first of r-two (the clean rooms met in a call)
+    assert max(calls["r-one"]) < min(calls["r-two"])
     assert (world / "junk").exists()  # the live world is the last rollout judge's
 
 

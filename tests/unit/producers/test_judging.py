@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import time
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from rolltape.schemas import (
 )
 from rolltape.schemas.clients import ModelEndpoint
 from tests.support.openai_server import OpenAICompatibleServer, Reply, grade_by_answer
+from tests.support.waiting import DEFAULT_TIMEOUT_S
 from tests.unit.producers.recorded import spooled
 
 
@@ -149,14 +150,19 @@ def test_a_judge_past_its_token_or_time_budget__is_an_error(tmp_path: Path) -> N
     verdict, _, _ = run(tmp_path / "tokens", small)
     assert verdict.status == "error" and "over its budget of 10" in (verdict.error or "")
 
+    given_up = threading.Event()
+
     def slow(body: dict[str, Any]) -> Reply:
-        time.sleep(1.5)
+        given_up.wait(DEFAULT_TIMEOUT_S)  # a model that answers only once the judge gave up
         return grade_by_answer(body)
 
     quick = answer_quality(transcript("4")).model_copy(
         update={"agent": AgentSpec(budget=JudgeBudget(seconds=0.3))}
     )
-    verdict, _, _ = run(tmp_path / "time", quick, slow)
+    try:
+        verdict, _, _ = run(tmp_path / "time", quick, slow)
+    finally:
+        given_up.set()
     assert verdict.status == "error" and "past its budget of 0.3 s" in (verdict.error or "")
 
 

@@ -6,9 +6,11 @@ out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import sys
-import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from rolltape.producers.agent import (
     sandbox_problem,
     shell_tool,
 )
+from tests.support.waiting import wait_until
 
 
 def _run(sandbox: Sandbox, command: str | list[str], **kwargs: float) -> SandboxResult:
@@ -83,22 +86,44 @@ def test_sandbox__has_no_network(world: Path) -> None:
     assert [line.split(":")[0].strip() for line in interfaces] == ["lo"]
 
 
+@contextlib.contextmanager
+def _held_open(world: Path) -> Iterator[Callable[[], bool]]:
+    """A FIFO, `held` in the world, whose read end this process holds: a command that opens its
+    write end (`exec 3>held`) passes it to every process it starts. The returned check reads
+    the end of file once all of them are gone (a live one makes the read wait instead)."""
+    fifo = world / "held"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+
+    def gone() -> bool:
+        try:
+            return os.read(fd, 1) == b""
+        except BlockingIOError:
+            return False
+
+    try:
+        yield gone
+    finally:
+        os.close(fd)
+
+
 @pytest.mark.parametrize("unsandboxed", [False, True])
 def test_sandbox__the_time_limit_kills_the_command_and_its_background_jobs(
     world: Path, unsandboxed: bool
 ) -> None:
     sandbox = Sandbox(world, SandboxLimits(timeout_s=0.3), unsandboxed=unsandboxed)
-    result = _run(sandbox, "echo started; (sleep 0.6; touch late) & sleep 30")
-    assert (result.exit_code, result.timed_out, result.output) == (124, True, "started\n")
-    assert result.seconds < 2
-    time.sleep(0.8)
+    with _held_open(world) as gone:
+        result = _run(sandbox, "exec 3>held; echo started; (sleep 30; touch late) & sleep 30")
+        assert (result.exit_code, result.timed_out, result.output) == (124, True, "started\n")
+        wait_until(gone, what="the timed-out command and its background job to be gone")
     assert not (world / "late").exists()
 
 
 def test_sandbox__background_jobs_end_with_the_command(world: Path) -> None:
-    result = _run(Sandbox(world), "(sleep 0.3; touch late) & echo started")
-    assert (result.exit_code, result.timed_out, result.output) == (0, False, "started\n")
-    time.sleep(0.6)
+    with _held_open(world) as gone:
+        result = _run(Sandbox(world), "exec 3>held; (sleep 30; touch late) & echo started")
+        assert (result.exit_code, result.timed_out, result.output) == (0, False, "started\n")
+        wait_until(gone, what="the command's background job to end with it")
     assert not (world / "late").exists()
 
 

@@ -9,8 +9,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -27,6 +27,9 @@ from rolltape.producers._shards import ShardedSender
 from rolltape.producers._wire import decode_events, encode_events, shard_of
 from rolltape.schemas import ChainVerifier, decode
 from tests.support.spool import drain
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def by_session(values: list[bytes]) -> dict[str, list[bytes]]:
@@ -129,11 +132,12 @@ def test_senders__a_full_spool_refuses_new_events_and_keeps_the_accepted_ones(
         None, spool_dir=tmp_path, spool_max_bytes=8192, spool_after_s=0.0, senders=2
     )
     s = recorder.session("fill the spool", session_id="full-1")
-    deadline = time.monotonic() + 30
-    with pytest.raises(SpoolFullError, match="ROLLTAPE_SPOOL_MAX_BYTES"):
-        while time.monotonic() < deadline:
-            s.turn("assistant", "x" * 1000)
-            time.sleep(0.001)
+    full = wait_until(
+        lambda: refused(lambda: s.turn("assistant", "x" * 1000)),
+        what="the spool to fill and refuse an event",
+        every_s=0.001,
+    )
+    assert "ROLLTAPE_SPOOL_MAX_BYTES" in str(full)
     with pytest.raises(SpoolFullError):
         recorder.flush(30)
     sealed = recorder.close(5).sealed
@@ -142,6 +146,15 @@ def test_senders__a_full_spool_refuses_new_events_and_keeps_the_accepted_ones(
         verifier.add(value)
     (report,) = verifier.reports()
     assert report.ok and report.records == sealed
+
+
+def refused(record: Callable[[], object]) -> SpoolFullError | None:
+    """Record one more event: the refusal, once the spool is full (None while it takes them)."""
+    try:
+        record()
+    except SpoolFullError as exc:
+        return exc
+    return None
 
 
 def test_senders__close_with_the_broker_unreachable_spools_every_event_in_order(
@@ -173,9 +186,11 @@ def test_senders__a_killed_sender_process_is_reported_with_the_events_it_held(
     sender = recorder._sender
     assert isinstance(sender, ShardedSender)
     victim = sender._shards[0]
-    deadline = time.monotonic() + 30
-    while victim.status.stats.sealed == 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(
+        lambda: victim.status.stats.sealed,
+        what="the first sender process to report records it sealed",
+        every_s=0.05,
+    )
     os.kill(victim.proc.pid, signal.SIGKILL)
     with pytest.raises(SenderDiedError, match=r"rejected\.jsonl"):
         recorder.flush(30)
@@ -209,8 +224,9 @@ def test_senders__a_killed_sender_process_is_reported_with_the_events_it_held(
 def test_senders__a_recording_process_that_dies_leaves_what_they_held_in_the_spool(
     tmp_path: Path,
 ) -> None:
-    # The agent's process ends without close() or exit hooks; the sender processes see their
-    # socket close and stop as close() would (grace period, then the spool): ~10 s here.
+    # The agent's process ends without close() or exit hooks once its sender processes hold
+    # every record (sealed: 4 sessions of 102); they see their socket close and stop as close()
+    # would (grace period, then the spool): ~10 s here.
     script = (
         "import os, sys\n"
         "from rolltape.producers import Recorder\n"
@@ -219,16 +235,23 @@ def test_senders__a_recording_process_that_dies_leaves_what_they_held_in_the_spo
         "    with r.session('orphaned', session_id=f'orphan-{i}') as s:\n"
         "        for n in range(100):\n"
         "            s.turn('assistant', f'step {n}')\n"
-        "import time; time.sleep(1.0)\n"
+        "from tests.support.waiting import wait_until\n"
+        "wait_until(lambda: r._sender.stats.sealed >= 4 * 102, what='the senders to hold all')\n"
         "os._exit(0)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script, str(tmp_path)],
+        cwd=ROOT,  # where `tests` imports from
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert done.returncode == 0, done.stderr
-    deadline = time.monotonic() + 40
-    while time.monotonic() < deadline and (not list(tmp_path.glob("*.spool")) or _locked(tmp_path)):
-        time.sleep(0.2)
+    wait_until(
+        lambda: list(tmp_path.glob("*.spool")) and not _locked(tmp_path),
+        what="the orphaned sender processes to leave their spool segments unlocked",
+        every_s=0.2,
+    )
     verifier = ChainVerifier()
     for value in drain(tmp_path):
         verifier.add(value)
@@ -259,17 +282,24 @@ def test_senders__a_sender_that_dies_with_a_full_spool_reports_what_it_held_in_m
     )
     s = recorder.session("fill the spool", session_id="full-2")
     accepted: list[str] = []
-    deadline = time.monotonic() + 30
-    with pytest.raises(SpoolFullError):
-        while time.monotonic() < deadline:
-            content = f"{len(accepted):06d}" + "x" * 994
-            s.turn("assistant", content)
-            accepted.append(content)
-            time.sleep(0.001)
-    time.sleep(0.5)  # a few status rounds: the held records must stay unmarked
+
+    def record() -> None:
+        content = f"{len(accepted):06d}" + "x" * 994
+        s.turn("assistant", content)
+        accepted.append(content)
+
+    wait_until(lambda: refused(record), what="the spool to fill and refuse an event", every_s=0.001)
     sender = recorder._sender
     assert isinstance(sender, ShardedSender)
     owner = sender._shards[shard_of("full-2", 2)]
+    # A few status rounds of the owner: the held records must stay unmarked.
+    seen = owner.status.seq
+    wait_until(
+        lambda: owner.status.seq,
+        lambda seq: seq >= seen + 3,
+        what="three more status rounds from the sender process that holds the session",
+        every_s=0.05,
+    )
     os.kill(owner.proc.pid, signal.SIGKILL)
     with pytest.raises(SenderDiedError):
         recorder.close(2)
