@@ -13,7 +13,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rolltape.processors.audit import CHECKPOINT_INTERVAL_S
-from rolltape.producers import WorldLimits, default_state_dir, spool_dir_in
+from rolltape.producers import SPOOL_MAX_BYTES, WorldLimits, default_state_dir, spool_dir_in
 from rolltape.schemas import DEFAULT_PARTITIONS, DEFAULT_PREFIX
 from rolltape.schemas.clients import ModelEndpoint, SaslMechanism, SecurityProtocol
 
@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     agent's)."""
     spool_dir: Path | None = None
     """Where the SDK spills events while the broker is unreachable (default: state_dir/spool)."""
-    spool_max_bytes: int = Field(default=1 << 30, ge=1024)
+    spool_max_bytes: int = Field(default=SPOOL_MAX_BYTES, ge=1024)
     kek_file: Path | None = None
     """The key-encryption key (32 bytes, 0600) that wraps the data keys of sessions that name a
     subject; created on first use. Default: state_dir/keys/kek.bin."""

@@ -26,6 +26,7 @@ from rolltape.producers._recorder import (
     default_state_dir,
     spool_dir_in,
 )
+from rolltape.producers._sender_config import SPOOL_MAX_BYTES
 from rolltape.producers._spawn import fresh_interpreter
 from rolltape.producers._tools import ToolRun, current_session, record_tool
 from rolltape.producers._world import (
@@ -40,6 +41,7 @@ from rolltape.schemas import software_version
 __version__ = software_version()
 
 __all__ = [
+    "SPOOL_MAX_BYTES",
     "BacklogFullError",
     "ChainConflictError",
     "EventsRejectedError",

@@ -2,7 +2,8 @@
 
 Invariant: a record call never blocks and never does I/O: it stamps the wall clock and appends to a
 deque. Validation, chaining, encoding and sending happen on the sender thread (see _sender.py), or
-in sender processes that each own a share of the sessions (`senders=N`, see _shards.py).
+in sender processes that each own a share of the sessions (`senders=N`, see _shards.py); a
+payload model handed to `Session.record` was validated when it was made, and is only dumped there.
 Errors that only the sender can see (an invalid payload, a full spool) surface on the next
 flush/close as `EventsRejectedError`, or at once as `SpoolFullError` on later record calls.
 """
@@ -35,16 +36,26 @@ from rolltape.producers._errors import (
     SenderDiedError,
     SpoolFullError,
 )
-from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
+from rolltape.producers._queued import Barrier, Payload, QueuedEvent
+from rolltape.producers._sender import Sender
+from rolltape.producers._sender_config import (
+    BATCH_WINDOW_S,
+    SPOOL_AFTER_S,
+    SPOOL_MAX_BYTES,
+    SenderConfig,
+)
 from rolltape.producers._shards import ShardedSender
 from rolltape.producers._tools import ToolRun, _current
 from rolltape.producers._world import WorldError, WorldLimits, take_snapshot
 from rolltape.producers.privacy import Redaction
 from rolltape.schemas import (
     DEFAULT_PREFIX,
+    PAYLOAD_MODELS,
     SESSION_ID_PATTERN,
     DataKeyRecord,
     Stream,
+    ToolCall,
+    ToolResult,
     ToolSpec,
     WorldSnapshot,
     blob_records,
@@ -62,6 +73,37 @@ _MAX_WORLD_EVENT_BYTES = 900_000
 """A world_snapshot event is its manifest and a digest: under the record limit (1 MB)."""
 _time_ns = time.time_ns
 _EVENTS = Stream.EVENTS.value
+
+_RECORDED: dict[type[BaseModel], str] = {
+    PAYLOAD_MODELS[event_type]: event_type
+    for event_type in (
+        "turn",
+        "tool_call",
+        "tool_result",
+        "model_error",
+        "tool_parse_error",
+        "decision",
+        "reward",
+        "feedback",
+        "evaluation",
+        "ruleset_evaluation",
+        "verdict",
+        "prompt_version",
+        "prompt_promotion",
+        "prompt_decision",
+    )
+}
+"""Payload model -> event type, for the events `Session.record` takes: PAYLOAD_MODELS read the
+other way (each type has a model of its own)."""
+_RECORDED_ELSEWHERE = {
+    "session_started": "Recorder.session() records it",
+    "session_resumed": "Recorder.session(resume=True) records it",
+    "session_ended": "Session.end() records it, naming the streams other writers record on",
+    "world_snapshot": "Session.world(root) records it, with the contents it lists",
+    "metric": "the training monitor records it, on the session's metrics chain",
+    "model_spec": "the training monitor records it, on the session's metrics chain",
+    "live_check": "the training monitor records it, on the session's metrics chain",
+}
 
 _open_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 C = TypeVar("C")
@@ -123,7 +165,8 @@ class Recorder:
     ROLLTAPE_* settings. Envelopes name the connection's SASL user as their principal.
 
     Values are read on the sender thread, shortly after the call: the top level of every mapping
-    and sequence argument is copied, but do not mutate nested containers after recording them.
+    and sequence argument is copied, but do not mutate nested containers after recording them
+    (nor the containers of a payload model given to `Session.record`).
 
     `senders` > 1 seals and sends in that many sender processes instead of one thread, each
     owning the sessions hashed to it: for recording faster than one core seals (~50k events/s
@@ -151,14 +194,14 @@ class Recorder:
         *,
         topic_prefix: str = DEFAULT_PREFIX,
         spool_dir: str | os.PathLike[str] | None = None,
-        spool_max_bytes: int = 1 << 30,
+        spool_max_bytes: int = SPOOL_MAX_BYTES,
         producer_name: str = "rolltape.producers",
         producer_version: str | None = None,
         principal: str | None = None,
         max_backlog: int = 1_000_000,
-        spool_after_s: float = 2.0,
+        spool_after_s: float = SPOOL_AFTER_S,
         senders: int = 1,
-        batch_window_s: float = 0.02,
+        batch_window_s: float = BATCH_WINDOW_S,
         redaction: Redaction | None = None,
         kek: KeyEncryptionKey | Callable[[], KeyEncryptionKey] | None = None,
     ) -> None:
@@ -208,9 +251,7 @@ class Recorder:
         _open_recorders.add(self)
 
     # -- the hot path ----------------------------------------------------------------------------
-    def _enqueue(
-        self, session_id: str, stream: str, event_type: str, payload: dict[str, Any]
-    ) -> None:
+    def _enqueue(self, session_id: str, stream: str, event_type: str, payload: Payload) -> None:
         if self._closed:
             raise RecorderClosedError(self._closed_message())
         sender = self._sender
@@ -223,7 +264,11 @@ class Recorder:
                 "the sender cannot keep up: record less per second or raise max_backlog"
             )
         if self._redaction is not None:
-            payload = self._redaction.apply(event_type, payload)
+            payload = (
+                self._redaction.apply(event_type, payload)
+                if type(payload) is dict
+                else _redacted(self._redaction, event_type, payload)
+            )
         queue.append((session_id, stream, event_type, payload, _time_ns()))
         # The sender publishes `idle` before its last look at the queue, so either it sees this
         # event or we see idle=True and wake it (see Sender._chainer).
@@ -460,6 +505,28 @@ class Recorder:
         await self.aclose()
 
 
+def _not_recorded(payload: object) -> str:
+    """Why `Session.record` refuses `payload`, and what records it."""
+    event_type = next((t for t, m in PAYLOAD_MODELS.items() if m is type(payload)), None)
+    if event_type is None:
+        return (
+            "Session.record takes a payload model of rolltape.schemas (Turn, ToolCall, ...), "
+            f"not {type(payload).__name__}"
+        )
+    where = _RECORDED_ELSEWHERE.get(event_type, "its writer records it on a stream of its own")
+    return f"Session.record does not record {event_type} events: {where}"
+
+
+def _redacted(redaction: Redaction, event_type: str, payload: Payload) -> Payload:
+    """A payload model as the policy leaves it: the model itself when no rule changes its dump,
+    else the redacted dump (validated on the sender thread, as any mapping)."""
+    if not isinstance(payload, BaseModel):
+        return redaction.apply(event_type, payload)
+    dumped = payload.model_dump()
+    redacted = redaction.apply(event_type, dumped)
+    return payload if redacted is dumped else redacted
+
+
 def _copy_containers(fields: dict[str, Any]) -> dict[str, Any]:
     """Copy the top-level containers among keyword values (a per-layer dict, remedy params), so
     a caller reusing them after the call cannot change what gets recorded."""
@@ -497,10 +564,37 @@ class Session:
         """Streams other writers record this session on (the monitor's metrics): the events
         stream's session_ended names them."""
 
-    def _record(self, stream: str, event_type: str, payload: dict[str, Any]) -> None:
+    def _record(self, stream: str, event_type: str, payload: Payload) -> None:
         if self._ended:
             raise RecorderClosedError(f"session {self.session_id} has ended")
         self._recorder._enqueue(self.session_id, stream, event_type, payload)
+
+    def record(self, payload: BaseModel) -> None:
+        """Record a payload model of `rolltape.schemas` as the event of its type: `Turn`,
+        `ToolCall`, `ToolResult`, `ModelError`, `ToolParseError`, `Decision`, `Reward`,
+        `Feedback`, `Evaluation`, `RulesetEvaluation`, `Verdict`, `PromptVersion`,
+        `PromptPromotion`, `PromptDecision`. The model was validated when it was made: it is
+        handed on as it is, not validated again, and dumped once, on the sender thread, to the
+        bytes the shortcut of its type (`turn`, `tool_call`, ...) writes for the same values.
+        It is read after the call, as mappings are: do not change its containers (a dict
+        field) after recording it. A `ToolCall` is open for `tool` and the client capture until
+        a `ToolResult` with its id is recorded, as with `tool_call`. TypeError for a type a
+        session does not record this way (`session_started`, `session_ended`: the session's own;
+        `world_snapshot`: `world`; metrics: the training monitor).
+
+        The shortcuts are `record` without the model: they take the fields and queue the
+        mapping the model would dump to, since building a model validates it in the record
+        call (several times what a turn costs now), and an invalid value raises there instead
+        of being reported by the next flush (`EventsRejectedError`)."""
+        event_type = _RECORDED.get(type(payload))
+        if event_type is None:
+            raise TypeError(_not_recorded(payload))
+        if isinstance(payload, ToolCall):
+            self._open_calls.append((payload.id, payload.name, dict(payload.arguments)))
+        elif isinstance(payload, ToolResult):
+            self._open_calls = [c for c in self._open_calls if c[0] != payload.call_id]
+            self._answered.add(payload.call_id)
+        self._record(_EVENTS, event_type, payload)
 
     def turn(
         self,
@@ -614,12 +708,13 @@ class Session:
         self._other_streams.add(stream)
 
     def evaluation(self, evaluation: Mapping[str, Any]) -> None:
-        """An environment's evaluation of a split (rolltape.schemas.Evaluation, dumped)."""
+        """An environment's evaluation of a split (rolltape.schemas.Evaluation, dumped; or
+        `record` the model)."""
         self._record(_EVENTS, "evaluation", dict(evaluation))
 
     def ruleset_evaluation(self, evaluation: Mapping[str, Any]) -> None:
         """A rule set's measured false alarms and detections (rolltape.schemas.RulesetEvaluation,
-        dumped)."""
+        dumped; or `record` the model)."""
         self._record(_EVENTS, "ruleset_evaluation", dict(evaluation))
 
     def world(
@@ -641,31 +736,35 @@ class Session:
             )
         # The manifest too, under the digest: a world is found on the blobs topic by its digest.
         self._recorder._queue_blobs({**blobs, snapshot.digest: snapshot.manifest})
-        self._record(_EVENTS, "world_snapshot", snapshot.model_dump())
+        self._record(_EVENTS, "world_snapshot", snapshot)
         return snapshot, blobs
 
     def verdict(self, verdict: Mapping[str, Any]) -> None:
         """A judge's verdict on this session given where it ran (an environment's judges at the
-        end of a rollout: rolltape.schemas.Verdict, dumped). The agent's own record, as its
-        rewards are; the worker's verdicts go on the verdicts stream, in the judge's domain."""
+        end of a rollout: rolltape.schemas.Verdict, dumped; or `record` the model). The agent's
+        own record, as its rewards are; the worker's verdicts go on the verdicts stream, in the
+        judge's domain."""
         self._record(_EVENTS, "verdict", dict(verdict))
 
     def prompt_version(self, version: Mapping[str, Any]) -> None:
-        """A version of a prompt target (rolltape.schemas.PromptVersion, dumped)."""
+        """A version of a prompt target (rolltape.schemas.PromptVersion, dumped; or `record`
+        the model)."""
         self._record(_EVENTS, "prompt_version", dict(version))
 
     def prompt_promotion(self, promotion: Mapping[str, Any]) -> None:
-        """A target's new champion (rolltape.schemas.PromptPromotion, dumped): the log, not a
-        file, says which version is the champion."""
+        """A target's new champion (rolltape.schemas.PromptPromotion, dumped; or `record` the
+        model): the log, not a file, says which version is the champion."""
         self._record(_EVENTS, "prompt_promotion", dict(promotion))
 
     def prompt_decision(self, decision: Mapping[str, Any]) -> None:
-        """A prompt loop's round judged (rolltape.schemas.PromptDecision, dumped): the rule, the
-        paired held-out results and the outcome, so anyone can recompute it from the log."""
+        """A prompt loop's round judged (rolltape.schemas.PromptDecision, dumped; or `record`
+        the model): the rule, the paired held-out results and the outcome, so anyone can
+        recompute it from the log."""
         self._record(_EVENTS, "prompt_decision", _copy_containers(dict(decision)))
 
     def decision(self, **fields: Any) -> None:
-        """A training decision in the strict schema (rolltape.schemas.Decision)."""
+        """A training decision in the strict schema (rolltape.schemas.Decision; or `record`
+        the model)."""
         self._record(_EVENTS, "decision", _copy_containers(fields))
 
     def reward(

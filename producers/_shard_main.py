@@ -30,7 +30,9 @@ from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from rolltape.producers._sender import Barrier, QueuedEvent, Sender, SenderConfig
+from rolltape.producers._queued import Barrier, QueuedEvent
+from rolltape.producers._sender import Sender
+from rolltape.producers._sender_config import SenderConfig
 from rolltape.producers._wire import CONTROL, ShardStatus, decode_events, portable_error
 
 _STATUS_EVERY_S = 0.1

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.producers._errors import RejectedEvent, ResumeError, SenderDiedError
-from rolltape.producers._sender import Barrier, QueuedEvent, SenderConfig, SenderStats
+from rolltape.producers._queued import Barrier, QueuedEvent, as_reported
+from rolltape.producers._sender_config import SenderConfig, SenderStats
 from rolltape.producers._spawn import fresh_interpreter
 from rolltape.producers._wire import (
     Event,
@@ -407,7 +408,7 @@ class ShardedSender:
         if not events:
             return
         rejected = [
-            RejectedEvent.of(sid, stream, event_type, payload, reason)
+            RejectedEvent.of(sid, stream, event_type, as_reported(payload), reason)
             for sid, stream, event_type, payload, _ in events
         ]
         with open(self.rejected_path, "ab") as f:

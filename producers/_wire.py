@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rolltape.producers._errors import RecorderError
-from rolltape.producers._sender import SenderStats
+from rolltape.producers._queued import QueuedEvent
+from rolltape.producers._sender_config import SenderStats
 
-#: (session_id, stream, type, payload, ts_ns), as _sender.QueuedEvent
-Event = tuple[str, str, str, dict[str, Any], int]
+#: A queued event as it crosses the socket: (session_id, stream, type, payload, ts_ns)
+Event = QueuedEvent
 
 EVENTS_MARSHAL = b"M"
 EVENTS_PICKLE = b"P"

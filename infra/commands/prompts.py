@@ -107,9 +107,9 @@ def record_version(
             reason=promote,
         )
     with _recorded(settings, f"prompt versions of {history.name}", history.name) as session:
-        session.prompt_version(version.model_dump())
+        session.record(version)
         if promotion is not None:
-            session.prompt_promotion(promotion.model_dump())
+            session.record(promotion)
     return version, promotion
 
 

@@ -302,7 +302,7 @@ def record_evaluations(
             trainable=False,
         ) as session:
             for evaluation in evaluations:
-                session.ruleset_evaluation(evaluation.model_dump(mode="json"))
+                session.record(evaluation)
     finally:
         flushed = recorder.close()
     return session_id, flushed.acked == flushed.sealed

@@ -195,7 +195,7 @@ class Conversation:
                 call.name, call.arguments, call_id=call.id, raw_arguments=call.raw_arguments
             )
         for problem in problems:
-            s._record("events", "tool_parse_error", problem.model_dump())
+            s.record(problem)
         echoed = {"role": "assistant", "content": reply.content, "tool_calls": reply.tool_calls}
         if not reply.tool_calls and calls:  # text calls: the agent echoes the text, ids unknown
             echoed["tool_calls"] = []

@@ -82,7 +82,7 @@ async def evaluate(
         tags=["evaluation", f"env={env.name}", f"split={split}"],
         trainable=False,
     ) as session:
-        session.evaluation(evaluation.model_dump(mode="json"))
+        session.record(evaluation)
     return evaluation, base
 
 

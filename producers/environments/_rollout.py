@@ -144,7 +144,7 @@ async def run_rollout(
                     env, item, result, reward, specs, session_id, judges, recorded, workdir_root
                 )
                 for verdict in verdicts:
-                    session.verdict(verdict.model_dump())
+                    session.record(verdict)
                 errors = [(s, v) for s, v in zip(specs, verdicts, strict=True) if v.status != "ok"]
                 if errors:
                     error = "; ".join(f"judge {s.name}: {v.error}" for s, v in errors)

@@ -238,7 +238,7 @@ class PromptLoop:
                 "heldout": [c.model_dump() for c in self.suite.heldout],
             },
         ) as session:
-            session.prompt_version(start.model_dump())
+            session.record(start)
             for number in range(1, rounds + 1):
                 result = self._round(session, loop_id, number, champion)
                 results.append(result)
@@ -289,7 +289,7 @@ class PromptLoop:
             raise PromptLoopError(
                 f"the tuner proposed the champion unchanged in round {number}: nothing to test"
             )
-        session.prompt_version(proposal.model_dump())
+        session.record(proposal)
         kept = self._results(
             self._heldout, champion, self.suite.heldout, loop_id, number, "heldout"
         )
@@ -332,7 +332,7 @@ class PromptLoop:
         )
         session.prompt_decision(decision.model_dump(mode="json"))
         if promoted:
-            session.prompt_promotion(
+            session.record(
                 PromptPromotion(
                     target=self.target,
                     version=proposal.digest,
@@ -340,7 +340,7 @@ class PromptLoop:
                     reason=f"round {number} of {loop_id}: {reason}",
                     rule=self.rule.describe(),
                     figures=figures.flat(),
-                ).model_dump()
+                )
             )
         self.scoreboard.append(_blind_line(decision, proposal))
         return RoundResult(decision=decision, proposal=proposal)

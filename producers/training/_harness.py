@@ -345,7 +345,7 @@ class Harness:
                             deferral(rule, to, epoch, f"{to} has precedence; {rule} waits")
                         )
                     for decision in decisions:
-                        session.decision(**decision.model_dump())
+                        session.record(decision)
                         counts["decisions"] += 1
                     if run.stopped:
                         break

@@ -624,9 +624,7 @@ class TrainingMonitor:
         )
 
     def _record(self, event_type: str, payload: BaseModel) -> None:
-        self._recorder._enqueue(
-            self.session_id, _METRICS, event_type, payload.model_dump(mode="python")
-        )
+        self._recorder._enqueue(self.session_id, _METRICS, event_type, payload)
 
 
 @contextlib.contextmanager

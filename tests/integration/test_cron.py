@@ -180,7 +180,8 @@ def test_two_schedulers__fire_every_due_tick_exactly_once_and_share_the_jobs(
     for job_id in job_ids:
         ticks = sorted(r.due_ns for r in book.runs_of(job_id))
         gaps = {(b - a) // _NS for a, b in itertools.pairwise(ticks)}
-        assert min(gaps, default=1) >= 1, (job_id, gaps)  # collapsed after a handover, never repeated
+        # Collapsed after a handover, never repeated.
+        assert min(gaps, default=1) >= 1, (job_id, gaps)
         assert all(r.status == RunStatus.SUCCESS for r in book.runs_of(job_id)[:-1])
     started: Counter[str] = Counter()
     for chain in topics.verify().reports():

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from rolltape.producers import ChainConflictError, Recorder, ResumeError
-from rolltape.producers import _sender as sender_module
+from rolltape.producers import _takeover as sender_module
 from rolltape.schemas import ChainReport, Role, Stream, seal, topic_name
 
 from .conftest import Topics

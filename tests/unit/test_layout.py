@@ -87,6 +87,7 @@ def test_public_api__is_pinned() -> None:
         "RecorderClosedError",
         "RecorderError",
         "RejectedEvent",
+        "SPOOL_MAX_BYTES",
         "SandboxError",
         "SenderDiedError",
         "Session",

@@ -326,6 +326,7 @@ def test_monitor__no_method_takes_a_metric_value_and_the_session_has_no_metric_c
         "prompt_decision",
         "prompt_promotion",
         "prompt_version",
+        "record",
         "reward",
         "ruleset_evaluation",
         "session_id",
