@@ -182,7 +182,7 @@ class Sender:
         delivery = self.delivery
         handoff = delivery.handoff
         outbox = delivery.outbox
-        seal = self.sealer.seal
+        chain = self.sealer.seal
         waited = False  # a window passed with the queue empty since the last batch
         while True:
             if self._feeder_task.done():
@@ -219,7 +219,7 @@ class Sender:
                 if isinstance(item, Barrier):
                     sealed.append(item)
                 else:
-                    record = seal(item)
+                    record = chain(item)
                     if record is not None:
                         sealed.append(record)
             if handoff.active:
@@ -237,11 +237,11 @@ class Sender:
 
     def _seal_rest(self) -> list[Outgoing]:
         rest: list[Outgoing] = []
-        seal = self.sealer.seal
+        chain = self.sealer.seal
         while self.queue:
             item = self.queue.popleft()
             if isinstance(item, Barrier):
                 rest.append(item)
-            elif (record := seal(item)) is not None:
+            elif (record := chain(item)) is not None:
                 rest.append(record)
         return rest
