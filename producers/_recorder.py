@@ -52,6 +52,7 @@ from rolltape.schemas import (
     DEFAULT_PREFIX,
     PAYLOAD_MODELS,
     SESSION_ID_PATTERN,
+    STREAM_EVENT_TYPES,
     DataKeyRecord,
     Stream,
     ToolCall,
@@ -74,27 +75,6 @@ _MAX_WORLD_EVENT_BYTES = 900_000
 _time_ns = time.time_ns
 _EVENTS = Stream.EVENTS.value
 
-_RECORDED: dict[type[BaseModel], str] = {
-    PAYLOAD_MODELS[event_type]: event_type
-    for event_type in (
-        "turn",
-        "tool_call",
-        "tool_result",
-        "model_error",
-        "tool_parse_error",
-        "decision",
-        "reward",
-        "feedback",
-        "evaluation",
-        "ruleset_evaluation",
-        "verdict",
-        "prompt_version",
-        "prompt_promotion",
-        "prompt_decision",
-    )
-}
-"""Payload model -> event type, for the events `Session.record` takes: PAYLOAD_MODELS read the
-other way (each type has a model of its own)."""
 _RECORDED_ELSEWHERE = {
     "session_started": "Recorder.session() records it",
     "session_resumed": "Recorder.session(resume=True) records it",
@@ -104,6 +84,14 @@ _RECORDED_ELSEWHERE = {
     "model_spec": "the training monitor records it, on the session's metrics chain",
     "live_check": "the training monitor records it, on the session's metrics chain",
 }
+
+_RECORDED: dict[type[BaseModel], str] = {
+    PAYLOAD_MODELS[event_type]: event_type
+    for event_type in sorted(STREAM_EVENT_TYPES[_EVENTS] - _RECORDED_ELSEWHERE.keys())
+}
+"""Payload model -> event type, for the events `Session.record` takes: the events stream's
+types (schemas' one table) but those recorded elsewhere, PAYLOAD_MODELS read the other way
+(each type has a model of its own)."""
 
 _open_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 C = TypeVar("C")
