@@ -17,11 +17,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiokafka import TopicPartition
-
 from rolltape.producers._errors import HarnessError
 from rolltape.schemas import Stream, UnreadableRecord, read_event, topic_name
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection, LogReader, partitions_of
 
 Match = Callable[[dict[str, Any]], bool]
 
@@ -110,36 +108,19 @@ class LogFollower:
             self._ready.set()
 
     async def _follow(self) -> None:
-        consumer = self.connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=20)
-        doing = f"following {', '.join(self.topics)} on {self.connection}"
-        async with self.connection.started(consumer, doing):
-            async with self.connection.started(self.connection.admin(), doing) as admin:
-                described = await admin.describe_topics(self.topics)
-            partitions = [
-                TopicPartition(t["topic"], p["partition"])
-                for t in described
-                if t["error_code"] == 0
-                for p in sorted(t["partitions"], key=lambda p: p["partition"])
-            ]
-            if not partitions:
-                raise HarnessError(f"the topics {', '.join(self.topics)} do not exist")
-            consumer.assign(partitions)
-            offsets = await consumer.offsets_for_times({tp: self.since_ms for tp in partitions})
+        partitions = await partitions_of(self.connection, self.topics)
+        if not partitions:
+            raise HarnessError(f"the topics {', '.join(self.topics)} do not exist")
+        async with LogReader(self.connection, fetch_max_wait_ms=20) as reader:
+            reader.assign(partitions)
+            await reader.seek_to_time(self.since_ms)
             for tp in partitions:
-                found = offsets.get(tp)
-                if found is None:
-                    await consumer.seek_to_end(tp)
-                else:
-                    consumer.seek(tp, found.offset)
-            for tp in partitions:
-                await consumer.position(tp)
+                await reader.position(tp)
             self._ready.set()
             while not self._stop.is_set():
-                batch = await consumer.getmany(timeout_ms=100, max_records=2000)
                 kept = [
                     env
-                    for messages in batch.values()
-                    for m in messages
+                    for m in await reader.fetch(0.1, 2000)
                     if m.key in self._watched and (env := _checked(m.value)) is not None
                 ]
                 if kept:
@@ -151,8 +132,10 @@ class LogFollower:
                         self._cond.notify_all()
 
 
-def _checked(value: bytes) -> dict[str, Any] | None:
+def _checked(value: bytes | None) -> dict[str, Any] | None:
     """The envelope when its content matches its hash; None for anything else."""
+    if value is None:
+        return None
     try:
         event = read_event(value)
     except UnreadableRecord:

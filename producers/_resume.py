@@ -22,10 +22,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from rolltape.producers._errors import ResumeError
 from rolltape.schemas import GENESIS_HASH, ChainReport, ChainVerifier
+from rolltape.schemas.clients import LogReader, LogStalledError, Partition
 
 
 @dataclass(frozen=True)
@@ -41,42 +40,42 @@ class HeadInLog:
 
 
 async def _read(
-    consumer: AIOKafkaConsumer, tp: TopicPartition, start: int, stop: int, deadline: float
+    reader: LogReader, tp: Partition, start: int, stop: int, deadline: float
 ) -> list[tuple[bytes | None, bytes]]:
     """(key, value) of the records at offsets [start, stop) of one partition."""
     out: list[tuple[bytes | None, bytes]] = []
     if start >= stop:
         return out
-    consumer.seek(tp, start)
-    while True:
-        if time.monotonic() > deadline:
-            raise ResumeError(
-                f"reading {tp.topic}[{tp.partition}] up to offset {stop} took too long; "
-                "the broker is slow or the partition is large: retry with a longer timeout_s"
-            )
-        batch = await consumer.getmany(tp, timeout_ms=500, max_records=10_000)
-        for message in batch.get(tp, []):
-            if message.offset >= stop:
-                return out
-            if message.value is not None:
-                out.append((message.key, message.value))
-        if await consumer.position(tp) >= stop:
-            return out
+    too_long = ResumeError(
+        f"reading {tp.topic}[{tp.partition}] up to offset {stop} took too long; "
+        "the broker is slow or the partition is large: retry with a longer timeout_s"
+    )
+    reader.seek({tp: start})
+    try:
+        async for batch in reader.read_to_end(
+            [tp], until={tp: stop}, stall_s=max(0.0, deadline - time.monotonic())
+        ):
+            out.extend((m.key, m.value) for m in batch if m.value is not None)
+            if time.monotonic() > deadline:
+                raise too_long
+    except LogStalledError as exc:
+        raise too_long from exc
+    return out
 
 
 async def read_head(
-    consumer: AIOKafkaConsumer,
-    tp: TopicPartition,
+    reader: LogReader,
+    tp: Partition,
     session_id: str,
     stream: str,
     deadline: float,
 ) -> HeadInLog:
     """The chain of (`stream`, `session_id`) as every reader sees it, up to the partition's end."""
-    end = (await consumer.end_offsets([tp]))[tp]
-    start = (await consumer.beginning_offsets([tp]))[tp]
+    end = (await reader.end_offsets([tp]))[tp]
+    start = (await reader.beginning_offsets([tp]))[tp]
     key = session_id.encode()
     verifier = ChainVerifier()
-    for record_key, value in await _read(consumer, tp, start, end, deadline):
+    for record_key, value in await _read(reader, tp, start, end, deadline):
         if record_key == key:
             verifier.add(value, key=record_key, expected_stream=stream)
     reports = [r for r in verifier.reports() if r.stream == stream and r.session_id == session_id]
@@ -87,8 +86,8 @@ async def read_head(
 
 
 async def first_record_from(
-    consumer: AIOKafkaConsumer,
-    tp: TopicPartition,
+    reader: LogReader,
+    tp: Partition,
     start: int,
     through: int,
     session_id: str,
@@ -96,7 +95,7 @@ async def first_record_from(
 ) -> bytes | None:
     """The value of the first record of `session_id` at offsets [start, through]."""
     key = session_id.encode()
-    for record_key, value in await _read(consumer, tp, start, through + 1, deadline):
+    for record_key, value in await _read(reader, tp, start, through + 1, deadline):
         if record_key == key:
             return value
     return None

@@ -18,11 +18,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from aiokafka import TopicPartition
-
 from rolltape.producers._errors import ChainConflictError, ResumeError
 from rolltape.producers._resume import first_record_from, read_head
 from rolltape.schemas import Stream
+from rolltape.schemas.clients import LogReader, Partition
 
 if TYPE_CHECKING:
     from rolltape.producers._sender import Sender
@@ -71,16 +70,15 @@ async def take_over(
     producer = delivery.producer
     topic = sealer.topics[stream]
     key = session_id.encode()
-    tp = TopicPartition(topic, await delivery.placement.of(producer, topic, key))
+    tp = Partition(topic, await delivery.placement.of(producer, topic, key))
     # Published for the seal below; withdrawn unless the takeover is confirmed (a timeout or
     # a cancel must not leave a chain a retry would take as this recorder's own).
     taken = False
     try:
-        consumer = connection.consumer(enable_auto_commit=False, client_id="rolltape-resume")
-        await consumer.start()
+        reader = await LogReader(connection, client_id="rolltape-resume").start()
         try:
-            consumer.assign([tp])
-            head = await read_head(consumer, tp, session_id, stream, deadline)
+            reader.assign([tp])
+            head = await read_head(reader, tp, session_id, stream, deadline)
             if head.ended:
                 raise ResumeError(
                     f"session {session_id} ended at seq {head.seq} on {stream}; record a new "
@@ -130,10 +128,10 @@ async def take_over(
             sender.stats.acked += 1
             delivery.last_progress = time.monotonic()
             landed = await first_record_from(
-                consumer, tp, head.end_offset, sent.offset, session_id, deadline
+                reader, tp, head.end_offset, sent.offset, session_id, deadline
             )
         finally:
-            await consumer.stop()
+            await reader.stop()
         if landed != record[2]:
             raise ChainConflictError(
                 f"another writer appended to session {session_id} on {stream} while this "

@@ -5,8 +5,8 @@
     topic, through a real worker process. p50/p99 over the epochs after a warm-up.
 (b) Throughput: N events (half metrics, half turns, over many sessions) written first, then a
     worker with a fresh group processes them all; events/s between its first and last output
-    (broker LogAppendTime). Beside it, in the same run: a plain aiokafka consumer reading the
-    same records (the ceiling of reading alone) and the pure core (`handle`) over the same
+    (broker LogAppendTime). Beside it, in the same run: rolltape's log reader (one consumer)
+    reading the same records (the ceiling of reading alone) and the pure core (`handle`) over the same
     records in memory (the ceiling without Kafka). The load is written a session after another,
     so a batch touches few sessions; the same number of events over many sessions that record
     at once (their epochs interleaved, as live agents and training runs do) is measured too: a
@@ -27,8 +27,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from aiokafka import TopicPartition
-
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
@@ -41,7 +39,7 @@ from rolltape.infra.settings import Settings
 from rolltape.processors import ProcessorConfig, SessionProcessor, SessionState, handle
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.schemas import Role, Stream, read_event, topic_name
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection, LogReader, Partition
 
 
 class RulesBench(Figures):
@@ -88,7 +86,7 @@ class RulesBench(Figures):
             f"{self.worker_span_s:.2f} s)"
         )
         yield (
-            "    plain aiokafka consumer, same records: "
+            "    log reader alone (one consumer), same records: "
             f"{self.raw_consumer_events_per_s:,.0f} events/s"
         )
         yield f"    ratio (worker / consumer): {self.worker_vs_raw_consumer:.2f}"
@@ -115,19 +113,17 @@ async def _latency(
     settings: Settings, spool: Path, epochs: int, warmup: int, partition_count: int
 ) -> list[float]:
     prefix = settings.topic_prefix
-    consumer = require_connection(settings, Role.MONITOR).consumer(
-        fetch_max_wait_ms=5, enable_auto_commit=False
-    )
-    await consumer.start()
+    consumer = await LogReader(
+        require_connection(settings, Role.MONITOR), fetch_max_wait_ms=5
+    ).start()
     # The session is the agent's (its events chain); the metrics are the monitor's.
     agent = open_recorder(settings, spool_dir=spool / "agent")
     recorder = open_monitor_recorder(settings, spool_dir=spool / "monitor")
     samples: list[float] = []
     try:
         topic = topic_name(Stream.RULES, prefix)
-        partitions = [TopicPartition(topic, p) for p in range(partition_count)]
-        consumer.assign(partitions)
-        await consumer.seek_to_end(*partitions)
+        consumer.assign(Partition(topic, p) for p in range(partition_count))
+        await consumer.seek_to_end()
         session = agent.session("bench rules latency", kind="training")
         for epoch in range(epochs + warmup):
             synthetic_metric(recorder, session, epoch, steps=10, train_loss=1.0 / (epoch + 1),
@@ -140,12 +136,10 @@ async def _latency(
             while not found:
                 if time.perf_counter() > deadline:
                     raise RuntimeError(f"no rule evaluation for epoch {epoch}; is the worker up?")
-                batch = await consumer.getmany(timeout_ms=50)
-                for messages in batch.values():
-                    for m in messages:
-                        env = read_event(m.value)
-                        if env.session_id == session.session_id and env.payload["epoch"] == epoch:
-                            found = True
+                for m in await consumer.fetch(0.05):
+                    env = read_event(m.value or b"")
+                    if env.session_id == session.session_id and env.payload["epoch"] == epoch:
+                        found = True
             if epoch >= warmup:
                 samples.append((time.perf_counter() - acked) * 1000)
         end_synthetic_metrics(recorder, session)

@@ -24,7 +24,7 @@ from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.worker import load_plugins, processor_config
 from rolltape.infra.judging import LogJudges
 from rolltape.infra.kafka.keyring import keyring_if_any
-from rolltape.infra.kafka.readback import partition_counts, read_records, topic_partitions
+from rolltape.infra.kafka.readback import partition_counts, read_records
 from rolltape.infra.settings import Settings
 from rolltape.processors import (
     Conflict,
@@ -48,7 +48,7 @@ from rolltape.schemas import (
     topic_name,
     versioned_stream,
 )
-from rolltape.schemas.clients import GroupMember, KafkaConnection, Partition
+from rolltape.schemas.clients import GroupMember, KafkaConnection, Partition, partitions_of
 
 
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
@@ -324,9 +324,7 @@ async def replay_in_group(
             "share out; replay without --group"
         )
     events = topic_name(Stream.EVENTS, prefix)
-    parts = [
-        Partition(tp.topic, tp.partition) for tp in await topic_partitions(connection, [events])
-    ]
+    parts = await partitions_of(connection, [events])
     paused = _Paused()
     member = GroupMember(
         connection,

@@ -9,10 +9,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, cast
 
-from aiokafka import TopicPartition
 from pydantic import BaseModel
 
-from rolltape.schemas.clients import KafkaClientError, KafkaConnection
+from rolltape.schemas.clients import KafkaClientError, KafkaConnection, LogReader, Partition
 
 
 class TopicLag(BaseModel):
@@ -45,12 +44,12 @@ async def group_lags(connection: KafkaConnection, prefix: str) -> list[GroupLag]
     async with connection.started(connection.admin(), doing) as admin:
         listed = await admin.list_consumer_groups()
         names = sorted({str(g[0]) for g in listed})
-        committed: dict[str, dict[TopicPartition, int]] = {}
+        committed: dict[str, dict[Partition, int]] = {}
         for name in names:
             with contextlib.suppress(Exception):  # not authorised to this one: not ours to show
                 offsets = await admin.list_consumer_group_offsets(name)
                 mine = {
-                    tp: int(o.offset)
+                    Partition(tp.topic, tp.partition): int(o.offset)
                     for tp, o in offsets.items()
                     if tp.topic.startswith(f"{prefix}.") and o.offset >= 0
                 }
@@ -87,12 +86,10 @@ async def group_lags(connection: KafkaConnection, prefix: str) -> list[GroupLag]
 
 
 async def _end_offsets(
-    connection: KafkaConnection, partitions: set[TopicPartition]
-) -> dict[TopicPartition, int]:
-    consumer = connection.consumer(enable_auto_commit=False)
+    connection: KafkaConnection, partitions: set[Partition]
+) -> dict[Partition, int]:
     try:
-        async with connection.started(consumer, f"reading end offsets on {connection}"):
-            ends = await consumer.end_offsets(sorted(partitions))
+        async with LogReader(connection) as reader:
+            return await reader.end_offsets(sorted(partitions))
     except KafkaClientError:
         return {}
-    return {tp: int(at) for tp, at in ends.items()}

@@ -14,15 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Self
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-
 from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.erasures import read_erasures_log
-from rolltape.infra.kafka.readback import read_records, topic_partitions
+from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.keys import kek_available, key_encryption_key
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Stream, TypedEvent, topic_name
-from rolltape.schemas.clients import KafkaConnection, kafka_errors
+from rolltape.schemas.clients import KafkaConnection, LogReader, LogStalledError, partitions_of
 from rolltape.schemas.privacy import KeyEncryptionKey, Keyring
 
 
@@ -105,9 +103,8 @@ class KeysFollower:
         self._prefix = prefix
         self._topic = topic_name(Stream.KEYS, prefix)
         self._reload = reload
-        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: LogReader | None = None
         self._stack = contextlib.AsyncExitStack()
-        self._parts: list[TopicPartition] = []
         self._erased: dict[str, None] = {}
         self._reading = asyncio.Lock()  # the feed and the projector's eraser share the consumer
         self._waited: set[tuple[str, str]] = set()
@@ -119,20 +116,17 @@ class KeysFollower:
         if self._erasures:
             for erasure in (await read_erasures_log(self._connection, self._prefix)).erasures():
                 self._erased.update(dict.fromkeys(erasure.sessions))
-        self._parts = await topic_partitions(self._connection, [self._topic])
-        consumer = self._connection.consumer(enable_auto_commit=False, fetch_max_wait_ms=50)
-        doing = f"reading {self._topic} on {self._connection}"
-        self._consumer = await self._stack.enter_async_context(
-            self._connection.started(consumer, doing)
-        )
-        consumer.assign(self._parts)
-        if self._parts:
-            await consumer.seek_to_beginning(*self._parts)
+        parts = await partitions_of(self._connection, [self._topic])
+        reader = LogReader(self._connection, fetch_max_wait_ms=50)
+        self._reader = await self._stack.enter_async_context(reader)
+        reader.assign(parts)
+        if parts:
+            await reader.seek_to_beginning()
         await self.catch_up()
         return self
 
     async def stop(self) -> None:
-        self._consumer = None
+        self._reader = None
         await self._stack.aclose()
 
     async def __aenter__(self) -> Self:
@@ -144,36 +138,27 @@ class KeysFollower:
     async def catch_up(self) -> None:
         """Read the keys topic up to its end as of now; KeysTopicStalledError when it makes no
         progress for STALL_S."""
-        consumer = self._consumer
-        if consumer is None:
+        reader = self._reader
+        if reader is None:
             raise RuntimeError("the keys follower is not started: use `async with`")
         async with self._reading:
-            await self._read_to_end(consumer)
+            await self._read_to_end(reader)
 
-    async def _read_to_end(self, consumer: AIOKafkaConsumer) -> None:
+    async def _read_to_end(self, reader: LogReader) -> None:
         # Not `read_records`: that reads a topic whole from its start; this goes on from where
-        # the follower's own consumer stands, for as long as the reader runs.
-        with kafka_errors(f"reading {self._topic}"):
-            ends = await consumer.end_offsets(self._parts)
-            remaining = {tp for tp in self._parts if await consumer.position(tp) < ends[tp]}
-            progress = time.monotonic()
-            while remaining:
-                batch = await consumer.getmany(*remaining, timeout_ms=200, max_records=5000)
-                for messages in batch.values():
-                    progress = time.monotonic()
-                    for m in messages:
-                        self.keyring.add(m.key, m.value)
-                        if m.value is None and m.key is not None:
-                            sid = m.key.decode(errors="replace").rpartition("/")[0]
-                            self._erased[sid] = None
-                for tp in list(remaining):
-                    if await consumer.position(tp) >= ends[tp]:
-                        remaining.discard(tp)
-                if remaining and time.monotonic() - progress > STALL_S:
-                    raise KeysTopicStalledError(
-                        f"{self._topic} made no progress for {STALL_S:.0f}s on "
-                        f"{self._connection}: is the broker up?"
-                    )
+        # the follower's own reader stands, for as long as the follower runs.
+        try:
+            async for batch in reader.read_to_end(stall_s=STALL_S):
+                for m in batch:
+                    self.keyring.add(m.key, m.value)
+                    if m.value is None and m.key is not None:
+                        sid = m.key.decode(errors="replace").rpartition("/")[0]
+                        self._erased[sid] = None
+        except LogStalledError as exc:
+            raise KeysTopicStalledError(
+                f"{self._topic} made no progress for {STALL_S:.0f}s on "
+                f"{self._connection}: is the broker up?"
+            ) from exc
 
     async def open(self, events: Sequence[TypedEvent]) -> tuple[list[TypedEvent] | None, str]:
         """The session's events opened (`Keyring.open_events`), after catching up with the keys

@@ -6,32 +6,17 @@ processor's committed offsets, and a scan has a natural end, the end offsets tak
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
 from typing import NamedTuple
 
-from aiokafka import TopicPartition
-
 from rolltape.schemas import DEFAULT_PREFIX, ChainVerifier, Stream, stream_of_topic, topic_name
-from rolltape.schemas.clients import KafkaConnection
-
-
-async def topic_partitions(connection: KafkaConnection, topics: list[str]) -> list[TopicPartition]:
-    """The partitions of `topics` (those that exist), in order."""
-    doing = f"describing {', '.join(topics)} on {connection}"
-    async with connection.started(connection.admin(), doing) as admin:
-        described = await admin.describe_topics(topics)
-    return [
-        TopicPartition(t["topic"], p["partition"])
-        for t in described
-        if t["error_code"] == 0
-        for p in sorted(t["partitions"], key=lambda p: p["partition"])
-    ]
+from rolltape.schemas.clients import Fetched, KafkaConnection, LogReader, partitions_of
 
 
 async def partition_counts(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
     """topic -> number of partitions, for the topics that exist."""
     counts: dict[str, int] = {}
-    for tp in await topic_partitions(connection, list(topics)):
+    for tp in await partitions_of(connection, list(topics)):
         counts[tp.topic] = counts.get(tp.topic, 0) + 1
     return counts
 
@@ -39,10 +24,9 @@ async def partition_counts(connection: KafkaConnection, topics: Sequence[str]) -
 async def end_offsets(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
     """topic -> the sum of its partitions' end offsets (records ever written, on topics that
     are never compacted or trimmed)."""
-    assigned = await topic_partitions(connection, list(topics))
-    doing = f"reading the end offsets of {', '.join(topics)} on {connection}"
-    async with connection.started(connection.consumer(enable_auto_commit=False), doing) as consumer:
-        ends = await consumer.end_offsets(assigned) if assigned else {}
+    assigned = await partitions_of(connection, list(topics))
+    async with LogReader(connection) as reader:
+        ends = await reader.end_offsets(assigned) if assigned else {}
     totals: dict[str, int] = {}
     for tp, end in ends.items():
         totals[tp.topic] = totals.get(tp.topic, 0) + end
@@ -60,6 +44,8 @@ class RawRecord(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes
+    """None for a tombstone (the keys topic's erased data keys), though typed as bytes: every
+    other topic holds none, and its readers check hashes and canonical form of the bytes."""
     broker_ts_ms: int
     headers: tuple[tuple[str, bytes], ...] = ()
 
@@ -86,50 +72,46 @@ async def read_records(
     same partition count). `on_ready` is called once the scan is positioned, before it waits
     for the first record: a follower reading from the end sees every record written after."""
     topics = [topic_name(s, prefix) for s in streams]
-    consumer = connection.consumer(
-        enable_auto_commit=False,
-        fetch_max_wait_ms=100,
-        max_partition_fetch_bytes=4 * 1024 * 1024,
-    )
-    async with connection.started(consumer, f"reading {', '.join(topics)} on {connection}"):
-        assigned = await topic_partitions(connection, topics)
-        if partitions is not None:
-            assigned = [tp for tp in assigned if tp.partition in partitions]
-        if not assigned:
-            return
-        consumer.assign(assigned)
+    assigned = await partitions_of(connection, topics)
+    if partitions is not None:
+        assigned = [tp for tp in assigned if tp.partition in partitions]
+    if not assigned:
+        return
+    streams_of = {t: stream_of_topic(t, prefix) for t in topics}
+    async with LogReader(connection) as reader:
+        reader.assign(assigned)
         if from_beginning:
-            await consumer.seek_to_beginning(*assigned)
+            await reader.seek_to_beginning()
         else:
-            await consumer.seek_to_end(*assigned)
-        ends = await consumer.end_offsets(assigned)
+            await reader.seek_to_end()
         if bounds is not None:
+            ends = await reader.end_offsets()
             for tp in assigned:
-                start = await consumer.position(tp)
+                start = await reader.position(tp)
                 bounds.setdefault(tp.topic, {})[tp.partition] = (start, ends[tp])
-        remaining = {tp for tp in assigned if await consumer.position(tp) < ends[tp]}
         if on_ready is not None:
             on_ready()
-        while follow or remaining:
-            batch = await consumer.getmany(timeout_ms=200, max_records=5000)
-            for tp, messages in batch.items():
-                stream = stream_of_topic(tp.topic, prefix)
+        batches = _follow(reader) if follow else reader.read_to_end(stall_s=None)
+        async for batch in batches:
+            for m in batch:
+                stream = streams_of[m.partition.topic]
                 assert stream is not None
-                for m in messages:
-                    yield RawRecord(
-                        stream,
-                        tp.topic,
-                        tp.partition,
-                        m.offset,
-                        m.key,
-                        m.value,
-                        m.timestamp,
-                        tuple(m.headers or ()),
-                    )
-            if not follow:
-                for tp in list(remaining):
-                    if await consumer.position(tp) >= ends[tp]:
-                        remaining.discard(tp)
+                yield RawRecord(
+                    stream,
+                    m.partition.topic,
+                    m.partition.partition,
+                    m.offset,
+                    m.key,
+                    m.value,  # type: ignore[arg-type]
+                    m.timestamp_ms,
+                    m.headers,
+                )
+
+
+async def _follow(reader: LogReader) -> AsyncIterator[list[Fetched]]:
+    while True:
+        if batch := await reader.fetch(0.2, 5000):
+            yield batch
 
 
 async def verify_topics(

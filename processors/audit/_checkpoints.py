@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-from aiokafka.partitioner import DefaultPartitioner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from rolltape.schemas.clients import key_partition
 from rolltape.schemas.trust import key_id
 
 CHECKPOINT_VERSION: Final = "rolltape.checkpoint/1"
@@ -20,7 +20,6 @@ CHECKPOINT_LOG_PREFIX: Final = "checkpoints.p"
 """Session ids of this form are the judge's logs; a raw record using one is dead-lettered."""
 CHECKPOINT_INTERVAL_S: Final = 30.0
 """How often, unless settings say otherwise, the heads of sessions still running are committed."""
-_partitioner = DefaultPartitioner()
 
 
 @dataclass(frozen=True)
@@ -38,8 +37,7 @@ class CheckpointSigner:
 
 def raw_partition(session_id: str, partitions: int) -> int:
     """The partition of a session on the raw topics (the Java client's partitioner)."""
-    every = list(range(partitions))
-    return int(_partitioner(session_id.encode(), every, every))
+    return key_partition(session_id.encode(), partitions)
 
 
 def log_for_partition(partition: int, partitions: int) -> str:

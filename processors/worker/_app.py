@@ -26,8 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, cast
 
 import faust
-from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.partitioner import murmur2
+from aiokafka import AIOKafkaProducer
 from pydantic import ValidationError
 
 from rolltape.processors._judge_messages import JudgeRequest
@@ -43,7 +42,7 @@ from rolltape.processors.worker._reader import RawReader
 from rolltape.processors.worker._shell import Shell
 from rolltape.processors.worker._states import ChangelogTable, MemoryStates
 from rolltape.schemas import Stream, topic_name
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import Fetched, KafkaConnection, key_partition
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -132,7 +131,7 @@ def create_app(
         if not (runtime.has_reader() and runtime.has_shell()):
             return
         reader, shell = await runtime.reader(), await runtime.shell()
-        tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(reader.owned)]
+        tps = reader.partitions(reader.owned)
         positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
         group_positions.forget(set(tps))
         await group_positions.commit(reader.client, _faust_member(app), positions)
@@ -170,7 +169,7 @@ def create_app(
         owned = runtime.owned_partitions()
         await shell.resend_outboxes(lambda key: runtime.partition_of(key) in owned)
         reader = await runtime.reader()
-        tps = [TopicPartition(t, p) for t in reader.topics for p in sorted(owned)]
+        tps = reader.partitions(owned)
         positions = {tp: at for tp in tps if (at := shell.saved_position(tp)) is not None}
         shell.owning(owned)
         if await reader.assign(owned, positions, unless=lambda: not recovery_is_current()):
@@ -202,11 +201,18 @@ def create_app(
         shell = await runtime.shell()
         reader = await runtime.reader()
 
-        async def process(messages: Sequence[Any]) -> None:
+        async def process(fetched: Sequence[Fetched]) -> None:
             await shell.process(
                 [
-                    shell.to_input(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
-                    for m in messages
+                    shell.to_input(
+                        m.partition.topic,
+                        m.partition.partition,
+                        m.offset,
+                        m.key,
+                        m.value,
+                        m.timestamp_ms,
+                    )
+                    for m in fetched
                 ]
             )
 
@@ -351,7 +357,7 @@ class _Runtime:
 
     def partition_of(self, key: bytes) -> int:
         """The partition of a session key, as the Java client and aiokafka place it."""
-        return int(murmur2(key) & 0x7FFFFFFF) % self.config.partitions
+        return key_partition(key, self.config.partitions)
 
 
 def _faust_member(app: faust.App) -> tuple[str, int] | None:

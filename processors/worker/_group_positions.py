@@ -19,10 +19,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from aiokafka import TopicPartition
 from aiokafka.client import ConnectionGroup, CoordinationType
 from aiokafka.errors import for_code
 from aiokafka.protocol.commit import OffsetCommitRequest
+
+from rolltape.schemas.clients import Partition
 
 log = logging.getLogger("rolltape.worker")
 
@@ -42,12 +43,12 @@ class GroupPositions:
 
     def __init__(self, group_id: str) -> None:
         self.group_id = group_id
-        self._committed: dict[TopicPartition, int] = {}
+        self._committed: dict[Partition, int] = {}
         self._coordinator: int | None = None
         self._warned: set[str] = set()
 
     async def commit(
-        self, client: Any, member: tuple[str, int] | None, positions: Mapping[TopicPartition, int]
+        self, client: Any, member: tuple[str, int] | None, positions: Mapping[Partition, int]
     ) -> int:
         """Commit what moved; how many partitions were committed (0 when nothing moved, the
         worker is no member yet, or the broker asked to try again later)."""
@@ -80,7 +81,7 @@ class GroupPositions:
         done = 0
         for topic, partitions in response.topics:
             for partition, code in partitions:
-                tp = TopicPartition(topic, partition)
+                tp = Partition(topic, partition)
                 if code == 0:
                     self._committed[tp] = moved[tp]
                     done += 1
@@ -100,6 +101,6 @@ class GroupPositions:
                     )
         return done
 
-    def forget(self, keep: set[TopicPartition]) -> None:
+    def forget(self, keep: set[Partition]) -> None:
         """Drop what was committed for partitions no longer read (they may come back moved)."""
         self._committed = {tp: at for tp, at in self._committed.items() if tp in keep}

@@ -18,14 +18,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from aiokafka.partitioner import murmur2
-
 from rolltape.processors._errors import ProcessorError
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import Fetched, KafkaConnection, LogReader, Partition, key_partition
 
 POSITION_KEY_PREFIX = b"~position~"
 
@@ -41,18 +38,18 @@ def position_key(topic: str, partition: int, partitions: int) -> bytes:
     owns the raw partition restores its position with its sessions. `~` opens no session id."""
     for n in itertools.count():
         key = POSITION_KEY_PREFIX + f"{topic}~{partition}~{n}".encode()
-        if (murmur2(key) & 0x7FFFFFFF) % partitions == partition:
+        if key_partition(key, partitions) == partition:
             return key
     raise AssertionError("unreachable")
 
 
 class RawReader:
-    """One consumer, assigned by hand the owned partitions of the topics it reads."""
+    """One log reader, assigned the owned partitions of the topics it reads."""
 
     def __init__(self, connection: KafkaConnection, topics: Sequence[str]) -> None:
         self.topics = tuple(topics)
         self._connection = connection
-        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: LogReader | None = None
         self._owned: frozenset[int] = frozenset()
         self._assigned = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -64,28 +61,27 @@ class RawReader:
 
     @property
     def client(self) -> Any:
-        """The consumer's client (its connections to the cluster), for the group commits of
+        """The reader's connections to the cluster, for the group commits of
         _group_positions.py."""
-        return self._require()._client
+        return self._require().connections
+
+    def partitions(self, numbers: Iterable[int]) -> list[Partition]:
+        """Those partition numbers of every topic read."""
+        return [Partition(t, p) for t in self.topics for p in sorted(numbers)]
 
     async def start(self) -> None:
-        # aiokafka clients bind to the running loop: built here, not in __init__.
-        self._consumer = self._connection.consumer(
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_partition_fetch_bytes=4 << 20,
-        )
-        await self._consumer.start()
+        # Client objects bind to the running loop: built here, not in __init__.
+        self._reader = await LogReader(self._connection, fetch_max_wait_ms=500).start()
 
     async def stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-            self._consumer = None
+        if self._reader is not None:
+            await self._reader.stop()
+            self._reader = None
 
     async def assign(
         self,
         partitions: set[int],
-        positions: Mapping[TopicPartition, int],
+        positions: Mapping[Partition, int],
         *,
         unless: Callable[[], bool] = lambda: False,
     ) -> bool:
@@ -96,12 +92,10 @@ class RawReader:
         async with self._lock:
             if unless():
                 return False
-            consumer = self._require()
-            tps = [TopicPartition(t, p) for t in self.topics for p in sorted(partitions)]
-            consumer.assign(tps)
-            for tp in tps:
-                if tp in positions:
-                    consumer.seek(tp, positions[tp])
+            reader = self._require()
+            tps = self.partitions(partitions)
+            reader.assign(tps)
+            reader.seek({tp: positions[tp] for tp in tps if tp in positions})
             self._owned = frozenset(partitions)
             if tps:
                 self._assigned.set()
@@ -118,40 +112,34 @@ class RawReader:
 
     async def run(
         self,
-        process: Callable[[Sequence[ConsumerRecord[bytes, bytes]]], Awaitable[None]],
+        process: Callable[[Sequence[Fetched]], Awaitable[None]],
         *,
         max_records: int,
         within_s: float,
     ) -> None:
         """Read and `process` batches of the owned partitions until cancelled. A batch is what
-        the consumer has fetched (up to `max_records`), or what arrives within `within_s`."""
-        timeout_ms = max(1, int(within_s * 1000))
+        the reader has fetched (up to `max_records`), or what arrives within `within_s`."""
         while True:
             await self._assigned.wait()
             async with self._lock:
                 if not self._assigned.is_set():
                     continue  # released while this task waited for the lock
-                fetched = await self._require().getmany(
-                    timeout_ms=timeout_ms, max_records=max_records
-                )
-                records = [m for part in fetched.values() for m in part]
+                records = await self._require().fetch(within_s, max_records)
                 if records:
                     await process(records)
 
-    async def lag(
-        self, partitions: set[int], processed: Callable[[TopicPartition], int | None]
-    ) -> int:
+    async def lag(self, partitions: set[int], processed: Callable[[Partition], int | None]) -> int:
         """Records on `partitions` (assigned to this reader yet or not) past what `processed`
         says was done with: a batch read but stuck in processing counts as waiting."""
-        consumer = self._require()
-        tps = [TopicPartition(t, p) for t in self.topics for p in sorted(partitions)]
+        reader = self._require()
+        tps = self.partitions(partitions)
         if not tps:
             return 0
-        ends = await consumer.end_offsets(tps)
-        starts = await consumer.beginning_offsets(tps)
+        ends = await reader.end_offsets(tps)
+        starts = await reader.beginning_offsets(tps)
         return sum(max(0, ends[tp] - max(processed(tp) or 0, starts[tp])) for tp in tps)
 
-    def _require(self) -> AIOKafkaConsumer:
-        if self._consumer is None:
+    def _require(self) -> LogReader:
+        if self._reader is None:
             raise ReaderNotStartedError("the reader is not started")
-        return self._consumer
+        return self._reader

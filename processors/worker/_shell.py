@@ -21,7 +21,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from rolltape.processors._judge_messages import JUDGE_RESULTS
@@ -40,6 +39,7 @@ from rolltape.schemas import (
     stream_of_topic,
     topic_name,
 )
+from rolltape.schemas.clients import Partition
 
 log = logging.getLogger("rolltape.processors.worker")
 
@@ -254,7 +254,7 @@ class Shell:
         """Drop the states kept between batches (partitions moved: the store is the truth)."""
         self._live.clear()
 
-    def saved_position(self, tp: TopicPartition) -> int | None:
+    def saved_position(self, tp: Partition) -> int | None:
         """The offset a raw partition is read from next (None: from its start)."""
         stored = self.store.get(position_key(tp.topic, tp.partition, self.partitions))
         return int(stored) if stored else None

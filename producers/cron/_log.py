@@ -15,8 +15,6 @@ import socket
 import time
 import uuid
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.partitioner import DefaultPartitioner
 from pydantic import BaseModel
 
 from rolltape.producers._errors import NotStartedError
@@ -33,11 +31,16 @@ from rolltape.schemas.clients import (
     KafkaConnection,
     KafkaTopicError,
     KafkaUnavailableError,
+    LogReader,
+    LogStalledError,
+    Partition,
+    Producer,
     kafka_errors,
+    key_partition,
+    partitions_of,
 )
 
 _log = logging.getLogger("rolltape.producers.cron")
-_partitioner = DefaultPartitioner()
 
 
 def instance_name() -> str:
@@ -69,7 +72,7 @@ class JobsLog:
 
         self.topic = topic_name(Stream.JOBS, prefix)
         self._connection = connection
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: Producer | None = None
         self._producer_info = {
             "name": "rolltape.producers.cron",
             "version": __version__,
@@ -102,13 +105,13 @@ class JobsLog:
             self._producer = None
 
     @property
-    def producer(self) -> AIOKafkaProducer:
+    def producer(self) -> Producer:
         if self._producer is None:
             raise NotStartedError("the jobs log is not started: call JobsLog.start() first")
         return self._producer
 
     def partition_of(self, job_id: str) -> int:
-        return int(_partitioner(job_id.encode(), self._partitions, self._partitions))
+        return self._partitions[key_partition(job_id.encode(), len(self._partitions))]
 
     async def write(self, book: JobBook, key: str, job_id: str, payload: BaseModel) -> None:
         """Append the next revision of `key` (linked to the book's head of it), wait for the
@@ -143,43 +146,32 @@ def _missing(topic: str) -> str:
 async def read_book(
     connection: KafkaConnection, *, prefix: str, timeout_s: float = 30.0
 ) -> JobBook:
-    """Every job and run the topic holds, read from its start to its current end."""
+    """Every job and run the topic holds, read from its start to its current end;
+    KafkaUnavailableError when the read makes no progress for `timeout_s`."""
     topic = topic_name(Stream.JOBS, prefix)
-    consumer = connection.consumer(enable_auto_commit=False, auto_offset_reset="earliest")
-    async with connection.started(consumer, f"reading {topic} on {connection}"):
-        partitions = consumer.partitions_for_topic(topic) or await _partitions(consumer, topic)
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
+    partitions = await partitions_of(connection, [topic])
+    if not partitions:
+        raise KafkaTopicError(_missing(topic))
+    async with LogReader(connection) as reader:
+        reader.assign(partitions)
         book = JobBook()
-        await read_to_end(consumer, tps, book, timeout_s)
+        await read_to_end(reader, partitions, book, timeout_s)
         return book
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    await consumer._client.force_metadata_update()
-    partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
-        raise KafkaTopicError(_missing(topic))
-    return set(partitions)
-
-
 async def read_to_end(
-    consumer: AIOKafkaConsumer, tps: list[TopicPartition], book: JobBook, timeout_s: float
+    reader: LogReader, partitions: list[Partition], book: JobBook, timeout_s: float
 ) -> None:
-    """Fold `tps` from their beginning to the end offsets they have now."""
-    ends = await consumer.end_offsets(tps)
-    await consumer.seek_to_beginning(*tps)
-    waiting = {tp for tp in tps if ends[tp] > 0}
-    deadline = time.monotonic() + timeout_s
-    while waiting:
-        if time.monotonic() > deadline:
-            raise KafkaUnavailableError(
-                f"reading the jobs topic took over {timeout_s:.0f} s; {KafkaUnavailableError.advice}"
-            )
-        batch = await consumer.getmany(*waiting, timeout_ms=200, max_records=10_000)
-        for tp, messages in batch.items():
-            for message in messages:
-                fold_record(book, message.value, f"{tp.topic}[{tp.partition}]@{message.offset}")
-        for tp in list(waiting):
-            if await consumer.position(tp) >= ends[tp]:
-                waiting.discard(tp)
+    """Fold `partitions` from their beginning to the end offsets they have now."""
+    await reader.seek_to_beginning(*partitions)
+    try:
+        async for batch in reader.read_to_end(partitions, stall_s=timeout_s, max_records=10_000):
+            for m in batch:
+                fold_record(
+                    book, m.value, f"{m.partition.topic}[{m.partition.partition}]@{m.offset}"
+                )
+    except LogStalledError as exc:
+        raise KafkaUnavailableError(
+            f"reading the jobs topic made no progress for {timeout_s:.0f} s; "
+            f"{KafkaUnavailableError.advice}"
+        ) from exc

@@ -3,14 +3,20 @@
 One connection model and one factory for every Kafka client (`KafkaConnection`), the one
 translation of the client library's errors into ours (`kafka_errors`, under its own root
 `KafkaClientError`), one member of a consumer group (`GroupMember`: the one way processes share
-partitions), the packing of records into batches by partition, and the binding of a
+partitions), one reader of partitions outside any group (`LogReader`: the one way a topic is
+read back), the packing of records into batches by partition, and the binding of a
 logical model name to an OpenAI-compatible endpoint. It sits below producers, processors and
 projections so that a security setting applies to all of them at once, and apart from
 `rolltape.schemas` so that reading the wire format never imports a client library.
 """
 
-from rolltape.schemas.clients._batches import KeyPartitions, fill_batch
-from rolltape.schemas.clients._connection import KafkaConnection, SaslMechanism, SecurityProtocol
+from rolltape.schemas.clients._batches import KeyPartitions, fill_batch, key_partition
+from rolltape.schemas.clients._connection import (
+    KafkaConnection,
+    Producer,
+    SaslMechanism,
+    SecurityProtocol,
+)
 from rolltape.schemas.clients._endpoints import ModelEndpoint
 from rolltape.schemas.clients._errors import (
     KafkaAuthenticationError,
@@ -30,6 +36,12 @@ from rolltape.schemas.clients._group import (
     Ownership,
     Partition,
 )
+from rolltape.schemas.clients._log_reader import (
+    LogReader,
+    LogStalledError,
+    ReaderNotStartedError,
+    partitions_of,
+)
 
 __all__ = [
     "Fetched",
@@ -44,12 +56,18 @@ __all__ = [
     "KafkaTopicError",
     "KafkaUnavailableError",
     "KeyPartitions",
+    "LogReader",
+    "LogStalledError",
     "ModelEndpoint",
     "Ownership",
     "Partition",
+    "Producer",
+    "ReaderNotStartedError",
     "SaslMechanism",
     "SecurityProtocol",
     "fill_batch",
     "kafka_errors",
+    "key_partition",
+    "partitions_of",
     "translate_kafka_error",
 ]

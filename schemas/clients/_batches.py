@@ -12,12 +12,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from rolltape.schemas import _accel
 
 _partitioner = DefaultPartitioner()
 _KEYS_KEPT = 100_000
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition of `key` among a topic's `partitions` (numbered from 0), as the Java
+    client and aiokafka place keyed records: murmur2, its sign bit cleared, modulo the count.
+    Every process that must find a session's, a job's or a checkpoint log's partition without
+    asking a producer computes it here."""
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 class KeyPartitions:

@@ -30,7 +30,7 @@ import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, SecretStr, model_validator
 
@@ -45,6 +45,10 @@ from rolltape.schemas.clients._errors import (
 )
 
 Client = TypeVar("Client")
+
+Producer: TypeAlias = "AIOKafkaProducer"
+"""The producer `KafkaConnection.producer` builds, for annotations (no import of the client
+library where only its type is named)."""
 
 SecurityProtocol = Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"]
 SaslMechanism = Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]

@@ -18,7 +18,6 @@ where the group committed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self
 
@@ -37,15 +36,30 @@ class Partition(NamedTuple):
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class Fetched:
-    """A record read by a group member, where it was."""
+class Fetched(NamedTuple):
+    """A record as read, untouched, and where it was: the value is the broker's bytes, so a
+    check of hashes and canonical form sees exactly what was written; `timestamp_ms` is the
+    broker's time (rolltape's topics use LogAppendTime). A named tuple: readers build one per
+    record (0.17 µs; a frozen dataclass 0.75)."""
 
     partition: Partition
     offset: int
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def fetched(batch: Mapping[Any, Sequence[Any]]) -> list[Fetched]:
+    """The client library's batch (partition -> records) in our terms."""
+    out: list[Fetched] = []
+    for tp, messages in batch.items():
+        at = Partition(tp.topic, tp.partition)
+        out.extend(
+            Fetched(at, m.offset, m.key, m.value, m.timestamp, tuple(m.headers or ()))
+            for m in messages
+        )
+    return out
 
 
 class Ownership(Protocol):
@@ -150,35 +164,31 @@ class GroupMember:
             batch = await self._consumer.getmany(
                 timeout_ms=int(timeout_s * 1000), max_records=max_records
             )
-        return [
-            Fetched(Partition(tp.topic, tp.partition), m.offset, m.key, m.value, m.timestamp)
-            for tp, messages in batch.items()
-            for m in messages
-        ]
+        return fetched(batch)
 
     async def position(self, partition: Partition) -> int:
         """The offset of the next record `fetch` returns from `partition`."""
         with kafka_errors(self._doing):
-            return int(await self._consumer.position(_theirs(partition)))
+            return int(await self._consumer.position(theirs(partition)))
 
     async def end_offsets(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         with kafka_errors(self._doing):
-            ends = await self._consumer.end_offsets([_theirs(p) for p in partitions])
+            ends = await self._consumer.end_offsets([theirs(p) for p in partitions])
         return {Partition(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
 
     async def seek_to_beginning(self, *partitions: Partition) -> None:
         with kafka_errors(self._doing):
-            await self._consumer.seek_to_beginning(*(_theirs(p) for p in partitions))
+            await self._consumer.seek_to_beginning(*(theirs(p) for p in partitions))
 
     def pause(self, *partitions: Partition) -> None:
         """Fetch nothing from these partitions (the member keeps them: see `fetch`)."""
-        self._consumer.pause(*(_theirs(p) for p in partitions))
+        self._consumer.pause(*(theirs(p) for p in partitions))
 
     # -- done up to here -------------------------------------------------------------------------
     async def committed(self, partition: Partition) -> int | None:
         """The offset the group committed for `partition` (None: nothing yet)."""
         with kafka_errors(f"reading group {self._group_id}'s offsets"):
-            at = await self._consumer.committed(_theirs(partition))
+            at = await self._consumer.committed(theirs(partition))
         return None if at is None else int(at)
 
     async def commit(self, done: Mapping[Partition, int]) -> bool:
@@ -191,13 +201,14 @@ class GroupMember:
 
         with kafka_errors(f"committing group {self._group_id}'s offsets"):
             try:
-                await self._consumer.commit({_theirs(p): at for p, at in done.items()})
+                await self._consumer.commit({theirs(p): at for p, at in done.items()})
             except (CommitFailedError, IllegalStateError):
                 return False
         return True
 
 
-def _theirs(partition: Partition) -> Any:
+def theirs(partition: Partition) -> Any:
+    """A partition in the client library's terms."""
     from aiokafka import TopicPartition
 
     return TopicPartition(partition.topic, partition.partition)

@@ -19,11 +19,12 @@ from aiokafka import TopicPartition
 
 from rolltape.infra.commands.rotate_kek import rotate_kek
 from rolltape.infra.kafka.keyring import KeysFollower, read_keyring
-from rolltape.infra.kafka.readback import read_records, topic_partitions
+from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.keys import judge_key, key_encryption_key
 from rolltape.producers import Recorder
 from rolltape.projections import MANIFEST, TrajectoryFeed
 from rolltape.schemas import DataKeyRecord, Erasure, Role, Stream, read_event, topic_name
+from rolltape.schemas.clients import LogReader, partitions_of
 from rolltape.schemas.privacy import ContentKey, KeyEncryptionKey, Keyring
 from rolltape.schemas.trust import erasure_signed_by
 from tests.support.kek_vault import Vault
@@ -418,18 +419,12 @@ def _all_bytes_of(topics: Topics, names: list[str]) -> bytes:
 
     async def read() -> bytes:
         admin = topics.connection(Role.ADMIN)
-        consumer = admin.consumer(enable_auto_commit=False)
-        parts = await topic_partitions(admin, names)
+        parts = await partitions_of(admin, names)
         assert {tp.topic for tp in parts} == set(names)
-        async with admin.started(consumer, "reading every topic") as c:
-            c.assign(parts)
-            await c.seek_to_beginning(*parts)
-            ends = await c.end_offsets(parts)
-            out: list[bytes] = []
-            while [tp for tp in parts if await c.position(tp) < ends[tp]]:
-                for messages in (await c.getmany(*parts, timeout_ms=500)).values():
-                    out += [m.value or b"" for m in messages]
-            return b"".join(out)
+        async with LogReader(admin) as reader:
+            reader.assign(parts)
+            await reader.seek_to_beginning()
+            return b"".join([m.value or b"" async for batch in reader.read_to_end() for m in batch])
 
     return asyncio.run(read())
 

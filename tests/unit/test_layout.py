@@ -387,12 +387,18 @@ def test_public_api__is_pinned() -> None:
             "translate_kafka_error",
             "KeyPartitions",
             "fill_batch",
+            "key_partition",
             "ModelEndpoint",
+            "Producer",
             "Fetched",
             "GroupMember",
             "GroupNotStartedError",
             "Ownership",
             "Partition",
+            "LogReader",
+            "LogStalledError",
+            "ReaderNotStartedError",
+            "partitions_of",
         ]
     )
     assert sorted(rolltape.schemas.plugins.__all__) == [
