@@ -23,12 +23,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from aiokafka import AIOKafkaProducer
-from aiokafka.errors import TopicAuthorizationFailedError
-
 from rolltape.producers._queued import Barrier, Outgoing, Record
 from rolltape.producers._spool_handoff import SpoolHandoff
-from rolltape.schemas.clients import KeyPartitions, fill_batch
+from rolltape.schemas.clients import KeyPartitions, Producer, fill_batch, not_authorized
 
 if TYPE_CHECKING:
     from rolltape.producers._sender import Sender
@@ -53,7 +50,7 @@ class Delivery:
         # beats a loss).
         self.inflight: dict[asyncio.Future[Any], list[Record]] = {}
         self.placement = KeyPartitions()
-        self.producer: AIOKafkaProducer | None = None
+        self.producer: Producer | None = None
         self.last_progress = time.monotonic()
         """When the broker last acknowledged (or nothing was owed to it)."""
         self._stop_started: float | None = None
@@ -229,7 +226,9 @@ class Delivery:
                     continue
                 try:
                     tp = (record[0], await self.placement.of(producer, record[0], record[1]))
-                except TopicAuthorizationFailedError:
+                except Exception as exc:
+                    if not not_authorized(exc):
+                        raise
                     # Not an outage: this principal may not write that trust domain. Retrying
                     # would spool forever; say so on the record instead.
                     self._sender.sealer.reject_record(record, self._unauthorized(record[0]))
@@ -276,7 +275,7 @@ class Delivery:
         log.error("the broker refused %d record(s): %r", len(records), exc)
         reject_record = self._sender.sealer.reject_record
         for record in records:
-            if isinstance(exc, TopicAuthorizationFailedError):
+            if not_authorized(exc):
                 reject_record(record, self._unauthorized(record[0]))
             else:
                 reject_record(record, f"broker refused the record: {exc!r}")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Literal
 
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from pydantic import BaseModel
 
 from rolltape.infra.broker import (
@@ -35,7 +34,7 @@ from rolltape.infra.broker import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.schemas import TOPIC_SPECS, Role, topic_name
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import KafkaConnection, describe_configs
 
 Severity = Literal["ok", "warning", "problem"]
 
@@ -109,13 +108,7 @@ async def _topic_findings(
     async with admin.started(admin.admin(), doing) as client:
         described = {t["topic"]: t for t in await client.describe_topics(list(wanted))}
         present = [n for n in wanted if n in described and not described[n]["error_code"]]
-        configs: dict[str, dict[str, str]] = {}
-        if present:
-            for response in await client.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, name) for name in present]
-            ):
-                for _code, _msg, _rtype, name, entries in response.resources:
-                    configs[name] = {entry[0]: entry[1] for entry in entries}
+        configs = await describe_configs(client, "topic", present) if present else {}
     out: list[Finding] = []
     for name, spec in wanted.items():
         if name not in present:
@@ -178,19 +171,11 @@ async def _broker_findings(admin: KafkaConnection) -> list[Finding]:
         out: list[Finding] = []
         for broker in sorted(cluster["brokers"], key=lambda b: b["node_id"]):
             node = str(broker["node_id"])
-            responses = await client.describe_configs(
-                [
-                    ConfigResource(
-                        ConfigResourceType.BROKER, node, {"unclean.leader.election.enable": None}
-                    )
-                ]
-            )
-            values = {
-                entry[0]: entry[1]
-                for response in responses
-                for *_, entries in response.resources
-                for entry in entries
-            }
+            values = (
+                await describe_configs(
+                    client, "broker", [node], keys=["unclean.leader.election.enable"]
+                )
+            ).get(node, {})
             unclean = values.get("unclean.leader.election.enable", "?")
             out.append(
                 Finding(

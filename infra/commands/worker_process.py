@@ -13,14 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
-
-from aiokafka.errors import GroupCoordinatorNotAvailableError
+from typing import IO, Self
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.schemas.clients import group_members
 
 
 class WorkerProcess:
@@ -66,27 +64,12 @@ class WorkerProcess:
         self.stop()
 
 
-async def _members(connection: KafkaConnection, group_id: str) -> int:
-    doing = f"describing the consumer group {group_id} on {connection}"
-    async with connection.started(connection.admin(), doing) as admin:
-        try:
-            responses: list[Any] = await admin.describe_consumer_groups([group_id])
-        except GroupCoordinatorNotAvailableError:
-            return 0  # no group of that name has a coordinator yet: nobody joined it
-    return sum(
-        len(group[5])
-        for response in responses
-        for group in response.groups
-        if group[1] == group_id and group[0] == 0
-    )
-
-
 def worker_members(settings: Settings) -> int:
     """How many members the worker group of `settings` has, as its coordinator sees it (a
     SIGKILLed worker stays one until its session times out). Asked as the processor, whose
     group it is."""
     connection = require_connection(settings, Role.PROCESSOR)
-    return asyncio.run(_members(connection, settings.worker_group))
+    return asyncio.run(group_members(connection, settings.worker_group))
 
 
 def worker_running(settings: Settings) -> bool:

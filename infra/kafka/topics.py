@@ -14,9 +14,6 @@ from collections.abc import Iterator
 from enum import StrEnum
 from typing import Any
 
-from aiokafka.admin import NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import for_code
 from pydantic import BaseModel
 
 from rolltape.infra._errors import InfraError
@@ -35,19 +32,10 @@ from rolltape.schemas.clients import (
     KafkaClientError,
     KafkaConnection,
     KafkaUnavailableError,
-    translate_kafka_error,
+    alter_topic_configs,
+    create_topics,
+    describe_configs,
 )
-
-_ALREADY_EXISTS = 36
-
-
-def _check_created(topic_errors: list[Any]) -> None:
-    """The broker's answer to CreateTopics, per topic: an error code other than "created" or
-    "exists already" is translated as the client's own errors are."""
-    for name, code, *rest in topic_errors:
-        if code not in (0, _ALREADY_EXISTS):
-            refused = for_code(code)(*[r for r in rest if r])
-            raise translate_kafka_error(refused, f"creating topic {name}") from refused
 
 
 class TopicError(InfraError):
@@ -112,47 +100,27 @@ async def _ensure_topics(
         missing = [name for name in wanted if name not in existing]
         statuses: list[TopicStatus] = []
         if missing:
-            response = await admin.create_topics(
-                [
-                    NewTopic(
-                        name=name,
-                        num_partitions=settings.partitions,
-                        replication_factor=replicas,
-                        topic_configs=wanted[name],
-                    )
-                    for name in missing
-                ]
+            await create_topics(
+                admin,
+                missing,
+                partitions=settings.partitions,
+                replication_factor=replicas,
+                configs=wanted,
             )
-            _check_created(response.topic_errors)
             statuses += [
                 TopicStatus(topic=n, action=TopicAction.CREATED, partitions=settings.partitions)
                 for n in missing
             ]
         present = [name for name in wanted if name in existing]
         if present:
-            described = await admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, name, wanted[name]) for name in present]
-            )
-            current: dict[str, dict[str, str]] = {}
-            for response in described:
-                for _code, _msg, _rtype, name, entries in response.resources:
-                    current[name] = {entry[0]: entry[1] for entry in entries}
+            current = await describe_configs(admin, "topic", present)
             drifted = [
                 n
                 for n in present
                 if any(current.get(n, {}).get(k) != v for k, v in wanted[n].items())
             ]
             if drifted:
-                altered = await admin.alter_configs(
-                    [ConfigResource(ConfigResourceType.TOPIC, n, wanted[n]) for n in drifted]
-                )
-                for response in altered:
-                    for code, message, _rtype, name in response.resources:
-                        if code != 0:
-                            refused = for_code(code)(message or "")
-                            raise translate_kafka_error(
-                                refused, f"setting the configs of topic {name}"
-                            ) from refused
+                await alter_topic_configs(admin, {n: wanted[n] for n in drifted})
             for name in present:
                 parts = len(existing[name]["partitions"])
                 note = ""
@@ -206,10 +174,9 @@ async def ensure_plain_topics(
                 )
         missing = [n for n in names if n not in existing]
         if missing:
-            response = await admin.create_topics(
-                [NewTopic(n, partitions, replication_factor) for n in missing]
+            await create_topics(
+                admin, missing, partitions=partitions, replication_factor=replication_factor
             )
-            _check_created(response.topic_errors)
 
 
 def ensure_plain_topics_sync(

@@ -232,6 +232,12 @@ def kind_of(exc: BaseException) -> type[KafkaClientError]:
     return KafkaRequestError
 
 
+def not_authorized(exc: BaseException) -> bool:
+    """Whether `exc` is the client library saying that who we are may not do this (an ACL
+    refused it): not an outage, so a writer that retried would retry forever."""
+    return is_kafka_client_error(exc) and kind_of(exc) is KafkaAuthorizationError
+
+
 def translate_kafka_error(exc: BaseException, doing: str) -> KafkaClientError:
     """The error to raise instead of `exc`, which happened while `doing` (e.g. "reading the
     events topic"); the caller raises it `from exc`."""

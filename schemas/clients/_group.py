@@ -207,6 +207,25 @@ class GroupMember:
         return True
 
 
+async def group_members(connection: KafkaConnection, group_id: str) -> int:
+    """How many members group `group_id` has, as its coordinator sees it (0: nobody joined
+    it, or no coordinator was chosen for it yet)."""
+    from aiokafka.errors import GroupCoordinatorNotAvailableError
+
+    doing = f"describing the consumer group {group_id} on {connection}"
+    async with connection.started(connection.admin(), doing) as admin:
+        try:
+            responses: list[Any] = await admin.describe_consumer_groups([group_id])
+        except GroupCoordinatorNotAvailableError:
+            return 0  # no group of that name has a coordinator yet: nobody joined it
+    return sum(
+        len(group[5])
+        for response in responses
+        for group in response.groups
+        if group[1] == group_id and group[0] == 0
+    )
+
+
 def theirs(partition: Partition) -> Any:
     """A partition in the client library's terms."""
     from aiokafka import TopicPartition
@@ -234,4 +253,11 @@ def _listener(ownership: Ownership | None) -> Any:
     return _Told()
 
 
-__all__ = ["Fetched", "GroupMember", "GroupNotStartedError", "Ownership", "Partition"]
+__all__ = [
+    "Fetched",
+    "GroupMember",
+    "GroupNotStartedError",
+    "Ownership",
+    "Partition",
+    "group_members",
+]

@@ -3,8 +3,9 @@ every client and translates every error, and the worker's faust shell (`processo
 uses what faust needs. Everything else speaks rolltape's terms (`KafkaConnection`,
 `GroupMember`, `LogReader`, `KafkaClientError`).
 
-The modules below still import aiokafka themselves (docs/limitations.md). The table is a
-ratchet: no other module may start to, and a module that stopped must leave the table.
+`_NOT_YET_BEHIND_IT` lists the modules that still import aiokafka themselves
+(docs/limitations.md). The table is a ratchet: no other module may start to, and a module that
+stopped must leave the table. `_BY_DESIGN` names the ones that must, and why.
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ PACKAGES = ("schemas", "producers", "processors", "projections", "infra")
 BOUNDARY = ("schemas/clients/", "processors/worker/")
 
 _NOT_YET_BEHIND_IT: set[str] = {
-    "producers/_delivery.py",
-    "infra/bench/producer.py",
     "infra/broker/_acls.py",
-    "infra/commands/broker_check.py",
-    "infra/commands/worker_process.py",
-    "infra/kafka/topics.py",
+}
+
+_BY_DESIGN: dict[str, str] = {
+    "infra/bench/producer.py": "its baseline is the client library itself, measured raw",
 }
 
 
@@ -50,7 +50,7 @@ def _importers() -> set[str]:
 
 
 def test_no_module_outside_the_boundary_starts_importing_the_kafka_client_library() -> None:
-    assert sorted(_importers() - _NOT_YET_BEHIND_IT) == [], (
+    assert sorted(_importers() - _NOT_YET_BEHIND_IT - set(_BY_DESIGN)) == [], (
         "build clients through KafkaConnection, share partitions with GroupMember, catch "
         "KafkaClientError"
     )

@@ -384,6 +384,7 @@ def test_public_api__is_pinned() -> None:
             "KafkaTopicError",
             "KafkaUnavailableError",
             "kafka_errors",
+            "not_authorized",
             "translate_kafka_error",
             "KeyPartitions",
             "fill_batch",
@@ -395,10 +396,15 @@ def test_public_api__is_pinned() -> None:
             "GroupNotStartedError",
             "Ownership",
             "Partition",
+            "group_members",
             "LogReader",
             "LogStalledError",
             "ReaderNotStartedError",
             "partitions_of",
+            "Resource",
+            "alter_topic_configs",
+            "create_topics",
+            "describe_configs",
         ]
     )
     assert sorted(rolltape.schemas.plugins.__all__) == [
