@@ -28,17 +28,16 @@ from __future__ import annotations
 import bisect
 import collections
 import hashlib
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from rolltape.producers._errors import RecorderError
 from rolltape.producers._recorder import Recorder, Session
-from rolltape.producers.otlp._events import completes, event_kind, has_content, joined
+from rolltape.producers.otlp._applied import Applied
+from rolltape.producers.otlp._events import completes, event_kind, joined
 from rolltape.producers.otlp._genai import (
     INFERENCE_OPERATIONS,
     Inference,
@@ -47,225 +46,31 @@ from rolltape.producers.otlp._genai import (
     is_local_root,
     operation,
 )
+from rolltape.producers.otlp._grouping import (
+    group_key,
+    grouping,
+)
 from rolltape.producers.otlp._journal import Journal
 from rolltape.producers.otlp._log_records import LogRecord
-from rolltape.producers.otlp._openinference import RECORDED_KINDS, SESSION_ID, as_genai
+from rolltape.producers.otlp._openinference import RECORDED_KINDS, as_genai
 from rolltape.producers.otlp._openinference import kind as openinference_kind
 from rolltape.producers.otlp._span_records import SpanRecorder
 from rolltape.producers.otlp._stored import restored, stored
+from rolltape.producers.otlp._traces import (
+    ENDED,
+    Closed,
+    Group,
+    Trace,
+    Waiting,
+    WaitingLog,
+    needs_session,
+    session_id_of,
+    span_order,
+)
 from rolltape.producers.otlp._wire import STATUS_ERROR, Span
 from rolltape.schemas import CONTENT_MISSING
 
 TAG = "otlp"
-
-UNMAPPED_REASONS = {
-    "span_not_genai": "spans of other libraries (HTTP, databases) in GenAI traces",
-    "trace_not_genai": "spans of traces without any GenAI span",
-    "span_rejected": "spans whose content broke the mapping (named in partial_success)",
-    "span_kind_not_recorded": "OpenInference spans of kinds that hold no conversation "
-    "(RETRIEVER, EMBEDDING, RERANKER, GUARDRAIL, EVALUATOR)",
-    "log_not_genai": "log records that are no GenAI event (an application's own logs)",
-    "log_outside_span": "GenAI log records without a trace and span id to join",
-    "log_after_its_span": "GenAI log records that came after their span was recorded",
-    "log_content_also_on_span": "content log records whose span carried the same content",
-    "log_span_never_came": "GenAI log records whose span did not come within the idle time",
-    "log_ids_unusable": "log records with malformed ids",
-}
-"""Why a span or log record was acknowledged but not recorded, for the counters and the docs."""
-
-
-SESSION_GROUP = "session:"
-"""The key prefix of a group of traces sharing an OpenInference `session.id`."""
-CONVERSATION_ID = "gen_ai.conversation.id"
-CONVERSATION_GROUP = "conversation:"
-"""The key prefix of a group of traces sharing a GenAI `gen_ai.conversation.id`."""
-_GROUPINGS = (
-    (SESSION_GROUP, SESSION_ID, "session"),
-    (CONVERSATION_GROUP, CONVERSATION_ID, "conversation"),
-)
-"""(key prefix, the attribute naming the group, the word in its session ids), the first that a
-span names winning: OpenInference's `session.id` is the application's own grouping; the
-conventions' conversation id may come from a provider's conversation under it."""
-_SAFE_ID = re.compile(r"[A-Za-z0-9_:@+-]{1,150}")
-"""A group id used as it is in a session id: no `.`, which opens a continuation's number."""
-
-
-def group_key(span: Span) -> str | None:
-    """The group of traces a span names, as a key: `session:<id>` for its OpenInference
-    `session.id`, else `conversation:<id>` for its `gen_ai.conversation.id`; None when it names
-    neither (its trace is then a session of its own)."""
-    attributes = span.attributes
-    for prefix, attribute, _ in _GROUPINGS:
-        named = attributes.get(attribute)
-        if isinstance(named, str) and named:
-            return prefix + named
-    return None
-
-
-def _grouping(key: str) -> tuple[str, str, str] | None:
-    """(attribute, word, id) of a group key; None for a trace's own."""
-    for prefix, attribute, word in _GROUPINGS:
-        if key.startswith(prefix):
-            return attribute, word, key.removeprefix(prefix)
-    return None
-
-
-def session_id_for(trace_id: str, generation: int) -> str:
-    """The session of a trace's `generation`-th chain: `otel-<trace id>` for the first, then
-    `otel-<trace id>.<n>` for each continuation (a chain is never reopened)."""
-    return f"otel-{trace_id}" if generation == 1 else f"otel-{trace_id}.{generation}"
-
-
-def grouped_session_id(session: str, generation: int = 1, *, word: str = "session") -> str:
-    """The rolltape session of an OpenInference `session.id` (its `generation`-th chain), or,
-    with `word="conversation"`, of a `gen_ai.conversation.id`: `otel-session-<id>` (or
-    `otel-conversation-<id>`) when the id is safe as a key, else the first 32 hex digits of its
-    SHA-256 (the id itself is in `run_config.otel`, under its attribute's name)."""
-    safe = (
-        session
-        if _SAFE_ID.fullmatch(session)
-        else hashlib.sha256(session.encode()).hexdigest()[:32]
-    )
-    base = f"otel-{word}-{safe}"
-    return base if generation == 1 else f"{base}.{generation}"
-
-
-def _session_id(group: _Group, generation: int | None = None) -> str:
-    generation = group.generation if generation is None else generation
-    grouping = _grouping(group.key)
-    if grouping is not None:
-        _, word, name = grouping
-        return grouped_session_id(name, generation, word=word)
-    return session_id_for(group.key, generation)
-
-
-@dataclass
-class _Waiting:
-    span: Span
-    arrived: float
-    journaled: bool = False
-    inference: bool = field(init=False)
-    """An inference operation (read once: the queue asks on every batch of its trace)."""
-    content: bool = field(init=False)
-    """It carries its messages itself (`has_content`)."""
-
-    def __post_init__(self) -> None:
-        self.inference = operation(self.span) in INFERENCE_OPERATIONS
-        self.content = has_content(self.span)
-
-
-@dataclass
-class _Log:
-    record: LogRecord
-    key: str
-    arrived: float
-    journaled: bool = False
-
-
-@dataclass
-class _Group:
-    """What becomes one session: a trace, or every trace of one OpenInference `session.id`
-    (an agent's session across traces)."""
-
-    key: str
-    """The trace id, or a `group_key` (`session:<id>`, `conversation:<id>`)."""
-    generation: int
-    session: Session | _Closed | None = None
-    spans: SpanRecorder | None = None
-    traces: set[str] = field(default_factory=set)
-    """Traces recorded into the open session."""
-    rootless: set[str] = field(default_factory=set)
-    """Of those, the ones whose root span has not come."""
-    last_span_at: float = 0.0
-    root_at: float | None = None
-    root_error: str | None = None
-    ended_at: float | None = None
-
-    @property
-    def grouped(self) -> bool:
-        """Traces grouped by a session or conversation id, not a trace alone."""
-        return _grouping(self.key) is not None
-
-
-@dataclass
-class _Trace:
-    trace_id: str
-    group: _Group | None = None
-    """Where its spans are recorded, once its first spans were."""
-    seen: set[str] = field(default_factory=set)
-    """Span ids recorded (in this process or, per the journal, before)."""
-    queue: list[_Waiting] = field(default_factory=list)
-    """Spans not recorded yet, in the order they ended."""
-    logs: dict[str, list[_Log]] = field(default_factory=dict)
-    """Span id -> the GenAI log records waiting for it."""
-    log_keys: set[str] = field(default_factory=set)
-    """Digests of the log records taken (a batch sent again is a redelivery)."""
-    on_span: set[str] = field(default_factory=set)
-    """Ids of inference spans recorded with content of their own: log records of theirs that
-    come later are copies (SPAN_AND_EVENT), not late content."""
-    last_span_at: float = 0.0
-    journaled: tuple[int, str] | None = None
-    """What the journal knew of the trace's own session when the trace was first seen."""
-
-    def waits(self) -> bool:
-        return bool(self.queue or self.logs)
-
-
-@dataclass
-class Applied:
-    """What one batch (or one tick of the timer) did. `recorded`, `hold` and `release` are
-    journaled once the records are durable."""
-
-    spans: int = 0
-    logs: int = 0
-    recorded: list[tuple[str, str]] = field(default_factory=list)
-    redelivered: int = 0
-    again: list[tuple[str, str]] = field(default_factory=list)
-    """(trace, span) of redelivered spans: journaled again once the batch is durable (the
-    first delivery may have failed before its ids were journaled)."""
-    rejected: list[str] = field(default_factory=list)
-    """Spans whose content could not be mapped, with why."""
-    not_genai: int = 0
-    sessions_started: list[str] = field(default_factory=list)
-    without_content: int = 0
-    unreadable: list[str] = field(default_factory=list)
-    settings: list[str] = field(default_factory=list)
-    """What would send the content of the inference spans that came without it."""
-    logs_joined: int = 0
-    """GenAI log records recorded with their span."""
-    logs_redelivered: int = 0
-    unmapped: collections.Counter[str] = field(default_factory=collections.Counter)
-    """Reason (UNMAPPED_REASONS) -> spans or log records acknowledged, not recorded."""
-    hold: list[tuple[str, str, bytes]] = field(default_factory=list)
-    release: list[tuple[str, str]] = field(default_factory=list)
-    ended: list[str] = field(default_factory=list)
-
-    @property
-    def wrote(self) -> bool:
-        """Whether anything of this account must be durable before it is journaled: records it
-        gave the recorder, or spans and held items an earlier batch recorded but could not
-        journal (a batch of log records that all wait for their spans has none of these: no
-        flush to wait for)."""
-        return bool(
-            self.recorded
-            or self.again
-            or self.release
-            or self.sessions_started
-            or self.ended
-            or self.logs_joined
-            or self.rejected
-        )
-
-    def warning(self) -> str:
-        """The note for the sender's partial_success (empty when all went as expected)."""
-        notes = []
-        if self.without_content:
-            setting = self.settings[0] if self.settings else "turn on content capture"
-            notes.append(
-                f"{self.without_content} inference span(s) carried no message content; {setting}"
-            )
-        notes.extend(f"unreadable attribute {u}" for u in self.unreadable[:5])
-        return "; ".join(notes)
 
 
 class TraceIngest:
@@ -303,11 +108,11 @@ class TraceIngest:
         self.owns_session = owns_session
         """Whether this ingest writes the session of a `session:<id>` group (a worker of a pool
         owns some; a trace routed here whose session another owns is a session of its own)."""
-        self._traces: dict[str, _Trace] = {}
-        self._groups: dict[str, _Group] = {}
-        self._open: dict[str, _Group] = {}
+        self._traces: dict[str, Trace] = {}
+        self._groups: dict[str, Group] = {}
+        self._open: dict[str, Group] = {}
         """Groups whose session is open: the ones `tick` looks at to end them."""
-        self._waiting: dict[str, _Trace] = {}
+        self._waiting: dict[str, Trace] = {}
         """Traces with spans or log records waiting."""
         self._idle: collections.deque[tuple[float, str]] = collections.deque()
         """(when, trace) of traces, oldest first, to forget them."""
@@ -322,7 +127,7 @@ class TraceIngest:
         rejected with why (what it recorded before that stays)."""
         done = self._fresh(spans=len(spans), logs=len(logs))
         now = self.clock()
-        touched: dict[str, _Trace] = {}
+        touched: dict[str, Trace] = {}
         self._load(
             [
                 *(r.trace_id for r in logs if r.trace_id and event_kind(r)),
@@ -350,7 +155,7 @@ class TraceIngest:
             if fresh:
                 trace.last_span_at = now
                 for span in fresh.values():
-                    bisect.insort(trace.queue, _Waiting(span, now), key=_order)
+                    bisect.insort(trace.queue, Waiting(span, now), key=span_order)
                 touched[trace_id] = trace
         try:
             self._release(list(touched.values()), done, now)
@@ -363,7 +168,7 @@ class TraceIngest:
         return done
 
     def _take_log(
-        self, record: LogRecord, done: Applied, now: float, touched: dict[str, _Trace]
+        self, record: LogRecord, done: Applied, now: float, touched: dict[str, Trace]
     ) -> None:
         kind = event_kind(record)
         if kind is None:
@@ -394,11 +199,11 @@ class TraceIngest:
                 done.unmapped["log_after_its_span"] += 1
             return
         trace.log_keys.add(key)
-        trace.logs.setdefault(record.span_id, []).append(_Log(record, key, now))
+        trace.logs.setdefault(record.span_id, []).append(WaitingLog(record, key, now))
         trace.last_span_at = now
         touched[record.trace_id] = trace
 
-    def _hold(self, traces: Iterable[_Trace], done: Applied) -> None:
+    def _hold(self, traces: Iterable[Trace], done: Applied) -> None:
         """Journal (once) what the batch leaves waiting: it was acknowledged."""
         for trace in traces:
             for waiting in trace.queue:
@@ -448,7 +253,7 @@ class TraceIngest:
             return any(w.span.span_id == key for w in trace.queue)
         return any(log.key == key for logs in trace.logs.values() for log in logs)
 
-    def _ready(self, trace: _Trace, waiting: _Waiting, now: float) -> bool:
+    def _ready(self, trace: Trace, waiting: Waiting, now: float) -> bool:
         span = waiting.span
         if not waiting.inference or waiting.content:
             return True
@@ -457,10 +262,10 @@ class TraceIngest:
         return now - waiting.arrived >= self.join_wait_s
 
     def _release(
-        self, traces: Sequence[_Trace], done: Applied, now: float, *, force: bool = False
+        self, traces: Sequence[Trace], done: Applied, now: float, *, force: bool = False
     ) -> None:
         """Record the spans at the front of each trace's queue that are ready (all, `force`)."""
-        ready: dict[str, list[_Waiting]] = {}
+        ready: dict[str, list[Waiting]] = {}
         for trace in traces:
             count = 0
             for waiting in trace.queue:
@@ -469,25 +274,25 @@ class TraceIngest:
                 count += 1
             if count:
                 ready[trace.trace_id] = trace.queue[:count]
-        starting: dict[str, _Group] = {}
+        starting: dict[str, Group] = {}
         for trace_id, group in ready.items():
             trace = self._traces[trace_id]
             target = self._group_of(trace, [w.span for w in group])
-            if _needs_session(target) and any(is_genai(w.span) for w in group):
+            if needs_session(target) and any(is_genai(w.span) for w in group):
                 starting[target.key] = target
         if starting:  # journaled before the first record: a restart never starts them again
             entries = []
             for target in starting.values():
                 if target.session is not None:  # its session ended: continue in a new one
                     target.generation += 1
-                entries.append((target.key, target.generation, _session_id(target)))
+                entries.append((target.key, target.generation, session_id_of(target)))
             self.journal.open_sessions(entries)
         for trace_id, group in ready.items():
             trace = self._traces[trace_id]
             target = self._group_of(trace, [w.span for w in group])
             first: Inference | None = None
             spans = [self._joined(trace, w, done) for w in group]
-            if target.key in starting and _needs_session(target):
+            if target.key in starting and needs_session(target):
                 try:
                     first = self._start(target, spans)
                 except BaseException:
@@ -510,7 +315,7 @@ class TraceIngest:
                     if log.journaled:
                         done.release.append((trace_id, f"l:{log.key}"))
 
-    def _group_of(self, trace: _Trace, spans: Sequence[Span]) -> _Group:
+    def _group_of(self, trace: Trace, spans: Sequence[Span]) -> Group:
         """The group a trace records into: the session or conversation one of its spans names
         (`group_key`), when this ingest owns it, else its own; decided with its first spans, and
         kept while the session is open."""
@@ -526,14 +331,14 @@ class TraceIngest:
         group = self._groups.get(key)
         if group is None:
             known = trace.journaled if key == trace.trace_id else self.journal.trace(key)
-            group = _Group(key, generation=1 if known is None else known[0])
+            group = Group(key, generation=1 if known is None else known[0])
             if known is not None:  # seen by an earlier run: its chain's head is gone
-                group.session = _ENDED
+                group.session = ENDED
             self._groups[key] = group
         trace.group = group
         return group
 
-    def _joined(self, trace: _Trace, waiting: _Waiting, done: Applied) -> tuple[Span, bool]:
+    def _joined(self, trace: Trace, waiting: Waiting, done: Applied) -> tuple[Span, bool]:
         span = waiting.span
         if waiting.inference and waiting.content:
             trace.on_span.add(span.span_id)
@@ -548,8 +353,8 @@ class TraceIngest:
 
     def _one(
         self,
-        trace: _Trace,
-        group: _Group,
+        trace: Trace,
+        group: Group,
         span: Span,
         events_came: bool,
         done: Applied,
@@ -593,7 +398,7 @@ class TraceIngest:
             done.unmapped["span_not_genai"] += 1
         group.last_span_at = now
 
-    def _trace(self, trace_id: str) -> _Trace:
+    def _trace(self, trace_id: str) -> Trace:
         trace = self._traces.get(trace_id)
         if trace is None:
             self._load([trace_id])
@@ -611,18 +416,18 @@ class TraceIngest:
         journaled, recorded = self.journal.traces(new), self.journal.recorded_spans(new)
         now = self.clock()
         for trace_id in new:
-            trace = _Trace(trace_id)
+            trace = Trace(trace_id)
             trace.journaled = journaled.get(trace_id)
             trace.seen = recorded.get(trace_id, set())
             self._traces[trace_id] = trace
             self._idle.append((now, trace_id))
 
-    def _start(self, group: _Group, spans_came: Sequence[tuple[Span, bool]]) -> Inference | None:
+    def _start(self, group: Group, spans_came: Sequence[tuple[Span, bool]]) -> Inference | None:
         """Start the group's session from its first spans; returns the first inference, read
         to name the task (recorded next without reading it again)."""
-        previous = group.session.session_id if group.session not in (None, _ENDED) else None
+        previous = group.session.session_id if group.session not in (None, ENDED) else None
         if previous is None and group.generation > 1:
-            previous = _session_id(group, group.generation - 1)
+            previous = session_id_of(group, group.generation - 1)
         spans = [span for span, _ in spans_came]
         first_span = next((s for s in spans if operation(s) in INFERENCE_OPERATIONS), None)
         first = None
@@ -635,9 +440,9 @@ class TraceIngest:
         resource = spans[0].resource
         service = resource.get("service.name")
         otel: dict[str, Any] = {}
-        grouping = _grouping(group.key)
-        if grouping is not None:
-            otel[grouping[0]] = grouping[2]  # "session.id" or "gen_ai.conversation.id"
+        named = grouping(group.key)
+        if named is not None:
+            otel[named[0]] = named[2]  # "session.id" or "gen_ai.conversation.id"
         else:
             otel["trace_id"] = group.key
         if isinstance(service, str):
@@ -647,7 +452,7 @@ class TraceIngest:
         group.session = self.recorder.session(
             task,
             subject=self._subject(spans),
-            session_id=_session_id(group),
+            session_id=session_id_of(group),
             tools=first.tools if first else (),
             model=first.model if first else None,
             run_config={"otel": otel},
@@ -689,12 +494,12 @@ class TraceIngest:
                 self._carry.release.append((trace_id, item))
                 continue
             if isinstance(thing, Span):
-                bisect.insort(trace.queue, _Waiting(thing, now, journaled=True), key=_order)
+                bisect.insort(trace.queue, Waiting(thing, now, journaled=True), key=span_order)
             else:
                 key = item.removeprefix("l:")
                 trace.log_keys.add(key)
                 trace.logs.setdefault(thing.span_id, []).append(
-                    _Log(thing, key, now, journaled=True)
+                    WaitingLog(thing, key, now, journaled=True)
                 )
             trace.last_span_at = now
             self._waiting[trace_id] = trace
@@ -721,7 +526,7 @@ class TraceIngest:
         self._forget(now)
         return done
 
-    def _drop_orphan_logs(self, traces: Sequence[_Trace], done: Applied, now: float) -> None:
+    def _drop_orphan_logs(self, traces: Sequence[Trace], done: Applied, now: float) -> None:
         """Log records whose span did not come within `idle_s`: counted, and let go of."""
         for trace in traces:
             queued = {w.span.span_id for w in trace.queue}
@@ -775,7 +580,7 @@ class TraceIngest:
         """`tick`, for callers that only want the sessions it ended."""
         return self.tick().ended
 
-    def _end(self, group: _Group, now: float, *, idle: bool = False, reason: str = "") -> None:
+    def _end(self, group: Group, now: float, *, idle: bool = False, reason: str = "") -> None:
         session = group.session
         assert isinstance(session, Session), "only an open session ends"
         outcome: dict[str, Any] = {}
@@ -798,7 +603,7 @@ class TraceIngest:
         # What recorded the session is done: keep only its id (a continuation links to it), so
         # ended sessions' conversations do not stay in memory (and in every GC pass) for the
         # `forget_after_s` their traces are remembered.
-        group.session, group.spans = _Closed(session.session_id), None
+        group.session, group.spans = Closed(session.session_id), None
 
     def end_all(self, reason: str) -> Applied:
         """At shutdown: every waiting span is recorded as it is (its log records may never
@@ -821,28 +626,6 @@ class TraceIngest:
                     self._end(group, now, reason=reason)
                 done.ended.append(session.session_id)
         return done
-
-
-def _order(waiting: _Waiting) -> tuple[int, int]:
-    return waiting.span.end_ns, waiting.span.start_ns
-
-
-class _Closed:
-    """Stands for a session that ended: its id, and that no record can join it."""
-
-    ended = True
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-
-
-_ENDED: Any = _Closed("")
-"""The session an earlier run of the receiver wrote: ended, as far as this run can write (its
-chain's head is gone)."""
-
-
-def _needs_session(group: _Group) -> bool:
-    return group.session is None or group.session.ended
 
 
 def _log_key(record: LogRecord) -> str:

@@ -789,7 +789,7 @@ def test_a_session_ids_trace_resent_after_a_restart_is_a_redelivery(tmp_path: Pa
 
 
 def test_a_session_id_that_looks_like_a_continuation_is_hashed() -> None:
-    from rolltape.producers.otlp._ingest import grouped_session_id
+    from rolltape.producers.otlp._grouping import grouped_session_id
 
     assert grouped_session_id("chat-7") == "otel-session-chat-7"
     assert grouped_session_id("abc.2") != grouped_session_id("abc", 2)
