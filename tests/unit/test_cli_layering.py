@@ -77,7 +77,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas",
     },
     "importing": {"rolltape.projections.importers"},
-    "keys": {"rolltape.infra.keys"},
     "otlp": {
         "rolltape.infra._gc",
         "rolltape.infra.broker",
@@ -86,7 +85,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas",
         "rolltape.schemas.clients",
     },
-    "parse": {"rolltape.producers.parsing"},
     "principal": {
         "rolltape.infra.broker",
         "rolltape.infra.settings",
@@ -94,7 +92,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas.clients",
     },
     "privacy": {"orjson", "rolltape.infra.broker", "rolltape.infra.keys", "rolltape.schemas"},
-    "project": {"rolltape.schemas"},
     "prompts": {
         "pydantic",
         "rolltape.producers.prompts",
@@ -103,7 +100,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
     },
     "report": {"rolltape.infra.broker", "rolltape.schemas"},
     "rules": {"rolltape.infra._errors", "rolltape.processors.rules", "rolltape.schemas"},
-    "schemas": {"rolltape.schemas"},
     "tail": {
         "orjson",
         "rolltape.infra.broker",
@@ -117,7 +113,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.kafka.readback",
         "rolltape.schemas",
     },
-    "worker": {"rolltape.infra.keys", "rolltape.processors.worker"},
 }
 
 
