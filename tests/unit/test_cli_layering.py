@@ -67,7 +67,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.projections",
         "rolltape.schemas",
     },
-    "feed": {"rolltape.projections", "rolltape.schemas"},
     "harness": {
         "rolltape.infra",
         "rolltape.infra.broker",
@@ -76,7 +75,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.producers.training",
         "rolltape.schemas",
     },
-    "importing": {"rolltape.projections.importers"},
     "otlp": {
         "rolltape.infra._gc",
         "rolltape.infra.broker",
@@ -98,21 +96,7 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.projections",
         "rolltape.schemas",
     },
-    "report": {"rolltape.infra.broker", "rolltape.schemas"},
     "rules": {"rolltape.infra._errors", "rolltape.processors.rules", "rolltape.schemas"},
-    "tail": {
-        "orjson",
-        "rolltape.infra.broker",
-        "rolltape.infra.kafka.keyring",
-        "rolltape.infra.kafka.readback",
-        "rolltape.schemas",
-    },
-    "verify": {
-        "orjson",
-        "rolltape.infra.broker",
-        "rolltape.infra.kafka.readback",
-        "rolltape.schemas",
-    },
 }
 
 
