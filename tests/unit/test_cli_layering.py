@@ -48,7 +48,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.bench.replay",
         "rolltape.infra.bench.rules",
     },
-    "broker": {"rolltape.infra.broker"},
     "cron": {"pydantic", "rolltape.producers.agent", "rolltape.producers.cron", "rolltape.schemas"},
     "dataset": {
         "cryptography.hazmat.primitives.asymmetric.ed25519",
@@ -83,13 +82,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas",
         "rolltape.schemas.clients",
     },
-    "principal": {
-        "rolltape.infra.broker",
-        "rolltape.infra.settings",
-        "rolltape.schemas",
-        "rolltape.schemas.clients",
-    },
-    "privacy": {"orjson", "rolltape.infra.broker", "rolltape.infra.keys", "rolltape.schemas"},
     "prompts": {
         "pydantic",
         "rolltape.producers.prompts",
