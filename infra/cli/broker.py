@@ -5,9 +5,15 @@ from __future__ import annotations
 import typer
 from rich.markup import escape
 
-from rolltape.infra.broker import managed_broker
-from rolltape.infra.cli._common import CliError, console, err_console, settings
-from rolltape.infra.commands.broker import BrokerUp, broker_status, broker_up
+from rolltape.infra.cli._common import console, err_console, settings
+from rolltape.infra.commands.broker import (
+    BrokerUp,
+    broker_down,
+    broker_logs,
+    broker_status,
+    broker_up,
+    with_nodes,
+)
 from rolltape.infra.commands.broker_check import check_cluster
 
 app = typer.Typer(help="Run or inspect the Kafka broker rolltape records to.", no_args_is_help=True)
@@ -31,14 +37,7 @@ def up(
     write only its own trust domain; `rolltape principal list` shows who exists."""
     cfg = settings()
     if nodes is not None:
-        cfg = cfg.model_copy(update={"broker_nodes": nodes})
-        made = managed_broker(cfg).state()
-        if made is not None and len(made.nodes) != nodes and not cfg.bootstrap:
-            raise CliError(
-                f"the managed cluster in {managed_broker(cfg).home} was made with "
-                f"{len(made.nodes)} node(s), not {nodes}; `rolltape broker down` and remove that "
-                "folder (its records go with it) to make another"
-            )
+        cfg = with_nodes(cfg, nodes)
     _print_up(broker_up(cfg, as_admin=True, on_step=_step))
 
 
@@ -83,13 +82,7 @@ def _print_up(done: BrokerUp) -> None:
 @app.command()
 def down() -> None:
     """Stop the managed broker cleanly; its data stays for the next `up`."""
-    cfg = settings()
-    if cfg.bootstrap:
-        raise CliError(
-            f"ROLLTAPE_BOOTSTRAP={cfg.bootstrap} is set: that cluster is not rolltape's to stop "
-            "(unset the variable to stop the managed broker)"
-        )
-    stopped = managed_broker(cfg).stop()
+    stopped = broker_down(settings())
     console.print("broker stopped" if stopped else "no managed broker was running")
 
 
@@ -162,5 +155,4 @@ def logs(
     lines: int = typer.Option(50, "--lines", "-n", help="How many lines of each log."),
 ) -> None:
     """Show the end of the managed broker's logs."""
-    broker = managed_broker(settings())
-    console.print(broker.tail_log(lines), markup=False)
+    console.print(broker_logs(settings(), lines), markup=False)

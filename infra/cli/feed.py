@@ -18,14 +18,14 @@ from rolltape.infra.cli._common import (
 )
 from rolltape.infra.commands.export import open_tokenizer
 from rolltape.infra.commands.feed import (
+    LIVE_JUDGE_VERSION,
     AtroposFeedOptions,
     AtroposFeedResult,
     FeedProgress,
+    Selection,
     buffered,
     feed_atropos,
 )
-from rolltape.projections import Selection
-from rolltape.schemas import LIVE_JUDGE_VERSION
 
 
 def feed(

@@ -11,15 +11,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import CliError, console, settings
-from rolltape.infra.commands.importing import import_identity, judge_imported, send_sessions
-from rolltape.projections.importers import (
-    ImportedSession,
-    RowError,
-    env_rl_session,
-    hermes_sessions,
-    read_env_rl,
-    rule_disagreements,
-    their_rule_evaluations,
+from rolltape.infra.commands.importing import (
+    import_env_rl,
+    import_identity,
+    read_env_rl_logs,
+    read_hermes,
+    send_sessions,
 )
 
 app = typer.Typer(help="Import historical runs from other recorders.", no_args_is_help=True)
@@ -35,10 +32,8 @@ def hermes(
     redeliveries. Rows that cannot be read are listed by line; the others are imported."""
     if not file.is_file():
         raise CliError(f"{file} is not a file: give the path of a Hermes JSONL file")
-    sessions: list[ImportedSession] = []
-    errors: list[RowError] = []
-    for item in hermes_sessions(file.read_bytes().splitlines()):
-        (errors if isinstance(item, RowError) else sessions).append(item)  # type: ignore[arg-type]
+    rows = read_hermes(file)
+    sessions, errors = rows.sessions, rows.errors
     s = settings()
     sent = 0
     if sessions and not dry_run:
@@ -67,7 +62,7 @@ def env_rl(
     where the two judges disagree and why."""
     if not folder.is_dir():
         raise CliError(f"{folder} is not a folder: give an env_rl judge_logs folder")
-    run = read_env_rl(folder)
+    run = read_env_rl_logs(folder)
     if not run.verified:
         for problem in run.problems:
             where = f"line {problem.line}" if problem.line else "folder"
@@ -77,35 +72,28 @@ def env_rl(
             "truncated log cannot be trusted; import an untouched copy)"
         )
         raise typer.Exit(1)
-    session = env_rl_session(run, source=folder.name)
-    s = settings()
-    identity = import_identity(s, "env_rl")
-    ours, verdict = judge_imported(session, identity, s)
-    sent = 0
-    if not dry_run:
-        sent = asyncio.run(send_sessions(s, identity, [session]))
+    done = import_env_rl(settings(), run, source=folder.name, dry_run=dry_run)
     counts = {name: len(records) for name, records in run.records.items()}
     console.print(
         "env_rl chains verified: " + ", ".join(f"{name} {n} lines" for name, n in counts.items())
     )
     console.print(
-        f"session {session.session_id}: "
-        + ("checked, not sent" if dry_run else f"imported ({sent} events)")
+        f"session {done.session_id}: "
+        + ("checked, not sent" if dry_run else f"imported ({done.sent} events)")
     )
     for note in run.notes:
         console.print(f"  note: {escape(note)}")
-    theirs = their_rule_evaluations(run)
-    disagreements = rule_disagreements(theirs, ours)
-    if len(theirs) != len(ours):
+    theirs, ours = done.their_epochs, done.our_epochs
+    if theirs != ours:
         console.print(
-            f"  env_rl logged rule evaluations for {len(theirs)} epochs, rolltape evaluated "
-            f"{len(ours)} (compared: the first {min(len(theirs), len(ours))})"
+            f"  env_rl logged rule evaluations for {theirs} epochs, rolltape evaluated "
+            f"{ours} (compared: the first {min(theirs, ours)})"
         )
-    if disagreements:
+    if done.disagreements:
         table = Table(title="where the rule engines disagree", title_justify="left")
         for col in ("epoch", "rule", "env_rl", "rolltape", "why (rolltape)"):
             table.add_column(col)
-        for d in disagreements:
+        for d in done.disagreements:
             table.add_row(
                 str(d["epoch"]),
                 d["rule"],
@@ -116,7 +104,7 @@ def env_rl(
         console.print(table)
     else:
         console.print("  rule firings: env_rl and rolltape agree on every epoch")
-    if verdict is not None:
+    if (verdict := done.verdict) is not None:
         scores = ", ".join(f"{k} {v:.2f}" for k, v in sorted(verdict["scores"].items()))
         codes = sorted({v["code"] for v in verdict["violations"]})
         console.print(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from rolltape.infra.cli._common import console, settings
-from rolltape.infra.keys import judge_key
+from rolltape.infra.commands.keys import create_judge_key, export_judge_key, show_judge_key
 
 app = typer.Typer(
     help="The judge's Ed25519 key, which signs checkpoints: create it, show or export its "
@@ -24,18 +24,16 @@ def init(
     ] = False,
 ) -> None:
     """Create the judge's key pair (`broker up` and `demo` do this when there is none)."""
-    key = judge_key(settings())
-    kid = key.create(replace=replace)
-    console.print(f"judge key {kid}: private {key.path} (mode 0600), public {key.public_path}")
+    key = create_judge_key(settings(), replace=replace)
+    console.print(f"judge key {key.key_id}: private {key.private} (mode 0600), public {key.public}")
 
 
 @app.command()
 def show() -> None:
     """The key id and the public key (PEM): what a verifier of exports needs."""
-    key = judge_key(settings())
-    kid, pem = key.key_id(), key.public_pem().decode()
-    console.print(f"key id {kid} ({key.path})", highlight=False)
-    console.print(pem.rstrip(), highlight=False, markup=False)
+    key = show_judge_key(settings())
+    console.print(f"key id {key.key_id} ({key.path})", highlight=False)
+    console.print(key.pem.rstrip(), highlight=False, markup=False)
 
 
 @app.command()
@@ -43,7 +41,5 @@ def export(
     path: Annotated[Path, typer.Argument(help="Where to write the public key (PEM).")],
 ) -> None:
     """Write the public key to a file, to hand to whoever verifies exports."""
-    key = judge_key(settings())
-    path.write_bytes(key.public_pem())
-    kid = key.key_id()
+    kid = export_judge_key(settings(), path)
     console.print(f"public key {kid} written to {path}")

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from rolltape.infra.cli._common import CliError
-from rolltape.producers.parsing import FAMILIES, declared_tools, parse
+from rolltape.infra.commands.parse import FAMILIES, parse_completion
 
 
 def parse_command(
@@ -52,14 +52,14 @@ def parse_command(
     except UnicodeDecodeError as exc:
         where = "stdin" if source == "-" else source
         raise CliError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    result = parse(text, family, tools=specs)
+    result = parse_completion(text, family, specs)
     sys.stdout.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False, indent=2))
     sys.stdout.write("\n")
     if result.problems:
         raise typer.Exit(1)
 
 
-def _tools(path: Path) -> list[Any]:
+def _tools(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise CliError(f"--tools: {path} is not a file: give a JSON file holding the tools list")
     try:
@@ -68,4 +68,4 @@ def _tools(path: Path) -> list[Any]:
         raise CliError(f"--tools: {path} is not JSON ({exc})") from exc
     if not isinstance(listed, list) or not all(isinstance(t, dict) for t in listed):
         raise CliError(f"--tools: {path} must hold a JSON list of tool objects")
-    return declared_tools(listed)
+    return listed

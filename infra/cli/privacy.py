@@ -7,16 +7,12 @@ import asyncio
 from pathlib import Path
 from typing import Annotated
 
-import orjson
 import typer
 
-from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, settings
 from rolltape.infra.commands.erase import erase as erase_keys
 from rolltape.infra.commands.erasures import export_erasures
-from rolltape.infra.commands.rotate_kek import rotate_kek as rotate
-from rolltape.infra.keys import kek_path
-from rolltape.schemas import Role
+from rolltape.infra.commands.rotate_kek import kek_location, rotate_kek_as_admin
 
 app = typer.Typer(
     help="Erase what a subject or session said, everywhere at once; export the signed erasures; "
@@ -44,18 +40,8 @@ def erase(
     if (subject is None) == (session is None):
         raise typer.BadParameter("give one of --subject or --session")
     cfg = settings()
-    connection = require_connection(cfg, Role.ADMIN)
-    receipt = asyncio.run(
-        erase_keys(connection, cfg, subject=subject, session_id=session, reason=reason)
-    )
-    out = {
-        "subject": receipt.subject,
-        "erasure": receipt.erasure.model_dump(mode="json"),
-        "record": {"stream": "erasures", "seq": receipt.seq, "hash": receipt.hash},
-    }
-    console.print(
-        orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True
-    )
+    receipt = asyncio.run(erase_keys(cfg, subject=subject, session_id=session, reason=reason))
+    console.print(receipt.json(), markup=False, soft_wrap=True)
 
 
 @app.command("export-erasures")
@@ -66,9 +52,7 @@ def export_erasures_command(
     Whoever holds an export written before an erasure checks it with `rolltape dataset
     verify DIR --public-key KEY --erasures FILE` and purges it with `rolltape dataset purge`,
     offline."""
-    cfg = settings()
-    connection = require_connection(cfg, Role.READER)
-    count = asyncio.run(export_erasures(connection, cfg.topic_prefix, path))
+    count = asyncio.run(export_erasures(settings(), path))
     console.print(f"{count} erasure record(s) written to {path}", highlight=False, soft_wrap=True)
 
 
@@ -80,9 +64,8 @@ def rotate_kek() -> None:
     new KEK file afterwards. A rotation cut short goes on where it stopped when run again
     (docs/privacy.md)."""
     cfg = settings()
-    connection = require_connection(cfg, Role.ADMIN)
-    done = asyncio.run(rotate(connection, cfg))
-    where = cfg.kek_provider or kek_path(cfg)
+    done = asyncio.run(rotate_kek_as_admin(cfg))
+    where = kek_location(cfg)
     after = (
         "the provider destroyed the old key."
         if cfg.kek_provider

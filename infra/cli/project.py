@@ -13,8 +13,8 @@ from rolltape.infra.cli._common import (
     settings,
     stop_on_signals,
 )
+from rolltape.infra.commands.project import LIVE_JUDGE_VERSION
 from rolltape.infra.commands.project import project as run_project
-from rolltape.schemas import LIVE_JUDGE_VERSION
 
 
 def project(

@@ -8,9 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, settings
-from rolltape.schemas import Role
 
 
 def report(
@@ -43,7 +41,11 @@ def report(
             "choose what to report on: --session ID, --task NAME or --prompts TARGET"
         )
     # Loads plotly: without the report extra, the boundary says which one to install.
-    from rolltape.infra.commands.report import read_sessions, write_prompts_report, write_report
+    from rolltape.infra.commands.report import (
+        read_reported_sessions,
+        write_prompts_report,
+        write_report,
+    )
 
     s = settings()
     if prompts is not None:
@@ -56,8 +58,7 @@ def report(
             f"{len(history.decisions)} round(s)); open it in a browser, it needs no network"
         )
         return
-    connection = require_connection(s, Role.READER)
-    sessions = asyncio.run(read_sessions(connection, s.topic_prefix, keys_from=s))
+    sessions = asyncio.run(read_reported_sessions(s))
     result = write_report(sessions, out, session=session, task=task, runs=runs)
     attempts = sum(len(r.attempts) for r in result.runs)
     console.print(

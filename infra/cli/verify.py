@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
-import orjson
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import console, err_console, settings
-from rolltape.infra.kafka.readback import verify_topics
-from rolltape.schemas import (
-    CHAINED_STREAMS,
-    ChainBreak,
-    ChainReport,
-    Role,
-    Stream,
-)
-
-
-def _break_row(b: ChainBreak) -> dict[str, Any]:
-    return b.model_dump(mode="json")
+from rolltape.infra.commands.verify import CHAINED_STREAMS, LogVerification, Stream, verify_log
 
 
 def verify(
@@ -39,26 +25,14 @@ def verify(
 
     Exit code: 0 when every chain is intact, 1 on any break, 2 on a usage or broker error.
     """
-    cfg = settings()
-    connection = require_connection(cfg, Role.READER)
-    verifier = asyncio.run(
-        verify_topics(connection, stream, prefix=cfg.topic_prefix, session_id=session)
-    )
-    reports = verifier.reports()
+    found = asyncio.run(verify_log(settings(), stream, session_id=session))
+    reports = found.reports
     broken = [r for r in reports if not r.ok]
-    orphans = verifier.unattributed_counts
+    orphans = found.unattributed_counts
     if as_json:
-        out = {
-            "chains": [r.model_dump(mode="json") for r in reports],
-            "unattributed": [_break_row(b) for b in verifier.unattributed],
-            "unattributed_counts": orphans,
-            "ok": not broken and not orphans,
-        }
-        console.print(
-            orjson.dumps(out, option=orjson.OPT_INDENT_2).decode(), markup=False, soft_wrap=True
-        )
+        console.print(found.json(), markup=False, soft_wrap=True)
     else:
-        _print_reports(reports, verifier.unattributed, orphans)
+        _print_reports(found)
     if session and not reports:
         err_console.print(
             f"no records of session {session} on {', '.join(s.value for s in stream)}"
@@ -71,9 +45,8 @@ def verify(
 LISTED_CHAINS = 50
 
 
-def _print_reports(
-    reports: list[ChainReport], unattributed: list[ChainBreak], orphans: dict[str, int]
-) -> None:
+def _print_reports(found: LogVerification) -> None:
+    reports, unattributed, orphans = found.reports, found.unattributed, found.unattributed_counts
     shown = reports if len(reports) <= LISTED_CHAINS else [r for r in reports if not r.ok]
     table = Table(title="chains", title_justify="left")
     ids = [r.session_id for r in shown] or ["-"]

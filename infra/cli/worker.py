@@ -9,9 +9,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from rolltape.infra.cli._common import err_console, settings
-from rolltape.infra.commands.worker import worker_config
-from rolltape.infra.keys import judge_key
-from rolltape.processors.worker import run_worker
+from rolltape.infra.commands.worker import checkpoint_key, serve_worker, worker_config
 
 
 def worker(
@@ -32,15 +30,15 @@ def worker(
         f"{config.processor.rules.label}, filters {config.processor.filters.label}, "
         f"{config.partitions} partitions"
     )
-    key = judge_key(s)
-    if config.processor.signer is not None:
-        err_console.print(f"checkpoints signed with judge key {key.key_id()}")
+    key = checkpoint_key(s, config)
+    if key.key_id is not None:
+        err_console.print(f"checkpoints signed with judge key {key.key_id}")
     else:
         err_console.print(
             f"[yellow]no judge key at {key.path}: no signed checkpoints[/yellow] (exports "
             "cannot carry evidence); create it with `rolltape keys init`"
         )
-    run_worker(config, on_stall=start_again)
+    serve_worker(config, on_stall=start_again)
 
 
 def start_again() -> NoReturn:

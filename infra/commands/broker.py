@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import (
     BrokerState,
     BrokerUnavailable,
@@ -193,3 +194,38 @@ def broker_status(settings: Settings) -> BrokerStatus:
         groups=groups,
         problem=problem,
     )
+
+
+class ManagedBrokerError(InfraError, ValueError):
+    """The managed broker cannot do what was asked; the message says what to do instead."""
+
+
+def with_nodes(settings: Settings, nodes: int) -> Settings:
+    """`settings` for a managed cluster of `nodes` nodes (`broker up --nodes`); refused when the
+    managed cluster here was made with another count (a cluster keeps the count it was made
+    with)."""
+    sized = settings.model_copy(update={"broker_nodes": nodes})
+    made = managed_broker(sized).state()
+    if made is not None and len(made.nodes) != nodes and not sized.bootstrap:
+        raise ManagedBrokerError(
+            f"the managed cluster in {managed_broker(sized).home} was made with "
+            f"{len(made.nodes)} node(s), not {nodes}; `rolltape broker down` and remove that "
+            "folder (its records go with it) to make another"
+        )
+    return sized
+
+
+def broker_down(settings: Settings) -> bool:
+    """Stop the managed broker cleanly (its data stays); False when none was running. Refused
+    when ROLLTAPE_BOOTSTRAP names a cluster: that one is not rolltape's to stop."""
+    if settings.bootstrap:
+        raise ManagedBrokerError(
+            f"ROLLTAPE_BOOTSTRAP={settings.bootstrap} is set: that cluster is not rolltape's to "
+            "stop (unset the variable to stop the managed broker)"
+        )
+    return managed_broker(settings).stop()
+
+
+def broker_logs(settings: Settings, lines: int) -> str:
+    """The last `lines` lines of the managed broker's log (its first node's)."""
+    return managed_broker(settings).tail_log(lines)

@@ -21,7 +21,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import orjson
+
 from rolltape.infra._errors import InfraError
+from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.erasures import read_erasures_log
 from rolltape.infra.kafka.keyring import read_keys, write_keys
 from rolltape.infra.keys import judge_key
@@ -30,11 +33,11 @@ from rolltape.schemas import (
     ERASURES_SESSION,
     ChainWriter,
     Erasure,
+    Role,
     Stream,
     software_version,
     topic_name,
 )
-from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.trust import sign_erasure
 
 
@@ -52,17 +55,28 @@ class Receipt:
     hash: str
     subject: str | None
 
+    def json(self) -> str:
+        """The receipt as `privacy erase` prints it: the subject, the signed record and its
+        place in the erasures chain."""
+        out = {
+            "subject": self.subject,
+            "erasure": self.erasure.model_dump(mode="json"),
+            "record": {"stream": "erasures", "seq": self.seq, "hash": self.hash},
+        }
+        return orjson.dumps(out, option=orjson.OPT_INDENT_2).decode()
+
 
 async def erase(
-    connection: KafkaConnection,
     settings: Settings,
     *,
     subject: str | None = None,
     session_id: str | None = None,
     reason: str | None = None,
 ) -> Receipt:
-    """Tombstone the live data keys of `subject` or of `session_id` (exactly one of them) and
-    append the signed erasure record; EraseError when there is nothing to erase."""
+    """As the admin principal of the settings' cluster, tombstone the live data keys of
+    `subject` or of `session_id` (exactly one of them) and append the signed erasure record;
+    EraseError when there is nothing to erase."""
+    connection = require_connection(settings, Role.ADMIN)
     if (subject is None) == (session_id is None):
         raise EraseError("erase takes one of --subject or --session")
     prefix = settings.topic_prefix

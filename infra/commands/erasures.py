@@ -11,13 +11,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.erasures import read_erasures_log
-from rolltape.schemas.clients import KafkaConnection
+from rolltape.infra.settings import Settings
+from rolltape.schemas import Role
 
 
-async def export_erasures(connection: KafkaConnection, prefix: str, path: Path) -> int:
-    """Write the erasures chain to `path` (replaced whole, never half-written); how many."""
-    log = await read_erasures_log(connection, prefix)
+async def export_erasures(settings: Settings, path: Path) -> int:
+    """Write the erasures chain of the settings' topic prefix, read as the reader principal, to
+    `path` (replaced whole, never half-written); how many."""
+    connection = require_connection(settings, Role.READER)
+    log = await read_erasures_log(connection, settings.topic_prefix)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(b"".join(value + b"\n" for _, value in log.records))
     os.replace(tmp, path)

@@ -19,8 +19,10 @@ from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.keyring import keys_follower_if_any
 from rolltape.infra.kafka.readback import read_records
 from rolltape.infra.settings import Settings
-from rolltape.projections import AtroposSink, AtroposSinkError, Selection, TrajectoryFeed
+from rolltape.projections import AtroposSink, AtroposSinkError, TrajectoryFeed
+from rolltape.projections import Selection as Selection
 from rolltape.projections.exporters import ChatTokenizer
+from rolltape.schemas import LIVE_JUDGE_VERSION as LIVE_JUDGE_VERSION
 from rolltape.schemas import Role, SchemaError, Stream, read_event
 
 

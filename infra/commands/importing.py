@@ -1,8 +1,12 @@
-"""`rolltape import` wiring: imported sessions sealed, sent, and (env_rl) judged by rolltape."""
+"""`rolltape import` wiring: foreign logs read into sessions, sealed, sent, and (env_rl) judged
+by rolltape."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -12,7 +16,16 @@ from rolltape.infra.commands.worker import judging_configs
 from rolltape.infra.settings import Settings
 from rolltape.processors import ProcessorConfig, replay
 from rolltape.processors.audit import InputRecord
-from rolltape.projections.importers import ImportedSession
+from rolltape.projections.importers import (
+    EnvRlRun,
+    ImportedSession,
+    RowError,
+    env_rl_session,
+    hermes_sessions,
+    read_env_rl,
+    rule_disagreements,
+    their_rule_evaluations,
+)
 from rolltape.schemas import Role, Stream, read_event, software_version, topic_name
 
 
@@ -105,3 +118,60 @@ def judge_imported(
     ]
     verdict = next((v for v in verdicts if v.get("judge") == "training_audit"), None)
     return evaluations, verdict
+
+
+@dataclass(frozen=True)
+class HermesRows:
+    """A Hermes JSONL file read: the rows that are sessions, and those that are not (by line)."""
+
+    sessions: list[ImportedSession]
+    errors: list[RowError]
+
+
+def read_hermes(path: Path) -> HermesRows:
+    """Every row of the Hermes file at `path`, as a session or as the reason it is none."""
+    sessions: list[ImportedSession] = []
+    errors: list[RowError] = []
+    for item in hermes_sessions(path.read_bytes().splitlines()):
+        (errors if isinstance(item, RowError) else sessions).append(item)  # type: ignore[arg-type]
+    return HermesRows(sessions, errors)
+
+
+def read_env_rl_logs(folder: Path) -> EnvRlRun:
+    """The env_rl judge_logs `folder` verified with env_rl's own hash formula: check `verified`
+    (and its `problems`) before importing it."""
+    return read_env_rl(folder)
+
+
+@dataclass(frozen=True)
+class EnvRlImport:
+    """An env_rl run imported (or, on a dry run, only judged): the session, the records sent,
+    how many epochs each judge evaluated rules for, where their rule firings differ (epoch,
+    rule, env_rl, rolltape, why) and rolltape's training verdict."""
+
+    session_id: str
+    sent: int
+    their_epochs: int
+    our_epochs: int
+    disagreements: list[dict[str, Any]]
+    verdict: dict[str, Any] | None
+
+
+def import_env_rl(settings: Settings, run: EnvRlRun, *, source: str, dry_run: bool) -> EnvRlImport:
+    """`run` (verified) as a training session named after `source`: judged by rolltape's rule
+    engine and judge, compared with env_rl's rule firings and, unless `dry_run`, sent."""
+    session = env_rl_session(run, source=source)
+    identity = import_identity(settings, "env_rl")
+    ours, verdict = judge_imported(session, identity, settings)
+    sent = 0
+    if not dry_run:
+        sent = asyncio.run(send_sessions(settings, identity, [session]))
+    theirs = their_rule_evaluations(run)
+    return EnvRlImport(
+        session_id=session.session_id,
+        sent=sent,
+        their_epochs=len(theirs),
+        our_epochs=len(ours),
+        disagreements=rule_disagreements(theirs, ours),
+        verdict=verdict,
+    )

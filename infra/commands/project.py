@@ -13,6 +13,7 @@ from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.keyring import keys_follower_if_any
 from rolltape.infra.settings import Settings
 from rolltape.projections import run_projector
+from rolltape.schemas import LIVE_JUDGE_VERSION as LIVE_JUDGE_VERSION
 from rolltape.schemas import Role
 
 

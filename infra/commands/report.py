@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra._errors import InfraError
+from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
@@ -25,7 +26,7 @@ from rolltape.projections.reports import (
     render_prompts,
     render_report,
 )
-from rolltape.schemas import Stream, TypedEvent
+from rolltape.schemas import Role, Stream, TypedEvent
 from rolltape.schemas.clients import KafkaConnection
 
 _STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
@@ -69,6 +70,13 @@ async def read_sessions(
             session = opened or recorded
             out[session.session_id] = [*session.events, *session.derived]
         return out
+
+
+async def read_reported_sessions(settings: Settings) -> dict[str, list[TypedEvent]]:
+    """`read_sessions` as `rolltape report` reads them: as the reader principal of the
+    settings' cluster, on their topic prefix, opened with this machine's keys."""
+    connection = require_connection(settings, Role.READER)
+    return await read_sessions(connection, settings.topic_prefix, keys_from=settings)
 
 
 def _started(events: list[TypedEvent]) -> Mapping[str, Any] | None:

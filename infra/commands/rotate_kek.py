@@ -31,12 +31,15 @@ import contextlib
 import fcntl
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from rolltape.infra._errors import InfraError
+from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.erasures import read_erasures_log
 from rolltape.infra.kafka.keyring import read_keys, write_keys
-from rolltape.infra.keys import KekStore, SecretFileError
+from rolltape.infra.keys import KekStore, SecretFileError, kek_path
 from rolltape.infra.settings import Settings
+from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
 from rolltape.schemas.privacy import KeyEncryptionKey, SealedContentError
 
@@ -138,3 +141,13 @@ async def rotate_kek(connection: KafkaConnection, settings: Settings) -> Rotatio
         erased_again = await _erase_again(connection, prefix)
         store.destroy_retired()
     return Rotation(old.kek_id, new.kek_id, rewrapped + late, already, foreign, erased_again)
+
+
+async def rotate_kek_as_admin(settings: Settings) -> Rotation:
+    """`rotate_kek` as the admin principal of the settings' cluster (`privacy rotate-kek`)."""
+    return await rotate_kek(require_connection(settings, Role.ADMIN), settings)
+
+
+def kek_location(settings: Settings) -> str | Path:
+    """Where the KEK is kept, as a rotation's summary names it: its provider, or its file."""
+    return settings.kek_provider or kek_path(settings)

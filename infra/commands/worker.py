@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,7 +36,7 @@ from rolltape.processors.judges import (
     TrainingJudgeConfigError,
 )
 from rolltape.processors.rules import RuleBook, RuleSetError
-from rolltape.processors.worker import WorkerConfig
+from rolltape.processors.worker import WorkerConfig, run_worker
 from rolltape.schemas import (
     LIVE_JUDGE_VERSION,
     TOPIC_SPECS,
@@ -240,3 +241,24 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         replication_factor=replication_factor(settings),
     )
     return config
+
+
+@dataclass(frozen=True)
+class CheckpointKey:
+    """The judge's key as a worker signs checkpoints with it: where it is kept, and its id when
+    the worker has it to sign with (None: no key there, no signed checkpoints)."""
+
+    path: Path
+    key_id: str | None
+
+
+def checkpoint_key(settings: Settings, config: WorkerConfig) -> CheckpointKey:
+    """The judge's key `config` signs checkpoints with, for the worker's start-up lines."""
+    key = judge_key(settings)
+    return CheckpointKey(key.path, key.key_id() if config.processor.signer is not None else None)
+
+
+def serve_worker(config: WorkerConfig, *, on_stall: Callable[[], object]) -> None:
+    """Run the processors of `config` until SIGINT or SIGTERM (blocks; owns the event loop);
+    `on_stall` is called when the worker stops making progress."""
+    run_worker(config, on_stall=on_stall)

@@ -48,7 +48,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.bench.replay",
         "rolltape.infra.bench.rules",
     },
-    "broker": {"rolltape.infra.broker"},
     "cron": {"pydantic", "rolltape.producers.agent", "rolltape.producers.cron", "rolltape.schemas"},
     "dataset": {
         "cryptography.hazmat.primitives.asymmetric.ed25519",
@@ -67,7 +66,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.projections",
         "rolltape.schemas",
     },
-    "feed": {"rolltape.projections", "rolltape.schemas"},
     "harness": {
         "rolltape.infra",
         "rolltape.infra.broker",
@@ -76,8 +74,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.producers.training",
         "rolltape.schemas",
     },
-    "importing": {"rolltape.projections.importers"},
-    "keys": {"rolltape.infra.keys"},
     "otlp": {
         "rolltape.infra._gc",
         "rolltape.infra.broker",
@@ -86,38 +82,13 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas",
         "rolltape.schemas.clients",
     },
-    "parse": {"rolltape.producers.parsing"},
-    "principal": {
-        "rolltape.infra.broker",
-        "rolltape.infra.settings",
-        "rolltape.schemas",
-        "rolltape.schemas.clients",
-    },
-    "privacy": {"orjson", "rolltape.infra.broker", "rolltape.infra.keys", "rolltape.schemas"},
-    "project": {"rolltape.schemas"},
     "prompts": {
         "pydantic",
         "rolltape.producers.prompts",
         "rolltape.projections",
         "rolltape.schemas",
     },
-    "report": {"rolltape.infra.broker", "rolltape.schemas"},
     "rules": {"rolltape.infra._errors", "rolltape.processors.rules", "rolltape.schemas"},
-    "schemas": {"rolltape.schemas"},
-    "tail": {
-        "orjson",
-        "rolltape.infra.broker",
-        "rolltape.infra.kafka.keyring",
-        "rolltape.infra.kafka.readback",
-        "rolltape.schemas",
-    },
-    "verify": {
-        "orjson",
-        "rolltape.infra.broker",
-        "rolltape.infra.kafka.readback",
-        "rolltape.schemas",
-    },
-    "worker": {"rolltape.infra.keys", "rolltape.processors.worker"},
 }
 
 

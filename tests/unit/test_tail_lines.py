@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rolltape.infra.cli.tail import summarize
+from rolltape.infra.commands.tail import summarize
 
 
 def test_a_turn_whose_content_is_sealed_is_marked_not_shown_as_said() -> None:
