@@ -102,7 +102,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas",
     },
     "report": {"rolltape.infra.broker", "rolltape.schemas"},
-    "rules": {"rolltape.infra._errors", "rolltape.processors.rules", "rolltape.schemas"},
     "schemas": {"rolltape.schemas"},
     "tail": {
         "orjson",
