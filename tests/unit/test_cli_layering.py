@@ -49,7 +49,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.bench.rules",
     },
     "broker": {"rolltape.infra.broker"},
-    "cron": {"pydantic", "rolltape.producers.agent", "rolltape.producers.cron", "rolltape.schemas"},
     "dataset": {
         "cryptography.hazmat.primitives.asymmetric.ed25519",
         "rolltape.infra.broker",
