@@ -264,7 +264,7 @@ def evolve(
     """The prompt loop: each round the tuner (ROLLTAPE_MODELS `tuner`) proposes a version from
     the champion's failures on the learning cases; champion and proposal run the held-out cases
     with the same seeds (the `policy` model, judged by the worker); the stated rule promotes."""
-    from rolltape.infra.cli.harness import running_worker
+    from rolltape.infra.commands.worker_process import running_worker
 
     config = settings()
     suite = None

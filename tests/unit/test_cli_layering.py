@@ -67,14 +67,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.schemas",
     },
     "feed": {"rolltape.projections", "rolltape.schemas"},
-    "harness": {
-        "rolltape.infra",
-        "rolltape.infra.broker",
-        "rolltape.infra.kafka.topics",
-        "rolltape.infra.settings",
-        "rolltape.producers.training",
-        "rolltape.schemas",
-    },
     "importing": {"rolltape.projections.importers"},
     "keys": {"rolltape.infra.keys"},
     "otlp": {
