@@ -69,14 +69,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
     "feed": {"rolltape.projections", "rolltape.schemas"},
     "importing": {"rolltape.projections.importers"},
     "keys": {"rolltape.infra.keys"},
-    "otlp": {
-        "rolltape.infra._gc",
-        "rolltape.infra.broker",
-        "rolltape.infra.settings",
-        "rolltape.producers.parsing",
-        "rolltape.schemas",
-        "rolltape.schemas.clients",
-    },
     "parse": {"rolltape.producers.parsing"},
     "principal": {
         "rolltape.infra.broker",
