@@ -49,15 +49,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.bench.rules",
     },
     "broker": {"rolltape.infra.broker"},
-    "dataset": {
-        "cryptography.hazmat.primitives.asymmetric.ed25519",
-        "rolltape.infra.broker",
-        "rolltape.infra.keys",
-        "rolltape.infra.settings",
-        "rolltape.projections",
-        "rolltape.schemas",
-        "rolltape.schemas.trust",
-    },
     "env": {
         "rolltape.infra",
         "rolltape.infra.judging",
