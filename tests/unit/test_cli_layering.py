@@ -28,11 +28,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.producers",
         "rolltape.schemas",
     },
-    "_rollouts": {
-        "rolltape.producers.environments",
-        "rolltape.schemas",
-        "rolltape.schemas.clients",
-    },
     "bench": {
         "rolltape.infra.bench.batch",
         "rolltape.infra.bench.capture",
@@ -49,14 +44,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.bench.rules",
     },
     "broker": {"rolltape.infra.broker"},
-    "env": {
-        "rolltape.infra",
-        "rolltape.infra.judging",
-        "rolltape.producers.agent",
-        "rolltape.producers.environments",
-        "rolltape.projections",
-        "rolltape.schemas",
-    },
     "feed": {"rolltape.projections", "rolltape.schemas"},
     "importing": {"rolltape.projections.importers"},
     "keys": {"rolltape.infra.keys"},
