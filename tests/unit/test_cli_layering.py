@@ -56,12 +56,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
     },
     "privacy": {"orjson", "rolltape.infra.broker", "rolltape.infra.keys", "rolltape.schemas"},
     "project": {"rolltape.schemas"},
-    "prompts": {
-        "pydantic",
-        "rolltape.producers.prompts",
-        "rolltape.projections",
-        "rolltape.schemas",
-    },
     "report": {"rolltape.infra.broker", "rolltape.schemas"},
     "schemas": {"rolltape.schemas"},
     "tail": {
