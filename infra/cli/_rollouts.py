@@ -11,18 +11,16 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rolltape.infra.cli._common import (
-    CliError,
-    console,
-    err_console,
-    settings,
-    stop_on_signals,
-)
+from rolltape.infra.cli._common import console, err_console, settings, stop_on_signals
 from rolltape.infra.commands.batch import BatchSummary
-from rolltape.infra.commands.prompts import prompt_for
-from rolltape.producers.environments import Environment, Rollout, load_environment
-from rolltape.schemas import PromptVersion
-from rolltape.schemas.clients import ModelEndpoint
+from rolltape.infra.commands.environments import (
+    Environment,
+    ModelEndpoint,
+    PromptVersion,
+    Rollout,
+)
+from rolltape.infra.commands.environments import endpoint_for as bound_endpoint
+from rolltape.infra.commands.environments import environment_prompt as prompt_version
 
 T = TypeVar("T")
 EnvArgument = Annotated[
@@ -45,22 +43,9 @@ OnPlan = Callable[[int, int], None]
 OnRollout = Callable[[Rollout], None]
 
 
-def open_environment(spec: str) -> Environment:
-    """The environment a command names; an unknown name is a `PluginError` saying which ones
-    exist."""
-    return load_environment(spec)
-
-
 def endpoint_for(model: str) -> ModelEndpoint:
-    """The endpoint ROLLTAPE_MODELS binds `model` to, or a `CliError` saying how to bind it."""
-    endpoints = settings().models
-    if model not in endpoints:
-        bound = ", ".join(sorted(endpoints)) or "none"
-        raise CliError(
-            f"no endpoint is bound to model {model!r} (bound: {bound}); set "
-            f'ROLLTAPE_MODELS=\'{{"{model}": {{"base_url": "http://HOST/v1", "model": "NAME"}}}}\''
-        )
-    return endpoints[model]
+    """The endpoint ROLLTAPE_MODELS binds `model` to (the settings as they are now)."""
+    return bound_endpoint(settings(), model)
 
 
 def print_summary(summary: BatchSummary) -> None:
@@ -129,6 +114,6 @@ def with_progress(description: str, start: Callable[[OnPlan, OnRollout], Awaitab
 
 def environment_prompt(env: Environment, ref: str) -> PromptVersion | None:
     """The version of the environment's system prompt `--prompt` names, said on stderr."""
-    version, said = asyncio.run(prompt_for(settings(), env.prompt_target(), ref))
+    version, said = prompt_version(settings(), env, ref)
     err_console.print(f"system prompt: {said}", highlight=False)
     return version

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
@@ -25,18 +23,24 @@ from rolltape.infra.cli._common import (
     settings,
     stop_on_signals,
 )
-from rolltape.infra.commands.cron import cron_jobs, open_scheduler
-from rolltape.producers.agent import DEFAULT_MODEL
-from rolltape.producers.cron import (
-    CRON_RUN_ENV,
-    CronJobs,
-    JobBook,
-    JobError,
+from rolltape.infra.commands.cron import (
+    DEFAULT_MODEL,
+    CronJob,
+    CronRun,
     JobSpec,
-    agent_runner,
+    RetryPolicy,
+    RunStatus,
+    ValidationError,
+    add_job,
+    change_job,
+    failure_queue,
     guard_against_recursion,
+    job_book,
+    job_lines,
+    job_runs,
+    review_queue,
+    serve_scheduler,
 )
-from rolltape.schemas import CronJob, CronRun, JobState, RetryPolicy, RunStatus
 
 app = typer.Typer(
     help="Cron jobs: each due run is a fresh agent session; statuses are routed to queues.",
@@ -68,15 +72,9 @@ def _duration(seconds: int) -> str:
     return " ".join(parts[:2])
 
 
-def _jobs_action(action: str, job_id: str) -> CronJob:
+def _jobs_action(action: Literal["pause", "resume", "remove"], job_id: str) -> CronJob:
     guard_against_recursion(f"{action} cron job {job_id!r}")
-
-    async def main() -> CronJob:
-        async with cron_jobs(settings()) as jobs:
-            method = {"pause": jobs.pause, "resume": jobs.resume, "remove": jobs.remove}[action]
-            return await method(job_id)
-
-    return asyncio.run(main())
+    return change_job(settings(), action, job_id)
 
 
 @app.command()
@@ -136,12 +134,7 @@ def add(
         retry=RetryPolicy(max_attempts=max_attempts, base_s=backoff, max_s=max_backoff),
         timeout_s=timeout,
     )
-
-    async def main() -> tuple[CronJob, JobBook]:
-        async with cron_jobs(settings()) as jobs:
-            return await jobs.add(spec), jobs.book
-
-    job, book = asyncio.run(main())
+    job, book = add_job(settings(), spec)
     now = time.time_ns()
     console.print(
         f"added job {job.job_id}: {book.schedule(job.job_id).describe()}; next run "
@@ -163,44 +156,32 @@ def _spec(**fields: Any) -> JobSpec:
         raise CliError(option_problems(exc, {"prompt": "task"})) from exc
 
 
-def _read_book() -> JobBook:
-    async def main() -> JobBook:
-        async with cron_jobs(settings()) as jobs:
-            return jobs.book
-
-    return asyncio.run(main())
-
-
 @app.command("list")
 def list_(
     all_: Annotated[bool, typer.Option("--removed", help="Include removed jobs.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Every job with its schedule, state, next run and last run's status."""
-    book = _read_book()
+    lines = job_lines(job_book(settings()), removed=all_)
     now = time.time_ns()
-    jobs = [j for j in book.jobs.values() if all_ or j.state != JobState.REMOVED]
-    jobs.sort(key=lambda j: j.job_id)
     if as_json:
-        for job in jobs:
-            print(json.dumps(job.model_dump(mode="json"), sort_keys=True))
+        for line in lines:
+            print(json.dumps(line.job.model_dump(mode="json"), sort_keys=True))
         return
-    if not jobs:
+    if not lines:
         console.print("no jobs; add one with: rolltape cron add --schedule 'every 6h' --task ...")
         return
     table = Table(title_justify="left", title="cron jobs")
     for column in ("job", "schedule", "state", "next run", "last run"):
         table.add_column(column)
-    for job in jobs:
-        runs = book.runs_of(job.job_id)
-        last = f"{runs[-1].status.value} ({_when(runs[-1].due_ns)})" if runs else "-"
-        active = job.state == JobState.ACTIVE
+    for line in lines:
+        job, run = line.job, line.last
         table.add_row(
             job.job_id,
             f"{job.schedule} ({job.timezone})" if job.timezone != "UTC" else job.schedule,
             job.state.value,
-            _when(book.next_due(job.job_id), now) if active else "-",
-            last,
+            _when(line.next_due_ns, now),
+            f"{run.status.value} ({_when(run.due_ns)})" if run else "-",
         )
     console.print(table)
 
@@ -255,10 +236,7 @@ def _print_runs(runs: list[CronRun], as_json: bool, empty: str) -> None:
 @app.command()
 def runs(job_id: JobArgument, as_json: JsonOption = False) -> None:
     """A job's runs, oldest first, each with its latest status and session."""
-    book = _read_book()
-    if job_id not in book.jobs:
-        raise JobError(f"no job {job_id!r}; see `rolltape cron list`")
-    _print_runs(book.runs_of(job_id), as_json, f"{job_id} has not run yet")
+    _print_runs(job_runs(job_book(settings()), job_id), as_json, f"{job_id} has not run yet")
 
 
 @app.command()
@@ -268,17 +246,7 @@ def failures(
 ) -> None:
     """The failure queue: runs that failed for good, runs waiting for a retry, and runs whose
     delivery failed, with the reason."""
-    book = _read_book()
-    queue = [
-        r
-        for r in book.runs.values()
-        if r.status in (RunStatus.TERMINAL_FAILURE, RunStatus.RETRYABLE_FAILURE)
-        or (r.delivery or "").startswith("failed")
-    ]
-    queue = sorted(
-        (r for r in queue if job_id is None or r.job_id == job_id), key=lambda r: r.due_ns
-    )
-    _print_runs(queue, as_json, "no failures")
+    _print_runs(failure_queue(job_book(settings()), job_id), as_json, "no failures")
 
 
 @app.command()
@@ -287,11 +255,7 @@ def review(
     as_json: JsonOption = False,
 ) -> None:
     """The review queue: runs whose runner said a person must look, with the reason."""
-    book = _read_book()
-    queue = [
-        r for r in book.queue(RunStatus.NEEDS_HUMAN_REVIEW) if job_id is None or r.job_id == job_id
-    ]
-    _print_runs(queue, as_json, "nothing to review")
+    _print_runs(review_queue(job_book(settings()), job_id), as_json, "nothing to review")
 
 
 def scheduler(
@@ -304,13 +268,8 @@ def scheduler(
 ) -> None:
     """The scheduler: fire due jobs of the partitions this process owns (run several to share
     them), one fresh session per attempt, statuses routed, results delivered. Ctrl-C stops."""
-    os.environ[CRON_RUN_ENV] = "scheduler"  # nothing started from here may create jobs
-    s = settings()
-    scheduler = open_scheduler(
-        s,
-        default_runner=agent_runner(s.models, max_iterations=max_iterations),
-        max_concurrent=max_concurrent,
-        on_write=_report,
+    scheduler = serve_scheduler(
+        settings(), max_concurrent=max_concurrent, max_iterations=max_iterations, on_write=_report
     )
 
     async def main() -> None:
@@ -336,7 +295,7 @@ def _report(run: CronRun) -> None:
     err_console.print(escape(line), highlight=False)
 
 
-__all__ = ["CronJobs", "app"]
+__all__ = ["app"]
 
 
 @app.command("to-env")

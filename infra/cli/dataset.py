@@ -4,17 +4,14 @@ erased since."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
-from rolltape.infra.broker import require_connection
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
     ScoreOption,
@@ -25,21 +22,21 @@ from rolltape.infra.cli._common import (
     settings,
     transient_progress,
 )
-from rolltape.infra.commands.export import ExportError, collect, open_tokenizer, run_export
-from rolltape.infra.commands.purge_export import purge_export as purge
-from rolltape.infra.commands.verify_export import verify_export as check_export
-from rolltape.infra.keys import JudgeKeyError, judge_key
-from rolltape.infra.settings import Settings
-from rolltape.projections import (
+from rolltape.infra.commands.export import (
+    LIVE_JUDGE_VERSION,
     META_DIR,
-    ErasureList,
     ExportOptions,
     Format,
     Selection,
-    read_erasures,
+    collect_judged,
+    no_checkpoint_hint,
+    open_tokenizer,
+    run_export,
 )
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role
-from rolltape.schemas.trust import load_public_key
+from rolltape.infra.commands.purge_export import purge_export as purge
+from rolltape.infra.commands.verify_export import erasure_list
+from rolltape.infra.commands.verify_export import public_key as read_public_key
+from rolltape.infra.commands.verify_export import verify_export as check_export
 
 app = typer.Typer(
     help="Training data out: export judged sessions as training files, verify an export offline, "
@@ -139,7 +136,6 @@ def export(
     chat_tokenizer, label = open_tokenizer(tokenizer)
     options = options.model_copy(update={"tokenizer": label})
     s = settings()
-    connection = require_connection(s, Role.READER)
     with transient_progress(
         TextColumn("reading topics"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
     ) as progress:
@@ -149,15 +145,7 @@ def export(
             if done % 2000 == 0 or done == total:
                 progress.update(task, completed=done, total=total)
 
-        collected = asyncio.run(
-            collect(
-                connection,
-                prefix=s.topic_prefix,
-                judge_version=judge_version,
-                on_record=advance,
-                keys_from=s,
-            )
-        )
+        collected = collect_judged(s, judge_version, on_record=advance)
     with (
         collected,
         transient_progress(
@@ -200,47 +188,9 @@ def export(
         )
 
 
-def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
-    """Why an --evidence export left `sessions` out, naming the cause this machine can see:
-    without a judge key no worker using these settings signs anything, and a worker reads the
-    key only when it starts."""
-    left = f"{sessions} session(s) were left out because no signed checkpoint covers them"
-    key = judge_key(settings)
-    if not key.exists():
-        return (
-            f"{left}: there is no judge key at {key.path}, so the worker signs no checkpoints. "
-            "Create one with `rolltape keys init` (`rolltape broker up` and `rolltape demo` "
-            "create it when there is none) and restart `rolltape serve worker`: sessions it decides "
-            "from then on carry evidence"
-        )
-    try:
-        kid = key.key_id()
-    except JudgeKeyError as exc:
-        return f"{left}: the judge key is unusable: {exc}"
-    return (
-        f"{left}: the judge key {kid} exists ({key.path}) but no worker signed them. Is "
-        "`rolltape serve worker` running and caught up? A worker reads the key when it starts: "
-        "sessions decided by one started before the key existed stay unsigned; restart it "
-        "for the sessions to come"
-    )
-
-
 PublicKeyOption = Annotated[
     Path, typer.Option(help="The judge's public key, PEM (`rolltape keys export FILE`).")
 ]
-
-
-def _public_key(path: Path) -> Ed25519PublicKey:
-    try:
-        return load_public_key(path.read_bytes())
-    except ValueError as exc:  # schemas.trust refuses what is not an Ed25519 public key
-        raise ExportError(
-            f"{path}: {exc}; pass the judge's public key as `rolltape keys export FILE` writes it"
-        ) from exc
-
-
-def _erasures(path: Path, key: Ed25519PublicKey) -> ErasureList:
-    return read_erasures(path.read_bytes(), key)
 
 
 @app.command("verify")
@@ -259,8 +209,8 @@ def verify_export(
     byte, from envelopes whose chains are intact and whose heads the judge signed. Needs no
     Kafka. With --erasures, every line of a session erased since is named too. Exit 1 naming
     each file and line that does not check out."""
-    key = _public_key(public_key)
-    erased = None if erasures is None else _erasures(erasures, key)
+    key = read_public_key(public_key)
+    erased = None if erasures is None else erasure_list(erasures, key)
     if erased is not None:
         console.print(erased.describe(), highlight=False)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
@@ -293,8 +243,8 @@ def purge_export(
     provenance and evidence, counted in the manifest as `erased`. An export with evidence is
     rendered again from the sessions that remain, so it still verifies; one without has the
     lines removed. Offline: the erasures file is checked with the judge's public key first."""
-    key = _public_key(public_key)
-    erased = _erasures(erasures, key)
+    key = read_public_key(public_key)
+    erased = erasure_list(erasures, key)
     console.print(erased.describe(), highlight=False)
     chat_tokenizer, _ = open_tokenizer(tokenizer)
     done = purge(folder, erased, tokenizer=chat_tokenizer)

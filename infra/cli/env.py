@@ -11,7 +11,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from rolltape.infra import open_recorder
 from rolltape.infra.cli._common import (
     KeepEqualScoresOption,
     ScoreOption,
@@ -28,22 +27,19 @@ from rolltape.infra.cli._rollouts import (
     PromptOption,
     endpoint_for,
     environment_prompt,
-    open_environment,
     print_summary,
     with_progress,
 )
 from rolltape.infra.commands.batch import process_batch, run_batch
-from rolltape.infra.commands.export import open_tokenizer
-from rolltape.infra.judging import open_judge_runtime
-from rolltape.producers.agent import DEFAULT_MODEL
-from rolltape.producers.environments import (
+from rolltape.infra.commands.environments import (
+    DEFAULT_MODEL,
+    Evaluation,
     Rollout,
-    environment_names,
-    evaluate,
-    load_environment,
+    environment_lines,
+    evaluate_environment,
+    open_environment,
 )
-from rolltape.projections import ExportOptions, Format, Selection
-from rolltape.schemas import Evaluation
+from rolltape.infra.commands.export import ExportOptions, Format, Selection, open_tokenizer
 
 app = typer.Typer(
     help="Environments: tasks with rewards, run by the reference agent.", no_args_is_help=True
@@ -56,14 +52,13 @@ def list_() -> None:
     table = Table(title="environments", title_justify="left")
     for column in ("name", "train items", "test items", "group size", "judges"):
         table.add_column(column)
-    for name in environment_names():
-        env = load_environment(name)
+    for line in environment_lines():
         table.add_row(
-            name,
-            str(len(env.items("train"))),
-            str(len(env.items("test"))),
-            str(env.group_size),
-            ", ".join(sorted(env.judge_versions)) or "-",
+            line.name,
+            str(line.train_items),
+            str(line.test_items),
+            str(line.group_size),
+            ", ".join(line.judges) or "-",
         )
     console.print(table)
 
@@ -88,27 +83,15 @@ def evaluate_(
         reward = f"{rollout.reward.reward:.3f}" if rollout.reward else rollout.error or "-"
         err_console.print(f"[{len(rows)}] {rollout.item_id}: {escape(reward)}", highlight=False)
 
-    async def main() -> tuple[Evaluation, str]:
-        config = settings()
-        recorder = open_recorder(config)
-        judges = open_judge_runtime(config, recorder=recorder, policy=endpoint)
-        try:
-            return await evaluate(
-                env,
-                split,
-                recorder=recorder,
-                endpoint=endpoint,
-                concurrency=concurrency,
-                world_limits=config.world_limits,
-                judges=judges,
-                on_rollout=progress,
-                prompt=version,
-            )
-        finally:
-            await judges.aclose()
-            await recorder.aclose()
-
-    evaluation, session_id = asyncio.run(main())
+    evaluation, session_id = evaluate_environment(
+        settings(),
+        env,
+        split,
+        endpoint=endpoint,
+        concurrency=concurrency,
+        prompt=version,
+        on_rollout=progress,
+    )
     _print(evaluation, {r.item_id: r for r in rows})
     console.print(f"recorded as session {session_id}")
 

@@ -2,34 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 
-from rolltape.infra._gc import RECEIVER_YOUNG_THRESHOLD, tune_collector
-from rolltape.infra.broker import current_connection
 from rolltape.infra.cli._common import CliError, err_console, settings, stop_on_signals
-from rolltape.infra.commands.otlp_listen import (
-    GRPC_PORT,
-    HTTP_PORT,
-    Listening,
-    grpc_available,
+from rolltape.infra.commands.otlp_listen import GRPC_PORT, HTTP_PORT
+from rolltape.infra.commands.otlp_receive import (
+    FAMILIES,
+    ReceiverReady,
+    check_family_option,
+    receive_otlp,
 )
-from rolltape.infra.commands.otlp_listen import serve as serve_receiver
-from rolltape.infra.commands.otlp_serve import (
-    ReceiverConfig,
-    ReceiverFront,
-    open_receiver,
-    otlp_dir,
-    state_lock,
-)
-from rolltape.infra.commands.otlp_workers import WorkerPool
-from rolltape.infra.settings import Settings
-from rolltape.producers.parsing import FAMILIES, UnknownFamilyError, check_family
-from rolltape.schemas import Role
-from rolltape.schemas.clients import KafkaConnection
 
 
 def serve(
@@ -91,53 +76,26 @@ def serve(
     batch is acknowledged once its records are on the broker or spooled. What is not recorded is
     counted by reason at GET /metrics and in the line printed at stop. Point an agent's exporter
     at it with OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT. Ctrl-C or SIGTERM stops."""
-    if family is not None:
-        try:
-            check_family(family)
-        except UnknownFamilyError as exc:
-            raise UnknownFamilyError(f"--family: {exc}") from None
+    check_family_option(family)
     s = settings()
-    connection = current_connection(s, Role.AGENT)
-    config = ReceiverConfig(
-        family=family,
-        linger_s=linger,
-        idle_s=idle,
-        join_wait_s=join_wait,
-        subject_attribute=subject_attribute,
-    )
-    if grpc and not grpc_available():
+
+    def no_grpc() -> None:
         err_console.print(
             "gRPC is off: grpcio is not installed (pip install 'rolltape[otlp]'); receiving "
             "OTLP/HTTP only",
             highlight=False,
         )
-        grpc = False
-    with state_lock(otlp_dir(s)):
-        _run(s, connection, config, host, port, grpc_port if grpc else None, workers)
 
-
-def _run(
-    s: Settings,
-    connection: KafkaConnection | None,
-    config: ReceiverConfig,
-    host: str,
-    port: int,
-    grpc_port: int | None,
-    workers: int,
-) -> None:
-    receiver: ReceiverFront = (
-        WorkerPool(s, config, workers) if workers > 1 else open_receiver(s, config)
-    )
-    if connection is not None:
-        target = f"recording to {connection} (topic prefix {s.topic_prefix})"
-    else:
-        target = (
-            f"no broker is running: recording to the spool ({s.resolved_spool_dir() / 'otlp'}), "
-            "which the next `rolltape serve otlp` with a broker sends"
-        )
-
-    def ready(bound: Listening) -> None:
-        processes = f" in {workers} worker processes" if workers > 1 else ""
+    def ready(at: ReceiverReady) -> None:
+        if at.connection is not None:
+            target = f"recording to {at.connection} (topic prefix {at.topic_prefix})"
+        else:
+            target = (
+                f"no broker is running: recording to the spool ({at.spool}), "
+                "which the next `rolltape serve otlp` with a broker sends"
+            )
+        bound = at.listening
+        processes = f" in {at.workers} worker processes" if at.workers > 1 else ""
         grpc_part = f", OTLP/gRPC on {host}:{bound.grpc}" if bound.grpc is not None else ""
         err_console.print(
             f"receiving OTLP/HTTP on http://{host}:{bound.http}/v1/traces and /v1/logs"
@@ -146,33 +104,26 @@ def _run(
             highlight=False,
         )
 
-    async def main() -> None:
-        stop = stop_on_signals()
-        if isinstance(receiver, WorkerPool):
-            await receiver.start()
-        try:
-            await serve_receiver(receiver, host, port, stop, ready, grpc_port=grpc_port)
-        except OSError:
-            if isinstance(receiver, WorkerPool):
-                stop.set()
-                await receiver.run(stop)  # stops the workers it started
-            raise
-
-    tune_collector(RECEIVER_YOUNG_THRESHOLD)  # a request's worth between collections (_gc.py)
-    try:
-        asyncio.run(main())
-    except OSError as exc:  # the port is taken or not ours to bind: say which option to change
-        receiver.shutdown()
-        ports = f"{port}" if grpc_port is None else f"{port} (HTTP) or {grpc_port} (gRPC)"
+    ended = receive_otlp(
+        s,
+        host=host,
+        port=port,
+        grpc_port=grpc_port,
+        grpc=grpc,
+        workers=workers,
+        family=family,
+        linger=linger,
+        idle=idle,
+        join_wait=join_wait,
+        subject_attribute=subject_attribute,
+        stop=stop_on_signals,
+        on_ready=ready,
+        on_no_grpc=no_grpc,
+    )
+    err_console.print(f"stopped: {escape(ended.stats_line)}", highlight=False)
+    if ended.failure is not None:
         raise CliError(
-            f"cannot listen on {host}:{ports}: {exc}; pick another --port or --grpc-port (0 for "
-            "a free one), or --no-grpc"
-        ) from exc
-    ended = receiver.shutdown()
-    err_console.print(f"stopped: {escape(receiver.stats.line(len(ended)))}", highlight=False)
-    if isinstance(receiver, WorkerPool) and receiver.failure is not None:
-        raise CliError(
-            f"{receiver.failure}, so the receiver stopped: the batches it had not acknowledged "
+            f"{ended.failure}, so the receiver stopped: the batches it had not acknowledged "
             "are sent again by their exporters once a receiver is back; start `rolltape otlp "
             "serve` again"
         )

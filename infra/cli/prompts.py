@@ -10,24 +10,27 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import console, settings
 from rolltape.infra.commands.prompts import (
+    Case,
+    PromotionRule,
+    PromptTarget,
+    RoundResult,
+    ValidationError,
     check_evolve,
     choose_suite,
+    history_of,
+    judged_round,
     loop_target,
     plan_evolve,
-    prompt_targets,
+    read_prompt_targets,
     record_version,
 )
 from rolltape.infra.commands.prompts import evolve as evolve_loop
 from rolltape.infra.commands.prompts import rejudge as rejudge_rounds
-from rolltape.producers.prompts import Case, RoundResult
-from rolltape.projections import PromptLookupError, PromptTarget
-from rolltape.schemas import PromotionRule
 
 app = typer.Typer(
     help="Prompt targets' versions (content-addressed, with their lineage) and champions, "
@@ -41,15 +44,8 @@ TargetArg = Annotated[str, typer.Argument(help="The prompt target, e.g. harness.
 def target_history(name: str, targets: dict[str, PromptTarget] | None = None) -> PromptTarget:
     """The target's history from the log (read now, unless `targets` were read already)."""
     if targets is None:
-        targets = asyncio.run(prompt_targets(settings()))
-    found = targets.get(name)
-    if found is None:
-        known = ", ".join(targets) or "none yet"
-        raise PromptLookupError(
-            f"the log holds no prompt target {name!r} (targets: {known}); record a first "
-            f"version with `rolltape prompts add {name} --file FILE --promote 'initial'`"
-        )
-    return found
+        targets = read_prompt_targets(settings())
+    return history_of(targets, name)
 
 
 @app.command("list")
@@ -58,7 +54,7 @@ def list_(
 ) -> None:
     """Every version of every prompt target (or of one): label, digest, parents, technique,
     and which is the champion."""
-    targets = asyncio.run(prompt_targets(settings()))
+    targets = read_prompt_targets(settings())
     if target is not None:
         targets = {target: target_history(target, targets)}
     if not targets:
@@ -170,7 +166,7 @@ def add(
     if not content.strip():
         raise typer.BadParameter(f"{file} is empty", param_hint="--file")
     config = settings()
-    targets = asyncio.run(prompt_targets(config))
+    targets = read_prompt_targets(config)
     history = targets.get(target) or PromptTarget(target)
     version, promotion = record_version(
         config,
@@ -264,7 +260,7 @@ def evolve(
     """The prompt loop: each round the tuner (ROLLTAPE_MODELS `tuner`) proposes a version from
     the champion's failures on the learning cases; champion and proposal run the held-out cases
     with the same seeds (the `policy` model, judged by the worker); the stated rule promotes."""
-    from rolltape.infra.cli.harness import running_worker
+    from rolltape.infra.commands.worker_process import running_worker
 
     config = settings()
     suite = None
@@ -276,7 +272,7 @@ def evolve(
             problem = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise typer.BadParameter(problem, param_hint="--learn/--heldout") from exc
     check_evolve(config, target, suite, review=review or review_veto)
-    targets = asyncio.run(prompt_targets(config))
+    targets = read_prompt_targets(config)
     plan = plan_evolve(
         config,
         targets.get(target),
@@ -378,15 +374,8 @@ def explain(
     """Why a round went as it did: the rule, every held-out pair with the sessions that ran it
     and what the judge said, and the figures the rule measured."""
     history = target_history(target)
-    rounds = history.rounds()
-    if not rounds:
-        raise PromptLookupError(
-            f"no round of {target} was judged yet: run `rolltape prompts evolve`"
-        )
-    number = len(rounds) if round_ is None else round_
-    if not 1 <= number <= len(rounds):
-        raise PromptLookupError(f"{target} has rounds 1 to {len(rounds)} in the log, not {number}")
-    d = rounds[number - 1].decision
+    number, judged = judged_round(history, round_)
+    d = judged.decision
     f = d.figures
     console.print(
         f"{target} round {number} (round {d.round} of loop {d.loop}): "

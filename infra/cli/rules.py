@@ -11,30 +11,27 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rolltape.infra._errors import InfraError
 from rolltape.infra.cli._common import CliError, console, settings
 from rolltape.infra.commands.rules import (
+    DIGITS_CALIBRATED,
     EVALUATION_SEED_OFFSET,
     HEALTHY,
-    TASK,
-    calibrate_recorded,
-    calibrate_rules,
-    evaluate_rules,
-    record_evaluations,
-    rulebook,
-    ruleset_evaluations,
-    write_ruleset,
-)
-from rolltape.processors.rules import (
-    DIGITS_CALIBRATED,
     REFERENCE_MONITOR,
+    TASK,
     RuleBook,
     RuleSet,
     RuleSetError,
+    RulesetEvaluation,
+    calibrate_recorded,
+    calibrate_rules,
+    evaluate_rules,
     load_ruleset,
+    record_evaluations,
+    rulebook,
+    ruleset_evaluations,
     shipped_rulesets,
+    write_ruleset,
 )
-from rolltape.schemas import RulesetEvaluation
 
 app = typer.Typer(
     help="Calibrate rule sets on healthy runs of the reference task and measure their alarms.",
@@ -137,42 +134,37 @@ def calibrate_command(
     start = _ruleset(base, "--base")
     if session and not from_log:
         raise CliError("--session names recorded runs: add --from-log")
-    try:
-        if from_log:
-            if scenario or epochs or seeds:
-                raise CliError(
-                    "--scenario, --seeds and --epochs train runs; --from-log reads recorded ones"
-                )
-            rules, found = calibrate_recorded(
-                settings(),
-                name=name or f"{task.replace('/', '-')}-calibrated",
-                task=task,
-                sessions=tuple(session or ()),
-                quantiles=_quantiles(quantiles),
-                margin=margin,
-                relative_r2=relative_r2,
-                base=start,
+    if from_log:
+        if scenario or epochs or seeds:
+            raise CliError(
+                "--scenario, --seeds and --epochs train runs; --from-log reads recorded ones"
             )
-            console.print(f"read {len(found.runs)} recorded run(s) of {task}")
-            for sid, why in sorted(found.skipped.items()):
-                console.print(f"  left out {sid}: {why}", highlight=False)
-        else:
-            _reference_task(task)
-            rules = calibrate_rules(
-                name=name or DIGITS_CALIBRATED,
-                scenarios=tuple(scenario or HEALTHY),
-                seeds=tuple(range(seeds or 10)),
-                epochs=epochs,
-                quantiles=_quantiles(quantiles),
-                margin=margin,
-                relative_r2=relative_r2,
-                base=start,
-                progress=_progress,
-            )
-    except ValueError as exc:  # what calibrate says of the runs it was given
-        if isinstance(exc, CliError | InfraError):
-            raise
-        raise CliError(f"cannot calibrate: {exc}") from exc
+        rules, found = calibrate_recorded(
+            settings(),
+            name=name or f"{task.replace('/', '-')}-calibrated",
+            task=task,
+            sessions=tuple(session or ()),
+            quantiles=_quantiles(quantiles),
+            margin=margin,
+            relative_r2=relative_r2,
+            base=start,
+        )
+        console.print(f"read {len(found.runs)} recorded run(s) of {task}")
+        for sid, why in sorted(found.skipped.items()):
+            console.print(f"  left out {sid}: {why}", highlight=False)
+    else:
+        _reference_task(task)
+        rules = calibrate_rules(
+            name=name or DIGITS_CALIBRATED,
+            scenarios=tuple(scenario or HEALTHY),
+            seeds=tuple(range(seeds or 10)),
+            epochs=epochs,
+            quantiles=_quantiles(quantiles),
+            margin=margin,
+            relative_r2=relative_r2,
+            base=start,
+            progress=_progress,
+        )
     write_ruleset(rules, out)
     console.print(f"wrote {rules.label} to {out}")
     table = Table(title=f"settings changed from {start.label}", title_justify="left")

@@ -10,6 +10,7 @@ the spill sorted into export order, and lines go to their files as they are rend
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -19,9 +20,11 @@ import orjson
 from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
+from rolltape.infra.broker import require_connection
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.kafka.spill import SpilledStore
+from rolltape.infra.keys import JudgeKeyError, judge_key
 from rolltape.infra.settings import Settings
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import (
@@ -33,7 +36,9 @@ from rolltape.projections import (
     ExportLine,
     ExportOptions,
     FoldError,
+    Format,
     Manifest,
+    Selection,
     SessionEvidence,
     Trajectory,
     build_export,
@@ -41,11 +46,31 @@ from rolltape.projections import (
     session_evidence,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, Stream, TypedEvent, versioned_stream
+from rolltape.schemas import LIVE_JUDGE_VERSION, Role, Stream, TypedEvent, versioned_stream
 from rolltape.schemas.clients import KafkaConnection
 
 if TYPE_CHECKING:
     from rolltape.schemas.privacy import Keyring
+
+__all__ = [
+    "LIVE_JUDGE_VERSION",
+    "META_DIR",
+    "Collected",
+    "ExportError",
+    "ExportOptions",
+    "FolderSink",
+    "Format",
+    "Selection",
+    "collect",
+    "collect_judged",
+    "no_checkpoint_hint",
+    "open_tokenizer",
+    "prepare_folder",
+    "read_manifest",
+    "render_export",
+    "run_export",
+    "tokenizer_label",
+]
 
 
 class ExportError(InfraError, ValueError):
@@ -89,6 +114,49 @@ async def collect(
         Collected(judge_version, keyring),
         prefix=prefix,
         on_record=on_record,
+    )
+
+
+def collect_judged(
+    settings: Settings,
+    judge_version: str,
+    on_record: Callable[[int, int], None] | None = None,
+) -> Collected:
+    """`collect` from the topics of `settings`, read as the reader, with their keys."""
+    connection = require_connection(settings, Role.READER)
+    return asyncio.run(
+        collect(
+            connection,
+            prefix=settings.topic_prefix,
+            judge_version=judge_version,
+            on_record=on_record,
+            keys_from=settings,
+        )
+    )
+
+
+def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
+    """Why an --evidence export left `sessions` out, naming the cause this machine can see:
+    without a judge key no worker using these settings signs anything, and a worker reads the
+    key only when it starts."""
+    left = f"{sessions} session(s) were left out because no signed checkpoint covers them"
+    key = judge_key(settings)
+    if not key.exists():
+        return (
+            f"{left}: there is no judge key at {key.path}, so the worker signs no checkpoints. "
+            "Create one with `rolltape keys init` (`rolltape broker up` and `rolltape demo` "
+            "create it when there is none) and restart `rolltape serve worker`: sessions it decides "
+            "from then on carry evidence"
+        )
+    try:
+        kid = key.key_id()
+    except JudgeKeyError as exc:
+        return f"{left}: the judge key is unusable: {exc}"
+    return (
+        f"{left}: the judge key {kid} exists ({key.path}) but no worker signed them. Is "
+        "`rolltape serve worker` running and caught up? A worker reads the key when it starts: "
+        "sessions decided by one started before the key existed stay unsigned; restart it "
+        "for the sessions to come"
     )
 
 

@@ -7,13 +7,14 @@ The pure part is rolltape.projections (`fold_prompts`); this reads and writes Ka
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
@@ -45,6 +46,7 @@ from rolltape.producers.prompts import (
 )
 from rolltape.projections import (
     PROMPT_EVENT_TYPES,
+    Decided,
     PromptLookupError,
     PromptTarget,
     fold_prompts,
@@ -63,6 +65,32 @@ from rolltape.schemas import (
     versioned_stream,
 )
 
+__all__ = [
+    "Case",
+    "Decided",
+    "EvolvePlan",
+    "LoopTarget",
+    "PromotionRule",
+    "PromptLookupError",
+    "PromptTarget",
+    "RoundResult",
+    "ValidationError",
+    "check_evolve",
+    "choose_suite",
+    "chosen_version",
+    "evolve",
+    "history_of",
+    "judged_round",
+    "loop_target",
+    "plan_evolve",
+    "prompt_for",
+    "prompt_targets",
+    "read_prompt_targets",
+    "record_version",
+    "rejudge",
+    "verdicts_of",
+]
+
 
 async def prompt_targets(settings: Settings) -> dict[str, PromptTarget]:
     """Every prompt target the log holds, with its history."""
@@ -73,6 +101,40 @@ async def prompt_targets(settings: Settings) -> dict[str, PromptTarget]:
     ) as scanned:
         pairs = [(s.session_id, e) for s in scanned.sessions() for e in s.events]
     return fold_prompts(pairs)
+
+
+def read_prompt_targets(settings: Settings) -> dict[str, PromptTarget]:
+    """`prompt_targets`, read now."""
+    return asyncio.run(prompt_targets(settings))
+
+
+def history_of(targets: dict[str, PromptTarget], name: str) -> PromptTarget:
+    """The history of target `name` among `targets` (PromptLookupError saying how to record a
+    first version when there is none)."""
+    found = targets.get(name)
+    if found is None:
+        known = ", ".join(targets) or "none yet"
+        raise PromptLookupError(
+            f"the log holds no prompt target {name!r} (targets: {known}); record a first "
+            f"version with `rolltape prompts add {name} --file FILE --promote 'initial'`"
+        )
+    return found
+
+
+def judged_round(history: PromptTarget, number: int | None = None) -> tuple[int, Decided]:
+    """Judged round `number` of the target (from 1, in log order; default: the last) and its
+    number (PromptLookupError when there is no such round)."""
+    rounds = history.rounds()
+    if not rounds:
+        raise PromptLookupError(
+            f"no round of {history.name} was judged yet: run `rolltape prompts evolve`"
+        )
+    chosen = len(rounds) if number is None else number
+    if not 1 <= chosen <= len(rounds):
+        raise PromptLookupError(
+            f"{history.name} has rounds 1 to {len(rounds)} in the log, not {chosen}"
+        )
+    return chosen, rounds[chosen - 1]
 
 
 def record_version(

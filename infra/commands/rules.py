@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple
@@ -24,6 +25,8 @@ from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
 from rolltape.processors.rules import (
+    DIGITS_CALIBRATED,
+    REFERENCE_MONITOR,
     RuleBook,
     RuleSet,
     RuleSetError,
@@ -32,6 +35,7 @@ from rolltape.processors.rules import (
     goals,
     load_ruleset,
     measure,
+    shipped_rulesets,
 )
 from rolltape.schemas import (
     REFERENCE_TASK,
@@ -43,6 +47,31 @@ from rolltape.schemas import (
     Stream,
 )
 from rolltape.schemas.clients import KafkaConnection
+
+__all__ = [
+    "DIGITS_CALIBRATED",
+    "EVALUATION_SEED_OFFSET",
+    "HEALTHY",
+    "REFERENCE_MONITOR",
+    "TASK",
+    "CalibrationError",
+    "RecordedRuns",
+    "RecordedRunsError",
+    "RuleBook",
+    "RuleSet",
+    "RuleSetError",
+    "RulesetEvaluation",
+    "calibrate_recorded",
+    "calibrate_rules",
+    "evaluate_rules",
+    "load_ruleset",
+    "record_evaluations",
+    "recorded_runs",
+    "rulebook",
+    "ruleset_evaluations",
+    "shipped_rulesets",
+    "write_ruleset",
+]
 
 TASK = REFERENCE_TASK
 """The task whose scenarios these commands can run: the reference task (the harness's)."""
@@ -96,6 +125,21 @@ def _runs(
     return runs
 
 
+class CalibrationError(InfraError):
+    """The runs given do not calibrate (what `calibrate` says of them, or of a scenario that is
+    not there): `cannot calibrate: <why>`."""
+
+
+@contextmanager
+def _calibrating() -> Iterator[None]:
+    try:
+        yield
+    except ValueError as exc:
+        if isinstance(exc, InfraError):  # RecordedRunsError says what to pass itself
+            raise
+        raise CalibrationError(f"cannot calibrate: {exc}") from exc
+
+
 def calibrate_rules(
     *,
     name: str,
@@ -108,23 +152,25 @@ def calibrate_rules(
     base: RuleSet | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> RuleSet:
-    """A rule set calibrated on seeded healthy runs of the reference task."""
-    runs = [
-        run
-        for scenario in scenarios
-        for run in _runs(scenario, seeds, epochs, progress, simple=relative_r2)
-    ]
-    return calibrate(
-        runs,
-        base=base or RuleSet(),
-        name=name,
-        task=TASK,
-        scenarios=scenarios,
-        seeds=seeds,
-        quantiles=quantiles,
-        margin=margin,
-        relative_r2=relative_r2,
-    )
+    """A rule set calibrated on seeded healthy runs of the reference task (CalibrationError
+    when they do not calibrate)."""
+    with _calibrating():
+        runs = [
+            run
+            for scenario in scenarios
+            for run in _runs(scenario, seeds, epochs, progress, simple=relative_r2)
+        ]
+        return calibrate(
+            runs,
+            base=base or RuleSet(),
+            name=name,
+            task=TASK,
+            scenarios=scenarios,
+            seeds=seeds,
+            quantiles=quantiles,
+            margin=margin,
+            relative_r2=relative_r2,
+        )
 
 
 class RecordedRunsError(InfraError, ValueError):
@@ -210,20 +256,21 @@ def calibrate_recorded(
     base: RuleSet | None = None,
 ) -> tuple[RuleSet, RecordedRuns]:
     """A rule set calibrated on healthy runs of any task recorded in the log (`recorded_runs`),
-    and the runs it read and left out."""
-    found = recorded_runs(settings, task=task, sessions=sessions)
-    rules = calibrate(
-        [metrics for _, metrics in found.runs],
-        base=base or RuleSet(),
-        name=name,
-        task=task,
-        scenarios=(),
-        seeds=(),
-        sessions=sorted(sid for sid, _ in found.runs),
-        quantiles=quantiles,
-        margin=margin,
-        relative_r2=relative_r2,
-    )
+    and the runs it read and left out (CalibrationError when they do not calibrate)."""
+    with _calibrating():
+        found = recorded_runs(settings, task=task, sessions=sessions)
+        rules = calibrate(
+            [metrics for _, metrics in found.runs],
+            base=base or RuleSet(),
+            name=name,
+            task=task,
+            scenarios=(),
+            seeds=(),
+            sessions=sorted(sid for sid, _ in found.runs),
+            quantiles=quantiles,
+            margin=margin,
+            relative_r2=relative_r2,
+        )
     return rules, found
 
 

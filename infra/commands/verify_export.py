@@ -26,10 +26,26 @@ from rolltape.projections import (
     Trajectory,
     evidence_problems,
     fold,
+    read_erasures,
 )
 from rolltape.projections.exporters import ChatTokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, SchemaError
-from rolltape.schemas.trust import key_id
+from rolltape.schemas.trust import key_id, load_public_key
+
+
+def public_key(path: Path) -> Ed25519PublicKey:
+    """The judge's public key in the PEM file `path` (ExportError when it holds none)."""
+    try:
+        return load_public_key(path.read_bytes())
+    except ValueError as exc:  # schemas.trust refuses what is not an Ed25519 public key
+        raise ExportError(
+            f"{path}: {exc}; pass the judge's public key as `rolltape keys export FILE` writes it"
+        ) from exc
+
+
+def erasure_list(path: Path, key: Ed25519PublicKey) -> ErasureList:
+    """The erasures file `path` (`rolltape privacy export-erasures`), checked with `key`."""
+    return read_erasures(path.read_bytes(), key)
 
 
 class ExportProblem(BaseModel):

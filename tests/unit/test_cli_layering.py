@@ -28,11 +28,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.producers",
         "rolltape.schemas",
     },
-    "_rollouts": {
-        "rolltape.producers.environments",
-        "rolltape.schemas",
-        "rolltape.schemas.clients",
-    },
     "bench": {
         "rolltape.infra.bench.batch",
         "rolltape.infra.bench.capture",
@@ -48,47 +43,6 @@ _NOT_YET_MOVED: dict[str, set[str]] = {
         "rolltape.infra.bench.replay",
         "rolltape.infra.bench.rules",
     },
-    "cron": {"pydantic", "rolltape.producers.agent", "rolltape.producers.cron", "rolltape.schemas"},
-    "dataset": {
-        "cryptography.hazmat.primitives.asymmetric.ed25519",
-        "rolltape.infra.broker",
-        "rolltape.infra.keys",
-        "rolltape.infra.settings",
-        "rolltape.projections",
-        "rolltape.schemas",
-        "rolltape.schemas.trust",
-    },
-    "env": {
-        "rolltape.infra",
-        "rolltape.infra.judging",
-        "rolltape.producers.agent",
-        "rolltape.producers.environments",
-        "rolltape.projections",
-        "rolltape.schemas",
-    },
-    "harness": {
-        "rolltape.infra",
-        "rolltape.infra.broker",
-        "rolltape.infra.kafka.topics",
-        "rolltape.infra.settings",
-        "rolltape.producers.training",
-        "rolltape.schemas",
-    },
-    "otlp": {
-        "rolltape.infra._gc",
-        "rolltape.infra.broker",
-        "rolltape.infra.settings",
-        "rolltape.producers.parsing",
-        "rolltape.schemas",
-        "rolltape.schemas.clients",
-    },
-    "prompts": {
-        "pydantic",
-        "rolltape.producers.prompts",
-        "rolltape.projections",
-        "rolltape.schemas",
-    },
-    "rules": {"rolltape.infra._errors", "rolltape.processors.rules", "rolltape.schemas"},
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rolltape.infra.cli.dataset import no_checkpoint_hint
+from rolltape.infra.commands.export import no_checkpoint_hint
 from rolltape.infra.keys import judge_key
 from rolltape.infra.settings import Settings
 
