@@ -22,11 +22,11 @@ from rolltape.producers._follow import LogFollower, rules_and_verdicts_follower
 from rolltape.producers._recorder import (
     FlushResult,
     Recorder,
-    Session,
     default_state_dir,
     spool_dir_in,
 )
 from rolltape.producers._sender_config import SPOOL_MAX_BYTES
+from rolltape.producers._session import Session
 from rolltape.producers._spawn import fresh_interpreter
 from rolltape.producers._tools import ToolRun, current_session, record_tool
 from rolltape.producers._world import (

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from rolltape.schemas import result_failed
 
 if TYPE_CHECKING:
-    from rolltape.producers._recorder import Session
+    from rolltape.producers._session import Session
 
 _current: contextvars.ContextVar[Session | None] = contextvars.ContextVar(
     "rolltape_session", default=None

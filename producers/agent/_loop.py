@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rolltape.producers._recorder import Session
+from rolltape.producers._session import Session
 from rolltape.producers._tools import result_text
 from rolltape.producers.agent._tools import Tool
 from rolltape.producers.parsing import check_family, parse

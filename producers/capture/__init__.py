@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from rolltape.producers._recorder import Session
+from rolltape.producers._session import Session
 from rolltape.producers._tools import current_session
 from rolltape.producers.capture._conversation import Conversation, as_dict
 from rolltape.producers.capture._reply import Reply, StreamAssembler

@@ -25,7 +25,7 @@ from rolltape.producers.parsing import parse, split_reasoning, structured_calls
 from rolltape.schemas import ToolSpec
 
 if TYPE_CHECKING:
-    from rolltape.producers._recorder import Session
+    from rolltape.producers._session import Session
 
 log = logging.getLogger("rolltape.producers.capture")
 

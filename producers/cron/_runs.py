@@ -16,7 +16,7 @@ from rolltape.schemas import CronJob
 from rolltape.schemas.plugins import PluginLoadError, load_object
 
 if TYPE_CHECKING:
-    from rolltape.producers._recorder import Session
+    from rolltape.producers._session import Session
 
 #: Set in the environment of a scheduler and of whatever its runs start, so a subprocess of a
 #: run (a `rolltape cron add` in a tool's shell) is refused too.

@@ -26,7 +26,7 @@ from rolltape.producers.agent import AgentResult, Tool, file_tools
 from rolltape.schemas import JudgeSpec, Verdict
 
 if TYPE_CHECKING:
-    from rolltape.producers._recorder import Session
+    from rolltape.producers._session import Session
 
 ITEM_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 

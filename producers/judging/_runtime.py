@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.producers._errors import JudgeError
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers._recorder import Recorder
+from rolltape.producers._session import Session
 from rolltape.producers.agent import SandboxLimits
 from rolltape.producers.judging._inputs import JudgeInputs, WorldView
 from rolltape.producers.judging._null import run_null

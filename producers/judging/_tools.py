@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from rolltape.producers._errors import JudgeError
-from rolltape.producers._recorder import Session
+from rolltape.producers._session import Session
 from rolltape.producers.agent import (
     Sandbox,
     SandboxLimits,

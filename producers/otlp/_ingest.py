@@ -35,7 +35,8 @@ from typing import Any
 import orjson
 
 from rolltape.producers._errors import RecorderError
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers._recorder import Recorder
+from rolltape.producers._session import Session
 from rolltape.producers.otlp._applied import Applied
 from rolltape.producers.otlp._events import completes, event_kind, joined
 from rolltape.producers.otlp._genai import (

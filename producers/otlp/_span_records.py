@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolltape.producers._recorder import Session
+from rolltape.producers._session import Session
 from rolltape.producers.capture._conversation import Conversation
 from rolltape.producers.otlp._genai import (
     INFERENCE_OPERATIONS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rolltape.producers._recorder import Session
+from rolltape.producers._session import Session
 from rolltape.producers.otlp._events import has_content
 from rolltape.producers.otlp._genai import INFERENCE_OPERATIONS, operation
 from rolltape.producers.otlp._grouping import grouped_session_id, grouping, session_id_for

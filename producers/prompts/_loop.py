@@ -23,7 +23,8 @@ from typing import Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rolltape.producers._errors import PromptLoopError
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers._recorder import Recorder
+from rolltape.producers._session import Session
 from rolltape.producers.prompts._review import Reviewer
 from rolltape.producers.prompts._tuner import Tuner, TunerBrief
 from rolltape.schemas import (

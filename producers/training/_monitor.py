@@ -29,7 +29,8 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from rolltape.producers._errors import MonitorError
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers._recorder import Recorder
+from rolltape.producers._session import Session
 from rolltape.producers.training._kinds import activation_kind
 from rolltape.producers.training._spec import layers_of, model_spec
 from rolltape.producers.training._stats import (

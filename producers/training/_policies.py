@@ -19,7 +19,8 @@ from typing import Any, Final, Protocol
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolltape.producers._errors import HarnessError
-from rolltape.producers._recorder import Recorder, Session
+from rolltape.producers._recorder import Recorder
+from rolltape.producers._session import Session
 from rolltape.producers.training._digits import ArchitectureSpec
 from rolltape.schemas import (
     POLICY_PROMPT_TARGET,

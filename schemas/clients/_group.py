@@ -18,9 +18,9 @@ where the group committed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from rolltape.schemas.clients._consumer import HeldConsumer
 from rolltape.schemas.clients._errors import KafkaClientError, kafka_errors
 
 if TYPE_CHECKING:
@@ -76,12 +76,14 @@ class GroupNotStartedError(KafkaClientError):
     """The member was used before `start()` (or `async with`): a mistake in the caller."""
 
 
-class GroupMember:
+class GroupMember(HeldConsumer):
     """A member of consumer group `group_id` reading `topics`; enter it with `async with`.
 
     Offsets are committed only by `commit` (never automatically): what a member commits is what
     it has finished, and a member that takes a partition over starts there.
     """
+
+    not_started = GroupNotStartedError
 
     def __init__(
         self,
@@ -97,11 +99,7 @@ class GroupMember:
         """`co_partitioned`: the topics are partitioned alike (by session), and a member gets
         the same partition of each (Kafka's range assignor). `settings` go to the consumer
         (timeouts, fetch sizes)."""
-        self._connection = connection
-        self._group_id = group_id
-        self._topics = list(topics)
-        self._ownership = ownership
-        self._settings: dict[str, Any] = {
+        settings = {
             "group_id": group_id,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest" if from_beginning else "latest",
@@ -110,46 +108,18 @@ class GroupMember:
         if co_partitioned:
             from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
-            self._settings["partition_assignment_strategy"] = (RangePartitionAssignor,)
-        self._consumer_instance: AIOKafkaConsumer | None = None
+            settings["partition_assignment_strategy"] = (RangePartitionAssignor,)
+        super().__init__(connection, settings)
+        self._group_id = group_id
+        self._topics = list(topics)
+        self._ownership = ownership
         self._doing = f"reading {', '.join(self._topics)} in group {group_id} on {connection}"
 
-    @property
-    def _consumer(self) -> AIOKafkaConsumer:
-        if self._consumer_instance is None:
-            raise GroupNotStartedError(
-                f"group member of {self._group_id} used before start(): use `async with`"
-            )
-        return self._consumer_instance
+    def _starting(self) -> str:
+        return f"joining group {self._group_id} on {self._connection}"
 
-    async def start(self) -> Self:
-        # Made here, inside the running loop (aiokafka binds a consumer to the loop it is
-        # made in), not in __init__.
-        with kafka_errors(f"joining group {self._group_id} on {self._connection}"):
-            consumer = self._connection.consumer(**self._settings)
-            await consumer.start()
-            self._consumer_instance = consumer
-            consumer.subscribe(self._topics, listener=_listener(self._ownership))
-        return self
-
-    async def stop(self) -> None:
-        """Leave the group (its partitions go to the others at once)."""
-        if self._consumer_instance is None:
-            return
-        consumer, self._consumer_instance = self._consumer_instance, None
-        with kafka_errors(f"leaving group {self._group_id}"):
-            await consumer.stop()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()
+    async def _started(self, consumer: AIOKafkaConsumer) -> None:
+        consumer.subscribe(self._topics, listener=_listener(self._ownership))
 
     # -- reading ---------------------------------------------------------------------------------
     def owned(self) -> frozenset[Partition]:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
+from rolltape.schemas.clients._consumer import HeldConsumer
 from rolltape.schemas.clients._errors import KafkaClientError, KafkaUnavailableError, kafka_errors
 from rolltape.schemas.clients._group import Fetched, Partition, fetched, theirs
 
 if TYPE_CHECKING:
-    from aiokafka import AIOKafkaConsumer
-
     from rolltape.schemas.clients._connection import KafkaConnection
 
 
@@ -57,65 +55,31 @@ async def partitions_of(connection: KafkaConnection, topics: Sequence[str]) -> l
     )
 
 
-class LogReader:
+class LogReader(HeldConsumer):
     """One consumer with no group, reading the partitions given to `assign`; enter it with
     `async with`. `settings` go to the consumer (fetch sizes and waits)."""
 
+    not_started = ReaderNotStartedError
+
     def __init__(self, connection: KafkaConnection, **settings: Any) -> None:
-        self._connection = connection
-        self._settings: dict[str, Any] = {
-            "enable_auto_commit": False,
-            "auto_offset_reset": "earliest",
-            "fetch_max_wait_ms": 100,
-            "max_partition_fetch_bytes": 4 << 20,
-            **settings,
-        }
-        self._consumer_instance: AIOKafkaConsumer | None = None
+        super().__init__(
+            connection,
+            {
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+                "fetch_max_wait_ms": 100,
+                "max_partition_fetch_bytes": 4 << 20,
+                **settings,
+            },
+        )
         self._owned: tuple[Partition, ...] = ()
         self._doing = f"reading on {connection}"
-
-    @property
-    def _consumer(self) -> AIOKafkaConsumer:
-        if self._consumer_instance is None:
-            raise ReaderNotStartedError("the log reader was used before start(): use `async with`")
-        return self._consumer_instance
 
     @property
     def connections(self) -> Any:
         """The consumer's connections to the cluster: the worker's faust shell commits its
         positions to faust's group over them (`processors/worker/_group_positions.py`)."""
         return self._consumer._client
-
-    async def start(self) -> Self:
-        # Made here, inside the running loop (aiokafka binds a consumer to the loop it is made
-        # in), not in __init__.
-        with kafka_errors(f"connecting a reader to {self._connection}"):
-            consumer = self._connection.consumer(**self._settings)
-            try:
-                await consumer.start()
-            except BaseException:
-                await consumer.stop()
-                raise
-        self._consumer_instance = consumer
-        return self
-
-    async def stop(self) -> None:
-        if self._consumer_instance is None:
-            return
-        consumer, self._consumer_instance = self._consumer_instance, None
-        with kafka_errors(f"closing a reader of {self._connection}"):
-            await consumer.stop()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.stop()
 
     # -- where it reads --------------------------------------------------------------------------
     def assign(self, partitions: Iterable[Partition]) -> None:
