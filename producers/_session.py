@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 _EVENTS = Stream.EVENTS.value
 _MAX_WORLD_EVENT_BYTES = 900_000
 """A world_snapshot event is its manifest and a digest: under the record limit (1 MB)."""
-_time_ns = time.time_ns
 C = TypeVar("C")
 
 _RECORDED_ELSEWHERE = {

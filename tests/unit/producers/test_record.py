@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from rolltape.producers import EventsRejectedError, Recorder, Session
 from rolltape.producers import _recorder as recorder_module
+from rolltape.producers import _session as session_module
 from rolltape.producers.privacy import Redaction, RedactionRule
 from rolltape.schemas import (
     Decision,
@@ -266,7 +267,7 @@ def test_record__writes_the_bytes_its_shortcut_or_its_dump_writes(
     assert len(after) == len(CASES) + 3  # session_started, the cases, the extra turn, ended
     assert after == before
     types = [read_event(v).type for v in after[1:-2]]
-    assert types == [recorder_module._RECORDED[type(model)] for model, _ in CASES]
+    assert types == [session_module._RECORDED[type(model)] for model, _ in CASES]
     extra = read_event(after[-2]).payload
     if "kek" in recorder:
         assert extra["content"] == "" and extra["sealed"]
