@@ -12,6 +12,7 @@ InfraError
 ├── TopicError            a topic rolltape needs exists in a shape it cannot use
 ├── KeysTopicStalledError the keys topic makes no progress (a live reader of content stops)
 ├── DemoError             a demo step did not produce what it should
+├── ReadModelError        the read model (its store, the indexer, a query; see infra.index)
 └── CliError              a problem the CLI finds itself (a setting that does not read)
 """
 
@@ -22,3 +23,8 @@ from rolltape.schemas import RolltapeError
 
 class InfraError(RolltapeError):
     """Root of every error rolltape.infra raises."""
+
+
+class ReadModelError(InfraError):
+    """The read model cannot do what was asked: its store is of another schema version or
+    cannot be opened, a query is wrong, an indexer lost a partition it was writing."""

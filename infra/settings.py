@@ -127,6 +127,16 @@ class Settings(BaseSettings):
     worker_stall_after_s: float = Field(default=30.0, gt=0)
     """A worker with records waiting on its partitions that processed nothing for this long
     restarts itself in place (faust can stop fetching after a rebalance)."""
+    index_url: str | None = None
+    """Where the read model is kept: `sqlite:PATH` (one file; the default,
+    state_dir/index/<topic_prefix>.sqlite3) or `postgresql://user@host/db` for many hosts and
+    many readers (docs/read-model.md)."""
+    index_group: str | None = None
+    """The indexers' consumer group (default `<topic_prefix>-index`): indexers in one group
+    share the partitions and write one store."""
+    index_batch_records: int = Field(default=5000, ge=1, le=100_000)
+    """Records an indexer folds and commits in one transaction, at most."""
+
     plugins: tuple[str, ...] = ()
     """Python modules the worker imports first, as a JSON list: they register custom LLM judges
     and reward functions (`register_llm_judge`, `register_reward`)."""
@@ -161,6 +171,10 @@ class Settings(BaseSettings):
         )
 
     @property
+    def index_group_id(self) -> str:
+        return self.index_group or f"{self.topic_prefix}-index"
+
+    @property
     def worker_group(self) -> str:
         """The worker's consumer group; its internal topics start with `<group>-`."""
         return self.worker_id or f"{self.topic_prefix}-worker"
@@ -187,6 +201,7 @@ class Settings(BaseSettings):
             "state_dir",
             "cache_dir",
             "kafka_version",
+            "index_url",
         )
         env = {}
         for name in fields:

@@ -9,18 +9,21 @@ PY=.venv/bin/python
 
 # Debian packages the tests use as they are: the run report is checked in a real headless
 # Chromium (tests never download a browser of their own), the agents' shell tool runs in a
-# bubblewrap sandbox, and a cluster's nodes and workers run on test hosts made with iproute2's
-# `ip netns`. One apt-get update for whatever is missing.
+# bubblewrap sandbox, a cluster's nodes and workers run on test hosts made with iproute2's
+# `ip netns`, and the read model's PostgreSQL store is tested against a real PostgreSQL server
+# (Debian keeps its initdb and pg_ctl in /usr/lib/postgresql/<version>/bin, off the PATH).
+# One apt-get update for whatever is missing.
 packages=()
 command -v chromium >/dev/null 2>&1 || packages+=(chromium)
 command -v bwrap >/dev/null 2>&1 || packages+=(bubblewrap)
 command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || packages+=(postgresql)
 if [ ${#packages[@]} -gt 0 ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "== installing Debian's ${packages[*]} (for the report, sandbox and test-host tests)"
+    echo "== installing Debian's ${packages[*]} (for the report, sandbox, test-host and PostgreSQL tests)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
   else
-    echo "${packages[*]} missing and cannot be installed here (needs root and apt-get): without chromium the report test fails, without bubblewrap the sandbox tests do, without iproute2 the test-host tests are skipped" >&2
+    echo "${packages[*]} missing and cannot be installed here (needs root and apt-get): without chromium the report test fails, without bubblewrap the sandbox tests do, without iproute2 the test-host tests are skipped, without postgresql the read model's PostgreSQL tests fail" >&2
   fi
 fi
 

@@ -5,3 +5,6 @@ from hypothesis import settings
 
 settings.register_profile("rolltape", deadline=None, print_blob=True)
 settings.load_profile("rolltape")
+
+# The PostgreSQL server the read model's store is tested against (started on first use only).
+pytest_plugins = ["tests.support.postgres"]

@@ -26,6 +26,7 @@ from rolltape.infra.cli import (
     feed,
     harness,
     importing,
+    index,
     keys,
     otlp,
     parse,
@@ -37,6 +38,7 @@ from rolltape.infra.cli import (
     report,
     rules,
     schemas,
+    sessions,
     tail,
     verify,
     worker,
@@ -59,7 +61,8 @@ app = typer.Typer(
 #: or SIGTERM.
 serve = typer.Typer(
     help="Start a long-running service: the worker, the OTLP receiver, the projector, the live "
-    "feed to a trainer, the cron scheduler, an environment's Atropos server.",
+    "feed to a trainer, the cron scheduler, an environment's Atropos server, the read model's "
+    "indexer.",
     no_args_is_help=True,
 )
 _SERVICES: tuple[tuple[str, Callable[..., Any]], ...] = (
@@ -69,6 +72,7 @@ _SERVICES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("feed", feed.feed),
     ("cron", cron.scheduler),
     ("env", env.serve),
+    ("index", index.serve),
 )
 for name, command in _SERVICES:
     serve.command(name)(command)
@@ -91,6 +95,8 @@ for name, group in (
     ("broker", broker.app),
     ("serve", serve),
     ("log", log),
+    ("sessions", sessions.app),
+    ("index", index.app),
     ("dataset", dataset.app),
     ("import", importing.app),
     ("env", env.app),

@@ -355,3 +355,27 @@ def prompts(
     from rolltape.infra.bench.prompts import run_prompts_bench
 
     _show(run_prompts_bench(settings(), rounds=rounds, epochs=epochs), json_out)
+
+
+@app.command("index")
+def index_bench(
+    sessions: int = typer.Option(10_000, min=1, help="Sessions indexed (8 records each)."),
+    repeats: int = _repeats(3, " (of indexing)"),
+    queries: int = typer.Option(200, min=1, help="Askings of each query (p50 and p95)."),
+    store: str | None = typer.Option(
+        None,
+        "--store",
+        help="Index into this store (sqlite:PATH or postgresql://...; dropped first) instead "
+        "of fresh SQLite files.",
+    ),
+    json_out: bool = _json(),
+) -> None:
+    """The read model: indexing rate against decoding the same records in the same run, and the
+    p50/p95 of a list with three filters, a session lookup and a full-text search on the store
+    it built (no broker: the code's own cost)."""
+    from rolltape.infra.bench.index import run_index_bench
+
+    _show(
+        run_index_bench(sessions=sessions, repeats=repeats, queries=queries, store_url=store),
+        json_out,
+    )

@@ -86,7 +86,9 @@ def export(
     since: Annotated[
         str | None, typer.Option(help="Only sessions started at or after (ISO 8601).")
     ] = None,
-    until: Annotated[str | None, typer.Option(help="Sessions started before (ISO 8601).")] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only sessions started before (ISO 8601).")
+    ] = None,
     include_unfinished: Annotated[bool, typer.Option(help="Also sessions not ended yet.")] = False,
     include_broken: Annotated[bool, typer.Option(help="Also sessions with chain breaks.")] = False,
     shard_lines: Annotated[int, typer.Option(min=1, help="Lines per output file.")] = 10_000,

@@ -47,13 +47,16 @@ class HeldConsumer:
             consumer = self._connection.consumer(**self._settings)
             try:
                 await consumer.start()
+                # Held before `_started`: a group may assign partitions as soon as the member
+                # subscribes, and what it is told then (seek to a stored position) uses it.
+                self._consumer_instance = consumer
                 await self._started(consumer)
             except BaseException:
+                self._consumer_instance = None
                 # A consumer that failed to start still holds connections: stop it too.
                 with contextlib.suppress(Exception):
                     await consumer.stop()
                 raise
-        self._consumer_instance = consumer
         return self
 
     async def stop(self) -> None:

@@ -146,6 +146,12 @@ class GroupMember(HeldConsumer):
             ends = await self._consumer.end_offsets([theirs(p) for p in partitions])
         return {Partition(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
 
+    def seek(self, partition: Partition, offset: int) -> None:
+        """Fetch `partition` from `offset` on: for a member that keeps its own positions (the
+        indexer's, in its store), seeking there when a partition is assigned."""
+        with kafka_errors(self._doing):
+            self._consumer.seek(theirs(partition), offset)
+
     async def seek_to_beginning(self, *partitions: Partition) -> None:
         with kafka_errors(self._doing):
             await self._consumer.seek_to_beginning(*(theirs(p) for p in partitions))

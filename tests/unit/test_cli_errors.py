@@ -173,6 +173,22 @@ CASES = [
     Case(("import", "hermes"), ("{tmp}/missing.jsonl",), "missing.jsonl is not a file"),
     Case(("import", "env-rl"), ("{tmp}/missing",), "missing is not a folder"),
     Case(("serve", "feed"), ("--url", "http://127.0.0.1:1", "--group-size", "2"), NO_BROKER),
+    # The read model: the indexer needs a broker; its queries need a store, and say how to
+    # make one when there is none; a wrong filter or address says what is wrong.
+    Case(("serve", "index"), said=NO_BROKER),
+    Case(("index", "rebuild"), said=NO_BROKER),
+    Case(("index", "status"), said="no read model at"),
+    Case(("sessions", "list"), said="start the indexer (`rolltape serve index`)"),
+    Case(("sessions", "list"), ("--status", "done"), "the filter does not read"),
+    Case(("sessions", "list"), ("--since", "monday"), "nor a time ago", usage=True),
+    Case(("sessions", "show"), ("s-1",), "no read model at"),
+    Case(("sessions", "search"), ("parser",), "no read model at"),
+    Case(
+        ("sessions", "sql"),
+        ("SELECT 1",),
+        "is neither sqlite:PATH nor postgresql://",
+        env={"ROLLTAPE_INDEX_URL": "mysql://db"},
+    ),
     Case(
         ("harness", "run"),
         ("--policy", "llm"),

@@ -1,0 +1,106 @@
+"""rolltape.infra.index: the read model, a projection of the log into a store built for queries.
+
+`open_store` opens the store the settings name (SQLite by default, PostgreSQL for many hosts);
+`IndexStore` is its port: the indexer's writes (rows and positions in one transaction) and the
+typed queries (`list_sessions`, `session`, `search`, `sql`). `Indexer` is the service that keeps
+it up to date (`rolltape serve index`). docs/read-model.md documents the schema.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rolltape.infra.index._indexer import INDEXED_STREAMS, Indexer, IndexProgress
+from rolltape.infra.index._queries import (
+    ChainInfo,
+    CheckpointInfo,
+    DecisionInfo,
+    FilterInfo,
+    Page,
+    PositionInfo,
+    QueryError,
+    RuleFiring,
+    SearchHit,
+    SessionDetail,
+    SessionFilter,
+    SessionSummary,
+    SqlResult,
+    StoreInfo,
+    ToolCallInfo,
+    VerdictInfo,
+    WorldInfo,
+)
+from rolltape.infra.index._schema import SCHEMA_VERSION, TABLE_NAMES
+from rolltape.infra.index._store import (
+    PAGE_MAX,
+    IndexStore,
+    PositionConflictError,
+    StoreVersionError,
+)
+from rolltape.infra.settings import Settings
+
+
+def store_url(settings: Settings) -> str:
+    """The read model's address: `ROLLTAPE_INDEX_URL`, else the SQLite file under the state
+    folder named after the topic prefix."""
+    if settings.index_url:
+        return settings.index_url
+    return f"sqlite:{settings.state_dir / 'index' / f'{settings.topic_prefix}.sqlite3'}"
+
+
+def open_store(url: str, *, prefix: str, create: bool = True) -> IndexStore:
+    """The store at `url`, its schema made where there is none (`create`), checked against this
+    version and topic prefix (StoreVersionError)."""
+    store: IndexStore
+    if url.startswith(("postgresql://", "postgres://")):
+        from rolltape.infra.index._postgres import PostgresStore
+
+        store = PostgresStore(url)
+    elif url.startswith("sqlite:"):
+        from rolltape.infra.index._sqlite import SQLiteStore
+
+        store = SQLiteStore(Path(url.removeprefix("sqlite:")).expanduser())
+    else:
+        raise QueryError(
+            f"the read model's address {url!r} is neither sqlite:PATH nor postgresql://...: "
+            "fix ROLLTAPE_INDEX_URL"
+        )
+    if create:
+        try:
+            store.create(prefix)
+        except BaseException:
+            store.close()
+            raise
+    return store
+
+
+__all__ = [
+    "INDEXED_STREAMS",
+    "PAGE_MAX",
+    "SCHEMA_VERSION",
+    "TABLE_NAMES",
+    "ChainInfo",
+    "CheckpointInfo",
+    "DecisionInfo",
+    "FilterInfo",
+    "IndexProgress",
+    "IndexStore",
+    "Indexer",
+    "Page",
+    "PositionConflictError",
+    "PositionInfo",
+    "QueryError",
+    "RuleFiring",
+    "SearchHit",
+    "SessionDetail",
+    "SessionFilter",
+    "SessionSummary",
+    "SqlResult",
+    "StoreInfo",
+    "StoreVersionError",
+    "ToolCallInfo",
+    "VerdictInfo",
+    "WorldInfo",
+    "open_store",
+    "store_url",
+]
