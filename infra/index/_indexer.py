@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from rolltape.infra._errors import ReadModelError
 from rolltape.infra.index._store import IndexStore, PositionConflictError
 from rolltape.projections.index import Record, fold_batch
-from rolltape.schemas import Stream, stream_of_topic, topic_name
+from rolltape.schemas import CHAINED_STREAMS, Stream, stream_of_topic, topic_name
 from rolltape.schemas.clients import (
     Fetched,
     GroupMember,
@@ -33,16 +33,7 @@ from rolltape.schemas.clients import (
 
 _log = logging.getLogger(__name__)
 
-INDEXED_STREAMS: tuple[Stream, ...] = (
-    Stream.EVENTS,
-    Stream.METRICS,
-    Stream.RULES,
-    Stream.VERDICTS,
-    Stream.FILTERED,
-    Stream.ERASURES,
-    Stream.BLOBS,
-    Stream.KEYS,
-)
+INDEXED_STREAMS: tuple[Stream, ...] = (*CHAINED_STREAMS, Stream.BLOBS, Stream.KEYS)
 """What the read model is made of: every chained stream, where worlds' blobs are, and the keys
 topic (which sessions name a subject, which were erased)."""
 

@@ -49,6 +49,7 @@ from rolltape.projections.index._rows import (
     WorldRow,
 )
 from rolltape.schemas import (
+    CHAINED_STREAMS,
     GENESIS_HASH,
     BlobError,
     DataKeyRecord,
@@ -496,9 +497,8 @@ def _arguments_text(arguments: Any) -> str:
     return " ".join(f"{k}={v}" for k, v in sorted(arguments.items()))
 
 
-CHAINED = frozenset(
-    {Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED, Stream.ERASURES}
-)
+CHAINED = frozenset(CHAINED_STREAMS)
+"""The streams whose records are chained per session (counted where they extend a chain)."""
 
 _BY_TYPE: dict[str, Callable[[IndexFold, TypedEvent, Record], None]] = {
     "session_started": IndexFold._session_started,
