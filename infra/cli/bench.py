@@ -359,14 +359,16 @@ def prompts(
 
 @app.command("index")
 def index_bench(
-    sessions: int = typer.Option(10_000, min=1, help="Sessions indexed (8 records each)."),
+    sessions: int = typer.Option(
+        10_000, min=1, help="Sessions in each run (8 records each), indexed."
+    ),
     repeats: int = _repeats(3, " (of indexing)"),
     queries: int = typer.Option(200, min=1, help="Askings of each query (p50 and p95)."),
     store: str | None = typer.Option(
         None,
         "--store",
-        help="Index into this store (sqlite:PATH or postgresql://...; dropped first) instead "
-        "of fresh SQLite files.",
+        help="The read model to write: this store (sqlite:PATH or postgresql://...; dropped "
+        "first) instead of fresh SQLite files.",
     ),
     json_out: bool = _json(),
 ) -> None:

@@ -98,8 +98,8 @@ def rebuild(
         str | None,
         typer.Option(
             "--store",
-            help="Rebuild into this store (sqlite:PATH or postgresql://...) instead of the "
-            "settings' one, while its indexers run.",
+            help="The read model to write: this store (sqlite:PATH or postgresql://...) "
+            "instead of the settings' one, while its indexers run.",
         ),
     ] = None,
 ) -> None:
