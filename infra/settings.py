@@ -23,6 +23,11 @@ def _xdg(var: str, fallback: str) -> Path:
     return Path(base) if base else Path.home() / fallback
 
 
+INDEX_BATCH_RECORDS = 5000
+"""Records an indexer folds and commits in one transaction, at most (the default of
+`index_batch_records`)."""
+
+
 class Settings(BaseSettings):
     """rolltape's configuration; each field reads `ROLLTAPE_<FIELD>` from the environment."""
 
@@ -134,7 +139,7 @@ class Settings(BaseSettings):
     index_group: str | None = None
     """The indexers' consumer group (default `<topic_prefix>-index`): indexers in one group
     share the partitions and write one store."""
-    index_batch_records: int = Field(default=5000, ge=1, le=100_000)
+    index_batch_records: int = Field(default=INDEX_BATCH_RECORDS, ge=1, le=100_000)
     """Records an indexer folds and commits in one transaction, at most."""
 
     plugins: tuple[str, ...] = ()

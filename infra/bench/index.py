@@ -24,12 +24,12 @@ from pathlib import Path
 from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.index import SessionFilter, open_store
+from rolltape.infra.settings import INDEX_BATCH_RECORDS as BATCH
 from rolltape.projections.index import Record, fold_batch, keyed_subject
 from rolltape.schemas import ChainWriter, Stream, read_event, topic_name
 from rolltape.schemas.clients import key_partition
 
 PARTITIONS = 6
-BATCH = 5000
 GOAL_RATIO = 0.5
 GOAL_LIST_P95_MS = 50.0
 GOAL_LOOKUP_P95_MS = 5.0

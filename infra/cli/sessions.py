@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rolltape.infra.cli._common import CliError, console, err_console, settings
+from rolltape.infra.cli.dataset import parse_time
 from rolltape.infra.commands.sessions import (
     SessionDetail,
     SessionFilter,
@@ -38,7 +39,8 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_moment(text: str | None, option: str) -> int | None:
-    """ISO 8601 (no zone means UTC), or a time ago (`30m`, `12h`, `7d`, `2w`), to ms."""
+    """ISO 8601 (no zone means UTC, as `dataset export` reads it), or a time ago (`30m`,
+    `12h`, `7d`, `2w`), to ms."""
     if text is None:
         return None
     relative = _RELATIVE.match(text)
@@ -46,16 +48,14 @@ def parse_moment(text: str | None, option: str) -> int | None:
         ago = int(relative.group(1)) * _UNIT_S[relative.group(2)]
         return int((dt.datetime.now(dt.UTC).timestamp() - ago) * 1000)
     try:
-        moment = dt.datetime.fromisoformat(text)
-    except ValueError as exc:
+        moment_ns = parse_time(text, option)
+    except typer.BadParameter as exc:
         raise typer.BadParameter(
             f"{text!r} is neither an ISO 8601 date or time (2026-11-20, 2026-11-20T10:00:00Z) "
             "nor a time ago (30m, 12h, 7d, 2w)",
             param_hint=option,
         ) from exc
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return int(moment.timestamp() * 1000)
+    return None if moment_ns is None else moment_ns // 1_000_000
 
 
 def _filter(**given: Any) -> SessionFilter:

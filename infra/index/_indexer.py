@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from rolltape.infra._errors import ReadModelError
 from rolltape.infra.index._store import IndexStore, PositionConflictError
+from rolltape.infra.settings import INDEX_BATCH_RECORDS as BATCH_RECORDS
 from rolltape.projections.index import Record, fold_batch
 from rolltape.schemas import CHAINED_STREAMS, Stream, stream_of_topic, topic_name
 from rolltape.schemas.clients import (
@@ -36,9 +37,6 @@ _log = logging.getLogger(__name__)
 INDEXED_STREAMS: tuple[Stream, ...] = (*CHAINED_STREAMS, Stream.BLOBS, Stream.KEYS)
 """What the read model is made of: every chained stream, where worlds' blobs are, and the keys
 topic (which sessions name a subject, which were erased)."""
-
-BATCH_RECORDS = 5000
-"""Records per fetch, and so per transaction (`ROLLTAPE_INDEX_BATCH_RECORDS`)."""
 
 
 @dataclass
