@@ -37,6 +37,7 @@ from rolltape.projections._export import (
 )
 from rolltape.projections._feed import ContentKeys, FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold
+from rolltape.projections._narrowing import Narrowing, session_start
 from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._prompts import (
     PROMPT_EVENT_TYPES,
@@ -87,6 +88,7 @@ __all__ = [
     "MemorySink",
     "MemoryStore",
     "Message",
+    "Narrowing",
     "ProjectionError",
     "PromptLookupError",
     "PromptTarget",
@@ -111,6 +113,7 @@ __all__ = [
     "read_erasures",
     "run_projector",
     "session_evidence",
+    "session_start",
     "tool_failed",
     "trajectory_record",
 ]

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rolltape.projections._narrowing import Narrowing
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import (
     ChatTokenizer,
@@ -55,6 +56,8 @@ class Selection(BaseModel):
     such as training runs, are in neither)."""
     sessions: tuple[str, ...] = ()
     """Session ids or shell patterns (`run-7-*`); empty: all."""
+    tasks: tuple[str, ...] = ()
+    """Task texts (what `session_started` said, exactly); empty: all."""
     since_ns: int | None = None
     """Sessions that started at or after this time (the recorder's clock, ns)."""
     until_ns: int | None = None
@@ -64,12 +67,24 @@ class Selection(BaseModel):
     include_broken: bool = False
     """Sessions whose chains have a break (gap, bad link, tampered record, chain_broken event)."""
 
+    def narrowing(self) -> Narrowing:
+        """The ids, tasks and start window asked for: what a read model answers before a
+        record is read (an export reads, and counts, only the sessions it picks)."""
+        return Narrowing(
+            sessions=self.sessions,
+            tasks=self.tasks,
+            since_ns=self.since_ns,
+            until_ns=self.until_ns,
+        )
+
     def reason_to_skip(self, trajectory: Trajectory) -> str | None:
         """Why `trajectory` is not exported, or None when it is."""
         if self.sessions and not any(
             fnmatch.fnmatchcase(trajectory.session_id, p) for p in self.sessions
         ):
             return "session_not_selected"
+        if self.tasks and trajectory.task not in self.tasks:
+            return "task_not_selected"
         if self.since_ns is not None and trajectory.started_ns < self.since_ns:
             return "before_since"
         if self.until_ns is not None and trajectory.started_ns >= self.until_ns:

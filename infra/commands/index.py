@@ -9,41 +9,26 @@ writes on every host that shares the secret), and writes the store the settings 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
 from rolltape.infra._errors import ReadModelError
 from rolltape.infra.broker import require_connection
-from rolltape.infra.index import INDEXED_STREAMS, Indexer, IndexStore, open_store, store_url
+from rolltape.infra.index import (
+    INDEXED_STREAMS,
+    Indexer,
+    IndexStore,
+    open_store,
+    reading_store,
+    store_url,
+)
 from rolltape.infra.index import IndexProgress as IndexProgress
 from rolltape.infra.keys import redaction_secret
 from rolltape.infra.settings import Settings
 from rolltape.projections.index import keyed_subject
 from rolltape.schemas import Role, topic_name
 from rolltape.schemas.clients import LogReader, group_members, partitions_of
-
-
-def existing_store(settings: Settings) -> IndexStore:
-    """The store the settings name, for reading; a clear error where there is none yet."""
-    url = store_url(settings)
-    if url.startswith("sqlite:") and not Path(url.removeprefix("sqlite:")).expanduser().exists():
-        raise ReadModelError(
-            f"no read model at {url.removeprefix('sqlite:')}: start the indexer "
-            "(`rolltape serve index`), or build it once with `rolltape index rebuild`"
-        )
-    return open_store(url, prefix=settings.topic_prefix)
-
-
-@contextlib.contextmanager
-def reading_store(settings: Settings) -> Iterator[IndexStore]:
-    store = existing_store(settings)
-    try:
-        yield store
-    finally:
-        store.close()
 
 
 def _indexer(settings: Settings, store: IndexStore, group_id: str) -> Indexer:

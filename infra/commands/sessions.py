@@ -7,8 +7,7 @@ answers from it alone, with no broker: what the store holds is as fresh as its i
 
 from __future__ import annotations
 
-from rolltape.infra.commands.index import reading_store
-from rolltape.infra.index import Page, SearchHit, SqlResult
+from rolltape.infra.index import Page, SearchHit, SqlResult, reading_store
 from rolltape.infra.index import SessionDetail as SessionDetail
 from rolltape.infra.index import SessionFilter as SessionFilter
 from rolltape.infra.settings import Settings

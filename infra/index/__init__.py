@@ -11,6 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from rolltape.infra.index._indexer import INDEXED_STREAMS, Indexer, IndexProgress
+from rolltape.infra.index._located import (
+    IndexBlobLocator,
+    IndexHeadLocator,
+    behind,
+    existing_store,
+    locate_sessions,
+    reading_store,
+    scan_line,
+    store_url,
+)
 from rolltape.infra.index._queries import (
     ChainInfo,
     CheckpointInfo,
@@ -37,15 +47,6 @@ from rolltape.infra.index._store import (
     PositionConflictError,
     StoreVersionError,
 )
-from rolltape.infra.settings import Settings
-
-
-def store_url(settings: Settings) -> str:
-    """The read model's address: `ROLLTAPE_INDEX_URL`, else the SQLite file under the state
-    folder named after the topic prefix."""
-    if settings.index_url:
-        return settings.index_url
-    return f"sqlite:{settings.state_dir / 'index' / f'{settings.topic_prefix}.sqlite3'}"
 
 
 def open_store(url: str, *, prefix: str, create: bool = True) -> IndexStore:
@@ -83,6 +84,8 @@ __all__ = [
     "CheckpointInfo",
     "DecisionInfo",
     "FilterInfo",
+    "IndexBlobLocator",
+    "IndexHeadLocator",
     "IndexProgress",
     "IndexStore",
     "Indexer",
@@ -101,6 +104,11 @@ __all__ = [
     "ToolCallInfo",
     "VerdictInfo",
     "WorldInfo",
+    "behind",
+    "existing_store",
+    "locate_sessions",
     "open_store",
+    "reading_store",
+    "scan_line",
     "store_url",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Bumped by any change of a table or of what the fold writes; a store of another version is
 rebuilt (`rolltape index rebuild`)."""
 
@@ -61,6 +61,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     linked_session_id TEXT,
     group_id TEXT,
     started_ms BIGINT,
+    started_ns BIGINT,
     status TEXT,
     ended_ms BIGINT,
     end_seq BIGINT
@@ -237,6 +238,15 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     tree_size BIGINT NOT NULL,
     PRIMARY KEY (session_id, chain)
 );
+CREATE TABLE IF NOT EXISTS extents (
+    session_id TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    partition INTEGER NOT NULL,
+    first_offset BIGINT NOT NULL,
+    last_offset BIGINT NOT NULL,
+    records BIGINT NOT NULL,
+    PRIMARY KEY (session_id, topic, partition)
+);
 CREATE TABLE IF NOT EXISTS erased (
     session_id TEXT PRIMARY KEY
 );
@@ -274,6 +284,7 @@ TABLE_NAMES: tuple[str, ...] = (
     "judge_sessions",
     "checkpoints",
     "erased",
+    "extents",
     "texts",
 )
 """Every table of the read model, as `rolltape sessions sql` may read them."""
@@ -307,6 +318,7 @@ _SESSION = (
     "linked_session_id",
     "group_id",
     "started_ms",
+    "started_ns",
 )
 
 UPSERTS: dict[str, str] = {
@@ -426,6 +438,13 @@ UPSERTS: dict[str, str] = {
         "OR (excluded.seq = checkpoints.seq AND excluded.log < checkpoints.log)"
     ),
     "erased": _kept("erased", ("session_id",), ("session_id",)),
+    "extents": (
+        "INSERT INTO extents (session_id, topic, partition, first_offset, last_offset, records) "
+        "VALUES ({params}) ON CONFLICT (session_id, topic, partition) DO UPDATE SET "
+        "first_offset = {least}(extents.first_offset, excluded.first_offset), "
+        "last_offset = {greatest}(extents.last_offset, excluded.last_offset), "
+        "records = extents.records + excluded.records"
+    ),
     "positions": (
         "INSERT INTO positions (topic, partition, next_offset, last_ms, records, unreadable, "
         "tampered) VALUES ({params}) ON CONFLICT (topic, partition) DO UPDATE SET "

@@ -42,6 +42,7 @@ from rolltape.infra.index._queries import (
     encode_cursor,
 )
 from rolltape.infra.index._schema import SCHEMA_VERSION, Dialect, tables_ddl, upsert
+from rolltape.projections import Narrowing
 from rolltape.projections.index import ChainHead, ChainKey, IndexChanges, TextRow
 from rolltape.schemas import LIVE_JUDGE_VERSION, Stream
 
@@ -247,6 +248,120 @@ class IndexStore(abc.ABC):
                     f"read model, not at {at} where this indexer read it from: another indexer "
                     "took it over"
                 )
+
+    # -- where records lie (the readers' side) -------------------------------------------------
+    def picked_ids(self, narrowing: Narrowing, topics: Sequence[str]) -> list[str]:
+        """The sessions with records on `topics` that `narrowing` may pick: every one it picks,
+        and a sealed session's where the task is asked (the reader decides once it opened it;
+        see `Narrowing.picks`)."""
+        p = self.dialect.param
+        conds = [f"e.topic IN ({self._marks(len(topics))})"]
+        params: list[Any] = list(topics)
+        exact = narrowing.exact_ids()
+        if exact is not None:
+            conds.append(f"e.session_id IN ({self._marks(len(exact))})")
+            params.extend(exact)
+        elif narrowing.sessions:
+            prefixes = [x for x in narrowing.id_prefixes()]
+            if "" not in prefixes:
+                conds.append(
+                    "("
+                    + " OR ".join(f"substr(e.session_id, 1, {len(x)}) = {p}" for x in prefixes)
+                    + ")"
+                )
+                params.extend(prefixes)
+        if narrowing.tasks or narrowing.since_ns is not None or narrowing.until_ns is not None:
+            started = ["1 = 1"]
+            if narrowing.tasks:
+                started.append(
+                    f"(s.task IS NULL OR s.task IN ({self._marks(len(narrowing.tasks))}))"
+                )
+                params.extend(narrowing.tasks)
+            if narrowing.since_ns is not None:
+                started.append(f"s.started_ns >= {p}")
+                params.append(narrowing.since_ns)
+            if narrowing.until_ns is not None:
+                started.append(f"s.started_ns < {p}")
+                params.append(narrowing.until_ns)
+            conds.append(
+                f"e.session_id IN (SELECT s.session_id FROM sessions s WHERE {' AND '.join(started)})"
+            )
+        rows = self._fetch(
+            self.conn.cursor(),
+            f"SELECT DISTINCT e.session_id FROM extents e WHERE {' AND '.join(conds)} "
+            "ORDER BY e.session_id",
+            params,
+        )
+        return [str(sid) for (sid,) in rows if narrowing.picks_id(str(sid))]
+
+    def prefixed_ids(self, prefix: str, topics: Sequence[str]) -> list[str]:
+        """The record keys on `topics` that start with `prefix` (the checkpoint logs)."""
+        rows = self._fetch(
+            self.conn.cursor(),
+            f"SELECT DISTINCT session_id FROM extents WHERE topic IN ({self._marks(len(topics))}) "
+            f"AND substr(session_id, 1, {len(prefix)}) = {self.dialect.param} ORDER BY session_id",
+            [*topics, prefix],
+        )
+        return [str(sid) for (sid,) in rows]
+
+    def extents(
+        self, session_ids: Iterable[str], topics: Sequence[str]
+    ) -> dict[Partition, list[tuple[int, int]]]:
+        """Where the records keyed by `session_ids` lie on `topics`: per partition, the offset
+        ranges [first, last + 1) holding them, merged where they overlap or touch, in order."""
+        sids = sorted(set(session_ids))
+        spans: dict[Partition, list[tuple[int, int]]] = {}
+        cur = self.conn.cursor()
+        for start in range(0, len(sids), 500):
+            chunk = sids[start : start + 500]
+            rows = self._fetch(
+                cur,
+                "SELECT topic, partition, first_offset, last_offset FROM extents "
+                f"WHERE topic IN ({self._marks(len(topics))}) "
+                f"AND session_id IN ({self._marks(len(chunk))})",
+                [*topics, *chunk],
+            )
+            for topic, partition, first, last in rows:
+                spans.setdefault((str(topic), int(partition)), []).append(
+                    (int(first), int(last) + 1)
+                )
+        return {where: _merged(ranges) for where, ranges in sorted(spans.items())}
+
+    def first_offset(self, session_id: str, topic: str, partition: int) -> int | None:
+        """The offset of the first record keyed by `session_id` on that partition, if indexed."""
+        p = self.dialect.param
+        rows = self._fetch(
+            self.conn.cursor(),
+            "SELECT first_offset FROM extents "
+            f"WHERE session_id = {p} AND topic = {p} AND partition = {p}",
+            [session_id, topic, partition],
+        )
+        return int(rows[0][0]) if rows else None
+
+    def resume_offset(self, session_id: str, topic: str, partition: int) -> int:
+        """Where a resuming writer may start reading that partition for the session's head: its
+        first record's offset, or, where the session has none indexed there, the offset the
+        read model has indexed up to (every record of the session lies at or after it)."""
+        first = self.first_offset(session_id, topic, partition)
+        if first is not None:
+            return first
+        return self.positions().get((topic, partition), 0)
+
+    def blob_offsets(self, digests: Iterable[str]) -> dict[int, list[int]]:
+        """Partition -> the offsets of the latest record of every chunk of these blobs."""
+        wanted = sorted(set(digests))
+        found: dict[int, set[int]] = {}
+        cur = self.conn.cursor()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self._fetch(
+                cur,
+                f'SELECT partition, "offset" FROM blobs WHERE sha256 IN ({self._marks(len(chunk))})',
+                chunk,
+            )
+            for partition, offset in rows:
+                found.setdefault(int(partition), set()).add(int(offset))
+        return {p: sorted(offsets) for p, offsets in sorted(found.items())}
 
     # -- queries -----------------------------------------------------------------------------------
     def count(self, where: SessionFilter | None = None) -> int:
@@ -789,3 +904,14 @@ class IndexStore(abc.ABC):
 _SUMMARY_COLUMNS = (
     "s.session_id, s.kind, s.task, s.model, s.trainable, s.status, s.started_ms, s.ended_ms"
 )
+
+
+def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Offset ranges [start, end) in order, those that overlap or touch made one."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out

@@ -10,7 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection,
 from typing import NamedTuple
 
 from rolltape.schemas import DEFAULT_PREFIX, ChainVerifier, Stream, stream_of_topic, topic_name
-from rolltape.schemas.clients import Fetched, KafkaConnection, LogReader, partitions_of
+from rolltape.schemas.clients import Fetched, KafkaConnection, LogReader, Partition, partitions_of
 
 
 async def partition_counts(connection: KafkaConnection, topics: Sequence[str]) -> dict[str, int]:
@@ -106,6 +106,86 @@ async def read_records(
                     m.timestamp_ms,
                     m.headers,
                 )
+
+
+class LogSpan(NamedTuple):
+    """Where a read of some topics begins and ends: each partition's first offset still held
+    and its end offset when the span was taken. A read by the read model and a scan that
+    share a span read up to the same records."""
+
+    starts: dict[Partition, int]
+    ends: dict[Partition, int]
+
+
+async def log_span(connection: KafkaConnection, streams: Sequence[Stream], prefix: str) -> LogSpan:
+    """The span of the streams' topics as they are now."""
+    assigned = await partitions_of(connection, [topic_name(s, prefix) for s in streams])
+    if not assigned:
+        return LogSpan({}, {})
+    async with LogReader(connection) as reader:
+        starts = await reader.beginning_offsets(assigned)
+        ends = await reader.end_offsets(assigned)
+    return LogSpan(starts, ends)
+
+
+class Located(NamedTuple):
+    """The records a read model says a reader needs: these keys (None: every one), within these
+    offset ranges [start, end) of each partition (every other record of the ranges is
+    skipped), of a span whose starts and ends are those a scan taken at the same moment would
+    have."""
+
+    span: LogSpan
+    ranges: dict[Partition, list[tuple[int, int]]]
+    keys: frozenset[bytes] | None
+
+
+async def read_located(
+    connection: KafkaConnection,
+    streams: Sequence[Stream],
+    located: Located,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
+) -> AsyncGenerator[RawRecord, None]:
+    """Yield the records of `located`'s keys in its ranges, each partition's in offset order:
+    what `read_records` yields of those keys over the same span, reading only the ranges.
+    `bounds` is filled with the span, as a scan fills it."""
+    span = located.span
+    if bounds is not None:
+        for tp in sorted(span.ends):
+            bounds.setdefault(tp.topic, {})[tp.partition] = (span.starts[tp], span.ends[tp])
+    streams_of = {t: stream_of_topic(t, prefix) for t in (topic_name(s, prefix) for s in streams)}
+    async with LogReader(connection) as reader:
+        for tp, ranges in sorted(located.ranges.items()):
+            tp = Partition(*tp)
+            if tp.topic not in streams_of or tp not in span.ends:
+                continue
+            stream = streams_of[tp.topic]
+            assert stream is not None
+            reader.assign([tp])
+            for start, stop in ranges:
+                start, stop = max(start, span.starts[tp]), min(stop, span.ends[tp])
+                if start >= stop:
+                    continue
+                reader.seek({tp: start})
+                async for batch in reader.read_to_end([tp], until={tp: stop}, stall_s=None):
+                    for m in batch:
+                        if located.keys is None or m.key in located.keys:
+                            yield RawRecord(
+                                stream,
+                                tp.topic,
+                                tp.partition,
+                                m.offset,
+                                m.key,
+                                m.value,  # type: ignore[arg-type]
+                                m.timestamp_ms,
+                                m.headers,
+                            )
+
+
+def scan_line(reason: str) -> str:
+    """The one line a reader says when it scans instead: what and why."""
+    return f"reading the whole log, not the read model: {reason}"
 
 
 async def _follow(reader: LogReader) -> AsyncIterator[list[Fetched]]:

@@ -9,10 +9,10 @@ records wait in the spill (`rolltape.infra.kafka.spill`) and come back a session
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from rolltape.infra.kafka.readback import read_records
+from rolltape.infra.kafka.readback import Located, read_located, read_records
 from rolltape.infra.kafka.spill import SessionRecords, Spill
 from rolltape.projections import checked_event
 from rolltape.schemas import Stream, TypedEvent
@@ -42,16 +42,25 @@ class SessionScan:
         self.tampered = 0
         """Records whose content does not match their hash: left out, so their chain shows a
         gap."""
+        self.by_key: dict[bytes | None, list[int]] = {}
+        """Record key -> [records, unreadable, tampered]: what `source(picked)` sums."""
 
-    def add(self, value: bytes) -> None:
-        """Count one record and file it under its session when it is intact and kept."""
+    def add(self, value: bytes, key: bytes | None = None) -> None:
+        """Count one record (under its key too) and file it under its session when it is intact
+        and kept."""
         self.records += 1
+        counts = self.by_key.get(key)
+        if counts is None:
+            counts = self.by_key[key] = [0, 0, 0]
+        counts[0] += 1
         env, problem = checked_event(value)
         if env is None:
             if problem == "tampered":
                 self.tampered += 1
+                counts[2] += 1
             else:
                 self.unreadable += 1
+                counts[1] += 1
             return
         if self.keeps(env):
             self.spill.add(env, value)
@@ -79,16 +88,23 @@ class SessionScan:
         events = opened[: len(session.events)]
         return SessionRecords(session.session_id, events, opened[len(session.events) :]), access
 
-    def source(self) -> dict[str, Any]:
-        """What was read: end offsets per partition and the counts of records left out."""
+    def source(self, picked: Collection[str] | None = None) -> dict[str, Any]:
+        """What was read: end offsets per partition and the counts of records left out; with
+        `picked`, the counts of those sessions' records only (what a read of just those
+        sessions, by the read model, counts the same)."""
+        records, unreadable, tampered = self.records, self.unreadable, self.tampered
+        if picked is not None:
+            keys = {sid.encode() for sid in picked}
+            sums = [sum(c[i] for k, c in self.by_key.items() if k in keys) for i in range(3)]
+            records, unreadable, tampered = sums
         return {
             "topics": {
                 topic: {str(p): end for p, (_, end) in sorted(parts.items())}
                 for topic, parts in sorted(self.bounds.items())
             },
-            "records_read": self.records,
-            "unreadable_records": self.unreadable,
-            "tampered_records": self.tampered,
+            "records_read": records,
+            "unreadable_records": unreadable,
+            "tampered_records": tampered,
         }
 
     def close(self) -> None:
@@ -108,18 +124,26 @@ async def scan_sessions(
     *,
     prefix: str,
     on_record: Callable[[int, int], None] | None = None,
+    located: Located | None = None,
 ) -> S:
-    """Read the streams' topics to their current ends into `scan`; `on_record(read, total)`
-    reports progress. On any error the scan is closed (its spill removed) and the error
-    raised."""
+    """Read the streams' topics to their current ends into `scan` (with `located`, only the
+    records the read model located, up to its span's ends); `on_record(read, total)` reports
+    progress. On any error the scan is closed (its spill removed) and the error raised."""
     try:
         total = 0
-        async for record in read_records(
-            connection, list(streams), prefix=prefix, bounds=scan.bounds
-        ):
+        records = (
+            read_records(connection, list(streams), prefix=prefix, bounds=scan.bounds)
+            if located is None
+            else read_located(connection, list(streams), located, prefix=prefix, bounds=scan.bounds)
+        )
+        async for record in records:
             if not total:
-                total = sum(e - s for parts in scan.bounds.values() for s, e in parts.values())
-            scan.add(record.value)
+                total = (
+                    sum(e - s for parts in scan.bounds.values() for s, e in parts.values())
+                    if located is None
+                    else sum(e - s for ranges in located.ranges.values() for s, e in ranges)
+                )
+            scan.add(record.value, record.key)
             if on_record is not None:
                 on_record(scan.records, total)
     except BaseException:

@@ -29,6 +29,7 @@ from rolltape.projections.index._rows import (
     ErasedRow,
     EventRow,
     EventTypeRow,
+    ExtentRow,
     FilterReasonRow,
     FilterRow,
     IndexChanges,
@@ -152,6 +153,7 @@ class IndexFold:
         self._chains: dict[ChainKey, _Chain] = {}
         self._types: dict[tuple[str, str, str], int] = {}
         self._positions: dict[tuple[str, int], list[int]] = {}
+        self._extents: dict[tuple[bytes, str, int], list[int]] = {}
         self.changes = IndexChanges()
 
     def add(self, record: Record, event: TypedEvent | None = None) -> None:
@@ -162,6 +164,8 @@ class IndexFold:
         at[1] = max(at[1], record.broker_ms)
         at[2] += 1
         if record.stream in CHAINED:
+            if record.key is not None:
+                self._extend(record)
             if event is None:
                 at[3] += 1
             else:
@@ -193,6 +197,9 @@ class IndexFold:
             )
         for (sid, chain, kind), count in self._types.items():
             changes.event_types.append(EventTypeRow(sid, chain, kind, count))
+        for (key, topic, partition), (first, last, n) in self._extents.items():
+            sid = key.decode(errors="replace")
+            changes.extents.append(ExtentRow(sid, topic, partition, first, last, n))
         for (topic, partition), (next_offset, last_ms, n, unreadable, tampered) in sorted(
             self._positions.items()
         ):
@@ -202,6 +209,16 @@ class IndexFold:
         return changes
 
     # -- chained streams -------------------------------------------------------------------------
+    def _extend(self, record: Record) -> None:
+        assert record.key is not None
+        where = (record.key, record.topic, record.partition)
+        extent = self._extents.get(where)
+        if extent is None:
+            self._extents[where] = [record.offset, record.offset, 1]
+        else:
+            extent[1] = record.offset  # records come in partition order
+            extent[2] += 1
+
     def _chained(self, event: TypedEvent, record: Record, at: list[int]) -> None:
         key = (event.session_id, event.stream)
         chain = self._chains.get(key)
@@ -285,6 +302,7 @@ class IndexFold:
                 p.get("linked_session_id"),
                 p.get("group_id"),
                 record.broker_ms,
+                event.ts_ns,
             )
         )
         for tag in p.get("tags", ()):

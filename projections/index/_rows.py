@@ -30,6 +30,9 @@ class SessionRow(NamedTuple):
     group_id: str | None
     started_ms: int
     """Broker time of `session_started`."""
+    started_ns: int
+    """The recorder's time of `session_started` (its envelope's `ts_ns`): what an export's
+    --since and --until compare, as the fold's `Trajectory.started_ns` does."""
 
 
 class SessionEndRow(NamedTuple):
@@ -265,6 +268,20 @@ class TextRow(NamedTuple):
     text: str
 
 
+class ExtentRow(NamedTuple):
+    """`extents`: where the records keyed by a session lie on a topic's partition (every record
+    with that key, copies, tampered and unreadable ones too, so a reader of only these offsets
+    gets what a scan of the whole partition gets for that key)."""
+
+    session_id: str
+    """The record key: the session id (a checkpoint log's id on the verdicts topic)."""
+    topic: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    records: int
+
+
 class PositionRow(NamedTuple):
     """`positions`: the tracking record of a partition (the next offset to index, written in
     the transaction of the rows it produced), with what its records were (summed)."""
@@ -317,6 +334,7 @@ class IndexChanges:
     checkpoints: list[CheckpointRow] = field(default_factory=list)
     texts: list[TextRow] = field(default_factory=list)
     erased: list[ErasedRow] = field(default_factory=list)
+    extents: list[ExtentRow] = field(default_factory=list)
     positions: list[PositionRow] = field(default_factory=list)
 
     def tables(self) -> Iterator[tuple[str, list[Any]]]:

@@ -79,6 +79,7 @@ def test_public_api__is_pinned() -> None:
         "FlushResult",
         "FlushTimeoutError",
         "HarnessError",
+        "HeadLocator",
         "LogFollower",
         "MonitorError",
         "ProducerError",
@@ -486,6 +487,7 @@ def test_public_api__is_pinned() -> None:
         "MemorySink",
         "MemoryStore",
         "Message",
+        "Narrowing",
         "PROMPT_EVENT_TYPES",
         "ProjectionError",
         "PromptLookupError",
@@ -511,6 +513,7 @@ def test_public_api__is_pinned() -> None:
         "read_erasures",
         "run_projector",
         "session_evidence",
+        "session_start",
         "tool_failed",
         "trajectory_record",
     ]
