@@ -83,6 +83,10 @@ def export(
         list[str] | None,
         typer.Option("--session", "-s", help="A session id or shell pattern (repeatable)."),
     ] = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(help="The task: only sessions recorded for it, exactly (repeatable)."),
+    ] = None,
     since: Annotated[
         str | None, typer.Option(help="Only sessions started at or after (ISO 8601).")
     ] = None,
@@ -125,6 +129,7 @@ def export(
             judge_version=judge_version,
             accepted="accepted" if accepted_only else "rejected" if rejected_only else "any",
             sessions=tuple(session or ()),
+            tasks=tuple(task or ()),
             since_ns=parse_time(since, "--since"),
             until_ns=parse_time(until, "--until"),
             include_unfinished=include_unfinished,
@@ -141,24 +146,31 @@ def export(
     with transient_progress(
         TextColumn("reading topics"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
     ) as progress:
-        task = progress.add_task("read", total=None)
+        reading = progress.add_task("read", total=None)
 
         def advance(done: int, total: int) -> None:
             if done % 2000 == 0 or done == total:
-                progress.update(task, completed=done, total=total)
+                progress.update(reading, completed=done, total=total)
 
-        collected = collect_judged(s, judge_version, on_record=advance)
+        collected = collect_judged(
+            s,
+            judge_version,
+            on_record=advance,
+            narrowing=options.selection.narrowing(),
+            evidence=evidence,
+            say=lambda line: err_console.print(escape(line), soft_wrap=True),
+        )
     with (
         collected,
         transient_progress(
             TextColumn("folding sessions"), MofNCompleteColumn(), TimeElapsedColumn()
         ) as progress,
     ):
-        task = progress.add_task("fold", total=None)
+        folding = progress.add_task("fold", total=None)
 
         def folded(done: int) -> None:
             if done % 500 == 0:
-                progress.update(task, completed=done)
+                progress.update(folding, completed=done)
 
         manifest = run_export(
             collected,

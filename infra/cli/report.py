@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
-from rolltape.infra.cli._common import console, settings
+from rolltape.infra.cli._common import console, err_console, settings
 
 
 def report(
@@ -58,7 +59,14 @@ def report(
             f"{len(history.decisions)} round(s)); open it in a browser, it needs no network"
         )
         return
-    sessions = asyncio.run(read_reported_sessions(s))
+    sessions = asyncio.run(
+        read_reported_sessions(
+            s,
+            session=session,
+            task=task,
+            say=lambda line: err_console.print(escape(line), soft_wrap=True),
+        )
+    )
     result = write_report(sessions, out, session=session, task=task, runs=runs)
     attempts = sum(len(r.attempts) for r in result.runs)
     console.print(

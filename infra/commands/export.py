@@ -21,7 +21,9 @@ from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
+from rolltape.infra.index import locate_sessions, scan_line
 from rolltape.infra.kafka.keyring import keyring_if_any
+from rolltape.infra.kafka.readback import Located
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.kafka.spill import SpilledStore
 from rolltape.infra.keys import JudgeKeyError, judge_key
@@ -38,12 +40,14 @@ from rolltape.projections import (
     FoldError,
     Format,
     Manifest,
+    Narrowing,
     Selection,
     SessionEvidence,
     Trajectory,
     build_export,
     fold,
     session_evidence,
+    session_start,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, Role, Stream, TypedEvent, versioned_stream
@@ -95,6 +99,10 @@ class Collected(SessionScan):
         return env.stream == Stream.EVENTS.value or env.stream in self.wanted
 
 
+_COLLECTED = (Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED)
+"""The streams an export reads."""
+
+
 async def collect(
     connection: KafkaConnection,
     *,
@@ -102,18 +110,21 @@ async def collect(
     judge_version: str,
     on_record: Callable[[int, int], None] | None = None,
     keys_from: Settings | None = None,
+    located: Located | None = None,
 ) -> Collected:
-    """Read the events topic and the judge version's verdict and filter chains. With
-    `keys_from`, the sealed content of sessions that name a subject is opened with the keys
-    topic and those settings' key-encryption key (rolltape.infra.kafka.keyring); without it,
-    or without a KEK on this machine, such sessions are left out as `key_unavailable`."""
+    """Read the events topic and the judge version's verdict and filter chains (with
+    `located`, only the records the read model located there). With `keys_from`, the sealed
+    content of sessions that name a subject is opened with the keys topic and those settings'
+    key-encryption key (rolltape.infra.kafka.keyring); without it, or without a KEK on this
+    machine, such sessions are left out as `key_unavailable`."""
     keyring = None if keys_from is None else await keyring_if_any(connection, keys_from)
     return await scan_sessions(
         connection,
-        [Stream.EVENTS, Stream.VERDICTS, Stream.FILTERED],
+        _COLLECTED,
         Collected(judge_version, keyring),
         prefix=prefix,
         on_record=on_record,
+        located=located,
     )
 
 
@@ -121,18 +132,40 @@ def collect_judged(
     settings: Settings,
     judge_version: str,
     on_record: Callable[[int, int], None] | None = None,
+    *,
+    narrowing: Narrowing | None = None,
+    evidence: bool = False,
+    say: Callable[[str], None] | None = None,
 ) -> Collected:
-    """`collect` from the topics of `settings`, read as the reader, with their keys."""
+    """`collect` from the topics of `settings`, read as the reader, with their keys. With a
+    `narrowing` that leaves sessions out, only those sessions' records (and, for `evidence`,
+    the checkpoint logs) are read where the read model can say where they lie; else the whole
+    log is, and `say` is told why in one line. Either way `run_export` keeps the same sessions,
+    so the export is the same bytes."""
     connection = require_connection(settings, Role.READER)
-    return asyncio.run(
-        collect(
+
+    async def read() -> Collected:
+        located = None
+        if narrowing is not None and narrowing.narrows:
+            prefixes = (CHECKPOINT_LOG_PREFIX,) if evidence else ()
+            found = await locate_sessions(
+                settings, connection, _COLLECTED, narrowing, with_prefixes=prefixes
+            )
+            if isinstance(found, str):
+                if say is not None:
+                    say(scan_line(found))
+            else:
+                located = found
+        return await collect(
             connection,
             prefix=settings.topic_prefix,
             judge_version=judge_version,
             on_record=on_record,
             keys_from=settings,
+            located=located,
         )
-    )
+
+    return asyncio.run(read())
 
 
 def no_checkpoint_hint(settings: Settings, sessions: int) -> str:
@@ -289,14 +322,33 @@ def run_export(
         options, store, tokenizer=tokenizer, count_tokens=_token_counter(tokenizer, options)
     )
     checkpoints = None
+    narrowing = options.selection.narrowing()
+    picked: list[str] | None = [] if narrowing.narrows else None
+    """The sessions read and counted (None: every one): a narrowed export counts only the
+    sessions it picks, the same whether the read model located them or a scan filed them."""
     if evidence:
         logs = {s.session_id: s.derived for s in collected.sessions(CHECKPOINT_LOG_PREFIX)}
         checkpoints = Checkpoints(logs)
+        if picked is not None:
+            picked.extend(logs)
     folded = 0
     for recorded in collected.sessions():
         if not recorded.events:
             continue  # only derived records (a checkpoint log, a judge's own chains)
+        if (
+            narrowing.narrows
+            and narrowing.picks(recorded.session_id, session_start(recorded.events)) is False
+        ):
+            continue
         session, access = collected.opened(recorded)
+        if (
+            session is not None
+            and access == "opened"
+            and narrowing.picks(session.session_id, session_start(session.events)) is False
+        ):
+            continue  # a subject's session, its task read once opened
+        if picked is not None:
+            picked.append(recorded.session_id)
         if session is None:
             exporting.left_out(access.replace(" ", "_"))  # erased, key_unavailable
             continue
@@ -328,12 +380,12 @@ def run_export(
     try:
         if checkpoints is None:
             files = exporting.write(sink)
-            manifest = exporting.manifest(files, collected.source())
+            manifest = exporting.manifest(files, collected.source(picked))
         else:
             proofs = _EvidenceWriter(store, sink)
             files = exporting.write(sink, on_line=proofs.on_line)
             names = proofs.finish(files)
-            manifest = exporting.manifest(files, collected.source())
+            manifest = exporting.manifest(files, collected.source(picked))
             manifest = manifest.model_copy(update={"evidence": names})
     finally:
         sink.close_all()

@@ -6,18 +6,20 @@ records of the live chains) and writes the file.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
+from rolltape.infra.index import locate_sessions, scan_line
 from rolltape.infra.kafka.keyring import keyring_if_any
+from rolltape.infra.kafka.readback import Located
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.settings import Settings
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
-from rolltape.projections import FoldError, PromptTarget, Trajectory, fold
+from rolltape.projections import FoldError, Narrowing, PromptTarget, Trajectory, fold
 from rolltape.projections.reports import (
     RunView,
     TrainingView,
@@ -55,15 +57,20 @@ def _reported(env: TypedEvent) -> bool:
 
 
 async def read_sessions(
-    connection: KafkaConnection, prefix: str, keys_from: Settings | None = None
+    connection: KafkaConnection,
+    prefix: str,
+    keys_from: Settings | None = None,
+    *,
+    located: Located | None = None,
 ) -> dict[str, list[TypedEvent]]:
     """Every session's usable events on the live chains (tampered records left out), each
-    chain's events in the order they were read. With `keys_from`, sessions recorded with a
-    subject are opened with the keys topic and that machine's KEK; one that cannot be opened
-    (erased, no key) stays sealed, and the report leaves it out saying so."""
+    chain's events in the order they were read (with `located`, the sessions the read model
+    located only). With `keys_from`, sessions recorded with a subject are opened with the keys
+    topic and that machine's KEK; one that cannot be opened (erased, no key) stays sealed, and
+    the report leaves it out saying so."""
     keyring = None if keys_from is None else await keyring_if_any(connection, keys_from)
     scan = SessionScan(_reported, keyring)
-    with await scan_sessions(connection, _STREAMS, scan, prefix=prefix) as scan:
+    with await scan_sessions(connection, _STREAMS, scan, prefix=prefix, located=located) as scan:
         out = {}
         for recorded in scan.sessions():
             opened, _ = scan.opened(recorded)
@@ -72,11 +79,34 @@ async def read_sessions(
         return out
 
 
-async def read_reported_sessions(settings: Settings) -> dict[str, list[TypedEvent]]:
+async def read_reported_sessions(
+    settings: Settings,
+    *,
+    session: str | None = None,
+    task: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, list[TypedEvent]]:
     """`read_sessions` as `rolltape report` reads them: as the reader principal of the
-    settings' cluster, on their topic prefix, opened with this machine's keys."""
+    settings' cluster, on their topic prefix, opened with this machine's keys. Asked for a
+    `session` or a `task`, it reads only the records the read model locates for them; where it
+    cannot (no read model, or one behind the log) it reads the whole log and tells `say` why.
+    `select` picks the same sessions from either, so the page is the same bytes."""
     connection = require_connection(settings, Role.READER)
-    return await read_sessions(connection, settings.topic_prefix, keys_from=settings)
+    located = None
+    if session is not None or task is not None:
+        narrowing = Narrowing(
+            sessions=() if session is None else (session,),
+            tasks=() if task is None else (task,),
+        )
+        found = await locate_sessions(settings, connection, _STREAMS, narrowing)
+        if isinstance(found, str):
+            if say is not None:
+                say(scan_line(found))
+        else:
+            located = found
+    return await read_sessions(
+        connection, settings.topic_prefix, keys_from=settings, located=located
+    )
 
 
 def _started(events: list[TypedEvent]) -> Mapping[str, Any] | None:

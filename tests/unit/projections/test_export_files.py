@@ -42,10 +42,10 @@ def _collected(
         value = record.value
         if tamper is not None and tamper.encode() in value and b'"seq":1,' in value:
             value = value.replace(b"What is", b"Who is")
-        collected.add(value)
+        collected.add(value, record.key)
     for output in outputs:
         if isinstance(output, Emitted):
-            collected.add(output.value)
+            collected.add(output.value, output.session_id.encode())
     collected.add(b"not json")
     return collected
 
@@ -154,7 +154,11 @@ def test_an_existing_export_is_replaced_only_with_overwrite(tmp_path: Path) -> N
         run_export(_collected(), ExportOptions(format="turns"), other)
 
 
-def test_sessions_and_time_windows_select_by_id_pattern_and_start_time(tmp_path: Path) -> None:
+def test_sessions_tasks_and_time_windows_select_and_count_only_the_picked_sessions(
+    tmp_path: Path,
+) -> None:
+    """A narrowed export reads (by the read model) only the sessions it picks, so it counts
+    only those: the others are neither read nor skipped, the same when a scan filed them."""
     from tests.unit.projections.sessions import trajectories
 
     starts = {sid: t.started_ns for sid, t in trajectories().items()}
@@ -163,13 +167,23 @@ def test_sessions_and_time_windows_select_by_id_pattern_and_start_time(tmp_path:
         ExportOptions(format="openai", selection=Selection(sessions=("s-tok-*",))),
         tmp_path / "p",
     )
-    assert by_pattern.sessions_exported == 2 and by_pattern.skipped == {"session_not_selected": 2}
+    assert by_pattern.sessions_exported == by_pattern.sessions_read == 2
+    assert by_pattern.skipped == {}
     window = Selection(since_ns=starts["s-bad"], until_ns=starts["s-tok-b"])
     by_time = run_export(
         _collected(), ExportOptions(format="openai", selection=window), tmp_path / "t"
     )
     assert by_time.sessions_exported == 2  # s-bad and s-tok-a
-    assert by_time.skipped == {"before_since": 1, "after_until": 1}
+    assert by_time.sessions_read == 2 and by_time.skipped == {}
+    whole = _collected().source()["records_read"]
+    assert 0 < by_time.source["records_read"] < whole  # the picked sessions' records only
+    task = next(iter(trajectories().values())).task
+    by_task = run_export(
+        _collected(),
+        ExportOptions(format="openai", selection=Selection(tasks=(task,))),
+        tmp_path / "k",
+    )
+    assert by_task.sessions_read == sum(t.task == task for t in trajectories().values())
 
 
 @pytest.mark.parametrize("format", ["sharegpt", "openai", "trl", "turns", "atropos", "dpo"])
