@@ -21,6 +21,7 @@ def open_recorder(
     managed broker (else spool-only until one is configured), authenticated as the principal of
     `role`; `overrides` (Recorder's keyword arguments, `connection` too) win."""
     from rolltape.infra.broker import current_connection
+    from rolltape.infra.index import IndexHeadLocator, store_url
     from rolltape.infra.keys import key_encryption_key
 
     settings = settings or Settings()
@@ -33,6 +34,8 @@ def open_recorder(
     if settings.redaction_policy is not None:
         kwargs["redaction"] = redaction_from(settings)
     kwargs["kek"] = lambda: key_encryption_key(settings)  # read at each subject session
+    # A resume reads the session's partition from where the read model says it starts.
+    kwargs["head_locator"] = IndexHeadLocator(store_url(settings), settings.topic_prefix)
     connection = overrides.pop("connection", None) or current_connection(settings, role)
     if connection is None or connection.principal is None:
         # Unauthenticated: the envelope names the configured principal.

@@ -25,7 +25,7 @@ from rolltape.producers._recorder import (
     default_state_dir,
     spool_dir_in,
 )
-from rolltape.producers._sender_config import SPOOL_MAX_BYTES
+from rolltape.producers._sender_config import SPOOL_MAX_BYTES, HeadLocator
 from rolltape.producers._session import Session
 from rolltape.producers._spawn import fresh_interpreter
 from rolltape.producers._tools import ToolRun, current_session, record_tool
@@ -48,6 +48,7 @@ __all__ = [
     "FlushResult",
     "FlushTimeoutError",
     "HarnessError",
+    "HeadLocator",
     "LogFollower",
     "MonitorError",
     "ProducerError",

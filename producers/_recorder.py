@@ -40,6 +40,7 @@ from rolltape.producers._sender_config import (
     BATCH_WINDOW_S,
     SPOOL_AFTER_S,
     SPOOL_MAX_BYTES,
+    HeadLocator,
     SenderConfig,
 )
 from rolltape.producers._session import Session, redacted
@@ -145,6 +146,10 @@ class Recorder:
     `kek`: the key-encryption key (or a function that reads it, called at each session that
     names a subject, so that a rotated KEK is picked up) that wraps the data keys of sessions
     recorded with `subject=`.
+
+    `head_locator`: where a resume starts reading the session's partition, so that its cost is
+    the session's records, not the partition's (`open_recorder` asks the read model; without
+    one, a resume reads the partition from its start and logs why).
     """
 
     def __init__(
@@ -163,6 +168,7 @@ class Recorder:
         batch_window_s: float = BATCH_WINDOW_S,
         redaction: Redaction | None = None,
         kek: KeyEncryptionKey | Callable[[], KeyEncryptionKey] | None = None,
+        head_locator: HeadLocator | None = None,
     ) -> None:
         from rolltape.producers import __version__
 
@@ -198,6 +204,7 @@ class Recorder:
             spool_max_bytes=spool_max_bytes,
             spool_after_s=spool_after_s,
             batch_window_s=batch_window_s,
+            head_locator=head_locator,
         )
         self._sender: Sender | ShardedSender = (
             Sender(config, self._queue)

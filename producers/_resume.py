@@ -13,8 +13,10 @@ A resuming writer therefore
 Once its record stands, what an older writer appends (a zombie, or a spool drained late) does not
 link to the new head and is set aside too: the two never interleave (fencing by log order).
 
-Step 1 reads the session's partition from its start, since Kafka has no index by key: its cost
-grows with the partition, which is why only an explicit `resume=True` pays it.
+Kafka has no index by key, so step 1 would read the session's partition from its start, a cost
+that grows with the partition. A `HeadLocator` (the read model) says where the session's first
+record there lies, or that it has none before the offset indexed so far; the read starts there,
+and its cost is the session's records. Without one it reads from the start, and says so.
 """
 
 from __future__ import annotations
@@ -69,10 +71,12 @@ async def read_head(
     session_id: str,
     stream: str,
     deadline: float,
+    from_offset: int = 0,
 ) -> HeadInLog:
-    """The chain of (`stream`, `session_id`) as every reader sees it, up to the partition's end."""
+    """The chain of (`stream`, `session_id`) as every reader sees it, up to the partition's end,
+    read from `from_offset` (at or before the session's first record there) on."""
     end = (await reader.end_offsets([tp]))[tp]
-    start = (await reader.beginning_offsets([tp]))[tp]
+    start = max((await reader.beginning_offsets([tp]))[tp], min(from_offset, end))
     key = session_id.encode()
     verifier = ChainVerifier()
     for record_key, value in await _read(reader, tp, start, end, deadline):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
 from rolltape.producers._errors import RejectedEvent
 from rolltape.schemas.clients import KafkaConnection
@@ -37,6 +37,16 @@ BATCH_WINDOW_S: Final = 0.02
 """How long events gather before the chainer seals them as one batch."""
 
 
+class HeadLocator(Protocol):
+    """Where a resuming writer may start reading a session's partition: an offset at or before
+    the session's first record there (every record of it lies at or after), or, where it cannot
+    say, why (the writer then reads the partition from its start). Kafka has no index by key;
+    the read model is one (`rolltape.infra.index.IndexHeadLocator`). Picklable: it travels in
+    the config to each sender process."""
+
+    def __call__(self, topic: str, partition: int, session_id: str) -> int | str: ...
+
+
 @dataclass
 class SenderConfig:
     """What a sender needs to run, built once by the Recorder. Kept picklable: the sharded
@@ -60,3 +70,5 @@ class SenderConfig:
     max_batch_bytes: int = 1_048_000
     chain_batch: int = 2_000
     send_chunk: int = 5_000
+    head_locator: HeadLocator | None = None
+    """Where a resume starts reading the session's partition (None: at its start)."""

@@ -31,6 +31,28 @@ log = logging.getLogger("rolltape.producers")
 _KEYS = Stream.KEYS.value
 
 
+async def _start_of(sender: Sender, tp: Partition, session_id: str) -> int:
+    """Where to start reading the session's partition for its head: where the sender's locator
+    says, else its start (logged in one line, with why)."""
+    locator = sender.config.head_locator
+    found: int | str = "no head locator (a Recorder made without the read model)"
+    if locator is not None:
+        try:
+            found = await asyncio.to_thread(locator, tp.topic, tp.partition, session_id)
+        except Exception as exc:  # a locator that fails leaves the slow, sure way
+            found = f"the head locator failed: {exc!r}"
+    if isinstance(found, str):
+        log.info(
+            "resuming %s: reading %s[%d] from its start, not from the read model: %s",
+            session_id,
+            tp.topic,
+            tp.partition,
+            found,
+        )
+        return 0
+    return found
+
+
 async def take_over(
     sender: Sender,
     stream: str,
@@ -78,7 +100,8 @@ async def take_over(
         reader = await LogReader(connection, client_id="rolltape-resume").start()
         try:
             reader.assign([tp])
-            head = await read_head(reader, tp, session_id, stream, deadline)
+            start = await _start_of(sender, tp, session_id)
+            head = await read_head(reader, tp, session_id, stream, deadline, from_offset=start)
             if head.ended:
                 raise ResumeError(
                     f"session {session_id} ended at seq {head.seq} on {stream}; record a new "
