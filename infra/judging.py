@@ -17,6 +17,7 @@ from typing import Any
 from rolltape.infra import open_recorder
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import current_connection, require_connection
+from rolltape.infra.index import IndexBlobLocator, store_url
 from rolltape.infra.kafka.blobs import read_world, restore_world
 from rolltape.infra.settings import Settings
 from rolltape.processors import JudgeRequest
@@ -91,8 +92,10 @@ class LogJudges:
             return self.runtime.error(spec, f"session {sid} recorded no world for a tools judge")
         connection = require_connection(self.settings, Role.JUDGE)
         prefix = self.settings.topic_prefix
+        # The read model says where the world's blobs are; what it lacks is scanned for.
+        locate = IndexBlobLocator(store_url(self.settings), prefix)
         try:
-            snapshot = await read_world(connection, transcript.world, prefix=prefix)
+            snapshot = await read_world(connection, transcript.world, prefix=prefix, locate=locate)
             limit = self.settings.world_max_total_bytes
             if snapshot.stored_bytes > limit:  # a manifest from the log names its own limits
                 return self.runtime.error(
@@ -102,7 +105,7 @@ class LogJudges:
                 )
             with tempfile.TemporaryDirectory(prefix="rolltape-world-") as folder:
                 path = Path(folder) / "world"
-                await restore_world(connection, snapshot, path, prefix=prefix)
+                await restore_world(connection, snapshot, path, prefix=prefix, locate=locate)
                 view = WorldView(path, snapshot, restored=True)
                 return await self.runtime.run(spec, sid, inputs=inputs, world=view, subject=subject)
         except (InfraError, KafkaClientError, WorldError, OSError, ValueError) as exc:
