@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
-from rolltape.infra.index import locate_sessions, scan_line
+from rolltape.infra.index import locate_sessions
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
@@ -148,14 +148,9 @@ def collect_judged(
         located = None
         if narrowing is not None and narrowing.narrows:
             prefixes = (CHECKPOINT_LOG_PREFIX,) if evidence else ()
-            found = await locate_sessions(
-                settings, connection, _COLLECTED, narrowing, with_prefixes=prefixes
+            located = await locate_sessions(
+                settings, connection, _COLLECTED, narrowing, with_prefixes=prefixes, say=say
             )
-            if isinstance(found, str):
-                if say is not None:
-                    say(scan_line(found))
-            else:
-                located = found
         return await collect(
             connection,
             prefix=settings.topic_prefix,

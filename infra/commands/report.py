@@ -13,7 +13,7 @@ from typing import Any
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
-from rolltape.infra.index import locate_sessions, scan_line
+from rolltape.infra.index import locate_sessions
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
@@ -98,12 +98,7 @@ async def read_reported_sessions(
             sessions=() if session is None else (session,),
             tasks=() if task is None else (task,),
         )
-        found = await locate_sessions(settings, connection, _STREAMS, narrowing)
-        if isinstance(found, str):
-            if say is not None:
-                say(scan_line(found))
-        else:
-            located = found
+        located = await locate_sessions(settings, connection, _STREAMS, narrowing, say=say)
     return await read_sessions(
         connection, settings.topic_prefix, keys_from=settings, located=located
     )

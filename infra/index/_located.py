@@ -11,7 +11,7 @@ says so in one line; both ways keep the same records, so the output is the same 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,10 +76,26 @@ async def locate_sessions(
     narrowing: Narrowing,
     *,
     with_prefixes: Sequence[str] = (),
-) -> Located | str:
+    say: Callable[[str], None] | None = None,
+) -> Located | None:
     """Where the records of the sessions `narrowing` may pick lie on the streams' topics (and
     of every key starting with one of `with_prefixes`: the checkpoint logs an export's evidence
-    needs), or why the reader must scan instead."""
+    needs); None where the reader must scan instead, after telling `say` why in one line."""
+    found = await _locate(settings, connection, streams, narrowing, with_prefixes)
+    if isinstance(found, str):
+        if say is not None:
+            say(scan_line(found))
+        return None
+    return found
+
+
+async def _locate(
+    settings: Settings,
+    connection: KafkaConnection,
+    streams: Sequence[Stream],
+    narrowing: Narrowing,
+    with_prefixes: Sequence[str],
+) -> Located | str:
     span = await log_span(connection, streams, settings.topic_prefix)
     try:
         with reading_store(settings) as store:
