@@ -14,7 +14,6 @@ skip hidden folders, so an export folder loads as it is.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import itertools
 from collections import Counter
@@ -25,7 +24,7 @@ from typing import Any, Literal, Protocol
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rolltape.projections._narrowing import Narrowing
+from rolltape.projections._narrowing import Narrowing, id_matches
 from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import (
     ChatTokenizer,
@@ -79,9 +78,7 @@ class Selection(BaseModel):
 
     def reason_to_skip(self, trajectory: Trajectory) -> str | None:
         """Why `trajectory` is not exported, or None when it is."""
-        if self.sessions and not any(
-            fnmatch.fnmatchcase(trajectory.session_id, p) for p in self.sessions
-        ):
+        if not id_matches(self.sessions, trajectory.session_id):
             return "session_not_selected"
         if self.tasks and trajectory.task not in self.tasks:
             return "task_not_selected"

@@ -40,7 +40,7 @@ class Narrowing(BaseModel):
         )
 
     def picks_id(self, session_id: str) -> bool:
-        return not self.sessions or any(fnmatch.fnmatchcase(session_id, p) for p in self.sessions)
+        return id_matches(self.sessions, session_id)
 
     def picks(self, session_id: str, start: TypedEvent | None) -> bool | None:
         """Whether the session is asked for, from its id and its `session_started` (None when
@@ -73,6 +73,11 @@ class Narrowing(BaseModel):
     def id_prefixes(self) -> tuple[str, ...]:
         """Each pattern's text before its first wildcard: a session it matches starts so."""
         return tuple(sorted({_WILD.split(p, maxsplit=1)[0] for p in self.sessions}))
+
+
+def id_matches(patterns: tuple[str, ...], session_id: str) -> bool:
+    """Whether `session_id` is one of the ids or shell patterns (any, when there are none)."""
+    return not patterns or any(fnmatch.fnmatchcase(session_id, p) for p in patterns)
 
 
 def session_start(events: list[TypedEvent]) -> TypedEvent | None:

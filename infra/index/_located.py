@@ -34,15 +34,18 @@ def store_url(settings: Settings) -> str:
 
 def existing_store(settings: Settings) -> IndexStore:
     """The store the settings name, for reading; a clear error where there is none yet."""
+    return _existing(store_url(settings), settings.topic_prefix)
+
+
+def _existing(url: str, prefix: str) -> IndexStore:
     from rolltape.infra.index import open_store
 
-    url = store_url(settings)
     if url.startswith("sqlite:") and not Path(url.removeprefix("sqlite:")).expanduser().exists():
         raise ReadModelError(
             f"no read model at {url.removeprefix('sqlite:')}: start the indexer "
             "(`rolltape serve index`), or build it once with `rolltape index rebuild`"
         )
-    return open_store(url, prefix=settings.topic_prefix)
+    return open_store(url, prefix=prefix)
 
 
 @contextlib.contextmanager
@@ -115,14 +118,8 @@ async def _locate(
 
 def _opened(url: str, prefix: str) -> IndexStore | str:
     """The store at `url`, or why there is none to read (a locator's answer, not an error)."""
-    from rolltape.infra.index import open_store
-
-    if url.startswith("sqlite:"):
-        path = Path(url.removeprefix("sqlite:")).expanduser()
-        if not path.exists():
-            return f"no read model at {path}"
     try:
-        return open_store(url, prefix=prefix)
+        return _existing(url, prefix)
     except ReadModelError as exc:
         return str(exc)
 

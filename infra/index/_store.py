@@ -42,6 +42,7 @@ from rolltape.infra.index._queries import (
     encode_cursor,
 )
 from rolltape.infra.index._schema import SCHEMA_VERSION, Dialect, tables_ddl, upsert
+from rolltape.infra.kafka.readback import merged_ranges
 from rolltape.projections import Narrowing
 from rolltape.projections.index import ChainHead, ChainKey, IndexChanges, TextRow
 from rolltape.schemas import LIVE_JUDGE_VERSION, Stream
@@ -325,7 +326,7 @@ class IndexStore(abc.ABC):
                 spans.setdefault((str(topic), int(partition)), []).append(
                     (int(first), int(last) + 1)
                 )
-        return {where: _merged(ranges) for where, ranges in sorted(spans.items())}
+        return {where: merged_ranges(ranges) for where, ranges in sorted(spans.items())}
 
     def first_offset(self, session_id: str, topic: str, partition: int) -> int | None:
         """The offset of the first record keyed by `session_id` on that partition, if indexed."""
@@ -904,14 +905,3 @@ class IndexStore(abc.ABC):
 _SUMMARY_COLUMNS = (
     "s.session_id, s.kind, s.task, s.model, s.trainable, s.status, s.started_ms, s.ended_ms"
 )
-
-
-def _merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Offset ranges [start, end) in order, those that overlap or touch made one."""
-    out: list[tuple[int, int]] = []
-    for start, end in sorted(ranges):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out

@@ -21,6 +21,7 @@ from rolltape.infra._errors import InfraError
 from rolltape.infra.kafka.readback import (
     Located,
     log_span,
+    merged_ranges,
     read_located,
     read_records,
     scan_line,
@@ -82,7 +83,9 @@ async def _read_at(
 ) -> None:
     topic = topic_name(Stream.BLOBS, prefix)
     span = await log_span(connection, [Stream.BLOBS], prefix)
-    ranges = {Partition(topic, p): _runs(at) for p, at in offsets.items()}
+    ranges = {
+        Partition(topic, p): merged_ranges((o, o + 1) for o in at) for p, at in offsets.items()
+    }
     async with contextlib.aclosing(
         read_located(connection, [Stream.BLOBS], Located(span, ranges, None), prefix=prefix)
     ) as records:
@@ -90,17 +93,6 @@ async def _read_at(
             assembler.add(record.key, record.value)
             if not assembler.missing:
                 break
-
-
-def _runs(offsets: list[int]) -> list[tuple[int, int]]:
-    """Offsets as ranges [start, end), neighbours joined."""
-    runs: list[tuple[int, int]] = []
-    for at in sorted(offsets):
-        if runs and at <= runs[-1][1]:
-            runs[-1] = (runs[-1][0], max(runs[-1][1], at + 1))
-        else:
-            runs.append((at, at + 1))
-    return runs
 
 
 def _missing(what: str, missing: list[str], assembler: BlobAssembler, prefix: str) -> str:

@@ -6,7 +6,7 @@ processor's committed offsets, and a scan has a natural end, the end offsets tak
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Iterable, Sequence
 from typing import NamedTuple
 
 from rolltape.schemas import DEFAULT_PREFIX, ChainVerifier, Stream, stream_of_topic, topic_name
@@ -126,6 +126,18 @@ async def log_span(connection: KafkaConnection, streams: Sequence[Stream], prefi
         starts = await reader.beginning_offsets(assigned)
         ends = await reader.end_offsets(assigned)
     return LogSpan(starts, ends)
+
+
+def merged_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Offset ranges [start, end) in order, those that overlap or touch made one: what a reader
+    seeks to, once per run of records."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
 
 
 class Located(NamedTuple):

@@ -18,6 +18,7 @@ from rolltape.producers import Recorder
 from rolltape.schemas.clients import group_members
 from tests.integration.conftest import Topics
 from tests.integration.test_index_store import dump
+from tests.support.cli import rolltape
 from tests.support.waiting import wait_until
 
 EVENTS_PER_SESSION = 12  # session_started, 10 turns, session_ended
@@ -126,56 +127,35 @@ def test_indexers_share_partitions_a_kill_loses_and_repeats_nothing_and_a_rebuil
     assert {(r[1], r[2]) for r in sessions} == {(EVENTS_PER_SESSION, EVENTS_PER_SESSION)}
 
     rebuilt_path = tmp_path / "rebuilt.sqlite3"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rolltape.infra",
-            "index",
-            "rebuild",
-            "--store",
-            f"sqlite:{rebuilt_path}",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = rolltape(env, "index", "rebuild", "--store", f"sqlite:{rebuilt_path}")
     assert done.returncode == 0, done.stderr
     assert f"rebuilt sqlite:{rebuilt_path} from" in done.stderr
     rebuilt = open_store(f"sqlite:{rebuilt_path}", prefix=topics.prefix)
     assert dump(rebuilt) == dump(live)
 
     # The CLI answers from the store.
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "rolltape.infra", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    page = json.loads(cli("sessions", "list", "--tag", "batch=b3", "--json", "--limit", "5").stdout)
+    page = json.loads(
+        rolltape(env, "sessions", "list", "--tag", "batch=b3", "--json", "--limit", "5").stdout
+    )
     assert page["cursor"] and all(s["events"] == EVENTS_PER_SESSION for s in page["sessions"])
     rest = json.loads(
-        cli("sessions", "list", "--tag", "batch=b3", "--json", "--cursor", page["cursor"]).stdout
+        rolltape(
+            env, "sessions", "list", "--tag", "batch=b3", "--json", "--cursor", page["cursor"]
+        ).stdout
     )
     both = page["sessions"] + rest["sessions"]
     assert sorted(s["session_id"] for s in both) == [f"s{i:03d}" for i in range(60, 70)]
     assert rest["cursor"] is None
     started = [(s["started_ms"], s["session_id"]) for s in both]
     assert started == sorted(started, reverse=True)  # newest first, across the two pages
-    shown = json.loads(cli("sessions", "show", "s007", "--json").stdout)
+    shown = json.loads(rolltape(env, "sessions", "show", "s007", "--json").stdout)
     assert shown["task"] == "task 3" and shown["status"] == "completed"
     assert shown["chains"][0]["topic"] == f"{topics.prefix}.events.v1"
-    hits = json.loads(cli("sessions", "search", "pelican42", "--json").stdout)
+    hits = json.loads(rolltape(env, "sessions", "search", "pelican42", "--json").stdout)
     assert {h["session_id"] for h in hits} == {"s042"} and len(hits) == 5
-    refused = cli("sessions", "sql", "DELETE FROM sessions")
+    refused = rolltape(env, "sessions", "sql", "DELETE FROM sessions")
     assert refused.returncode == 2 and "reads and never writes" in refused.stderr
-    status = json.loads(cli("index", "status", "--json").stdout)
+    status = json.loads(rolltape(env, "index", "status", "--json").stdout)
     assert status["lag"] == 0 and status["sessions"] == 70 and status["members"] == 0
-    missing = cli("sessions", "show", "nobody")
+    missing = rolltape(env, "sessions", "show", "nobody")
     assert missing.returncode == 2 and "no session 'nobody'" in missing.stderr

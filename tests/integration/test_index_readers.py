@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rolltape.producers._resume import HeadInLog
 from rolltape.projections import Narrowing
 from rolltape.schemas import Role, Stream, WorldSnapshot, topic_name
 from tests.integration.conftest import Cluster, Topics, make_topics
+from tests.support.cli import rolltape
 
 SCANNED = "reading the whole log, not the read model: "
 
@@ -51,14 +51,7 @@ class Cli:
 
     def __call__(self, *args: str, store: str | None = None) -> subprocess.CompletedProcess[str]:
         env = self.env if store is None else {**self.env, "ROLLTAPE_INDEX_URL": store}
-        done = subprocess.run(
-            [sys.executable, "-m", "rolltape.infra", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        done = rolltape(env, *args)
         assert done.returncode == 0, done.stderr
         return done
 
