@@ -1,8 +1,8 @@
 """Which sessions a reader asks for by id, task or start time: the part of a selection a read
 model can answer before a record is read.
 
-`dataset export -s/--task/--since/--until` and `report --session/--task` read only the sessions
-this names. The read model finds them without a scan; a scan (no read model, or one behind the
+`dataset export -s/--task/--since/--until`, `report --session/--task`, a batch's runs (by its
+tag) and `cron to-env` (by its runs' ids) read only the sessions this names. The read model finds them without a scan; a scan (no read model, or one behind the
 log) files every session and keeps the same ones. Both then decide with `picks`, on the same
 facts (the id, and the session's `session_started`: its task and the recorder's time), so the
 two ways give the same output byte for byte. A session the narrowing does not pick is not read,
@@ -22,20 +22,22 @@ _WILD = re.compile(r"[*?\[]")
 
 
 class Narrowing(BaseModel):
-    """Session ids or shell patterns, task texts and a start-time window (the recorder's clock,
-    ns): a session is picked when it matches every one given. Empty: every session."""
+    """Session ids or shell patterns, task texts, tags and a start-time window (the recorder's
+    clock, ns): a session is picked when it matches every one given (and carries every tag).
+    Empty: every session."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     sessions: tuple[str, ...] = ()
     tasks: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
     since_ns: int | None = None
     until_ns: int | None = None
 
     @property
     def narrows(self) -> bool:
         """Whether it leaves any session out (an empty narrowing reads the whole log)."""
-        return bool(self.sessions or self.tasks) or (
+        return bool(self.sessions or self.tasks or self.tags) or (
             self.since_ns is not None or self.until_ns is not None
         )
 
@@ -56,6 +58,9 @@ class Narrowing(BaseModel):
                 return False
             if self.until_ns is not None and start.ts_ns >= self.until_ns:
                 return False
+        # Tags stay in the clear in a subject's session: only its task is sealed.
+        if self.tags and not set(self.tags) <= set([] if start is None else _tags(start)):
+            return False
         if self.tasks:
             if start is None:
                 return False
@@ -73,6 +78,11 @@ class Narrowing(BaseModel):
     def id_prefixes(self) -> tuple[str, ...]:
         """Each pattern's text before its first wildcard: a session it matches starts so."""
         return tuple(sorted({_WILD.split(p, maxsplit=1)[0] for p in self.sessions}))
+
+
+def _tags(start: TypedEvent) -> list[str]:
+    tags = start.payload.get("tags")
+    return [str(t) for t in tags] if isinstance(tags, list) else []
 
 
 def id_matches(patterns: tuple[str, ...], session_id: str) -> bool:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rolltape.infra.bench._figures import Figures, machine_line
 from rolltape.infra.bench._machine import machine
+from rolltape.infra.bench.readers import ReadersFigures
 from rolltape.infra.index import SessionFilter, open_store
 from rolltape.infra.settings import INDEX_BATCH_RECORDS as BATCH
 from rolltape.projections.index import Record, fold_batch, keyed_subject
@@ -56,6 +57,8 @@ class IndexFigures(Figures):
     search_p95_ms: float
     queries: int
     store_bytes: int
+    readers: ReadersFigures | None = None
+    """Resume and export by the read model against by scan, on a broker (`--log-events`)."""
 
     def lines(self) -> Iterator[str]:
         yield machine_line(self.machine, f"{self.repeats} repeats of indexing (medians)")
@@ -80,6 +83,9 @@ class IndexFigures(Figures):
             f"    full-text search           {self.search_p50_ms:8.2f} / {self.search_p95_ms:8.2f} ms"
             f"   (goal p95 <= {GOAL_SEARCH_P95_MS:g})"
         )
+        if self.readers is not None:
+            yield "readers on a broker:"
+            yield from (f"    {line}" for line in self.readers.lines())
 
 
 def _records(sessions: int, seed: int) -> list[Record]:

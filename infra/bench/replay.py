@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rolltape.infra.bench._figures import Figures, machine_line
+from rolltape.infra.bench._load import write_agent_sessions
 from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.replay import run_replay
@@ -58,11 +59,8 @@ from rolltape.processors import (
 from rolltape.processors.audit import InputRecord, Position
 from rolltape.projections import ExportOptions, build_export, checked_event, fold
 from rolltape.projections.exporters import jsonl_line, sharegpt_row
-from rolltape.schemas import ChainWriter, Role, Stream, TypedEvent, read_event, topic_name
+from rolltape.schemas import Role, Stream, TypedEvent, read_event
 from rolltape.schemas.clients import KafkaConnection
-
-_PRODUCER = {"name": "bench", "version": "0", "principal": "agent"}
-_TOOLS = [{"name": "search", "description": "search", "parameters": {"type": "object"}}]
 
 
 class ReplayBench(Figures):
@@ -167,67 +165,6 @@ class ReplayBench(Figures):
             f"peak RSS {self.in_memory_export_peak_rss_mb:,.0f} MB"
         )
         yield f"    `export --help` alone: peak RSS {self.idle_rss_mb:,.0f} MB"
-
-
-def _session_events(sid: str, per_session: int, ts: int) -> list[tuple[str, dict[str, Any]]]:
-    events: list[tuple[str, dict[str, Any]]] = [
-        ("session_started", {"task": f"task of {sid}", "tools": _TOOLS, "model": "bench-model"})
-    ]
-    rounds = max(1, -(-(per_session - 3) // 4))  # at least per_session events
-    for i in range(rounds):
-        call = f"c{i}"
-        events += [
-            ("turn", {"role": "user", "content": f"question {i} of {sid}: what is {i}*{i}?"}),
-            (
-                "turn",
-                {
-                    "role": "assistant",
-                    "content": f"Let me search for {i}*{i}.",
-                    "reasoning": "The user wants a product; a search will confirm it.",
-                },
-            ),
-            ("tool_call", {"id": call, "name": "search", "arguments": {"q": f"{i}*{i}"}}),
-            ("tool_result", {"call_id": call, "content": f'{{"answer": {i * i}}}'}),
-        ]
-    events += [
-        ("reward", {"value": 1.0}),
-        ("session_ended", {"status": "completed", "outcome": {}, "streams": []}),
-    ]
-    return events
-
-
-async def _write_load(connection: KafkaConnection, prefix: str, events: int, sessions: int) -> int:
-    topic = topic_name(Stream.EVENTS, prefix)
-    producer = connection.chain_producer(linger_ms=20, max_batch_size=512 * 1024)
-    await producer.start()
-    written = 0
-    try:
-        per_session = max(4, events // sessions)
-        ts = 1_700_000_000_000_000_000
-        pending = []
-        writer: ChainWriter[str] = ChainWriter()
-        for s in range(sessions):
-            sid = f"bench-{s}"
-            for event_type, payload in _session_events(sid, per_session, ts):
-                ts += 1000
-                value, _ = writer.append(
-                    sid,
-                    stream="events",
-                    session_id=sid,
-                    ts_ns=ts,
-                    type=event_type,
-                    payload=payload,
-                    producer=_PRODUCER,
-                )
-                pending.append(await producer.send(topic, value, key=sid.encode()))
-                written += 1
-            if len(pending) > 20_000:
-                await asyncio.gather(*pending)
-                pending.clear()
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-    return written
 
 
 async def _raw(connection: KafkaConnection, prefix: str) -> float:
@@ -402,7 +339,7 @@ def run_replay_bench(
         reader = require_connection(scratch, Role.READER)
         start = time.perf_counter()
         written = asyncio.run(
-            _write_load(require_connection(scratch, Role.AGENT), prefix, events, sessions)
+            write_agent_sessions(require_connection(scratch, Role.AGENT), prefix, events, sessions)
         )
         load_s = time.perf_counter() - start
         raw_rates, runs = [], []

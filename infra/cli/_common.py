@@ -78,6 +78,11 @@ class CliError(InfraError):
     to, a setting that does not read); the message says what to do."""
 
 
+def say(line: str) -> None:
+    """One line of what a command does on stderr, as text (it may quote a topic or a path)."""
+    err_console.print(escape(line))
+
+
 def error_boundary(command: Callable[P, R]) -> Callable[P, R]:
     """`command` with our errors turned into one line on stderr and exit code 2. Applied once
     to every command at registration, so no command repeats it and none can forget it; typer

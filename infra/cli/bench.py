@@ -370,14 +370,25 @@ def index_bench(
         help="The read model to write: this store (sqlite:PATH or postgresql://...; dropped "
         "first) instead of fresh SQLite files.",
     ),
+    log_events: int = typer.Option(
+        1_000_000,
+        min=0,
+        help="Events in the one partition where resume and a 10-session export are timed by "
+        "the read model and by scan (needs a broker; 0: leave them out).",
+    ),
     json_out: bool = _json(),
 ) -> None:
     """The read model: indexing rate against decoding the same records in the same run, and the
     p50/p95 of a list with three filters, a session lookup and a full-text search on the store
-    it built (no broker: the code's own cost)."""
+    it built (no broker: the code's own cost); then, on a broker, a resume and a 10-session
+    export by the read model against by scan."""
     from rolltape.infra.bench.index import run_index_bench
+    from rolltape.infra.bench.readers import run_readers_bench
 
-    _show(
-        run_index_bench(sessions=sessions, repeats=repeats, queries=queries, store_url=store),
-        json_out,
-    )
+    readers = None
+    if log_events:
+        readers = run_readers_bench(
+            settings(), events=log_events, sessions=max(1, log_events // 100), repeats=repeats
+        )
+    figures = run_index_bench(sessions=sessions, repeats=repeats, queries=queries, store_url=store)
+    _show(figures.model_copy(update={"readers": readers}), json_out)

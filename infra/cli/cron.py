@@ -20,6 +20,7 @@ from rolltape.infra.cli._common import (
     console,
     err_console,
     option_problems,
+    say,
     settings,
     stop_on_signals,
 )
@@ -269,7 +270,11 @@ def scheduler(
     """The scheduler: fire due jobs of the partitions this process owns (run several to share
     them), one fresh session per attempt, statuses routed, results delivered. Ctrl-C stops."""
     scheduler = serve_scheduler(
-        settings(), max_concurrent=max_concurrent, max_iterations=max_iterations, on_write=_report
+        settings(),
+        max_concurrent=max_concurrent,
+        max_iterations=max_iterations,
+        on_write=_report,
+        on_owned=lambda owned: err_console.print(owned.line(), highlight=False),
     )
 
     async def main() -> None:
@@ -329,6 +334,7 @@ def to_env(
             min_reward=min_reward,
             include_failures=include_failures,
             score=score,
+            say=say,
         )
     )
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ from rolltape.infra.cli._common import (
     check_judge_version,
     console,
     err_console,
+    say,
     settings,
     transient_progress,
 )
@@ -158,7 +159,7 @@ def export(
             on_record=advance,
             narrowing=options.selection.narrowing(),
             evidence=evidence,
-            say=lambda line: err_console.print(escape(line), soft_wrap=True),
+            say=say,
         )
     with (
         collected,

@@ -17,6 +17,7 @@ from rolltape.infra.cli._common import (
     TokenizerOption,
     console,
     err_console,
+    say,
     settings,
     stop_on_signals,
 )
@@ -164,6 +165,7 @@ def run_(
             on_plan=on_plan,
             on_rollout=on_rollout,
             prompt=version,
+            say=say,
         ),
     )
     if summary is None:
@@ -229,6 +231,7 @@ def process(
             on_plan=on_plan,
             on_rollout=on_rollout,
             prompt=version,
+            say=say,
         ),
     )
     if done is None:
@@ -294,7 +297,7 @@ def serve(
             options=options,
             tokenizer=chat_tokenizer,
             stop=stop_on_signals(),
-            say=lambda line: err_console.print(escape(line), highlight=False),
+            say=say,
         )
 
     stats = asyncio.run(main())

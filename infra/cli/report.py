@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from rolltape.infra.cli._common import console, err_console, settings
+from rolltape.infra.cli._common import console, say, settings
 
 
 def report(
@@ -64,7 +63,7 @@ def report(
             s,
             session=session,
             task=task,
-            say=lambda line: err_console.print(escape(line), soft_wrap=True),
+            say=say,
         )
     )
     result = write_report(sessions, out, session=session, task=task, runs=runs)

@@ -6,6 +6,10 @@ folder, so the log holds every rollout that finished; then the log says which sl
 Each finished rollout is flushed (on the broker, or fsynced to the spool) before it counts, so
 killing the process loses no finished rollout. The summary folds the batch's sessions from the
 log: per-tool statistics and the reward filter's outcomes (which need a worker).
+
+The batch's sessions are found by its tag (`batch=RUN`, on sessions named `batch.RUN.*`): the
+read model says where their records lie, so only those are read; without one, or with one
+behind the log, the whole log is, and `say` is told so once.
 """
 
 from __future__ import annotations
@@ -21,12 +25,12 @@ from pydantic import BaseModel
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection
-from rolltape.infra.commands.export import Collected, collect, run_export
+from rolltape.infra.commands.export import Collected, collect_narrowed, run_export
 from rolltape.infra.judging import open_judge_runtime
 from rolltape.infra.settings import Settings
 from rolltape.producers.environments import Environment, Rollout, run_rollout
 from rolltape.producers.environments._batch import Slot, plan, run_slots, slot_states
-from rolltape.projections import ExportOptions, Manifest, Trajectory, fold
+from rolltape.projections import ExportOptions, Manifest, Narrowing, Trajectory, fold
 from rolltape.projections.exporters import ChatTokenizer
 from rolltape.schemas import LIVE_JUDGE_VERSION, PromptVersion, Role, TypedEvent
 from rolltape.schemas.clients import ModelEndpoint
@@ -73,6 +77,7 @@ async def run_batch(
     on_rollout: Callable[[Rollout], None] | None = None,
     workdir_root: Path | None = None,
     prompt: PromptVersion | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> BatchSummary:
     """Run the slots of batch `run` that the log does not show finished, then summarise it.
 
@@ -80,12 +85,13 @@ async def run_batch(
     `on_rollout` fires only once a rollout is flushed, so a kill after it loses nothing. Waits
     up to `wait_judged_s` for the worker's filter outcomes. Raises `BrokerUnavailable` without a
     broker and `EnvError` for a bad batch name or an environment without train items."""
-    reader = require_connection(settings, Role.READER)
+    require_connection(settings, Role.READER)
+    say = _once(say)
     recorder = open_recorder(settings, spool_dir=settings.resolved_spool_dir() / "batch" / run)
     try:
         await recorder.adelivered(120)
-        with await collect(
-            reader, prefix=settings.topic_prefix, judge_version=LIVE_JUDGE_VERSION
+        with await collect_narrowed(
+            settings, LIVE_JUDGE_VERSION, batch_narrowing(run), keys=False, say=say
         ) as before:
             states = slot_states(run, _batch_events(before, run))
         todo, finished = plan(env, run, count, states)
@@ -125,31 +131,52 @@ async def run_batch(
         await recorder.adelivered(120)
     finally:
         await recorder.aclose()
-    trajectories = await _judged(settings, run, count, wait_judged_s)
+    trajectories = await _judged(settings, run, count, wait_judged_s, say)
     return _summary(env, run, count, finished, rollouts, trajectories)
+
+
+def batch_narrowing(run: str) -> Narrowing:
+    """The sessions of batch `run`: named `batch.RUN.*` and tagged `batch=RUN`."""
+    return Narrowing(sessions=(f"batch.{run}.*",), tags=(f"batch={run}",))
+
+
+def _once(say: Callable[[str], None] | None) -> Callable[[str], None] | None:
+    """`say`, silent after its first line (a batch reads the log several times)."""
+    if say is None:
+        return None
+    said: list[str] = []
+
+    def first(line: str) -> None:
+        if not said:
+            said.append(line)
+            say(line)
+
+    return first
 
 
 def _batch_events(collected: Collected, run: str) -> dict[str, list[TypedEvent]]:
     """The events of the batch's sessions (every attempt of every slot), by session id."""
-    return {s.session_id: s.events for s in collected.sessions(f"batch.{run}.")}
+    return {s.session_id: s.events for s in collected.picked(batch_narrowing(run))}
 
 
-async def _judged(settings: Settings, run: str, count: int, wait_s: float) -> list[Trajectory]:
+async def _judged(
+    settings: Settings,
+    run: str,
+    count: int,
+    wait_s: float,
+    say: Callable[[str], None] | None = None,
+) -> list[Trajectory]:
     """The batch's completed sessions folded from the log, waiting up to `wait_s` for the
     worker's filter outcomes."""
-    reader = require_connection(settings, Role.READER)
     deadline = time.monotonic() + wait_s
     while True:
         trajectories: list[Trajectory] = []
-        with await collect(
-            reader,
-            prefix=settings.topic_prefix,
-            judge_version=LIVE_JUDGE_VERSION,
-            keys_from=settings,
+        with await collect_narrowed(
+            settings, LIVE_JUDGE_VERSION, batch_narrowing(run), say=say
         ) as collected:
             sessions = [
                 opened
-                for recorded in collected.sessions(f"batch.{run}.")
+                for recorded in collected.picked(batch_narrowing(run))
                 if (opened := collected.opened(recorded)[0]) is not None
             ]
         states = slot_states(run, {s.session_id: s.events for s in sessions})
@@ -211,15 +238,16 @@ async def process_batch(
     options: ExportOptions,
     tokenizer: ChatTokenizer | None = None,
     overwrite: bool = False,
+    say: Callable[[str], None] | None = None,
     **batch: Any,
 ) -> tuple[BatchSummary, Manifest]:
     """`env process`: run a batch, wait for the judges, export the batch's sessions from the log
     (`options.selection` is narrowed to them)."""
-    summary = await run_batch(settings, env, **batch)
-    reader = require_connection(settings, Role.READER)
+    say = _once(say)
+    summary = await run_batch(settings, env, say=say, **batch)
     selection = options.selection.model_copy(update={"sessions": (f"batch.{summary.run}.*",)})
-    with await collect(
-        reader, prefix=settings.topic_prefix, judge_version=options.selection.judge_version
+    with await collect_narrowed(
+        settings, selection.judge_version, selection.narrowing(), keys=False, say=say
     ) as collected:
         manifest = run_export(
             collected,

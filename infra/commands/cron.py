@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from rolltape.infra import open_recorder
 from rolltape.infra.broker import require_connection, scheduler_group
-from rolltape.infra.commands.export import collect
+from rolltape.infra.commands.export import collect_narrowed
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder
 from rolltape.producers.agent import DEFAULT_MODEL
@@ -24,13 +24,14 @@ from rolltape.producers.cron import (
     JobBook,
     JobError,
     JobSpec,
+    Owned,
     Runner,
     Scheduler,
     agent_runner,
     guard_against_recursion,
 )
 from rolltape.producers.environments import Item
-from rolltape.projections import fold
+from rolltape.projections import Narrowing, fold
 from rolltape.schemas import (
     FINAL_STATUSES,
     LIVE_JUDGE_VERSION,
@@ -169,6 +170,7 @@ def serve_scheduler(
     max_concurrent: int,
     max_iterations: int,
     on_write: Callable[[CronRun], None],
+    on_owned: Callable[[Owned], None] | None = None,
 ) -> Scheduler:
     """The scheduler of `rolltape serve cron`: jobs that name no runner run the reference agent
     with at most `max_iterations` model calls. Nothing started from this process may create
@@ -179,6 +181,7 @@ def serve_scheduler(
         default_runner=agent_runner(settings.models, max_iterations=max_iterations),
         max_concurrent=max_concurrent,
         on_write=on_write,
+        on_owned=on_owned,
     )
 
 
@@ -225,6 +228,7 @@ async def cron_items(
     min_reward: float | None,
     include_failures: bool,
     score: str = "reward",
+    say: Callable[[str], None] | None = None,
 ) -> ToEnvReport:
     """A job's runs as environment items (`rolltape cron to-env`): each successful run (and,
     with `include_failures`, each failed one) whose session scores at least `min_reward`, with
@@ -235,11 +239,11 @@ async def cron_items(
     job = book.jobs.get(job_id)
     if job is None:
         raise JobError(f"no job {job_id!r}; see `rolltape cron list`")
-    with await collect(
-        require_connection(settings, Role.READER),
-        prefix=settings.topic_prefix,
-        judge_version=LIVE_JUDGE_VERSION,
-        keys_from=settings,
+    # Only the runs' sessions are read (where the read model says they lie; `say` is told when
+    # the whole log is read instead). A job with no runs reads nothing.
+    asked = tuple(sorted({run.session_id for run in book.runs_of(job_id)})) or ("",)
+    with await collect_narrowed(
+        settings, LIVE_JUDGE_VERSION, Narrowing(sessions=asked), say=say
     ) as collected:
         items: list[Item] = []
         skipped: Counter[str] = Counter()

@@ -67,6 +67,7 @@ __all__ = [
     "Selection",
     "collect",
     "collect_judged",
+    "collect_narrowed",
     "no_checkpoint_hint",
     "open_tokenizer",
     "prepare_folder",
@@ -128,6 +129,39 @@ async def collect(
     )
 
 
+async def collect_narrowed(
+    settings: Settings,
+    judge_version: str,
+    narrowing: Narrowing | None = None,
+    *,
+    on_record: Callable[[int, int], None] | None = None,
+    evidence: bool = False,
+    keys: bool = True,
+    say: Callable[[str], None] | None = None,
+) -> Collected:
+    """`collect` from the topics of `settings`, read as the reader, with their keys (unless
+    `keys` is false: a reader of ids and event types needs no sealed content). With a
+    `narrowing` that leaves sessions out, only those sessions' records (and, for `evidence`,
+    the checkpoint logs) are read where the read model can say where they lie; else the whole
+    log is, and `say` is told why in one line. A scan files every session; the caller keeps
+    those `narrowing.picks` (as `run_export` does), so both ways give the same output."""
+    connection = require_connection(settings, Role.READER)
+    located = None
+    if narrowing is not None and narrowing.narrows:
+        prefixes = (CHECKPOINT_LOG_PREFIX,) if evidence else ()
+        located = await locate_sessions(
+            settings, connection, _COLLECTED, narrowing, with_prefixes=prefixes, say=say
+        )
+    return await collect(
+        connection,
+        prefix=settings.topic_prefix,
+        judge_version=judge_version,
+        on_record=on_record,
+        keys_from=settings if keys else None,
+        located=located,
+    )
+
+
 def collect_judged(
     settings: Settings,
     judge_version: str,
@@ -137,30 +171,12 @@ def collect_judged(
     evidence: bool = False,
     say: Callable[[str], None] | None = None,
 ) -> Collected:
-    """`collect` from the topics of `settings`, read as the reader, with their keys. With a
-    `narrowing` that leaves sessions out, only those sessions' records (and, for `evidence`,
-    the checkpoint logs) are read where the read model can say where they lie; else the whole
-    log is, and `say` is told why in one line. Either way `run_export` keeps the same sessions,
-    so the export is the same bytes."""
-    connection = require_connection(settings, Role.READER)
-
-    async def read() -> Collected:
-        located = None
-        if narrowing is not None and narrowing.narrows:
-            prefixes = (CHECKPOINT_LOG_PREFIX,) if evidence else ()
-            located = await locate_sessions(
-                settings, connection, _COLLECTED, narrowing, with_prefixes=prefixes, say=say
-            )
-        return await collect(
-            connection,
-            prefix=settings.topic_prefix,
-            judge_version=judge_version,
-            on_record=on_record,
-            keys_from=settings,
-            located=located,
+    """`collect_narrowed`, run to its end (for the CLI)."""
+    return asyncio.run(
+        collect_narrowed(
+            settings, judge_version, narrowing, on_record=on_record, evidence=evidence, say=say
         )
-
-    return asyncio.run(read())
+    )
 
 
 def no_checkpoint_hint(settings: Settings, sessions: int) -> str:

@@ -14,12 +14,13 @@ from rolltape.infra.index._indexer import INDEXED_STREAMS, Indexer, IndexProgres
 from rolltape.infra.index._located import (
     IndexBlobLocator,
     IndexHeadLocator,
-    behind,
     existing_store,
     locate_sessions,
     reading_store,
     scan_line,
     store_url,
+    tail_line,
+    unindexed,
 )
 from rolltape.infra.index._queries import (
     ChainInfo,
@@ -104,11 +105,12 @@ __all__ = [
     "ToolCallInfo",
     "VerdictInfo",
     "WorldInfo",
-    "behind",
     "existing_store",
     "locate_sessions",
     "open_store",
     "reading_store",
     "scan_line",
     "store_url",
+    "tail_line",
+    "unindexed",
 ]

@@ -58,18 +58,34 @@ def reading_store(settings: Settings) -> Iterator[IndexStore]:
         store.close()
 
 
-def behind(store: IndexStore, span: LogSpan) -> str | None:
-    """Why the read model cannot stand in for a scan of `span` (None: it can): a partition it
-    has not indexed up to the span's end."""
+def unindexed(store: IndexStore, span: LogSpan) -> dict[Partition, int] | str:
+    """Where each partition of `span` that the read model has not indexed to its end stops
+    being indexed (a reader reads all from there on: the tail a scan would read too); or why
+    the read model cannot stand in for a scan at all: it has indexed past a partition's end,
+    so it is of another log (the topics were made anew)."""
     positions = store.positions()
+    tails: dict[Partition, int] = {}
     for tp, end in sorted(span.ends.items()):
         at = positions.get((tp.topic, tp.partition), span.starts[tp])
-        if at < end:
+        if at > end:
             return (
-                f"the read model is behind the log ({tp.topic}[{tp.partition}] indexed up to "
-                f"offset {at} of {end}; is `rolltape serve index` running?)"
+                f"the read model has indexed {tp.topic}[{tp.partition}] up to offset {at}, past "
+                f"the log's end {end}: it is of topics made anew; `rolltape index rebuild`"
             )
-    return None
+        if at < end:
+            tails[Partition(tp.topic, tp.partition)] = max(at, span.starts[tp])
+    return tails
+
+
+def tail_line(located: Located) -> str | None:
+    """The one line a reader says when part of what it reads is the unindexed tail."""
+    records = sum(located.span.ends[tp] - at for tp, at in located.tails.items())
+    if not records:
+        return None
+    return (
+        f"reading the log's last {records} record(s) as a scan: the read model has not indexed "
+        "them yet (is `rolltape serve index` running?)"
+    )
 
 
 async def locate_sessions(
@@ -85,11 +101,10 @@ async def locate_sessions(
     of every key starting with one of `with_prefixes`: the checkpoint logs an export's evidence
     needs); None where the reader must scan instead, after telling `say` why in one line."""
     found = await _locate(settings, connection, streams, narrowing, with_prefixes)
-    if isinstance(found, str):
-        if say is not None:
-            say(scan_line(found))
-        return None
-    return found
+    line = scan_line(found) if isinstance(found, str) else tail_line(found)
+    if line is not None and say is not None:
+        say(line)
+    return None if isinstance(found, str) else found
 
 
 async def _locate(
@@ -102,9 +117,9 @@ async def _locate(
     span = await log_span(connection, streams, settings.topic_prefix)
     try:
         with reading_store(settings) as store:
-            late = behind(store, span)
-            if late is not None:
-                return late
+            tails = unindexed(store, span)
+            if isinstance(tails, str):
+                return tails
             topics = [topic_name(s, settings.topic_prefix) for s in streams]
             ids = store.picked_ids(narrowing, topics)
             for prefix in with_prefixes:
@@ -113,7 +128,7 @@ async def _locate(
     except ReadModelError as exc:
         return str(exc)
     keys = frozenset(sid.encode() for sid in ids)
-    return Located(span, {Partition(*tp): r for tp, r in ranges.items()}, keys)
+    return Located(span, {Partition(*tp): r for tp, r in ranges.items()}, keys, tails)
 
 
 def _opened(url: str, prefix: str) -> IndexStore | str:
@@ -164,10 +179,11 @@ class IndexBlobLocator:
 __all__ = [
     "IndexBlobLocator",
     "IndexHeadLocator",
-    "behind",
     "existing_store",
     "locate_sessions",
     "reading_store",
     "scan_line",
     "store_url",
+    "tail_line",
+    "unindexed",
 ]

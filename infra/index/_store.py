@@ -271,6 +271,11 @@ class IndexStore(abc.ABC):
                     + ")"
                 )
                 params.extend(prefixes)
+        for tag in narrowing.tags:
+            conds.append(
+                f"e.session_id IN (SELECT t.session_id FROM session_tags t WHERE t.tag = {p})"
+            )
+            params.append(tag)
         if narrowing.tasks or narrowing.since_ns is not None or narrowing.until_ns is not None:
             started = ["1 = 1"]
             if narrowing.tasks:

@@ -87,7 +87,7 @@ async def _read_at(
         Partition(topic, p): merged_ranges((o, o + 1) for o in at) for p, at in offsets.items()
     }
     async with contextlib.aclosing(
-        read_located(connection, [Stream.BLOBS], Located(span, ranges, None), prefix=prefix)
+        read_located(connection, [Stream.BLOBS], Located(span, ranges, None, {}), prefix=prefix)
     ) as records:
         async for record in records:
             assembler.add(record.key, record.value)

@@ -144,11 +144,13 @@ class Located(NamedTuple):
     """The records a read model says a reader needs: these keys (None: every one), within these
     offset ranges [start, end) of each partition (every other record of the ranges is
     skipped), of a span whose starts and ends are those a scan taken at the same moment would
-    have."""
+    have. From a partition's offset in `tails` on, the read model has indexed nothing yet:
+    every record there is read, whatever its key, as a scan reads it."""
 
     span: LogSpan
     ranges: dict[Partition, list[tuple[int, int]]]
     keys: frozenset[bytes] | None
+    tails: dict[Partition, int]
 
 
 async def read_located(
@@ -159,30 +161,33 @@ async def read_located(
     prefix: str = DEFAULT_PREFIX,
     bounds: dict[str, dict[int, tuple[int, int]]] | None = None,
 ) -> AsyncGenerator[RawRecord, None]:
-    """Yield the records of `located`'s keys in its ranges, each partition's in offset order:
-    what `read_records` yields of those keys over the same span, reading only the ranges.
-    `bounds` is filled with the span, as a scan fills it."""
+    """Yield the records of `located`'s keys in its ranges and every record of its tails, each
+    partition's in offset order: what `read_records` yields of those over the same span,
+    reading only the ranges and the tails. `bounds` is filled with the span, as a scan fills
+    it."""
     span = located.span
     if bounds is not None:
         for tp in sorted(span.ends):
             bounds.setdefault(tp.topic, {})[tp.partition] = (span.starts[tp], span.ends[tp])
     streams_of = {t: stream_of_topic(t, prefix) for t in (topic_name(s, prefix) for s in streams)}
     async with LogReader(connection) as reader:
-        for tp, ranges in sorted(located.ranges.items()):
+        for tp in sorted({*located.ranges, *located.tails}):
             tp = Partition(*tp)
             if tp.topic not in streams_of or tp not in span.ends:
                 continue
             stream = streams_of[tp.topic]
             assert stream is not None
+            tail = located.tails.get(tp, span.ends[tp])
+            ranges = located.ranges.get(tp, [])
             reader.assign([tp])
-            for start, stop in ranges:
+            for start, stop in merged_ranges([*ranges, (tail, span.ends[tp])]):
                 start, stop = max(start, span.starts[tp]), min(stop, span.ends[tp])
                 if start >= stop:
                     continue
                 reader.seek({tp: start})
                 async for batch in reader.read_to_end([tp], until={tp: stop}, stall_s=None):
                     for m in batch:
-                        if located.keys is None or m.key in located.keys:
+                        if located.keys is None or m.offset >= tail or m.key in located.keys:
                             yield RawRecord(
                                 stream,
                                 tp.topic,

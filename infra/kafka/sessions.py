@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from rolltape.infra.kafka.readback import Located, read_located, read_records
 from rolltape.infra.kafka.spill import SessionRecords, Spill
-from rolltape.projections import checked_event
+from rolltape.projections import Narrowing, checked_event, session_start
 from rolltape.schemas import Stream, TypedEvent
 from rolltape.schemas.clients import KafkaConnection
 
@@ -71,6 +71,17 @@ class SessionScan:
 
     def session(self, session_id: str) -> SessionRecords | None:
         return self.spill.session(session_id)
+
+    def picked(self, narrowing: Narrowing) -> Iterator[SessionRecords]:
+        """The sessions filed that `narrowing` picks for sure, by id: the same whether the
+        read model located them or a scan filed every session (`Narrowing.picks`)."""
+        prefixes = narrowing.id_prefixes() or ("",)
+        # Sorted, none inside another: each id comes once, and in order.
+        outer = [p for p in prefixes if not any(p != q and p.startswith(q) for q in prefixes)]
+        for prefix in outer:
+            for session in self.spill.sessions(prefix):
+                if narrowing.picks(session.session_id, session_start(session.events)):
+                    yield session
 
     def opened(self, session: SessionRecords) -> tuple[SessionRecords | None, Access]:
         """The session with its sealed content opened by the scan's keyring, or None and why

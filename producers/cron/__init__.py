@@ -38,7 +38,7 @@ from rolltape.producers.cron._runs import (
     load_runner,
 )
 from rolltape.producers.cron._schedule import ACCEPTED, Schedule, ScheduleError, parse_schedule
-from rolltape.producers.cron._scheduler import Scheduler
+from rolltape.producers.cron._scheduler import Owned, Scheduler
 
 __all__ = [
     "ACCEPTED",
@@ -57,6 +57,7 @@ __all__ = [
     "JobError",
     "JobSpec",
     "JobsLog",
+    "Owned",
     "RunOutcome",
     "Runner",
     "Schedule",

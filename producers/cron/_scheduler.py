@@ -9,7 +9,11 @@ rebalance: revocation completes before assignment), and the owner never has a cl
 then, since it claims from the same loop that polls. What is due comes from the book alone
 (`JobBook.due`): the latest missed tick, never one run per missed tick.
 
-Offsets are never committed: the compacted topic is read from its start on every assignment.
+Offsets are never committed. A partition is read from its start the first time this process is
+given it; one it held before and is given back (a rebalance revokes every partition and hands
+most of them back) is read on from where its folding stopped: the book still holds every
+revision up to there, and the topic has no tombstones, so what compaction removed since is only
+revisions the records after that point supersede.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from rolltape.producers._errors import NotStartedError
@@ -54,6 +59,25 @@ _SESSION_STATUS = {
 }
 
 
+@dataclass(frozen=True)
+class Owned:
+    """The partitions an assignment gave a scheduler: those it reads from the start (new to
+    it) and those it reads on from where it stood (given back)."""
+
+    from_start: tuple[int, ...]
+    read_on: tuple[int, ...]
+
+    def line(self) -> str:
+        def listed(parts: tuple[int, ...]) -> str:
+            return ", ".join(map(str, parts)) or "none"
+
+        return (
+            f"owns partitions {listed(tuple(sorted(self.from_start + self.read_on)))} "
+            f"(read from the start: {listed(self.from_start)}; "
+            f"read on from where it stood: {listed(self.read_on)})"
+        )
+
+
 class _Ownership:
     """The scheduler's `Ownership`: a partition it loses stops firing here; one it gains is
     read from the start before its jobs fire (the book must hold every revision first)."""
@@ -62,7 +86,7 @@ class _Ownership:
         self._scheduler = scheduler
 
     async def revoked(self, partitions: list[Partition]) -> None:
-        await self._scheduler._give_up({p.partition for p in partitions})
+        await self._scheduler._give_up(partitions)
 
     async def assigned(self, partitions: list[Partition]) -> None:
         await self._scheduler._take(partitions)
@@ -89,6 +113,7 @@ class Scheduler:
         clock: Callable[[], int] = time.time_ns,
         on_start: Callable[[CronRun, int], None] | None = None,
         on_write: Callable[[CronRun], None] | None = None,
+        on_owned: Callable[[Owned], None] | None = None,
     ) -> None:
         self.instance = instance_name()
         self.book = JobBook()
@@ -103,8 +128,10 @@ class Scheduler:
         self._drain_s = drain_s
         self._on_start = on_start
         self._on_write = on_write
+        self._on_owned = on_owned
         self._ready: set[int] = set()
         self._loading: dict[Partition, int] = {}
+        self._folded_to: dict[Partition, int] = {}
         self._in_flight: dict[str, asyncio.Task[None]] = {}
         self._member: GroupMember | None = None
         self.fired = 0
@@ -113,7 +140,13 @@ class Scheduler:
     def owns(self, job_id: str) -> bool:
         return self._log.partition_of(job_id) in self._ready
 
-    async def _give_up(self, partitions: set[int]) -> None:
+    async def _give_up(self, revoked: list[Partition]) -> None:
+        for tp in revoked:  # still assigned while revocation runs
+            try:
+                self._folded_to[tp] = await self.member.position(tp)
+            except KafkaClientError:  # then it is read from the start when it comes back
+                self._folded_to.pop(tp, None)
+        partitions = {tp.partition for tp in revoked}
         self._ready -= partitions
         self._loading = {
             tp: end for tp, end in self._loading.items() if tp.partition not in partitions
@@ -124,10 +157,19 @@ class Scheduler:
         if not assigned:
             return
         ends = await self.member.end_offsets(assigned)
-        await self.member.seek_to_beginning(*assigned)
+        fresh = [tp for tp in assigned if tp not in self._folded_to]
+        await self.member.seek_to_beginning(*fresh)
         for tp in assigned:
+            if tp in self._folded_to:
+                self.member.seek(tp, self._folded_to[tp])
             self._loading[tp] = ends[tp]
-        _log.info("%s owns partitions %s", self.instance, sorted(tp.partition for tp in assigned))
+        owned = Owned(
+            from_start=tuple(sorted(tp.partition for tp in fresh)),
+            read_on=tuple(sorted(tp.partition for tp in assigned if tp not in fresh)),
+        )
+        _log.info("%s %s", self.instance, owned.line())
+        if self._on_owned is not None:
+            self._on_owned(owned)
 
     async def _check_loaded(self) -> None:
         for tp, end in list(self._loading.items()):

@@ -343,6 +343,20 @@ def test_bench_replay__runs_end_to_end_and_reports_every_figure(topics: Topics) 
     assert 0 < figures["idle_rss_mb"] <= figures["export_peak_rss_mb"]
 
 
+def test_bench_index__times_the_readers_by_the_read_model_and_by_scan(topics: Topics) -> None:
+    args = "bench index --sessions 300 --repeats 1 --queries 5 --log-events 3000 --json"
+    out = run(args.split(), topics.env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["sessions"] == 300 and figures["list_p95_ms"] > 0
+    readers = figures["readers"]
+    assert readers["events"] >= 3000 and readers["sessions"] == 30
+    # The last session's records only, from where the read model says it starts.
+    assert 0 < readers["resume_records_from_end"] < 2 * readers["events"] // 30
+    assert readers["resume_index_ms"] > 0 and readers["resume_scan_ms"] > 0
+    assert readers["export_sessions"] == 10 and readers["export_index_ms"] > 0
+
+
 def test_bench_otlp__runs_every_way_and_reports_the_receivers_cpu(topics: Topics) -> None:
     args = "bench otlp --spans 700 --batch 70 --connections 2 --repeats 1 --workers 2 --json"
     out = run(args.split(), topics.env())

@@ -28,6 +28,7 @@ from rolltape.producers.cron import JobBook, JobSpec, run_id
 from rolltape.schemas import CronRun, RetryPolicy, RunStatus, Stream, read_event
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Topics
+from tests.support.cli import rolltape
 from tests.support.openai_server import Completion, OpenAICompatibleServer, Reply
 from tests.support.waiting import wait_until, wait_until_async
 
@@ -176,6 +177,11 @@ def test_two_schedulers__fire_every_due_tick_exactly_once_and_share_the_jobs(
     # collapse ticks into one late run, as a missed schedule does; how many depends on how fast
     # the group moves the partitions, which is not this test's to bound.)
     assert len({r.fired_by for r in fired}) == 2, logs
+    # The first read every partition from the start once; those the rebalance gave it back it
+    # read on from where it stood (and still fired no tick twice: the claims above).
+    owns = [line for line in logs[0].splitlines() if "owns partitions" in line]
+    assert "read on from where it stood: none" in owns[0], owns
+    assert any("read from the start: none" in line for line in owns[1:]), owns
     book = _book(topics)
     for job_id in job_ids:
         ticks = sorted(r.due_ns for r in book.runs_of(job_id))
@@ -500,6 +506,16 @@ def test_to_env__a_jobs_good_runs_become_items_an_environment_runs(
     assert item["data"]["prompt"] == "List the open PRs"
     assert item["data"]["reference"] == "The open PRs are 12 and 14 (run 1)"
     assert item["data"]["source"]["score"] == 0.9 and item["data"]["skills"] == ["files"]
+    # Without a read model the whole log was read, and said; with one, only the runs' sessions
+    # are, and the items are the same bytes.
+    assert "reading the whole log, not the read model: no read model at" in done.stderr
+    store = f"sqlite:{tmp_path / 'index.sqlite3'}"
+    indexed = {**topics.env(), "ROLLTAPE_INDEX_URL": store, "COLUMNS": "200"}
+    assert rolltape(indexed, "index", "rebuild").returncode == 0
+    located = rolltape(indexed, "cron", "to-env", "prs", "--min-reward", "0.5", "-o", f"{items}.2")
+    assert located.returncode == 0 and "reading the whole log" not in located.stderr
+    assert located.stdout == done.stdout.replace(str(items), f"{items}.2")
+    assert Path(f"{items}.2").read_bytes() == items.read_bytes()
 
     def model(body: dict[str, object]) -> Reply:
         return Completion(content="Open PRs: 12 and 14.")
