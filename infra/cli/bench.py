@@ -26,7 +26,7 @@ class _Figures(Protocol):
 
 def _show(figures: _Figures, json_out: bool) -> None:
     """Print a benchmark's figures: its text, or with `--json` its JSON (as given, no markup)."""
-    console.print(figures.to_json() if json_out else figures.render(), markup=False)
+    console.print(figures.to_json() if json_out else figures.render(), markup=False, soft_wrap=True)
 
 
 def _json() -> Any:

@@ -24,6 +24,7 @@ from rolltape.infra.index import (
     store_url,
 )
 from rolltape.infra.index import IndexProgress as IndexProgress
+from rolltape.infra.kafka.keyring import keys_follower_if_any
 from rolltape.infra.keys import redaction_secret
 from rolltape.infra.settings import Settings
 from rolltape.projections.index import keyed_subject
@@ -40,6 +41,7 @@ def _indexer(settings: Settings, store: IndexStore, group_id: str) -> Indexer:
         group_id=group_id,
         subject_hash=keyed_subject(redaction_secret(settings)),
         batch_records=settings.index_batch_records,
+        keys=keys_follower_if_any(connection, settings, erasures=False),
     )
 
 

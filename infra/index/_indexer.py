@@ -15,15 +15,17 @@ again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from rolltape.infra._errors import ReadModelError
 from rolltape.infra.index._store import IndexStore, PositionConflictError
+from rolltape.infra.kafka.keyring import KeysFollower
 from rolltape.infra.settings import INDEX_BATCH_RECORDS as BATCH_RECORDS
-from rolltape.projections.index import Record, fold_batch
-from rolltape.schemas import CHAINED_STREAMS, Stream, stream_of_topic, topic_name
+from rolltape.projections.index import IndexChanges, Record, fold_batch
+from rolltape.schemas import CHAINED_STREAMS, Stream, TypedEvent, stream_of_topic, topic_name
 from rolltape.schemas.clients import (
     Fetched,
     GroupMember,
@@ -31,6 +33,7 @@ from rolltape.schemas.clients import (
     Partition,
     partitions_of,
 )
+from rolltape.schemas.privacy import sealed_key_id
 
 _log = logging.getLogger(__name__)
 
@@ -63,6 +66,7 @@ class Indexer:
         subject_hash: Callable[[str], str],
         streams: tuple[Stream, ...] = INDEXED_STREAMS,
         batch_records: int = BATCH_RECORDS,
+        keys: KeysFollower | None = None,
     ) -> None:
         self._connection = connection
         self._store = store
@@ -71,6 +75,9 @@ class Indexer:
         self._subject_hash = subject_hash
         self._topics = [topic_name(s, prefix) for s in streams]
         self._batch = batch_records
+        self._keys = keys
+        """With the key-encryption key: the keys topic followed, so that a subject's session's
+        content is indexed (and searchable) too; its erasure takes it out again."""
         self._at: dict[Partition, int | None] = {}
         """Where each owned partition stands in the store (None: never indexed)."""
         self._member: GroupMember | None = None
@@ -142,7 +149,10 @@ class Indexer:
         )
         self._member = member
         ends: dict[Partition, int] = {}
-        async with member:
+        async with contextlib.AsyncExitStack() as stack:
+            if self._keys is not None:
+                await stack.enter_async_context(self._keys)
+            await stack.enter_async_context(member)
             if until_caught_up:
                 every = await partitions_of(self._connection, self._topics)
                 ends = await member.end_offsets(every) if every else {}
@@ -169,6 +179,39 @@ class Indexer:
             if await member.position(p) < end:
                 return False
         return True
+
+    async def _fold(self, records: list[Record]) -> IndexChanges:
+        """The batch's rows; with the keys followed, sealed content opened. A key not read yet
+        (a session's key and its first records travel to different topics) is waited for
+        once (`KeysFollower.ready`) and the batch folded again."""
+        if self._keys is None:
+            return await asyncio.to_thread(
+                fold_batch, records, self._store.heads, self._subject_hash
+            )
+        keyring = self._keys.keyring
+        missing: set[tuple[str, str]] = set()
+
+        def opener(event: TypedEvent) -> TypedEvent | None:
+            opened, access = keyring.open_event(event)
+            if opened is None and access == "key unavailable":
+                missing.add((event.session_id, sealed_key_id(event.payload) or ""))
+            return opened
+
+        changes = await asyncio.to_thread(
+            fold_batch, records, self._store.heads, self._subject_hash, opener
+        )
+        if missing:
+            await self._keys.ready(set(missing))
+            missing.clear()
+            changes = await asyncio.to_thread(
+                fold_batch, records, self._store.heads, self._subject_hash, opener
+            )
+            if missing:
+                _log.info(
+                    "indexed without their text: %d session key(s) this machine cannot open",
+                    len(missing),
+                )
+        return changes
 
     async def _index(self, fetched: list[Fetched]) -> None:
         records: list[Record] = []
@@ -198,9 +241,7 @@ class Indexer:
         if not records:
             return
         try:
-            changes = await asyncio.to_thread(
-                fold_batch, records, self._store.heads, self._subject_hash
-            )
+            changes = await self._fold(records)
             await asyncio.to_thread(self._store.apply, changes, expected=expected)
         except PositionConflictError as exc:
             _log.warning("%s; seeking to the stored positions again", exc)

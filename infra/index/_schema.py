@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Bumped by any change of a table or of what the fold writes; a store of another version is
 rebuilt (`rolltape index rebuild`)."""
 
@@ -66,9 +66,10 @@ CREATE TABLE IF NOT EXISTS sessions (
     ended_ms BIGINT,
     end_seq BIGINT
 );
-CREATE INDEX IF NOT EXISTS sessions_started ON sessions (started_ms, session_id);
-CREATE INDEX IF NOT EXISTS sessions_task ON sessions (task, started_ms);
-CREATE INDEX IF NOT EXISTS sessions_status ON sessions (status, started_ms);
+CREATE INDEX IF NOT EXISTS sessions_newest ON sessions ((COALESCE(started_ms, -1)), session_id);
+CREATE INDEX IF NOT EXISTS sessions_task ON sessions (task, (COALESCE(started_ms, -1)), session_id);
+CREATE INDEX IF NOT EXISTS sessions_status
+    ON sessions (status, (COALESCE(started_ms, -1)), session_id);
 CREATE TABLE IF NOT EXISTS subjects (
     session_id TEXT PRIMARY KEY,
     subject_hash TEXT NOT NULL

@@ -116,13 +116,21 @@ class _Chain:
     status: str
 
 
+Opener = Callable[[TypedEvent], TypedEvent | None]
+"""Opens a sealed event (its content in place), or None where it cannot: what an indexer that
+holds the key-encryption key passes, so a subject's session's text is searchable."""
+
+
 def fold_batch(
     records: Sequence[Record],
     heads_of: Callable[[set[ChainKey]], Mapping[ChainKey, ChainHead]],
     subject_hash: Callable[[str], str],
+    opener: Opener | None = None,
 ) -> IndexChanges:
     """The rows a batch of records adds. Each record is decoded once; `heads_of` is asked
-    once, for the stored heads of every chain the batch touches."""
+    once, for the stored heads of every chain the batch touches. With `opener`, a sealed
+    event's content is indexed as a clear one's is (its task, its text); without, or where
+    it does not open, it is neither stored nor searchable."""
     decoded: list[TypedEvent | None] = []
     keys: set[ChainKey] = set()
     for record in records:
@@ -135,7 +143,7 @@ def fold_batch(
             else:
                 keys.add((event.session_id, event.stream))
         decoded.append(event)
-    fold = IndexFold(heads_of(keys) if keys else {}, subject_hash)
+    fold = IndexFold(heads_of(keys) if keys else {}, subject_hash, opener)
     for record, event in zip(records, decoded, strict=True):
         fold.add(record, event)
     return fold.finish()
@@ -146,10 +154,14 @@ class IndexFold:
     keys subjects."""
 
     def __init__(
-        self, heads: Mapping[ChainKey, ChainHead], subject_hash: Callable[[str], str]
+        self,
+        heads: Mapping[ChainKey, ChainHead],
+        subject_hash: Callable[[str], str],
+        opener: Opener | None = None,
     ) -> None:
         self._heads = dict(heads)
         self._subject_hash = subject_hash
+        self._opener = opener
         self._chains: dict[ChainKey, _Chain] = {}
         self._types: dict[tuple[str, str, str], int] = {}
         self._positions: dict[tuple[str, int], list[int]] = {}
@@ -261,6 +273,8 @@ class IndexFold:
                 record.broker_ms,
             )
         )
+        if self._opener is not None and "sealed" in event.payload:
+            event = self._opener(event) or event
         self._event(event, record)
 
     def _chain(self, key: ChainKey, record: Record, head: ChainHead | None) -> _Chain:

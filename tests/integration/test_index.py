@@ -15,7 +15,9 @@ from pathlib import Path
 from rolltape.infra.commands.index import index_status
 from rolltape.infra.index import open_store
 from rolltape.producers import Recorder
+from rolltape.schemas import Role
 from rolltape.schemas.clients import group_members
+from rolltape.schemas.privacy import KeyEncryptionKey
 from tests.integration.conftest import Topics
 from tests.integration.test_index_store import dump
 from tests.support.cli import rolltape
@@ -165,3 +167,62 @@ def test_indexers_share_partitions_a_kill_loses_and_repeats_nothing_and_a_rebuil
     assert status["lag"] == 0 and status["sessions"] == 70
     missing = rolltape(env, "sessions", "show", "nobody")
     assert missing.returncode == 2 and "no session 'nobody'" in missing.stderr
+
+
+def test_an_indexer_with_the_kek_makes_a_subjects_text_searchable_and_its_erasure_takes_it_out(
+    topics: Topics, tmp_path: Path
+) -> None:
+    kek = KeyEncryptionKey.generate()
+    kek_file = tmp_path / "kek.bin"
+    kek_file.write_bytes(kek.secret)
+    kek_file.chmod(0o600)
+    with Recorder(
+        topics.connection(Role.AGENT),
+        topic_prefix=topics.prefix,
+        spool_dir=tmp_path / "spool",
+        kek=kek,
+    ) as rec:
+        for subject, word in (("user-a", "pelican"), ("user-b", "heron")):
+            with rec.session(f"help {subject}", session_id=f"s-{subject}", subject=subject) as s:
+                s.turn("user", f"the {word} question")
+                s.turn("assistant", f"the {word} answer")
+    with_kek = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
+    without = {**topics.env(), "ROLLTAPE_KEK_FILE": str(tmp_path / "absent.bin")}
+
+    def search(env: dict[str, str], store: Path, word: str) -> set[str]:
+        done = rolltape(
+            {**env, "ROLLTAPE_INDEX_URL": f"sqlite:{store}"}, "sessions", "search", word, "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        return {hit["session_id"] for hit in json.loads(done.stdout)}
+
+    # Without the KEK the sealed text never enters the store; with it, it does.
+    for env, store in ((without, tmp_path / "plain.sqlite3"), (with_kek, tmp_path / "kek.sqlite3")):
+        built = rolltape({**env, "ROLLTAPE_INDEX_URL": f"sqlite:{store}"}, "index", "rebuild")
+        assert built.returncode == 0, built.stderr
+    assert search(without, tmp_path / "plain.sqlite3", "pelican") == set()
+    assert b"pelican" not in (tmp_path / "plain.sqlite3").read_bytes()
+    assert search(with_kek, tmp_path / "kek.sqlite3", "pelican") == {"s-user-a"}
+    assert search(with_kek, tmp_path / "kek.sqlite3", "heron") == {"s-user-b"}
+
+    # The subject's erasure, taken in by the live indexer: its text leaves the store's files.
+    erased = rolltape(with_kek, "privacy", "erase", "--subject", "user-a", timeout=180)
+    assert erased.returncode == 0, erased.stdout + erased.stderr
+    store = tmp_path / "kek.sqlite3"
+    live = {**with_kek, "ROLLTAPE_INDEX_URL": f"sqlite:{store}"}
+    indexer = IndexerProcess(live, tmp_path / "indexer.log")
+    settings = topics.settings.model_copy(update={"index_url": f"sqlite:{store}"})
+    try:
+        wait_until(
+            lambda: asyncio.run(index_status(settings)).lag,
+            lambda lag: lag == 0,
+            what="the indexer to take in the erasure",
+            explain=indexer.output,
+            every_s=0.5,
+        )
+    finally:
+        assert indexer.stop() == 0, indexer.output()
+    assert search(with_kek, store, "pelican") == set()
+    assert search(with_kek, store, "heron") == {"s-user-b"}
+    files = b"".join(p.read_bytes() for p in tmp_path.glob("kek.sqlite3*"))
+    assert b"pelican" not in files and b"heron" in files
