@@ -1,9 +1,10 @@
-"""Which sessions a reader asks for by id, task or start time: the part of a selection a read
-model can answer before a record is read.
+"""Which sessions a reader asks for by id, task, tag or start time: the part of a selection a
+read model can answer before a record is read.
 
 `dataset export -s/--task/--since/--until`, `report --session/--task`, a batch's runs (by its
-tag) and `cron to-env` (by its runs' ids) read only the sessions this names. The read model finds them without a scan; a scan (no read model, or one behind the
-log) files every session and keeps the same ones. Both then decide with `picks`, on the same
+tag) and `cron to-env` (by its runs' ids) read only the sessions this names. The read model
+finds them without a scan; a scan (no read model), or the tail a read model has not indexed
+yet, files every session it reads and keeps the same ones. Both then decide with `picks`, on the same
 facts (the id, and the session's `session_started`: its task and the recorder's time), so the
 two ways give the same output byte for byte. A session the narrowing does not pick is not read,
 so it is not counted either: an export's `sessions_read` and `skipped` count the picked ones.

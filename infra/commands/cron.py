@@ -239,15 +239,18 @@ async def cron_items(
     job = book.jobs.get(job_id)
     if job is None:
         raise JobError(f"no job {job_id!r}; see `rolltape cron list`")
+    runs = book.runs_of(job_id)
+    if not runs:
+        return ToEnvReport(items=[], skipped={})
     # Only the runs' sessions are read (where the read model says they lie; `say` is told when
-    # the whole log is read instead). A job with no runs reads nothing.
-    asked = tuple(sorted({run.session_id for run in book.runs_of(job_id)})) or ("",)
+    # the whole log is read instead).
+    asked = tuple(sorted({run.session_id for run in runs}))
     with await collect_narrowed(
         settings, LIVE_JUDGE_VERSION, Narrowing(sessions=asked), say=say
     ) as collected:
         items: list[Item] = []
         skipped: Counter[str] = Counter()
-        for run in book.runs_of(job_id):
+        for run in runs:
             if run.status not in FINAL_STATUSES:
                 skipped["still_open"] += 1
                 continue

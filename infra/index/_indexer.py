@@ -184,28 +184,26 @@ class Indexer:
         """The batch's rows; with the keys followed, sealed content opened. A key not read yet
         (a session's key and its first records travel to different topics) is waited for
         once (`KeysFollower.ready`) and the batch folded again."""
-        if self._keys is None:
-            return await asyncio.to_thread(
-                fold_batch, records, self._store.heads, self._subject_hash
-            )
-        keyring = self._keys.keyring
+        keys = self._keys
         missing: set[tuple[str, str]] = set()
 
         def opener(event: TypedEvent) -> TypedEvent | None:
-            opened, access = keyring.open_event(event)
+            assert keys is not None
+            opened, access = keys.keyring.open_event(event)
             if opened is None and access == "key unavailable":
                 missing.add((event.session_id, sealed_key_id(event.payload) or ""))
             return opened
 
-        changes = await asyncio.to_thread(
-            fold_batch, records, self._store.heads, self._subject_hash, opener
-        )
-        if missing:
-            await self._keys.ready(set(missing))
+        def fold() -> IndexChanges:
             missing.clear()
-            changes = await asyncio.to_thread(
-                fold_batch, records, self._store.heads, self._subject_hash, opener
+            return fold_batch(
+                records, self._store.heads, self._subject_hash, None if keys is None else opener
             )
+
+        changes = await asyncio.to_thread(fold)
+        if keys is not None and missing:
+            await keys.ready(set(missing))
+            changes = await asyncio.to_thread(fold)
             if missing:
                 _log.info(
                     "indexed without their text: %d session key(s) this machine cannot open",
