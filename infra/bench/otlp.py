@@ -24,15 +24,17 @@ import multiprocessing
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from rolltape.infra.bench._figures import Figures, machine_line
-from rolltape.infra.bench._machine import cpu_seconds, machine
+from rolltape.infra.bench._machine import machine
 from rolltape.infra.settings import Settings
 from rolltape.schemas import Role
 from rolltape.schemas.clients import KafkaConnection
@@ -67,7 +69,7 @@ class OtlpFigures(Figures):
     """`otlp serve --workers N` for each N measured beside one process (medians, same runs)."""
     receiver_cpu_us_per_span: float | None = None
     """The receiver process's CPU time (user and system) over the timed batches, per span
-    (median; from /proc, None elsewhere): what the ratio means when the baseline is not
+    (median; the process's own CPU clock): what the ratio means when the baseline is not
     CPU-bound."""
     decode_only_cpu_us_per_span: float | None = None
     cpu_ratio: float | None = None
@@ -352,15 +354,28 @@ def build_batches(
     return batches
 
 
+def _answer_cpu(clock: Connection) -> None:
+    """Answer each question on `clock` with this process's CPU seconds so far, all its threads
+    counted, the gone ones too (the process clock is precise to the nanosecond, where /proc's
+    counts are clock ticks: a small run's CPU would read as 0)."""
+    while True:
+        try:
+            clock.recv()
+            clock.send(time.process_time())
+        except (EOFError, OSError):
+            return
+
+
 def _run_receiver(
     settings: Settings,
     ports: multiprocessing.Queue[tuple[int, int | None]],
     decode_only: bool,
-    workers: int = 1,
+    workers: int,
+    clock: Connection,
 ) -> None:
     """A receiver process: the real one on HTTP and gRPC (with `workers` worker processes when
     more than one), or the baseline that records nothing; both with the collector settings of
-    `otlp serve`."""
+    `otlp serve`. It answers questions on `clock` with its CPU seconds."""
     from aiohttp import web
 
     from rolltape.infra._gc import RECEIVER_YOUNG_THRESHOLD, tune_collector
@@ -370,6 +385,7 @@ def _run_receiver(
     from rolltape.producers.otlp import decode, success_body, unpack
 
     tune_collector(RECEIVER_YOUNG_THRESHOLD)  # as `otlp serve` runs, the baseline too
+    threading.Thread(target=_answer_cpu, args=(clock,), daemon=True).start()
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -476,20 +492,17 @@ def _load(
     out.put(asyncio.run(send(target, batches[2:], connections)))
 
 
-def _cpu_of(pid: int | None) -> float | None:
-    """The process's CPU seconds so far; None where /proc cannot say (the figure is then not
-    reported)."""
-    if pid is None:
-        return None
-    try:
-        return cpu_seconds([pid])
-    except OSError:
-        return None
+def _cpu_of(clock: Connection) -> float:
+    """The receiver process's CPU seconds so far, as it answers on `clock`."""
+    clock.send(None)
+    if not clock.poll(60):
+        raise RuntimeError("the receiver did not say how much CPU it had used")
+    return float(clock.recv())
 
 
 class _Timed(BaseModel):
     """One timed run: wall seconds of the timed batches, and the receiver process's CPU seconds
-    over them (None where not measured: without /proc, or with worker processes)."""
+    over them (None with worker processes, whose CPU is not counted)."""
 
     seconds: float
     cpu_s: float | None
@@ -505,8 +518,9 @@ def _measure(
 ) -> _Timed:
     ctx = multiprocessing.get_context("spawn")
     ports: multiprocessing.Queue[tuple[int, int | None]] = ctx.Queue()
+    clock, answers = ctx.Pipe()
     receiver = ctx.Process(
-        target=_run_receiver, args=(settings, ports, decode_only, workers), daemon=True
+        target=_run_receiver, args=(settings, ports, decode_only, workers, answers), daemon=True
     )
     receiver.start()
     try:
@@ -518,11 +532,10 @@ def _measure(
         )
         load.start()
         results.get(timeout=1800)
-        before = _cpu_of(receiver.pid) if workers == 1 else None
+        before = _cpu_of(clock) if workers == 1 else None
         seconds = results.get(timeout=1800)
-        after = _cpu_of(receiver.pid) if before is not None else None
+        cpu = _cpu_of(clock) - before if before is not None else None
         load.join(30)
-        cpu = after - before if before is not None and after is not None else None
         return _Timed(seconds=seconds, cpu_s=cpu)
     finally:
         receiver.terminate()
