@@ -19,6 +19,7 @@ from rolltape.infra.cli import (
     _common,
     bench,
     broker,
+    console,
     cron,
     dataset,
     demo,
@@ -62,7 +63,7 @@ app = typer.Typer(
 serve = typer.Typer(
     help="Start a long-running service: the worker, the OTLP receiver, the projector, the live "
     "feed to a trainer, the cron scheduler, an environment's Atropos server, the read model's "
-    "indexer.",
+    "indexer, the web console.",
     no_args_is_help=True,
 )
 _SERVICES: tuple[tuple[str, Callable[..., Any]], ...] = (
@@ -73,6 +74,7 @@ _SERVICES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("cron", cron.scheduler),
     ("env", env.serve),
     ("index", index.serve),
+    ("console", console.serve),
 )
 for name, command in _SERVICES:
     serve.command(name)(command)

@@ -22,6 +22,8 @@ MEANINGS: Final[dict[str, str]] = {
     "--events": "Events per run",
     "--family": "The model family whose text tool calls to parse:",
     "--format": "Output format",
+    "--host": "Interface to listen on.",
+    "--port": "The port to listen on",
     "--from-beginning": "Start at the oldest record",
     "--group-size": "Sessions per group",
     "--items": "Rollouts to run (train items, cycled).",

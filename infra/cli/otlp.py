@@ -19,7 +19,10 @@ from rolltape.infra.commands.otlp_receive import (
 
 def serve(
     port: Annotated[
-        int, typer.Option(min=0, max=65535, help="The OTLP/HTTP port; 0 picks a free one.")
+        int,
+        typer.Option(
+            min=0, max=65535, help="The port to listen on for OTLP/HTTP; 0 picks a free one."
+        ),
     ] = HTTP_PORT,
     grpc_port: Annotated[
         int, typer.Option(min=0, max=65535, help="The OTLP/gRPC port; 0 picks a free one.")

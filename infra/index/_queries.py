@@ -72,6 +72,8 @@ class SessionFilter(BaseModel):
     """A rule that fired under `judge_version` (R1...R7)."""
     world: str | None = None
     """A world digest the session recorded."""
+    erased: bool | None = None
+    """The session's subject was erased (true) or it was not (false)."""
 
 
 class Page(BaseModel):
@@ -106,6 +108,8 @@ class SessionSummary(BaseModel):
     accepted: bool | None
     """The reward filter's outcome under the filter's judge version (None: none indexed)."""
     rewards: dict[str, float]
+    erased: bool = False
+    """The session's subject was erased: its content is gone for every reader."""
 
 
 class ChainInfo(BaseModel):
@@ -205,7 +209,6 @@ class SessionDetail(SessionSummary):
 
     linked_session_id: str | None
     group_id: str | None
-    erased: bool
     chains: tuple[ChainInfo, ...]
     verdicts: tuple[VerdictInfo, ...]
     filters: tuple[FilterInfo, ...]

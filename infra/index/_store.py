@@ -586,12 +586,10 @@ class IndexStore(abc.ABC):
                 one,
             )
         )
-        erased = bool(self._fetch(cur, f"SELECT 1 FROM erased WHERE session_id = {p}", one))
         return SessionDetail(
             **summary.model_dump(),
             linked_session_id=linked,
             group_id=group,
-            erased=erased,
             chains=chains,
             verdicts=verdicts,
             filters=filters,
@@ -716,6 +714,12 @@ class IndexStore(abc.ABC):
                 [judge_version, *ids],
             )
         }
+        erased = {
+            str(sid)
+            for (sid,) in self._fetch(
+                cur, f"SELECT session_id FROM erased WHERE session_id IN ({marks})", ids
+            )
+        }
         rewards: dict[str, dict[str, float]] = {}
         for sid, name, value in self._fetch(
             cur,
@@ -740,6 +744,7 @@ class IndexStore(abc.ABC):
                 chain=chain_status.get(sid, "ok"),
                 accepted=accepted.get(sid),
                 rewards=rewards.get(sid, {}),
+                erased=sid in erased,
             )
             for sid, kind, task, model, trainable, status, started, ended in rows
         ]
@@ -886,6 +891,11 @@ class IndexStore(abc.ABC):
             add(
                 f"EXISTS (SELECT 1 FROM worlds w WHERE w.session_id = s.session_id AND w.digest = {p})",
                 f.world,
+            )
+        if f.erased is not None:
+            add(
+                ("" if f.erased else "NOT ")
+                + "EXISTS (SELECT 1 FROM erased x WHERE x.session_id = s.session_id)"
             )
         return (" AND ".join(conds) if conds else "1 = 1"), params
 

@@ -306,6 +306,11 @@ def test_search_finds_words_and_a_subjects_erasure_takes_its_text_out_of_the_fil
     index(store, [log.raw(Stream.KEYS, sid.encode(), None)])  # the data key's tombstone
     assert store.search(SECRET_WORD) == []
     assert store.session(sid).erased  # type: ignore[union-attr]
+    assert [s.session_id for s in store.list_sessions(SessionFilter(erased=True)).sessions] == [sid]
+    assert sid not in {
+        s.session_id for s in store.list_sessions(SessionFilter(erased=False)).sessions
+    }
+    assert store.count(SessionFilter(erased=False)) == store.count() - 1
     store.close()
     where.flush()
     assert _files_holding(where.files, SECRET_WORD.encode()) == []

@@ -177,6 +177,8 @@ CASES = [
     # The read model: the indexer needs a broker; its queries need a store, and say how to
     # make one when there is none; a wrong filter or address says what is wrong.
     Case(("serve", "index"), said=NO_BROKER),
+    # The console needs no broker to start; an address it cannot listen on is said.
+    Case(("serve", "console"), ("--host", "203.0.113.1"), "cannot listen on 203.0.113.1:8321"),
     Case(("index", "rebuild"), said=NO_BROKER),
     Case(("index", "status"), said="no read model at"),
     Case(("sessions", "list"), said="start the indexer (`rolltape serve index`)"),

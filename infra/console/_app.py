@@ -1,0 +1,209 @@
+"""The console's web application: its routes, each a page rendered on the server from the read
+model and the log, and its static files. Reading needs the reader principal only.
+
+The handlers are thin: a URL is read into a typed query (`_query.py`), the read model and the
+log are read (`_reading.py`, in a worker thread where the store blocks), and a template renders
+the answer. A problem the user can fix (a bad parameter, no read model yet) is a page saying
+what to do, with the HTTP status that says what went wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from importlib.resources import files
+from typing import Any
+
+from aiohttp import web
+
+from rolltape.infra._errors import InfraError, ReadModelError
+from rolltape.infra.console._query import BadQuery, query_of
+from rolltape.infra.console._reading import (
+    list_view,
+    read_recorded,
+    session_row,
+)
+from rolltape.infra.console._security import security_middleware
+from rolltape.infra.console._templates import make_environment
+from rolltape.infra.index import SessionDetail, VerdictInfo, store_url
+from rolltape.infra.settings import Settings
+from rolltape.schemas import LIVE_JUDGE_VERSION
+from rolltape.schemas.clients import KafkaClientError
+
+
+@dataclass
+class Console:
+    """What the handlers share: the settings, the templates and where the console listens
+    (its `Host` check reads `hosts`, known once the site is bound)."""
+
+    settings: Settings
+    hosts: frozenset[str] | None = None
+    env: Any = field(default_factory=make_environment)
+
+    @property
+    def store(self) -> str:
+        url = store_url(self.settings)
+        return url.split("@")[-1] if url.startswith("postgres") else url
+
+    def page(self, name: str, status: int = 200, **values: Any) -> web.Response:
+        text = self.env.get_template(name).render(store=self.store, **values)
+        return web.Response(text=text, status=status, content_type="text/html", charset="utf-8")
+
+    def problem(
+        self, status: int, heading: str, message: str, hint: str | None = None
+    ) -> web.Response:
+        return self.page(
+            "error.html",
+            status,
+            title=heading,
+            section="",
+            heading=heading,
+            message=message,
+            hint=hint,
+        )
+
+
+CONSOLE_KEY = web.AppKey("console", Console)
+
+
+def console_app(settings: Settings) -> web.Application:
+    """The console for `settings` (its topics, its read model, its keys)."""
+    console = Console(settings)
+    app = web.Application(middlewares=[security_middleware(lambda: console.hosts)])
+    app[CONSOLE_KEY] = console
+    app.router.add_get("/", _home)
+    app.router.add_get("/sessions", _sessions)
+    app.router.add_get("/sessions/{session_id}", _session)
+    app.router.add_get("/sessions/{session_id}/events", _events)
+    app.router.add_static("/static", str(files("rolltape.infra.console") / "static"))
+    return app
+
+
+async def _home(request: web.Request) -> web.StreamResponse:
+    raise web.HTTPFound("/sessions")
+
+
+async def _sessions(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    try:
+        query = query_of(request.query)
+    except BadQuery as exc:
+        return console.problem(400, "This view's address cannot be read", str(exc))
+    try:
+        listed = await asyncio.to_thread(
+            list_view,
+            console.settings,
+            query.where(),
+            text=query.q,
+            limit=query.limit,
+            cursor=query.cursor,
+        )
+    except ReadModelError as exc:
+        return _no_read_model(console, exc)
+    return console.page(
+        "sessions.html",
+        title="Sessions",
+        section="sessions",
+        query=query,
+        current=dict(query.params()),
+        active=query.active(),
+        listed=listed,
+    )
+
+
+async def _session(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    session_id = request.match_info["session_id"]
+    try:
+        detail = await asyncio.to_thread(session_row, console.settings, session_id)
+    except ReadModelError as exc:
+        return _no_read_model(console, exc)
+    if detail is None:
+        return console.problem(
+            404,
+            "No such session",
+            f"the read model holds no session {session_id!r}",
+            "If it was recorded a moment ago, the indexer may not have reached it yet "
+            "(`rolltape index status`).",
+        )
+    try:
+        recorded = await read_recorded(console.settings, session_id, erased=detail.erased)
+    except (InfraError, KafkaClientError) as exc:
+        return _no_log(console, exc)
+    versions, judges, grid = _verdict_grid(detail)
+    return console.page(
+        "session.html",
+        title=detail.task or session_id,
+        section="sessions",
+        detail=detail,
+        recorded=recorded,
+        versions=versions,
+        judges=judges,
+        grid=grid,
+        covered=_covered(detail),
+    )
+
+
+async def _events(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    session_id = request.match_info["session_id"]
+    try:
+        detail = await asyncio.to_thread(session_row, console.settings, session_id)
+    except ReadModelError as exc:
+        return _no_read_model(console, exc)
+    try:
+        recorded = await read_recorded(
+            console.settings, session_id, erased=bool(detail and detail.erased)
+        )
+    except (InfraError, KafkaClientError) as exc:
+        return _no_log(console, exc)
+    if detail is None and not recorded.events:
+        return console.problem(404, "No such session", f"no session {session_id!r} on the log")
+    return console.page(
+        "events.html",
+        title=f"events of {session_id}",
+        section="sessions",
+        session_id=session_id,
+        events=recorded.events,
+        said=recorded.said,
+    )
+
+
+def _verdict_grid(
+    detail: SessionDetail,
+) -> tuple[list[str], list[str], dict[tuple[str, str], VerdictInfo]]:
+    """The judge versions (the live one first), the judges, and each judge's verdict under
+    each version: the side-by-side table."""
+    grid = {(v.judge, v.judge_version): v for v in detail.verdicts}
+    found = {v.judge_version for v in detail.verdicts} | {f.judge_version for f in detail.filters}
+    versions = sorted(found, key=lambda v: (v != LIVE_JUDGE_VERSION, v))
+    return versions, sorted({v.judge for v in detail.verdicts}), grid
+
+
+def _covered(detail: SessionDetail) -> bool:
+    """Every chain of the session is covered up to its head by a signed checkpoint."""
+    return bool(detail.chains) and all(
+        c.checkpoint is not None and c.checkpoint.seq >= c.head_seq for c in detail.chains
+    )
+
+
+def _no_read_model(console: Console, exc: ReadModelError) -> web.Response:
+    return console.problem(
+        503,
+        "The read model cannot be read",
+        str(exc),
+        "The console shows what the indexer has written: start it with `rolltape serve index`.",
+    )
+
+
+def _no_log(console: Console, exc: Exception) -> web.Response:
+    return console.problem(
+        503,
+        "The log cannot be read",
+        str(exc),
+        "A session's timeline and raw events are read from Kafka: is the broker up "
+        "(`rolltape broker status`)?",
+    )
+
+
+__all__ = ["CONSOLE_KEY", "Console", "console_app"]

@@ -1,0 +1,106 @@
+"""What the console reads: the read model for lists and a session's rows, the log for a
+session's own records (its timeline, its raw events), found where the read model says they
+lie and opened with this machine's keys where it holds the KEK.
+
+Every call opens the store for itself and closes it (SQLite connections belong to the thread
+that made them; the queries run in a worker thread so the event loop keeps answering).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rolltape.infra.broker import require_connection
+from rolltape.infra.commands.report import read_sessions
+from rolltape.infra.index import (
+    Page,
+    SearchHit,
+    SessionDetail,
+    SessionFilter,
+    locate_sessions,
+    reading_store,
+)
+from rolltape.infra.settings import Settings
+from rolltape.projections import FoldError, Narrowing, Trajectory, fold
+from rolltape.schemas import Role, Stream, TypedEvent
+
+STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
+"""The session's chains a page reads from the log."""
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One list view's answer from the read model."""
+
+    page: Page
+    matching: int
+    hits: Sequence[SearchHit] = ()
+
+
+Content = Literal["shown", "sealed", "erased", "unfolded", "none"]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A session's own records, as read from the log, and what could be made of them."""
+
+    events: Sequence[TypedEvent]
+    trajectory: Trajectory | None
+    content: Content
+    """`shown`; `sealed` (a subject's session and no KEK here), `erased` (its key is gone),
+    `unfolded` (its events do not fold into a conversation: `why`), `none` (no events on the
+    log)."""
+    why: str | None = None
+    said: Sequence[str] = field(default_factory=tuple)
+    """How the records were found, where that was not by the read model alone (a scan)."""
+
+
+def list_view(
+    settings: Settings, where: SessionFilter, *, text: str | None, limit: int, cursor: str | None
+) -> Listed:
+    with reading_store(settings) as store:
+        page = store.list_sessions(where, limit=limit, cursor=cursor)
+        matching = store.count(where)
+        hits = store.search(text, where, limit=limit) if text else ()
+        return Listed(page, matching, hits)
+
+
+def session_row(settings: Settings, session_id: str) -> SessionDetail | None:
+    with reading_store(settings) as store:
+        return store.session(session_id)
+
+
+async def read_recorded(settings: Settings, session_id: str, *, erased: bool) -> Recorded:
+    """The session's records on the live chains and its fold (None for a training session,
+    and where the content cannot be opened: `content` says why)."""
+    connection = require_connection(settings, Role.READER)
+    said: list[str] = []
+    located = await locate_sessions(
+        settings, connection, STREAMS, Narrowing(sessions=(session_id,)), say=said.append
+    )
+    found = await read_sessions(
+        connection, settings.topic_prefix, keys_from=settings, located=located
+    )
+    events = found.get(session_id, [])
+    if not events:
+        return Recorded((), None, "none", None, tuple(said))
+    return _folded(events, erased=erased, said=said)
+
+
+def _folded(events: list[TypedEvent], *, erased: bool, said: list[str]) -> Recorded:
+    own = [e for e in events if e.stream == Stream.EVENTS.value]
+    derived = [e for e in events if e.stream != Stream.EVENTS.value]
+    if not own:
+        return Recorded(events, None, "none", None, tuple(said))
+    try:
+        trajectory = fold(own, derived)
+    except FoldError as exc:
+        if exc.reason == "key_unavailable":
+            return Recorded(events, None, "erased" if erased else "sealed", None, tuple(said))
+        return Recorded(events, None, "unfolded", str(exc), tuple(said))
+    return Recorded(events, trajectory, "shown", None, tuple(said))
+
+
+__all__ = ["STREAMS", "Content", "Listed", "Recorded", "list_view", "read_recorded", "session_row"]
