@@ -19,6 +19,7 @@ from aiohttp import web
 from rolltape.infra._errors import InfraError, ReadModelError
 from rolltape.infra.console._query import BadQuery, query_of
 from rolltape.infra.console._reading import (
+    compared,
     list_view,
     read_recorded,
     session_row,
@@ -75,6 +76,7 @@ def console_app(settings: Settings) -> web.Application:
     app.router.add_get("/sessions", _sessions)
     app.router.add_get("/sessions/{session_id}", _session)
     app.router.add_get("/sessions/{session_id}/events", _events)
+    app.router.add_get("/versions", _versions)
     app.router.add_static("/static", str(files("rolltape.infra.console") / "static"))
     return app
 
@@ -166,6 +168,27 @@ async def _events(request: web.Request) -> web.StreamResponse:
         session_id=session_id,
         events=recorded.events,
         said=recorded.said,
+    )
+
+
+async def _versions(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    a = request.query.get("a", "").strip() or None
+    b = request.query.get("b", "").strip() or None
+    try:
+        versions, comparison = await asyncio.to_thread(compared, console.settings, a, b)
+    except BadQuery as exc:
+        return console.problem(400, "These versions cannot be compared", str(exc))
+    except ReadModelError as exc:
+        return _no_read_model(console, exc)
+    return console.page(
+        "versions.html",
+        title="Judge versions",
+        section="versions",
+        versions=versions,
+        comparison=comparison,
+        a=comparison.a if comparison else None,
+        b=comparison.b if comparison else None,
     )
 
 

@@ -14,11 +14,13 @@ from typing import Literal
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.report import read_sessions
+from rolltape.infra.console._query import BadQuery
 from rolltape.infra.index import (
     Page,
     SearchHit,
     SessionDetail,
     SessionFilter,
+    VersionComparison,
     locate_sessions,
     reading_store,
 )
@@ -72,6 +74,26 @@ def session_row(settings: Settings, session_id: str) -> SessionDetail | None:
         return store.session(session_id)
 
 
+def compared(
+    settings: Settings, a: str | None, b: str | None
+) -> tuple[list[str], VersionComparison | None]:
+    """The judge versions the store holds and, where there are two, `a` against `b` (the
+    live version against the newest other one unless asked)."""
+    with reading_store(settings) as store:
+        versions = store.judge_versions()
+        if len(versions) < 2 and a is None and b is None:
+            return versions, None
+        a = a or versions[0]
+        b = b or next((v for v in reversed(versions) if v != a), a)
+        for name, v in (("a", a), ("b", b)):
+            if v not in versions:
+                raise BadQuery(
+                    f"the URL parameter {name!r}: no session was judged under version {v!r} "
+                    f"(the store holds {', '.join(versions) or 'none'})"
+                )
+        return versions, store.compare_versions(a, b)
+
+
 async def read_recorded(settings: Settings, session_id: str, *, erased: bool) -> Recorded:
     """The session's records on the live chains and its fold (None for a training session,
     and where the content cannot be opened: `content` says why)."""
@@ -103,4 +125,13 @@ def _folded(events: list[TypedEvent], *, erased: bool, said: list[str]) -> Recor
     return Recorded(events, trajectory, "shown", None, tuple(said))
 
 
-__all__ = ["STREAMS", "Content", "Listed", "Recorded", "list_view", "read_recorded", "session_row"]
+__all__ = [
+    "STREAMS",
+    "Content",
+    "Listed",
+    "Recorded",
+    "compared",
+    "list_view",
+    "read_recorded",
+    "session_row",
+]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rolltape.infra.index._compare import VersionChange, VersionComparison
 from rolltape.infra.index._indexer import INDEXED_STREAMS, Indexer, IndexProgress
 from rolltape.infra.index._located import (
     IndexBlobLocator,
@@ -104,6 +105,8 @@ __all__ = [
     "StoreVersionError",
     "ToolCallInfo",
     "VerdictInfo",
+    "VersionChange",
+    "VersionComparison",
     "WorldInfo",
     "existing_store",
     "locate_sessions",

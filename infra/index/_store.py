@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from rolltape.infra._errors import ReadModelError
+from rolltape.infra.index._compare import VersionComparison, compare_versions, judge_versions
 from rolltape.infra.index._queries import (
     ChainInfo,
     CheckpointInfo,
@@ -616,6 +617,17 @@ class IndexStore(abc.ABC):
             SearchHit(session_id=sid, seq=int(seq), kind=kind, snippet=snippet)
             for sid, seq, kind, snippet in rows
         ]
+
+    def judge_versions(self) -> list[str]:
+        """Every judge version with a verdict or a filter outcome here, the live one first."""
+        return judge_versions(self)
+
+    def compare_versions(self, a: str, b: str, *, limit: int = 500) -> VersionComparison:
+        """What version `b` judged differently from version `a`: filter outcomes, verdict
+        statuses and scores, counted over every session both judged (`_compare.py`)."""
+        if not 1 <= limit <= PAGE_MAX:
+            raise QueryError(f"a comparison lists 1 to {PAGE_MAX} changes, not {limit}")
+        return compare_versions(self, a, b, limit=limit)
 
     def info(self) -> StoreInfo:
         cur = self.conn.cursor()

@@ -162,6 +162,18 @@ def test_the_console_lists_filters_searches_and_shows_sessions_with_recorded_mar
         worker.stop()
     with_kek = {**topics.env(), "ROLLTAPE_KEK_FILE": str(kek_file)}
     without = {**topics.env(), "ROLLTAPE_KEK_FILE": str(tmp_path / "absent.bin")}
+    # A stricter filter re-judges history as version "strict": a reward of 0.5 at least.
+    strict = tmp_path / "strict.json"
+    strict.write_text('{"name": "strict", "min_reward": 0.5}')
+    replayed = rolltape(
+        {**topics.env(), "ROLLTAPE_FILTERS_FILE": str(strict)},
+        "log",
+        "replay",
+        "--judge-version",
+        "strict",
+        timeout=300,
+    )
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     erased = rolltape(with_kek, "privacy", "erase", "--subject", "bob", timeout=180)
     assert erased.returncode == 0, erased.stdout + erased.stderr
     store = {"ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
@@ -176,6 +188,7 @@ def test_the_console_lists_filters_searches_and_shows_sessions_with_recorded_mar
             _session_page(Watched(chromium), console.url, tmp_path)
             _markup_stays_text(Watched(chromium), console.url, tmp_path)
             _subject_content(Watched(chromium), console.url, keyed.url, tmp_path)
+            _versions(Watched(chromium), console.url, tmp_path)
         _answers_and_headers(console.url)
     finally:
         assert console.stop() == 0, console.output()
@@ -300,6 +313,27 @@ def _subject_content(w: Watched, url: str, keyed_url: str, shots: Path) -> None:
     page.goto(f"{keyed_url}/sessions?erased=true")
     assert w.rows() == ["subject-bob"]
     page.screenshot(path=shots / "erased.png", full_page=True)
+    assert w.errors == []
+
+
+def _versions(w: Watched, url: str, shots: Path) -> None:
+    page = w.page
+    page.goto(f"{url}/sessions")
+    page.click("nav >> text=Judge versions")
+    # The live version against the other one, at once: the strict filter took out the sessions
+    # without a reward of 0.5 (the subjects' it could not open, holding no KEK).
+    summary = page.locator("#summary").inner_text()
+    assert "accepted by live, rejected by strict\t4" in summary, summary
+    assert "judged by live only\t2" in summary, summary
+    assert sorted(w.rows("#changes")) == ["markup", "plain-0", "plain-2", "plain-4"]
+    page.click("#changes >> text=plain-2")
+    page.wait_for_url(f"{url}/sessions/plain-2")
+    outcomes = page.locator("#verdicts table").inner_text()
+    assert "strict" in outcomes and "rejected" in outcomes and "low_reward" in outcomes, outcomes
+    page.goto(f"{url}/versions")
+    page.screenshot(path=shots / "versions.png", full_page=True)
+    status, _, body = _get(f"{url}/versions?a=live&b=nope")
+    assert status == 400 and "no session was judged under version &#39;nope&#39;" in body
     assert w.errors == []
 
 

@@ -320,6 +320,60 @@ def _files_holding(folder: Path, needle: bytes) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
+def test_two_judge_versions_compare_by_outcome_verdict_and_score(where: Store) -> None:
+    log, records = sessions_log()
+    # v3 re-judges s0..s5: it rejects s0 and s2 (accepted live), accepts s1, s3 and s5
+    # (rejected live), fails llm:q on s4 and scores s5 otherwise; s6..s9 it never judged.
+    for i in range(6):
+        sid = f"s{i}"
+        accepted = i in (1, 3, 4, 5)
+        records.append(
+            log.record(
+                Stream.FILTERED,
+                sid,
+                "filter_outcome",
+                {
+                    "filter_version": "1",
+                    "config": "c",
+                    "accepted": accepted,
+                    "reasons": [] if accepted else [{"code": "reply_empty", "message": "m"}],
+                    "status": "completed",
+                    "turns": 1,
+                    "tool_calls": 1,
+                },
+                chain="filtered@v3",
+            )
+        )
+        verdict = {"judge": "llm:q", "judge_version": "v3", "status": "ok", "scores": {"q": i / 10}}
+        if i == 4:
+            verdict = {**verdict, "status": "failed"}
+        if i == 5:
+            verdict = {**verdict, "scores": {"q": 0.9}}
+        records.append(log.record(Stream.VERDICTS, sid, "verdict", verdict, chain="verdicts@v3"))
+    store = where.open()
+    index(store, records)
+    assert store.judge_versions() == ["live", "v2", "v3"]
+    outcomes = store.compare_versions("live", "v3")
+    assert (outcomes.judged_both, outcomes.only_a, outcomes.only_b) == (6, 4, 0)
+    assert (outcomes.accepted_to_rejected, outcomes.rejected_to_accepted) == (2, 3)
+    assert [(c.session_id, c.before, c.after) for c in outcomes.changes] == [
+        ("s0", "accepted", "rejected"),
+        ("s1", "rejected", "accepted"),
+        ("s2", "accepted", "rejected"),
+        ("s3", "rejected", "accepted"),
+        ("s5", "rejected", "accepted"),
+    ]
+    assert outcomes.changes[0].task == "task 0"
+    verdicts = store.compare_versions("v2", "v3")
+    assert (verdicts.verdicts_compared, verdicts.verdicts_changed) == (6, 2)
+    assert [(c.session_id, c.what, c.judge, c.before, c.after) for c in verdicts.changes] == [
+        ("s4", "verdict", "llm:q", "ok", "failed"),
+        ("s5", "score", "llm:q", "q 0.5", "q 0.9"),
+    ]
+    first = store.compare_versions("live", "v3", limit=2)
+    assert len(first.changes) == 2 and first.truncated
+
+
 def test_sql_reads_and_never_writes_and_stops_a_query_past_its_limit(where: Store) -> None:
     _, records = sessions_log()
     store = where.open()
