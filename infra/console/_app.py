@@ -19,6 +19,7 @@ from aiohttp import web
 from rolltape.infra._errors import InfraError, ReadModelError
 from rolltape.infra.console._query import BadQuery, query_of
 from rolltape.infra.console._reading import (
+    chart,
     compared,
     list_view,
     read_recorded,
@@ -77,6 +78,7 @@ def console_app(settings: Settings) -> web.Application:
     app.router.add_get("/sessions/{session_id}", _session)
     app.router.add_get("/sessions/{session_id}/events", _events)
     app.router.add_get("/versions", _versions)
+    app.router.add_get("/charts/{chart:rewards|outcomes|tools}.svg", _chart)
     app.router.add_static("/static", str(files("rolltape.infra.console") / "static"))
     return app
 
@@ -169,6 +171,26 @@ async def _events(request: web.Request) -> web.StreamResponse:
         events=recorded.events,
         said=recorded.said,
     )
+
+
+async def _chart(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    try:
+        query = query_of(request.query)
+    except BadQuery as exc:
+        raise web.HTTPBadRequest(text=f"{exc}\n") from None
+    try:
+        drawn = await asyncio.to_thread(
+            chart,
+            console.settings,
+            request.match_info["chart"],
+            query.where(),
+            query.reward or "reward",
+        )
+    except ReadModelError as exc:
+        raise web.HTTPServiceUnavailable(text=f"{exc}\n") from None
+    text = console.env.get_template("chart.svg").render(chart=drawn)
+    return web.Response(text=text, content_type="image/svg+xml", charset="utf-8")
 
 
 async def _versions(request: web.Request) -> web.StreamResponse:

@@ -156,6 +156,11 @@ class ListQuery(BaseModel):
         encoded = urlencode(self.params(**changes))
         return f"/sessions?{encoded}" if encoded else "/sessions"
 
+    def chart_url(self, chart: str) -> str:
+        """The chart `chart` of the sessions this view's filters leave (search and page aside)."""
+        encoded = urlencode(self.params(q=None, cursor=None, limit=PAGE_SIZE))
+        return f"/charts/{chart}.svg" + (f"?{encoded}" if encoded else "")
+
     def active(self) -> list[tuple[str, str, str]]:
         """(parameter, value, the link without it) for each filter this view applies."""
         out = []

@@ -14,6 +14,7 @@ from typing import Literal
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.report import read_sessions
+from rolltape.infra.console._charts import Chart, outcomes_chart, reward_chart, tools_chart
 from rolltape.infra.console._query import BadQuery
 from rolltape.infra.index import (
     Page,
@@ -74,6 +75,16 @@ def session_row(settings: Settings, session_id: str) -> SessionDetail | None:
         return store.session(session_id)
 
 
+def chart(settings: Settings, name: str, where: SessionFilter, reward: str) -> Chart:
+    """The chart `name` (rewards, outcomes, tools) of the sessions `where` leaves."""
+    with reading_store(settings) as store:
+        if name == "rewards":
+            return reward_chart(store.reward_bins(where, reward), reward)
+        if name == "outcomes":
+            return outcomes_chart(store.outcomes_by_day(where))
+        return tools_chart(store.tool_failures(where))
+
+
 def compared(
     settings: Settings, a: str | None, b: str | None
 ) -> tuple[list[str], VersionComparison | None]:
@@ -130,6 +141,7 @@ __all__ = [
     "Content",
     "Listed",
     "Recorded",
+    "chart",
     "compared",
     "list_view",
     "read_recorded",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rolltape.infra.index._compare import VersionChange, VersionComparison
+from rolltape.infra.index._facets import DayOutcomes, RewardBin, ToolFailures
 from rolltape.infra.index._indexer import INDEXED_STREAMS, Indexer, IndexProgress
 from rolltape.infra.index._located import (
     IndexBlobLocator,
@@ -84,6 +85,7 @@ __all__ = [
     "TABLE_NAMES",
     "ChainInfo",
     "CheckpointInfo",
+    "DayOutcomes",
     "DecisionInfo",
     "FilterInfo",
     "IndexBlobLocator",
@@ -95,6 +97,7 @@ __all__ = [
     "PositionConflictError",
     "PositionInfo",
     "QueryError",
+    "RewardBin",
     "RuleFiring",
     "SearchHit",
     "SessionDetail",
@@ -104,6 +107,7 @@ __all__ = [
     "StoreInfo",
     "StoreVersionError",
     "ToolCallInfo",
+    "ToolFailures",
     "VerdictInfo",
     "VersionChange",
     "VersionComparison",

@@ -21,6 +21,14 @@ from typing import Any
 
 from rolltape.infra._errors import ReadModelError
 from rolltape.infra.index._compare import VersionComparison, compare_versions, judge_versions
+from rolltape.infra.index._facets import (
+    DayOutcomes,
+    RewardBin,
+    ToolFailures,
+    outcomes_by_day,
+    reward_bins,
+    tool_failures,
+)
 from rolltape.infra.index._queries import (
     ChainInfo,
     CheckpointInfo,
@@ -628,6 +636,20 @@ class IndexStore(abc.ABC):
         if not 1 <= limit <= PAGE_MAX:
             raise QueryError(f"a comparison lists 1 to {PAGE_MAX} changes, not {limit}")
         return compare_versions(self, a, b, limit=limit)
+
+    def reward_bins(
+        self, where: SessionFilter, name: str = "reward", bins: int = 10
+    ) -> list[RewardBin]:
+        """How the reward `name` of the matching sessions is distributed (`_facets.py`)."""
+        return reward_bins(self, where, name, bins)
+
+    def outcomes_by_day(self, where: SessionFilter, days: int = 30) -> list[DayOutcomes]:
+        """The filter's outcomes of the matching sessions by the day they started."""
+        return outcomes_by_day(self, where, days)
+
+    def tool_failures(self, where: SessionFilter, tools: int = 12) -> list[ToolFailures]:
+        """The most called tools of the matching sessions, with their failed calls."""
+        return tool_failures(self, where, tools)
 
     def info(self) -> StoreInfo:
         cur = self.conn.cursor()

@@ -201,6 +201,17 @@ def _list_filter_and_search(w: Watched, url: str, shots: Path) -> None:
     everything = w.rows()
     assert len(everything) == 10 and "plain-3" in everything
     assert page.locator("#count").inner_text().startswith("10 sessions match")
+    # The charts are images the console draws: each loaded, of the sessions the filters leave.
+    widths = page.eval_on_selector_all("img.chart", "els => els.map(e => e.naturalWidth)")
+    assert widths == [420, 420, 420]
+    status, headers, svg = _get(f"{url}/charts/tools.svg")
+    assert status == 200 and headers["Content-Type"].startswith("image/svg+xml")
+    assert "count: 1 of 7 calls failed" in svg and "count: 6 of 7 calls succeeded" in svg
+    assert "shell: 1 of 1 calls succeeded" in svg and "shell: 0" not in svg
+    _, _, svg = _get(f"{url}/charts/tools.svg?env=shop")
+    assert "count: 3 of 3 calls succeeded" in svg and "calls failed" not in svg and "shell" not in svg
+    _, _, svg = _get(f"{url}/charts/rewards.svg")
+    assert "3 with reward 0 to 0.1" in svg and "3 with reward 0.9 to 1" in svg
     page.screenshot(path=shots / "list.png", full_page=True)
 
     # A choice applies at once (the script submits the form); the URL holds only the filter.
@@ -288,7 +299,7 @@ def _markup_stays_text(w: Watched, url: str, shots: Path) -> None:
         # Every script the page runs is the console's own file: none inline.
         sources = page.eval_on_selector_all("script", "els => els.map(e => e.src)")
         assert sources == [f"{url}/static/console.js"], path
-        assert page.locator("main img").count() == 0, path
+        assert page.locator("main img:not(.chart)").count() == 0, path
     page.goto(f"{url}/sessions/markup")
     assert page.locator("h1").inner_text() == MARKUP_TASK
     assert MARKUP_REPLY in page.locator("#timeline").inner_text()

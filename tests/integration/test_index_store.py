@@ -320,6 +320,24 @@ def _files_holding(folder: Path, needle: bytes) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
+def test_the_charts_counts_cover_the_sessions_a_filter_leaves(where: Store) -> None:
+    _, records = sessions_log()
+    store = where.open()
+    index(store, records)
+    bins = store.reward_bins(SessionFilter())
+    assert [b.sessions for b in bins] == [1] * 10
+    assert (bins[0].low, round(bins[-1].high, 9)) == (0.0, 0.9)
+    odd = store.reward_bins(SessionFilter(tags=("env=e1",)))  # 0.1, 0.3, ... 0.9
+    assert sum(b.sessions for b in odd) == 5 and odd[0].sessions == odd[-1].sessions == 1
+    assert (round(odd[0].low, 9), round(odd[-1].high, 9)) == (0.1, 0.9)
+    assert store.reward_bins(SessionFilter(), name="nothing") == []
+    (day,) = store.outcomes_by_day(SessionFilter())
+    assert (day.day_ms, day.accepted, day.rejected, day.unfiltered) == (0, 5, 5, 0)
+    (shell,) = store.tool_failures(SessionFilter())
+    assert (shell.tool, shell.calls, shell.failed) == ("shell", 10, 5)
+    assert store.tool_failures(SessionFilter(tags=("env=e0",)))[0].failed == 0
+
+
 def test_two_judge_versions_compare_by_outcome_verdict_and_score(where: Store) -> None:
     log, records = sessions_log()
     # v3 re-judges s0..s5: it rejects s0 and s2 (accepted live), accepts s1, s3 and s5
