@@ -88,8 +88,9 @@ class IndexFigures(Figures):
             yield from (f"    {line}" for line in self.readers.lines())
 
 
-def _records(sessions: int, seed: int) -> list[Record]:
-    """The sessions' records in the order a partition holds them (sessions interleaved)."""
+def synthetic_records(sessions: int, seed: int, prefix: str = "rolltape") -> list[Record]:
+    """The sessions' records in the order a partition holds them (sessions interleaved), as
+    on the topics of `prefix` (the store needs no such topics: only their rows are written)."""
     rng = random.Random(seed)
     writer: ChainWriter[tuple[str, str]] = ChainWriter()
     offsets: dict[tuple[str, int], int] = {}
@@ -107,7 +108,7 @@ def _records(sessions: int, seed: int) -> list[Record]:
             payload=payload,
             producer=_PRODUCER,
         )
-        topic = topic_name(stream)
+        topic = topic_name(stream, prefix)
         partition = key_partition(sid.encode(), PARTITIONS)
         offset = offsets.get((topic, partition), 0)
         offsets[(topic, partition)] = offset + 1
@@ -156,12 +157,14 @@ def _records(sessions: int, seed: int) -> list[Record]:
     return out
 
 
-def _index(url: str, records: list[Record]) -> float:
-    store = open_store(url, prefix="rolltape")
+def index_records(url: str, records: list[Record], prefix: str = "rolltape") -> float:
+    """Fold `records` into the store at `url` (of topic prefix `prefix`), batch by batch as the
+    indexer does; the seconds it took."""
+    store = open_store(url, prefix=prefix)
     subject = keyed_subject(b"bench" * 8)
     try:
         t = time.perf_counter()
-        at: dict[tuple[str, int], int | None] = {}
+        at: dict[tuple[str, int], int | None] = dict(store.positions())
         for start in range(0, len(records), BATCH):
             chunk = records[start : start + BATCH]
             changes = fold_batch(chunk, store.heads, subject)
@@ -189,7 +192,7 @@ def run_index_bench(
 ) -> IndexFigures:
     """Index `sessions` sessions `repeats` times into fresh SQLite files (or once into
     `store_url`), against decoding the same records, then ask the last store."""
-    records = _records(sessions, seed=0)
+    records = synthetic_records(sessions, seed=0)
     values = [r.value for r in records if r.value is not None]
     decode: list[float] = []
     index: list[float] = []
@@ -206,7 +209,7 @@ def run_index_bench(
                 dropping = open_store(url, prefix="rolltape", create=False)
                 dropping.drop()
                 dropping.close()
-            index.append(_index(url, records))
+            index.append(index_records(url, records))
         store = open_store(url, prefix="rolltape")
         try:
             count = store.count()

@@ -392,3 +392,24 @@ def index_bench(
         )
     figures = run_index_bench(sessions=sessions, repeats=repeats, queries=queries, store_url=store)
     _show(figures.model_copy(update={"readers": readers}), json_out)
+
+
+@app.command("console")
+def console_bench(
+    sessions: int = typer.Option(
+        100_000, min=1, help="Sessions in the read model (8 records each), besides the big one."
+    ),
+    events: int = typer.Option(
+        2_000, min=4, help="Events of the one session on the broker whose page is timed."
+    ),
+    requests: int = typer.Option(50, min=1, help="Requests of each page (p50 and p95)."),
+    json_out: bool = _json(),
+) -> None:
+    """The web console: p50/p95 of the sessions list with three filters and of a big session's
+    page, as the server answers (round trip on loopback, and the console's own time) and as
+    Chromium renders them (to the load event). Needs a broker."""
+    from rolltape.infra.bench.console import run_console_bench
+
+    _show(
+        run_console_bench(settings(), sessions=sessions, events=events, requests=requests), json_out
+    )

@@ -10,6 +10,8 @@ what to do, with the HTTP status that says what went wrong.
 from __future__ import annotations
 
 import asyncio
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
@@ -27,7 +29,7 @@ from rolltape.infra.console._reading import (
 )
 from rolltape.infra.console._security import security_middleware
 from rolltape.infra.console._templates import make_environment
-from rolltape.infra.index import SessionDetail, VerdictInfo, store_url
+from rolltape.infra.index import SessionDetail, ToolCallInfo, VerdictInfo, store_url
 from rolltape.infra.settings import Settings
 from rolltape.schemas import LIVE_JUDGE_VERSION
 from rolltape.schemas.clients import KafkaClientError
@@ -145,6 +147,7 @@ async def _session(request: web.Request) -> web.StreamResponse:
         judges=judges,
         grid=grid,
         covered=_covered(detail),
+        tools=tool_summary(detail.tool_calls),
     )
 
 
@@ -223,6 +226,36 @@ def _verdict_grid(
     found = {v.judge_version for v in detail.verdicts} | {f.judge_version for f in detail.filters}
     versions = sorted(found, key=lambda v: (v != LIVE_JUDGE_VERSION, v))
     return versions, sorted({v.judge for v in detail.verdicts}), grid
+
+
+@dataclass(frozen=True)
+class ToolSummary:
+    """One tool's calls in a session: the timeline shows each; this counts them."""
+
+    name: str
+    calls: int
+    failed: int
+    unanswered: int
+    median_ms: float | None
+
+
+def tool_summary(calls: Sequence[ToolCallInfo]) -> list[ToolSummary]:
+    by_name: dict[str, list[ToolCallInfo]] = {}
+    for call in calls:
+        by_name.setdefault(call.name or "?", []).append(call)
+    out = []
+    for name, these in sorted(by_name.items()):
+        durations = [c.duration_ms for c in these if c.duration_ms is not None]
+        out.append(
+            ToolSummary(
+                name=name,
+                calls=len(these),
+                failed=sum(1 for c in these if c.success is False),
+                unanswered=sum(1 for c in these if c.success is None),
+                median_ms=statistics.median(durations) if durations else None,
+            )
+        )
+    return out
 
 
 def _covered(detail: SessionDetail) -> bool:

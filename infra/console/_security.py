@@ -11,6 +11,7 @@ loopback by rebinding a name to 127.0.0.1.
 from __future__ import annotations
 
 import ipaddress
+import time
 from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
@@ -68,12 +69,16 @@ def security_middleware(hosts: Callable[[], Collection[str] | None]) -> Middlewa
                 text=f"this console answers only as {', '.join(sorted(allowed))}, "
                 f"not as {request.host!r}\n"
             )
+        started = time.perf_counter()
         try:
             response = await handler(request)
         except web.HTTPException as exc:
             exc.headers.update(HEADERS)
             raise
         response.headers.update(HEADERS)
+        # How long the console took to answer (shown by the browser's tools; `bench console`).
+        ms = (time.perf_counter() - started) * 1000
+        response.headers["Server-Timing"] = f"app;dur={ms:.1f}"
         if not request.path.startswith("/static/"):
             response.headers["Cache-Control"] = "no-store"
         return response

@@ -137,6 +137,7 @@ class LogReader(HeldConsumer):
         if not asked:
             return {}
         with kafka_errors(self._doing):
+            await self._know_leaders(asked)
             ends = await self._consumer.end_offsets(asked)
         return {Partition(tp.topic, tp.partition): int(end) for tp, end in ends.items()}
 
@@ -146,8 +147,25 @@ class LogReader(HeldConsumer):
         if not asked:
             return {}
         with kafka_errors(self._doing):
+            await self._know_leaders(asked)
             starts = await self._consumer.beginning_offsets(asked)
         return {Partition(tp.topic, tp.partition): int(at) for tp, at in starts.items()}
+
+    async def _know_leaders(self, asked: list[Any]) -> None:
+        """Learn the leaders of `asked` before asking them for offsets. The client asks for
+        offsets only of partitions whose leader it knows; for the others it refreshes its
+        metadata and sleeps its retry backoff (100 ms) before trying again, so a fresh reader's
+        first offsets cost a few hundred milliseconds of sleep (every page of the console, every
+        located read). One metadata request instead."""
+        client = self._consumer._client
+        unknown = sorted(
+            {tp.topic for tp in asked if client.cluster.leader_for_partition(tp) is None}
+        )
+        if not unknown:
+            return
+        for topic in unknown:
+            client.add_topic(topic)
+        await client.force_metadata_update()
 
     # -- reading ---------------------------------------------------------------------------------
     async def fetch(

@@ -357,6 +357,20 @@ def test_bench_index__times_the_readers_by_the_read_model_and_by_scan(topics: To
     assert readers["export_sessions"] == 10 and readers["export_index_ms"] > 0
 
 
+def test_bench_console__times_both_pages_from_the_server_and_in_chromium(topics: Topics) -> None:
+    args = "bench console --sessions 300 --events 200 --requests 3 --json"
+    out = run(args.split(), topics.env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["sessions"] == 301 and figures["session_events"] >= 200
+    assert figures["browser"].startswith("Chromium")
+    for page in ("list", "session"):
+        assert 0 < figures[f"{page}_app_p50_ms"] <= figures[f"{page}_server_p95_ms"]
+        assert figures[f"{page}_browser_p95_ms"] > 0
+    # The session page holds the big session's timeline: every round's tool call is on it.
+    assert figures["session_page_bytes"] > figures["list_page_bytes"]
+
+
 def test_bench_otlp__runs_every_way_and_reports_the_receivers_cpu(topics: Topics) -> None:
     args = "bench otlp --spans 700 --batch 70 --connections 2 --repeats 1 --workers 2 --json"
     out = run(args.split(), topics.env())

@@ -209,7 +209,9 @@ def _list_filter_and_search(w: Watched, url: str, shots: Path) -> None:
     assert "count: 1 of 7 calls failed" in svg and "count: 6 of 7 calls succeeded" in svg
     assert "shell: 1 of 1 calls succeeded" in svg and "shell: 0" not in svg
     _, _, svg = _get(f"{url}/charts/tools.svg?env=shop")
-    assert "count: 3 of 3 calls succeeded" in svg and "calls failed" not in svg and "shell" not in svg
+    assert (
+        "count: 3 of 3 calls succeeded" in svg and "calls failed" not in svg and "shell" not in svg
+    )
     _, _, svg = _get(f"{url}/charts/rewards.svg")
     assert "3 with reward 0 to 0.1" in svg and "3 with reward 0.9 to 1" in svg
     page.screenshot(path=shots / "list.png", full_page=True)
