@@ -55,11 +55,15 @@ class ConsoleFigures(Figures):
     """The console's own time for the list (its `Server-Timing`), median."""
     list_browser_p50_ms: float | None
     list_browser_p95_ms: float | None
+    """To the load event, the three charts (images the console draws) included."""
+    list_ready_p95_ms: float | None
+    """To DOMContentLoaded: the list itself shown, its charts still loading."""
     session_server_p50_ms: float
     session_server_p95_ms: float
     session_app_p50_ms: float
     session_browser_p50_ms: float | None
     session_browser_p95_ms: float | None
+    session_ready_p95_ms: float | None
     list_page_bytes: int
     session_page_bytes: int
     browser: str
@@ -76,7 +80,8 @@ class ConsoleFigures(Figures):
             f"    list, three filters: server {self.list_server_p50_ms:7.1f} / "
             f"{self.list_server_p95_ms:7.1f} ms (the console's own {self.list_app_p50_ms:.1f}), "
             f"browser {_pair(self.list_browser_p50_ms, self.list_browser_p95_ms)} ms "
-            f"({self.list_page_bytes / 1e3:,.0f} kB; goal p95 <= {GOAL_LIST_P95_MS:g}: "
+            f"(p95 {_one(self.list_ready_p95_ms)} ms to the list shown, charts still loading; "
+            f"{self.list_page_bytes / 1e3:,.0f} kB; goal p95 <= {GOAL_LIST_P95_MS:g}: "
             f"{_met(self.list_server_p95_ms, self.list_browser_p95_ms, GOAL_LIST_P95_MS)})"
         )
         yield (
@@ -84,7 +89,8 @@ class ConsoleFigures(Figures):
             f"{self.session_server_p50_ms:7.1f} / {self.session_server_p95_ms:7.1f} ms (the "
             f"console's own {self.session_app_p50_ms:.1f}), browser "
             f"{_pair(self.session_browser_p50_ms, self.session_browser_p95_ms)} ms "
-            f"({self.session_page_bytes / 1e3:,.0f} kB; goal p95 <= {GOAL_SESSION_P95_MS:g}: "
+            f"(p95 {_one(self.session_ready_p95_ms)} ms to DOMContentLoaded; "
+            f"{self.session_page_bytes / 1e3:,.0f} kB; goal p95 <= {GOAL_SESSION_P95_MS:g}: "
             f"{_met(self.session_server_p95_ms, self.session_browser_p95_ms, GOAL_SESSION_P95_MS)})"
         )
 
@@ -93,6 +99,10 @@ def _pair(p50: float | None, p95: float | None) -> str:
     if p50 is None or p95 is None:
         return "-"
     return f"{p50:7.1f} / {p95:7.1f}"
+
+
+def _one(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _met(server: float, browser: float | None, goal: float) -> str:
@@ -142,8 +152,9 @@ def _server(urls: list[str]) -> tuple[float, float, float, int]:
     return p50, p95, statistics.median(own), size
 
 
-def _browser(executable: str, urls: list[str]) -> tuple[float, float]:
-    """Chromium's time from navigation start to the load event, p50 and p95 over `urls`."""
+def _browser(executable: str, urls: list[str]) -> tuple[float, float, float]:
+    """Chromium's time from navigation start to the load event, p50 and p95 over `urls`, and
+    the p95 to DOMContentLoaded (the page's own HTML parsed and shown, before its images)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -153,15 +164,17 @@ def _browser(executable: str, urls: list[str]) -> tuple[float, float]:
         try:
             page = chromium.new_page()
             page.goto(urls[0])
-            times = []
+            loaded, ready = [], []
             for url in urls:
                 page.goto(url, wait_until="load")
-                times.append(
-                    float(
-                        page.evaluate("performance.getEntriesByType('navigation')[0].loadEventEnd")
-                    )
+                load, parsed = page.evaluate(
+                    "(() => { const n = performance.getEntriesByType('navigation')[0];"
+                    " return [n.loadEventEnd, n.domContentLoadedEventEnd]; })()"
                 )
-            return _percentiles(times)
+                loaded.append(float(load))
+                ready.append(float(parsed))
+            p50, p95 = _percentiles(loaded)
+            return p50, p95, _percentiles(ready)[1]
         finally:
             chromium.close()
 
@@ -262,11 +275,13 @@ def run_console_bench(
         list_app_p50_ms=l_app,
         list_browser_p50_ms=None if lb is None else lb[0],
         list_browser_p95_ms=None if lb is None else lb[1],
+        list_ready_p95_ms=None if lb is None else lb[2],
         session_server_p50_ms=s50,
         session_server_p95_ms=s95,
         session_app_p50_ms=s_app,
         session_browser_p50_ms=None if sb is None else sb[0],
         session_browser_p95_ms=None if sb is None else sb[1],
+        session_ready_p95_ms=None if sb is None else sb[2],
         list_page_bytes=l_bytes,
         session_page_bytes=s_bytes,
         browser=browser,

@@ -10,6 +10,7 @@ what to do, with the HTTP status that says what went wrong.
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,9 +30,17 @@ from rolltape.infra.console._reading import (
 )
 from rolltape.infra.console._security import security_middleware
 from rolltape.infra.console._templates import make_environment
-from rolltape.infra.index import SessionDetail, ToolCallInfo, VerdictInfo, store_url
+from rolltape.infra.console._worlds import world, world_diff, world_file
+from rolltape.infra.index import (
+    SessionDetail,
+    SessionFilter,
+    ToolCallInfo,
+    VerdictInfo,
+    store_url,
+)
+from rolltape.infra.kafka.blobs import BlobsMissingError
 from rolltape.infra.settings import Settings
-from rolltape.schemas import LIVE_JUDGE_VERSION
+from rolltape.schemas import LIVE_JUDGE_VERSION, WorldSnapshot
 from rolltape.schemas.clients import KafkaClientError
 
 
@@ -80,6 +89,8 @@ def console_app(settings: Settings) -> web.Application:
     app.router.add_get("/sessions/{session_id}", _session)
     app.router.add_get("/sessions/{session_id}/events", _events)
     app.router.add_get("/versions", _versions)
+    app.router.add_get("/worlds/{digest}", _world)
+    app.router.add_get("/worlds/{digest}/files/{path:.+}", _world_file)
     app.router.add_get("/charts/{chart:rewards|outcomes|tools}.svg", _chart)
     app.router.add_static("/static", str(files("rolltape.infra.console") / "static"))
     return app
@@ -194,6 +205,81 @@ async def _chart(request: web.Request) -> web.StreamResponse:
         raise web.HTTPServiceUnavailable(text=f"{exc}\n") from None
     text = console.env.get_template("chart.svg").render(chart=drawn)
     return web.Response(text=text, content_type="image/svg+xml", charset="utf-8")
+
+
+_DIGEST = re.compile(r"^[0-9a-f]{64}$")
+
+
+async def _snapshot(console: Console, digest: str) -> WorldSnapshot | web.Response:
+    """The world `digest` from the blobs topic, or the page that says why not."""
+    if not _DIGEST.match(digest):
+        return console.problem(400, "Not a world's digest", f"{digest!r} is not 64 hex digits")
+    try:
+        return await world(console.settings, digest)
+    except BlobsMissingError as exc:
+        return console.problem(404, "No such world on the log", str(exc))
+    except (InfraError, KafkaClientError) as exc:
+        return _no_log(console, exc)
+
+
+async def _world(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    snapshot = await _snapshot(console, request.match_info["digest"])
+    if isinstance(snapshot, web.Response):
+        return snapshot
+    against, changes = None, []
+    other = request.query.get("against", "").strip()
+    if other:
+        found = await _snapshot(console, other)
+        if isinstance(found, web.Response):
+            return found
+        against = found
+        try:
+            changes = await world_diff(console.settings, against, snapshot)
+        except (InfraError, KafkaClientError) as exc:
+            return _no_log(console, exc)
+    try:
+        page = await asyncio.to_thread(
+            list_view,
+            console.settings,
+            SessionFilter(world=snapshot.digest),
+            text=None,
+            limit=20,
+            cursor=None,
+        )
+        sessions = [s.session_id for s in page.page.sessions]
+    except ReadModelError:
+        sessions = []
+    return console.page(
+        "world.html",
+        title=f"world {snapshot.digest[:12]}",
+        section="sessions",
+        snapshot=snapshot,
+        sessions=sessions,
+        against=against,
+        changes=changes,
+    )
+
+
+async def _world_file(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    snapshot = await _snapshot(console, request.match_info["digest"])
+    if isinstance(snapshot, web.Response):
+        return snapshot
+    path = request.match_info["path"]
+    try:
+        shown = await world_file(console.settings, snapshot, path)
+    except (InfraError, KafkaClientError) as exc:
+        return _no_log(console, exc)
+    if shown is None:
+        return console.problem(404, "No such file", f"the world holds no entry {path!r}")
+    return console.page(
+        "world_file.html",
+        title=path,
+        section="sessions",
+        digest=snapshot.digest,
+        shown=shown,
+    )
 
 
 async def _versions(request: web.Request) -> web.StreamResponse:

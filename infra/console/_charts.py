@@ -65,7 +65,7 @@ def _stacked(
     slot = (WIDTH - 2 * _LEFT) / len(columns)
     bars = []
     for i, (label, parts) in enumerate(columns):
-        y = HEIGHT - _BOTTOM
+        y = float(HEIGHT - _BOTTOM)
         segments = []
         for n, css, part_title in parts:
             h = room * n / tallest

@@ -34,7 +34,12 @@ SUBJECT_WORD = "marmalade"
 """Said only in the subject's session: on no page of a console without the KEK."""
 
 
+MARKUP_FILE = "<script>window.__pwned = 'file'</script>\n"
+
+
 def _record(topics: Topics, spool: Path, kek: KeyEncryptionKey) -> None:
+    workdir = spool.parent / "workdir"
+    workdir.mkdir()
     with Recorder(
         topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=spool, kek=kek
     ) as rec:
@@ -54,6 +59,17 @@ def _record(topics: Topics, spool: Path, kek: KeyEncryptionKey) -> None:
             call = s.tool_call("shell", {"cmd": "<script>alert(1)</script>"})
             s.tool_result(call, MARKUP_RESULT)
             s.turn("assistant", MARKUP_REPLY, reasoning="<i>thinking</i>")
+        # A world recorded before and after the agent changed it.
+        with rec.session("fix the adder", session_id="worldly", tags=["env=lab"]) as s:
+            (workdir / "notes.txt").write_text("to do\n")
+            (workdir / "adder.py").write_text("def add(a, b):\n    return a - b\n")
+            s.world(workdir)
+            s.turn("user", "fix the adder")
+            (workdir / "notes.txt").unlink()
+            (workdir / "adder.py").write_text("def add(a, b):\n    return a + b\n")
+            (workdir / "page.html").write_text(MARKUP_FILE)
+            s.world(workdir)
+            s.turn("assistant", "fixed")
         # A reply with nothing in it: the filter rejects it.
         with rec.session("say nothing", session_id="empty") as s:
             s.turn("user", "say something")
@@ -189,6 +205,7 @@ def test_the_console_lists_filters_searches_and_shows_sessions_with_recorded_mar
             _markup_stays_text(Watched(chromium), console.url, tmp_path)
             _subject_content(Watched(chromium), console.url, keyed.url, tmp_path)
             _versions(Watched(chromium), console.url, tmp_path)
+            _worlds(Watched(chromium), console.url, tmp_path)
         _answers_and_headers(console.url)
     finally:
         assert console.stop() == 0, console.output()
@@ -199,8 +216,8 @@ def _list_filter_and_search(w: Watched, url: str, shots: Path) -> None:
     page = w.page
     page.goto(f"{url}/sessions")
     everything = w.rows()
-    assert len(everything) == 10 and "plain-3" in everything
-    assert page.locator("#count").inner_text().startswith("10 sessions match")
+    assert len(everything) == 11 and "plain-3" in everything
+    assert page.locator("#count").inner_text().startswith("11 sessions match")
     # The charts are images the console draws: each loaded, of the sessions the filters leave.
     widths = page.eval_on_selector_all("img.chart", "els => els.map(e => e.naturalWidth)")
     assert widths == [420, 420, 420]
@@ -336,9 +353,9 @@ def _versions(w: Watched, url: str, shots: Path) -> None:
     # The live version against the other one, at once: the strict filter took out the sessions
     # without a reward of 0.5 (the subjects' it could not open, holding no KEK).
     summary = page.locator("#summary").inner_text()
-    assert "accepted by live, rejected by strict\t4" in summary, summary
+    assert "accepted by live, rejected by strict\t5" in summary, summary
     assert "judged by live only\t2" in summary, summary
-    assert sorted(w.rows("#changes")) == ["markup", "plain-0", "plain-2", "plain-4"]
+    assert sorted(w.rows("#changes")) == ["markup", "plain-0", "plain-2", "plain-4", "worldly"]
     page.click("#changes >> text=plain-2")
     page.wait_for_url(f"{url}/sessions/plain-2")
     outcomes = page.locator("#verdicts table").inner_text()
@@ -347,6 +364,30 @@ def _versions(w: Watched, url: str, shots: Path) -> None:
     page.screenshot(path=shots / "versions.png", full_page=True)
     status, _, body = _get(f"{url}/versions?a=live&b=nope")
     assert status == 400 and "no session was judged under version &#39;nope&#39;" in body
+    assert w.errors == []
+
+
+def _worlds(w: Watched, url: str, shots: Path) -> None:
+    page = w.page
+    page.goto(f"{url}/sessions/worldly")
+    links = page.locator("#worlds a")
+    assert links.count() == 2
+    links.nth(1).click()  # the world after, against the world before
+    diff = page.locator("#diff")
+    changes = diff.locator(".change .tool-head").all_inner_texts()
+    assert changes == ["adder.py changed", "notes.txt removed", "page.html added"], changes
+    assert "-    return a - b\n+    return a + b" in diff.locator("pre").first.inner_text()
+    assert page.evaluate("window.__pwned") is None
+    page.screenshot(path=shots / "world-diff.png", full_page=True)
+    page.click("#entries >> text=page.html")
+    assert page.locator("#contents").inner_text() == MARKUP_FILE.rstrip("\n") or (
+        page.locator("#contents").inner_text() == MARKUP_FILE
+    )
+    assert page.evaluate("window.__pwned") is None and page.locator("main script").count() == 0
+    status, _, body = _get(f"{url}/worlds/{'0' * 64}")
+    assert status == 404 and "not on the" in body
+    status, _, _ = _get(f"{url}/worlds/not-a-digest")
+    assert status == 400
     assert w.errors == []
 
 
