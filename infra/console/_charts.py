@@ -133,4 +133,67 @@ def tools_chart(tools: Sequence[ToolFailures]) -> Chart:
     return _stacked("tool calls, failed in red", columns, "no tool was called")
 
 
-__all__ = ["Chart", "outcomes_chart", "reward_chart", "tools_chart"]
+class Line(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    dashed: bool
+    color: str
+    points: str
+    """The SVG polyline's points, `x,y x,y ...`."""
+
+
+class LineChart(BaseModel):
+    """Series over epochs, scaled into one box (a training session's curves)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    title: str
+    width: int = WIDTH
+    height: int = HEIGHT
+    lines: tuple[Line, ...]
+    low: str
+    high: str
+    """The value axis' ends, as labels."""
+    first: int
+    last: int
+    """The epochs at the ends of the other axis."""
+
+
+_COLORS = ("#2f5bd3", "#c8463d", "#3c9a5f", "#8a5a00")
+
+
+def line_chart(
+    title: str, series: Sequence[tuple[str, bool, Sequence[tuple[int, float]]]]
+) -> LineChart | None:
+    """Each series (name, dashed, (epoch, value) points) as a line; None with no point."""
+    points = [p for _, _, pts in series for p in pts]
+    if not points:
+        return None
+    xs = [x for x, _ in points]
+    ys = [y for _, y in points]
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(ys), max(ys)
+    if y1 == y0:
+        y1 = y0 + 1.0
+    left, right, top, bottom = 44, WIDTH - 10, _TOP, HEIGHT - _BOTTOM
+
+    def at(x: int, y: float) -> str:
+        px = left + (right - left) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.5)
+        py = bottom - (bottom - top) * (y - y0) / (y1 - y0)
+        return f"{px:.1f},{py:.1f}"
+
+    lines = tuple(
+        Line(
+            name=name,
+            dashed=dashed,
+            color=_COLORS[(i // 2) % len(_COLORS)],
+            points=" ".join(at(x, y) for x, y in pts),
+        )
+        for i, (name, dashed, pts) in enumerate(series)
+        if pts
+    )
+    return LineChart(title=title, lines=lines, low=f"{y0:.3g}", high=f"{y1:.3g}", first=x0, last=x1)
+
+
+__all__ = ["Chart", "LineChart", "line_chart", "outcomes_chart", "reward_chart", "tools_chart"]

@@ -14,7 +14,14 @@ from typing import Literal
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.report import read_sessions
-from rolltape.infra.console._charts import Chart, outcomes_chart, reward_chart, tools_chart
+from rolltape.infra.console._charts import (
+    Chart,
+    LineChart,
+    line_chart,
+    outcomes_chart,
+    reward_chart,
+    tools_chart,
+)
 from rolltape.infra.console._query import BadQuery
 from rolltape.infra.index import (
     Page,
@@ -27,6 +34,9 @@ from rolltape.infra.index import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.projections import FoldError, Narrowing, Trajectory, fold
+
+# The fold alone: the reports package would load plotly (the report extra) for its pages.
+from rolltape.projections.reports._run import fold_training
 from rolltape.schemas import Role, Stream, TypedEvent
 
 STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
@@ -56,6 +66,8 @@ class Recorded:
     `unfolded` (its events do not fold into a conversation: `why`), `none` (no events on the
     log)."""
     why: str | None = None
+    curves: tuple[LineChart, ...] = ()
+    """A training session's loss and accuracy by epoch (train dashed, validation solid)."""
     said: Sequence[str] = field(default_factory=tuple)
     """How the records were found, where that was not by the read model alone (a scan)."""
 
@@ -118,7 +130,7 @@ async def read_recorded(settings: Settings, session_id: str, *, erased: bool) ->
     )
     events = found.get(session_id, [])
     if not events:
-        return Recorded((), None, "none", None, tuple(said))
+        return Recorded((), None, "none", said=tuple(said))
     return _folded(events, erased=erased, said=said)
 
 
@@ -126,14 +138,38 @@ def _folded(events: list[TypedEvent], *, erased: bool, said: list[str]) -> Recor
     own = [e for e in events if e.stream == Stream.EVENTS.value]
     derived = [e for e in events if e.stream != Stream.EVENTS.value]
     if not own:
-        return Recorded(events, None, "none", None, tuple(said))
+        return Recorded(events, None, "none", said=tuple(said))
     try:
         trajectory = fold(own, derived)
     except FoldError as exc:
         if exc.reason == "key_unavailable":
-            return Recorded(events, None, "erased" if erased else "sealed", None, tuple(said))
-        return Recorded(events, None, "unfolded", str(exc), tuple(said))
-    return Recorded(events, trajectory, "shown", None, tuple(said))
+            return Recorded(events, None, "erased" if erased else "sealed", said=tuple(said))
+        return Recorded(events, None, "unfolded", why=str(exc), said=tuple(said))
+    return Recorded(events, trajectory, "shown", said=tuple(said), curves=_curves(events))
+
+
+def _curves(events: list[TypedEvent]) -> tuple[LineChart, ...]:
+    """The report's curves of a training session (none for an agent session)."""
+    view = fold_training(events)
+    if view is None:
+        return ()
+    charts = []
+    for title, fields in (
+        ("loss", ("train_loss", "val_loss")),
+        ("accuracy", ("train_acc", "val_acc")),
+    ):
+        series = []
+        for name in fields:
+            points = [
+                (e.epoch, float(getattr(e.metric, name)))
+                for e in view.epochs
+                if e.metric is not None and getattr(e.metric, name, None) is not None
+            ]
+            series.append((name.replace("_", " "), name.startswith("train"), points))
+        chart = line_chart(f"{title} by epoch (train dashed, validation solid)", series)
+        if chart is not None:
+            charts.append(chart)
+    return tuple(charts)
 
 
 __all__ = [
