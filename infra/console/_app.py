@@ -22,8 +22,10 @@ from aiohttp import web
 from rolltape.infra._errors import InfraError, ReadModelError
 from rolltape.infra.console._query import BadQuery, query_of
 from rolltape.infra.console._reading import (
+    EXPORT_FORMATS,
     chart,
     compared,
+    exported,
     list_view,
     read_recorded,
     session_row,
@@ -88,6 +90,7 @@ def console_app(settings: Settings) -> web.Application:
     app.router.add_get("/sessions", _sessions)
     app.router.add_get("/sessions/{session_id}", _session)
     app.router.add_get("/sessions/{session_id}/events", _events)
+    app.router.add_get("/sessions/{session_id}/export", _export)
     app.router.add_get("/versions", _versions)
     app.router.add_get("/worlds/{digest}", _world)
     app.router.add_get("/worlds/{digest}/files/{path:.+}", _world_file)
@@ -300,6 +303,40 @@ async def _versions(request: web.Request) -> web.StreamResponse:
         comparison=comparison,
         a=comparison.a if comparison else None,
         b=comparison.b if comparison else None,
+    )
+
+
+async def _export(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    session_id = request.match_info["session_id"]
+    format = request.query.get("format", "sharegpt")
+    if format not in EXPORT_FORMATS:
+        return console.problem(
+            400,
+            "No such export format",
+            f"the URL parameter 'format' is one of {', '.join(EXPORT_FORMATS)}, not {format!r}",
+        )
+    try:
+        detail = await asyncio.to_thread(session_row, console.settings, session_id)
+        recorded = await read_recorded(
+            console.settings, session_id, erased=bool(detail and detail.erased)
+        )
+    except ReadModelError as exc:
+        return _no_read_model(console, exc)
+    except (InfraError, KafkaClientError) as exc:
+        return _no_log(console, exc)
+    if recorded.content == "none":
+        return console.problem(404, "No such session", f"no session {session_id!r} on the log")
+    written = exported(recorded.trajectory, format) if recorded.trajectory else None
+    return console.page(
+        "export.html",
+        title=f"{session_id} as {format}",
+        section="sessions",
+        session_id=session_id,
+        format=format,
+        formats=EXPORT_FORMATS,
+        recorded=recorded,
+        written=written,
     )
 
 

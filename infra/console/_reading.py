@@ -8,9 +8,9 @@ that made them; the queries run in a worker thread so the event loop keeps answe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.report import read_sessions
@@ -33,7 +33,16 @@ from rolltape.infra.index import (
     reading_store,
 )
 from rolltape.infra.settings import Settings
-from rolltape.projections import FoldError, Narrowing, Trajectory, fold
+from rolltape.projections import (
+    ExportOptions,
+    FoldError,
+    Format,
+    Narrowing,
+    Selection,
+    Trajectory,
+    build_export,
+    fold,
+)
 
 # The fold alone: the reports package would load plotly (the report extra) for its pages.
 from rolltape.projections.reports._run import fold_training
@@ -134,6 +143,35 @@ async def read_recorded(settings: Settings, session_id: str, *, erased: bool) ->
     return _folded(events, erased=erased, said=said)
 
 
+EXPORT_FORMATS: tuple[str, ...] = get_args(Format)
+
+
+@dataclass(frozen=True)
+class Exported:
+    """One session as an export format writes it: the lines of its data files, or why the
+    export left it out."""
+
+    format: str
+    files: Sequence[tuple[str, str]]
+    skipped: Mapping[str, int]
+
+
+def exported(trajectory: Trajectory, format: str) -> Exported:
+    """What `rolltape dataset export -f FORMAT -s ID` writes of this one session (its data
+    files, without the manifest and the provenance sidecar), unfinished or broken included."""
+    options = ExportOptions(
+        format=format,
+        selection=Selection(include_unfinished=True, include_broken=True),
+    )
+    files, manifest = build_export([trajectory], options)
+    data = [
+        (name, body.decode("utf-8", errors="replace"))
+        for name, body in files
+        if not name.startswith(".") and "/" not in name and name.endswith(".jsonl")
+    ]
+    return Exported(format, data, dict(manifest.skipped))
+
+
 def _folded(events: list[TypedEvent], *, erased: bool, said: list[str]) -> Recorded:
     own = [e for e in events if e.stream == Stream.EVENTS.value]
     derived = [e for e in events if e.stream != Stream.EVENTS.value]
@@ -179,6 +217,7 @@ __all__ = [
     "Recorded",
     "chart",
     "compared",
+    "exported",
     "list_view",
     "read_recorded",
     "session_row",

@@ -5,6 +5,7 @@ where the console holds the KEK, and as erased once it is."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -300,6 +301,15 @@ def _session_page(w: Watched, url: str, shots: Path) -> None:
     assert reasoning.first.locator("div").inner_text() == "I counted them"
     assert "live accepted" in page.locator("#verdicts table").inner_text().replace("\t", " ")
     page.screenshot(path=shots / "session.png", full_page=True)
+    page.click("text=As exported")
+    sharegpt = json.loads(page.locator("#file-1").inner_text().splitlines()[0])
+    assert sharegpt["conversations"][0]["value"] == "how many apples in basket 4?"
+    page.click("#formats >> text=openai")
+    assert page.url.endswith("/sessions/plain-4/export?format=openai")
+    assert '"role": "assistant"' in page.locator("#file-1").inner_text().replace('":"', '": "')
+    page.click("#formats >> text=dpo")
+    assert "writes nothing of this session alone" in page.locator("#left-out").inner_text()
+    page.goto(f"{url}/sessions/plain-4")
     page.click("text=Raw events")
     assert page.locator("details.raw").count() >= 7
     assert w.errors == []
