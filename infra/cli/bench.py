@@ -397,10 +397,14 @@ def index_bench(
 @app.command("console")
 def console_bench(
     sessions: int = typer.Option(
-        100_000, min=1, help="Sessions in the read model (8 records each), besides the big one."
+        100_000,
+        min=1,
+        help="Sessions in each run: in the read model (8 records each), besides the big one.",
     ),
     events: int = typer.Option(
-        2_000, min=4, help="Events of the one session on the broker whose page is timed."
+        2_000,
+        min=4,
+        help="Events per run: of the one session on the broker whose page is timed.",
     ),
     requests: int = typer.Option(50, min=1, help="Requests of each page (p50 and p95)."),
     json_out: bool = _json(),

@@ -20,6 +20,7 @@ from typing import Any
 from aiohttp import web
 
 from rolltape.infra._errors import InfraError, ReadModelError
+from rolltape.infra.commands.prompts import prompt_targets
 from rolltape.infra.console._query import BadQuery, query_of
 from rolltape.infra.console._reading import (
     EXPORT_FORMATS,
@@ -42,6 +43,7 @@ from rolltape.infra.index import (
 )
 from rolltape.infra.kafka.blobs import BlobsMissingError
 from rolltape.infra.settings import Settings
+from rolltape.projections import PromptTarget
 from rolltape.schemas import LIVE_JUDGE_VERSION, WorldSnapshot
 from rolltape.schemas.clients import KafkaClientError
 
@@ -92,6 +94,8 @@ def console_app(settings: Settings) -> web.Application:
     app.router.add_get("/sessions/{session_id}/events", _events)
     app.router.add_get("/sessions/{session_id}/export", _export)
     app.router.add_get("/versions", _versions)
+    app.router.add_get("/prompts", _prompts)
+    app.router.add_get("/prompts/{target}", _prompt)
     app.router.add_get("/worlds/{digest}", _world)
     app.router.add_get("/worlds/{digest}/files/{path:.+}", _world_file)
     app.router.add_get("/charts/{chart:rewards|outcomes|tools}.svg", _chart)
@@ -282,6 +286,49 @@ async def _world_file(request: web.Request) -> web.StreamResponse:
         section="sessions",
         digest=snapshot.digest,
         shown=shown,
+    )
+
+
+async def _targets(console: Console) -> dict[str, PromptTarget] | web.Response:
+    try:
+        return await prompt_targets(console.settings)
+    except (InfraError, KafkaClientError) as exc:
+        return _no_log(console, exc)
+
+
+async def _prompts(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    targets = await _targets(console)
+    if isinstance(targets, web.Response):
+        return targets
+    return console.page(
+        "prompts.html",
+        title="Prompt targets",
+        section="prompts",
+        targets=[targets[name] for name in sorted(targets)],
+        said=None,
+    )
+
+
+async def _prompt(request: web.Request) -> web.StreamResponse:
+    console = request.app[CONSOLE_KEY]
+    targets = await _targets(console)
+    if isinstance(targets, web.Response):
+        return targets
+    name = request.match_info["target"]
+    history = targets.get(name)
+    if history is None:
+        return console.problem(
+            404,
+            "No such prompt target",
+            f"the log holds no prompt target {name!r} (targets: {', '.join(sorted(targets)) or 'none'})",
+        )
+    return console.page(
+        "prompt.html",
+        title=f"prompt target {name}",
+        section="prompts",
+        history=history,
+        promoted={p.promotion.version: p.promotion.reason for p in history.promotions},
     )
 
 

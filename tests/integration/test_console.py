@@ -191,6 +191,15 @@ def test_the_console_lists_filters_searches_and_shows_sessions_with_recorded_mar
         timeout=300,
     )
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    first, second = tmp_path / "v1.txt", tmp_path / "v2.txt"
+    first.write_text("You are a careful assistant.")
+    second.write_text("You are a careful assistant. <script>window.__pwned = 'prompt'</script>")
+    for file, extra in (
+        (first, ["--promote", "initial"]),
+        (second, ["--rationale", "<b>bolder</b>"]),
+    ):
+        added = rolltape(topics.env(), "prompts", "add", "policy", "--file", str(file), *extra)
+        assert added.returncode == 0, added.stdout + added.stderr
     erased = rolltape(with_kek, "privacy", "erase", "--subject", "bob", timeout=180)
     assert erased.returncode == 0, erased.stdout + erased.stderr
     store = {"ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
@@ -207,6 +216,7 @@ def test_the_console_lists_filters_searches_and_shows_sessions_with_recorded_mar
             _subject_content(Watched(chromium), console.url, keyed.url, tmp_path)
             _versions(Watched(chromium), console.url, tmp_path)
             _worlds(Watched(chromium), console.url, tmp_path)
+            _prompts(Watched(chromium), console.url, tmp_path)
         _answers_and_headers(console.url)
     finally:
         assert console.stop() == 0, console.output()
@@ -217,8 +227,9 @@ def _list_filter_and_search(w: Watched, url: str, shots: Path) -> None:
     page = w.page
     page.goto(f"{url}/sessions")
     everything = w.rows()
-    assert len(everything) == 11 and "plain-3" in everything
-    assert page.locator("#count").inner_text().startswith("11 sessions match")
+    # Eleven recorded sessions, and the two prompt versions' (each version is a session).
+    assert len(everything) == 13 and "plain-3" in everything
+    assert page.locator("#count").inner_text().startswith("13 sessions match")
     # The charts are images the console draws: each loaded, of the sessions the filters leave.
     widths = page.eval_on_selector_all("img.chart", "els => els.map(e => e.naturalWidth)")
     assert widths == [420, 420, 420]
@@ -398,6 +409,24 @@ def _worlds(w: Watched, url: str, shots: Path) -> None:
     assert status == 404 and "not on the" in body
     status, _, _ = _get(f"{url}/worlds/not-a-digest")
     assert status == 400
+    assert w.errors == []
+
+
+def _prompts(w: Watched, url: str, shots: Path) -> None:
+    page = w.page
+    page.goto(f"{url}/sessions")
+    page.click("nav >> text=Prompts")
+    assert w.rows("#targets") == ["policy"]
+    page.click("#targets >> text=policy")
+    lineage = page.locator("#lineage tbody tr").all_inner_texts()
+    assert len(lineage) == 2 and "champion" in lineage[0] and "initial" in lineage[0]
+    assert "<b>bolder</b>" in lineage[1] and page.locator("#lineage b").count() == 0
+    assert page.locator("#champion pre").inner_text() == "You are a careful assistant."
+    assert "No round was judged yet." in page.locator("#rounds").inner_text()
+    assert page.evaluate("window.__pwned") is None
+    page.screenshot(path=shots / "prompts.png", full_page=True)
+    status, _, body = _get(f"{url}/prompts/nope")
+    assert status == 404 and "no prompt target &#39;nope&#39;" in body
     assert w.errors == []
 
 

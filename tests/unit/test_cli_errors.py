@@ -171,6 +171,7 @@ CASES = [
     Case(("bench", "export"), ("--sessions", "0"), "--sessions", usage=True),
     Case(("bench", "judges"), ("--calls", "0"), "--calls", usage=True),
     Case(("bench", "index"), ("--sessions", "0"), "--sessions", usage=True),
+    Case(("bench", "console"), said=NO_BROKER),
     Case(("import", "hermes"), ("{tmp}/missing.jsonl",), "missing.jsonl is not a file"),
     Case(("import", "env-rl"), ("{tmp}/missing",), "missing is not a folder"),
     Case(("serve", "feed"), ("--url", "http://127.0.0.1:1", "--group-size", "2"), NO_BROKER),
