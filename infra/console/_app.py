@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -59,8 +60,13 @@ class Console:
 
     @property
     def store(self) -> str:
+        """Where the read model is, for the pages' header: never a password (a PostgreSQL
+        address shows its host and database only)."""
         url = store_url(self.settings)
-        return url.split("@")[-1] if url.startswith("postgres") else url
+        if not url.startswith("postgres"):
+            return url
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.hostname or ''}{parts.path}"
 
     def page(self, name: str, status: int = 200, **values: Any) -> web.Response:
         text = self.env.get_template(name).render(store=self.store, **values)
@@ -276,6 +282,8 @@ async def _world_file(request: web.Request) -> web.StreamResponse:
     path = request.match_info["path"]
     try:
         shown = await world_file(console.settings, snapshot, path)
+    except BlobsMissingError as exc:
+        return console.problem(404, "This file's contents are not on the log", str(exc))
     except (InfraError, KafkaClientError) as exc:
         return _no_log(console, exc)
     if shown is None:

@@ -64,7 +64,7 @@ class ListQuery(BaseModel):
     since: dt.date | None = None
     """Started on or after this day (UTC)."""
     until: dt.date | None = None
-    """Started before this day (UTC)."""
+    """Started before this day (UTC): the form calls it `before`."""
     cursor: str | None = None
     limit: int = PAGE_SIZE
 
@@ -168,6 +168,8 @@ class ListQuery(BaseModel):
             if name == "tag":
                 rest = tuple(t for t in self.tag if t != value)
                 out.append((name, value, self.url(tag=rest)))
+            elif name == "reward":  # the name goes with its bounds (they imply one)
+                out.append((name, value, self.url(reward=None, reward_min=None, reward_max=None)))
             else:
                 out.append((name, value, self.url(**{name: None})))
         return out

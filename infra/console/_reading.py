@@ -115,6 +115,8 @@ def compared(
         versions = store.judge_versions()
         if len(versions) < 2 and a is None and b is None:
             return versions, None
+        if not versions:
+            raise BadQuery("no session was judged yet: there is no version to compare")
         a = a or versions[0]
         b = b or next((v for v in reversed(versions) if v != a), a)
         for name, v in (("a", a), ("b", b)):
@@ -177,13 +179,15 @@ def _folded(events: list[TypedEvent], *, erased: bool, said: list[str]) -> Recor
     derived = [e for e in events if e.stream != Stream.EVENTS.value]
     if not own:
         return Recorded(events, None, "none", said=tuple(said))
+    curves = _curves(events)  # the metrics chain holds no content: drawn whatever the fold says
     try:
         trajectory = fold(own, derived)
     except FoldError as exc:
         if exc.reason == "key_unavailable":
-            return Recorded(events, None, "erased" if erased else "sealed", said=tuple(said))
-        return Recorded(events, None, "unfolded", why=str(exc), said=tuple(said))
-    return Recorded(events, trajectory, "shown", said=tuple(said), curves=_curves(events))
+            content: Content = "erased" if erased else "sealed"
+            return Recorded(events, None, content, said=tuple(said), curves=curves)
+        return Recorded(events, None, "unfolded", why=str(exc), said=tuple(said), curves=curves)
+    return Recorded(events, trajectory, "shown", said=tuple(said), curves=curves)
 
 
 def _curves(events: list[TypedEvent]) -> tuple[LineChart, ...]:

@@ -65,15 +65,17 @@ def security_middleware(hosts: Callable[[], Collection[str] | None]) -> Middlewa
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         allowed = hosts()
         if allowed is not None and request.host not in allowed:
-            raise web.HTTPMisdirectedRequest(
-                text=f"this console answers only as {', '.join(sorted(allowed))}, "
-                f"not as {request.host!r}\n"
+            refused = web.HTTPMisdirectedRequest(
+                text=f"this console answers only as {', '.join(sorted(allowed))}\n"
             )
+            refused.headers.update(HEADERS)
+            raise refused
         started = time.perf_counter()
         try:
             response = await handler(request)
         except web.HTTPException as exc:
             exc.headers.update(HEADERS)
+            exc.headers["Cache-Control"] = "no-store"
             raise
         response.headers.update(HEADERS)
         # How long the console took to answer (shown by the browser's tools; `bench console`).

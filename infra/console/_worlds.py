@@ -27,8 +27,10 @@ DIFFED_BYTES = 256 << 10
 class FileShown:
     entry: WorldEntry
     text: str | None
-    """None: binary, or its contents were recorded by hash only (`entry.stored` false)."""
+    """None: not a file, binary, recorded by hash only (`entry.stored` false), or missing."""
     truncated: bool
+    missing: bool = False
+    """Its contents were kept, but the blobs topic does not hold them (not yet, or no more)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ async def world_file(settings: Settings, snapshot: WorldSnapshot, path: str) -> 
         return FileShown(entry, None, False)
     data = (await _contents(settings, {entry.sha256})).get(entry.sha256)
     if data is None:
-        return FileShown(entry, None, False)
+        return FileShown(entry, None, False, missing=True)
     text = _text(data[:SHOWN_BYTES])
     return FileShown(entry, text, len(data) > SHOWN_BYTES)
 

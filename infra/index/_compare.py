@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from rolltape.schemas import LIVE_JUDGE_VERSION
+
 if TYPE_CHECKING:
     from rolltape.infra.index._store import IndexStore
 
@@ -59,7 +61,7 @@ def judge_versions(store: IndexStore) -> list[str]:
         "SELECT judge_version FROM filter_outcomes UNION SELECT judge_version FROM verdicts",
     )
     found = {str(v) for (v,) in rows}
-    return sorted(found, key=lambda v: (v != "live", v))
+    return sorted(found, key=lambda v: (v != LIVE_JUDGE_VERSION, v))
 
 
 def compare_versions(store: IndexStore, a: str, b: str, *, limit: int = 500) -> VersionComparison:
@@ -139,7 +141,10 @@ def compare_versions(store: IndexStore, a: str, b: str, *, limit: int = 500) -> 
     scores: dict[tuple[str, str], dict[str, dict[str, float]]] = {}
     for version, sid, judge, name, value in store._fetch(
         cur,
+        # The scores of each verdict as it stands (its latest seq), as `IndexStore.session` reads them.
         "SELECT vs.judge_version, vs.session_id, vs.judge, vs.name, vs.value FROM verdict_scores vs "
+        "JOIN verdicts v ON v.session_id = vs.session_id AND v.judge_version = vs.judge_version "
+        "AND v.judge = vs.judge AND v.seq = vs.seq "
         f"WHERE vs.judge_version IN ({p}, {p}) AND EXISTS (SELECT 1 FROM verdicts va JOIN verdicts vb "
         "ON vb.session_id = va.session_id AND vb.judge = va.judge "
         f"WHERE va.judge_version = {p} AND vb.judge_version = {p} "

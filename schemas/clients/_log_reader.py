@@ -18,6 +18,8 @@ and moves no group's offsets.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -165,7 +167,11 @@ class LogReader(HeldConsumer):
             return
         for topic in unknown:
             client.add_topic(topic)
-        await client.force_metadata_update()
+        # Best effort, bounded: where the update does not come, the offsets' own retries (and
+        # their timeout) go on as before.
+        timeout_s = getattr(client, "_request_timeout_ms", 40_000) / 1000
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(client.force_metadata_update(), timeout_s)
 
     # -- reading ---------------------------------------------------------------------------------
     async def fetch(

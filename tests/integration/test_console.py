@@ -436,8 +436,9 @@ def _answers_and_headers(url: str) -> None:
     status, _, body = _get(f"{url}/sessions/nobody")
     assert status == 404 and "no session &#39;nobody&#39;" in body
     # A page elsewhere that rebinds its name to loopback gets nothing.
-    status, _, _ = _get(f"{url}/sessions", Host="attacker.example:80")
-    assert status == 421
+    status, headers, body = _get(f"{url}/sessions", Host="attacker.example:80")
+    assert status == 421 and headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "attacker" not in body
     status, headers, _ = _get(f"{url}/sessions")
     assert status == 200 and headers["Cache-Control"] == "no-store"
     assert headers["X-Frame-Options"] == "DENY"

@@ -66,6 +66,14 @@ def test_a_filters_removal_link_keeps_every_other_filter_and_restarts_the_page()
     assert query.url(cursor="next") == "/sessions?status=failed&tag=a&tag=b&cursor=next"
 
 
+def test_bounds_of_a_reward_imply_its_name_and_leave_with_it() -> None:
+    query = ListQuery.parse([("reward_min", "0.5"), ("kind", "agent")])
+    assert query.where().reward == "reward"
+    links = {name: link for name, _, link in query.active()}
+    assert links["reward"] == "/sessions?kind=agent"
+    assert ListQuery.parse([("reward", "pass"), ("reward_max", "1")]).where().reward == "pass"
+
+
 @pytest.mark.parametrize(
     ("pairs", "says"),
     [
