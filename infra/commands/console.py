@@ -11,10 +11,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiohttp import web
-
 from rolltape.infra._errors import InfraError
-from rolltape.infra.console import CONSOLE_KEY, allowed_hosts, console_app, is_loopback
 from rolltape.infra.settings import Settings
 
 CONSOLE_PORT = 8321
@@ -47,6 +44,14 @@ async def serve_console(
     on_ready: Callable[[ConsoleListening], None] | None = None,
 ) -> ConsoleListening:
     """Serve the console on `host:port` (0 picks a free port) until `stop` is set."""
+    try:  # the console extra: the core install's CLI must start without it
+        from aiohttp import web
+
+        from rolltape.infra.console import CONSOLE_KEY, allowed_hosts, console_app, is_loopback
+    except ModuleNotFoundError as exc:
+        raise ConsoleError(
+            f"the console needs {exc.name}: pip install 'rolltape[console]'"
+        ) from exc
     app = console_app(settings)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -25,9 +25,10 @@ from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
 from rolltape.infra.commands.broker import BrokerUp, broker_up
 from rolltape.infra.commands.export import collect, run_export
-from rolltape.infra.commands.report import read_sessions, write_report
+from rolltape.infra.commands.report import write_report
 from rolltape.infra.commands.worker_process import WorkerProcess, worker_running
 from rolltape.infra.kafka.readback import RawRecord, read_records, verify_topics
+from rolltape.infra.kafka.sessions import read_sessions
 from rolltape.infra.settings import Settings
 from rolltape.producers import Recorder, Session
 from rolltape.producers.training import (

@@ -14,11 +14,8 @@ from typing import Any
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
 from rolltape.infra.index import locate_sessions
-from rolltape.infra.kafka.keyring import keyring_if_any
-from rolltape.infra.kafka.readback import Located
-from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
+from rolltape.infra.kafka.sessions import LIVE_STREAMS, read_sessions
 from rolltape.infra.settings import Settings
-from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import FoldError, Narrowing, PromptTarget, Trajectory, fold
 from rolltape.projections.reports import (
     RunView,
@@ -29,10 +26,8 @@ from rolltape.projections.reports import (
     render_report,
 )
 from rolltape.schemas import Role, Stream, TypedEvent
-from rolltape.schemas.clients import KafkaConnection
 
-_STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
-_LIVE = {s.value for s in _STREAMS}
+_STREAMS = LIVE_STREAMS
 
 
 class ReportError(InfraError, ValueError):
@@ -49,34 +44,6 @@ class ReportResult:
     agents: list[Trajectory] = field(default_factory=list)
     sealed: list[str] = field(default_factory=list)
     """Sessions left out: content sealed under a key this reader could not use."""
-
-
-def _reported(env: TypedEvent) -> bool:
-    """A record of a live chain of a session (a checkpoint log is not a session)."""
-    return env.stream in _LIVE and not env.session_id.startswith(CHECKPOINT_LOG_PREFIX)
-
-
-async def read_sessions(
-    connection: KafkaConnection,
-    prefix: str,
-    keys_from: Settings | None = None,
-    *,
-    located: Located | None = None,
-) -> dict[str, list[TypedEvent]]:
-    """Every session's usable events on the live chains (tampered records left out), each
-    chain's events in the order they were read (with `located`, the sessions the read model
-    located only). With `keys_from`, sessions recorded with a subject are opened with the keys
-    topic and that machine's KEK; one that cannot be opened (erased, no key) stays sealed, and
-    the report leaves it out saying so."""
-    keyring = None if keys_from is None else await keyring_if_any(connection, keys_from)
-    scan = SessionScan(_reported, keyring)
-    with await scan_sessions(connection, _STREAMS, scan, prefix=prefix, located=located) as scan:
-        out = {}
-        for recorded in scan.sessions():
-            opened, _ = scan.opened(recorded)
-            session = opened or recorded
-            out[session.session_id] = [*session.events, *session.derived]
-        return out
 
 
 async def read_reported_sessions(

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from rolltape.infra.broker import require_connection
-from rolltape.infra.commands.report import read_sessions
 from rolltape.infra.console._charts import (
     Chart,
     LineChart,
@@ -32,6 +31,7 @@ from rolltape.infra.index import (
     locate_sessions,
     reading_store,
 )
+from rolltape.infra.kafka.sessions import LIVE_STREAMS, read_sessions
 from rolltape.infra.settings import Settings
 from rolltape.projections import (
     ExportOptions,
@@ -48,7 +48,7 @@ from rolltape.projections import (
 from rolltape.projections.reports._run import fold_training
 from rolltape.schemas import Role, Stream, TypedEvent
 
-STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
+STREAMS = LIVE_STREAMS
 """The session's chains a page reads from the log."""
 
 

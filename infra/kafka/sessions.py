@@ -12,8 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located, read_located, read_records
 from rolltape.infra.kafka.spill import SessionRecords, Spill
+from rolltape.infra.settings import Settings
+from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import Narrowing, checked_event, session_start
 from rolltape.schemas import Stream, TypedEvent
 from rolltape.schemas.clients import KafkaConnection
@@ -161,3 +164,38 @@ async def scan_sessions(
         scan.close()
         raise
     return scan
+
+
+LIVE_STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
+"""A session's live chains: what `rolltape report` and the console read of it."""
+_LIVE = {s.value for s in LIVE_STREAMS}
+
+
+def _reported(env: TypedEvent) -> bool:
+    """A record of a live chain of a session (a checkpoint log is not a session)."""
+    return env.stream in _LIVE and not env.session_id.startswith(CHECKPOINT_LOG_PREFIX)
+
+
+async def read_sessions(
+    connection: KafkaConnection,
+    prefix: str,
+    keys_from: Settings | None = None,
+    *,
+    located: Located | None = None,
+) -> dict[str, list[TypedEvent]]:
+    """Every session's usable events on the live chains (tampered records left out), each
+    chain's events in the order they were read (with `located`, the sessions the read model
+    located only). With `keys_from`, sessions recorded with a subject are opened with the keys
+    topic and that machine's KEK; one that cannot be opened (erased, no key) stays sealed, and
+    the report leaves it out saying so."""
+    keyring = None if keys_from is None else await keyring_if_any(connection, keys_from)
+    scan = SessionScan(_reported, keyring)
+    with await scan_sessions(
+        connection, LIVE_STREAMS, scan, prefix=prefix, located=located
+    ) as scan:
+        out = {}
+        for recorded in scan.sessions():
+            opened, _ = scan.opened(recorded)
+            session = opened or recorded
+            out[session.session_id] = [*session.events, *session.derived]
+        return out

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from rolltape.infra.commands.prompts import plan_evolve, prompt_targets
-from rolltape.infra.commands.report import read_sessions, write_prompts_report
+from rolltape.infra.commands.report import write_prompts_report
 from rolltape.infra.commands.worker_process import worker_running
+from rolltape.infra.kafka.sessions import read_sessions
 from rolltape.producers.prompts import TUNER_INSTRUCTIONS
 from rolltape.projections import PromptTarget
 from rolltape.schemas import Stream

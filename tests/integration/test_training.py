@@ -19,7 +19,8 @@ import pytest
 import torch
 from torch import nn
 
-from rolltape.infra.commands.report import read_sessions, write_report
+from rolltape.infra.commands.report import write_report
+from rolltape.infra.kafka.sessions import read_sessions
 from rolltape.producers import Recorder
 from rolltape.producers.training import (
     SCENARIOS,
