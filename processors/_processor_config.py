@@ -14,7 +14,7 @@ from rolltape.processors.audit import CheckpointSigner
 from rolltape.processors.filters import FilterConfig
 from rolltape.processors.judges import JUDGES, REWARDS, TrainingJudgeConfig
 from rolltape.processors.rules import RuleBook, default_rulebook
-from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
+from rolltape.schemas import HUMAN_JUDGE_VERSION, JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
 from rolltape.schemas.privacy import Keyring
 
 
@@ -56,6 +56,11 @@ class ProcessorConfig:
         if not re.fullmatch(JUDGE_VERSION_PATTERN, self.judge_version):
             raise ValueError(
                 f"judge version {self.judge_version!r} must match {JUDGE_VERSION_PATTERN}"
+            )
+        if self.judge_version == HUMAN_JUDGE_VERSION:
+            raise ValueError(
+                f"judge version {HUMAN_JUDGE_VERSION!r} is reserved for human verdicts "
+                "(reviewers write it); pick another name for the replay"
             )
         unknown = [n for n in self.rewards if n not in REWARDS]
         unknown += [n for n in self.llm_judges if n not in JUDGES]

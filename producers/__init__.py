@@ -25,6 +25,7 @@ from rolltape.producers._recorder import (
     default_state_dir,
     spool_dir_in,
 )
+from rolltape.producers._resume import HeadInLog, first_record_from, read_head
 from rolltape.producers._sender_config import SPOOL_MAX_BYTES, HeadLocator
 from rolltape.producers._session import Session
 from rolltape.producers._spawn import fresh_interpreter
@@ -48,6 +49,7 @@ __all__ = [
     "FlushResult",
     "FlushTimeoutError",
     "HarnessError",
+    "HeadInLog",
     "HeadLocator",
     "LogFollower",
     "MonitorError",
@@ -68,8 +70,10 @@ __all__ = [
     "__version__",
     "current_session",
     "default_state_dir",
+    "first_record_from",
     "fresh_interpreter",
     "keep_client_logs_in",
+    "read_head",
     "record_tool",
     "reset_world",
     "restore_snapshot",

@@ -25,7 +25,13 @@ import time
 from dataclasses import dataclass
 
 from rolltape.producers._errors import ResumeError
-from rolltape.schemas import GENESIS_HASH, ChainReport, ChainVerifier
+from rolltape.schemas import (
+    GENESIS_HASH,
+    ChainReport,
+    ChainVerifier,
+    UnreadableRecord,
+    read_event,
+)
 from rolltape.schemas.clients import LogReader, LogStalledError, Partition
 
 
@@ -96,10 +102,20 @@ async def first_record_from(
     through: int,
     session_id: str,
     deadline: float,
+    stream: str | None = None,
 ) -> bytes | None:
-    """The value of the first record of `session_id` at offsets [start, through]."""
+    """The value of the first record of `session_id` at offsets [start, through]; with
+    `stream`, the first of that chain (where the session's other chains share the topic: the
+    verdicts of judge versions beside the human ones)."""
     key = session_id.encode()
     for record_key, value in await _read(reader, tp, start, through + 1, deadline):
-        if record_key == key:
+        if record_key == key and (stream is None or _stream_of(value) == stream):
             return value
     return None
+
+
+def _stream_of(value: bytes) -> str | None:
+    try:
+        return read_event(value).stream
+    except UnreadableRecord:
+        return None

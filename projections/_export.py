@@ -120,7 +120,8 @@ class ExportOptions(BaseModel):
     given, else estimated); trajectories that cannot fit are skipped (`over_budget`)."""
     score: str = "reward"
     """Atropos and DPO: where a session's score comes from (Trajectory.score): `reward`,
-    `reward:NAME` or `verdict:JUDGE:KEY`; anything else is refused before reading the log."""
+    `reward:NAME`, `verdict:JUDGE:KEY` or `human` (the reviewers' verdicts, each reviewer's
+    latest, averaged); anything else is refused before reading the log."""
     keep_equal_scores: bool = False
     """Atropos: keep groups whose scores are all equal (Atropos drops them by default)."""
     tokenizer: str | None = None
@@ -130,10 +131,11 @@ class ExportOptions(BaseModel):
     @classmethod
     def _a_score_source(cls, source: str) -> str:
         kind, _, rest = source.partition(":")
-        if (kind == "reward") or (kind == "verdict" and ":" in rest.strip(":")):
+        if source == "human" or kind == "reward" or (kind == "verdict" and ":" in rest.strip(":")):
             return source
         raise ValueError(
-            f"{source!r} is not a score source: use reward, reward:NAME or verdict:JUDGE:KEY"
+            f"{source!r} is not a score source: use reward, reward:NAME, verdict:JUDGE:KEY or "
+            "human (the reviewers' verdicts)"
         )
 
 

@@ -36,18 +36,23 @@ from rolltape.projections._trajectory import (
     ChainSpan,
     FeedbackRecord,
     Message,
+    PreferenceRecord,
+    ReviewRecord,
     RewardRecord,
     ToolStats,
     Trajectory,
     VerdictRecord,
 )
 from rolltape.schemas import (
+    HUMAN_JUDGE_VERSION,
     LIVE_JUDGE_VERSION,
     ChainBrokenEvent,
     Decision,
     Feedback,
     FilterOutcome,
     FilterOutcomeEvent,
+    HumanPreferenceEvent,
+    HumanVerdictEvent,
     PayloadError,
     Reward,
     SessionEnded,
@@ -280,7 +285,8 @@ def fold(
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
     # chain name -> (its events sorted, the first copy of each seq): read twice, built once
     chains: dict[str, tuple[list[TypedEvent], list[TypedEvent]]] = {events_stream: (by_seq, chain)}
-    picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: []}
+    human_stream = versioned_stream(Stream.VERDICTS, HUMAN_JUDGE_VERSION)
+    picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: [], human_stream: []}
     for event in derived:
         if event.session_id == sid and event.stream in picked:
             picked[event.stream].append(event)
@@ -288,6 +294,8 @@ def fold(
     breaks: list[str] = []
     filter_outcome: FilterOutcome | None = None
     filter_hash: str | None = None
+    reviews: list[ReviewRecord] = []
+    preferences: list[PreferenceRecord] = []
     for name, chain_events in picked.items():
         if not chain_events:
             continue
@@ -312,6 +320,26 @@ def fold(
                 )
             elif isinstance(event, FilterOutcomeEvent) and filter_outcome is None:
                 filter_outcome, filter_hash = event.body, event.hash
+            elif isinstance(event, HumanVerdictEvent):
+                review = event.body
+                reviews.append(
+                    ReviewRecord(
+                        reviewer=review.reviewer,
+                        verdict=review.verdict,
+                        value=review.value,
+                        labels=review.labels,
+                        event_hash=event.hash,
+                    )
+                )
+            elif isinstance(event, HumanPreferenceEvent):
+                preference = event.body
+                preferences.append(
+                    PreferenceRecord(
+                        reviewer=preference.reviewer,
+                        rejected=preference.rejected,
+                        event_hash=event.hash,
+                    )
+                )
     provenance = {name: _span(*read) for name, read in sorted(chains.items())}
     identity = [
         sid,
@@ -346,5 +374,7 @@ def fold(
         chain_breaks=tuple(breaks),
         filter=filter_outcome,
         filter_hash=filter_hash,
+        reviews=tuple(reviews),
+        preferences=tuple(preferences),
         provenance=provenance,
     )

@@ -111,6 +111,30 @@ class VerdictRecord(BaseModel):
     event_hash: str
 
 
+class ReviewRecord(BaseModel):
+    """A reviewer's human verdict on the session (the `verdicts@human` chain, schemas._review),
+    reduced to what training pipelines select on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reviewer: str
+    verdict: Literal["pass", "fail"]
+    value: float
+    """Its score: the reviewer's graded score, else 1.0 for pass and 0.0 for fail."""
+    labels: tuple[str, ...] = ()
+    event_hash: str
+
+
+class PreferenceRecord(BaseModel):
+    """A reviewer's preference of this session over another (`rejected`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reviewer: str
+    rejected: str
+    event_hash: str
+
+
 class ToolStats(BaseModel):
     """Per-tool counts. `count` is the number of calls, `success` the calls whose result succeeded,
     and `failure` all the others. A call with no recorded result counts as a failure; Hermes'
@@ -175,6 +199,10 @@ class Trajectory(BaseModel):
     """Event ids of chain_broken events the judge version wrote for this session."""
     filter: FilterOutcome | None = None
     filter_hash: str | None = None
+    reviews: tuple[ReviewRecord, ...] = ()
+    """Human verdicts, in the order recorded (a reviewer's later one stands: `human_score`)."""
+    preferences: tuple[PreferenceRecord, ...] = ()
+    """Sessions a reviewer preferred this one over."""
     provenance: dict[str, ChainSpan] = Field(default_factory=dict)
     """chain name (events, verdicts@V, filtered@V, ...) -> the span used."""
 
@@ -196,10 +224,20 @@ class Trajectory(BaseModel):
     def completed(self) -> bool:
         return self.status == "completed"
 
+    @property
+    def human_score(self) -> float | None:
+        """The mean of each reviewer's standing (latest) verdict value; None when unreviewed."""
+        standing = {r.reviewer: r.value for r in self.reviews}
+        if not standing:
+            return None
+        return sum(standing.values()) / len(standing)
+
     def score(self, source: str = "reward") -> float | None:
         """A scalar for training: `reward` (the final reward), `reward:NAME` (the last reward
-        event of that name) or `verdict:JUDGE:KEY` (a score of the chosen judge version's verdict;
-        None unless that verdict is ok)."""
+        event of that name), `verdict:JUDGE:KEY` (a score of the chosen judge version's verdict;
+        None unless that verdict is ok) or `human` (the reviewers' verdicts: `human_score`)."""
+        if source == "human":
+            return self.human_score
         kind, _, rest = source.partition(":")
         if kind == "reward":
             name = rest or "reward"
@@ -214,5 +252,5 @@ class Trajectory(BaseModel):
                     return verdict.scores.get(key)
             return None
         raise ScoreSourceError(
-            f"score source {source!r}: use reward, reward:NAME or verdict:JUDGE:KEY"
+            f"score source {source!r}: use reward, reward:NAME, verdict:JUDGE:KEY or human"
         )

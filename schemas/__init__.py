@@ -87,6 +87,8 @@ from rolltape.schemas._events import (
     Event,
     FeedbackEvent,
     FilterOutcomeEvent,
+    HumanPreferenceEvent,
+    HumanVerdictEvent,
     LiveCheckEvent,
     MetricEvent,
     ModelErrorEvent,
@@ -165,6 +167,13 @@ from rolltape.schemas._prompts import (
     prompt_digest,
 )
 from rolltape.schemas._reasoning import split_reasoning
+from rolltape.schemas._review import (
+    HUMAN_JUDGE_VERSION,
+    REVIEW_LABEL_PATTERN,
+    HumanPreference,
+    HumanVerdict,
+    ReviewQueue,
+)
 from rolltape.schemas._rule_figures import (
     Detection,
     Goal,
@@ -210,6 +219,7 @@ __all__ = [
     "EVENT_CLASSES",
     "FINAL_STATUSES",
     "GENESIS_HASH",
+    "HUMAN_JUDGE_VERSION",
     "INT_MAX",
     "INT_MIN",
     "JOB_ID_PATTERN",
@@ -222,6 +232,7 @@ __all__ = [
     "PRECEDENCE",
     "PROMPT_TARGET_PATTERN",
     "REFERENCE_TASK",
+    "REVIEW_LABEL_PATTERN",
     "RULE_CLASS",
     "RUN_ID_PATTERN",
     "SCHEMA_VERSION",
@@ -271,6 +282,10 @@ __all__ = [
     "FilterReason",
     "Goal",
     "Harness",
+    "HumanPreference",
+    "HumanPreferenceEvent",
+    "HumanVerdict",
+    "HumanVerdictEvent",
     "JobAction",
     "JobDefinition",
     "JobState",
@@ -304,6 +319,7 @@ __all__ = [
     "RemedyDirection",
     "RemedyParams",
     "RetryPolicy",
+    "ReviewQueue",
     "Reward",
     "RewardEvent",
     "Role",

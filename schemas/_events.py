@@ -53,6 +53,7 @@ from rolltape.schemas._payloads import (
 )
 from rolltape.schemas._prompt_decisions import PromptDecision
 from rolltape.schemas._prompts import PromptPromotion, PromptVersion
+from rolltape.schemas._review import HumanPreference, HumanVerdict
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
 
@@ -286,6 +287,16 @@ class PromptDecisionEvent(Event[PromptDecision]):
     type: Literal["prompt_decision"]
 
 
+class HumanVerdictEvent(Event[HumanVerdict]):
+    __slots__ = ()
+    type: Literal["human_verdict"]
+
+
+class HumanPreferenceEvent(Event[HumanPreference]):
+    __slots__ = ()
+    type: Literal["human_preference"]
+
+
 class UnknownEvent(Event[BaseModel]):
     """An event of a type this version has no model for (a newer producer's): its header is
     read and checked like any other; `body` raises PayloadError."""
@@ -322,6 +333,8 @@ TypedEvent = (
     | PromptVersionEvent
     | PromptPromotionEvent
     | PromptDecisionEvent
+    | HumanVerdictEvent
+    | HumanPreferenceEvent
     | UnknownEvent
 )
 """What `read_event` returns: one member per event type, chosen by the record's `type`."""

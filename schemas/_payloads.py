@@ -30,6 +30,7 @@ from rolltape.schemas._evaluation import Evaluation
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 from rolltape.schemas._prompt_decisions import PromptDecision
 from rolltape.schemas._prompts import PromptPromotion, PromptVersion
+from rolltape.schemas._review import REVIEW_PAYLOAD_MODELS
 from rolltape.schemas._rule_figures import RulesetEvaluation
 from rolltape.schemas._world import WorldSnapshot
 
@@ -346,6 +347,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "session_ended": SessionEnded,
     "session_resumed": SessionResumed,
     **DERIVED_PAYLOAD_MODELS,
+    **REVIEW_PAYLOAD_MODELS,
     "checkpoint": Checkpoint,
     "erasure": Erasure,
     "cron_job": CronJob,

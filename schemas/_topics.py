@@ -95,6 +95,9 @@ class Role(StrEnum):
     PROJECTOR = "projector"
     READER = "reader"
     SCHEDULER = "scheduler"
+    REVIEWER = "reviewer"
+    """A person's login (the console's, `rolltape review`): writes human verdicts on the
+    verdicts topic, under the reserved judge version `human` (schemas._review)."""
 
 
 class TopicSpec(BaseModel):
@@ -133,7 +136,9 @@ TOPIC_SPECS: tuple[TopicSpec, ...] = (
     TopicSpec(stream=Stream.EVENTS, writers=(Role.AGENT, Role.JUDGE), configs=_RAW),
     TopicSpec(stream=Stream.METRICS, writers=(Role.MONITOR,), configs=_RAW),
     TopicSpec(stream=Stream.RULES, writers=(Role.PROCESSOR,), configs=_RAW),
-    TopicSpec(stream=Stream.VERDICTS, writers=(Role.JUDGE,), configs=_RAW),
+    # Judges write their verdicts and checkpoints; reviewers their human verdicts, on chains of
+    # their own (`verdicts@human`, schemas._review).
+    TopicSpec(stream=Stream.VERDICTS, writers=(Role.JUDGE, Role.REVIEWER), configs=_RAW),
     TopicSpec(stream=Stream.FILTERED, writers=(Role.PROCESSOR,), configs=_RAW),
     TopicSpec(
         # A table of folded trajectories, content opened (a subject session's too). The

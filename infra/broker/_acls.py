@@ -11,6 +11,8 @@
                 keys (its subject conversations' keys) blobs (to restore worlds), keys
     projector   trajectories                           every topic of the prefix
     scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
+    reviewer    verdicts (human verdicts, on `@human`      verdicts (a chain's head, to extend it)
+                chains of their own)
     reader      -                                      every topic of the prefix, any group but
                                                        the worker's (which it may describe, with
                                                        the offsets of the worker's topics)
@@ -134,6 +136,7 @@ _READS: dict[Role, tuple[Stream, ...]] = {
         Stream.KEYS,
     ),
     Role.SCHEDULER: (),
+    Role.REVIEWER: (),
 }
 
 

@@ -39,6 +39,7 @@ def list_() -> None:
         Role.PROJECTOR: "trajectories",
         Role.READER: "nothing (reads every topic)",
         Role.SCHEDULER: "jobs (cron jobs and their runs)",
+        Role.REVIEWER: "verdicts (human verdicts, under the judge version human)",
     }
     for p in found.principals:
         table.add_row(p.name, p.role.value, writes[p.role])

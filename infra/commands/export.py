@@ -24,6 +24,7 @@ from rolltape.infra.broker import require_connection
 from rolltape.infra.index import locate_sessions
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located
+from rolltape.infra.kafka.reviews import HUMAN_CHAIN
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.kafka.spill import SpilledStore
 from rolltape.infra.keys import JudgeKeyError, judge_key
@@ -91,9 +92,13 @@ class Collected(SessionScan):
     ) -> None:
         self.judge_version = judge_version
         self.wanted = frozenset(
-            versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)
+            [
+                *(versioned_stream(s, judge_version) for s in (Stream.VERDICTS, Stream.FILTERED)),
+                HUMAN_CHAIN,
+            ]
         )
-        """The derived chains kept: the judge version's verdicts and filter outcomes."""
+        """The derived chains kept: the judge version's verdicts and filter outcomes, and the
+        reviewers' verdicts (whatever the judge version)."""
         super().__init__(self._exported, keyring)
 
     def _exported(self, env: TypedEvent) -> bool:
@@ -327,6 +332,11 @@ def run_export(
             "--evidence proves the live judge's chains; a replayed judge version is not "
             "checkpointed: export without --evidence, or from the live version"
         )
+    if evidence and options.score == "human":
+        raise ExportError(
+            "--evidence proves what signed checkpoints cover, and no checkpoint covers human "
+            "verdicts yet: export --score human without --evidence"
+        )
     prepare_folder(out, overwrite=overwrite)
     store = collected.spill.store()
     exporting = Exporting(
@@ -366,9 +376,12 @@ def run_export(
         folded += 1
         if on_session is not None:
             on_session(folded)
+        derived = session.derived
+        if evidence:  # human verdicts are not checkpointed yet: a proven line leaves them out
+            derived = [e for e in derived if e.stream != HUMAN_CHAIN]
         try:
             trajectory = fold(
-                session.events, session.derived, judge_version=options.selection.judge_version
+                session.events, derived, judge_version=options.selection.judge_version
             )
         except FoldError as exc:
             exporting.left_out(exc.reason)

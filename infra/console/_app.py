@@ -32,6 +32,17 @@ from rolltape.infra.console._reading import (
     read_recorded,
     session_row,
 )
+from rolltape.infra.console._review import (
+    QUEUES,
+    Reviewers,
+    board_page,
+    csrf_middleware,
+    log_in,
+    log_out,
+    login_page,
+    record_preference,
+    record_verdict,
+)
 from rolltape.infra.console._security import security_middleware
 from rolltape.infra.console._templates import make_environment
 from rolltape.infra.console._worlds import world, world_diff, world_file
@@ -57,6 +68,18 @@ class Console:
     settings: Settings
     hosts: frozenset[str] | None = None
     env: Any = field(default_factory=make_environment)
+    reviewers: Reviewers = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.reviewers = Reviewers(self.settings)
+
+    @property
+    def origins(self) -> frozenset[str] | None:
+        """The `Origin` a form of this console's own pages is posted from (None: any, where
+        it listens on a routable address)."""
+        if self.hosts is None:
+            return None
+        return frozenset(f"http://{host}" for host in self.hosts)
 
     @property
     def store(self) -> str:
@@ -92,8 +115,18 @@ CONSOLE_KEY = web.AppKey("console", Console)
 def console_app(settings: Settings) -> web.Application:
     """The console for `settings` (its topics, its read model, its keys)."""
     console = Console(settings)
-    app = web.Application(middlewares=[security_middleware(lambda: console.hosts)])
+    app = web.Application(
+        middlewares=[
+            security_middleware(lambda: console.hosts),
+            csrf_middleware(lambda: console.origins),
+        ]
+    )
     app[CONSOLE_KEY] = console
+
+    async def close_logins(app: web.Application) -> None:
+        await console.reviewers.close()
+
+    app.on_cleanup.append(close_logins)
     app.router.add_get("/", _home)
     app.router.add_get("/sessions", _sessions)
     app.router.add_get("/sessions/{session_id}", _session)
@@ -104,6 +137,12 @@ def console_app(settings: Settings) -> web.Application:
     app.router.add_get("/prompts/{target}", _prompt)
     app.router.add_get("/worlds/{digest}", _world)
     app.router.add_get("/worlds/{digest}/files/{path:.+}", _world_file)
+    app.router.add_get("/review", board_page)
+    app.router.add_get("/login", login_page)
+    app.router.add_post("/login", log_in)
+    app.router.add_post("/logout", log_out)
+    app.router.add_post("/sessions/{session_id}/review", record_verdict)
+    app.router.add_post("/sessions/{session_id}/prefer", record_preference)
     app.router.add_get("/charts/{chart:rewards|outcomes|tools}.svg", _chart)
     app.router.add_static("/static", str(files("rolltape.infra.console") / "static"))
     return app
@@ -161,6 +200,7 @@ async def _session(request: web.Request) -> web.StreamResponse:
     except (InfraError, KafkaClientError) as exc:
         return _no_log(console, exc)
     versions, judges, grid = _verdict_grid(detail)
+    queue = request.query.get("queue", "direct")
     return console.page(
         "session.html",
         title=detail.task or session_id,
@@ -172,6 +212,12 @@ async def _session(request: web.Request) -> web.StreamResponse:
         grid=grid,
         covered=_covered(detail),
         tools=tool_summary(detail.tool_calls),
+        reviews=[e for e in recorded.events if e.type in ("human_verdict", "human_preference")],
+        heads={c.chain: c.head_hash for c in detail.chains},
+        queue=queue if queue in QUEUES else "direct",
+        just_recorded=request.query.get("recorded"),
+        reviewer=console.reviewers.of(request),
+        csrf=request["csrf"],
     )
 
 

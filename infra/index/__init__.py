@@ -43,6 +43,7 @@ from rolltape.infra.index._queries import (
     VerdictInfo,
     WorldInfo,
 )
+from rolltape.infra.index._review import FILTER_JUDGE, JudgeAgreement
 from rolltape.infra.index._schema import SCHEMA_VERSION, TABLE_NAMES
 from rolltape.infra.index._store import (
     PAGE_MAX,
@@ -79,6 +80,7 @@ def open_store(url: str, *, prefix: str, create: bool = True) -> IndexStore:
 
 
 __all__ = [
+    "FILTER_JUDGE",
     "INDEXED_STREAMS",
     "PAGE_MAX",
     "SCHEMA_VERSION",
@@ -93,6 +95,7 @@ __all__ = [
     "IndexProgress",
     "IndexStore",
     "Indexer",
+    "JudgeAgreement",
     "Page",
     "PositionConflictError",
     "PositionInfo",

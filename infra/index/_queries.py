@@ -74,6 +74,10 @@ class SessionFilter(BaseModel):
     """A world digest the session recorded."""
     erased: bool | None = None
     """The session's subject was erased (true) or it was not (false)."""
+    reviewed: bool | None = None
+    """A reviewer recorded a human verdict on the session (true) or none did (false)."""
+    disagreeing: bool | None = None
+    """Under `judge_version`, one judge's verdict is ok and another's failed (true)."""
 
 
 class Page(BaseModel):

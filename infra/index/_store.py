@@ -50,11 +50,12 @@ from rolltape.infra.index._queries import (
     decode_cursor,
     encode_cursor,
 )
+from rolltape.infra.index._review import JudgeAgreement, judge_agreement, sampled_ids
 from rolltape.infra.index._schema import SCHEMA_VERSION, Dialect, tables_ddl, upsert
 from rolltape.infra.kafka.readback import merged_ranges
 from rolltape.projections import Narrowing
 from rolltape.projections.index import ChainHead, ChainKey, IndexChanges, TextRow
-from rolltape.schemas import LIVE_JUDGE_VERSION, Stream
+from rolltape.schemas import HUMAN_JUDGE_VERSION, LIVE_JUDGE_VERSION, Stream
 
 PAGE_MAX = 1000
 """The most sessions one page holds."""
@@ -651,6 +652,15 @@ class IndexStore(abc.ABC):
         """The most called tools of the matching sessions, with their failed calls."""
         return tool_failures(self, where, tools)
 
+    def judge_agreement(self, judge_version: str = LIVE_JUDGE_VERSION) -> list[JudgeAgreement]:
+        """Each judge of `judge_version` (and its reward filter) against the reviewers'
+        verdicts, on the sessions both judged (`_review.py`)."""
+        return judge_agreement(self, judge_version)
+
+    def sampled_ids(self, where: SessionFilter, size: int, seed: str) -> list[str]:
+        """A reproducible uniform sample of the matching sessions' ids (`_review.py`)."""
+        return sampled_ids(self, where, size, seed)
+
     def info(self) -> StoreInfo:
         cur = self.conn.cursor()
         meta = dict(self._fetch(cur, "SELECT key, value FROM meta"))
@@ -931,6 +941,20 @@ class IndexStore(abc.ABC):
                 ("" if f.erased else "NOT ")
                 + "EXISTS (SELECT 1 FROM erased x WHERE x.session_id = s.session_id)"
             )
+        if f.reviewed is not None:
+            add(
+                ("" if f.reviewed else "NOT ")
+                + "EXISTS (SELECT 1 FROM verdicts hv WHERE hv.session_id = s.session_id "
+                f"AND hv.judge_version = {p})",
+                HUMAN_JUDGE_VERSION,
+            )
+        if f.disagreeing is not None:
+            both = " AND ".join(
+                "EXISTS (SELECT 1 FROM verdicts dv WHERE dv.session_id = s.session_id "
+                f"AND dv.judge_version = {p} AND dv.status = '{status}')"
+                for status in ("ok", "failed")
+            )
+            add(("" if f.disagreeing else "NOT ") + f"({both})", jv, jv)
         return (" AND ".join(conds) if conds else "1 = 1"), params
 
     def _marks(self, n: int) -> str:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located, read_located, read_records
+from rolltape.infra.kafka.reviews import HUMAN_CHAIN
 from rolltape.infra.kafka.spill import SessionRecords, Spill
 from rolltape.infra.settings import Settings
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
@@ -168,7 +169,8 @@ async def scan_sessions(
 
 LIVE_STREAMS = (Stream.EVENTS, Stream.METRICS, Stream.RULES, Stream.VERDICTS, Stream.FILTERED)
 """A session's live chains: what `rolltape report` and the console read of it."""
-_LIVE = {s.value for s in LIVE_STREAMS}
+_LIVE = {s.value for s in LIVE_STREAMS} | {HUMAN_CHAIN}
+"""The live chains, and the reviewers' (a human verdict stands whatever the judge version)."""
 
 
 def _reported(env: TypedEvent) -> bool:

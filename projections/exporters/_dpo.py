@@ -13,6 +13,11 @@ an implicit prompt); chosen and rejected are what follows it in each. Nothing is
 pair whose conversations share no prefix, or where one side has no assistant message after it,
 is skipped, and every skip is counted by reason (`no_group`, `no_score`,
 `single_member_group`, `tied_scores`, `no_shared_prompt`, `no_completion`).
+
+With the score source `human`, reviewers' preferences come first: two sessions a reviewer
+compared make a pair the way the reviewers chose (the majority of their latest choices; a tie
+is `tied_preferences`), whatever their scores; the other pairs of a group are ranked by the
+reviewers' verdicts.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def dpo_pairs(trajectories: list[Trajectory], score: str = "reward") -> DpoExpor
     is chosen. Groups come in id order, and members are ordered by score, then start time, then
     session id, so the same sessions always give the same rows."""
     out = DpoExport()
+    decided = _preferred_pairs(trajectories, out) if score == "human" else set()
     groups: dict[str, list[tuple[float, Trajectory]]] = defaultdict(list)
     for t in trajectories:
         if t.group_id is None:
@@ -66,20 +72,53 @@ def dpo_pairs(trajectories: list[Trajectory], score: str = "reward") -> DpoExpor
             continue
         for i, (high, chosen) in enumerate(members):
             for low, rejected in members[i + 1 :]:
-                pair = f"{chosen.session_id}|{rejected.session_id}"
+                if frozenset((chosen.session_id, rejected.session_id)) in decided:
+                    continue  # the reviewers compared these two
                 if high == low:
-                    out.skipped.append((pair, "tied_scores"))
+                    out.skipped.append(
+                        (f"{chosen.session_id}|{rejected.session_id}", "tied_scores")
+                    )
                     continue
-                a, b = chat_messages(chosen, "trl"), chat_messages(rejected, "trl")
-                shared = _common_prefix(a, b)
-                if not shared:
-                    out.skipped.append((pair, "no_shared_prompt"))
-                    continue
-                if not any(m["role"] == "assistant" for m in a[shared:]) or not any(
-                    m["role"] == "assistant" for m in b[shared:]
-                ):
-                    out.skipped.append((pair, "no_completion"))
-                    continue
-                row = {"prompt": a[:shared], "chosen": a[shared:], "rejected": b[shared:]}
-                out.pairs.append((key, chosen, rejected, row))
+                _pair(out, key, chosen, rejected)
     return out
+
+
+def _pair(out: DpoExport, key: str, chosen: Trajectory, rejected: Trajectory) -> None:
+    """The row of `chosen` over `rejected`, or the reason there is none."""
+    pair = f"{chosen.session_id}|{rejected.session_id}"
+    a, b = chat_messages(chosen, "trl"), chat_messages(rejected, "trl")
+    shared = _common_prefix(a, b)
+    if not shared:
+        out.skipped.append((pair, "no_shared_prompt"))
+        return
+    if not any(m["role"] == "assistant" for m in a[shared:]) or not any(
+        m["role"] == "assistant" for m in b[shared:]
+    ):
+        out.skipped.append((pair, "no_completion"))
+        return
+    row = {"prompt": a[:shared], "chosen": a[shared:], "rejected": b[shared:]}
+    out.pairs.append((key, chosen, rejected, row))
+
+
+def _preferred_pairs(trajectories: list[Trajectory], out: DpoExport) -> set[frozenset[str]]:
+    """The pairs reviewers compared, added to `out` as they chose: each reviewer's latest
+    choice between two sessions counts once. The pairs decided (or tied) are returned, so the
+    ranking by score leaves them alone."""
+    by_id = {t.session_id: t for t in trajectories}
+    latest: dict[tuple[str, frozenset[str]], str] = {}
+    for t in sorted(trajectories, key=lambda t: t.session_id):
+        for p in t.preferences:
+            if p.rejected in by_id:
+                latest[(p.reviewer, frozenset((t.session_id, p.rejected)))] = t.session_id
+    votes: dict[frozenset[str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for (_, pair), choice in latest.items():
+        votes[pair][choice] += 1
+    for pair in sorted(votes, key=sorted):
+        a, b = sorted(pair)
+        for_a, for_b = votes[pair][a], votes[pair][b]
+        if for_a == for_b:
+            out.skipped.append((f"{a}|{b}", "tied_preferences"))
+            continue
+        winner, loser = (by_id[a], by_id[b]) if for_a > for_b else (by_id[b], by_id[a])
+        _pair(out, winner.group_id or "", winner, loser)
+    return set(votes)

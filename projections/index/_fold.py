@@ -414,6 +414,18 @@ class IndexFold:
         if judge_session:
             self.changes.judge_sessions.append(JudgeSessionRow(sid, str(judge_session)))
 
+    def _human_verdict(self, event: TypedEvent, record: Record) -> None:
+        """A reviewer's verdict: a verdict of the judge `human:<reviewer>` under the judge
+        version `human` (pass is `ok`, fail is `failed`), its value the score `human`."""
+        p = event.payload
+        sid, judge = event.session_id, f"human:{p.get('reviewer', '')}"
+        _, version = _judge_version(event.stream)
+        status = "ok" if p.get("verdict") == "pass" else "failed"
+        self.changes.verdicts.append(VerdictRow(sid, version, judge, status, event.seq, None))
+        score = _number(p.get("score"))
+        value = score if score is not None else (1.0 if status == "ok" else 0.0)
+        self.changes.scores.append(ScoreRow(sid, version, judge, "human", value, event.seq))
+
     def _filter_outcome(self, event: TypedEvent, record: Record) -> None:
         _, version = _judge_version(event.stream)
         p = event.payload
@@ -542,6 +554,7 @@ _BY_TYPE: dict[str, Callable[[IndexFold, TypedEvent, Record], None]] = {
     "decision": IndexFold._decision,
     "world_snapshot": IndexFold._world,
     "verdict": IndexFold._verdict,
+    "human_verdict": IndexFold._human_verdict,
     "filter_outcome": IndexFold._filter_outcome,
     "rule_evaluation": IndexFold._rule_evaluation,
     "chain_broken": IndexFold._chain_broken,

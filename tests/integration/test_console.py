@@ -7,17 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from rolltape.infra.console import CONTENT_SECURITY_POLICY
 from rolltape.producers import Recorder
@@ -25,8 +15,9 @@ from rolltape.schemas import Role
 from rolltape.schemas.privacy import KeyEncryptionKey
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, payloads, wait_for
+from tests.support.chromium import Watched, browser
 from tests.support.cli import rolltape
-from tests.support.waiting import wait_until
+from tests.support.console import ConsoleProcess, get
 
 MARKUP_TASK = "<script>window.__pwned = 'task'</script> fix the <b>parser</b>"
 MARKUP_REPLY = "<img src=x onerror=\"window.__pwned = 'reply'\"> done & dusted"
@@ -81,83 +72,6 @@ def _record(topics: Topics, spool: Path, kek: KeyEncryptionKey) -> None:
             ) as s:
                 s.turn("user", f"my {SUBJECT_WORD} question")
                 s.turn("assistant", f"the {SUBJECT_WORD} answer")
-
-
-class ConsoleProcess:
-    """`rolltape serve console --port 0` with the given settings; its address from its first
-    line."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.log_path = log
-        self._log = open(log, "wb")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rolltape.infra", "serve", "console", "--port", "0"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        line = wait_until(
-            lambda: re.search(r"console on (http://\S+/)", log.read_text(errors="replace")),
-            lambda m: m is not None or self.proc.poll() is not None,
-            what="the console listening",
-            explain=self.output,
-        )
-        assert line is not None, self.output()
-        self.url = line.group(1).rstrip("/")
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        code = self.proc.wait(60)
-        self._log.close()
-        return code
-
-
-@contextmanager
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    if shutil.which("chromium") is None:
-        pytest.fail("Debian's chromium is not installed: scripts/test.sh installs it (apt-get)")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=shutil.which("chromium"),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-class Watched:
-    """A page, with every console error, page error and policy violation it raised."""
-
-    def __init__(self, chromium: Any) -> None:
-        self.page = chromium.new_page(viewport={"width": 1280, "height": 1000})
-        self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-
-    def rows(self, table: str = "#sessions") -> list[str]:
-        return [
-            t.strip()
-            for t in self.page.locator(
-                f"{table} tbody tr:not(.none) td:first-child"
-            ).all_inner_texts()
-        ]
-
-
-def _get(url: str, **headers: str) -> tuple[int, dict[str, str], str]:
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as r:
-            return r.status, dict(r.headers), r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read().decode()
 
 
 def test_the_console_lists_filters_searches_and_shows_sessions_with_recorded_markup_as_text(
@@ -233,15 +147,15 @@ def _list_filter_and_search(w: Watched, url: str, shots: Path) -> None:
     # The charts are images the console draws: each loaded, of the sessions the filters leave.
     widths = page.eval_on_selector_all("img.chart", "els => els.map(e => e.naturalWidth)")
     assert widths == [420, 420, 420]
-    status, headers, svg = _get(f"{url}/charts/tools.svg")
+    status, headers, svg = get(f"{url}/charts/tools.svg")
     assert status == 200 and headers["Content-Type"].startswith("image/svg+xml")
     assert "count: 1 of 7 calls failed" in svg and "count: 6 of 7 calls succeeded" in svg
     assert "shell: 1 of 1 calls succeeded" in svg and "shell: 0" not in svg
-    _, _, svg = _get(f"{url}/charts/tools.svg?env=shop")
+    _, _, svg = get(f"{url}/charts/tools.svg?env=shop")
     assert (
         "count: 3 of 3 calls succeeded" in svg and "calls failed" not in svg and "shell" not in svg
     )
-    _, _, svg = _get(f"{url}/charts/rewards.svg")
+    _, _, svg = get(f"{url}/charts/rewards.svg")
     assert "3 with reward 0 to 0.1" in svg and "3 with reward 0.9 to 1" in svg
     page.screenshot(path=shots / "list.png", full_page=True)
 
@@ -383,7 +297,7 @@ def _versions(w: Watched, url: str, shots: Path) -> None:
     assert "strict" in outcomes and "rejected" in outcomes and "low_reward" in outcomes, outcomes
     page.goto(f"{url}/versions")
     page.screenshot(path=shots / "versions.png", full_page=True)
-    status, _, body = _get(f"{url}/versions?a=live&b=nope")
+    status, _, body = get(f"{url}/versions?a=live&b=nope")
     assert status == 400 and "no session was judged under version &#39;nope&#39;" in body
     assert w.errors == []
 
@@ -405,9 +319,9 @@ def _worlds(w: Watched, url: str, shots: Path) -> None:
         page.locator("#contents").inner_text() == MARKUP_FILE
     )
     assert page.evaluate("window.__pwned") is None and page.locator("main script").count() == 0
-    status, _, body = _get(f"{url}/worlds/{'0' * 64}")
+    status, _, body = get(f"{url}/worlds/{'0' * 64}")
     assert status == 404 and "not on the" in body
-    status, _, _ = _get(f"{url}/worlds/not-a-digest")
+    status, _, _ = get(f"{url}/worlds/not-a-digest")
     assert status == 400
     assert w.errors == []
 
@@ -425,20 +339,20 @@ def _prompts(w: Watched, url: str, shots: Path) -> None:
     assert "No round was judged yet." in page.locator("#rounds").inner_text()
     assert page.evaluate("window.__pwned") is None
     page.screenshot(path=shots / "prompts.png", full_page=True)
-    status, _, body = _get(f"{url}/prompts/nope")
+    status, _, body = get(f"{url}/prompts/nope")
     assert status == 404 and "no prompt target &#39;nope&#39;" in body
     assert w.errors == []
 
 
 def _answers_and_headers(url: str) -> None:
-    status, _, body = _get(f"{url}/sessions?status=done")
+    status, _, body = get(f"{url}/sessions?status=done")
     assert status == 400 and "the URL parameter &#39;status&#39;" in body
-    status, _, body = _get(f"{url}/sessions/nobody")
+    status, _, body = get(f"{url}/sessions/nobody")
     assert status == 404 and "no session &#39;nobody&#39;" in body
     # A page elsewhere that rebinds its name to loopback gets nothing.
-    status, headers, body = _get(f"{url}/sessions", Host="attacker.example:80")
+    status, headers, body = get(f"{url}/sessions", Host="attacker.example:80")
     assert status == 421 and headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
     assert "attacker" not in body
-    status, headers, _ = _get(f"{url}/sessions")
+    status, headers, _ = get(f"{url}/sessions")
     assert status == 200 and headers["Cache-Control"] == "no-store"
     assert headers["X-Frame-Options"] == "DENY"

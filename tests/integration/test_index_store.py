@@ -392,6 +392,67 @@ def test_two_judge_versions_compare_by_outcome_verdict_and_score(where: Store) -
     assert len(first.changes) == 2 and first.truncated
 
 
+def test_human_verdicts_fill_the_review_queues_and_count_each_judges_agreement(
+    where: Store,
+) -> None:
+    log, records = sessions_log()
+    live = [("s0", "a", "ok"), ("s0", "b", "failed"), ("s1", "a", "ok")]
+    for sid, judge, status in live:
+        verdict = {"judge": judge, "judge_version": "live", "status": status}
+        records.append(log.record(Stream.VERDICTS, sid, "verdict", verdict))
+    # s0 failed; s1 split (alice changed her mind to fail, bob passed); s2 passed; s3 failed.
+    human = [
+        ("s0", "alice", "fail", 0.2),
+        ("s1", "alice", "pass", None),
+        ("s1", "alice", "fail", None),
+        ("s1", "bob", "pass", None),
+        ("s2", "alice", "pass", None),
+        ("s2", "bob", "pass", 0.8),
+        ("s3", "bob", "fail", None),
+    ]
+    for sid, reviewer, verdict, score in human:
+        review = {"reviewer": reviewer, "verdict": verdict, "score": score}
+        records.append(
+            log.record(Stream.VERDICTS, sid, "human_verdict", review, chain="verdicts@human")
+        )
+    store = where.open()
+    index(store, records)
+
+    assert store.count(SessionFilter(reviewed=True)) == 4
+    assert store.count(SessionFilter(reviewed=False)) == 6
+    assert _ids(store, SessionFilter(disagreeing=True)) == ["s0"]
+    assert _ids(store, SessionFilter(judge_version="human", verdict_status="failed")) == [
+        "s3",
+        "s1",
+        "s0",
+    ]
+    scored = SessionFilter(judge_version="human", score="human", score_min=0.5)
+    assert _ids(store, scored) == ["s2", "s1"]  # bob's 0.8 on s2, his pass (1.0) on s1
+    agreement = {a.judge: a for a in store.judge_agreement()}
+    assert sorted(agreement) == ["a", "b", "filter"]
+    f = agreement["filter"]
+    assert (f.both_pass, f.both_fail, f.judge_pass_human_fail, f.judge_fail_human_pass) == (
+        1,
+        1,
+        1,
+        0,
+    )
+    assert f.sessions == 3 and f.agreement == 2 / 3
+    assert f.kappa == pytest.approx((2 / 3 - 4 / 9) / (1 - 4 / 9))
+    assert (agreement["a"].judge_pass_human_fail, agreement["a"].sessions) == (1, 1)
+    assert (agreement["b"].both_fail, agreement["b"].sessions) == (1, 1)
+
+    accepted = SessionFilter(accepted=True, reviewed=False)
+    sample = store.sampled_ids(accepted, 2, "seed")
+    assert len(sample) == 2 and set(sample) <= {"s4", "s6", "s8"}
+    assert store.sampled_ids(accepted, 2, "seed") == sample
+    assert sorted(store.sampled_ids(accepted, 5, "seed")) == ["s4", "s6", "s8"]
+
+
+def _ids(store: IndexStore, where: SessionFilter) -> list[str]:
+    return [s.session_id for s in store.list_sessions(where, limit=100).sessions]
+
+
 def test_sql_reads_and_never_writes_and_stops_a_query_past_its_limit(where: Store) -> None:
     _, records = sessions_log()
     store = where.open()

@@ -122,3 +122,78 @@ def test_dpo__scores_can_come_from_a_judges_verdict() -> None:
         [judged("s1", 0.25), judged("s2", 0.75)], score="verdict:training_audit:process_score"
     )
     assert [(c.session_id, r.session_id) for _, c, r, _ in out.pairs] == [("s2", "s1")]
+
+
+def _reviewed(
+    t: Trajectory, *reviews: tuple[str, str, float], over: tuple[str, ...] = ()
+) -> Trajectory:
+    from rolltape.projections import PreferenceRecord, ReviewRecord
+
+    return t.model_copy(
+        update={
+            "reviews": tuple(
+                ReviewRecord(reviewer=who, verdict=v, value=value, event_hash="h")  # type: ignore[arg-type]
+                for who, v, value in reviews
+            ),
+            "preferences": tuple(
+                PreferenceRecord(reviewer=who, rejected=other, event_hash="h")
+                for who, other in (o.split(">") for o in over)
+            ),
+        }
+    )
+
+
+def test_dpo__by_human_the_reviewers_preferences_decide_their_pairs_and_verdicts_rank_the_rest() -> (
+    None
+):
+    out = dpo_pairs(
+        [
+            # s1 over s2 by alice's and bob's choice, though the verdicts rank s2 higher
+            _reviewed(
+                session("s1", "g", 0.0, Q, ("assistant", "one")),
+                ("alice", "fail", 0.0),
+                over=("alice>s2", "bob>s2"),
+            ),
+            _reviewed(
+                session("s2", "g", 1.0, Q, ("assistant", "two")),
+                ("alice", "pass", 1.0),
+                over=("carol>s1",),
+            ),
+            _reviewed(session("s3", "g", 0.0, Q, ("assistant", "three")), ("bob", "pass", 0.5)),
+            session("s4", "g", 1.0, Q, ("assistant", "unreviewed")),
+        ],
+        score="human",
+    )
+    assert [(c.session_id, r.session_id) for _, c, r, _ in out.pairs] == [
+        ("s1", "s2"),
+        ("s2", "s3"),
+        ("s3", "s1"),
+    ]
+    assert ("s4", "no_score") in out.skipped
+
+
+def test_dpo__by_human_a_pair_the_reviewers_are_split_on_is_skipped_as_tied() -> None:
+    out = dpo_pairs(
+        [
+            _reviewed(session("s1", "g", 0.0, Q, ("assistant", "one")), over=("alice>s2",)),
+            _reviewed(session("s2", "g", 0.0, Q, ("assistant", "two")), over=("bob>s1",)),
+        ],
+        score="human",
+    )
+    assert out.pairs == []
+    assert out.skipped == [
+        ("s1|s2", "tied_preferences"),
+        ("s1", "no_score"),
+        ("s2", "no_score"),
+    ]
+
+
+def test_human_score__is_the_mean_of_each_reviewers_latest_verdict() -> None:
+    t = _reviewed(
+        session("s1", "g", 0.0, Q, ("assistant", "x")),
+        ("alice", "pass", 1.0),
+        ("bob", "fail", 0.0),
+        ("alice", "fail", 0.25),
+    )
+    assert t.score("human") == (0.25 + 0.0) / 2
+    assert session("s2", "g", 0.0, Q).score("human") is None

@@ -1,0 +1,453 @@
+"""Human review in the console: reviewers' logins, the CSRF rule for every form, the queues,
+and the handlers that record human verdicts and preferences.
+
+Reading needs the reader principal only; writing needs a reviewer's login. A login is the
+reviewer principal's SASL/SCRAM name and password, checked by the cluster itself: the console
+opens a `ReviewWriter` with them, which authenticates as it starts, and where rolltape keeps the
+principals (the managed broker, ROLLTAPE_PRINCIPALS_FILE) the principal must be of the reviewer
+role. The writer stays open while the reviewer is logged in; a cookie (HttpOnly,
+SameSite=Strict) names the login, never the password.
+
+Every form carries a CSRF token: a random value set once per browser in a cookie and written
+into each form; a POST whose field does not equal the cookie is refused (403), as is one whose
+`Origin` is not the console's own. With SameSite=Strict cookies that is two checks where one
+would do, on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from pydantic import SecretStr, ValidationError
+
+from rolltape.infra._errors import InfraError, ReadModelError
+from rolltape.infra.broker import PrincipalError, principal_store, require_connection
+from rolltape.infra.index import (
+    FILTER_JUDGE,
+    IndexHeadLocator,
+    JudgeAgreement,
+    SessionFilter,
+    existing_store,
+    store_url,
+)
+from rolltape.infra.kafka.reviews import ReviewConflictError, ReviewError, ReviewWriter
+from rolltape.infra.settings import Settings
+from rolltape.schemas import (
+    HUMAN_JUDGE_VERSION,
+    HumanPreference,
+    HumanVerdict,
+    Role,
+    Stream,
+    topic_name,
+)
+from rolltape.schemas.clients import KafkaClientError, partitions_of
+
+if TYPE_CHECKING:
+    from rolltape.infra.console._app import Console
+
+CSRF_COOKIE: Final = "rolltape_csrf"
+LOGIN_COOKIE: Final = "rolltape_reviewer"
+LOGIN_IDLE_S: Final = 8 * 3600.0
+"""A login unused this long is closed (its writer stopped)."""
+SAMPLE_SEED: Final = "rolltape-review"
+QUEUE_SIZE: Final = 50
+
+QUEUES: Final[Mapping[str, str]] = {
+    "needs_human_review": "cron runs whose runner routed them to a person",
+    "rejected": "sessions the reward filter rejected",
+    "disagreeing": "sessions whose judges disagree (one ok, one failed)",
+    "accepted_sample": "a random sample of accepted sessions",
+}
+"""Each queue and what it holds; a session leaves every queue once a reviewer judged it."""
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class LoginRefused(InfraError):
+    """The name and password do not make a reviewer's login here; the message says why."""
+
+
+@dataclass
+class Login:
+    """A reviewer logged in: who, and the writer open with their credentials."""
+
+    principal: str
+    writer: ReviewWriter
+    last_used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Reviewers:
+    """The logins of one console, by their cookie's token."""
+
+    settings: Settings
+    logins: dict[str, Login] = field(default_factory=dict)
+
+    def of(self, request: web.Request) -> Login | None:
+        token = request.cookies.get(LOGIN_COOKIE, "")
+        login = self.logins.get(token)
+        if login is None:
+            return None
+        if time.monotonic() - login.last_used > LOGIN_IDLE_S:
+            return None  # closed by `sweep`
+        login.last_used = time.monotonic()
+        return login
+
+    async def log_in(self, name: str, password: str) -> tuple[str, Login]:
+        """A new login for `name`, its writer started (the cluster checks the password)."""
+        name = name.strip()
+        if not name or not password:
+            raise LoginRefused("give a reviewer's name and password")
+        store = principal_store(self.settings)
+        if store is not None:
+            try:
+                principal = store.get(name)
+            except PrincipalError:
+                raise LoginRefused(f"no reviewer {name!r} on this cluster") from None
+            if principal.role is not Role.REVIEWER:
+                raise LoginRefused(
+                    f"{name!r} is a principal of role {principal.role.value}, not a reviewer: "
+                    "log in as a reviewer (`rolltape principal add NAME --role reviewer`)"
+                )
+        as_them = self.settings.model_copy(
+            update={"sasl_username": name, "sasl_password": SecretStr(password)}
+        )
+        connection = require_connection(as_them, Role.REVIEWER)
+        if connection.principal is None:
+            raise LoginRefused(
+                "this cluster does not authenticate its clients (PLAINTEXT), so no login can "
+                "be checked: reviews need a cluster with SASL (`rolltape broker up` gives one)"
+            )
+        topic = topic_name(Stream.VERDICTS, self.settings.topic_prefix)
+        try:
+            partitions = len(await partitions_of(connection, [topic]))
+        except KafkaClientError as exc:
+            raise LoginRefused(f"the cluster refused {name!r}: {exc}") from exc
+        if not partitions:
+            raise LoginRefused(f"there is no topic {topic}: `rolltape broker up` creates it")
+        writer = ReviewWriter(
+            connection,
+            self.settings.topic_prefix,
+            partitions=partitions,
+            locate=IndexHeadLocator(store_url(self.settings), self.settings.topic_prefix),
+        )
+        try:
+            await writer.__aenter__()
+        except KafkaClientError as exc:
+            raise LoginRefused(f"the cluster refused {name!r}: {exc}") from exc
+        token = secrets.token_urlsafe(32)
+        login = Login(connection.principal, writer)
+        self.logins[token] = login
+        return token, login
+
+    async def log_out(self, request: web.Request) -> None:
+        login = self.logins.pop(request.cookies.get(LOGIN_COOKIE, ""), None)
+        if login is not None:
+            await login.writer.__aexit__(None, None, None)
+
+    async def sweep(self) -> None:
+        """Close logins idle past `LOGIN_IDLE_S`."""
+        now = time.monotonic()
+        for token, login in list(self.logins.items()):
+            if now - login.last_used > LOGIN_IDLE_S:
+                del self.logins[token]
+                await login.writer.__aexit__(None, None, None)
+
+    async def close(self) -> None:
+        for token in list(self.logins):
+            login = self.logins.pop(token)
+            await login.writer.__aexit__(None, None, None)
+
+
+def csrf_middleware(origins: Callable[[], frozenset[str] | None]) -> Middleware:
+    """Gives every browser its CSRF token (`request["csrf"]`, set in a cookie on the first
+    answer) and refuses a POST that does not carry it or comes from another origin."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        token = request.cookies.get(CSRF_COOKIE, "")
+        fresh = len(token) < 32
+        if fresh:
+            token = secrets.token_urlsafe(32)
+        request["csrf"] = token
+        if request.method == "POST":
+            allowed = origins()
+            origin = request.headers.get("Origin")
+            if origin is not None and allowed is not None and origin not in allowed:
+                raise web.HTTPForbidden(text=f"a form from {origin} is not this console's\n")
+            form = await request.post()
+            sent = str(form.get("csrf", ""))
+            if fresh or not hmac.compare_digest(sent.encode(), token.encode()):
+                raise web.HTTPForbidden(
+                    text="this form's CSRF token is missing or stale: reload the page and "
+                    "send it again\n"
+                )
+        response = await handler(request)
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="Strict", path="/")
+        return response
+
+    return middleware
+
+
+def reviewers_of(request: web.Request) -> Reviewers:
+    from rolltape.infra.console._app import CONSOLE_KEY
+
+    return request.app[CONSOLE_KEY].reviewers
+
+
+def _console(request: web.Request) -> Console:
+    from rolltape.infra.console._app import CONSOLE_KEY
+
+    return request.app[CONSOLE_KEY]
+
+
+def _local(path: str) -> str:
+    """A path to return to after a form: this console's own, never another site's."""
+    return path if path.startswith("/") and not path.startswith("//") else "/review"
+
+
+async def login_page(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    return console.page(
+        "login.html",
+        title="Log in to review",
+        section="review",
+        csrf=request["csrf"],
+        reviewer=None,
+        next=_local(request.query.get("next", "/review")),
+        refused=None,
+    )
+
+
+async def log_in(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    form = await request.post()
+    target = _local(str(form.get("next", "/review")))
+    try:
+        token, _ = await console.reviewers.log_in(
+            str(form.get("name", "")), str(form.get("password", ""))
+        )
+    except LoginRefused as exc:
+        return console.page(
+            "login.html",
+            401,
+            title="Log in to review",
+            section="review",
+            csrf=request["csrf"],
+            reviewer=None,
+            next=target,
+            refused=str(exc),
+        )
+    answer = web.HTTPSeeOther(target)
+    answer.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="Strict", path="/")
+    raise answer
+
+
+async def log_out(request: web.Request) -> web.StreamResponse:
+    await _console(request).reviewers.log_out(request)
+    answer = web.HTTPSeeOther("/review")
+    answer.del_cookie(LOGIN_COOKIE, path="/")
+    raise answer
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    about: str
+    sessions: tuple[Any, ...]
+    """Summaries of the sessions waiting (at most `QUEUE_SIZE`)."""
+    waiting: int
+
+
+@dataclass(frozen=True)
+class ReviewBoard:
+    queues: tuple[Queue, ...]
+    agreement: tuple[JudgeAgreement, ...]
+    reviewed: int
+    said: tuple[str, ...] = ()
+
+
+def review_board(settings: Settings, cron_sessions: tuple[str, ...] | None) -> ReviewBoard:
+    """The queues and the judges' agreement with reviewers, from the read model (the cron
+    runs routed to review are read from the jobs topic by the caller: `cron_sessions`)."""
+    store = existing_store(settings)
+    try:
+        waiting = SessionFilter(reviewed=False)
+        filters = {
+            "rejected": waiting.model_copy(update={"accepted": False}),
+            "disagreeing": waiting.model_copy(update={"disagreeing": True}),
+        }
+        if cron_sessions:
+            filters["needs_human_review"] = waiting.model_copy(
+                update={"session_ids": cron_sessions}
+            )
+        queues = []
+        for name, about in QUEUES.items():
+            if name == "accepted_sample":
+                where = waiting.model_copy(update={"accepted": True})
+                ids = store.sampled_ids(where, QUEUE_SIZE, SAMPLE_SEED)
+                page = (
+                    store.list_sessions(SessionFilter(session_ids=tuple(ids)), limit=QUEUE_SIZE)
+                    if ids
+                    else None
+                )
+                queues.append(Queue(name, about, page.sessions if page else (), len(ids)))
+                continue
+            where_or_none = filters.get(name)
+            if where_or_none is None:
+                queues.append(Queue(name, about, (), 0))
+                continue
+            page = store.list_sessions(where_or_none, limit=QUEUE_SIZE)
+            queues.append(Queue(name, about, page.sessions, store.count(where_or_none)))
+        reviewed = store.count(SessionFilter(reviewed=True))
+        agreement = store.judge_agreement()
+    finally:
+        store.close()
+    return ReviewBoard(tuple(queues), tuple(agreement), reviewed)
+
+
+async def board_page(request: web.Request) -> web.StreamResponse:
+    from rolltape.infra.console._app import _no_read_model
+
+    console = _console(request)
+    said: list[str] = []
+    cron: tuple[str, ...] | None
+    try:
+        cron = await _cron_review_sessions(console.settings)
+    except (InfraError, KafkaClientError) as exc:
+        cron = None
+        said.append(f"the cron runs routed to review could not be read: {exc}")
+    try:
+        board = await asyncio.to_thread(review_board, console.settings, cron)
+    except ReadModelError as exc:
+        return _no_read_model(console, exc)
+    return console.page(
+        "review.html",
+        title="Review",
+        section="review",
+        board=board,
+        said=said,
+        filter_judge=FILTER_JUDGE,
+        reviewer=console.reviewers.of(request),
+        csrf=request["csrf"],
+    )
+
+
+async def _cron_review_sessions(settings: Settings) -> tuple[str, ...]:
+    from rolltape.producers.cron import read_book
+    from rolltape.schemas import RunStatus
+
+    connection = require_connection(settings, Role.READER)
+    book = await read_book(connection, prefix=settings.topic_prefix)
+    return tuple(sorted(r.session_id for r in book.queue(RunStatus.NEEDS_HUMAN_REVIEW)))
+
+
+def _labels(text: str) -> tuple[str, ...]:
+    return tuple(sorted({part.strip().lower() for part in text.split(",") if part.strip()}))
+
+
+def _heads(form: Mapping[str, Any]) -> dict[str, str]:
+    """The chain heads the page showed the reviewer (`head:<chain>` fields)."""
+    return {
+        key[len("head:") :]: str(value)
+        for key, value in form.items()
+        if key.startswith("head:") and str(value)
+    }
+
+
+async def record_verdict(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    session_id = request.match_info["session_id"]
+    back = f"/sessions/{quote(session_id, safe='')}"
+    login = console.reviewers.of(request)
+    if login is None:
+        raise web.HTTPSeeOther(f"/login?next={quote(back, safe='')}")
+    form = await request.post()
+    try:
+        score_text = str(form.get("score", "")).strip()
+        verdict = HumanVerdict(
+            reviewer=login.principal,
+            verdict=str(form.get("verdict", "")),
+            score=float(score_text) if score_text else None,
+            labels=_labels(str(form.get("labels", ""))),
+            comment=str(form.get("comment", "")),
+            queue=str(form.get("queue", "direct") or "direct"),
+            reviewed=_heads(form),
+        )
+    except (ValidationError, ValueError) as exc:
+        return console.problem(400, "This verdict cannot be recorded", _first_error(exc))
+    try:
+        recorded = await login.writer.verdict(session_id, verdict)
+    except ReviewConflictError as exc:
+        return console.problem(409, "Another review came first", str(exc))
+    except (ReviewError, KafkaClientError) as exc:
+        return console.problem(503, "The log did not take this verdict", str(exc))
+    raise web.HTTPSeeOther(f"{back}?recorded={recorded.seq}#review")
+
+
+async def record_preference(request: web.Request) -> web.StreamResponse:
+    console = _console(request)
+    session_id = request.match_info["session_id"]
+    back = f"/sessions/{quote(session_id, safe='')}"
+    login = console.reviewers.of(request)
+    if login is None:
+        raise web.HTTPSeeOther(f"/login?next={quote(back, safe='')}")
+    form = await request.post()
+    other = str(form.get("other", "")).strip()
+    chosen = str(form.get("chosen", ""))
+    try:
+        preference = HumanPreference(
+            reviewer=login.principal,
+            chosen=session_id if chosen != "other" else other,
+            rejected=other if chosen != "other" else session_id,
+            group_id=str(form.get("group_id", "")) or None,
+            labels=_labels(str(form.get("labels", ""))),
+            comment=str(form.get("comment", "")),
+            reviewed=_heads(form),
+        )
+    except (ValidationError, ValueError) as exc:
+        return console.problem(400, "This preference cannot be recorded", _first_error(exc))
+    try:
+        recorded = await login.writer.preference(preference)
+    except ReviewConflictError as exc:
+        return console.problem(409, "Another review came first", str(exc))
+    except (ReviewError, KafkaClientError) as exc:
+        return console.problem(503, "The log did not take this preference", str(exc))
+    where = f"/sessions/{quote(preference.chosen, safe='')}"
+    raise web.HTTPSeeOther(f"{where}?recorded={recorded.seq}#review")
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        error = exc.errors()[0]
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        return f"{where}: {error.get('msg', '')}" if where else str(error.get("msg", ""))
+    return str(exc)
+
+
+__all__ = [
+    "CSRF_COOKIE",
+    "HUMAN_JUDGE_VERSION",
+    "LOGIN_COOKIE",
+    "QUEUES",
+    "LoginRefused",
+    "Reviewers",
+    "board_page",
+    "csrf_middleware",
+    "log_in",
+    "log_out",
+    "login_page",
+    "record_preference",
+    "record_verdict",
+    "review_board",
+]

@@ -1,0 +1,265 @@
+"""Human review against a real broker, worker and read model, in Debian's headless Chromium: the
+queues, a reviewer's login checked by the cluster, CSRF and origin checks on every form, human
+verdicts and a preference recorded on the verdicts topic as the reviewer principal, chained,
+read back by the read model (a judge version `human`, the judges' agreement with reviewers) and
+used as a score source by `dataset export`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from rolltape.infra.broker import PrincipalStore
+from rolltape.producers import Recorder
+from rolltape.producers.cron import JobBook, JobsLog
+from rolltape.schemas import CronRun, Role, RunStatus, Stream, decode
+from tests.integration.conftest import Topics
+from tests.integration.workers import WorkerProcess, payloads, read_all, wait_for
+from tests.support.chromium import Watched, browser
+from tests.support.cli import rolltape
+from tests.support.console import ConsoleProcess, get, post
+
+MARKUP_COMMENT = "<script>window.__pwned = 'comment'</script> said <b>nothing</b>"
+
+
+def _record(topics: Topics, spool: Path) -> None:
+    with Recorder(
+        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=spool
+    ) as rec:
+        for i, reply in enumerate(("It is 4.", "Two plus two is four, so 4.")):
+            with rec.session(
+                "add two and two", session_id=f"pair-{i}", group_id="adding", tags=["env=lab"]
+            ) as s:
+                s.turn("user", "what is 2 + 2?")
+                s.turn("assistant", reply)
+                s.reward(1.0)
+        with rec.session("say nothing", session_id="empty", tags=["env=lab"]) as s:
+            s.turn("user", "say something")
+            s.turn("assistant", "")
+        with rec.session("nightly digest", session_id="nightly-run", tags=["cron"]) as s:
+            s.turn("user", "summarise the day")
+            s.turn("assistant", "A quiet day.")
+            s.reward(1.0)
+
+
+def _route_to_review(topics: Topics) -> None:
+    """The cron run of `nightly-run`, as its scheduler writes it once the runner asked for a
+    person (the scheduler and its runner are tested in test_cron)."""
+
+    async def main() -> None:
+        log = JobsLog(
+            topics.connection(Role.SCHEDULER), prefix=topics.prefix, principal="scheduler"
+        )
+        await log.start()
+        try:
+            now = time.time_ns()
+            run = CronRun(
+                job_id="nightly",
+                run_id="nightly@20261203T000000Z",
+                due_ns=now,
+                attempt=1,
+                fired_ns=now,
+                status=RunStatus.NEEDS_HUMAN_REVIEW,
+                session_id="nightly-run",
+                reason="the digest names no source",
+                fired_by="test",
+            )
+            await log.write(JobBook(), run.run_id, run.job_id, run)
+        finally:
+            await log.stop()
+
+    asyncio.run(main())
+
+
+def _reviewer_password(topics: Topics) -> str:
+    principal = PrincipalStore(topics.settings.principals_file).for_role(Role.REVIEWER)
+    assert principal is not None, "broker up provisions a reviewer principal"
+    return principal.password.get_secret_value()
+
+
+def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreement_and_export_read(
+    topics: Topics, tmp_path: Path
+) -> None:
+    _record(topics, tmp_path / "spool")
+    _route_to_review(topics)
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        wait_for(
+            topics, lambda records: len(payloads(records, "filter_outcome")) >= 4, worker=worker
+        )
+    finally:
+        worker.stop()
+    store = {"ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
+    env = {**topics.env(), **store}
+    built = rolltape(env, "index", "rebuild")
+    assert built.returncode == 0, built.stderr
+    password = _reviewer_password(topics)
+
+    console = ConsoleProcess(env, tmp_path / "console.log")
+    try:
+        url = console.url
+        _forms_refuse_forgery(url)
+        with browser() as chromium:
+            w = Watched(chromium)
+            page = w.page
+            page.goto(f"{url}/review")
+            assert "empty" in page.locator("#queue-rejected").inner_text()
+            assert "nightly-run" in page.locator("#queue-needs_human_review").inner_text()
+            sampled = page.locator("#queue-accepted_sample").inner_text()
+            assert "pair-0" in sampled and "pair-1" in sampled
+
+            # Logins the cluster does not take, then the reviewer's.
+            page.click("#log-in")
+            _log_in(page, "reviewer", "not-the-password")
+            assert page.locator("#refused").is_visible(), page.content()
+            _log_in(page, "agent", password)
+            assert "not a reviewer" in page.locator("#refused").inner_text()
+            _log_in(page, "reviewer", password)
+            page.wait_for_url(f"{url}/review")
+            assert page.locator("#reviewer").inner_text() == "reviewer"
+
+            # The rejected session, failed from its queue, with markup in the comment.
+            page.click("#queue-rejected a:text('empty')")
+            page.check("#review-form input[value=fail]")
+            page.fill("#review-form input[name=score]", "0.1")
+            page.fill("#review-form input[name=labels]", "empty-reply, Lazy")
+            page.fill("#review-form textarea[name=comment]", MARKUP_COMMENT)
+            page.click("#review-form button")
+            _recorded(page)
+            row = page.locator("#human-verdicts tbody tr").first.inner_text()
+            assert "fail" in row and "empty-reply, lazy" in row and "rejected" in row, row
+            assert MARKUP_COMMENT in row  # shown as text
+            assert page.evaluate("window.__pwned") is None
+            page.screenshot(path=str(tmp_path / "review-recorded.png"), full_page=True)
+
+            # A bad score is refused with what was wrong; nothing is written.
+            page.goto(f"{url}/sessions/nightly-run?queue=needs_human_review")
+            page.check("#review-form input[value=pass]")
+            page.fill("#review-form input[name=score]", "7")
+            page.click("#review-form button")
+            assert "score" in page.content() and "less than or equal to 1" in page.content()
+            page.goto(f"{url}/sessions/nightly-run?queue=needs_human_review")
+            page.check("#review-form input[value=pass]")
+            page.click("#review-form button")
+            _recorded(page)
+
+            # The two answers of a group compared: the longer one preferred.
+            page.goto(f"{url}/sessions/pair-1")
+            page.fill("#prefer-form input[name=other]", "pair-0")
+            page.check("#prefer-form input[value=this]")
+            page.click("#prefer-form button")
+            _recorded(page)
+            assert "preferred over pair-0" in page.locator("#human-verdicts").inner_text()
+            page.goto(f"{url}/review")
+            page.screenshot(path=str(tmp_path / "review-queues.png"), full_page=True)
+            page.click("form.who button")
+            page.wait_for_url(f"{url}/review")
+            assert page.locator("#reviewer").count() == 0
+            assert not [e for e in w.errors if "Content Security Policy" in e], w.errors
+    finally:
+        assert console.stop() == 0, console.output()
+
+    # On the log: the reviewer's records, chained, on the verdicts topic.
+    verified = rolltape(topics.env(), "log", "verify")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    humans = [
+        env
+        for env in (decode(r.value) for r in read_all(topics, (Stream.VERDICTS,)))
+        if env["stream"] == "verdicts@human"
+    ]
+    assert sorted((r["session_id"], r["type"], r["seq"]) for r in humans) == [
+        ("empty", "human_verdict", 0),
+        ("nightly-run", "human_verdict", 0),
+        ("pair-1", "human_preference", 0),
+    ]
+    assert {r["producer"]["principal"] for r in humans} == {"reviewer"}
+
+    # The read model: the reviewed sessions leave the queues, the filter's agreement counted.
+    rebuilt = rolltape(env, "index", "rebuild")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    console = ConsoleProcess(env, tmp_path / "console-2.log")
+    try:
+        status, _, body = get(f"{console.url}/review")
+        assert status == 200
+        assert "nightly-run" not in body and "?queue=rejected" not in body
+        # The filter rejected what the reviewer failed and accepted what she passed.
+        filter_row = re.search(r"<tr><td>filter</td>(.*?)</tr>", body)
+        assert filter_row is not None, body
+        cells = re.findall(r"<td[^>]*>([^<]*)</td>", filter_row.group(1))
+        assert (cells[0], cells[1], cells[3:]) == ("2", "100.0%", ["1", "1", "0", "0"]), cells
+        status, _, body = get(f"{console.url}/sessions/empty")
+        assert "human:reviewer" in body
+    finally:
+        assert console.stop() == 0, console.output()
+    agreement = rolltape(
+        env,
+        "sessions",
+        "sql",
+        "SELECT judge, status FROM verdicts WHERE judge_version = 'human' ORDER BY session_id",
+    )
+    assert agreement.returncode == 0, agreement.stderr
+    assert agreement.stdout.count("human:reviewer") == 2
+
+    # The export scores by the reviewers: the preference makes the one DPO pair.
+    out = tmp_path / "dpo"
+    exported = rolltape(
+        env, "dataset", "export", "-f", "dpo", "--score", "human", "--out", str(out)
+    )
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    rows = [
+        json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()
+    ]
+    assert len(rows) == 1, rows
+    assert rows[0]["chosen"][-1]["content"] == "Two plus two is four, so 4."
+    refused = rolltape(
+        env,
+        "dataset",
+        "export",
+        "-f",
+        "dpo",
+        "--score",
+        "human",
+        "--evidence",
+        "--out",
+        str(tmp_path / "proven"),
+    )
+    assert refused.returncode == 2
+    assert "no checkpoint covers human verdicts" in refused.stderr
+
+
+def _recorded(page: Any) -> None:
+    """The page a form led to says the review was recorded (else: what it says instead)."""
+    page.wait_for_selector("#recorded, h1")
+    assert page.locator("#recorded").count() == 1, page.locator("main").inner_text()
+
+
+def _log_in(page: object, name: str, password: str) -> None:
+    page.fill("#login input[name=name]", name)  # type: ignore[attr-defined]
+    page.fill("#login input[name=password]", password)  # type: ignore[attr-defined]
+    page.click("#login button")  # type: ignore[attr-defined]
+
+
+def _forms_refuse_forgery(url: str) -> None:
+    """A POST without the browser's CSRF token, with a stale one, or from another origin is
+    refused before anything is read or written."""
+    form = urllib.parse.urlencode({"verdict": "pass"}).encode()
+    status, headers, body = post(f"{url}/sessions/empty/review", form)
+    assert status == 403 and "CSRF" in body, (status, body)
+    assert headers["Content-Security-Policy"].startswith("default-src 'none'")
+    forged = urllib.parse.urlencode({"verdict": "pass", "csrf": "x" * 43}).encode()
+    status, _, body = post(
+        f"{url}/sessions/empty/review", forged, Cookie=f"rolltape_csrf={'y' * 43}"
+    )
+    assert status == 403 and "CSRF" in body, (status, body)
+    status, _, body = post(
+        f"{url}/login",
+        forged,
+        Cookie=f"rolltape_csrf={'x' * 43}",
+        Origin="http://evil.example",
+    )
+    assert status == 403 and "not this console's" in body, (status, body)
