@@ -44,7 +44,7 @@ from rolltape.projections._trajectory import (
     VerdictRecord,
 )
 from rolltape.schemas import (
-    HUMAN_JUDGE_VERSION,
+    HUMAN_CHAIN,
     LIVE_JUDGE_VERSION,
     ChainBrokenEvent,
     Decision,
@@ -285,7 +285,7 @@ def fold(
     filter_stream = versioned_stream(Stream.FILTERED, judge_version)
     # chain name -> (its events sorted, the first copy of each seq): read twice, built once
     chains: dict[str, tuple[list[TypedEvent], list[TypedEvent]]] = {events_stream: (by_seq, chain)}
-    human_stream = versioned_stream(Stream.VERDICTS, HUMAN_JUDGE_VERSION)
+    human_stream = HUMAN_CHAIN
     picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: [], human_stream: []}
     for event in derived:
         if event.session_id == sid and event.stream in picked:

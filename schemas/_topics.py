@@ -14,6 +14,8 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict
 
+from rolltape.schemas._review import HUMAN_JUDGE_VERSION
+
 TOPIC_VERSION = 1
 DEFAULT_PREFIX = "rolltape"
 DEFAULT_PARTITIONS = 6
@@ -80,7 +82,15 @@ STREAM_EVENT_TYPES: Final[Mapping[str, frozenset[str]]] = {
     Stream.METRICS.value: frozenset(
         {"metric", "model_spec", "live_check", "session_ended", "session_resumed"}
     ),
+    # The reviewers' chains on the verdicts topic: the worker audits and checkpoints them.
+    f"{Stream.VERDICTS.value}@{HUMAN_JUDGE_VERSION}": frozenset(
+        {"human_verdict", "human_preference"}
+    ),
 }
+
+HUMAN_CHAIN: Final = f"{Stream.VERDICTS.value}@{HUMAN_JUDGE_VERSION}"
+"""The chain human verdicts extend on each reviewed session (schemas._review): written by
+reviewers, audited and checkpointed by the worker like a raw chain."""
 
 
 class Role(StrEnum):

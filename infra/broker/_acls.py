@@ -5,8 +5,9 @@
                 keys (its sessions' wrapped data keys)
     monitor     metrics                                metrics, rules, verdicts (the harness
                                                        waits for them)
-    processor   rules, filtered, deadletter, the       events, metrics, keys, what it writes, its
-                worker's internal topics, its group    internal topics
+    processor   rules, filtered, deadletter, the       events, metrics, keys, verdicts (the
+                worker's internal topics, its group    reviewers' chains), what it writes, its
+                                                       internal topics
     judge       verdicts, events (its conversations),  events, metrics, rules, filtered, verdicts,
                 keys (its subject conversations' keys) blobs (to restore worlds), keys
     projector   trajectories                           every topic of the prefix
@@ -126,7 +127,8 @@ def _topic(stream: Stream, prefix: str, operation: Operation) -> Acl:
 _READS: dict[Role, tuple[Stream, ...]] = {
     Role.AGENT: (),
     Role.MONITOR: (Stream.RULES, Stream.VERDICTS),
-    Role.PROCESSOR: (Stream.EVENTS, Stream.METRICS, Stream.KEYS),
+    # Verdicts too: the worker audits and checkpoints the reviewers' chains on that topic.
+    Role.PROCESSOR: (Stream.EVENTS, Stream.METRICS, Stream.KEYS, Stream.VERDICTS),
     Role.JUDGE: (
         Stream.EVENTS,
         Stream.METRICS,

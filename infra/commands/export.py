@@ -24,7 +24,6 @@ from rolltape.infra.broker import require_connection
 from rolltape.infra.index import locate_sessions
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located
-from rolltape.infra.kafka.reviews import HUMAN_CHAIN
 from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
 from rolltape.infra.kafka.spill import SpilledStore
 from rolltape.infra.keys import JudgeKeyError, judge_key
@@ -51,7 +50,14 @@ from rolltape.projections import (
     session_start,
 )
 from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
-from rolltape.schemas import LIVE_JUDGE_VERSION, Role, Stream, TypedEvent, versioned_stream
+from rolltape.schemas import (
+    HUMAN_CHAIN,
+    LIVE_JUDGE_VERSION,
+    Role,
+    Stream,
+    TypedEvent,
+    versioned_stream,
+)
 from rolltape.schemas.clients import KafkaConnection
 
 if TYPE_CHECKING:
@@ -332,11 +338,6 @@ def run_export(
             "--evidence proves the live judge's chains; a replayed judge version is not "
             "checkpointed: export without --evidence, or from the live version"
         )
-    if evidence and options.score == "human":
-        raise ExportError(
-            "--evidence proves what signed checkpoints cover, and no checkpoint covers human "
-            "verdicts yet: export --score human without --evidence"
-        )
     prepare_folder(out, overwrite=overwrite)
     store = collected.spill.store()
     exporting = Exporting(
@@ -376,12 +377,9 @@ def run_export(
         folded += 1
         if on_session is not None:
             on_session(folded)
-        derived = session.derived
-        if evidence:  # human verdicts are not checkpointed yet: a proven line leaves them out
-            derived = [e for e in derived if e.stream != HUMAN_CHAIN]
         try:
             trajectory = fold(
-                session.events, derived, judge_version=options.selection.judge_version
+                session.events, session.derived, judge_version=options.selection.judge_version
             )
         except FoldError as exc:
             exporting.left_out(exc.reason)

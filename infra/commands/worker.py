@@ -38,6 +38,7 @@ from rolltape.processors.judges import (
 from rolltape.processors.rules import RuleBook, RuleSetError
 from rolltape.processors.worker import WorkerConfig, run_worker
 from rolltape.schemas import (
+    HUMAN_CHAIN,
     LIVE_JUDGE_VERSION,
     TOPIC_SPECS,
     Role,
@@ -162,13 +163,18 @@ def stream_writers(settings: Settings) -> dict[str, frozenset[str]]:
     if store is None:
         return {}
     principals = store.principals()
-    return {
+    writers = {
         spec.stream.value: frozenset(
             p.name for p in principals if p.role in spec.writers or p.role == Role.ADMIN
         )
         for spec in TOPIC_SPECS
         if spec.stream in (Stream.EVENTS, Stream.METRICS)
     }
+    # The reviewers' chains on the verdicts topic: reviewers (and admins) only, not judges.
+    writers[HUMAN_CHAIN] = frozenset(
+        p.name for p in principals if p.role in (Role.REVIEWER, Role.ADMIN)
+    )
+    return writers
 
 
 def _worker_keys(connection: KafkaConnection, settings: Settings) -> KeysFollower:

@@ -23,19 +23,16 @@ from pydantic import BaseModel
 from rolltape.infra._errors import InfraError
 from rolltape.producers import ResumeError, first_record_from, read_head
 from rolltape.schemas import (
-    HUMAN_JUDGE_VERSION,
+    HUMAN_CHAIN,
     ChainWriter,
     HumanPreference,
     HumanVerdict,
     Stream,
     software_version,
     topic_name,
-    versioned_stream,
 )
 from rolltape.schemas.clients import KafkaConnection, LogReader, Partition, key_partition
 
-HUMAN_CHAIN = versioned_stream(Stream.VERDICTS, HUMAN_JUDGE_VERSION)
-"""The chain human verdicts extend on each reviewed session: `verdicts@human`."""
 REVIEW_TIMEOUT_S = 30.0
 
 StartLocator = Callable[[str, int, str], int | str]
@@ -183,7 +180,6 @@ class ReviewWriter:
 
 
 __all__ = [
-    "HUMAN_CHAIN",
     "RecordedReview",
     "ReviewConflictError",
     "ReviewError",

@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from rolltape.infra.kafka.keyring import keyring_if_any
 from rolltape.infra.kafka.readback import Located, read_located, read_records
-from rolltape.infra.kafka.reviews import HUMAN_CHAIN
 from rolltape.infra.kafka.spill import SessionRecords, Spill
 from rolltape.infra.settings import Settings
 from rolltape.processors.audit import CHECKPOINT_LOG_PREFIX
 from rolltape.projections import Narrowing, checked_event, session_start
-from rolltape.schemas import Stream, TypedEvent
+from rolltape.schemas import HUMAN_CHAIN, Stream, TypedEvent
 from rolltape.schemas.clients import KafkaConnection
 
 if TYPE_CHECKING:  # the crypto library loads only where sealed content is opened

@@ -278,6 +278,8 @@ class _Runtime:
         self._starting = asyncio.Lock()
         self._events_topic = topic_name(Stream.EVENTS, config.topic_prefix)
         self._metrics_topic = topic_name(Stream.METRICS, config.topic_prefix)
+        self._verdicts_topic = topic_name(Stream.VERDICTS, config.topic_prefix)
+        """Read for the reviewers' chains on it, which the worker audits and checkpoints."""
         self._last_progress = time.monotonic()
         self.assigned_in: int | None = None
         """faust's rebalance count when the assignment in force was made."""
@@ -328,7 +330,12 @@ class _Runtime:
             if self._reader is None:
                 reader = RawReader(
                     self.config.connection,
-                    (self._events_topic, self._metrics_topic, self.config.judge_results_topic),
+                    (
+                        self._events_topic,
+                        self._metrics_topic,
+                        self.config.judge_results_topic,
+                        self._verdicts_topic,
+                    ),
                 )
                 await reader.start()
                 self._reader = reader

@@ -33,8 +33,11 @@ from rolltape.processors.worker._producers import OutgoingRecord, OutputProducer
 from rolltape.processors.worker._reader import POSITION_KEY_PREFIX, position_key
 from rolltape.processors.worker._states import StateStore
 from rolltape.schemas import (
+    HUMAN_CHAIN,
     ChainHeadLeaf,
     Stream,
+    UnreadableRecord,
+    read_event,
     split_stream,
     stream_of_topic,
     topic_name,
@@ -160,6 +163,8 @@ class Shell:
         else:
             stream = stream_of_topic(topic, self.prefix)
             name = stream.value if stream else topic
+            if stream is Stream.VERDICTS:
+                name = HUMAN_CHAIN if _on_a_human_chain(value) else _OWN_OUTPUT
         return InputRecord(name, key, value or b"", Position(topic, partition, offset), ts)
 
     async def commit_due(self) -> None:
@@ -194,7 +199,8 @@ class Shell:
                 await self.keys.ready(wanted)
         for record in records:
             self.stats.records += 1
-            outputs.extend(self._step(states, record))
+            if record.stream != _OWN_OUTPUT:  # the judge's own verdicts: read past
+                outputs.extend(self._step(states, record))
             at = record.position
             assert at is not None, "the worker reads records from its topics"
             positions[(at.topic, at.partition)] = at.offset + 1
@@ -374,9 +380,10 @@ class Shell:
             return [DeadLetter(record, "processor_error", detail[:1000])]
         if sid is None:
             return outputs
-        if record.stream == JUDGE_RESULTS:
-            # A verdict after the session's end: its chains change, so commit them again, on
-            # its raw partition's log (the results topic's partition may differ).
+        if record.stream in (JUDGE_RESULTS, HUMAN_CHAIN):
+            # A verdict after the session's end (a judge's, or a reviewer's): its chains
+            # change, so commit them again, on its raw partition's log (the results topic's
+            # partition may differ).
             if self.partitions:
                 self._touched[sid] = raw_partition(sid, self.partitions)
             self._rejudged.add(sid)
@@ -426,3 +433,22 @@ class Shell:
             output.record.value,
             dead_letter_headers(output, self._processor_label),
         )
+
+
+_OWN_OUTPUT = "verdicts (own)"
+"""The name of a verdicts-topic record the worker reads past: its own verdicts, chain breaks
+and checkpoints (it reads the topic for the reviewers' chains only)."""
+_HUMAN_MARK = f'"stream":"{HUMAN_CHAIN}"'.encode()
+
+
+def _on_a_human_chain(value: bytes | None) -> bool:
+    """Whether a verdicts-topic record extends a reviewer's chain (`verdicts@human`): the
+    canonical bytes name the stream; only a record that does is decoded to be sure (a
+    checkpoint's leaves name it too). A record that cannot be read is the worker's to audit:
+    it is dead-lettered as the raw topics' are."""
+    if not value or _HUMAN_MARK not in value:
+        return False
+    try:
+        return read_event(value).stream == HUMAN_CHAIN
+    except UnreadableRecord:
+        return False

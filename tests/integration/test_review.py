@@ -164,6 +164,13 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     finally:
         assert console.stop() == 0, console.output()
 
+    # The worker audits the reviewers' chains and commits their heads to signed checkpoints.
+    worker = WorkerProcess(topics, tmp_path).start()
+    try:
+        wait_for(topics, lambda records: _human_heads_committed(records) >= 3, worker=worker)
+    finally:
+        worker.stop()
+
     # On the log: the reviewer's records, chained, on the verdicts topic.
     verified = rolltape(topics.env(), "log", "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
@@ -204,6 +211,11 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     )
     assert agreement.returncode == 0, agreement.stderr
     assert agreement.stdout.count("human:reviewer") == 2
+    covered = rolltape(
+        env, "sessions", "sql", "SELECT session_id FROM checkpoints WHERE chain = 'verdicts@human'"
+    )
+    assert covered.returncode == 0, covered.stderr
+    assert all(sid in covered.stdout for sid in ("empty", "nightly-run", "pair-1")), covered.stdout
 
     # The export scores by the reviewers: the preference makes the one DPO pair.
     out = tmp_path / "dpo"
@@ -216,7 +228,9 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     ]
     assert len(rows) == 1, rows
     assert rows[0]["chosen"][-1]["content"] == "Two plus two is four, so 4."
-    refused = rolltape(
+    # With its evidence: the reviewers' chains are checkpointed, so the pair checks offline.
+    proven = tmp_path / "proven"
+    exported = rolltape(
         env,
         "dataset",
         "export",
@@ -226,10 +240,29 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
         "human",
         "--evidence",
         "--out",
-        str(tmp_path / "proven"),
+        str(proven),
     )
-    assert refused.returncode == 2
-    assert "no checkpoint covers human verdicts" in refused.stderr
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    assert [
+        json.loads(line) for line in (proven / "dpo-00000.jsonl").read_text().splitlines()
+    ] == rows
+    public = tmp_path / "judge.pub"
+    shown = rolltape(topics.env(), "keys", "export", str(public))
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    checked = rolltape(env, "dataset", "verify", str(proven), "--public-key", str(public))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _human_heads_committed(records: list[Any]) -> int:
+    """The reviewed sessions whose human chain a signed checkpoint binds with its others."""
+    bound = set()
+    for r in records:
+        env = decode(r.value)
+        if env["type"] == "checkpoint":
+            for leaf in env["payload"]["leaves"]:
+                if leaf.get("stream") == "verdicts@human":
+                    bound.add(leaf["session_id"])
+    return len(bound)
 
 
 def _recorded(page: Any) -> None:

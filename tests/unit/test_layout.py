@@ -249,6 +249,7 @@ def test_public_api__is_pinned() -> None:
         "FilterReason",
         "GENESIS_HASH",
         "Goal",
+        "HUMAN_CHAIN",
         "HUMAN_JUDGE_VERSION",
         "Harness",
         "HumanPreference",
