@@ -41,7 +41,8 @@ TokenizerOption = Annotated[
 ScoreOption = Annotated[
     str,
     typer.Option(
-        help="What scores a session: reward, reward:NAME or verdict:JUDGE:KEY (Atropos, DPO)."
+        help="What scores a session: reward, reward:NAME, verdict:JUDGE:KEY, or human (the "
+        "reviewers' verdicts; exports only) (Atropos, DPO)."
     ),
 ]
 KeepEqualScoresOption = Annotated[

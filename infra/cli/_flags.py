@@ -43,7 +43,7 @@ MEANINGS: Final[dict[str, str]] = {
     "--rounds": "Rounds of the loop:",
     "--run": "The batch's name",
     "--scenario": "The scenario to run",
-    "--score": "What scores a session: reward, reward:NAME or verdict:JUDGE:KEY",
+    "--score": "What scores a session",
     "--seeds": "Seeded runs per scenario, seeds 0..N-1",
     "--senders": "Sender processes",
     "--session": "A session id",

@@ -37,7 +37,8 @@ def feed(
     score: Annotated[
         str | None,
         typer.Option(
-            help="What scores a session: reward, reward:NAME or verdict:JUDGE:KEY. Default: the "
+            help="What scores a session: reward, reward:NAME or verdict:JUDGE:KEY (not human: "
+            "the feed hands a session out before anyone reviews it). Default: the "
             "sessions' reward, when the log holds rewards of one name (else it says which it "
             "found)."
         ),

@@ -135,6 +135,12 @@ async def feed_atropos(
     `on_progress` what it has done: at once when it sent a group or waits for the server, else
     whenever that changed, at most every `progress_every_s`.
     An `AtroposSinkError` says how to resume."""
+    if options.score == "human":
+        raise ScoreNotChosenError(
+            "the live feed hands a session out as soon as it is decided, before any reviewer "
+            "has seen it, so --score human would leave every group unscored; export the "
+            "reviewed sessions instead (`rolltape dataset export -f atropos --score human`)"
+        )
     connection = require_connection(settings, Role.READER)
     score = options.score or choose_score(await reward_names(settings))
     sink = AtroposSink(

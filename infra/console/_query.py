@@ -61,6 +61,10 @@ class ListQuery(BaseModel):
     rule: str | None = None
     chain: Literal["ok", "broken"] | None = None
     erased: bool | None = None
+    reviewed: bool | None = None
+    """A reviewer recorded a human verdict on it (true) or none did (false)."""
+    disagreeing: bool | None = None
+    """Its judges disagree under the judge version (one ok, one failed)."""
     since: dt.date | None = None
     """Started on or after this day (UTC)."""
     until: dt.date | None = None
@@ -128,6 +132,8 @@ class ListQuery(BaseModel):
             rule=self.rule,
             chain=self.chain,
             erased=self.erased,
+            reviewed=self.reviewed,
+            disagreeing=self.disagreeing,
             since_ms=None if self.since is None else _day_ms(self.since),
             until_ms=None if self.until is None else _day_ms(self.until),
         )

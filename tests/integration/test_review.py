@@ -201,6 +201,9 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
         assert (cells[0], cells[1], cells[3:]) == ("2", "100.0%", ["1", "1", "0", "0"]), cells
         status, _, body = get(f"{console.url}/sessions/empty")
         assert "human:reviewer" in body
+        status, _, body = get(f"{console.url}/sessions?reviewed=true")
+        listed = set(re.findall(r'href="/sessions/([^"?]+)"', body))
+        assert listed == {"empty", "nightly-run"}, listed  # a preference is no verdict
     finally:
         assert console.stop() == 0, console.output()
     agreement = rolltape(

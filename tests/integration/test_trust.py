@@ -116,7 +116,8 @@ def test_acls__reading_is_limited_to_what_a_role_needs(cluster: Cluster, topics:
             (Role.AGENT, Stream.METRICS),
             (Role.AGENT, Stream.VERDICTS),
             (Role.MONITOR, Stream.EVENTS),
-            (Role.PROCESSOR, Stream.VERDICTS),
+            (Role.REVIEWER, Stream.EVENTS),
+            (Role.REVIEWER, Stream.VERDICTS),
         ]
         return {case: await can_read(*case) for case in cases}
 
@@ -130,7 +131,8 @@ def test_acls__reading_is_limited_to_what_a_role_needs(cluster: Cluster, topics:
         (Role.AGENT, Stream.METRICS): False,
         (Role.AGENT, Stream.VERDICTS): False,
         (Role.MONITOR, Stream.EVENTS): False,
-        (Role.PROCESSOR, Stream.VERDICTS): False,
+        (Role.REVIEWER, Stream.EVENTS): False,
+        (Role.REVIEWER, Stream.VERDICTS): True,
     }
 
 
