@@ -64,6 +64,7 @@ from rolltape.processors.rules import (
 )
 from rolltape.schemas import (
     CONTENT_FIELDS,
+    HUMAN_CHAIN,
     STREAM_EVENT_TYPES,
     BreakKind,
     ChainBroken,
@@ -173,6 +174,18 @@ class SessionProcessor:
             payload = env.body
         except PayloadError as exc:
             out.append(Refused("invalid_payload", str(exc)[:500]))
+            return
+        if (
+            env.stream == HUMAN_CHAIN
+            and getattr(payload, "reviewer", None) != env.producer.principal
+        ):
+            # A review speaks for the login that wrote it: one naming another reviewer is
+            # kept out of every reader's count (the folds skip it too).
+            detail = (
+                f"the review names reviewer {getattr(payload, 'reviewer', None)!r} but was "
+                f"written as {env.producer.principal!r}"
+            )
+            out.append(Refused("reviewer_not_writer", detail))
             return
         self._use(state, env, payload, out, content=content)
         self._maybe_finish(state, env, out)

@@ -304,7 +304,10 @@ def fold(
         chains[name] = (sorted_events, ordered)
         for event in ordered:
             if isinstance(event, ChainBrokenEvent):
-                breaks.append(event.event_id)
+                if event.body.stream != HUMAN_CHAIN:
+                    # A reviewers' fork (two reviews at one moment) sets the later one aside;
+                    # it does not make the session's own record untrustworthy.
+                    breaks.append(event.event_id)
             elif isinstance(event, VerdictEvent):
                 verdict = event.body
                 verdicts.append(
@@ -320,6 +323,10 @@ def fold(
                 )
             elif isinstance(event, FilterOutcomeEvent) and filter_outcome is None:
                 filter_outcome, filter_hash = event.body, event.hash
+            elif isinstance(event, HumanVerdictEvent | HumanPreferenceEvent) and (
+                event.body.reviewer != event.producer.principal
+            ):
+                continue  # a review speaks only for the login that wrote it
             elif isinstance(event, HumanVerdictEvent):
                 review = event.body
                 reviews.append(
@@ -337,6 +344,7 @@ def fold(
                     PreferenceRecord(
                         reviewer=preference.reviewer,
                         rejected=preference.rejected,
+                        ts_ns=event.ts_ns,
                         event_hash=event.hash,
                     )
                 )

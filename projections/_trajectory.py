@@ -132,6 +132,8 @@ class PreferenceRecord(BaseModel):
 
     reviewer: str
     rejected: str
+    ts_ns: int = 0
+    """When the reviewer chose (the recorder's clock): a later choice of the same two stands."""
     event_hash: str
 
 

@@ -8,7 +8,8 @@ the session's partition and never forks a chain the worker writes. The version i
 replay may write under it.
 
 A reviewer either judges one session (`HumanVerdict`: pass or fail, a score, labels, a comment)
-or prefers one of two sessions of a group (`HumanPreference`, on the chain of the one chosen).
+or prefers one of two sessions of a group (`HumanPreference`, on the chain of the one chosen);
+the console records both (`rolltape serve console`, its review pages).
 Each names the heads of the chains the reviewer read, so a verdict says what it was about: a
 re-judged session shows its human verdict as given on the verdicts it had then.
 """
@@ -19,6 +20,8 @@ import re
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rolltape.schemas._envelope import SESSION_ID_PATTERN
 
 HUMAN_JUDGE_VERSION: Final = "human"
 """The judge version human verdicts are written under (`verdicts@human`)."""
@@ -67,8 +70,8 @@ class HumanPreference(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     reviewer: str = Field(min_length=1, max_length=200)
-    chosen: str = Field(min_length=1)
-    rejected: str = Field(min_length=1)
+    chosen: str = Field(pattern=SESSION_ID_PATTERN)
+    rejected: str = Field(pattern=SESSION_ID_PATTERN)
     group_id: str | None = None
     labels: tuple[str, ...] = ()
     comment: str = Field(default="", max_length=COMMENT_MAX_CHARS)

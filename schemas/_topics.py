@@ -106,7 +106,7 @@ class Role(StrEnum):
     READER = "reader"
     SCHEDULER = "scheduler"
     REVIEWER = "reviewer"
-    """A person's login (the console's, `rolltape review`): writes human verdicts on the
+    """A person's login (the console's review pages): writes human verdicts on the
     verdicts topic, under the reserved judge version `human` (schemas._review)."""
 
 

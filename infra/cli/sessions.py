@@ -155,7 +155,23 @@ def list_(
     ] = None,
     rule: Annotated[str | None, typer.Option("--rule", help="A rule that fired (R1..R7).")] = None,
     chain: Annotated[str | None, typer.Option("--chain", help="ok or broken.")] = None,
+    reviewed: Annotated[
+        bool | None,
+        typer.Option(
+            "--reviewed/--unreviewed",
+            help="A reviewer recorded a human verdict on it, or none did.",
+            show_default=False,
+        ),
+    ] = None,
     judge_version: VersionOpt = "live",
+    sort: Annotated[
+        str,
+        typer.Option(
+            "--sort",
+            help="The order: newest, oldest, reward_high or reward_low (sessions without a "
+            "reward last).",
+        ),
+    ] = "newest",
     limit: Annotated[
         int, typer.Option("--limit", help="The most to show: sessions per page (1 to 1000).")
     ] = 50,
@@ -164,7 +180,8 @@ def list_(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Sessions that match every filter given, newest first, a page at a time."""
+    """Sessions that match every filter given, newest first (or in --sort's order), a page at
+    a time."""
     where = _filter(
         task=task,
         tags=tuple(tag or ()),
@@ -189,7 +206,9 @@ def list_(
         chain=chain,
         judge_version=judge_version,
     )
-    page = list_sessions(settings(), where, limit=limit, cursor=cursor)
+    if reviewed is not None:
+        where = where.model_copy(update={"reviewed": reviewed})
+    page = list_sessions(settings(), where, limit=limit, cursor=cursor, sort=sort)
     if as_json:
         print(json.dumps(page.model_dump(mode="json"), sort_keys=True))
         return
@@ -210,7 +229,8 @@ def list_(
     if not page.sessions:
         err_console.print("no session matches")
     if page.cursor:
-        err_console.print(f"more: --cursor {page.cursor}")
+        again = "" if sort == "newest" else f" --sort {sort}"
+        err_console.print(f"more:{again} --cursor {page.cursor}")
 
 
 @app.command()

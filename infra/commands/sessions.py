@@ -7,7 +7,9 @@ answers from it alone, with no broker: what the store holds is as fresh as its i
 
 from __future__ import annotations
 
-from rolltape.infra.index import Page, SearchHit, SqlResult, reading_store
+from typing import cast
+
+from rolltape.infra.index import SORTS, Page, QueryError, SearchHit, Sort, SqlResult, reading_store
 from rolltape.infra.index import SessionDetail as SessionDetail
 from rolltape.infra.index import SessionFilter as SessionFilter
 from rolltape.infra.settings import Settings
@@ -17,10 +19,19 @@ SQL_TIMEOUT_S = 10.0
 
 
 def list_sessions(
-    settings: Settings, where: SessionFilter, *, limit: int = 50, cursor: str | None = None
+    settings: Settings,
+    where: SessionFilter,
+    *,
+    limit: int = 50,
+    cursor: str | None = None,
+    sort: str = "newest",
 ) -> Page:
+    """A page of the sessions `where` leaves, in the order `sort` (QueryError names the
+    orders there are)."""
+    if sort not in SORTS:
+        raise QueryError(f"--sort takes {', '.join(SORTS)}, not {sort!r}")
     with reading_store(settings) as store:
-        return store.list_sessions(where, limit=limit, cursor=cursor)
+        return store.list_sessions(where, limit=limit, cursor=cursor, sort=cast(Sort, sort))
 
 
 def show_session(settings: Settings, session_id: str) -> SessionDetail | None:

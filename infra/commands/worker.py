@@ -210,18 +210,21 @@ def worker_config(settings: Settings, *, log_level: str = "warning") -> WorkerCo
         provision(settings)
     raw = [topic_name(Stream.EVENTS, settings.topic_prefix)]
     raw.append(topic_name(Stream.METRICS, settings.topic_prefix))
+    raw.append(topic_name(Stream.VERDICTS, settings.topic_prefix))  # the reviewers' chains
     counts = asyncio.run(partition_counts(connection, raw))
     if len(counts) < len(raw):
         raise WorkerSetupError(
             f"the topics {', '.join(t for t in raw if t not in counts)} do not exist or are not "
             f"readable by {connection.principal or 'this client'}; create them with "
-            "`rolltape broker up` as an admin"
+            "`rolltape broker up` as an admin (it also grants the processor its reads, the "
+            "verdicts topic's among them)"
         )
-    events, metrics = counts[raw[0]], counts[raw[1]]
-    if events != metrics:
+    events, metrics, verdicts = (counts[t] for t in raw)
+    if not events == metrics == verdicts:
         raise WorkerSetupError(
-            f"the events topic has {events} partitions and the metrics topic {metrics}; they "
-            "must match so that a session's streams meet on one worker. Recreate one of them."
+            f"the events topic has {events} partitions, the metrics topic {metrics} and the "
+            f"verdicts topic {verdicts}; they must match so that a session's streams (and its "
+            "reviewers' verdicts) meet on one worker. Recreate the ones that differ."
         )
     config = WorkerConfig(
         connection=connection,

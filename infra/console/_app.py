@@ -56,7 +56,13 @@ from rolltape.infra.index import (
 from rolltape.infra.kafka.blobs import BlobsMissingError
 from rolltape.infra.settings import Settings
 from rolltape.projections import PromptTarget
-from rolltape.schemas import LIVE_JUDGE_VERSION, WorldSnapshot
+from rolltape.schemas import (
+    HUMAN_CHAIN,
+    LIVE_JUDGE_VERSION,
+    PayloadError,
+    TypedEvent,
+    WorldSnapshot,
+)
 from rolltape.schemas.clients import KafkaClientError
 
 
@@ -166,6 +172,7 @@ async def _sessions(request: web.Request) -> web.StreamResponse:
             text=query.q,
             limit=query.limit,
             cursor=query.cursor,
+            sort=query.sort,
         )
     except ReadModelError as exc:
         return _no_read_model(console, exc)
@@ -212,7 +219,7 @@ async def _session(request: web.Request) -> web.StreamResponse:
         grid=grid,
         covered=_covered(detail),
         tools=tool_summary(detail.tool_calls),
-        reviews=[e for e in recorded.events if e.type in ("human_verdict", "human_preference")],
+        reviews=_reviews(recorded.events),
         heads={c.chain: c.head_hash for c in detail.chains},
         queue=queue if queue in QUEUES else "direct",
         just_recorded=request.query.get("recorded"),
@@ -479,6 +486,25 @@ def tool_summary(calls: Sequence[ToolCallInfo]) -> list[ToolSummary]:
                 median_ms=statistics.median(durations) if durations else None,
             )
         )
+    return out
+
+
+def _reviews(events: Sequence[TypedEvent]) -> list[tuple[TypedEvent, dict[str, Any]]]:
+    """The session's human verdicts and preferences as recorded on its `verdicts@human` chain:
+    each seq once (a record a fork set aside is not shown), payloads that validate only, and
+    only those the login that wrote them speaks for."""
+    out: list[tuple[TypedEvent, dict[str, Any]]] = []
+    seen: set[int] = set()
+    for event in events:
+        if event.stream != HUMAN_CHAIN or event.seq in seen:
+            continue
+        seen.add(event.seq)
+        try:
+            body = event.body
+        except PayloadError:
+            continue
+        if getattr(body, "reviewer", None) == event.producer.principal:
+            out.append((event, body.model_dump(mode="json")))
     return out
 
 

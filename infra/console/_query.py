@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.index import PAGE_MAX, SessionFilter
+from rolltape.infra.index import PAGE_MAX, SessionFilter, Sort
 from rolltape.schemas import LIVE_JUDGE_VERSION
 
 TAG_PARAMETERS = {"env": "env", "batch": "batch", "run": "run", "cron_job": "cron.job"}
@@ -69,6 +69,9 @@ class ListQuery(BaseModel):
     """Started on or after this day (UTC)."""
     until: dt.date | None = None
     """Started before this day (UTC): the form calls it `before`."""
+    sort: Sort = "newest"
+    """The list's order (`newest`, `oldest`, `reward_high`, `reward_low`: the reward the
+    `reward` filter names, `reward` by default). Not a filter: no chip."""
     cursor: str | None = None
     limit: int = PAGE_SIZE
 
@@ -170,7 +173,7 @@ class ListQuery(BaseModel):
     def active(self) -> list[tuple[str, str, str]]:
         """(parameter, value, the link without it) for each filter this view applies."""
         out = []
-        for name, value in self.params(cursor=None, limit=PAGE_SIZE):
+        for name, value in self.params(cursor=None, limit=PAGE_SIZE, sort="newest"):
             if name == "tag":
                 rest = tuple(t for t in self.tag if t != value)
                 out.append((name, value, self.url(tag=rest)))

@@ -27,6 +27,7 @@ from rolltape.infra.index import (
     SearchHit,
     SessionDetail,
     SessionFilter,
+    Sort,
     VersionComparison,
     locate_sessions,
     reading_store,
@@ -82,10 +83,16 @@ class Recorded:
 
 
 def list_view(
-    settings: Settings, where: SessionFilter, *, text: str | None, limit: int, cursor: str | None
+    settings: Settings,
+    where: SessionFilter,
+    *,
+    text: str | None,
+    limit: int,
+    cursor: str | None,
+    sort: Sort = "newest",
 ) -> Listed:
     with reading_store(settings) as store:
-        page = store.list_sessions(where, limit=limit, cursor=cursor)
+        page = store.list_sessions(where, limit=limit, cursor=cursor, sort=sort)
         matching = store.count(where)
         hits = store.search(text, where, limit=limit) if text else ()
         return Listed(page, matching, hits)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -39,7 +39,12 @@ from rolltape.infra.index import (
     existing_store,
     store_url,
 )
-from rolltape.infra.kafka.reviews import ReviewConflictError, ReviewError, ReviewWriter
+from rolltape.infra.kafka.reviews import (
+    REVIEW_TIMEOUT_S,
+    ReviewConflictError,
+    ReviewError,
+    ReviewWriter,
+)
 from rolltape.infra.settings import Settings
 from rolltape.schemas import (
     HUMAN_JUDGE_VERSION,
@@ -103,25 +108,26 @@ class Reviewers:
         return login
 
     async def log_in(self, name: str, password: str) -> tuple[str, Login]:
-        """A new login for `name`, its writer started (the cluster checks the password)."""
+        """A new login for `name`, its writer started: the cluster checks the password first,
+        and only then is the principal's role looked at (so a wrong password learns nothing
+        of who exists)."""
+        await self.sweep()
         name = name.strip()
         if not name or not password:
             raise LoginRefused("give a reviewer's name and password")
-        store = principal_store(self.settings)
-        if store is not None:
-            try:
-                principal = store.get(name)
-            except PrincipalError:
-                raise LoginRefused(f"no reviewer {name!r} on this cluster") from None
-            if principal.role is not Role.REVIEWER:
-                raise LoginRefused(
-                    f"{name!r} is a principal of role {principal.role.value}, not a reviewer: "
-                    "log in as a reviewer (`rolltape principal add NAME --role reviewer`)"
-                )
+        refused = LoginRefused(
+            "the cluster did not take this name and password: check them "
+            "(`rolltape principal show NAME` prints a principal's)"
+        )
         as_them = self.settings.model_copy(
             update={"sasl_username": name, "sasl_password": SecretStr(password)}
         )
-        connection = require_connection(as_them, Role.REVIEWER)
+        try:
+            connection = require_connection(as_them, Role.REVIEWER)
+        except PrincipalError:
+            raise refused from None
+        except InfraError as exc:  # no broker configured or running
+            raise LoginRefused(str(exc)) from exc
         if connection.principal is None:
             raise LoginRefused(
                 "this cluster does not authenticate its clients (PLAINTEXT), so no login can "
@@ -129,11 +135,27 @@ class Reviewers:
             )
         topic = topic_name(Stream.VERDICTS, self.settings.topic_prefix)
         try:
-            partitions = len(await partitions_of(connection, [topic]))
-        except KafkaClientError as exc:
-            raise LoginRefused(f"the cluster refused {name!r}: {exc}") from exc
+            async with asyncio.timeout(REVIEW_TIMEOUT_S):
+                partitions = len(await partitions_of(connection, [topic]))
+        except (KafkaClientError, TimeoutError):
+            raise refused from None
+        store = principal_store(self.settings)
+        if store is not None:
+            try:
+                role = store.get(connection.principal).role
+            except PrincipalError:
+                role = None
+            if role is not Role.REVIEWER:
+                what = f"of role {role.value}" if role is not None else "not one rolltape keeps"
+                raise LoginRefused(
+                    f"{connection.principal!r} is a principal {what}, not a reviewer: log in "
+                    "as a reviewer (`rolltape principal add NAME --role reviewer`)"
+                )
         if not partitions:
-            raise LoginRefused(f"there is no topic {topic}: `rolltape broker up` creates it")
+            raise LoginRefused(
+                f"{connection.principal!r} cannot see the topic {topic}: it does not exist "
+                "(`rolltape broker up` creates it) or this principal may not write it"
+            )
         writer = ReviewWriter(
             connection,
             self.settings.topic_prefix,
@@ -142,14 +164,15 @@ class Reviewers:
         )
         try:
             await writer.__aenter__()
-        except KafkaClientError as exc:
-            raise LoginRefused(f"the cluster refused {name!r}: {exc}") from exc
+        except (KafkaClientError, TimeoutError):
+            raise refused from None
         token = secrets.token_urlsafe(32)
         login = Login(connection.principal, writer)
         self.logins[token] = login
         return token, login
 
     async def log_out(self, request: web.Request) -> None:
+        """Close the request's login, if it has one (its writer stopped, its password gone)."""
         login = self.logins.pop(request.cookies.get(LOGIN_COOKIE, ""), None)
         if login is not None:
             await login.writer.__aexit__(None, None, None)
@@ -180,10 +203,13 @@ def csrf_middleware(origins: Callable[[], frozenset[str] | None]) -> Middleware:
             token = secrets.token_urlsafe(32)
         request["csrf"] = token
         if request.method == "POST":
-            allowed = origins()
+            allowed = origins() or frozenset({f"{request.scheme}://{request.host}"})
             origin = request.headers.get("Origin")
-            if origin is not None and allowed is not None and origin not in allowed:
+            if origin is not None and origin not in allowed:
                 raise web.HTTPForbidden(text=f"a form from {origin} is not this console's\n")
+            site = request.headers.get("Sec-Fetch-Site")
+            if site is not None and site not in ("same-origin", "none"):
+                raise web.HTTPForbidden(text=f"a form sent from a {site} page is refused\n")
             form = await request.post()
             sent = str(form.get("csrf", ""))
             if fresh or not hmac.compare_digest(sent.encode(), token.encode()):
@@ -212,8 +238,15 @@ def _console(request: web.Request) -> Console:
 
 
 def _local(path: str) -> str:
-    """A path to return to after a form: this console's own, never another site's."""
-    return path if path.startswith("/") and not path.startswith("//") else "/review"
+    """A path to return to after a form: this console's own, never another site's (no scheme,
+    no host, no backslash or control character a browser or URL library would drop or turn
+    into a host)."""
+    parts = urlsplit(path)
+    plain = all(c.isprintable() and c != "\\" for c in path)
+    local = path.startswith("/") and not path.startswith("//")
+    if plain and local and not parts.netloc and not parts.scheme:
+        return path
+    return "/review"
 
 
 async def login_page(request: web.Request) -> web.StreamResponse:
@@ -233,6 +266,7 @@ async def log_in(request: web.Request) -> web.StreamResponse:
     console = _console(request)
     form = await request.post()
     target = _local(str(form.get("next", "/review")))
+    await console.reviewers.log_out(request)  # a login again replaces the one before
     try:
         token, _ = await console.reviewers.log_in(
             str(form.get("name", "")), str(form.get("password", ""))
@@ -301,7 +335,7 @@ def review_board(settings: Settings, cron_sessions: tuple[str, ...] | None) -> R
                     if ids
                     else None
                 )
-                queues.append(Queue(name, about, page.sessions if page else (), len(ids)))
+                queues.append(Queue(name, about, page.sessions if page else (), store.count(where)))
                 continue
             where_or_none = filters.get(name)
             if where_or_none is None:
@@ -390,8 +424,8 @@ async def record_verdict(request: web.Request) -> web.StreamResponse:
         recorded = await login.writer.verdict(session_id, verdict)
     except ReviewConflictError as exc:
         return console.problem(409, "Another review came first", str(exc))
-    except (ReviewError, KafkaClientError) as exc:
-        return console.problem(503, "The log did not take this verdict", str(exc))
+    except (ReviewError, KafkaClientError, TimeoutError) as exc:
+        return console.problem(503, "The log did not take this verdict", str(exc) or "timed out")
     raise web.HTTPSeeOther(f"{back}?recorded={recorded.seq}#review")
 
 
@@ -405,6 +439,20 @@ async def record_preference(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     other = str(form.get("other", "")).strip()
     chosen = str(form.get("chosen", ""))
+    from rolltape.infra.console._reading import session_row
+
+    try:
+        known = bool(other) and (
+            await asyncio.to_thread(session_row, console.settings, other) is not None
+        )
+    except ReadModelError as exc:
+        return console.problem(503, "The read model cannot be read", str(exc))
+    if not known:
+        return console.problem(
+            400,
+            "This preference cannot be recorded",
+            f"the read model holds no session {other!r} to compare this one with",
+        )
     try:
         preference = HumanPreference(
             reviewer=login.principal,
@@ -421,8 +469,8 @@ async def record_preference(request: web.Request) -> web.StreamResponse:
         recorded = await login.writer.preference(preference)
     except ReviewConflictError as exc:
         return console.problem(409, "Another review came first", str(exc))
-    except (ReviewError, KafkaClientError) as exc:
-        return console.problem(503, "The log did not take this preference", str(exc))
+    except (ReviewError, KafkaClientError, TimeoutError) as exc:
+        return console.problem(503, "The log did not take this preference", str(exc) or "timed out")
     where = f"/sessions/{quote(preference.chosen, safe='')}"
     raise web.HTTPSeeOther(f"{where}?recorded={recorded.seq}#review")
 

@@ -25,6 +25,7 @@ from rolltape.infra.index._located import (
     unindexed,
 )
 from rolltape.infra.index._queries import (
+    SORTS,
     ChainInfo,
     CheckpointInfo,
     DecisionInfo,
@@ -37,6 +38,7 @@ from rolltape.infra.index._queries import (
     SessionDetail,
     SessionFilter,
     SessionSummary,
+    Sort,
     SqlResult,
     StoreInfo,
     ToolCallInfo,
@@ -84,6 +86,7 @@ __all__ = [
     "INDEXED_STREAMS",
     "PAGE_MAX",
     "SCHEMA_VERSION",
+    "SORTS",
     "TABLE_NAMES",
     "ChainInfo",
     "CheckpointInfo",
@@ -106,6 +109,7 @@ __all__ = [
     "SessionDetail",
     "SessionFilter",
     "SessionSummary",
+    "Sort",
     "SqlResult",
     "StoreInfo",
     "StoreVersionError",

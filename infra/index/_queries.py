@@ -10,6 +10,7 @@ meanwhile.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -267,27 +268,41 @@ class StoreInfo(BaseModel):
     positions: tuple[PositionInfo, ...]
 
 
-def encode_cursor(started_ms: int | None, session_id: str) -> str:
-    raw = f"{-1 if started_ms is None else started_ms}\n{session_id}".encode()
+Sort = Literal["newest", "oldest", "reward_high", "reward_low"]
+"""A list's order: by start (newest or oldest first), or by a reward (highest or lowest first;
+sessions without it last). Ties go by session id, so the order is total and a cursor exact."""
+SORTS: tuple[str, ...] = ("newest", "oldest", "reward_high", "reward_low")
+
+
+def encode_cursor(sort: str, key: float, session_id: str) -> str:
+    """Where a page stopped: its order, the last session's sort key and its id."""
+    raw = json.dumps([sort, key, session_id], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> tuple[int, str]:
+def decode_cursor(cursor: str, sort: str = "newest") -> tuple[float, str]:
+    """(sort key, session id) of a cursor `encode_cursor` gave for a list in order `sort`."""
+    bad = QueryError(
+        f"cursor {cursor!r} is not one a page of sessions in this order gave: pass the "
+        "`cursor` of the previous page as it was, or none for the first page"
+    )
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        started, _, session_id = base64.urlsafe_b64decode(padded).decode().partition("\n")
-        return int(started), session_id
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise QueryError(
-            f"cursor {cursor!r} is not one a page of sessions gave: pass the `cursor` of the "
-            "previous page as it was, or none for the first page"
-        ) from exc
+        given, key, session_id = json.loads(base64.urlsafe_b64decode(padded).decode())
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise bad from exc
+    if given != sort or not isinstance(session_id, str) or isinstance(key, bool):
+        raise bad
+    if not isinstance(key, int | float):
+        raise bad
+    return key, session_id
 
 
 Page.model_rebuild()
 ChainInfo.model_rebuild()
 
 __all__ = [
+    "SORTS",
     "ChainInfo",
     "CheckpointInfo",
     "DecisionInfo",
@@ -300,6 +315,7 @@ __all__ = [
     "SessionDetail",
     "SessionFilter",
     "SessionSummary",
+    "Sort",
     "SqlResult",
     "StoreInfo",
     "ToolCallInfo",

@@ -30,6 +30,7 @@ from rolltape.infra.index._facets import (
     tool_failures,
 )
 from rolltape.infra.index._queries import (
+    SORTS,
     ChainInfo,
     CheckpointInfo,
     DecisionInfo,
@@ -42,6 +43,7 @@ from rolltape.infra.index._queries import (
     SessionDetail,
     SessionFilter,
     SessionSummary,
+    Sort,
     SqlResult,
     StoreInfo,
     ToolCallInfo,
@@ -388,36 +390,58 @@ class IndexStore(abc.ABC):
         return int(rows[0][0])
 
     def list_sessions(
-        self, where: SessionFilter | None = None, *, limit: int = 50, cursor: str | None = None
+        self,
+        where: SessionFilter | None = None,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        sort: Sort = "newest",
     ) -> Page:
-        """A page of the sessions that match, newest start first."""
+        """A page of the sessions that match, in the order `sort` (newest start first unless
+        given; the reward sorts read the reward `where.reward` names, `reward` by default)."""
         if not 1 <= limit <= PAGE_MAX:
             raise QueryError(f"a page holds 1 to {PAGE_MAX} sessions, not {limit}")
-        sql, params = self._where(where or SessionFilter())
-        if cursor is not None:
-            started, sid = decode_cursor(cursor)
-            p = self.dialect.param
-            sql += (
-                f" AND (COALESCE(s.started_ms, -1) < {p} OR "
-                f"(COALESCE(s.started_ms, -1) = {p} AND s.session_id < {p}))"
+        if sort not in SORTS:
+            raise QueryError(f"a list is sorted {', '.join(SORTS)}, not {sort!r}")
+        where = where or SessionFilter()
+        sql, params = self._where(where)
+        p = self.dialect.param
+        name = where.reward or "reward"
+        descending = sort in ("newest", "reward_high")
+        if sort in ("newest", "oldest"):
+            key, key_params = "COALESCE(s.started_ms, -1)", []
+        else:  # sessions without the reward last, either way
+            missing = _NO_REWARD if descending else -_NO_REWARD
+            key = (
+                "COALESCE((SELECT r.value FROM rewards r WHERE r.session_id = s.session_id "
+                f"AND r.name = {p}), {-missing!r})"
             )
-            params += [started, started, sid]
+            key_params = [name]
+        if cursor is not None:
+            at, sid = decode_cursor(cursor, sort)
+            beyond = "<" if descending else ">"
+            sql += f" AND ({key} {beyond} {p} OR ({key} = {p} AND s.session_id {beyond} {p}))"
+            params += [*key_params, at, *key_params, at, sid]
+        order = "DESC" if descending else "ASC"
         rows = self._fetch(
             self.conn.cursor(),
             f"SELECT {_SUMMARY_COLUMNS} FROM sessions s WHERE {sql} "
-            f"ORDER BY COALESCE(s.started_ms, -1) DESC, s.session_id DESC "
+            f"ORDER BY {key} {order}, s.session_id {order} "
             f"LIMIT {int(limit) + 1}",
-            params,
+            [*params, *key_params],
         )
         more = len(rows) > limit
         rows = rows[:limit]
-        judge_version = (where or SessionFilter()).judge_version
-        summaries = self._summaries(rows, judge_version)
+        summaries = self._summaries(rows, where.judge_version)
         last = summaries[-1] if more and summaries else None
-        return Page(
-            sessions=tuple(summaries),
-            cursor=None if last is None else encode_cursor(last.started_ms, last.session_id),
-        )
+        if last is None:
+            return Page(sessions=tuple(summaries), cursor=None)
+        if sort in ("newest", "oldest"):
+            at_key: float = -1 if last.started_ms is None else last.started_ms
+        else:
+            value = last.rewards.get(name)
+            at_key = value if value is not None else (-_NO_REWARD if descending else _NO_REWARD)
+        return Page(sessions=tuple(summaries), cursor=encode_cursor(sort, at_key, last.session_id))
 
     def session(self, session_id: str) -> SessionDetail | None:
         """Everything the store holds of one session (None: no such session indexed)."""
@@ -974,6 +998,9 @@ class IndexStore(abc.ABC):
     def _rollback(self, cur: Any) -> None:
         self.conn.rollback()
 
+
+_NO_REWARD = 1e300
+"""The sort key of a session without the reward sorted on: past every real reward."""
 
 _SUMMARY_COLUMNS = (
     "s.session_id, s.kind, s.task, s.model, s.trainable, s.status, s.started_ms, s.ended_ms"

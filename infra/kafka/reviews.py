@@ -6,8 +6,8 @@ consoles, may review one session, so the chain has many writers over time; each 
 takeover decided by log order, as a resumed recorder's first record is
 (`rolltape.producers.read_head`): read the chain's head, append linked to it, and read back. If
 another record of the chain landed first, this one is set aside by every reader and the writer
-says so (`ReviewConflictError`): the reviewer reloads and records again. Within one process a
-lock per session keeps its own writes in turn.
+says so (`ReviewConflictError`): the reviewer reloads and records again. A writer's appends take
+turns (one lock): they share one reader, which each append points at its session's partition.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class ReviewWriter:
         self.principal = connection.principal or "unauthenticated"
         self._producer = connection.chain_producer(linger_ms=0, client_id="rolltape-review")
         self._reader: LogReader | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._lock = asyncio.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
 
     async def __aenter__(self) -> ReviewWriter:
@@ -116,8 +116,7 @@ class ReviewWriter:
                 f"the review names reviewer {getattr(payload, 'reviewer', None)!r}, but it "
                 f"is written as {self.principal!r}: a review is recorded by its reviewer's login"
             )
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        async with lock:
+        async with self._lock:
             return await self._append_locked(session_id, kind, payload)
 
     async def _append_locked(
@@ -161,15 +160,22 @@ class ReviewWriter:
                 f"the broker at {self.connection} did not take the review of {session_id} "
                 f"({type(exc).__name__}: {exc}); nothing was recorded, record it again"
             ) from exc
-        first = await first_record_from(
-            self._reader,
-            tp,
-            head.end_offset,
-            sent.offset,
-            session_id,
-            deadline,
-            stream=HUMAN_CHAIN,
-        )
+        try:
+            first = await first_record_from(
+                self._reader,
+                tp,
+                head.end_offset,
+                sent.offset,
+                session_id,
+                deadline,
+                stream=HUMAN_CHAIN,
+            )
+        except ResumeError as exc:
+            raise ReviewError(
+                f"the review of {session_id} was sent (offset {sent.offset}) but could not be "
+                f"read back to confirm it stands ({exc}): reload the session to see whether it "
+                "is there before recording it again"
+            ) from exc
         if first != value:
             raise ReviewConflictError(
                 f"another review of {session_id} was recorded at the same moment and came "

@@ -105,14 +105,16 @@ def _preferred_pairs(trajectories: list[Trajectory], out: DpoExport) -> set[froz
     choice between two sessions counts once. The pairs decided (or tied) are returned, so the
     ranking by score leaves them alone."""
     by_id = {t.session_id: t for t in trajectories}
-    latest: dict[tuple[str, frozenset[str]], str] = {}
-    for t in sorted(trajectories, key=lambda t: t.session_id):
+    latest: dict[tuple[str, frozenset[str]], tuple[int, str, str]] = {}
+    for t in trajectories:
         for p in t.preferences:
             if p.rejected in by_id:
-                latest[(p.reviewer, frozenset((t.session_id, p.rejected)))] = t.session_id
+                key = (p.reviewer, frozenset((t.session_id, p.rejected)))
+                choice = (p.ts_ns, p.event_hash, t.session_id)  # the latest; the hash breaks ties
+                latest[key] = max(latest.get(key, choice), choice)
     votes: dict[frozenset[str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for (_, pair), choice in latest.items():
-        votes[pair][choice] += 1
+    for (_, pair), (_, _, chosen_id) in latest.items():
+        votes[pair][chosen_id] += 1
     for pair in sorted(votes, key=sorted):
         a, b = sorted(pair)
         for_a, for_b = votes[pair][a], votes[pair][b]

@@ -418,6 +418,8 @@ class IndexFold:
         """A reviewer's verdict: a verdict of the judge `human:<reviewer>` under the judge
         version `human` (pass is `ok`, fail is `failed`), its value the score `human`."""
         p = event.payload
+        if p.get("reviewer") != event.producer.principal:
+            return  # a review speaks only for the login that wrote it (the worker refuses it)
         sid, judge = event.session_id, f"human:{p.get('reviewer', '')}"
         _, version = _judge_version(event.stream)
         status = "ok" if p.get("verdict") == "pass" else "failed"

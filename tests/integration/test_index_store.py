@@ -272,6 +272,35 @@ def test_a_session_shows_whole(where: Store) -> None:
     assert store.session("nobody") is None
 
 
+def test_a_list_sorts_by_start_or_reward_and_its_cursor_pages_each_order_exactly(
+    where: Store,
+) -> None:
+    log, records = sessions_log()
+    records.append(log.record(Stream.EVENTS, "s10", "session_started", {"task": "no reward"}))
+    store = where.open()
+    index(store, records)
+
+    def walk(sort: str, page_size: int = 3) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = store.list_sessions(limit=page_size, cursor=cursor, sort=sort)  # type: ignore[arg-type]
+            seen += [s.session_id for s in page.sessions]
+            if page.cursor is None:
+                return seen
+            cursor = page.cursor
+
+    newest = walk("newest")
+    assert len(newest) == 11 and walk("oldest") == newest[::-1]
+    # Rewards are i / 10 for s0..s9; s10 has none and comes last either way.
+    assert walk("reward_high") == [f"s{i}" for i in range(9, -1, -1)] + ["s10"]
+    assert walk("reward_low", page_size=4) == [f"s{i}" for i in range(10)] + ["s10"]
+    cursor = store.list_sessions(limit=2, sort="reward_high").cursor
+    assert cursor is not None
+    with pytest.raises(QueryError, match="in this order"):
+        store.list_sessions(limit=2, cursor=cursor, sort="newest")
+
+
 def test_search_finds_words_and_a_subjects_erasure_takes_its_text_out_of_the_files(
     where: Store,
 ) -> None:
@@ -413,8 +442,22 @@ def test_human_verdicts_fill_the_review_queues_and_count_each_judges_agreement(
     for sid, reviewer, verdict, score in human:
         review = {"reviewer": reviewer, "verdict": verdict, "score": score}
         records.append(
-            log.record(Stream.VERDICTS, sid, "human_verdict", review, chain="verdicts@human")
+            log.record(
+                Stream.VERDICTS,
+                sid,
+                "human_verdict",
+                review,
+                chain="verdicts@human",
+                principal=reviewer,
+            )
         )
+    # A review naming a reviewer it was not written by counts for no one.
+    forged = {"reviewer": "alice", "verdict": "pass"}
+    records.append(
+        log.record(
+            Stream.VERDICTS, "s3", "human_verdict", forged, chain="verdicts@human", principal="bob"
+        )
+    )
     store = where.open()
     index(store, records)
 

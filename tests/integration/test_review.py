@@ -76,9 +76,9 @@ def _route_to_review(topics: Topics) -> None:
     asyncio.run(main())
 
 
-def _reviewer_password(topics: Topics) -> str:
-    principal = PrincipalStore(topics.settings.principals_file).for_role(Role.REVIEWER)
-    assert principal is not None, "broker up provisions a reviewer principal"
+def _password(topics: Topics, role: Role) -> str:
+    principal = PrincipalStore(topics.settings.principals_file).for_role(role)
+    assert principal is not None, f"broker up provisions a {role.value} principal"
     return principal.password.get_secret_value()
 
 
@@ -98,7 +98,7 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     env = {**topics.env(), **store}
     built = rolltape(env, "index", "rebuild")
     assert built.returncode == 0, built.stderr
-    password = _reviewer_password(topics)
+    password = _password(topics, Role.REVIEWER)
 
     console = ConsoleProcess(env, tmp_path / "console.log")
     try:
@@ -116,8 +116,10 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
             # Logins the cluster does not take, then the reviewer's.
             page.click("#log-in")
             _log_in(page, "reviewer", "not-the-password")
-            assert page.locator("#refused").is_visible(), page.content()
-            _log_in(page, "agent", password)
+            assert "did not take" in page.locator("#refused").inner_text()
+            _log_in(page, "nobody", "not-the-password")  # says no more than a wrong password
+            assert "did not take" in page.locator("#refused").inner_text()
+            _log_in(page, "agent", _password(topics, Role.AGENT))  # the cluster takes it
             assert "not a reviewer" in page.locator("#refused").inner_text()
             _log_in(page, "reviewer", password)
             page.wait_for_url(f"{url}/review")
@@ -299,3 +301,10 @@ def _forms_refuse_forgery(url: str) -> None:
         Origin="http://evil.example",
     )
     assert status == 403 and "not this console's" in body, (status, body)
+    status, _, body = post(
+        f"{url}/login",
+        forged,
+        Cookie=f"rolltape_csrf={'x' * 43}",
+        **{"Sec-Fetch-Site": "same-site"},
+    )
+    assert status == 403 and "same-site" in body, (status, body)

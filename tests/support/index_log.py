@@ -23,8 +23,16 @@ class Log:
         """The broker's clock: one millisecond per record, across partitions."""
 
     def record(
-        self, stream: Stream, sid: str, type_: str, payload: Mapping[str, Any], chain: str = ""
+        self,
+        stream: Stream,
+        sid: str,
+        type_: str,
+        payload: Mapping[str, Any],
+        chain: str = "",
+        principal: str | None = None,
     ) -> Record:
+        """The next record of the chain (`stream`'s own unless named), by `principal` when
+        given (a reviewer's records are theirs)."""
         chain = chain or stream.value
         value, _ = self.writer.append(
             (sid, chain),
@@ -33,7 +41,7 @@ class Log:
             ts_ns=1,
             type=type_,
             payload=payload,
-            producer=PRODUCER,
+            producer=PRODUCER if principal is None else {**PRODUCER, "principal": principal},
         )
         return self.raw(stream, sid.encode(), value)
 

@@ -25,6 +25,8 @@ def test_each_parameter_becomes_the_filter_it_names() -> None:
             ("tool", "shell"),
             ("tool_failed", "true"),
             ("erased", "false"),
+            ("reviewed", "false"),
+            ("disagreeing", "true"),
             ("since", "2026-12-01"),
             ("status", "completed"),
         ]
@@ -40,6 +42,8 @@ def test_each_parameter_becomes_the_filter_it_names() -> None:
         tool="shell",
         tool_failed=True,
         erased=False,
+        reviewed=False,
+        disagreeing=True,
         since_ms=int(dt.datetime(2026, 12, 1, tzinfo=dt.UTC).timestamp() * 1000),
         status="completed",
     )
@@ -64,6 +68,16 @@ def test_a_filters_removal_link_keeps_every_other_filter_and_restarts_the_page()
         ("tag", "b"): "/sessions?status=failed&tag=a",
     }
     assert query.url(cursor="next") == "/sessions?status=failed&tag=a&tag=b&cursor=next"
+
+
+def test_the_order_is_part_of_the_view_but_no_filter_chip() -> None:
+    query = ListQuery.parse([("sort", "reward_high"), ("status", "failed")])
+    assert query.sort == "reward_high"
+    assert query.url() == "/sessions?status=failed&sort=reward_high"
+    assert [name for name, _, _ in query.active()] == ["status"]
+    assert query.active()[0][2] == "/sessions?sort=reward_high"
+    with pytest.raises(BadQuery, match="sort"):
+        ListQuery.parse([("sort", "sideways")])
 
 
 def test_bounds_of_a_reward_imply_its_name_and_leave_with_it() -> None:

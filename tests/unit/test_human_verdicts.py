@@ -38,6 +38,8 @@ def test_a_preference_is_between_two_different_sessions() -> None:
     with pytest.raises(ValidationError, match="two different sessions"):
         HumanPreference(reviewer="ann", chosen="s1", rejected="s1")
     assert HumanPreference(reviewer="ann", chosen="s1", rejected="s2").rejected == "s2"
+    with pytest.raises(ValidationError, match="rejected"):
+        HumanPreference(reviewer="ann", chosen="s1", rejected="no such/session")
 
 
 def test_both_are_event_types_with_payload_models() -> None:
