@@ -41,6 +41,7 @@ from rolltape.infra.index import (
 )
 from rolltape.infra.kafka.reviews import (
     REVIEW_TIMEOUT_S,
+    RecordedReview,
     ReviewConflictError,
     ReviewError,
     ReviewWriter,
@@ -399,13 +400,34 @@ def _heads(form: Mapping[str, Any]) -> dict[str, str]:
     }
 
 
-async def record_verdict(request: web.Request) -> web.StreamResponse:
+async def _logged_in(request: web.Request) -> tuple[Console, str, Login]:
+    """The console, the session of the form's address and the reviewer who sent it; the login
+    page (and back here) when no reviewer is logged in."""
     console = _console(request)
     session_id = request.match_info["session_id"]
-    back = f"/sessions/{quote(session_id, safe='')}"
     login = console.reviewers.of(request)
     if login is None:
+        back = f"/sessions/{quote(session_id, safe='')}"
         raise web.HTTPSeeOther(f"/login?next={quote(back, safe='')}")
+    return console, session_id, login
+
+
+async def _written(
+    console: Console, what: str, write: Awaitable[RecordedReview]
+) -> web.StreamResponse:
+    """The recorded review's session page, or the page that says why the log did not take it."""
+    try:
+        recorded = await write
+    except ReviewConflictError as exc:
+        return console.problem(409, "Another review came first", str(exc))
+    except (ReviewError, KafkaClientError, TimeoutError) as exc:
+        return console.problem(503, f"The log did not take this {what}", str(exc) or "timed out")
+    where = f"/sessions/{quote(recorded.session_id, safe='')}"
+    raise web.HTTPSeeOther(f"{where}?recorded={recorded.seq}#review")
+
+
+async def record_verdict(request: web.Request) -> web.StreamResponse:
+    console, session_id, login = await _logged_in(request)
     form = await request.post()
     try:
         score_text = str(form.get("score", "")).strip()
@@ -420,27 +442,16 @@ async def record_verdict(request: web.Request) -> web.StreamResponse:
         )
     except (ValidationError, ValueError) as exc:
         return console.problem(400, "This verdict cannot be recorded", _first_error(exc))
-    try:
-        recorded = await login.writer.verdict(session_id, verdict)
-    except ReviewConflictError as exc:
-        return console.problem(409, "Another review came first", str(exc))
-    except (ReviewError, KafkaClientError, TimeoutError) as exc:
-        return console.problem(503, "The log did not take this verdict", str(exc) or "timed out")
-    raise web.HTTPSeeOther(f"{back}?recorded={recorded.seq}#review")
+    return await _written(console, "verdict", login.writer.verdict(session_id, verdict))
 
 
 async def record_preference(request: web.Request) -> web.StreamResponse:
-    console = _console(request)
-    session_id = request.match_info["session_id"]
-    back = f"/sessions/{quote(session_id, safe='')}"
-    login = console.reviewers.of(request)
-    if login is None:
-        raise web.HTTPSeeOther(f"/login?next={quote(back, safe='')}")
+    from rolltape.infra.console._reading import session_row
+
+    console, session_id, login = await _logged_in(request)
     form = await request.post()
     other = str(form.get("other", "")).strip()
     chosen = str(form.get("chosen", ""))
-    from rolltape.infra.console._reading import session_row
-
     try:
         known = bool(other) and (
             await asyncio.to_thread(session_row, console.settings, other) is not None
@@ -465,14 +476,7 @@ async def record_preference(request: web.Request) -> web.StreamResponse:
         )
     except (ValidationError, ValueError) as exc:
         return console.problem(400, "This preference cannot be recorded", _first_error(exc))
-    try:
-        recorded = await login.writer.preference(preference)
-    except ReviewConflictError as exc:
-        return console.problem(409, "Another review came first", str(exc))
-    except (ReviewError, KafkaClientError, TimeoutError) as exc:
-        return console.problem(503, "The log did not take this preference", str(exc) or "timed out")
-    where = f"/sessions/{quote(preference.chosen, safe='')}"
-    raise web.HTTPSeeOther(f"{where}?recorded={recorded.seq}#review")
+    return await _written(console, "preference", login.writer.preference(preference))
 
 
 def _first_error(exc: Exception) -> str:
