@@ -65,6 +65,10 @@ class Selection(BaseModel):
     """Sessions with no session_ended yet (status "unfinished")."""
     include_broken: bool = False
     """Sessions whose chains have a break (gap, bad link, tampered record, chain_broken event)."""
+    reviewed: Literal["any", "passed", "failed", "unreviewed"] = "any"
+    """By the reviewers' human verdicts (the majority of each one's latest): `passed`,
+    `failed`, or `unreviewed` (no reviewer judged it; a split counts as neither passed nor
+    failed)."""
 
     def narrowing(self) -> Narrowing:
         """The ids, tasks and start window asked for: what a read model answers before a
@@ -103,6 +107,14 @@ class Selection(BaseModel):
             return "not_accepted" if trajectory.accepted is False else "not_filtered"
         if self.accepted == "rejected" and trajectory.accepted is not False:
             return "not_rejected" if trajectory.accepted else "not_filtered"
+        if self.reviewed != "any":
+            passed = trajectory.reviewers_passed
+            if self.reviewed == "unreviewed" and trajectory.reviews:
+                return "reviewed"
+            if self.reviewed == "passed" and passed is not True:
+                return "not_reviewed" if not trajectory.reviews else "not_passed_by_reviewers"
+            if self.reviewed == "failed" and passed is not False:
+                return "not_reviewed" if not trajectory.reviews else "not_failed_by_reviewers"
         return None
 
 

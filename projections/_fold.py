@@ -301,7 +301,10 @@ def fold(
             continue
         sorted_events = _sorted(chain_events)
         ordered = _ordered(sorted_events)
-        chains[name] = (sorted_events, ordered)
+        # The reviewers' chain has many writers: two reviews at one moment fork it, and every
+        # reader keeps the first (the later reviewer was told to record again). Its span is
+        # read from what stands, so a set-aside review does not mark the session broken.
+        chains[name] = (ordered if name == human_stream else sorted_events, ordered)
         for event in ordered:
             if isinstance(event, ChainBrokenEvent):
                 if event.body.stream != HUMAN_CHAIN:

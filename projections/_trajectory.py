@@ -227,6 +227,15 @@ class Trajectory(BaseModel):
         return self.status == "completed"
 
     @property
+    def reviewers_passed(self) -> bool | None:
+        """Whether most reviewers passed the session, each by their latest verdict; None when
+        none reviewed it, or they are split evenly."""
+        standing = {r.reviewer: r.verdict for r in self.reviews}
+        passes = sum(1 for v in standing.values() if v == "pass")
+        fails = len(standing) - passes
+        return None if passes == fails else passes > fails
+
+    @property
     def human_score(self) -> float | None:
         """The mean of each reviewer's standing (latest) verdict value; None when unreviewed."""
         standing = {r.reviewer: r.value for r in self.reviews}

@@ -80,6 +80,14 @@ def export(
     rejected_only: Annotated[
         bool, typer.Option("--rejected-only", help="Only sessions the reward filter rejected.")
     ] = False,
+    reviewers: Annotated[
+        str,
+        typer.Option(
+            "--reviewers",
+            help="Only sessions the reviewers passed, failed, or left unreviewed (by each "
+            "one's latest human verdict; any: all).",
+        ),
+    ] = "any",
     session: Annotated[
         list[str] | None,
         typer.Option("--session", "-s", help="A session id or shell pattern (repeatable)."),
@@ -135,6 +143,7 @@ def export(
             until_ns=parse_time(until, "--until"),
             include_unfinished=include_unfinished,
             include_broken=include_broken,
+            reviewed=reviewers,
         ),
         shard_lines=shard_lines,
         token_budget=token_budget,

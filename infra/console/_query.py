@@ -53,6 +53,11 @@ class ListQuery(BaseModel):
     reason: str | None = None
     judge: str | None = None
     verdict: Literal["ok", "failed", "error"] | None = None
+    score: str | None = None
+    """A verdict score's name under the judge version (`human`: a reviewer's, with
+    `judge_version=human`); with `score_min`/`score_max` its bounds."""
+    score_min: float | None = None
+    score_max: float | None = None
     reward: str | None = None
     reward_min: float | None = None
     reward_max: float | None = None
@@ -103,6 +108,8 @@ class ListQuery(BaseModel):
             raise BadQuery(f"the URL parameter 'limit' is 1 to {PAGE_MAX}, not {query.limit}")
         if query.reward is None and (query.reward_min is not None or query.reward_max is not None):
             query = query.model_copy(update={"reward": "reward"})
+        if query.score is None and (query.score_min is not None or query.score_max is not None):
+            raise BadQuery("the URL parameters 'score_min' and 'score_max' need 'score' (its name)")
         return query
 
     @property
@@ -127,6 +134,9 @@ class ListQuery(BaseModel):
             reason=self.reason,
             judge=self.judge,
             verdict_status=self.verdict,
+            score=self.score,
+            score_min=self.score_min,
+            score_max=self.score_max,
             reward=self.reward,
             reward_min=self.reward_min,
             reward_max=self.reward_max,
@@ -179,6 +189,8 @@ class ListQuery(BaseModel):
                 out.append((name, value, self.url(tag=rest)))
             elif name == "reward":  # the name goes with its bounds (they imply one)
                 out.append((name, value, self.url(reward=None, reward_min=None, reward_max=None)))
+            elif name == "score":  # the bounds need the name
+                out.append((name, value, self.url(score=None, score_min=None, score_max=None)))
             else:
                 out.append((name, value, self.url(**{name: None})))
         return out

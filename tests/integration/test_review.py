@@ -206,6 +206,10 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
         status, _, body = get(f"{console.url}/sessions?reviewed=true")
         listed = set(re.findall(r'href="/sessions/([^"?]+)"', body))
         assert listed == {"empty", "nightly-run"}, listed  # a preference is no verdict
+        status, _, body = get(
+            f"{console.url}/sessions?judge_version=human&score=human&score_max=0.5"
+        )
+        assert set(re.findall(r'href="/sessions/([^"?]+)"', body)) == {"empty"}
     finally:
         assert console.stop() == 0, console.output()
     agreement = rolltape(
@@ -233,6 +237,16 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     ]
     assert len(rows) == 1, rows
     assert rows[0]["chosen"][-1]["content"] == "Two plus two is four, so 4."
+    # Only what the reviewers passed, as ShareGPT: the cron run, not the empty reply.
+    passed = tmp_path / "passed"
+    exported = rolltape(
+        env, "dataset", "export", "-f", "sharegpt", "--reviewers", "passed", "--out", str(passed)
+    )
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    manifest = json.loads((passed / ".rolltape" / "manifest.json").read_text())
+    assert manifest["skipped"] == {"not_reviewed": 2, "not_passed_by_reviewers": 1}, manifest
+    assert len((passed / "sharegpt-00000.jsonl").read_text().splitlines()) == 1
+
     # With its evidence: the reviewers' chains are checkpointed, so the pair checks offline.
     proven = tmp_path / "proven"
     exported = rolltape(

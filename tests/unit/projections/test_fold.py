@@ -205,3 +205,56 @@ def test_a_session_whose_content_is_still_sealed_does_not_fold_into_empty_turns(
     with pytest.raises(FoldError, match="sealed under a data key") as caught:
         fold(sealed)
     assert caught.value.reason == "key_unavailable"
+
+
+def _reviews(sid: str, *records: tuple[str, str, dict[str, Any], int, str | None]) -> list[Any]:
+    """The session's `verdicts@human` chain as reviewers wrote it: (writer, type, payload, seq,
+    the hash it links to: None for the head before it)."""
+    out: list[Any] = []
+    heads: dict[int, str] = {-1: "0" * 64}
+    for writer, kind, payload, seq, prev in records:
+        value, digest = seal(
+            stream="verdicts@human",
+            session_id=sid,
+            seq=seq,
+            ts_ns=seq + 1,
+            type=kind,
+            payload=payload,
+            producer={"name": "t", "version": "1", "principal": writer},
+            prev_hash=prev or heads[seq - 1],
+        )
+        heads.setdefault(seq, digest)
+        out.append(read_event(value))
+    return out
+
+
+def test_reviews_fold_from_what_stands_on_the_reviewers_chain_and_speak_only_for_their_writer() -> (
+    None
+):
+    events, derived = recorded()
+    chain = _reviews(
+        "s-good",
+        ("ann", "human_verdict", {"reviewer": "ann", "verdict": "fail", "score": 0.25}, 0, None),
+        # bob reviewed at the same moment: his record lost the race and is set aside
+        ("bob", "human_verdict", {"reviewer": "bob", "verdict": "pass"}, 0, "0" * 64),
+        ("bob", "human_verdict", {"reviewer": "bob", "verdict": "pass"}, 1, None),
+        # a review in ann's name that bob wrote counts for no one
+        ("bob", "human_verdict", {"reviewer": "ann", "verdict": "pass"}, 2, None),
+        (
+            "ann",
+            "human_preference",
+            {"reviewer": "ann", "chosen": "s-good", "rejected": "s-bad"},
+            3,
+            None,
+        ),
+    )
+    trajectory = fold(events["s-good"], [*derived, *chain])
+    assert [(r.reviewer, r.verdict, r.value) for r in trajectory.reviews] == [
+        ("ann", "fail", 0.25),
+        ("bob", "pass", 1.0),
+    ]
+    assert trajectory.score("human") == (0.25 + 1.0) / 2
+    assert [(p.reviewer, p.rejected) for p in trajectory.preferences] == [("ann", "s-bad")]
+    span = trajectory.provenance["verdicts@human"]
+    assert (span.count, span.linked) == (4, True)
+    assert not trajectory.chain_breaks
