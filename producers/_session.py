@@ -277,8 +277,9 @@ class Session:
     def world(
         self, root: str | os.PathLike[str], limits: WorldLimits | None = None
     ) -> tuple[WorldSnapshot, dict[str, bytes]]:
-        """Record the tree under `root` as the session's world (after a rollout, before any judge
-        reads it): the contents within `limits` as blobs on the blobs topic (each once per
+        """Record the tree under `root` as a world of the session (a rollout records the one its
+        environment set up, before the agent runs, and the one the agent left, before any judge
+        reads it; the last is the session's world): the contents within `limits` as blobs on the blobs topic (each once per
         recorder) with the snapshot's manifest under its digest, then a `world_snapshot` event
         listing every entry's path, mode, size and sha256. Returns the snapshot and the contents it kept (`take_snapshot`'s answer); the
         digest names the world in the verdicts of judges that read it, and a replay restores

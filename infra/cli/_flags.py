@@ -15,6 +15,7 @@ from typing import Final
 MEANINGS: Final[dict[str, str]] = {
     "--accepted-only": "Only sessions the reward filter accepted.",
     "--calls": "Calls timed",
+    "--comment": "What the reviewer says",
     "--concurrency": "Rollouts at once",
     "--dry-run": "Write nothing:",
     "--epochs": "Epochs per run",
@@ -32,6 +33,7 @@ MEANINGS: Final[dict[str, str]] = {
     "--json": "Print JSON",
     "--judge-version": "The judge version",
     "--keep-equal-scores": "Atropos: keep groups whose scores are all equal.",
+    "--label": "A label:",
     "--limit": "The most to show",
     "--model": "Logical model (ROLLTAPE_MODELS binds it to an endpoint)",
     "--out": "Where to write",

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from rolltape.infra._errors import InfraError, ReadModelError
 from rolltape.infra.commands.prompts import prompt_targets
+from rolltape.infra.commands.review import QUEUES
 from rolltape.infra.console._query import BadQuery, query_of
 from rolltape.infra.console._reading import (
     EXPORT_FORMATS,
@@ -33,7 +34,6 @@ from rolltape.infra.console._reading import (
     session_row,
 )
 from rolltape.infra.console._review import (
-    QUEUES,
     Reviewers,
     board_page,
     csrf_middleware,

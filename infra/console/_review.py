@@ -31,12 +31,15 @@ from pydantic import SecretStr, ValidationError
 
 from rolltape.infra._errors import InfraError, ReadModelError
 from rolltape.infra.broker import PrincipalError, principal_store, require_connection
+from rolltape.infra.commands.review import (
+    ReviewSetupError,
+    check_reviewable,
+    cron_review_sessions,
+    review_board,
+)
 from rolltape.infra.index import (
     FILTER_JUDGE,
     IndexHeadLocator,
-    JudgeAgreement,
-    SessionFilter,
-    existing_store,
     store_url,
 )
 from rolltape.infra.kafka.reviews import (
@@ -48,7 +51,6 @@ from rolltape.infra.kafka.reviews import (
 )
 from rolltape.infra.settings import Settings
 from rolltape.schemas import (
-    HUMAN_JUDGE_VERSION,
     HumanPreference,
     HumanVerdict,
     Role,
@@ -64,17 +66,6 @@ CSRF_COOKIE: Final = "rolltape_csrf"
 LOGIN_COOKIE: Final = "rolltape_reviewer"
 LOGIN_IDLE_S: Final = 8 * 3600.0
 """A login unused this long is closed (its writer stopped)."""
-SAMPLE_SEED: Final = "rolltape-review"
-QUEUE_SIZE: Final = 50
-
-QUEUES: Final[Mapping[str, str]] = {
-    "needs_human_review": "cron runs whose runner routed them to a person",
-    "rejected": "sessions the reward filter rejected",
-    "disagreeing": "sessions whose judges disagree (one ok, one failed)",
-    "accepted_sample": "a random sample of accepted sessions",
-}
-"""Each queue and what it holds; a session leaves every queue once a reviewer judged it."""
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -295,62 +286,6 @@ async def log_out(request: web.Request) -> web.StreamResponse:
     raise answer
 
 
-@dataclass(frozen=True)
-class Queue:
-    name: str
-    about: str
-    sessions: tuple[Any, ...]
-    """Summaries of the sessions waiting (at most `QUEUE_SIZE`)."""
-    waiting: int
-
-
-@dataclass(frozen=True)
-class ReviewBoard:
-    queues: tuple[Queue, ...]
-    agreement: tuple[JudgeAgreement, ...]
-    reviewed: int
-    said: tuple[str, ...] = ()
-
-
-def review_board(settings: Settings, cron_sessions: tuple[str, ...] | None) -> ReviewBoard:
-    """The queues and the judges' agreement with reviewers, from the read model (the cron
-    runs routed to review are read from the jobs topic by the caller: `cron_sessions`)."""
-    store = existing_store(settings)
-    try:
-        waiting = SessionFilter(reviewed=False)
-        filters = {
-            "rejected": waiting.model_copy(update={"accepted": False}),
-            "disagreeing": waiting.model_copy(update={"disagreeing": True}),
-        }
-        if cron_sessions:
-            filters["needs_human_review"] = waiting.model_copy(
-                update={"session_ids": cron_sessions}
-            )
-        queues = []
-        for name, about in QUEUES.items():
-            if name == "accepted_sample":
-                where = waiting.model_copy(update={"accepted": True})
-                ids = store.sampled_ids(where, QUEUE_SIZE, SAMPLE_SEED)
-                page = (
-                    store.list_sessions(SessionFilter(session_ids=tuple(ids)), limit=QUEUE_SIZE)
-                    if ids
-                    else None
-                )
-                queues.append(Queue(name, about, page.sessions if page else (), store.count(where)))
-                continue
-            where_or_none = filters.get(name)
-            if where_or_none is None:
-                queues.append(Queue(name, about, (), 0))
-                continue
-            page = store.list_sessions(where_or_none, limit=QUEUE_SIZE)
-            queues.append(Queue(name, about, page.sessions, store.count(where_or_none)))
-        reviewed = store.count(SessionFilter(reviewed=True))
-        agreement = store.judge_agreement()
-    finally:
-        store.close()
-    return ReviewBoard(tuple(queues), tuple(agreement), reviewed)
-
-
 async def board_page(request: web.Request) -> web.StreamResponse:
     from rolltape.infra.console._app import _no_read_model
 
@@ -358,7 +293,7 @@ async def board_page(request: web.Request) -> web.StreamResponse:
     said: list[str] = []
     cron: tuple[str, ...] | None
     try:
-        cron = await _cron_review_sessions(console.settings)
+        cron = await cron_review_sessions(console.settings)
     except (InfraError, KafkaClientError) as exc:
         cron = None
         said.append(f"the cron runs routed to review could not be read: {exc}")
@@ -376,15 +311,6 @@ async def board_page(request: web.Request) -> web.StreamResponse:
         reviewer=console.reviewers.of(request),
         csrf=request["csrf"],
     )
-
-
-async def _cron_review_sessions(settings: Settings) -> tuple[str, ...]:
-    from rolltape.producers.cron import read_book
-    from rolltape.schemas import RunStatus
-
-    connection = require_connection(settings, Role.READER)
-    book = await read_book(connection, prefix=settings.topic_prefix)
-    return tuple(sorted(r.session_id for r in book.queue(RunStatus.NEEDS_HUMAN_REVIEW)))
 
 
 def _labels(text: str) -> tuple[str, ...]:
@@ -426,9 +352,24 @@ async def _written(
     raise web.HTTPSeeOther(f"{where}?recorded={recorded.seq}#review")
 
 
+async def _unreviewable(console: Console, *session_ids: str, comment: str) -> web.Response | None:
+    """The page that says why these sessions cannot be reviewed so (none there, or a comment
+    about a subject's session), or None."""
+    try:
+        await asyncio.to_thread(check_reviewable, console.settings, *session_ids, comment=comment)
+    except ReviewSetupError as exc:
+        return console.problem(400, "This review cannot be recorded", str(exc))
+    except ReadModelError as exc:
+        return console.problem(503, "The read model cannot be read", str(exc))
+    return None
+
+
 async def record_verdict(request: web.Request) -> web.StreamResponse:
     console, session_id, login = await _logged_in(request)
     form = await request.post()
+    refused = await _unreviewable(console, session_id, comment=str(form.get("comment", "")))
+    if refused is not None:
+        return refused
     try:
         score_text = str(form.get("score", "")).strip()
         verdict = HumanVerdict(
@@ -446,24 +387,15 @@ async def record_verdict(request: web.Request) -> web.StreamResponse:
 
 
 async def record_preference(request: web.Request) -> web.StreamResponse:
-    from rolltape.infra.console._reading import session_row
-
     console, session_id, login = await _logged_in(request)
     form = await request.post()
     other = str(form.get("other", "")).strip()
     chosen = str(form.get("chosen", ""))
-    try:
-        known = bool(other) and (
-            await asyncio.to_thread(session_row, console.settings, other) is not None
-        )
-    except ReadModelError as exc:
-        return console.problem(503, "The read model cannot be read", str(exc))
-    if not known:
-        return console.problem(
-            400,
-            "This preference cannot be recorded",
-            f"the read model holds no session {other!r} to compare this one with",
-        )
+    if not other:
+        return console.problem(400, "This preference cannot be recorded", "name the other session")
+    refused = await _unreviewable(console, session_id, other, comment=str(form.get("comment", "")))
+    if refused is not None:
+        return refused
     try:
         preference = HumanPreference(
             reviewer=login.principal,
@@ -489,9 +421,7 @@ def _first_error(exc: Exception) -> str:
 
 __all__ = [
     "CSRF_COOKIE",
-    "HUMAN_JUDGE_VERSION",
     "LOGIN_COOKIE",
-    "QUEUES",
     "LoginRefused",
     "Reviewers",
     "board_page",
@@ -501,5 +431,4 @@ __all__ = [
     "login_page",
     "record_preference",
     "record_verdict",
-    "review_board",
 ]

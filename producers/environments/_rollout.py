@@ -1,8 +1,9 @@
 """One rollout: a working directory, a fresh session, the reference agent, the world, the reward.
 
 The session declares the environment's tools (so filters can flag hallucinated names), is tagged
-with the environment and item, records every model call through the captured client and every
-tool run, then the world the agent left (`Session.world`: the workdir as a `world_snapshot`
+with the environment and item, records the world the environment set up (its first
+`world_snapshot`, before the agent's first call: what the agent's changes are diffed against),
+every model call through the captured client and every tool run, then the world the agent left (`Session.world`: the workdir as a `world_snapshot`
 event and its contents as blobs, before anything scores or judges it, so every judge reads the
 same world and a replay can restore it), then the reward as a `reward` event (with its components) and ends with the outcome
 `{"passed", "reward", "shape", "item_id", ...}` that the `task_pass` reward function reads. A
@@ -48,6 +49,8 @@ class Rollout(BaseModel):
     reward: RewardResult | None = None
     world: WorldSnapshot | None = None
     """The workdir as the agent left it (recorded on the session)."""
+    started_from: WorldSnapshot | None = None
+    """The workdir as the environment set it up, before the agent ran (recorded first)."""
     verdicts: tuple[Verdict, ...] = ()
     """The environment's judges' verdicts, in the order of its specs."""
     error: str | None = None
@@ -113,6 +116,12 @@ async def run_rollout(
             return rollout(status="failed", error=error, **recorded)
 
         async with session:
+            try:
+                # The world the agent is given: the console diffs the one it left against it.
+                started_from, _ = await asyncio.to_thread(session.world, workdir, world_limits)
+            except WorldError as exc:
+                return failed(f"the starting world could not be recorded: {exc}")
+            rollout = functools.partial(rollout, started_from=started_from)
             # A recording copy sharing `client`'s connections (one client serves a whole batch:
             # building one loads the CA bundle, tens of milliseconds).
             captured = session.capture(client, family=family)

@@ -97,10 +97,14 @@ def test_env_evaluate__records_each_rollout_with_its_world_reward_and_the_evalua
         assert types.count("tool_result") == 2 and types.count("reward") == 1
         [reward] = [e.payload for e in recorded if e.type == "reward"]
         assert reward["value"] == rollout.reward and reward["source"] == "env:bugfix"
-        # The world the agent left, recorded before the reward: restored from the log by the
-        # judge's principal, it holds the agent's fix and not the scorer's files.
-        assert types.index("world_snapshot") < types.index("reward")
-        [world] = [e.body for e in recorded if isinstance(e, WorldSnapshotEvent)]
+        # The world the environment set up, recorded before the agent's first call, and the
+        # world the agent left, before the reward: restored from the log by the judge's
+        # principal, the second holds the agent's fix and not the scorer's files.
+        assert types.index("world_snapshot") < types.index("turn")
+        assert len(types) - 1 - types[::-1].index("world_snapshot") < types.index("reward")
+        [given, world] = [e.body for e in recorded if isinstance(e, WorldSnapshotEvent)]
+        assert given.digest != world.digest
+        assert {e.path for e in given.entries} <= {e.path for e in world.entries}
         dest = tmp_path / rollout.item_id
         asyncio.run(restore_world(topics.connection(Role.JUDGE), world, dest, prefix=topics.prefix))
         module = next(m for m in SOLUTIONS if (dest / m).exists())
@@ -423,7 +427,7 @@ def test_env_evaluate__a_tools_judge_reviews_the_passing_fix_and_replay_rejudges
             assert rewards["merge_intervals"].reward == 0.0
             fixed = rewards["flatten"].session_id
             [verdict] = [e.payload for e in envelopes if e.type == "verdict"]
-            [world] = [
+            [_given, world] = [  # the judge reads the world the agent left
                 e.body
                 for e in envelopes
                 if isinstance(e, WorldSnapshotEvent) and e.session_id == fixed

@@ -18,6 +18,7 @@ from rolltape.infra.broker import PrincipalStore
 from rolltape.producers import Recorder
 from rolltape.producers.cron import JobBook, JobsLog
 from rolltape.schemas import CronRun, Role, RunStatus, Stream, decode
+from rolltape.schemas.privacy import KeyEncryptionKey
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, payloads, read_all, wait_for
 from tests.support.chromium import Watched, browser
@@ -28,8 +29,9 @@ MARKUP_COMMENT = "<script>window.__pwned = 'comment'</script> said <b>nothing</b
 
 
 def _record(topics: Topics, spool: Path) -> None:
+    kek = KeyEncryptionKey.generate()
     with Recorder(
-        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=spool
+        topics.connection(Role.AGENT), topic_prefix=topics.prefix, spool_dir=spool, kek=kek
     ) as rec:
         for i, reply in enumerate(("It is 4.", "Two plus two is four, so 4.")):
             with rec.session(
@@ -41,6 +43,9 @@ def _record(topics: Topics, spool: Path) -> None:
         with rec.session("say nothing", session_id="empty", tags=["env=lab"]) as s:
             s.turn("user", "say something")
             s.turn("assistant", "")
+        with rec.session("help carol", session_id="subject-carol", subject="carol") as s:
+            s.turn("user", "my private question")
+            s.turn("assistant", "a private answer")
         with rec.session("nightly digest", session_id="nightly-run", tags=["cron"]) as s:
             s.turn("user", "summarise the day")
             s.turn("assistant", "A quiet day.")
@@ -82,22 +87,28 @@ def _password(topics: Topics, role: Role) -> str:
     return principal.password.get_secret_value()
 
 
-def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreement_and_export_read(
-    topics: Topics, tmp_path: Path
-) -> None:
+def _judged_and_indexed(topics: Topics, tmp_path: Path) -> dict[str, str]:
+    """The sessions recorded, one routed to review, judged by a worker and indexed: the
+    settings (as the environment) of a read model that holds them."""
     _record(topics, tmp_path / "spool")
     _route_to_review(topics)
     worker = WorkerProcess(topics, tmp_path).start()
     try:
         wait_for(
-            topics, lambda records: len(payloads(records, "filter_outcome")) >= 4, worker=worker
+            topics, lambda records: len(payloads(records, "filter_outcome")) >= 5, worker=worker
         )
     finally:
         worker.stop()
-    store = {"ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
-    env = {**topics.env(), **store}
+    env = {**topics.env(), "ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
     built = rolltape(env, "index", "rebuild")
     assert built.returncode == 0, built.stderr
+    return env
+
+
+def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreement_and_export_read(
+    topics: Topics, tmp_path: Path
+) -> None:
+    env = _judged_and_indexed(topics, tmp_path)
     password = _password(topics, Role.REVIEWER)
 
     console = ConsoleProcess(env, tmp_path / "console.log")
@@ -138,6 +149,13 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
             assert MARKUP_COMMENT in row  # shown as text
             assert page.evaluate("window.__pwned") is None
             page.screenshot(path=str(tmp_path / "review-recorded.png"), full_page=True)
+
+            # A subject's session takes no comment: it would be stored in clear.
+            page.goto(f"{url}/sessions/subject-carol")
+            page.check("#review-form input[value=fail]")
+            page.fill("#review-form textarea[name=comment]", "she asked about her rent")
+            page.click("#review-form button")
+            assert "names a subject" in page.locator("main").inner_text()
 
             # A bad score is refused with what was wrong; nothing is written.
             page.goto(f"{url}/sessions/nightly-run?queue=needs_human_review")
@@ -195,7 +213,8 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     try:
         status, _, body = get(f"{console.url}/review")
         assert status == 200
-        assert "nightly-run" not in body and "?queue=rejected" not in body
+        assert "nightly-run" not in body and "/sessions/empty?queue=rejected" not in body
+        assert "/sessions/subject-carol?queue=rejected" in body  # not reviewed: still waiting
         # The filter rejected what the reviewer failed and accepted what she passed.
         filter_row = re.search(r"<tr><td>filter</td>(.*?)</tr>", body)
         assert filter_row is not None, body
@@ -244,7 +263,8 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
     )
     assert exported.returncode == 0, exported.stdout + exported.stderr
     manifest = json.loads((passed / ".rolltape" / "manifest.json").read_text())
-    assert manifest["skipped"] == {"not_reviewed": 2, "not_passed_by_reviewers": 1}, manifest
+    skipped = manifest["skipped"]
+    assert (skipped["not_reviewed"], skipped["not_passed_by_reviewers"]) == (2, 1), manifest
     assert len((passed / "sharegpt-00000.jsonl").read_text().splitlines()) == 1
 
     # With its evidence: the reviewers' chains are checkpointed, so the pair checks offline.
@@ -322,3 +342,43 @@ def _forms_refuse_forgery(url: str) -> None:
         **{"Sec-Fetch-Site": "same-site"},
     )
     assert status == 403 and "same-site" in body, (status, body)
+
+
+def test_the_review_commands_show_the_queues_and_agreement_and_record_as_the_reviewer(
+    topics: Topics, tmp_path: Path
+) -> None:
+    env = _judged_and_indexed(topics, tmp_path)
+
+    shown = rolltape(env, "review", "queue", "--json")
+    assert shown.returncode == 0, shown.stderr
+    queues = json.loads(shown.stdout)["queues"]
+    assert queues["needs_human_review"]["sessions"] == ["nightly-run"]
+    assert sorted(queues["rejected"]["sessions"]) == ["empty", "subject-carol"]
+
+    refused = rolltape(env, "review", "record", "subject-carol", "fail", "--comment", "her rent")
+    assert refused.returncode == 2 and "names a subject" in refused.stderr, refused.stderr
+    bad = rolltape(env, "review", "record", "empty", "maybe")
+    assert bad.returncode == 2 and "verdict" in bad.stderr, bad.stderr
+    missing = rolltape(env, "review", "prefer", "pair-0", "no-such-session")
+    assert missing.returncode == 2 and "no session 'no-such-session'" in missing.stderr
+
+    recorded = rolltape(env, "review", "record", "empty", "fail", "--label", "empty-reply")
+    assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+    assert "verdicts@human seq 0" in recorded.stdout
+    preferred = rolltape(env, "review", "prefer", "pair-1", "pair-0", "--comment", "explains")
+    assert preferred.returncode == 0, preferred.stdout + preferred.stderr
+    humans = [
+        env_
+        for env_ in (decode(r.value) for r in read_all(topics, (Stream.VERDICTS,)))
+        if env_["stream"] == "verdicts@human"
+    ]
+    assert sorted((h["session_id"], h["type"], h["producer"]["principal"]) for h in humans) == [
+        ("empty", "human_verdict", "reviewer"),
+        ("pair-1", "human_preference", "reviewer"),
+    ]
+
+    assert rolltape(env, "index", "rebuild").returncode == 0
+    agreed = rolltape(env, "review", "agreement", "--json")
+    assert agreed.returncode == 0, agreed.stderr
+    (row,) = json.loads(agreed.stdout)
+    assert (row["judge"], row["both_fail"], row["sessions"]) == ("filter", 1, 1)
