@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Final, Literal
 
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rolltape.schemas._derived import Verdict
 from rolltape.schemas._prompts import PROMPT_TARGET_PATTERN
+from rolltape.schemas._review import HUMAN_JUDGE_VERSION
 
 _DIGEST: Final = r"^[0-9a-f]{64}$"
 
@@ -300,16 +301,37 @@ class PromptDecision(BaseModel):
     reason: str = Field(min_length=1)
     judge_version: str = "live"
     """The version of the judge whose verdicts scored the pairs (`live`: the worker's; another
-    when the round was re-judged from a replay's verdicts)."""
+    when the round was re-judged from a replay's verdicts; `human`: from reviewers')."""
 
     def rejudged(self, verdicts: Mapping[str, Verdict], judge_version: str) -> PromptDecision:
         """This round decided again from other verdicts of the same sessions (a replay's under
         `judge_version`, by session id), scored by the recorded `scoring` and judged by the
         recorded `rule`. A session without a verdict there leaves its pair unscored."""
+        return self._decided_again(
+            lambda session, rules: self.scoring.of(verdicts.get(session or ""), rules),
+            judge_version,
+        )
+
+    def reviewed_again(self, standing: Mapping[str, tuple[float, bool]]) -> PromptDecision:
+        """This round decided again from what reviewers said of its test sessions (judge
+        version `human`): each session's (score, passed) by session id, the reviewers' mean
+        score and whether most of them passed it (`Trajectory.human_score`,
+        `reviewers_passed`), judged by the recorded `rule`. A session no reviewer judged
+        leaves its pair unscored, so a round is decided by people only when they judged every
+        held-out run."""
+        return self._decided_again(
+            lambda session, _rules: standing.get(session or "", (None, False)), HUMAN_JUDGE_VERSION
+        )
+
+    def _decided_again(
+        self,
+        score: Callable[[str | None, tuple[str, ...]], tuple[float | None, bool]],
+        judge_version: str,
+    ) -> PromptDecision:
         pairs = []
         for p in self.pairs:
-            old = self.scoring.of(verdicts.get(p.champion_session or ""), p.rules)
-            new = self.scoring.of(verdicts.get(p.proposal_session or ""), p.rules)
+            old = score(p.champion_session, p.rules)
+            new = score(p.proposal_session, p.rules)
             pairs.append(
                 p.model_copy(
                     update={

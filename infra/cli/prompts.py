@@ -417,7 +417,11 @@ def _result(score: float | None, passed: bool) -> str:
 def rejudge(
     target: TargetArg,
     judge_version: Annotated[
-        str, typer.Option(help="The judge version (a replay's) whose verdicts decide again.")
+        str,
+        typer.Option(
+            help="The judge version (a replay's) whose verdicts decide again; human: the "
+            "reviewers' verdicts."
+        ),
     ],
     round_: Annotated[
         list[int],
@@ -432,7 +436,8 @@ def rejudge(
 ) -> None:
     """Decide rounds again from another judge version's verdicts on the same test sessions
     (`rolltape log replay --judge-version V` first), by each round's recorded scoring and rule, and
-    say which outcomes change."""
+    say which outcomes change. `--judge-version human` scores each run by what reviewers said of
+    it (their mean score; a pass where most passed it), so people can overrule the judge."""
     config = settings()
     history = target_history(target)
     results = asyncio.run(

@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
+from rolltape.infra.index import locate_sessions
 from rolltape.infra.judging import open_judge_runtime
-from rolltape.infra.kafka.sessions import SessionScan, scan_sessions
+from rolltape.infra.kafka.sessions import LIVE_STREAMS, SessionScan, read_sessions, scan_sessions
 from rolltape.infra.settings import Settings
 from rolltape.producers import PromptLoopError, Session, rules_and_verdicts_follower
 from rolltape.producers.agent import DEFAULT_MODEL
@@ -47,11 +48,15 @@ from rolltape.producers.prompts import (
 from rolltape.projections import (
     PROMPT_EVENT_TYPES,
     Decided,
+    FoldError,
+    Narrowing,
     PromptLookupError,
     PromptTarget,
+    fold,
     fold_prompts,
 )
 from rolltape.schemas import (
+    HUMAN_JUDGE_VERSION,
     LIVE_JUDGE_VERSION,
     POLICY_PROMPT_TARGET,
     PromotionRule,
@@ -88,6 +93,7 @@ __all__ = [
     "read_prompt_targets",
     "record_version",
     "rejudge",
+    "reviewed_standing",
     "verdicts_of",
 ]
 
@@ -481,7 +487,9 @@ async def rejudge(
     """(as judged, as re-judged) for the target's rounds (numbered in log order; all when
     `rounds` is empty): each decided again from the verdicts `judge_version` gave the same test
     sessions (`rolltape log replay --judge-version V` writes them), by its recorded scoring and
-    rule. With `record`, the re-judged decisions are recorded (they change no champion)."""
+    rule; `human` decides them from the reviewers' verdicts on those sessions instead
+    (`PromptDecision.reviewed_again`). With `record`, the re-judged decisions are recorded (they
+    change no champion)."""
     if judge_version == LIVE_JUDGE_VERSION:
         raise PromptLookupError(
             f"the rounds were judged on the {LIVE_JUDGE_VERSION!r} verdicts already: name the "
@@ -495,6 +503,26 @@ async def rejudge(
             + (f"no round {', '.join(map(str, unknown))}" if unknown else "run a loop first")
         )
     chosen = [judged[n - 1].decision for n in rounds] if rounds else [d.decision for d in judged]
+    if judge_version == HUMAN_JUDGE_VERSION:
+        out = await _reviewed_again(settings, chosen)
+    else:
+        out = await _rejudged(settings, chosen, judge_version)
+    if record:
+        with _recorded(
+            settings,
+            f"prompt rounds of {history.name} re-judged under {judge_version}",
+            history.name,
+            kind="rejudge-",
+            run_config={"judge_version": judge_version},
+        ) as session:
+            for _, again in out:
+                session.prompt_decision(again.model_dump(mode="json"))
+    return out
+
+
+async def _rejudged(
+    settings: Settings, chosen: Sequence[PromptDecision], judge_version: str
+) -> list[tuple[PromptDecision, PromptDecision]]:
     verdicts: dict[str, dict[str, Verdict]] = {}
     for judge in sorted({d.scoring.judge for d in chosen}):
         sessions = {
@@ -513,17 +541,57 @@ async def rejudge(
                 f"{judge_version}` first"
             )
     out = [(d, d.rejudged(verdicts[d.scoring.judge], judge_version)) for d in chosen]
-    if record:
-        with _recorded(
-            settings,
-            f"prompt rounds of {history.name} re-judged under {judge_version}",
-            history.name,
-            kind="rejudge-",
-            run_config={"judge_version": judge_version},
-        ) as session:
-            for _, again in out:
-                session.prompt_decision(again.model_dump(mode="json"))
     return out
+
+
+async def _reviewed_again(
+    settings: Settings, chosen: Sequence[PromptDecision]
+) -> list[tuple[PromptDecision, PromptDecision]]:
+    sessions = {
+        sid
+        for d in chosen
+        for p in d.pairs
+        for sid in (p.champion_session, p.proposal_session)
+        if sid is not None
+    }
+    standing = await reviewed_standing(settings, sessions)
+    if not standing:
+        raise PromptLookupError(
+            f"no reviewer has judged these rounds' {len(sessions)} test sessions: review them "
+            "(`rolltape review record SESSION pass|fail`, or the console's session page) first"
+        )
+    return [(d, d.reviewed_again(standing)) for d in chosen]
+
+
+async def reviewed_standing(
+    settings: Settings, session_ids: set[str]
+) -> dict[str, tuple[float, bool]]:
+    """What reviewers said of each of `session_ids` that one judged: (the mean of each
+    reviewer's standing score, whether most of them passed it), read from the reviewers'
+    chains with the session as the export folds it (`Trajectory.human_score`,
+    `reviewers_passed`; a review counts only for the login that wrote it)."""
+    connection = require_connection(settings, Role.READER)
+    located = await locate_sessions(
+        settings, connection, LIVE_STREAMS, Narrowing(sessions=tuple(sorted(session_ids)))
+    )
+    found = await read_sessions(
+        connection, settings.topic_prefix, keys_from=settings, located=located
+    )
+    standing: dict[str, tuple[float, bool]] = {}
+    for sid in sorted(session_ids & found.keys()):
+        events = found[sid]
+        own = [e for e in events if e.stream == Stream.EVENTS.value]
+        derived = [e for e in events if e.stream != Stream.EVENTS.value]
+        if not own:
+            continue
+        try:
+            trajectory = fold(own, derived)
+        except FoldError:
+            continue  # sealed or unfoldable: its pair stays unscored, as for a missing verdict
+        score = trajectory.human_score
+        if score is not None:
+            standing[sid] = (score, trajectory.reviewers_passed is True)
+    return standing
 
 
 def chosen_version(

@@ -16,11 +16,12 @@ import pytest
 from rolltape.infra.commands.prompts import plan_evolve, prompt_targets
 from rolltape.infra.commands.report import write_prompts_report
 from rolltape.infra.commands.worker_process import worker_running
+from rolltape.infra.kafka.reviews import ReviewWriter
 from rolltape.infra.kafka.sessions import read_sessions
 from rolltape.producers.prompts import TUNER_INSTRUCTIONS
 from rolltape.projections import PromptTarget
-from rolltape.schemas import Stream
-from rolltape.schemas.clients import ModelEndpoint
+from rolltape.schemas import HumanVerdict, PromptDecision, Role, Stream, topic_name
+from rolltape.schemas.clients import ModelEndpoint, partitions_of
 from tests.integration.conftest import Topics
 from tests.integration.workers import WorkerProcess, dead_letters, read_all
 from tests.support.bugfix import FIXES
@@ -422,3 +423,37 @@ def test_prompt_loop__evolves_an_environments_system_prompt_on_its_held_out_item
             decision.reason,
             decision.figures,
         )
+
+    # Reviewers who find the promoted prompt's fixes worse overrule the reward: round 2 decided
+    # by people keeps the champion (recorded apart: the champion stays as the loop left it).
+    unreviewed = run(["rejudge", "env.bugfix.system", "--judge-version", "human"], topics)
+    assert unreviewed.returncode == 2 and "no reviewer has judged" in unreviewed.stderr
+    asyncio.run(_review_against_the_proposal(topics, second))
+    overruled = run(
+        ["rejudge", "env.bugfix.system", "--judge-version", "human", "--round", "2", "--record"],
+        topics,
+    )
+    assert overruled.returncode == 0, overruled.stderr
+    assert "CHANGED" in overruled.stdout
+    assert "1 round(s) re-judged under human: 1 outcome(s) changed; recorded" in overruled.stdout
+    again = asyncio.run(prompt_targets(topics.settings))["env.bugfix.system"]
+    [by_people] = (d.decision for d in again.rejudged)
+    assert by_people.judge_version == "human" and not by_people.promoted
+    assert all(p.champion_passed and not p.proposal_passed for p in by_people.pairs)
+    assert again.champion == history.champion
+
+
+async def _review_against_the_proposal(topics: Topics, decision: PromptDecision) -> None:
+    """A reviewer passes the champion's runs of the round and fails the proposal's."""
+    connection = topics.connection(Role.REVIEWER)
+    topic = topic_name(Stream.VERDICTS, topics.prefix)
+    partitions = len(await partitions_of(connection, [topic]))
+    reviewer = connection.principal
+    assert reviewer is not None
+    async with ReviewWriter(connection, topics.prefix, partitions=partitions) as writer:
+        for pair in decision.pairs:
+            assert pair.champion_session is not None and pair.proposal_session is not None
+            passed = HumanVerdict(reviewer=reviewer, verdict="pass", score=0.9)
+            await writer.verdict(pair.champion_session, passed)
+            failed = HumanVerdict(reviewer=reviewer, verdict="fail", labels=("wrong_fix",))
+            await writer.verdict(pair.proposal_session, failed)

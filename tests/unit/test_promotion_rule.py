@@ -186,6 +186,16 @@ def test_a_round_rejudged__is_decided_again_from_the_other_versions_verdicts() -
     }
     assert decision.rejudged(same, "v2").model_copy(update={"judge_version": "live"}) == decision
 
+    # reviewers who find the proposal's answers worse overrule the judge; one unreviewed run
+    # leaves its pair unscored, so people decide a round only when they judged every run
+    reviewed = {"c0": (1.0, True), "p0": (0.0, False), "c1": (0.75, True), "p1": (0.5, False)}
+    by_people = decision.reviewed_again(reviewed)
+    assert by_people.judge_version == "human" and not by_people.promoted
+    assert [(p.champion_passed, p.proposal_passed) for p in by_people.pairs] == [(True, False)] * 2
+    assert by_people.figures.mean_difference == pytest.approx(-0.625)
+    unreviewed = decision.reviewed_again({k: v for k, v in reviewed.items() if k != "c1"})
+    assert "unscored (dead_relu (seed 1))" in unreviewed.reason
+
 
 def _review(prefer: str | None, *reasons: str) -> Verdict:
     if prefer is None:
