@@ -112,6 +112,9 @@ def list_(
     until: UntilOpt = None,
     status: StatusOpt = None,
     kind: Annotated[str | None, typer.Option("--kind", help="agent or training.")] = None,
+    group: Annotated[
+        str | None, typer.Option("--in-group", help="The samples of one group (its group_id).")
+    ] = None,
     model: Annotated[str | None, typer.Option("--model-name", help="A model it named.")] = None,
     accepted: Annotated[
         bool | None,
@@ -189,6 +192,7 @@ def list_(
         until_ms=parse_moment(until, "--until"),
         status=status,
         kind=kind,
+        group_id=group,
         model=model,
         accepted=accepted,
         reason=reason,

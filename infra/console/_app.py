@@ -31,6 +31,7 @@ from rolltape.infra.console._reading import (
     exported,
     list_view,
     read_recorded,
+    session_and_group,
     session_row,
 )
 from rolltape.infra.console._review import (
@@ -191,7 +192,9 @@ async def _session(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE_KEY]
     session_id = request.match_info["session_id"]
     try:
-        detail = await asyncio.to_thread(session_row, console.settings, session_id)
+        detail, group, in_group = await asyncio.to_thread(
+            session_and_group, console.settings, session_id
+        )
     except ReadModelError as exc:
         return _no_read_model(console, exc)
     if detail is None:
@@ -220,6 +223,8 @@ async def _session(request: web.Request) -> web.StreamResponse:
         covered=_covered(detail),
         tools=tool_summary(detail.tool_calls),
         reviews=_reviews(recorded.events),
+        group=group,
+        in_group=in_group,
         heads={c.chain: c.head_hash for c in detail.chains},
         queue=queue if queue in QUEUES else "direct",
         just_recorded=request.query.get("recorded"),

@@ -40,6 +40,8 @@ class ListQuery(BaseModel):
     """Words to search the sessions' text for (every word must be there)."""
     task: str | None = None
     kind: Literal["agent", "training"] | None = None
+    group: str | None = None
+    """The samples of one group (`group_id`)."""
     status: Literal["completed", "interrupted", "failed", "running"] | None = None
     model: str | None = None
     tag: tuple[str, ...] = ()
@@ -126,6 +128,7 @@ class ListQuery(BaseModel):
         return SessionFilter(
             task=self.task,
             kind=self.kind,
+            group_id=self.group,
             status=self.status,
             model=self.model,
             tags=tuple(tags),

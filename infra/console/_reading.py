@@ -27,6 +27,7 @@ from rolltape.infra.index import (
     SearchHit,
     SessionDetail,
     SessionFilter,
+    SessionSummary,
     Sort,
     VersionComparison,
     locate_sessions,
@@ -101,6 +102,25 @@ def list_view(
 def session_row(settings: Settings, session_id: str) -> SessionDetail | None:
     with reading_store(settings) as store:
         return store.session(session_id)
+
+
+GROUP_SHOWN = 20
+"""A group's members listed on a session's page, at most (the list's `?group=` has them all)."""
+
+
+def session_and_group(
+    settings: Settings, session_id: str
+) -> tuple[SessionDetail | None, tuple[SessionSummary, ...], int]:
+    """The session's row, the other members of its group (oldest first, at most
+    `GROUP_SHOWN`) and how many there are: what a reviewer's preference chooses from."""
+    with reading_store(settings) as store:
+        detail = store.session(session_id)
+        if detail is None or detail.group_id is None:
+            return detail, (), 0
+        where = SessionFilter(group_id=detail.group_id)
+        page = store.list_sessions(where, limit=GROUP_SHOWN + 1, sort="oldest")
+        others = tuple(m for m in page.sessions if m.session_id != session_id)
+        return detail, others[:GROUP_SHOWN], store.count(where) - 1
 
 
 def chart(settings: Settings, name: str, where: SessionFilter, reward: str) -> Chart:

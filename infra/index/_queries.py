@@ -34,6 +34,9 @@ class SessionFilter(BaseModel):
     """Only these sessions."""
     id_prefix: str | None = None
     kind: Literal["agent", "training"] | None = None
+    group_id: str | None = None
+    """The samples of one group (one prompt sampled several times: what GRPO ranks and a
+    reviewer's preference compares)."""
     task: str | None = None
     """The task exactly as recorded (a sealed task is not in the store)."""
     tags: tuple[str, ...] = ()

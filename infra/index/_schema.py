@@ -70,6 +70,7 @@ CREATE INDEX IF NOT EXISTS sessions_newest ON sessions ((COALESCE(started_ms, -1
 CREATE INDEX IF NOT EXISTS sessions_task ON sessions (task, (COALESCE(started_ms, -1)), session_id);
 CREATE INDEX IF NOT EXISTS sessions_status
     ON sessions (status, (COALESCE(started_ms, -1)), session_id);
+CREATE INDEX IF NOT EXISTS sessions_group ON sessions (group_id, session_id);
 CREATE TABLE IF NOT EXISTS subjects (
     session_id TEXT PRIMARY KEY,
     subject_hash TEXT NOT NULL

@@ -834,6 +834,8 @@ class IndexStore(abc.ABC):
             add(f"s.session_id LIKE {p} ESCAPE '\\'", escaped + "%")
         if f.kind is not None:
             add(f"s.kind = {p}", f.kind)
+        if f.group_id is not None:
+            add(f"s.group_id = {p}", f.group_id)
         if f.task is not None:
             add(f"s.task = {p}", f.task)
         for tag in f.tags:

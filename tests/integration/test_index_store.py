@@ -84,7 +84,11 @@ def sessions_log(partitions: int = 2) -> tuple[Log, list[Record]]:
                 ev,
                 sid,
                 "session_started",
-                {"task": f"task {i % 3}", "tags": [f"env=e{i % 2}", "batch=b1"]},
+                {
+                    "task": f"task {i % 3}",
+                    "tags": [f"env=e{i % 2}", "batch=b1"],
+                    **({"group_id": "g-first"} if i < 3 else {}),
+                },
             ),
             log.record(
                 ev, sid, "turn", {"role": "user", "content": f"please count word{i} apples"}
@@ -220,6 +224,7 @@ def test_every_filter_finds_what_it_names(where: Store) -> None:
     ) == ["s9"]
     assert ids(accepted=True, judge_version="v2") == []  # the filter ran under the live version
     assert ids(rule="R1") == ["s3"]
+    assert ids(group_id="g-first") == ["s0", "s1", "s2"]
     assert ids(id_prefix="s1") == ["s1"]
     assert ids(chain="broken") == []
     first = store.list_sessions(limit=1).sessions[0]

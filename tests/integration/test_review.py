@@ -168,9 +168,14 @@ def test_a_reviewer_logs_in_records_verdicts_and_a_preference_that_queues_agreem
             page.click("#review-form button")
             _recorded(page)
 
-            # The two answers of a group compared: the longer one preferred.
+            # The two answers of a group compared: the longer one preferred, the other chosen
+            # from the group's members the page lists.
             page.goto(f"{url}/sessions/pair-1")
-            page.fill("#prefer-form input[name=other]", "pair-0")
+            assert page.locator("#group-link").inner_text() == "adding"
+            members = page.locator("#group-members tbody tr")
+            assert members.count() == 1 and "pair-0" in members.first.inner_text()
+            page.screenshot(path=str(tmp_path / "review-group.png"), full_page=True)
+            page.check("#group-members input[value=pair-0]")
             page.check("#prefer-form input[value=this]")
             page.click("#prefer-form button")
             _recorded(page)

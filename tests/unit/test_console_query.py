@@ -29,6 +29,7 @@ def test_each_parameter_becomes_the_filter_it_names() -> None:
             ("disagreeing", "true"),
             ("since", "2026-12-01"),
             ("status", "completed"),
+            ("group", "g1"),
         ]
     )
     where = query.where()
@@ -46,6 +47,7 @@ def test_each_parameter_becomes_the_filter_it_names() -> None:
         disagreeing=True,
         since_ms=int(dt.datetime(2026, 12, 1, tzinfo=dt.UTC).timestamp() * 1000),
         status="completed",
+        group_id="g1",
     )
 
 
