@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rolltape.infra import open_monitor_recorder, open_recorder
 from rolltape.infra.broker import require_connection
-from rolltape.infra.index import locate_sessions
+from rolltape.infra.index import locate_holding, locate_sessions
 from rolltape.infra.judging import open_judge_runtime
 from rolltape.infra.kafka.sessions import LIVE_STREAMS, SessionScan, read_sessions, scan_sessions
 from rolltape.infra.settings import Settings
@@ -98,12 +98,17 @@ __all__ = [
 ]
 
 
-async def prompt_targets(settings: Settings) -> dict[str, PromptTarget]:
-    """Every prompt target the log holds, with its history."""
+async def prompt_targets(
+    settings: Settings, *, say: Callable[[str], None] | None = None
+) -> dict[str, PromptTarget]:
+    """Every prompt target the log holds, with its history: read from the sessions the read
+    model says hold prompt events (and the tail it has not indexed), else by a scan of the
+    events topic, saying why to `say`; both ways give the same targets."""
     connection = require_connection(settings, Role.READER)
+    located = await locate_holding(settings, connection, PROMPT_EVENT_TYPES, say=say)
     scan = SessionScan(keeps=lambda env: env.type in PROMPT_EVENT_TYPES)
     with await scan_sessions(
-        connection, [Stream.EVENTS], scan, prefix=settings.topic_prefix
+        connection, [Stream.EVENTS], scan, prefix=settings.topic_prefix, located=located
     ) as scanned:
         pairs = [(s.session_id, e) for s in scanned.sessions() for e in s.events]
     return fold_prompts(pairs)

@@ -355,32 +355,36 @@ async def _world_file(request: web.Request) -> web.StreamResponse:
     )
 
 
-async def _targets(console: Console) -> dict[str, PromptTarget] | web.Response:
+async def _targets(console: Console) -> tuple[dict[str, PromptTarget], str] | web.Response:
+    """The prompt targets, and what the read said of how it read them (a scan, a tail)."""
+    said: list[str] = []
     try:
-        return await prompt_targets(console.settings)
+        return await prompt_targets(console.settings, say=said.append), " ".join(said)
     except (InfraError, KafkaClientError) as exc:
         return _no_log(console, exc)
 
 
 async def _prompts(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE_KEY]
-    targets = await _targets(console)
-    if isinstance(targets, web.Response):
-        return targets
+    read = await _targets(console)
+    if isinstance(read, web.Response):
+        return read
+    targets, said = read
     return console.page(
         "prompts.html",
         title="Prompt targets",
         section="prompts",
         targets=[targets[name] for name in sorted(targets)],
-        said=None,
+        said=said or None,
     )
 
 
 async def _prompt(request: web.Request) -> web.StreamResponse:
     console = request.app[CONSOLE_KEY]
-    targets = await _targets(console)
-    if isinstance(targets, web.Response):
-        return targets
+    read = await _targets(console)
+    if isinstance(read, web.Response):
+        return read
+    targets, said = read
     name = request.match_info["target"]
     history = targets.get(name)
     if history is None:
@@ -394,6 +398,7 @@ async def _prompt(request: web.Request) -> web.StreamResponse:
         title=f"prompt target {name}",
         section="prompts",
         history=history,
+        said=said or None,
         promoted={p.promotion.version: p.promotion.reason for p in history.promotions},
     )
 

@@ -100,7 +100,36 @@ async def locate_sessions(
     """Where the records of the sessions `narrowing` may pick lie on the streams' topics (and
     of every key starting with one of `with_prefixes`: the checkpoint logs an export's evidence
     needs); None where the reader must scan instead, after telling `say` why in one line."""
-    found = await _locate(settings, connection, streams, narrowing, with_prefixes)
+
+    def picked(store: IndexStore, topics: list[str]) -> list[str]:
+        ids = store.picked_ids(narrowing, topics)
+        for prefix in with_prefixes:
+            ids.extend(store.prefixed_ids(prefix, topics))
+        return ids
+
+    return _said(await _locate(settings, connection, streams, picked), say)
+
+
+async def locate_holding(
+    settings: Settings,
+    connection: KafkaConnection,
+    types: Collection[str],
+    *,
+    say: Callable[[str], None] | None = None,
+) -> Located | None:
+    """Where the events-stream records of the sessions holding a record of one of `types` lie
+    (the prompt events: the few sessions a prompt target's history is in, out of every
+    session); None where the reader must scan, after telling `say` why. The unindexed tail is
+    read whole, so a session recorded since the indexer last wrote is read too."""
+    return _said(
+        await _locate(
+            settings, connection, [Stream.EVENTS], lambda store, _: store.holding_ids(types)
+        ),
+        say,
+    )
+
+
+def _said(found: Located | str, say: Callable[[str], None] | None) -> Located | None:
     line = scan_line(found) if isinstance(found, str) else tail_line(found)
     if line is not None and say is not None:
         say(line)
@@ -111,8 +140,7 @@ async def _locate(
     settings: Settings,
     connection: KafkaConnection,
     streams: Sequence[Stream],
-    narrowing: Narrowing,
-    with_prefixes: Sequence[str],
+    pick: Callable[[IndexStore, list[str]], list[str]],
 ) -> Located | str:
     span = await log_span(connection, streams, settings.topic_prefix)
     try:
@@ -121,9 +149,7 @@ async def _locate(
             if isinstance(tails, str):
                 return tails
             topics = [topic_name(s, settings.topic_prefix) for s in streams]
-            ids = store.picked_ids(narrowing, topics)
-            for prefix in with_prefixes:
-                ids.extend(store.prefixed_ids(prefix, topics))
+            ids = pick(store, topics)
             ranges = store.extents(ids, topics)
     except ReadModelError as exc:
         return str(exc)
@@ -180,6 +206,7 @@ __all__ = [
     "IndexBlobLocator",
     "IndexHeadLocator",
     "existing_store",
+    "locate_holding",
     "locate_sessions",
     "reading_store",
     "scan_line",

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 3
-"""Bumped by any change of a table or of what the fold writes; a store of another version is
-rebuilt (`rolltape index rebuild`)."""
+SCHEMA_VERSION = 4
+"""Bumped by any change of a table, of its indexes or of what the fold writes; a store of
+another version is rebuilt (`rolltape index rebuild`). 4: sessions by group, and sessions by
+the types of their records (a prompt target's history is read from the sessions that hold it)."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +121,7 @@ CREATE TABLE IF NOT EXISTS event_types (
     records BIGINT NOT NULL,
     PRIMARY KEY (session_id, chain, type)
 );
+CREATE INDEX IF NOT EXISTS event_types_type ON event_types (type, chain, session_id);
 CREATE TABLE IF NOT EXISTS events (
     session_id TEXT NOT NULL,
     chain TEXT NOT NULL,

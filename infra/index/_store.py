@@ -16,7 +16,7 @@ another in a rebalance, and still holds a batch of it, cannot write it twice
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from rolltape.infra._errors import ReadModelError
@@ -311,6 +311,19 @@ class IndexStore(abc.ABC):
             params,
         )
         return [str(sid) for (sid,) in rows if narrowing.picks_id(str(sid))]
+
+    def holding_ids(self, types: Collection[str], chain: str = "events") -> list[str]:
+        """The sessions whose chain `chain` holds a record of one of `types` (the prompt
+        events: which sessions a prompt target's history lies in)."""
+        if not types:
+            return []
+        rows = self._fetch(
+            self.conn.cursor(),
+            "SELECT DISTINCT session_id FROM event_types WHERE chain = "
+            f"{self.dialect.param} AND type IN ({self._marks(len(types))}) ORDER BY session_id",
+            [chain, *sorted(types)],
+        )
+        return [str(sid) for (sid,) in rows]
 
     def prefixed_ids(self, prefix: str, topics: Sequence[str]) -> list[str]:
         """The record keys on `topics` that start with `prefix` (the checkpoint logs)."""

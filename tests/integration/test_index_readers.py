@@ -20,12 +20,13 @@ import pytest
 
 from rolltape.infra.commands.environments import open_environment
 from rolltape.infra.commands.export import collect_judged
+from rolltape.infra.commands.prompts import prompt_targets
 from rolltape.infra.index import IndexBlobLocator, IndexHeadLocator, open_store
 from rolltape.infra.kafka.blobs import read_world, restore_world
 from rolltape.producers import Recorder
 from rolltape.producers import _takeover as takeover
 from rolltape.producers._resume import HeadInLog
-from rolltape.projections import Narrowing
+from rolltape.projections import PROMPT_EVENT_TYPES, Narrowing
 from rolltape.schemas import Role, Stream, WorldSnapshot, topic_name
 from rolltape.schemas.clients import ModelEndpoint
 from tests.integration.conftest import Cluster, Topics, make_topics
@@ -305,3 +306,33 @@ def test_a_batch_finds_its_sessions_by_its_tag_and_sums_up_the_same_by_index_and
     assert SCANNED not in again.stderr and SCANNED in by_scan.stderr
     assert again.stdout == by_scan.stdout
     assert "3 planned, 3 finished before, 0 ran now" in again.stdout
+
+
+def test_prompt_targets_are_read_from_the_sessions_holding_prompt_events_and_the_tail(
+    topics: Topics, tmp_path: Path
+) -> None:
+    record(topics, tmp_path / "spool", 0, 3)
+    cli = Cli(topics, f"sqlite:{tmp_path / 'index.sqlite3'}")
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("You are a careful assistant.")
+    cli("prompts", "add", "policy", "--file", str(prompt), "--promote", "initial")
+    cli("index", "rebuild")
+    prompt.write_text("You are a careful, brief assistant.")
+    cli("prompts", "add", "policy", "--file", str(prompt))  # after the read model was built
+    settings = topics.settings.model_copy(update={"index_url": cli.env["ROLLTAPE_INDEX_URL"]})
+    store = open_store(cli.env["ROLLTAPE_INDEX_URL"], prefix=topics.prefix)
+    try:
+        (holding,) = store.holding_ids(PROMPT_EVENT_TYPES)
+        assert not holding.startswith("s00")  # the plain sessions are not read
+    finally:
+        store.close()
+
+    said: list[str] = []
+    located = asyncio.run(prompt_targets(settings, say=said.append))
+    assert len(said) == 1 and "as a scan: the read model has not indexed" in said[0], said
+    scanned_settings = settings.model_copy(update={"index_url": f"sqlite:{tmp_path / 'none'}"})
+    scanned_said: list[str] = []
+    scanned = asyncio.run(prompt_targets(scanned_settings, say=scanned_said.append))
+    assert scanned_said and scanned_said[0].startswith(SCANNED)
+    assert located == scanned
+    assert len(located["policy"].versions) == 2

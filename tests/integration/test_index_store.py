@@ -225,6 +225,8 @@ def test_every_filter_finds_what_it_names(where: Store) -> None:
     assert ids(accepted=True, judge_version="v2") == []  # the filter ran under the live version
     assert ids(rule="R1") == ["s3"]
     assert ids(group_id="g-first") == ["s0", "s1", "s2"]
+    assert store.holding_ids({"session_ended", "no_such_type"}) == [f"s{i}" for i in range(9)]
+    assert store.holding_ids({"session_ended"}, chain="filtered") == []
     assert ids(id_prefix="s1") == ["s1"]
     assert ids(chain="broken") == []
     first = store.list_sessions(limit=1).sessions[0]
