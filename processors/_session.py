@@ -72,6 +72,7 @@ from rolltape.schemas import (
     ChainWriter,
     Checkpoint,
     Decision,
+    HumanVerdict,
     LiveCheck,
     Metric,
     ModelSpec,
@@ -231,6 +232,9 @@ class SessionProcessor:
             state.ended_ts[env.stream] = env.ts_ns
             if env.stream == _EVENTS:
                 state.end = payload.model_dump(mode="json")
+        if isinstance(payload, HumanVerdict):
+            self._reviewed(state, env, payload, out)
+            return
         if env.stream != _EVENTS:
             return
         if isinstance(payload, SessionStarted):
@@ -337,8 +341,11 @@ class SessionProcessor:
         # Anchored on the session's ends, not on the record that happened to arrive last: the
         # raw topics interleave differently on every read, the outputs must not.
         self._finish(state, env.session_id, max(state.ended_ts.values()), end, causes, out)
-        # Only the chain heads are needed from now on (to flag records after the end).
-        state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
+        # Only the chain heads are needed from now on (to flag records after the end), and the
+        # filter state of a session whose outcome waits for a reviewer.
+        state.rules, state.judge = RuleState(), TrainingJudgeState()
+        if state.review_wait is None:
+            state.filters = FilterState()
         state.transcript = state.sealed_transcript = None
 
     def _finish(
@@ -368,11 +375,10 @@ class SessionProcessor:
                 self._emit(state, sid, ts_ns, Stream.VERDICTS, "verdict", verdict, causes, version)
             )
             return
-        result = outcome(state.filters, self.config.filters)
-        label = f"{FILTER_VERSION}:{self.config.filters.label}"
-        out.append(
-            self._emit(state, sid, ts_ns, Stream.FILTERED, "filter_outcome", result, causes, label)
-        )
+        if self.config.filters.require_review and state.review is None:
+            state.review_wait = (ts_ns, causes)  # decided by the first reviewer's verdict
+        else:
+            self._filter_outcome(state, sid, ts_ns, causes, out)
         transcript = self._transcript(state, sid)
         if transcript is None:
             return
@@ -415,6 +421,46 @@ class SessionProcessor:
                 )
             value = canonical_bytes(request.model_dump(mode="python"))
             out.append(Requested(sid, value))
+
+    def _filter_outcome(
+        self,
+        state: SessionState,
+        sid: str,
+        ts_ns: int,
+        causes: tuple[str, ...],
+        out: list[StepOutput],
+    ) -> None:
+        """The session's filter outcome. Where it waited for review, it is anchored on the
+        later of the session's end and the reviewer's verdict, with the verdict among its
+        causes, whichever of the two the worker read first: the same bytes on every read."""
+        if state.review is not None:
+            _, _, at, reviewed_ts = state.review
+            ts_ns, causes = max(ts_ns, reviewed_ts), (*causes, at)
+        result = outcome(state.filters, self.config.filters)
+        label = f"{FILTER_VERSION}:{self.config.filters.label}"
+        out.append(
+            self._emit(state, sid, ts_ns, Stream.FILTERED, "filter_outcome", result, causes, label)
+        )
+
+    def _reviewed(
+        self, state: SessionState, env: TypedEvent, review: HumanVerdict, out: list[StepOutput]
+    ) -> None:
+        """A reviewer's verdict, where the filters wait for review: the first one a reviewer
+        wrote decides (a fail is the reason `reviewer_failed`); a finished session waiting for
+        it is decided now. Later verdicts are the read model's and the exports' to weigh."""
+        if not self.config.filters.require_review or state.review is not None:
+            return
+        writers = self.config.writers.get(HUMAN_CHAIN)
+        if writers is not None and env.producer.principal not in writers:
+            return  # flagged as a foreign principal by the audit; it decides nothing
+        state.review = (review.verdict, review.reviewer, env.hash, env.ts_ns)
+        if review.verdict == "fail":
+            state.filters.note("reviewer_failed", f"reviewer {review.reviewer} failed it", env.hash)
+        if state.review_wait is not None:
+            ts_ns, causes = state.review_wait
+            state.review_wait = None
+            self._filter_outcome(state, env.session_id, ts_ns, causes, out)
+            state.filters = FilterState()
 
     def judge_result(
         self, state: SessionState, result: JudgeResult, position: Position | None

@@ -51,10 +51,24 @@ from rolltape.schemas import (
 from rolltape.schemas.clients import GroupMember, KafkaConnection, Partition, partitions_of
 
 
+class ReplayConfigError(InfraError):
+    """The settings ask a replay for what it cannot do (the message says what to change)."""
+
+
 def replay_config(settings: Settings, judge_version: str) -> ProcessorConfig:
     """The processor config of a judge version: the worker's, from the same settings, under
-    that version's label and without a signer (replays never write checkpoints)."""
-    return processor_config(settings, judge_version=judge_version)
+    that version's label and without a signer (replays never write checkpoints). A filter
+    config that waits for reviewers is refused: a replay reads the raw streams, not the
+    reviewers' chains, so it would leave every session undecided."""
+    config = processor_config(settings, judge_version=judge_version)
+    if config.filters.require_review:
+        raise ReplayConfigError(
+            f"the filter config {config.filters.label} waits for a reviewer's verdict "
+            "(require_review), and a replay reads the raw streams, not the reviewers' chains: "
+            "it would decide no session. Replay with a config without require_review, and "
+            "select what reviewers passed at export (`dataset export --reviewers passed`)"
+        )
+    return config
 
 
 async def read_raw(

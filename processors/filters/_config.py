@@ -41,8 +41,17 @@ class FilterConfig(BaseModel):
     """Minimum number of assistant turns."""
     min_reward: float | None = None
     """Minimum final reward (the last `reward` event named "reward"); None: no reward needed."""
+    require_review: bool = False
+    """A session is decided only once a reviewer has judged it (a human verdict on its
+    `verdicts@human` chain): the worker holds its outcome from the session's end until the
+    first reviewer's verdict, which rejects it (`reviewer_failed`) when it is a fail. The
+    filter's other checks still apply to a pass. For a pipeline that trains only on what a
+    person has looked at."""
 
     @functools.cached_property
     def label(self) -> str:
-        digest = hashlib.sha256(canonical_bytes(self.model_dump())).hexdigest()
+        # A setting added later leaves the label of every config that does not use it as it
+        # was: an outcome's config names the same digest before and after the upgrade.
+        dumped = self.model_dump(exclude=set() if self.require_review else {"require_review"})
+        digest = hashlib.sha256(canonical_bytes(dumped)).hexdigest()
         return f"{self.name}@{digest[:12]}"

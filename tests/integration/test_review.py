@@ -387,3 +387,45 @@ def test_the_review_commands_show_the_queues_and_agreement_and_record_as_the_rev
     assert agreed.returncode == 0, agreed.stderr
     (row,) = json.loads(agreed.stdout)
     assert (row["judge"], row["both_fail"], row["sessions"]) == ("filter", 1, 1)
+
+
+def test_a_worker_whose_filter_waits_for_review_decides_each_session_when_a_reviewer_judges_it(
+    topics: Topics, tmp_path: Path
+) -> None:
+    _record(topics, tmp_path / "spool")
+    filters = tmp_path / "filters.json"
+    filters.write_text(json.dumps({"name": "reviewed", "require_review": True}))
+    rewards = {"ROLLTAPE_REWARDS": '["final_reward"]', "ROLLTAPE_FILTERS_FILE": str(filters)}
+    worker = WorkerProcess(topics, tmp_path, **rewards).start()
+    env = {**topics.env(), "ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
+    try:
+        # Every session ended and was judged, and none was decided: each waits for a person.
+        judged = ("pair-0", "pair-1", "empty", "nightly-run")
+        records = wait_for(
+            topics,
+            lambda records: all(payloads(records, "verdict", sid) for sid in judged),
+            worker=worker,
+        )
+        assert payloads(records, "filter_outcome") == []
+        assert rolltape(env, "index", "rebuild").returncode == 0
+        for sid, verdict in (("empty", "fail"), ("pair-0", "pass")):
+            done = rolltape(env, "review", "record", sid, verdict)
+            assert done.returncode == 0, done.stdout + done.stderr
+        records = wait_for(
+            topics, lambda records: len(payloads(records, "filter_outcome")) >= 2, worker=worker
+        )
+    finally:
+        worker.stop()
+    decided = {
+        e["session_id"]: e["payload"]
+        for e in (decode(r.value) for r in records)
+        if e["type"] == "filter_outcome"
+    }
+    assert sorted(decided) == ["empty", "pair-0"]
+    assert decided["pair-0"]["accepted"] and decided["pair-0"]["config"].startswith("reviewed@")
+    codes = [r["code"] for r in decided["empty"]["reasons"]]
+    assert not decided["empty"]["accepted"] and "reviewer_failed" in codes, codes
+
+    # A replay cannot wait for reviewers: it refuses, and says what to do.
+    replay = rolltape({**env, **rewards}, "log", "replay", "--judge-version", "v2")
+    assert replay.returncode == 2 and "require_review" in replay.stderr, replay.stderr

@@ -15,7 +15,7 @@ from rolltape.processors import (
     handle,
 )
 from rolltape.processors.audit import InputRecord, Position
-from rolltape.schemas import GENESIS_HASH, PAYLOAD_MODELS, decode, seal
+from rolltape.schemas import GENESIS_HASH, HUMAN_CHAIN, PAYLOAD_MODELS, decode, seal
 
 PRODUCER = {"name": "test", "version": "0", "principal": "agent"}
 DECISION_DEFAULTS: dict[str, Any] = {
@@ -43,7 +43,12 @@ class Tape:
         return self.sealed(sid, stream, event_type, clean)
 
     def sealed(
-        self, sid: str, stream: str, event_type: str, payload: dict[str, Any]
+        self,
+        sid: str,
+        stream: str,
+        event_type: str,
+        payload: dict[str, Any],
+        principal: str = "agent",
     ) -> InputRecord:
         """The payload sealed as given (a newer producer's fields and all)."""
         seq, prev = self.heads.get((stream, sid), (0, GENESIS_HASH))
@@ -56,7 +61,7 @@ class Tape:
             type=event_type,
             payload=payload,
             prev_hash=prev,
-            producer=PRODUCER,
+            producer={**PRODUCER, "principal": principal},
         )
         self.heads[(stream, sid)] = (seq + 1, digest)
         return self.raw(stream, value, sid.encode())
@@ -67,6 +72,22 @@ class Tape:
 
     def event(self, sid: str, event_type: str, /, **payload: Any) -> InputRecord:
         return self.record(sid, "events", event_type, **payload)
+
+    def review(
+        self, sid: str, verdict: str, reviewer: str = "ann", *, written_as: str | None = None
+    ) -> InputRecord:
+        """A reviewer's human verdict on the reviewers' chain, written as `reviewer` (or as
+        `written_as`: someone else's principal)."""
+        payload = PAYLOAD_MODELS["human_verdict"].model_validate(
+            {"reviewer": reviewer, "verdict": verdict}
+        )
+        return self.sealed(
+            sid,
+            HUMAN_CHAIN,
+            "human_verdict",
+            payload.model_dump(mode="python"),
+            principal=written_as or reviewer,
+        )
 
     def metric(self, sid: str, epoch: int, **fields: Any) -> InputRecord:
         return self.record(sid, "metrics", "metric", epoch=epoch, **fields)

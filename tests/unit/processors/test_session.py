@@ -426,3 +426,73 @@ def test_evaluation_events__belong_on_the_events_stream(event_type: str) -> None
     outputs, _ = run(records)
     assert dead_letters(outputs) == []
     assert len(emitted(outputs, "filter_outcome")) == 1
+
+
+WAITS = ProcessorConfig(filters=FilterConfig(require_review=True))
+
+
+def test_a_filter_that_waits_for_review__decides_at_the_first_reviewers_verdict() -> None:
+    tape = Tape()
+    ended, _ = run(agent_session(tape), WAITS)
+    assert emitted(ended, "filter_outcome") == []  # held from the end until a person looks
+    failed, states = run([*agent_session(Tape()), Tape().review("a1", "fail")], WAITS)
+    (rejected,) = emitted(failed, "filter_outcome")
+    assert not rejected["accepted"]
+    assert [r["code"] for r in rejected["reasons"]] == ["reviewer_failed"]
+    assert "reviewer ann failed it" in rejected["reasons"][0]["message"]
+    assert states["a1"].review_wait is None and states["a1"].filters.findings == {}
+    tape = Tape()
+    records = [*agent_session(tape), tape.review("a1", "pass"), tape.review("a1", "fail", "bo")]
+    passed, _ = run(records, WAITS)
+    (accepted,) = emitted(passed, "filter_outcome")  # the first verdict decided; one outcome
+    assert accepted["accepted"] and accepted["reasons"] == []
+    unmoved, _ = run(records)  # a filter that does not wait: the reviews change nothing
+    (default,) = emitted(unmoved, "filter_outcome")
+    assert default["accepted"] and len(emitted(unmoved, "filter_outcome")) == 1
+
+
+def test_a_filter_that_waits_for_review__writes_the_same_outcome_whichever_came_first() -> None:
+    tape = Tape()
+    session = agent_session(tape)
+    review = tape.review("a1", "fail")
+    after, _ = run(in_log_order([*session, review]), WAITS)
+    before, _ = run(in_log_order([*session[:-1], review, session[-1]]), WAITS)
+    outcome = [o.value for o in after if isinstance(o, Emitted) and o.type == "filter_outcome"]
+    assert outcome and outcome == [
+        o.value for o in before if isinstance(o, Emitted) and o.type == "filter_outcome"
+    ]
+    (written,) = [decode(v) for v in outcome]
+    assert written["causes"][-1] == decode(review.value)["hash"]  # the verdict is a cause
+
+
+def test_a_filter_that_waits_for_review__keeps_waiting_through_a_saved_state() -> None:
+    tape = Tape()
+    processor = SessionProcessor(WAITS)
+    states: dict[str, SessionState] = {}
+    for record in agent_session(tape):
+        handle(processor, states, record)
+    states = {sid: SessionState.from_bytes(state.to_bytes()) for sid, state in states.items()}
+    assert states["a1"].review_wait is not None
+    _, outputs = handle(processor, states, tape.review("a1", "pass"))
+    assert [o.type for o in outputs if isinstance(o, Emitted)] == ["filter_outcome"]
+
+
+def test_a_review_by_a_principal_that_does_not_review__decides_nothing() -> None:
+    config = ProcessorConfig(
+        filters=FilterConfig(require_review=True),
+        writers={"verdicts@human": frozenset({"ann", "admin"})},
+    )
+    tape = Tape()
+    forged = tape.review("a1", "pass", "mallory")  # mallory writes as herself: no reviewer
+    outputs, states = run([*agent_session(tape), forged], config)
+    assert emitted(outputs, "filter_outcome") == []
+    assert [f["reason"] for f in emitted(outputs, "chain_broken")] == ["foreign_principal"]
+    assert states["a1"].review is None
+
+
+def test_waiting_for_review__is_a_new_config_and_the_others_keep_their_labels() -> None:
+    # the labels of configs that do not wait, as every outcome before the setting named them
+    assert FilterConfig().label == "default@7717f34e4b09"
+    assert FilterConfig(min_reward=0.5).label == "default@f899a9f8381c"
+    assert FilterConfig(require_review=True).label != FilterConfig().label
+    assert FilterConfig(require_review=False).label == FilterConfig().label
