@@ -72,6 +72,8 @@ from rolltape.schemas import (
     ChainWriter,
     Checkpoint,
     Decision,
+    FilterOutcome,
+    FilterReason,
     HumanVerdict,
     LiveCheck,
     Metric,
@@ -341,11 +343,8 @@ class SessionProcessor:
         # Anchored on the session's ends, not on the record that happened to arrive last: the
         # raw topics interleave differently on every read, the outputs must not.
         self._finish(state, env.session_id, max(state.ended_ts.values()), end, causes, out)
-        # Only the chain heads are needed from now on (to flag records after the end), and the
-        # filter state of a session whose outcome waits for a reviewer.
-        state.rules, state.judge = RuleState(), TrainingJudgeState()
-        if state.review_wait is None:
-            state.filters = FilterState()
+        # Only the chain heads are needed from now on (to flag records after the end).
+        state.rules, state.filters, state.judge = RuleState(), FilterState(), TrainingJudgeState()
         state.transcript = state.sealed_transcript = None
 
     def _finish(
@@ -375,10 +374,14 @@ class SessionProcessor:
                 self._emit(state, sid, ts_ns, Stream.VERDICTS, "verdict", verdict, causes, version)
             )
             return
-        if self.config.filters.require_review and state.review is None:
-            state.review_wait = (ts_ns, causes)  # decided by the first reviewer's verdict
-        else:
-            self._filter_outcome(state, sid, ts_ns, causes, out)
+        result = outcome(state.filters, self.config.filters)
+        if not (self.config.filters.require_review and result.accepted):
+            # Rejected on its own record: no review can accept it, so none is waited for.
+            self._filter_outcome(state, sid, ts_ns, causes, result, None, out)
+        elif state.review is not None:
+            self._filter_outcome(state, sid, ts_ns, causes, result, state.review, out)
+        else:  # decided by the first reviewer's verdict; an accepted outcome quotes no content
+            state.review_wait = (ts_ns, causes, result.model_dump(mode="json"))
         transcript = self._transcript(state, sid)
         if transcript is None:
             return
@@ -428,15 +431,23 @@ class SessionProcessor:
         sid: str,
         ts_ns: int,
         causes: tuple[str, ...],
+        result: FilterOutcome,
+        review: tuple[str, str, str, int] | None,
         out: list[StepOutput],
     ) -> None:
-        """The session's filter outcome. Where it waited for review, it is anchored on the
-        later of the session's end and the reviewer's verdict, with the verdict among its
-        causes, whichever of the two the worker read first: the same bytes on every read."""
-        if state.review is not None:
-            _, _, at, reviewed_ts = state.review
+        """The session's filter outcome; with the reviewer's verdict it waited for, anchored on
+        the later of the session's end and the verdict, with the verdict among its causes (a
+        fail rejects it: `reviewer_failed`), whichever of the two the worker read first: the
+        same bytes on every read."""
+        if review is not None:
+            verdict, reviewer, at, reviewed_ts = review
             ts_ns, causes = max(ts_ns, reviewed_ts), (*causes, at)
-        result = outcome(state.filters, self.config.filters)
+            if verdict == "fail":
+                failed = FilterReason(
+                    code="reviewer_failed", message=f"reviewer {reviewer} failed it", evidence=(at,)
+                )
+                reasons = tuple(sorted((*result.reasons, failed), key=lambda r: r.code))
+                result = result.model_copy(update={"accepted": False, "reasons": reasons})
         label = f"{FILTER_VERSION}:{self.config.filters.label}"
         out.append(
             self._emit(state, sid, ts_ns, Stream.FILTERED, "filter_outcome", result, causes, label)
@@ -446,21 +457,21 @@ class SessionProcessor:
         self, state: SessionState, env: TypedEvent, review: HumanVerdict, out: list[StepOutput]
     ) -> None:
         """A reviewer's verdict, where the filters wait for review: the first one a reviewer
-        wrote decides (a fail is the reason `reviewer_failed`); a finished session waiting for
-        it is decided now. Later verdicts are the read model's and the exports' to weigh."""
-        if not self.config.filters.require_review or state.review is not None:
+        wrote decides; a finished session held for it is decided now (also once the setting is
+        off again: a held session is never stranded). Later verdicts are the read model's and
+        the exports' to weigh."""
+        waiting = state.review_wait
+        if state.review is not None or not (self.config.filters.require_review or waiting):
             return
         writers = self.config.writers.get(HUMAN_CHAIN)
         if writers is not None and env.producer.principal not in writers:
             return  # flagged as a foreign principal by the audit; it decides nothing
         state.review = (review.verdict, review.reviewer, env.hash, env.ts_ns)
-        if review.verdict == "fail":
-            state.filters.note("reviewer_failed", f"reviewer {review.reviewer} failed it", env.hash)
-        if state.review_wait is not None:
-            ts_ns, causes = state.review_wait
+        if waiting is not None:
+            ts_ns, causes, held = waiting
             state.review_wait = None
-            self._filter_outcome(state, env.session_id, ts_ns, causes, out)
-            state.filters = FilterState()
+            result = FilterOutcome.model_validate(held)
+            self._filter_outcome(state, env.session_id, ts_ns, causes, result, state.review, out)
 
     def judge_result(
         self, state: SessionState, result: JudgeResult, position: Position | None
@@ -523,8 +534,11 @@ class SessionProcessor:
         seq: int | None,
         detail: str,
     ) -> Emitted:
-        state.judge.add_break(env.stream, seq, kind.value, detail)
-        state.filters.note("chain_broken", f"{env.stream} seq {seq}: {kind.value}", env.hash)
+        if env.stream != HUMAN_CHAIN:
+            # A reviewers' fork or a forged review is flagged, and the review set aside: it
+            # does not make the session's own record untrustworthy (the folds read it so too).
+            state.judge.add_break(env.stream, seq, kind.value, detail)
+            state.filters.note("chain_broken", f"{env.stream} seq {seq}: {kind.value}", env.hash)
         payload = ChainBroken(
             stream=env.stream,
             seq=seq,

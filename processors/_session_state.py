@@ -65,9 +65,10 @@ class SessionState:
     review: tuple[str, str, str, int] | None = None
     """(verdict, reviewer, hash, ts_ns) of the first reviewer's verdict the worker read, where
     the filters wait for review (`FilterConfig.require_review`)."""
-    review_wait: tuple[int, tuple[str, ...]] | None = None
-    """(ts_ns, causes) of a finished session's end, while its filter outcome waits for that
-    verdict (its filter state is kept until then)."""
+    review_wait: tuple[int, tuple[str, ...], dict[str, Any]] | None = None
+    """(ts_ns, causes, the accepted outcome as dumped) of a finished session's end, while its
+    filter outcome waits for that verdict (an accepted outcome holds no reasons: nothing of the
+    session's content is kept for it)."""
     judged: dict[str, str] = field(default_factory=dict)
     """LLM judge name -> event id of its verdict (a second result is a duplicate)."""
     outbox: list[tuple[str, str, str, bytes]] = field(default_factory=list)

@@ -46,6 +46,7 @@ from rolltape.projections._trajectory import (
 from rolltape.schemas import (
     HUMAN_CHAIN,
     LIVE_JUDGE_VERSION,
+    BreakKind,
     ChainBrokenEvent,
     Decision,
     Feedback,
@@ -287,9 +288,21 @@ def fold(
     chains: dict[str, tuple[list[TypedEvent], list[TypedEvent]]] = {events_stream: (by_seq, chain)}
     human_stream = HUMAN_CHAIN
     picked: dict[str, list[TypedEvent]] = {verdict_stream: [], filter_stream: [], human_stream: []}
+    forged: set[int] = set()
+    """Seqs of the reviewers' chain the worker flagged as written by a principal that does not
+    review (a judge's credential, say): those reviews count for no one."""
     for event in derived:
-        if event.session_id == sid and event.stream in picked:
+        if event.session_id != sid:
+            continue
+        if event.stream in picked:
             picked[event.stream].append(event)
+        if (
+            isinstance(event, ChainBrokenEvent)
+            and event.body.stream == HUMAN_CHAIN
+            and event.body.reason == BreakKind.FOREIGN_PRINCIPAL
+            and event.body.seq is not None
+        ):
+            forged.add(event.body.seq)
     verdicts: list[VerdictRecord] = []
     breaks: list[str] = []
     filter_outcome: FilterOutcome | None = None
@@ -327,9 +340,9 @@ def fold(
             elif isinstance(event, FilterOutcomeEvent) and filter_outcome is None:
                 filter_outcome, filter_hash = event.body, event.hash
             elif isinstance(event, HumanVerdictEvent | HumanPreferenceEvent) and (
-                event.body.reviewer != event.producer.principal
+                event.body.reviewer != event.producer.principal or event.seq in forged
             ):
-                continue  # a review speaks only for the login that wrote it
+                continue  # a review speaks only for the login that wrote it, if it reviews
             elif isinstance(event, HumanVerdictEvent):
                 review = event.body
                 reviews.append(

@@ -28,9 +28,12 @@ HUMAN_JUDGE_VERSION: Final = "human"
 REVIEW_LABEL_PATTERN: Final = r"^[a-z0-9][a-z0-9_.:-]{0,63}$"
 COMMENT_MAX_CHARS: Final = 10_000
 
-ReviewQueue = Literal["needs_human_review", "rejected", "disagreeing", "accepted_sample", "direct"]
-"""Why the reviewer was shown the session: a cron run routed to review, a session the filter
-rejected, judges that disagree, a random sample of accepted sessions, or none (opened directly)."""
+ReviewQueue = Literal[
+    "needs_human_review", "awaiting_review", "rejected", "disagreeing", "accepted_sample", "direct"
+]
+"""Why the reviewer was shown the session: a cron run routed to review, a session a filter holds
+for a reviewer, a session the filter rejected, judges that disagree, a random sample of accepted
+sessions, or none (opened directly)."""
 
 
 class HumanVerdict(BaseModel):

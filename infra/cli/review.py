@@ -11,10 +11,9 @@ import json
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
-from rolltape.infra.cli._common import console, settings
-from rolltape.infra.commands.review import board, record_preference, record_verdict
+from rolltape.infra.cli._common import console, err_console, settings
+from rolltape.infra.commands.review import board, record_preference, record_verdict, review_board
 
 app = typer.Typer(
     help="Human review: the queues, each judge's agreement with reviewers, and verdicts or "
@@ -36,7 +35,9 @@ LabelOption = Annotated[
 def queue(as_json: JsonOption = False) -> None:
     """The sessions waiting for a reviewer, by queue: cron runs routed to a person, sessions
     the reward filter rejected, sessions whose judges disagree, a sample of accepted ones."""
-    shown = board(settings())
+    shown, said = board(settings())
+    if said is not None:
+        err_console.print(said, markup=False, highlight=False)
     if as_json:
         out = {
             q.name: {
@@ -52,7 +53,7 @@ def queue(as_json: JsonOption = False) -> None:
     for q in shown.queues:
         console.print(f"\n{q.name}: {q.about} ({q.waiting} waiting)", markup=False)
         for s in q.sessions:
-            task = escape(s.task) if s.task is not None else "-"
+            task = s.task if s.task is not None else "-"
             console.print(f"  {s.session_id}  {task}", markup=False, highlight=False)
 
 
@@ -60,7 +61,7 @@ def queue(as_json: JsonOption = False) -> None:
 def agreement(as_json: JsonOption = False) -> None:
     """Each judge of the live version, and the reward filter (`filter`: accepted is a pass),
     against the reviewers' majority on the sessions both judged: agreement and Cohen's kappa."""
-    rows = board(settings()).agreement
+    rows = review_board(settings(), None).agreement  # the read model's alone
     if as_json:
         out = [
             {**a.model_dump(), "sessions": a.sessions, "agreement": a.agreement, "kappa": a.kappa}

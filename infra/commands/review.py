@@ -35,13 +35,15 @@ from rolltape.schemas import (
     Stream,
     topic_name,
 )
-from rolltape.schemas.clients import partitions_of
+from rolltape.schemas.clients import KafkaClientError, partitions_of
 
 SAMPLE_SEED: Final = "rolltape-review"
 QUEUE_SIZE: Final = 50
 
 QUEUES: Final[dict[str, str]] = {
     "needs_human_review": "cron runs whose runner routed them to a person",
+    "awaiting_review": "completed sessions no filter has decided yet (a filter with "
+    "require_review holds them for a reviewer)",
     "rejected": "sessions the reward filter rejected",
     "disagreeing": "sessions whose judges disagree (one ok, one failed)",
     "accepted_sample": "a random sample of accepted sessions",
@@ -79,6 +81,9 @@ def review_board(settings: Settings, cron_sessions: tuple[str, ...] | None) -> R
         filters = {
             "rejected": waiting.model_copy(update={"accepted": False}),
             "disagreeing": waiting.model_copy(update={"disagreeing": True}),
+            "awaiting_review": waiting.model_copy(
+                update={"filtered": False, "kind": "agent", "status": "completed"}
+            ),
         }
         if cron_sessions:
             filters["needs_human_review"] = waiting.model_copy(
@@ -115,9 +120,15 @@ async def cron_review_sessions(settings: Settings) -> tuple[str, ...]:
     return tuple(sorted(r.session_id for r in book.queue(RunStatus.NEEDS_HUMAN_REVIEW)))
 
 
-def board(settings: Settings) -> ReviewBoard:
-    """`review_board` with the cron runs read from the log (for the CLI)."""
-    return review_board(settings, asyncio.run(cron_review_sessions(settings)))
+def board(settings: Settings) -> tuple[ReviewBoard, str | None]:
+    """`review_board` with the cron runs read from the log (for the CLI), and why they could
+    not be read, where they could not (the read model's queues show all the same)."""
+    try:
+        cron = asyncio.run(cron_review_sessions(settings))
+    except (InfraError, KafkaClientError) as exc:
+        why = f"the cron runs routed to review could not be read: {exc}"
+        return review_board(settings, None), why
+    return review_board(settings, cron), None
 
 
 async def open_review_writer(settings: Settings) -> ReviewWriter:

@@ -54,6 +54,9 @@ class SessionFilter(BaseModel):
     judge_version: str = LIVE_JUDGE_VERSION
     accepted: bool | None = None
     """The reward filter's outcome under `judge_version` (sessions without one never match)."""
+    filtered: bool | None = None
+    """The reward filter has decided it under the judge version (true) or not yet (false: a
+    session that runs, or one a filter with `require_review` holds for a reviewer)."""
     reason: str | None = None
     """A filter reason's code under `judge_version`."""
     judge: str | None = None

@@ -898,6 +898,13 @@ class IndexStore(abc.ABC):
                 jv,
                 f.accepted,
             )
+        if f.filtered is not None:
+            add(
+                ("EXISTS" if f.filtered else "NOT EXISTS")
+                + " (SELECT 1 FROM filter_outcomes fo WHERE fo.session_id = s.session_id "
+                f"AND fo.judge_version = {p})",
+                jv,
+            )
         if f.reason is not None:
             add(
                 "EXISTS (SELECT 1 FROM filter_reasons fr JOIN filter_outcomes fo "

@@ -14,6 +14,7 @@ reward: a rollout that never ran is not scored 0.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -138,7 +139,12 @@ async def run_rollout(
                     seed=seed,
                 )
             except Exception as exc:
-                return failed(f"{type(exc).__name__}: {exc}")
+                # The world the agent left all the same: the session's last world is always
+                # the one after the agent, never the one it was given (a judge reads the last).
+                left: WorldSnapshot | None = None
+                with contextlib.suppress(WorldError):
+                    left, _ = await asyncio.to_thread(session.world, workdir, world_limits)
+                return failed(f"{type(exc).__name__}: {exc}", world=left)
             try:
                 # off the loop: reading and hashing the tree must not stall other rollouts
                 world, blobs = await asyncio.to_thread(session.world, workdir, world_limits)

@@ -398,33 +398,46 @@ def test_a_worker_whose_filter_waits_for_review_decides_each_session_when_a_revi
     rewards = {"ROLLTAPE_REWARDS": '["final_reward"]', "ROLLTAPE_FILTERS_FILE": str(filters)}
     worker = WorkerProcess(topics, tmp_path, **rewards).start()
     env = {**topics.env(), "ROLLTAPE_INDEX_URL": f"sqlite:{tmp_path / 'index.sqlite3'}"}
+
+    def decided(records: list[Any]) -> dict[str, dict[str, Any]]:
+        return {
+            e["session_id"]: e["payload"]
+            for e in (decode(r.value) for r in records)
+            if e["type"] == "filter_outcome"
+        }
+
     try:
-        # Every session ended and was judged, and none was decided: each waits for a person.
+        # Every session ended and was judged. The one its own record rejects (an empty reply)
+        # is decided at its end; the others wait for a person.
         judged = ("pair-0", "pair-1", "empty", "nightly-run")
         records = wait_for(
             topics,
             lambda records: all(payloads(records, "verdict", sid) for sid in judged),
             worker=worker,
         )
-        assert payloads(records, "filter_outcome") == []
+        early = decided(records)
+        assert "empty" in early and not early["empty"]["accepted"], early
+        assert not {"pair-0", "pair-1", "nightly-run"} & early.keys(), early
         assert rolltape(env, "index", "rebuild").returncode == 0
-        for sid, verdict in (("empty", "fail"), ("pair-0", "pass")):
+        shown = rolltape(env, "review", "queue", "--json")
+        assert shown.returncode == 0, shown.stderr
+        awaiting = json.loads(shown.stdout)["queues"]["awaiting_review"]["sessions"]
+        assert {"pair-0", "pair-1", "nightly-run"} <= set(awaiting) and "empty" not in awaiting
+        for sid, verdict in (("pair-0", "pass"), ("pair-1", "fail")):
             done = rolltape(env, "review", "record", sid, verdict)
             assert done.returncode == 0, done.stdout + done.stderr
         records = wait_for(
-            topics, lambda records: len(payloads(records, "filter_outcome")) >= 2, worker=worker
+            topics,
+            lambda records: {"pair-0", "pair-1"} <= decided(records).keys(),
+            worker=worker,
         )
     finally:
         worker.stop()
-    decided = {
-        e["session_id"]: e["payload"]
-        for e in (decode(r.value) for r in records)
-        if e["type"] == "filter_outcome"
-    }
-    assert sorted(decided) == ["empty", "pair-0"]
-    assert decided["pair-0"]["accepted"] and decided["pair-0"]["config"].startswith("reviewed@")
-    codes = [r["code"] for r in decided["empty"]["reasons"]]
-    assert not decided["empty"]["accepted"] and "reviewer_failed" in codes, codes
+    outcomes = decided(records)
+    assert "nightly-run" not in outcomes  # still waiting: nobody has looked at it
+    assert outcomes["pair-0"]["accepted"] and outcomes["pair-0"]["config"].startswith("reviewed@")
+    codes = [r["code"] for r in outcomes["pair-1"]["reasons"]]
+    assert not outcomes["pair-1"]["accepted"] and codes == ["reviewer_failed"], codes
 
     # A replay cannot wait for reviewers: it refuses, and says what to do.
     replay = rolltape({**env, **rewards}, "log", "replay", "--judge-version", "v2")

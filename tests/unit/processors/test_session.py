@@ -483,11 +483,48 @@ def test_a_review_by_a_principal_that_does_not_review__decides_nothing() -> None
         writers={"verdicts@human": frozenset({"ann", "admin"})},
     )
     tape = Tape()
-    forged = tape.review("a1", "pass", "mallory")  # mallory writes as herself: no reviewer
+    forged = tape.review("a1", "fail", "mallory")  # mallory writes as herself: no reviewer
     outputs, states = run([*agent_session(tape), forged], config)
     assert emitted(outputs, "filter_outcome") == []
     assert [f["reason"] for f in emitted(outputs, "chain_broken")] == ["foreign_principal"]
     assert states["a1"].review is None
+    # read before the session's end or after it, the forged fail neither rejects the session
+    # nor marks its record broken: the reviewer's pass that follows decides
+    tape = Tape()
+    session = agent_session(tape)
+    forged, real = tape.review("a1", "fail", "mallory"), tape.review("a1", "pass")
+    for records in ([*session, forged, real], [forged, *session, real], [forged, real, *session]):
+        decided, _ = run(in_log_order(records), config)
+        (result,) = emitted(decided, "filter_outcome")
+        assert result["accepted"] and result["reasons"] == [], result
+
+
+def test_a_filter_that_waits_for_review__decides_a_rejected_session_at_its_end() -> None:
+    tape = Tape()
+    session = [
+        tape.start("a1"),
+        tape.event("a1", "turn", role="user", content="2+2?"),
+        tape.event("a1", "turn", role="assistant", content="4"),
+        *tape.end("a1", status="failed"),
+    ]
+    outputs, states = run(session, WAITS)  # no review can accept it: nothing is held
+    (rejected,) = emitted(outputs, "filter_outcome")
+    assert [r["code"] for r in rejected["reasons"]] == ["not_completed"]
+    assert states["a1"].review_wait is None
+    again, _ = run(in_log_order([tape.review("a1", "fail"), *session]), WAITS)
+    assert emitted(again, "filter_outcome") == emitted(outputs, "filter_outcome")
+
+
+def test_a_session_held_for_review__is_decided_when_the_setting_is_off_again() -> None:
+    tape = Tape()
+    processor = SessionProcessor(WAITS)
+    states: dict[str, SessionState] = {}
+    for record in agent_session(tape):
+        handle(processor, states, record)
+    assert states["a1"].review_wait is not None
+    _, outputs = handle(SessionProcessor(ProcessorConfig()), states, tape.review("a1", "fail"))
+    (result,) = [decode(o.value)["payload"] for o in outputs if isinstance(o, Emitted)]
+    assert not result["accepted"] and result["reasons"][0]["code"] == "reviewer_failed"
 
 
 def test_waiting_for_review__is_a_new_config_and_the_others_keep_their_labels() -> None:

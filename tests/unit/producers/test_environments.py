@@ -156,6 +156,45 @@ def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: 
     assert by_type["session_ended"]["outcome"]["passed"] is True
 
 
+def _writes_then_fails(body: dict[str, Any]) -> Reply:
+    if not any(m["role"] == "tool" for m in body["messages"]):
+        args = json.dumps({"path": "slug.py", "content": FIXED_SLUG})
+        return Completion(tool_calls=[("c1", "write_file", args)])
+    return (500, json.dumps({"error": {"message": "the model server fell over"}}))
+
+
+def test_run_rollout__a_failed_agent_still_records_the_world_it_left_last(tmp_path: Path) -> None:
+    env = BugFixEnv()
+    [item] = [i for i in env.items("train") if i.item_id == "slugify"]
+    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
+    with OpenAICompatibleServer(_writes_then_fails) as server:
+        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
+
+        async def main() -> Any:
+            client = endpoint.async_client().with_options(max_retries=0)
+            try:
+                return await run_rollout(
+                    env, item, recorder=recorder, client=client, model="local", session_id="r1"
+                )
+            finally:
+                await client.close()
+
+        rollout = asyncio.run(main())
+    recorder.close(10)
+    assert rollout.status == "failed" and rollout.reward is None
+    envelopes = spooled(tmp_path / "spool")
+    worlds = [e["payload"] for e in envelopes if e["type"] == "world_snapshot"]
+    # the world it was given, then the one it left: the last one (what a judge reads) holds
+    # the agent's edit, not the files it started from
+    assert len(worlds) == 2 and worlds[0]["digest"] != worlds[1]["digest"]
+    assert rollout.started_from is not None and rollout.world is not None
+    assert (rollout.started_from.digest, rollout.world.digest) == (
+        worlds[0]["digest"],
+        worlds[1]["digest"],
+    )
+    assert [e["type"] for e in envelopes][-1] == "session_ended"
+
+
 def test_token_f1__scores_word_overlap_against_the_reference() -> None:
     from rolltape.producers.environments._items_file import token_f1
 

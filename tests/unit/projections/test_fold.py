@@ -258,3 +258,35 @@ def test_reviews_fold_from_what_stands_on_the_reviewers_chain_and_speak_only_for
     span = trajectory.provenance["verdicts@human"]
     assert (span.count, span.linked) == (4, True)
     assert not trajectory.chain_breaks
+
+
+def test_a_review_the_worker_flagged_as_written_by_a_non_reviewer_counts_for_no_one() -> None:
+    events, derived = recorded()
+    chain = _reviews(
+        "s-good",
+        ("ann", "human_verdict", {"reviewer": "ann", "verdict": "fail"}, 0, None),
+        # a judge's credential writing a review in its own name: the audit flags the writer
+        ("judge", "human_verdict", {"reviewer": "judge", "verdict": "pass"}, 1, None),
+    )
+    value, _ = seal(
+        stream="verdicts",
+        session_id="s-good",
+        seq=99,
+        ts_ns=99,
+        type="chain_broken",
+        payload={
+            "stream": "verdicts@human",
+            "seq": 1,
+            "reason": "foreign_principal",
+            "detail": "the envelope names principal 'judge', which does not write it",
+            "position": None,
+            "auditor_version": "t",
+        },
+        producer={"name": "t", "version": "1", "principal": "processor"},
+        prev_hash="0" * 64,
+    )
+    flagged = fold(events["s-good"], [*derived, *chain, read_event(value)])
+    assert [(r.reviewer, r.verdict) for r in flagged.reviews] == [("ann", "fail")]
+    assert flagged.score("human") == 0.0 and flagged.reviewers_passed is False
+    unflagged = fold(events["s-good"], [*derived, *chain])
+    assert [r.reviewer for r in unflagged.reviews] == ["ann", "judge"]
