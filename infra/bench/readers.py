@@ -12,6 +12,9 @@ rebuild` builds it. Then, in alternation, each way measured in the same run:
   a session it started lately; one started at the partition's start is read whole either way.)
 - **export**: `dataset export -s` of 10 sessions drawn at random (seeded): the located read
   against the whole log's scan, each to ShareGPT, the two folders compared byte for byte.
+- **prompt targets**: what the console's prompt pages and `rolltape prompts` read, a prompt
+  version recorded after the load (`prompt_targets`): the sessions the read model says hold
+  prompt events against the events topic's scan, the two histories compared.
 """
 
 from __future__ import annotations
@@ -30,16 +33,18 @@ from rolltape.infra.bench._machine import machine
 from rolltape.infra.broker import BrokerUnavailable, require_connection
 from rolltape.infra.commands.export import collect_narrowed, run_export
 from rolltape.infra.commands.index import rebuild_index
+from rolltape.infra.commands.prompts import prompt_targets, record_version
 from rolltape.infra.index import IndexHeadLocator, open_store
 from rolltape.infra.kafka.topics import scratch_prefix
 from rolltape.infra.settings import Settings
 from rolltape.producers._resume import HeadInLog, read_head
-from rolltape.projections import ExportOptions, Selection
+from rolltape.projections import ExportOptions, PromptTarget, Selection
 from rolltape.schemas import Role, Stream, topic_name
 from rolltape.schemas.clients import LogReader, Partition
 
 GOAL_RESUME_RATIO = 50.0
 EXPORTED = 10
+PROMPT = "env.bench.system"
 
 
 class ReadersFigures(Figures):
@@ -59,6 +64,9 @@ class ReadersFigures(Figures):
     export_index_ms: float
     export_scan_ms: float
     export_ratio: float
+    prompts_index_ms: float
+    prompts_scan_ms: float
+    prompts_ratio: float
 
     def lines(self) -> Iterator[str]:
         yield machine_line(self.machine, f"{self.repeats} repeats, alternating (medians)")
@@ -80,6 +88,10 @@ class ReadersFigures(Figures):
         yield f"        by the read model      {self.export_index_ms:10,.1f} ms"
         yield f"        by scan                {self.export_scan_ms:10,.1f} ms"
         yield f"        ratio                  {self.export_ratio:10,.1f}x"
+        yield "    prompt targets (a version recorded after the load; the same history both ways)"
+        yield f"        by the read model      {self.prompts_index_ms:10,.1f} ms"
+        yield f"        by scan                {self.prompts_scan_ms:10,.1f} ms"
+        yield f"        ratio                  {self.prompts_ratio:10,.1f}x"
 
 
 def _tree(folder: Path) -> dict[str, bytes]:
@@ -130,6 +142,7 @@ def run_readers_bench(
                 require_connection(scratch, Role.AGENT), scratch.topic_prefix, events, sessions
             )
         )
+        record_version(scratch, PromptTarget(PROMPT), "You are a careful assistant.", promote="x")
         url = f"sqlite:{folder / 'index.sqlite3'}"
         indexed = scratch.model_copy(update={"index_url": url})
         scanned = scratch.model_copy(update={"index_url": f"sqlite:{folder / 'none.sqlite3'}"})
@@ -149,6 +162,8 @@ def run_readers_bench(
         rng = random.Random(0)
         ids = tuple(sorted(f"bench-{n}" for n in rng.sample(range(sessions), EXPORTED)))
         resume_index, resume_scan, export_index, export_scan = [], [], [], []
+        prompts_index: list[float] = []
+        prompts_scan: list[float] = []
         for _ in range(repeats):
             t = time.perf_counter()
             located = asyncio.run(_head(scratch, last, locator))
@@ -167,8 +182,17 @@ def run_readers_bench(
             by_index, by_scan = _tree(folder / "by-index"), _tree(folder / "by-scan")
             if by_index != by_scan or not by_index:
                 raise RuntimeError("the exports by index and by scan differ")
+            t = time.perf_counter()
+            targets = asyncio.run(prompt_targets(indexed))
+            prompts_index.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            whole_targets = asyncio.run(prompt_targets(scanned))
+            prompts_scan.append(time.perf_counter() - t)
+            if targets != whole_targets or PROMPT not in targets:
+                raise RuntimeError("the prompt targets by index and by scan differ")
     ri, rs = statistics.median(resume_index), statistics.median(resume_scan)
     ei, es = statistics.median(export_index), statistics.median(export_scan)
+    pi, ps = statistics.median(prompts_index), statistics.median(prompts_scan)
     return ReadersFigures(
         machine=machine(),
         events=written,
@@ -183,4 +207,7 @@ def run_readers_bench(
         export_index_ms=ei * 1000,
         export_scan_ms=es * 1000,
         export_ratio=es / ei,
+        prompts_index_ms=pi * 1000,
+        prompts_scan_ms=ps * 1000,
+        prompts_ratio=ps / pi,
     )

@@ -170,11 +170,15 @@ async def read_located(
         for tp in sorted(span.ends):
             bounds.setdefault(tp.topic, {})[tp.partition] = (span.starts[tp], span.ends[tp])
     streams_of = {t: stream_of_topic(t, prefix) for t in (topic_name(s, prefix) for s in streams)}
+    wanted = [
+        Partition(*tp)
+        for tp in sorted({*located.ranges, *located.tails})
+        if tp[0] in streams_of and Partition(*tp) in span.ends
+    ]
+    if not wanted:
+        return  # nothing the read model places here, and no tail: no consumer to open
     async with LogReader(connection) as reader:
-        for tp in sorted({*located.ranges, *located.tails}):
-            tp = Partition(*tp)
-            if tp.topic not in streams_of or tp not in span.ends:
-                continue
+        for tp in wanted:
             stream = streams_of[tp.topic]
             assert stream is not None
             tail = located.tails.get(tp, span.ends[tp])

@@ -6,6 +6,7 @@ library binds a consumer to the loop it is made in), stopped at `stop` or the en
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
@@ -65,6 +66,11 @@ class HeldConsumer:
         if self._consumer_instance is None:
             return
         consumer, self._consumer_instance = self._consumer_instance, None
+        # One turn of the loop first: aiokafka's coordinator starts a task when the consumer
+        # starts and cancels it on stop; cancelled before it ever ran, the task's
+        # CancelledError escapes `stop` (aiokafka 0.12, `_reset_committed_routine`), so a
+        # consumer stopped right after it started (a read with nothing to read) would fail.
+        await asyncio.sleep(0)
         with kafka_errors(f"closing a consumer of {self._connection}"):
             await consumer.stop()
 

@@ -355,6 +355,7 @@ def test_bench_index__times_the_readers_by_the_read_model_and_by_scan(topics: To
     assert 0 < readers["resume_records_from_end"] < 2 * readers["events"] // 30
     assert readers["resume_index_ms"] > 0 and readers["resume_scan_ms"] > 0
     assert readers["export_sessions"] == 10 and readers["export_index_ms"] > 0
+    assert readers["prompts_index_ms"] > 0 and readers["prompts_scan_ms"] > 0
 
 
 def test_bench_console__times_both_pages_from_the_server_and_in_chromium(topics: Topics) -> None:

@@ -34,6 +34,7 @@ def test_a_prompt_targets_page_shows_each_round_its_decision_and_its_paired_case
             title="t",
             section="prompts",
             history=history,
+            said=None,
             promoted={p.promotion.version: p.promotion.reason for p in history.promotions},
         )
     )
