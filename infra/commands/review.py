@@ -12,11 +12,12 @@ logged-in reviewer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final
 
 from rolltape.infra._errors import InfraError
-from rolltape.infra.broker import principal_store, require_connection
+from rolltape.infra.broker import PrincipalError, principal_store, require_connection
 from rolltape.infra.index import (
     IndexHeadLocator,
     JudgeAgreement,
@@ -25,7 +26,7 @@ from rolltape.infra.index import (
     existing_store,
     store_url,
 )
-from rolltape.infra.kafka.reviews import RecordedReview, ReviewWriter
+from rolltape.infra.kafka.reviews import REVIEW_TIMEOUT_S, RecordedReview, ReviewWriter
 from rolltape.infra.settings import Settings
 from rolltape.schemas import (
     HumanPreference,
@@ -131,30 +132,51 @@ def board(settings: Settings) -> tuple[ReviewBoard, str | None]:
     return review_board(settings, cron), None
 
 
+class ReviewerRefused(ReviewSetupError):
+    """The cluster did not answer these credentials, or did not take them."""
+
+
+_PLAINTEXT = (
+    "this cluster does not authenticate its clients (PLAINTEXT): a review is recorded by a "
+    "reviewer's login, which needs a cluster with SASL (`rolltape broker up` gives one)"
+)
+
+
 async def open_review_writer(settings: Settings) -> ReviewWriter:
-    """A started writer as the settings' reviewer principal; ReviewSetupError where the
-    settings name no reviewer."""
+    """A started writer as the settings' reviewer principal: the one way a review is written
+    (the CLI with the settings' credentials, the console with a login's). The cluster checks
+    the password first, and only then is the principal's role looked at (so a wrong password
+    learns nothing of who exists). ReviewerRefused where the cluster did not take them,
+    ReviewSetupError for anything else that makes them no reviewer's."""
     connection = require_connection(settings, Role.REVIEWER)
-    store = principal_store(settings)
-    if store is not None and connection.principal is not None:
-        principal = next((p for p in store.principals() if p.name == connection.principal), None)
-        if principal is not None and principal.role is not Role.REVIEWER:
-            raise ReviewSetupError(
-                f"{connection.principal!r} is a principal of role {principal.role.value}, not a "
-                "reviewer: set ROLLTAPE_SASL_USERNAME to a reviewer (`rolltape principal add "
-                "NAME --role reviewer`)"
-            )
     if connection.principal is None:
-        raise ReviewSetupError(
-            "this cluster does not authenticate its clients (PLAINTEXT): a review is recorded "
-            "by a reviewer's login, which needs a cluster with SASL (`rolltape broker up`)"
-        )
+        raise ReviewSetupError(_PLAINTEXT)
+    refused = ReviewerRefused(
+        f"the cluster did not answer or did not take {connection.principal!r}'s name and "
+        "password: check them (`rolltape principal show NAME` prints a principal's)"
+    )
     topic = topic_name(Stream.VERDICTS, settings.topic_prefix)
-    partitions = len(await partitions_of(connection, [topic]))
+    try:
+        async with asyncio.timeout(REVIEW_TIMEOUT_S):
+            partitions = len(await partitions_of(connection, [topic]))
+    except (KafkaClientError, TimeoutError):
+        raise refused from None
+    store = principal_store(settings)
+    if store is not None:
+        try:
+            role = store.get(connection.principal).role
+        except PrincipalError:
+            role = None
+        if role is not Role.REVIEWER:
+            what = f"of role {role.value}" if role is not None else "not one rolltape keeps"
+            raise ReviewSetupError(
+                f"{connection.principal!r} is a principal {what}, not a reviewer: use a "
+                "reviewer's name (`rolltape principal add NAME --role reviewer`)"
+            )
     if not partitions:
         raise ReviewSetupError(
-            f"{connection.principal!r} cannot see {topic}: it does not exist (`rolltape broker "
-            "up` creates it) or this principal may not write it"
+            f"{connection.principal!r} cannot see the topic {topic}: it does not exist "
+            "(`rolltape broker up` creates it) or this principal may not write it"
         )
     writer = ReviewWriter(
         connection,
@@ -162,7 +184,10 @@ async def open_review_writer(settings: Settings) -> ReviewWriter:
         partitions=partitions,
         locate=IndexHeadLocator(store_url(settings), settings.topic_prefix),
     )
-    return await writer.__aenter__()
+    try:
+        return await writer.__aenter__()
+    except (KafkaClientError, TimeoutError):
+        raise refused from None
 
 
 def record_verdict(
@@ -177,24 +202,19 @@ def record_verdict(
     """Record a human verdict on `session_id` as the settings' reviewer (a ValidationError
     names a field out of bounds; ReviewSetupError a session there is none of)."""
     check_reviewable(settings, session_id, comment=comment)
-    review = HumanVerdict.model_validate(
-        {
-            "reviewer": reviewer_of(settings),
-            "verdict": verdict,
-            "score": score,
-            "labels": labels,
-            "comment": comment,
-        }
-    )
 
-    async def main() -> RecordedReview:
-        writer = await open_review_writer(settings)
-        try:
-            return await writer.verdict(session_id, review)
-        finally:
-            await writer.__aexit__(None, None, None)
+    def review(reviewer: str) -> HumanVerdict:
+        return HumanVerdict.model_validate(
+            {
+                "reviewer": reviewer,
+                "verdict": verdict,
+                "score": score,
+                "labels": labels,
+                "comment": comment,
+            }
+        )
 
-    return asyncio.run(main())
+    return _written(settings, lambda w: w.verdict(session_id, review(w.principal)))
 
 
 def record_preference(
@@ -207,33 +227,26 @@ def record_preference(
 ) -> RecordedReview:
     """Record a preference of `chosen` over `rejected` as the settings' reviewer."""
     check_reviewable(settings, chosen, rejected, comment=comment)
-    review = HumanPreference(
-        reviewer=reviewer_of(settings),
-        chosen=chosen,
-        rejected=rejected,
-        labels=labels,
-        comment=comment,
-    )
 
+    def preference(reviewer: str) -> HumanPreference:
+        return HumanPreference(
+            reviewer=reviewer, chosen=chosen, rejected=rejected, labels=labels, comment=comment
+        )
+
+    return _written(settings, lambda w: w.preference(preference(w.principal)))
+
+
+def _written(
+    settings: Settings, write: Callable[[ReviewWriter], Awaitable[RecordedReview]]
+) -> RecordedReview:
     async def main() -> RecordedReview:
         writer = await open_review_writer(settings)
         try:
-            return await writer.preference(review)
+            return await write(writer)
         finally:
             await writer.__aexit__(None, None, None)
 
     return asyncio.run(main())
-
-
-def reviewer_of(settings: Settings) -> str:
-    """The principal reviews recorded with these settings are written as."""
-    principal = require_connection(settings, Role.REVIEWER).principal
-    if principal is None:
-        raise ReviewSetupError(
-            "this cluster does not authenticate its clients (PLAINTEXT): a review is recorded "
-            "by a reviewer's login, which needs a cluster with SASL (`rolltape broker up`)"
-        )
-    return principal
 
 
 def check_reviewable(settings: Settings, *session_ids: str, comment: str) -> None:
@@ -264,6 +277,7 @@ __all__ = [
     "Queue",
     "ReviewBoard",
     "ReviewSetupError",
+    "ReviewerRefused",
     "board",
     "check_reviewable",
     "cron_review_sessions",
@@ -271,5 +285,4 @@ __all__ = [
     "record_preference",
     "record_verdict",
     "review_board",
-    "reviewer_of",
 ]

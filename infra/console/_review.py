@@ -30,20 +30,18 @@ from aiohttp.typedefs import Middleware
 from pydantic import SecretStr, ValidationError
 
 from rolltape.infra._errors import InfraError, ReadModelError
-from rolltape.infra.broker import PrincipalError, principal_store, require_connection
+from rolltape.infra.broker import PrincipalError
 from rolltape.infra.commands.review import (
     ReviewSetupError,
     check_reviewable,
     cron_review_sessions,
+    open_review_writer,
     review_board,
 )
 from rolltape.infra.index import (
     FILTER_JUDGE,
-    IndexHeadLocator,
-    store_url,
 )
 from rolltape.infra.kafka.reviews import (
-    REVIEW_TIMEOUT_S,
     RecordedReview,
     ReviewConflictError,
     ReviewError,
@@ -53,11 +51,8 @@ from rolltape.infra.settings import Settings
 from rolltape.schemas import (
     HumanPreference,
     HumanVerdict,
-    Role,
-    Stream,
-    topic_name,
 )
-from rolltape.schemas.clients import KafkaClientError, partitions_of
+from rolltape.schemas.clients import KafkaClientError
 
 if TYPE_CHECKING:
     from rolltape.infra.console._app import Console
@@ -107,59 +102,20 @@ class Reviewers:
         name = name.strip()
         if not name or not password:
             raise LoginRefused("give a reviewer's name and password")
-        refused = LoginRefused(
-            "the cluster did not take this name and password: check them "
-            "(`rolltape principal show NAME` prints a principal's)"
-        )
         as_them = self.settings.model_copy(
             update={"sasl_username": name, "sasl_password": SecretStr(password)}
         )
         try:
-            connection = require_connection(as_them, Role.REVIEWER)
+            writer = await open_review_writer(as_them)
         except PrincipalError:
-            raise refused from None
-        except InfraError as exc:  # no broker configured or running
+            raise LoginRefused(
+                "the cluster did not take this name and password: check them "
+                "(`rolltape principal show NAME` prints a principal's)"
+            ) from None
+        except InfraError as exc:  # refused by the cluster, no reviewer, no broker configured
             raise LoginRefused(str(exc)) from exc
-        if connection.principal is None:
-            raise LoginRefused(
-                "this cluster does not authenticate its clients (PLAINTEXT), so no login can "
-                "be checked: reviews need a cluster with SASL (`rolltape broker up` gives one)"
-            )
-        topic = topic_name(Stream.VERDICTS, self.settings.topic_prefix)
-        try:
-            async with asyncio.timeout(REVIEW_TIMEOUT_S):
-                partitions = len(await partitions_of(connection, [topic]))
-        except (KafkaClientError, TimeoutError):
-            raise refused from None
-        store = principal_store(self.settings)
-        if store is not None:
-            try:
-                role = store.get(connection.principal).role
-            except PrincipalError:
-                role = None
-            if role is not Role.REVIEWER:
-                what = f"of role {role.value}" if role is not None else "not one rolltape keeps"
-                raise LoginRefused(
-                    f"{connection.principal!r} is a principal {what}, not a reviewer: log in "
-                    "as a reviewer (`rolltape principal add NAME --role reviewer`)"
-                )
-        if not partitions:
-            raise LoginRefused(
-                f"{connection.principal!r} cannot see the topic {topic}: it does not exist "
-                "(`rolltape broker up` creates it) or this principal may not write it"
-            )
-        writer = ReviewWriter(
-            connection,
-            self.settings.topic_prefix,
-            partitions=partitions,
-            locate=IndexHeadLocator(store_url(self.settings), self.settings.topic_prefix),
-        )
-        try:
-            await writer.__aenter__()
-        except (KafkaClientError, TimeoutError):
-            raise refused from None
         token = secrets.token_urlsafe(32)
-        login = Login(connection.principal, writer)
+        login = Login(writer.principal, writer)
         self.logins[token] = login
         return token, login
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -124,15 +125,17 @@ def _fixer(body: dict[str, Any]) -> Reply:
     return Completion(content="Runs of spaces produced several dashes.")
 
 
-def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: Path) -> None:
+def _slugify_rollout(tmp_path: Path, model: Callable[[dict[str, Any]], Reply]) -> Any:
+    """One rollout of the bug-fix item `slugify` against `model`, spooled under tmp_path (the
+    client retries nothing: a failing reply fails the rollout at once)."""
     env = BugFixEnv()
     [item] = [i for i in env.items("train") if i.item_id == "slugify"]
     recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
-    with OpenAICompatibleServer(_fixer) as server:
+    with OpenAICompatibleServer(model) as server:
         endpoint = ModelEndpoint(base_url=server.base_url, model="local")
 
         async def main() -> Any:
-            client = endpoint.async_client()
+            client = endpoint.async_client().with_options(max_retries=0)
             try:
                 return await run_rollout(
                     env, item, recorder=recorder, client=client, model="local", session_id="r1"
@@ -142,6 +145,11 @@ def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: 
 
         rollout = asyncio.run(main())
     recorder.close(10)
+    return rollout
+
+
+def test_run_rollout__records_the_session_with_its_reward_and_outcome(tmp_path: Path) -> None:
+    rollout = _slugify_rollout(tmp_path, _fixer)
     assert rollout.status == "completed" and rollout.reward is not None
     assert rollout.reward.reward == pytest.approx(1.0)
     envelopes = spooled(tmp_path / "spool")
@@ -164,23 +172,7 @@ def _writes_then_fails(body: dict[str, Any]) -> Reply:
 
 
 def test_run_rollout__a_failed_agent_still_records_the_world_it_left_last(tmp_path: Path) -> None:
-    env = BugFixEnv()
-    [item] = [i for i in env.items("train") if i.item_id == "slugify"]
-    recorder = Recorder(None, spool_dir=tmp_path / "spool", spool_after_s=0.0, principal="agent")
-    with OpenAICompatibleServer(_writes_then_fails) as server:
-        endpoint = ModelEndpoint(base_url=server.base_url, model="local")
-
-        async def main() -> Any:
-            client = endpoint.async_client().with_options(max_retries=0)
-            try:
-                return await run_rollout(
-                    env, item, recorder=recorder, client=client, model="local", session_id="r1"
-                )
-            finally:
-                await client.close()
-
-        rollout = asyncio.run(main())
-    recorder.close(10)
+    rollout = _slugify_rollout(tmp_path, _writes_then_fails)
     assert rollout.status == "failed" and rollout.reward is None
     envelopes = spooled(tmp_path / "spool")
     worlds = [e["payload"] for e in envelopes if e["type"] == "world_snapshot"]
