@@ -33,8 +33,9 @@ LabelOption = Annotated[
 
 @app.command()
 def queue(as_json: JsonOption = False) -> None:
-    """The sessions waiting for a reviewer, by queue: cron runs routed to a person, sessions
-    the reward filter rejected, sessions whose judges disagree, a sample of accepted ones."""
+    """The sessions waiting for a reviewer, by queue: cron runs routed to a person, sessions a
+    filter holds for review, sessions the reward filter rejected, sessions whose judges
+    disagree, a sample of accepted ones."""
     shown, said = board(settings())
     if said is not None:
         err_console.print(said, markup=False, highlight=False)
