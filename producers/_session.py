@@ -167,11 +167,13 @@ class Session:
         finish_reason: str | None = None,
         model: str | None = None,
         latency_ms: float | None = None,
+        model_version: str | None = None,
     ) -> None:
         """Record one message. For a model's reply: `token_ids` and `prompt_token_ids` as the
         serving engine produced them, `logprobs` of the sampled tokens, the usage report
-        (`prompt_tokens` / `completion_tokens`), why it stopped, which model answered and how
-        long it took. The client capture fills these in."""
+        (`prompt_tokens` / `completion_tokens`), why it stopped, which model answered, how
+        long it took and the model version the endpoint serves. The client capture fills these
+        in."""
         payload: dict[str, Any] = {
             "role": role,
             "content": content,
@@ -186,6 +188,7 @@ class Session:
             ("finish_reason", finish_reason),
             ("model", model),
             ("latency_ms", latency_ms),
+            ("model_version", model_version),
         ):
             if value is not None:
                 payload[key] = tuple(value) if isinstance(value, list | tuple) else value
@@ -244,12 +247,15 @@ class Session:
         run.result = ...`. See `rolltape.producers.record_tool` for the rule and call linking."""
         return ToolRun(self, name, arguments, call_id=call_id)
 
-    def capture(self, client: C, *, family: str | None = None) -> C:
+    def capture(
+        self, client: C, *, family: str | None = None, model_version: str | None = None
+    ) -> C:
         """A copy of an `openai.OpenAI` / `AsyncOpenAI` client whose `chat.completions.create`
-        records into this session (the `openai` extra); see `rolltape.producers.capture`."""
+        records into this session (the `openai` extra); see `rolltape.producers.capture`.
+        `model_version`: the version the endpoint serves, recorded on every reply."""
         from rolltape.producers.capture import capture
 
-        return capture(client, session=self, family=family)
+        return capture(client, session=self, family=family, model_version=model_version)
 
     def _claim_call(self, name: str, arguments: Mapping[str, Any]) -> str | None:
         """The oldest recorded call of `name` with these arguments that has no result yet."""

@@ -29,16 +29,20 @@ from rolltape.projections._trajectory import Trajectory
 from rolltape.projections.exporters import (
     ChatTokenizer,
     CompressionReport,
+    SkipSession,
+    Stack,
     atropos_groups,
     compress,
     dpo_pairs,
     estimate_tokens,
     jsonl_line,
     session_rows,
+    stack_row,
+    token_samples,
 )
 from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
 
-Format = Literal["sharegpt", "atropos", "turns", "openai", "trl", "dpo"]
+Format = Literal["sharegpt", "atropos", "turns", "openai", "trl", "dpo", "tokens"]
 META_DIR = ".rolltape"
 """The export folder's subfolder for what is not training data (sidecars, manifest)."""
 MANIFEST = f"{META_DIR}/manifest.json"
@@ -138,6 +142,9 @@ class ExportOptions(BaseModel):
     """Atropos: keep groups whose scores are all equal (Atropos drops them by default)."""
     tokenizer: str | None = None
     """A label of the tokenizer used (its content digest), recorded in the manifest."""
+    stack: Stack = "rolltape"
+    """Tokens: whose field names the samples are written in (`rolltape`, the documented form,
+    or a training stack's own: see `rolltape.projections.exporters.STACKS`)."""
 
     @field_validator("score")
     @classmethod
@@ -181,6 +188,9 @@ class Manifest(BaseModel):
     skipped: dict[str, int]
     unanswered_calls: int
     compressed: int
+    token_sources: dict[str, int] = Field(default_factory=dict)
+    """Tokens: samples by where their ids came from (`exact`: as the serving engine returned
+    them; `template`: rendered with `options.tokenizer`)."""
     files: tuple[ExportFile, ...]
     evidence: tuple[str, ...] = ()
     """Evidence files (`export --evidence`): per data file, the envelopes and signed inclusion
@@ -255,6 +265,7 @@ class Tally:
     unanswered_calls: int = 0
     compressed: int = 0
     known_tools: set[str] = field(default_factory=set)
+    token_sources: Counter[str] = field(default_factory=Counter)
 
 
 class FileSink(Protocol):
@@ -375,6 +386,10 @@ class Exporting:
             for _, members in groups:
                 yield from self._group_lines(list(members))
             return
+        if format == "tokens":
+            for chosen in self.store.ordered():
+                yield from self._token_lines(chosen)
+            return
         known_tools = sorted(self.tally.known_tools)
         for chosen in self.store.ordered():
             rows = session_rows(format, chosen.trajectory, known_tools)
@@ -385,6 +400,25 @@ class Exporting:
             source = _source(chosen.trajectory, chosen.report)
             for row in rows:
                 yield ExportLine(jsonl_line(row), {"sessions": [source]})
+
+    def _token_lines(self, chosen: Chosen) -> Iterator[ExportLine]:
+        options, tally = self.options, self.tally
+        try:
+            samples = token_samples(
+                chosen.trajectory,
+                self.tokenizer,
+                tokenizer_label=options.tokenizer,
+                score=options.score,
+            )
+            rows = [stack_row(options.stack, sample) for sample in samples]
+        except SkipSession as exc:
+            tally.skipped[exc.reason] += 1
+            return
+        tally.exported += 1
+        source = _source(chosen.trajectory, chosen.report)
+        for sample, row in zip(samples, rows, strict=True):
+            tally.token_sources[sample.token_source] += 1
+            yield ExportLine(jsonl_line(row), {"branch": sample.branch, "sessions": [source]})
 
     def _group_lines(self, members: list[Chosen]) -> Iterator[ExportLine]:
         options, tally = self.options, self.tally
@@ -462,6 +496,7 @@ class Exporting:
             skipped=dict(sorted(tally.skipped.items())),
             unanswered_calls=tally.unanswered_calls,
             compressed=tally.compressed,
+            token_sources=dict(sorted(tally.token_sources.items())),
             files=files,
         )
 

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
@@ -67,6 +67,8 @@ class FeedItem:
     every redelivery, so a pipeline can drop repeats by it."""
 
     trajectory: Trajectory
+    offsets: Mapping[Partition, int] = field(default_factory=dict)
+    """Where the session's records start on each partition it was read from."""
 
     @property
     def id(self) -> str:
@@ -103,12 +105,18 @@ class _Revoked:
     async def revoked(self, partitions: list[Partition]) -> None:
         await self.feed._commit()
         self.feed._open.clear()
+        for partition in partitions:
+            self.feed._next.pop(partition, None)
         for sid in self.feed._to_open:  # decided, not opened yet: read again with the rest
             self.feed._done.pop(sid, None)
         self.feed._to_open.clear()
 
     async def assigned(self, partitions: list[Partition]) -> None:
-        return None
+        restored = self.feed._restored
+        for partition in partitions:
+            at = restored.pop(partition, None)
+            if at is not None:  # a trainer's checkpoint: read on from where it was
+                self.feed._member.seek(partition, at)
 
 
 class TrajectoryFeed:
@@ -129,6 +137,7 @@ class TrajectoryFeed:
         abandon_after_s: float | None = None,
         auto_ack: bool = True,
         keys: ContentKeys | None = None,
+        rank: tuple[int, int] | None = None,
     ) -> None:
         """`abandon_after_s`: a session not decided and silent this long is dropped from the
         buffer (counted in `skipped["abandoned"]`) so it stops holding its partition's commits
@@ -141,7 +150,11 @@ class TrajectoryFeed:
 
         `keys`: what opens sessions recorded with a subject. Without it (or where it cannot
         open one) such a session is left out, counted in `skipped` as `key_unavailable` or
-        `erased`: a feed never hands out the empty fields sealing leaves in clear."""
+        `erased`: a feed never hands out the empty fields sealing leaves in clear.
+
+        `rank`: (rank, world size) of a data-parallel trainer's process: the members of the
+        group share the partitions by rank (`GroupMember(rank=...)`), so ranks read disjoint
+        sessions."""
         if isinstance(connection, str):
             connection = KafkaConnection.plaintext(connection)
         self._connection = connection
@@ -167,6 +180,11 @@ class TrajectoryFeed:
         self._commit_every = commit_interval_s
         self._last_commit = time.monotonic()
         self._keys = keys
+        self._rank = rank
+        self._next: dict[Partition, int] = {}
+        """Per partition, the offset after the last record fetched from it."""
+        self._restored: dict[Partition, int] = {}
+        """Positions to read on from when a partition is assigned (`restore`)."""
         self._to_open: list[str] = []
         """Sessions decided on whose content is sealed: opened after the batch they ended in."""
         self.skipped: dict[str, int] = defaultdict(int)
@@ -188,6 +206,7 @@ class TrajectoryFeed:
             ownership=_Revoked(self),
             from_beginning=self._from_beginning,
             co_partitioned=True,
+            rank=self._rank,
             fetch_max_wait_ms=100,
         )
         self._member_instance = await member.start()
@@ -226,7 +245,27 @@ class TrajectoryFeed:
             await self._poll()
         sid, trajectory = self._ready.get_nowait()
         self._in_hand = sid
-        return FeedItem(trajectory)
+        session = self._open.get(sid)
+        return FeedItem(trajectory, dict(session.offsets) if session is not None else {})
+
+    def positions(self) -> dict[Partition, int]:
+        """Per owned partition, where a reader must start again to lose nothing handed out
+        after the items acknowledged so far: before the first record of every session not
+        acknowledged, else after the last record fetched. Sessions acknowledged after that
+        point come again on a restart (`FeedItem.offsets` tells which). What a trainer saves
+        in its checkpoint (`restore`); the group's commits are the same figure, committed."""
+        owned = self._member.owned()
+        at = {tp: offset for tp, offset in self._next.items() if tp in owned}
+        for session in self._open.values():
+            for tp, first in session.offsets.items():
+                if tp in at and first < at[tp]:
+                    at[tp] = first
+        return at
+
+    def restore(self, positions: Mapping[Partition, int]) -> None:
+        """Read each partition from `positions` when it is assigned (a trainer's checkpoint,
+        from `positions`), instead of from the group's commits. Call before `start`."""
+        self._restored = dict(positions)
 
     async def until(self, stop: asyncio.Event) -> AsyncIterator[FeedItem]:
         """The items, until `stop` is set (a signal handler's event): a wait for the next item
@@ -261,6 +300,7 @@ class TrajectoryFeed:
             await self._commit()
 
     def _add(self, tp: Partition, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self._next[tp] = max(self._next.get(tp, 0), offset + 1)
         if key is None or value is None:
             return
         sid = key.decode("utf-8", "replace")
@@ -276,6 +316,16 @@ class TrajectoryFeed:
         if env.type == CHECKPOINT_TYPE:
             return  # the judge's checkpoint logs are no session
         session = self._open.get(sid)
+        if (
+            stream == Stream.EVENTS.value
+            and env.type != "session_started"
+            and (session is None or not session.events)
+        ):
+            # Its start lies before where this read began, and a session holds the commits
+            # (and `positions`) back until it is done: it was handed out or left out before.
+            self._open.pop(sid, None)
+            self._remember(self._done, sid)
+            return
         if session is None:
             session = self._open[sid] = _Open()
         session.offsets[tp] = min(session.offsets.get(tp, offset), offset)

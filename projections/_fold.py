@@ -33,6 +33,7 @@ from pydantic import TypeAdapter
 from rolltape.processors.conversation import EVENT_TYPES, Conversation, View
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._trajectory import (
+    TURN_REWARD,
     ChainSpan,
     FeedbackRecord,
     Message,
@@ -168,6 +169,9 @@ class _Builder(View[TypedEvent]):
                 "summary": bool(turn.summary),
                 "prompt_tokens": turn.prompt_tokens,
                 "completion_tokens": turn.completion_tokens,
+                "finish_reason": turn.finish_reason,
+                "model": turn.model,
+                "model_version": turn.model_version,
                 "ts_ns": at.ts_ns,
                 "event_hash": at.hash,
             }
@@ -206,7 +210,13 @@ class _Builder(View[TypedEvent]):
             self.unmatched.append(at.hash)
 
     def reward(self, reward: Reward, at: TypedEvent) -> None:
-        self.reward_records.append(RewardRecord(**reward.model_dump(), event_hash=at.hash))
+        turn = None
+        if reward.name == TURN_REWARD:
+            replies = sum(1 for m in self.messages if m["role"] == "assistant")
+            turn = replies - 1 if replies else None
+        self.reward_records.append(
+            RewardRecord(**reward.model_dump(), turn=turn, event_hash=at.hash)
+        )
 
     def feedback(self, feedback: Feedback, at: TypedEvent) -> None:
         self.feedback_records.append(FeedbackRecord(**feedback.model_dump(), event_hash=at.hash))

@@ -9,9 +9,8 @@ A record that holds a payload's fields is that payload model plus where it came 
 payload reaches the trajectory. The others keep their own fields because inheriting would change
 the trajectory's JSON or its meaning: `RewardRecord` lists `name` before `value` (a `Reward` puts
 `value` first, which reorders `model_dump_json`); `ToolOutcome.success` is the fold's verdict, not
-the recorder's flag, and has no `call_id`; `Message` leaves out a turn's `finish_reason`, `model`
-and `latency_ms` and always writes `prompt_token_ids` and `logprobs` (a `Turn` drops them when
-unset); a `Trajectory` is not a `SessionStarted`, so it repeats the start's fields it carries.
+the recorder's flag, and has no `call_id`; `Message` leaves out a turn's `latency_ms` and always
+writes `prompt_token_ids` and `logprobs` (a `Turn` drops them when unset); a `Trajectory` is not a `SessionStarted`, so it repeats the start's fields it carries.
 """
 
 from __future__ import annotations
@@ -23,8 +22,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from rolltape.projections._errors import ProjectionError
 from rolltape.schemas import Feedback, FilterOutcome, ToolCall, ToolSpec
 
+TURN_REWARD = "turn"
+"""The name of a reward event that scores the assistant turn just before it (a per-turn reward,
+as multi-turn trainers take them); the session's final reward stays the one named "reward"."""
+
 Role = Literal["system", "user", "assistant"]
 Status = Literal["completed", "interrupted", "failed", "unfinished"]
+
+
+def _unset(value: object) -> bool:
+    """`exclude_if` of fields added after trajectories were first written: left out while None."""
+    return value is None
 
 
 class ScoreSourceError(ProjectionError, ValueError):
@@ -71,6 +79,13 @@ class Message(BaseModel):
     """A compressor's summary standing for earlier turns (see schemas.Turn.summary)."""
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    finish_reason: str | None = Field(default=None, exclude_if=_unset)
+    """Why the reply ended, as the server said (`stop`, `length`, `tool_calls`); left out of
+    the trajectory's JSON when unset, so a trajectory without it is written as before."""
+    model: str | None = Field(default=None, exclude_if=_unset)
+    """The model that answered, as the server named it (the turn's `model`)."""
+    model_version: str | None = Field(default=None, exclude_if=_unset)
+    """The version of the model the endpoint served, as the model table named it."""
     ts_ns: int
     event_hash: str | None
     """None for an assistant message the fold opened because tool calls came without a turn."""
@@ -86,6 +101,9 @@ class RewardRecord(BaseModel):
     value: float
     components: dict[str, float] = Field(default_factory=dict)
     source: str | None = None
+    turn: int | None = Field(default=None, exclude_if=_unset)
+    """For a per-turn reward (named `TURN_REWARD`): which assistant turn it rewards, counted
+    from 0 (the latest one recorded before it); None for every other reward."""
     event_hash: str
 
 

@@ -93,6 +93,9 @@ class Turn(BaseModel):
     finish_reason: str | None = Field(default=None, exclude_if=unset)
     model: str | None = Field(default=None, exclude_if=unset)
     """The model that answered, as the server named it."""
+    model_version: str | None = Field(default=None, exclude_if=unset)
+    """The version of the model the endpoint serves, as the model table names it
+    (`ModelEndpoint.version`): which training run's checkpoint sampled this reply."""
     latency_ms: float | None = Field(default=None, ge=0, exclude_if=unset)
     """From the request to the complete reply (the last chunk of a stream)."""
     summary: bool | None = Field(default=None, exclude_if=unset)

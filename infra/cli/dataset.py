@@ -29,6 +29,7 @@ from rolltape.infra.commands.export import (
     ExportOptions,
     Format,
     Selection,
+    Stack,
     collect_judged,
     no_checkpoint_hint,
     open_tokenizer,
@@ -111,6 +112,13 @@ def export(
     tokenizer: TokenizerOption = None,
     score: ScoreOption = "reward",
     keep_equal_scores: KeepEqualScoresOption = False,
+    stack: Annotated[
+        Stack,
+        typer.Option(
+            help="tokens: write the samples in this training stack's field names (rolltape: "
+            "the documented form)."
+        ),
+    ] = "rolltape",
     overwrite: Annotated[bool, typer.Option(help="Replace an earlier export in --out.")] = False,
     evidence: Annotated[
         bool,
@@ -121,7 +129,9 @@ def export(
     ] = False,
 ) -> None:
     """Write training data: ShareGPT, Atropos groups, per-turn traces, OpenAI or TRL chat JSONL,
-    or TRL DPO preference pairs from sessions of one group ranked by --score.
+    TRL DPO preference pairs from sessions of one group ranked by --score, or token samples
+    (tokens: ids, a mask of the policy's sampled tokens, logprobs, reward; in veRL's, SkyRL's,
+    slime's, rLLM's or verifiers' field names with --stack).
 
     Each data file has a sidecar .rolltape/<name>.provenance.jsonl (line for line: sessions,
     trajectory ids, first and last event hash of every chain used) and .rolltape/manifest.json has
@@ -149,7 +159,12 @@ def export(
         token_budget=token_budget,
         score=score,
         keep_equal_scores=keep_equal_scores,
+        stack=stack,
     )
+    if stack != "rolltape" and format != "tokens":
+        raise typer.BadParameter(
+            f"--stack {stack} names the fields of token samples: use -f tokens"
+        )
     chat_tokenizer, label = open_tokenizer(tokenizer)
     options = options.model_copy(update={"tokenizer": label})
     s = settings()
@@ -197,6 +212,10 @@ def export(
     )
     for file in manifest.files:
         console.print(f"  {file.name}: {file.lines} lines, {file.sessions} sessions")
+    if manifest.token_sources:
+        sources = ", ".join(f"{n} {source}" for source, n in manifest.token_sources.items())
+        made = f" (template: {manifest.options.tokenizer})" if manifest.options.tokenizer else ""
+        console.print(f"  token ids: {sources}{made}")
     if manifest.skipped:
         reasons = ", ".join(f"{reason} {n}" for reason, n in manifest.skipped.items())
         console.print(f"  skipped: {reasons}")

@@ -109,6 +109,7 @@ async def run_batch(
                 client=client,
                 model=endpoint.model,
                 family=endpoint.family,
+                model_version=endpoint.version,
                 session_id=slot.session_id(run),
                 sample=slot.sample,
                 tags=["batch", f"batch={run}"],

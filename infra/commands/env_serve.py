@@ -139,6 +139,7 @@ async def serve_env(
                         client=client,
                         model=endpoint.model,
                         family=endpoint.family,
+                        model_version=endpoint.version,
                         session_id=f"{group}.{k}",
                         sample=k,
                         group_id=group,

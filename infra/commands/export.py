@@ -49,7 +49,7 @@ from rolltape.projections import (
     session_evidence,
     session_start,
 )
-from rolltape.projections.exporters import ChatTokenizer, load_tokenizer
+from rolltape.projections.exporters import ChatTokenizer, Stack, load_tokenizer
 from rolltape.schemas import (
     HUMAN_CHAIN,
     LIVE_JUDGE_VERSION,
@@ -72,6 +72,7 @@ __all__ = [
     "FolderSink",
     "Format",
     "Selection",
+    "Stack",
     "collect",
     "collect_judged",
     "collect_narrowed",

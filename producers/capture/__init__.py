@@ -43,9 +43,12 @@ log = logging.getLogger("rolltape.producers.capture")
 class _Recorder:
     """The capture's state: one Conversation per session it recorded into."""
 
-    def __init__(self, session: Session | None, family: str | None) -> None:
+    def __init__(
+        self, session: Session | None, family: str | None, model_version: str | None = None
+    ) -> None:
         self.session = session
         self.family = family
+        self.model_version = model_version
         self.conversations: dict[int, Conversation] = {}
 
     def conversation(self) -> Conversation | None:
@@ -59,7 +62,7 @@ class _Recorder:
             # program does not keep every session it ever recorded
             for old in [k for k, c in self.conversations.items() if c.session.ended]:
                 del self.conversations[old]
-            found = self.conversations[key] = Conversation(session, self.family)
+            found = self.conversations[key] = Conversation(session, self.family, self.model_version)
         return found
 
 
@@ -78,11 +81,19 @@ def _safely(what: str, fn: Callable[..., None], *args: Any) -> None:
         )
 
 
-def capture(client: C, *, session: Session | None = None, family: str | None = None) -> C:
+def capture(
+    client: C,
+    *,
+    session: Session | None = None,
+    family: str | None = None,
+    model_version: str | None = None,
+) -> C:
     """A recording copy of an `openai.OpenAI` or `openai.AsyncOpenAI` client. With `session`,
     it records there; without, into the session whose `with` block is current at each call
     (calls outside any session are not recorded). `family` names the model's tool-call text
-    format (rolltape.producers.parsing.FAMILIES) for servers that return calls as text."""
+    format (rolltape.producers.parsing.FAMILIES) for servers that return calls as text;
+    `model_version` the version of the model the endpoint serves (`ModelEndpoint.version`),
+    recorded on every reply."""
     if family is not None:
         check_family(family)
     with_options = getattr(client, "with_options", None)
@@ -91,7 +102,7 @@ def capture(client: C, *, session: Session | None = None, family: str | None = N
     copy = with_options()
     completions = copy.chat.completions
     original = completions.create
-    state = _Recorder(session, family)
+    state = _Recorder(session, family, model_version)
     if _is_async(copy, original):
         completions.create = _async_create(original, state)
     else:

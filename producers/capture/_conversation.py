@@ -85,9 +85,12 @@ def fingerprint(message: Mapping[str, Any]) -> Fingerprint:
 class Conversation:
     """One session's view through a captured client."""
 
-    def __init__(self, session: Session, family: str | None) -> None:
+    def __init__(
+        self, session: Session, family: str | None, model_version: str | None = None
+    ) -> None:
         self.session = session
         self.family = family
+        self.model_version = model_version
         self.recorded: list[Fingerprint] = []
         self.replies = 0
         self._sent: list[tuple[Any, Fingerprint]] = []
@@ -189,6 +192,7 @@ class Conversation:
             finish_reason=reply.finish_reason,
             model=reply.model,
             latency_ms=round(latency_ms, 3),
+            model_version=self.model_version,
         )
         for call in calls:
             s.tool_call(

@@ -50,7 +50,9 @@ def agent_runner(endpoints: Mapping[str, ModelEndpoint], *, max_iterations: int 
             return RunOutcome(status=RunStatus.TERMINAL_FAILURE, reason=str(exc))
         if logical not in clients:
             clients[logical] = endpoint.async_client()
-        client = context.session.capture(clients[logical], family=endpoint.family)
+        client = context.session.capture(
+            clients[logical], family=endpoint.family, model_version=endpoint.version
+        )
         try:
             result = await run_agent(
                 client,

@@ -75,6 +75,7 @@ async def run_rollout(
     prompt: PromptVersion | None = None,
     labels: Mapping[str, Any] | None = None,
     seed: int | None = None,
+    model_version: str | None = None,
 ) -> Rollout:
     """Run and record one rollout of `item` in session `session_id`, in a temporary workdir
     removed afterwards (`family`: the endpoint's tool-call text format, see
@@ -84,7 +85,8 @@ async def run_rollout(
     `prompt` is a version of the environment's prompt target (`env.<name>.system`) the agent
     gets as its system prompt instead of the environment's own; the session's run config names
     it, with `labels` (a prompt loop's round and role). `seed` goes with every model call (a
-    server that honours it samples the same way for the same seed: a prompt loop's pairs)."""
+    server that honours it samples the same way for the same seed: a prompt loop's pairs).
+    `model_version`: the version the endpoint serves (`ModelEndpoint.version`), on every reply."""
     with tempfile.TemporaryDirectory(prefix=f"rolltape-{env.name}-", dir=workdir_root) as tmp:
         workdir = Path(tmp)
         env.setup_workdir(item, workdir)
@@ -125,7 +127,7 @@ async def run_rollout(
             rollout = functools.partial(rollout, started_from=started_from)
             # A recording copy sharing `client`'s connections (one client serves a whole batch:
             # building one loads the CA bundle, tens of milliseconds).
-            captured = session.capture(client, family=family)
+            captured = session.capture(client, family=family, model_version=model_version)
             try:
                 result = await run_agent(
                     captured,

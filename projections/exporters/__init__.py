@@ -12,9 +12,11 @@ from rolltape.projections.exporters._atropos import (
     IGNORE,
     AtroposExport,
     ChatTokenizer,
+    SkipSession,
     TokenizerError,
     atropos_groups,
     load_tokenizer,
+    templated_tokens,
     tokens_and_masks,
 )
 from rolltape.projections.exporters._compress import (
@@ -39,12 +41,14 @@ from rolltape.projections.exporters._sharegpt import (
     sharegpt_row,
     tools_json,
 )
+from rolltape.projections.exporters._stacks import STACKS, Stack, stack_row
 from rolltape.projections.exporters._tags import escape, unescape
+from rolltape.projections.exporters._tokens import TokenSample, TokenSource, token_samples
 from rolltape.projections.exporters._turns import turn_lines
 
-#: Formats of `rolltape dataset export`; atropos lines are per group, dpo lines per pair in a group, the
-#: others per session (turns: per assistant turn).
-FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl", "dpo")
+#: Formats of `rolltape dataset export`; atropos lines are per group, dpo lines per pair in a group,
+#: tokens lines per branch of a session, the others per session (turns: per assistant turn).
+FORMATS = ("sharegpt", "atropos", "turns", "openai", "trl", "dpo", "tokens")
 
 
 def session_rows(
@@ -66,6 +70,7 @@ def session_rows(
 __all__ = [
     "FORMATS",
     "IGNORE",
+    "STACKS",
     "AtroposExport",
     "ChatTokenizer",
     "CompressionReport",
@@ -75,6 +80,10 @@ __all__ = [
     "ParsedResponse",
     "ParsedRow",
     "ShareGPTFormatError",
+    "SkipSession",
+    "Stack",
+    "TokenSample",
+    "TokenSource",
     "TokenizerError",
     "atropos_groups",
     "chat_messages",
@@ -91,6 +100,9 @@ __all__ = [
     "parse_tool_value",
     "session_rows",
     "sharegpt_row",
+    "stack_row",
+    "templated_tokens",
+    "token_samples",
     "tokens_and_masks",
     "tools_json",
     "trajectory_tokens",

@@ -124,13 +124,21 @@ def _render(tokenizer: ChatTokenizer, messages: list[dict[str, Any]], tools: Any
     return text
 
 
-def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
+def templated_tokens(
+    trajectory: Trajectory, tokenizer: ChatTokenizer
+) -> tuple[list[int], list[tuple[int, int]]]:
+    """The conversation rendered once with the tokenizer's chat template and encoded, and each
+    assistant reply's token range `[start, end)` in it, in order. A reply's characters are found
+    by rendering the prefixes before and after it (the template must render prefixes of a
+    conversation as prefixes of its text, as chat templates do); a token belongs to the reply
+    when it lies inside those characters. Raises SkipSession when the template is not prefix
+    stable. The token form (`_tokens.py`) and the Atropos masks both come from here."""
     from rolltape.projections.exporters._sharegpt import tools_json
 
     messages = chat_messages(trajectory, "trl")
     tools = tools_json(trajectory)
     full = _render(tokenizer, messages, tools)
-    spans: list[tuple[int, int]] = []
+    chars: list[tuple[int, int]] = []
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
@@ -141,20 +149,35 @@ def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[i
                 "template_not_prefix_stable",
                 "the chat template does not render conversation prefixes as text prefixes",
             )
-        spans.append((len(before), len(after)))
+        chars.append((len(before), len(after)))
     encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     tokens = list(encoded["input_ids"])
-    masks = []
+    first: list[int | None] = [None] * len(chars)
+    last = [0] * len(chars)
     span_index = 0
-    for token, (start, end) in zip(tokens, encoded["offset_mapping"], strict=True):
-        while span_index < len(spans) and spans[span_index][1] <= start:
+    for i, (start, end) in enumerate(encoded["offset_mapping"]):
+        while span_index < len(chars) and chars[span_index][1] <= start:
             span_index += 1
-        inside = (
-            span_index < len(spans)
-            and spans[span_index][0] <= start
-            and end <= spans[span_index][1]
-        )
-        masks.append(token if inside and end > start else IGNORE)
+        if (
+            span_index < len(chars)
+            and chars[span_index][0] <= start
+            and start < end <= chars[span_index][1]
+        ):
+            if first[span_index] is None:
+                first[span_index] = i
+            last[span_index] = i + 1
+    spans = [
+        (len(tokens), len(tokens)) if begin is None else (begin, end)
+        for begin, end in zip(first, last, strict=True)
+    ]
+    return tokens, spans
+
+
+def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
+    tokens, spans = templated_tokens(trajectory, tokenizer)
+    masks = [IGNORE] * len(tokens)
+    for start, end in spans:
+        masks[start:end] = tokens[start:end]
     return tokens, masks
 
 

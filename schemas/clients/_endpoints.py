@@ -44,6 +44,10 @@ class ModelEndpoint(BaseModel):
     returns calls as text (no tool parser enabled): one of rolltape.producers.parsing.FAMILIES,
     checked when the settings are read and where the client is captured. None: the server
     returns structured calls."""
+    version: str | None = None
+    """The version of the model this endpoint serves (a training run's checkpoint, by the name
+    its lineage records): captured replies carry it, so every sample names the model that
+    sampled it. None: not known."""
 
     @field_serializer("api_key")
     def _api_key(self, key: SecretStr, info: SerializationInfo) -> SecretStr | str:

@@ -94,18 +94,24 @@ class GroupMember(HeldConsumer):
         ownership: Ownership | None = None,
         from_beginning: bool = True,
         co_partitioned: bool = False,
+        rank: tuple[int, int] | None = None,
         **settings: Any,
     ) -> None:
         """`co_partitioned`: the topics are partitioned alike (by session), and a member gets
-        the same partition of each (Kafka's range assignor). `settings` go to the consumer
-        (timeouts, fetch sizes)."""
+        the same partition of each (Kafka's range assignor). `rank`: (rank, world size) of a
+        data-parallel trainer's process: the member gets partition p of every topic when
+        p % world size is its rank, and no other (`rank_assignor`), so ranks read disjoint
+        sessions whatever order they join in. `settings` go to the consumer (timeouts, fetch
+        sizes)."""
         settings = {
             "group_id": group_id,
             "enable_auto_commit": False,
             "auto_offset_reset": "earliest" if from_beginning else "latest",
             **settings,
         }
-        if co_partitioned:
+        if rank is not None:
+            settings["partition_assignment_strategy"] = (rank_assignor(*rank),)
+        elif co_partitioned:
             from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 
             settings["partition_assignment_strategy"] = (RangePartitionAssignor,)
@@ -202,6 +208,72 @@ async def group_members(connection: KafkaConnection, group_id: str) -> int:
     )
 
 
+def rank_assignor(rank: int, world_size: int) -> Any:
+    """A partition assignor (the client library's kind) for ranked members: each member says its
+    rank and world size in its join metadata, and the group's leader gives partition p of every
+    topic to the member whose rank is p % world size. A partition whose rank has not joined is
+    given to nobody (it waits for its own rank instead of being read by another and read again
+    later); two members claiming one rank (a restarted process before the old one's session
+    expired) give it to the lower member id, the other gets nothing. Members of one group must
+    agree on the world size; one that does not gets nothing and a warning is logged."""
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+    import collections
+    import logging
+
+    import orjson
+    from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+    from aiokafka.coordinator.protocol import (
+        ConsumerProtocolMemberAssignment,
+        ConsumerProtocolMemberMetadata,
+    )
+
+    log = logging.getLogger(__name__)
+
+    class RankAssignor(AbstractPartitionAssignor):  # type: ignore[misc]
+        name = "rolltape-rank"
+        version = 0
+
+        @classmethod
+        def assign(cls, cluster: Any, members: Mapping[str, Any]) -> dict[str, Any]:
+            by_rank: dict[int, str] = {}
+            for member in sorted(members):
+                claim = orjson.loads(members[member].user_data or b"{}")
+                if claim.get("world_size") != world_size:
+                    log.warning(
+                        "member %s says world size %s, this group uses %s: it gets nothing",
+                        member,
+                        claim.get("world_size"),
+                        world_size,
+                    )
+                    continue
+                by_rank.setdefault(int(claim["rank"]), member)
+            owned: dict[str, dict[str, list[int]]] = collections.defaultdict(dict)
+            topics = sorted({t for m in members.values() for t in m.subscription})
+            for topic in topics:
+                for p in sorted(cluster.partitions_for_topic(topic) or ()):
+                    holder = by_rank.get(p % world_size)
+                    if holder is not None:
+                        owned[holder].setdefault(topic, []).append(p)
+            return {
+                member: ConsumerProtocolMemberAssignment(
+                    cls.version, sorted(owned[member].items()), b""
+                )
+                for member in members
+            }
+
+        @classmethod
+        def metadata(cls, topics: Iterable[str]) -> Any:
+            claim = orjson.dumps({"rank": rank, "world_size": world_size})
+            return ConsumerProtocolMemberMetadata(cls.version, list(topics), claim)
+
+        @classmethod
+        def on_assignment(cls, assignment: Any) -> None:
+            return None
+
+    return RankAssignor
+
+
 def theirs(partition: Partition) -> Any:
     """A partition in the client library's terms."""
     from aiokafka import TopicPartition
@@ -236,4 +308,5 @@ __all__ = [
     "Ownership",
     "Partition",
     "group_members",
+    "rank_assignor",
 ]

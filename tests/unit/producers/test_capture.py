@@ -116,7 +116,7 @@ def test_capture__records_the_conversation_once_with_ids_token_ids_and_logprobs(
     spooled = Spooled(tmp_path)
     bare = agent_loop(client(server))
     with spooled.agent.session("weather") as s:
-        captured = s.capture(client(server))
+        captured = s.capture(client(server), model_version="gen-3")
         assert isinstance(captured, openai.OpenAI)
         assert agent_loop(captured) == bare  # the caller gets what the bare client gives
     events = recorded(spooled)
@@ -137,6 +137,7 @@ def test_capture__records_the_conversation_once_with_ids_token_ids_and_logprobs(
     assert first["prompt_token_ids"] == [1, 2, 3, 4]
     assert first["logprobs"] == [-0.1, -0.2, -0.3, -0.4, -0.5, -0.6]
     assert first["finish_reason"] == "tool_calls" and first["model"] == "m"
+    assert first["model_version"] == "gen-3"  # the version the model table names
     assert first["prompt_tokens"] == 4 and first["completion_tokens"] == 6
     assert first["latency_ms"] > 0
     calls = [p for t, p in events if t == "tool_call"]

@@ -1,0 +1,212 @@
+"""The token form: ids, the sampled mask and logprobs aligned, branches where the context was
+rewritten, and each stack's field names."""
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from rolltape.projections import ExportOptions, Trajectory, build_export, fold
+from rolltape.projections.exporters import (
+    SkipSession,
+    load_tokenizer,
+    stack_row,
+    token_samples,
+)
+from rolltape.schemas import read_event
+from tests.unit.processors.scripted import Tape, run
+from tests.unit.projections.sessions import CONFIG, HOSTILE
+
+
+def _fold(records: list[Any]) -> Trajectory:
+    outputs, _ = run(records, CONFIG)
+    events = [read_event(r.value) for r in records]
+    derived = [read_event(o.value) for o in outputs if hasattr(o, "value")]
+    return fold(events, derived)
+
+
+def _captured(tape: Tape, sid: str = "s-cap", *, compressed: bool = False) -> list[Any]:
+    """A session as a captured client against vLLM records it: each reply with the prompt ids
+    the engine saw, its sampled ids and logprobs; tool results between replies."""
+    records = [tape.start(sid, task="add", model="policy", group_id="g")]
+    records.append(tape.event(sid, "turn", role="user", content="add 2 and 3"))
+    records.append(
+        tape.event(
+            sid,
+            "turn",
+            role="assistant",
+            content="",
+            prompt_token_ids=[1, 2, 3],
+            token_ids=[10, 11],
+            logprobs=[-0.1, -0.2],
+            finish_reason="tool_calls",
+            model="policy",
+            model_version="gen-0",
+        )
+    )
+    records.append(tape.event(sid, "tool_call", id="c1", name="calc", arguments={"e": "2+3"}))
+    records.append(tape.event(sid, "tool_result", call_id="c1", content="5"))
+    records.append(tape.event(sid, "reward", name="turn", value=0.5))
+    records.append(
+        tape.event(
+            sid,
+            "turn",
+            role="assistant",
+            content="It is 5.",
+            prompt_token_ids=[1, 2, 3, 10, 11, 20, 21],
+            token_ids=[12, 13],
+            logprobs=[-0.3, -0.4],
+            finish_reason="stop",
+            model="policy",
+            model_version="gen-0",
+        )
+    )
+    if compressed:
+        # The agent compressed its context: the next prompt no longer extends the branch.
+        records.append(tape.event(sid, "turn", role="user", content="and 4 more?"))
+        records.append(
+            tape.event(
+                sid,
+                "turn",
+                role="assistant",
+                content="9.",
+                prompt_token_ids=[1, 2, 3, 77, 30],
+                token_ids=[14],
+                logprobs=[-0.5],
+                finish_reason="length",
+                model="policy",
+                model_version="gen-0",
+            )
+        )
+    records.append(tape.event(sid, "reward", value=1.0))
+    records.extend(tape.end(sid))
+    return records
+
+
+def test_exact_ids_keep_the_engines_tokens_and_mask_the_tool_tokens() -> None:
+    trajectory = _fold(_captured(Tape()))
+    [sample] = token_samples(trajectory)
+    assert sample.token_source == "exact" and sample.tokenizer is None
+    assert sample.token_ids == [1, 2, 3, 10, 11, 20, 21, 12, 13]
+    assert sample.mask == [0, 0, 0, 1, 1, 0, 0, 1, 1]  # the tool result's tokens 20, 21 are 0
+    assert sample.logprobs == [None, None, None, -0.1, -0.2, None, None, -0.3, -0.4]
+    assert sample.spans == [(3, 5), (7, 9)]
+    assert len(sample.token_ids) == len(sample.mask) == len(sample.logprobs)
+    assert sample.turn_rewards == [0.5, None]
+    assert (sample.reward, sample.stop_reason) == (1.0, "stop")
+    assert (sample.model, sample.model_version, sample.group_id) == ("policy", "gen-0", "g")
+    assert sample.sample_id == f"{trajectory.trajectory_id}:0" and sample.branches == 1
+    assert sample.has_logprobs and sample.prompt_length == 3
+
+
+def test_a_rewritten_context_starts_a_branch_and_no_token_is_trained_twice() -> None:
+    trajectory = _fold(_captured(Tape(), compressed=True))
+    first, second = token_samples(trajectory)
+    assert (first.branch, second.branch, first.branches) == (0, 1, 2)
+    assert first.token_ids == [1, 2, 3, 10, 11, 20, 21, 12, 13]
+    assert second.token_ids == [1, 2, 3, 77, 30, 14]
+    assert second.mask == [0, 0, 0, 0, 0, 1] and second.logprobs[-1] == -0.5
+    assert (second.stop_reason, second.turn_rewards) == ("length", [None])
+    assert first.sample_id != second.sample_id
+    sampled = [t for s in (first, second) for t, m in zip(s.token_ids, s.mask, strict=True) if m]
+    assert sampled == [10, 11, 12, 13, 14]
+
+
+def test_without_ids_or_a_tokenizer_a_session_is_skipped_not_guessed() -> None:
+    tape = Tape()
+    records = [tape.start("s", task="t")]
+    records.append(tape.event("s", "turn", role="user", content="hi"))
+    records.append(tape.event("s", "turn", role="assistant", content="hello"))
+    records.extend(tape.end("s"))
+    with pytest.raises(SkipSession) as raised:
+        token_samples(_fold(records))
+    assert raised.value.reason == "needs_tokenizer"
+
+
+def _summarized(tape: Tape) -> list[Any]:
+    sid = "s-sum"
+    records = [tape.start(sid, task="count")]
+    records.append(tape.event(sid, "turn", role="system", content="You are careful."))
+    records.append(tape.event(sid, "turn", role="user", content="What is 6*7? " + HOSTILE))
+    records.append(tape.event(sid, "turn", role="assistant", content="Let me check."))
+    records.append(tape.event(sid, "turn", role="user", content="go on"))
+    records.append(tape.event(sid, "turn", role="assistant", content="It is 42."))
+    records.append(
+        tape.event(sid, "turn", role="user", content="[CONTEXT SUMMARY]: found 42", summary=True)
+    )
+    records.append(tape.event(sid, "turn", role="assistant", content="I could not count 1 2 3"))
+    records.append(tape.event(sid, "reward", value=0.25))
+    records.extend(tape.end(sid))
+    return records
+
+
+def test_a_template_splits_a_compressed_session_at_its_summary(tmp_path: Path) -> None:
+    from tests.support.tokenizer import build_chat_tokenizer
+
+    tokenizer = load_tokenizer(build_chat_tokenizer(tmp_path / "tok"))
+    trajectory = _fold(_summarized(Tape()))
+    first, second = token_samples(trajectory, tokenizer, tokenizer_label="tok@abc")
+    assert {first.token_source, second.token_source} == {"template"}
+    assert first.tokenizer == "tok@abc"
+
+    def trained(sample: Any) -> list[str]:
+        return [tokenizer.decode(sample.token_ids[a:b]) for a, b in sample.spans]
+
+    assert trained(first) == ["Let me check.<|im_end|>\n", "It is 42.<|im_end|>\n"]
+    assert trained(second) == ["I could not count 1 2 3<|im_end|>\n"]
+    text = tokenizer.decode(second.token_ids)
+    # The second branch: the system prompt and task, the summary, what came after it.
+    assert text.startswith("<|im_start|>system\nYou are careful.")
+    assert HOSTILE in text and "[CONTEXT SUMMARY]: found 42" in text
+    assert "Let me check." not in text
+    for sample in (first, second):
+        assert sum(sample.mask) == sum(b - a for a, b in sample.spans)
+        assert all(lp is None for lp in sample.logprobs)
+
+
+def test_the_export_is_byte_identical_and_its_manifest_says_where_ids_came_from() -> None:
+    trajectories = [_fold(_captured(Tape(), compressed=True))]
+    options = ExportOptions(format="tokens")
+    files, manifest = build_export(trajectories, options)
+    again, _ = build_export(trajectories, options)
+    assert files == again
+    assert manifest.token_sources == {"exact": 2} and manifest.lines == 2
+    data = dict(files)["tokens-00000.jsonl"]
+    rows = [orjson.loads(line) for line in data.splitlines()]
+    assert [row["branch"] for row in rows] == [0, 1]
+    sidecar = dict(files)[".rolltape/tokens-00000.provenance.jsonl"]
+    assert [orjson.loads(line)["branch"] for line in sidecar.splitlines()] == [0, 1]
+
+
+def test_stack_rows_use_each_stacks_field_names() -> None:
+    [sample] = token_samples(_fold(_captured(Tape())))
+    verl = stack_row("verl", sample)
+    assert verl["prompt_ids"] == [1, 2, 3]
+    assert verl["response_ids"] == [10, 11, 20, 21, 12, 13]
+    assert verl["response_mask"] == [1, 1, 0, 0, 1, 1]
+    assert verl["response_logprobs"] == [-0.1, -0.2, 0.0, 0.0, -0.3, -0.4]
+    assert verl["reward_score"] == 1.0
+    skyrl = stack_row("skyrl", sample)
+    assert skyrl["loss_masks"] == verl["response_mask"]
+    assert skyrl["rewards"] == [0.0, 0.5, 0.0, 0.0, 0.0, 1.0]  # the turn's, then the final
+    slime = stack_row("slime", sample)
+    assert slime["tokens"] == sample.token_ids and slime["response_length"] == 6
+    assert slime["loss_mask"] == verl["response_mask"] and slime["weight_versions"] == ["gen-0"]
+    assert slime["status"] == "completed"
+    rllm = stack_row("rllm", sample)
+    assert [s["prompt_ids"] for s in rllm["steps"]] == [[1, 2, 3], [1, 2, 3, 10, 11, 20, 21]]
+    assert [s["reward"] for s in rllm["steps"]] == [0.5, 0.0]
+    verifiers = stack_row("verifiers", sample)
+    assert verifiers["sampled_mask"] == [m == 1 for m in sample.mask]
+
+
+def test_stacks_that_train_on_a_reward_skip_a_session_without_one() -> None:
+    tape = Tape()
+    records = [r for r in _captured(tape) if b'"reward"' not in r.value]
+    [sample] = token_samples(_fold(records))
+    assert sample.reward is None
+    assert stack_row("rolltape", sample)["reward"] is None
+    with pytest.raises(SkipSession) as raised:
+        stack_row("verl", sample)
+    assert raised.value.reason == "no_score"
