@@ -37,8 +37,7 @@ from rolltape.projections.exporters import (
     estimate_tokens,
     jsonl_line,
     session_rows,
-    stack_row,
-    token_samples,
+    stack_rows,
 )
 from rolltape.schemas import JUDGE_VERSION_PATTERN, LIVE_JUDGE_VERSION
 
@@ -404,19 +403,19 @@ class Exporting:
     def _token_lines(self, chosen: Chosen) -> Iterator[ExportLine]:
         options, tally = self.options, self.tally
         try:
-            samples = token_samples(
+            rows = stack_rows(
+                options.stack,
                 chosen.trajectory,
                 self.tokenizer,
                 tokenizer_label=options.tokenizer,
                 score=options.score,
             )
-            rows = [stack_row(options.stack, sample) for sample in samples]
         except SkipSession as exc:
             tally.skipped[exc.reason] += 1
             return
         tally.exported += 1
         source = _source(chosen.trajectory, chosen.report)
-        for sample, row in zip(samples, rows, strict=True):
+        for sample, row in rows:
             tally.token_sources[sample.token_source] += 1
             yield ExportLine(jsonl_line(row), {"branch": sample.branch, "sessions": [source]})
 

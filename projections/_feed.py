@@ -239,10 +239,17 @@ class TrajectoryFeed:
         self._open.pop(trajectory.session_id, None)
 
     async def __anext__(self) -> FeedItem:
+        while (item := self.next_ready()) is None:
+            await self._poll()
+        return item
+
+    def next_ready(self) -> FeedItem | None:
+        """The next item when one is decided and waiting, else None (nothing is read): what a
+        caller that drives the feed from synchronous code takes before it waits."""
         if self._auto_ack:
             self._finish_in_hand()
-        while self._ready.empty():
-            await self._poll()
+        if self._ready.empty():
+            return None
         sid, trajectory = self._ready.get_nowait()
         self._in_hand = sid
         session = self._open.get(sid)

@@ -46,8 +46,7 @@ from rolltape.projections.exporters import (
     ChatTokenizer,
     SkipSession,
     Stack,
-    stack_row,
-    token_samples,
+    stack_rows,
 )
 from rolltape.schemas import DEFAULT_PREFIX
 from rolltape.schemas.clients import KafkaConnection, Partition
@@ -208,6 +207,9 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
     def _next(self, loop: asyncio.AbstractEventLoop, feed: TrajectoryFeed) -> FeedItem | None:
         """The next item, or None once stopped or idle for `idle_stop_s`. One wait for the item
         goes on across the checks, so the feed is never interrupted mid-read."""
+        ready = feed.next_ready()
+        if ready is not None:
+            return ready
         waiting = loop.create_task(feed.__anext__())
         idle_since = time.monotonic()
         try:
@@ -228,18 +230,18 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
 
     def _rows(self, item: FeedItem) -> Iterator[dict[str, Any]]:
         try:
-            samples = token_samples(
+            rows = stack_rows(
+                self.stack,
                 item.trajectory,
                 self._tokenizer,
                 tokenizer_label=self._tokenizer_label,
                 score=self._score,
             )
-            rows = [stack_row(self.stack, s) for s in samples]
         except SkipSession as exc:
             self.skipped[exc.reason] += 1
             return
         _, ids = self._yielded.setdefault(item.id, (dict(item.offsets), []))
-        for sample, row in zip(samples, rows, strict=True):
+        for sample, row in rows:
             if sample.sample_id in self._dropped or sample.sample_id in ids:
                 self.skipped["duplicate_sample"] += 1
                 continue

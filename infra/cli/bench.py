@@ -394,6 +394,34 @@ def index_bench(
     _show(figures.model_copy(update={"readers": readers}), json_out)
 
 
+@app.command("tokens")
+def tokens_bench(
+    sessions: int = typer.Option(
+        2000, min=2, help="Sessions in each run (captured: exact ids, in groups of two), exported."
+    ),
+    repeats: int = _repeats(3, " (of each way)"),
+    stream_sessions: int = typer.Option(
+        2000,
+        min=0,
+        help="Sessions on a broker read as a TokenStream and by a plain read (0: leave the "
+        "stream out, no broker needed).",
+    ),
+    json_out: bool = _json(),
+) -> None:
+    """Token samples per second: `export -f tokens` against the Atropos export of the same
+    sessions (no broker: the code's own cost), then, on a broker, the TokenStream against a
+    plain read of the same topics."""
+    from rolltape.infra.bench.tokens import run_tokens_bench
+
+    figures = run_tokens_bench(
+        sessions=sessions,
+        repeats=repeats,
+        settings=settings() if stream_sessions else None,
+        stream_sessions=stream_sessions,
+    )
+    _show(figures, json_out)
+
+
 @app.command("console")
 def console_bench(
     sessions: int = typer.Option(

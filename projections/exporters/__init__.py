@@ -41,7 +41,7 @@ from rolltape.projections.exporters._sharegpt import (
     sharegpt_row,
     tools_json,
 )
-from rolltape.projections.exporters._stacks import STACKS, Stack, stack_row
+from rolltape.projections.exporters._stacks import STACKS, Stack, stack_row, stack_rows
 from rolltape.projections.exporters._tags import escape, unescape
 from rolltape.projections.exporters._tokens import TokenSample, TokenSource, token_samples
 from rolltape.projections.exporters._turns import turn_lines
@@ -101,6 +101,7 @@ __all__ = [
     "session_rows",
     "sharegpt_row",
     "stack_row",
+    "stack_rows",
     "templated_tokens",
     "token_samples",
     "tokens_and_masks",

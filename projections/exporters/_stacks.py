@@ -1,26 +1,33 @@
 """Token samples in the field names of the RL stacks people train agents with.
 
 One `TokenSample` (the documented form, `_tokens.py`) becomes one row per stack, each field
-the stack's own name and meaning, so a trainer loads the rows into its own type:
+the stack's own name and meaning, so a trainer loads the rows into its own type. Read from the
+stacks' code (2026-08 and later):
 
 - `rolltape`: the documented form itself.
-- `verl`: veRL's agent loop output (`verl/experimental/agent_loop/agent_loop.py`,
-  `AgentLoopOutput`): `prompt_ids`, `response_ids`, `response_mask` (1 on model tokens, 0 on
-  tool tokens), `response_logprobs` (one per response token, 0.0 where the model did not sample
-  it), `reward_score`, `num_turns` (the user and assistant turns, as the agent loop counts them).
-- `skyrl`: one rollout of SkyRL's `GeneratorOutput` (`skyrl_train/generators/base.py`, whose
-  fields are lists over rollouts): `prompt_token_ids`, `response_ids`, `rewards` (a scalar, or
-  one per response token when per-turn rewards were recorded: each at its turn's last token),
-  `loss_masks`, `stop_reasons`, `rollout_logprobs`.
-- `slime`: slime's `Sample` (`slime/utils/types.py`): `tokens` (prompt and response),
-  `response_length`, `loss_mask` and `rollout_log_probs` over the response, `reward`,
-  `weight_versions`, `status` (`completed`, `truncated` when the model stopped on length,
-  `aborted` otherwise short of a stop).
-- `rllm`: an rLLM trajectory (`rllm/agents/agent.py`): one step per sampled reply, each with the
-  `prompt_ids` it was sampled after, its `response_ids` and `logprobs`, the turn's `reward`
-  and the `weight_version`; the trajectory's `reward`.
-- `verifiers`: a branch of a verifiers v1 trace: `token_ids`, `sampled_mask` (true where
-  sampled), `logprobs`, `loss_weights` (1.0 where sampled), `reward`.
+- `verl`: veRL's `AgentLoopOutput` (`verl/experimental/agent_loop/agent_loop.py`, 0.9):
+  `prompt_ids`, `response_ids`, `response_mask` (1 on model tokens, 0 on tool tokens),
+  `response_logprobs` (one per response token, 0.0 where the model did not sample it),
+  `reward_score`, `num_turns` (user and assistant turns, as the agent loop counts them),
+  `metrics` (its timings: none recorded, so empty), `extra_fields` (our ids).
+- `skyrl`: one rollout's entry of each list of SkyRL's `GeneratorOutput`
+  (`skyrl/train/generators/base.py`, 0.4; a TypedDict of lists over rollouts, so a batch is
+  these rows zipped key by key): `prompt_token_ids`, `response_ids`, `rewards` (a scalar, or one
+  per response token when per-turn rewards were recorded: each at its turn's last token, the
+  final reward at the last), `loss_masks`, `stop_reasons`, `rollout_logprobs`.
+- `slime`: slime's `Sample` (`slime/utils/types.py`, 0.3; `Sample.from_dict`): `tokens` (prompt
+  and response), `response_length`, `loss_mask` and `rollout_log_probs` over the response,
+  `reward`, `weight_versions`, `status` (`completed`, or `truncated` when the model stopped on
+  length, `aborted` on any other stop), our ids in `metadata`.
+- `rllm`: rLLM's `Trajectory` (`rllm/types.py`, 0.3): one `Step` per sampled reply, with the
+  `prompt_ids` it was sampled after, its `response_ids` and `logprobs` (empty when the server
+  returned none), the turn's `reward`, and `weight_version` when the model version is a number
+  (rLLM counts policy updates; a named version goes in `metadata`); the trajectory's `reward`.
+- `verifiers`: a verifiers v1 trace (`verifiers/v1/trace.py`, 0.4; `WireTrace.model_validate`),
+  one per branch: for each sampled reply a node of the message before it, holding the tokens
+  between the previous reply and this one (not sampled), then the reply's node (sampled, its
+  logprobs). The trace's `branches[0]` gives back the sample's `token_ids`, its mask as
+  `sampled_mask`, and its logprobs (0.0 where not sampled).
 
 Stacks that train on a reward need one: a session without a score is left out (`no_score`).
 A stack's response starts at the first sampled token: everything before it is its prompt.
@@ -31,8 +38,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from rolltape.projections.exporters._atropos import SkipSession
-from rolltape.projections.exporters._tokens import TokenSample
+from rolltape.projections._trajectory import Trajectory
+from rolltape.projections.exporters._atropos import ChatTokenizer, SkipSession
+from rolltape.projections.exporters._openai import chat_messages
+from rolltape.projections.exporters._tokens import (
+    TOKEN_SAMPLE_FIELDS,
+    TokenSample,
+    token_samples,
+)
 
 Stack = Literal["rolltape", "verl", "skyrl", "slime", "rllm", "verifiers"]
 
@@ -53,11 +66,11 @@ def _response_logprobs(sample: TokenSample) -> list[float] | None:
     return [0.0 if lp is None else lp for lp in sample.logprobs[start:]]
 
 
-def _rolltape(sample: TokenSample) -> dict[str, Any]:
-    return sample.model_dump(mode="json")
+def _rolltape(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
+    return {name: getattr(sample, name) for name in TOKEN_SAMPLE_FIELDS}
 
 
-def _verl(sample: TokenSample) -> dict[str, Any]:
+def _verl(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
     start = sample.prompt_length
     return {
         "prompt_ids": sample.token_ids[:start],
@@ -66,11 +79,12 @@ def _verl(sample: TokenSample) -> dict[str, Any]:
         "response_logprobs": _response_logprobs(sample),
         "reward_score": _reward(sample, "verl"),
         "num_turns": 2 * len(sample.spans),
+        "metrics": {},
         "extra_fields": {"sample_id": sample.sample_id, "group_id": sample.group_id},
     }
 
 
-def _skyrl(sample: TokenSample) -> dict[str, Any]:
+def _skyrl(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
     start = sample.prompt_length
     reward = _reward(sample, "skyrl")
     rewards: float | list[float] = reward
@@ -98,11 +112,9 @@ def _slime_status(sample: TokenSample) -> str:
     return "aborted"
 
 
-def _slime(sample: TokenSample) -> dict[str, Any]:
+def _slime(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
     start = sample.prompt_length
     return {
-        "group_index": sample.group_id,
-        "index": sample.sample_id,
         "tokens": sample.token_ids,
         "response_length": len(sample.token_ids) - start,
         "loss_mask": sample.mask[start:],
@@ -110,10 +122,13 @@ def _slime(sample: TokenSample) -> dict[str, Any]:
         "reward": _reward(sample, "slime"),
         "weight_versions": [sample.model_version] if sample.model_version else [],
         "status": _slime_status(sample),
+        "metadata": {"sample_id": sample.sample_id, "group_id": sample.group_id},
     }
 
 
-def _rllm(sample: TokenSample) -> dict[str, Any]:
+def _rllm(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
+    version = sample.model_version
+    numbered = int(version) if version is not None and version.isdigit() else None
     steps = []
     for (begin, end), turn_reward in zip(sample.spans, sample.turn_rewards, strict=True):
         logprobs = sample.logprobs[begin:end]
@@ -123,23 +138,85 @@ def _rllm(sample: TokenSample) -> dict[str, Any]:
                 "response_ids": sample.token_ids[begin:end],
                 "logprobs": logprobs if all(lp is not None for lp in logprobs) else [],
                 "reward": turn_reward or 0.0,
-                "weight_version": sample.model_version,
+                "weight_version": numbered,
             }
         )
-    return {"uid": sample.sample_id, "steps": steps, "reward": _reward(sample, "rllm")}
-
-
-def _verifiers(sample: TokenSample) -> dict[str, Any]:
     return {
-        "token_ids": sample.token_ids,
-        "sampled_mask": [m == 1 for m in sample.mask],
-        "logprobs": [0.0 if lp is None else lp for lp in sample.logprobs],
-        "loss_weights": [float(m) for m in sample.mask],
-        "reward": sample.reward,
+        "uid": sample.sample_id,
+        "name": trajectory.task,
+        "steps": steps,
+        "reward": _reward(sample, "rllm"),
+        "metadata": {"group_id": sample.group_id, "model_version": version},
     }
 
 
-STACKS: dict[str, Callable[[TokenSample], dict[str, Any]]] = {
+def _verifiers_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message (OpenAI form) as a verifiers v1 message: calls' names and arguments flat."""
+    out = {k: v for k, v in message.items() if k != "tool_calls"}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [
+            {
+                "id": c["id"],
+                "type": "function",
+                "name": c["function"]["name"],
+                "arguments": c["function"]["arguments"],
+            }
+            for c in message["tool_calls"]
+        ]
+    return out
+
+
+def _verifiers(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
+    messages = [_verifiers_message(m) for m in chat_messages(trajectory, "openai")]
+    at_reply = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+    nodes: list[dict[str, Any]] = []
+    previous = 0
+    for (begin, end), turn in zip(sample.spans, sample.turns, strict=True):
+        reply = at_reply[turn]
+        before = next(
+            (m for m in reversed(messages[:reply]) if m["role"] != "assistant"),
+            {"role": "user", "content": ""},
+        )
+        nodes.append(
+            {
+                "parent": len(nodes) - 1 if nodes else None,
+                "message": before,
+                "token_ids": sample.token_ids[previous:begin],
+                "mask": [False] * (begin - previous),
+            }
+        )
+        logprobs = sample.logprobs[begin:end]
+        nodes.append(
+            {
+                "parent": len(nodes) - 1,
+                "message": messages[reply],
+                "sampled": True,
+                "token_ids": sample.token_ids[begin:end],
+                "mask": [True] * (end - begin),
+                "logprobs": logprobs if all(lp is not None for lp in logprobs) else [],
+            }
+        )
+        previous = end
+    rewards = {} if sample.reward is None else {"reward": {"score": sample.reward}}
+    return {
+        "version": 1,
+        "id": sample.sample_id,
+        "task": {"type": "rolltape", "data": {"prompt": trajectory.task}},
+        "agent": {"config": {}},
+        "nodes": nodes,
+        "rewards": rewards,
+        "is_completed": trajectory.status == "completed",
+        "stop_condition": sample.stop_reason,
+        "info": {
+            "session_id": sample.session_id,
+            "group_id": sample.group_id,
+            "model": sample.model,
+            "model_version": sample.model_version,
+        },
+    }
+
+
+STACKS: dict[str, Callable[[TokenSample, Trajectory], dict[str, Any]]] = {
     "rolltape": _rolltape,
     "verl": _verl,
     "skyrl": _skyrl,
@@ -150,7 +227,22 @@ STACKS: dict[str, Callable[[TokenSample], dict[str, Any]]] = {
 """Each stack's row writer, by the name `--stack` takes."""
 
 
-def stack_row(stack: str, sample: TokenSample) -> dict[str, Any]:
-    """`sample` in `stack`'s field names. Raises SkipSession (`no_score`) when the stack needs
-    a reward the session lacks."""
-    return STACKS[stack](sample)
+def stack_row(stack: str, sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
+    """`sample` (of `trajectory`) in `stack`'s field names. Raises SkipSession (`no_score`)
+    when the stack needs a reward the session lacks."""
+    return STACKS[stack](sample, trajectory)
+
+
+def stack_rows(
+    stack: str,
+    trajectory: Trajectory,
+    tokenizer: ChatTokenizer | None = None,
+    *,
+    tokenizer_label: str | None = None,
+    score: str = "reward",
+) -> list[tuple[TokenSample, dict[str, Any]]]:
+    """A session's token samples (`token_samples`), each with its row in `stack`'s field names:
+    what the export and the dataset write. Raises SkipSession with the reason the session is
+    left out."""
+    samples = token_samples(trajectory, tokenizer, tokenizer_label=tokenizer_label, score=score)
+    return [(sample, stack_row(stack, sample, trajectory)) for sample in samples]

@@ -358,6 +358,18 @@ def test_bench_index__times_the_readers_by_the_read_model_and_by_scan(topics: To
     assert readers["prompts_index_ms"] > 0 and readers["prompts_scan_ms"] > 0
 
 
+def test_bench_tokens__times_the_export_and_the_stream_against_their_baselines(
+    topics: Topics,
+) -> None:
+    args = "bench tokens --sessions 40 --stream-sessions 30 --repeats 1 --json"
+    out = run(args.split(), topics.env())
+    assert out.returncode == 0, out.stdout + out.stderr
+    figures = json.loads(out.stdout)
+    assert figures["sessions"] == 40 and figures["stream_sessions"] == 30
+    assert figures["tokens_samples_per_s"] > 0 and figures["atropos_samples_per_s"] > 0
+    assert figures["stream_samples_per_s"] > 0 and figures["plain_samples_per_s"] > 0
+
+
 def test_bench_console__times_both_pages_from_the_server_and_in_chromium(topics: Topics) -> None:
     args = "bench console --sessions 300 --events 200 --requests 3 --json"
     out = run(args.split(), topics.env())

@@ -18,6 +18,8 @@ from rolltape.schemas import read_event
 from tests.unit.processors.scripted import Tape, run
 from tests.unit.projections.sessions import CONFIG, HOSTILE
 
+row_of = stack_row
+
 
 def _fold(records: list[Any]) -> Trajectory:
     outputs, _ = run(records, CONFIG)
@@ -180,7 +182,12 @@ def test_the_export_is_byte_identical_and_its_manifest_says_where_ids_came_from(
 
 
 def test_stack_rows_use_each_stacks_field_names() -> None:
-    [sample] = token_samples(_fold(_captured(Tape())))
+    trajectory = _fold(_captured(Tape()))
+    [sample] = token_samples(trajectory)
+
+    def stack_row(stack: str, sample: Any) -> dict[str, Any]:
+        return row_of(stack, sample, trajectory)
+
     verl = stack_row("verl", sample)
     assert verl["prompt_ids"] == [1, 2, 3]
     assert verl["response_ids"] == [10, 11, 20, 21, 12, 13]
@@ -197,8 +204,25 @@ def test_stack_rows_use_each_stacks_field_names() -> None:
     rllm = stack_row("rllm", sample)
     assert [s["prompt_ids"] for s in rllm["steps"]] == [[1, 2, 3], [1, 2, 3, 10, 11, 20, 21]]
     assert [s["reward"] for s in rllm["steps"]] == [0.5, 0.0]
-    verifiers = stack_row("verifiers", sample)
-    assert verifiers["sampled_mask"] == [m == 1 for m in sample.mask]
+    assert rllm["metadata"]["model_version"] == "gen-0"
+
+
+def test_verifiers_own_trace_type_reads_the_rows_back_as_the_sample() -> None:
+    """verifiers installs from PyPI on CPU: its v1 trace validates the row, and the trace's
+    branch gives back the sample's ids, sampled mask and logprobs."""
+    trace_types = pytest.importorskip("verifiers.v1.trace")
+    for compressed in (False, True):
+        trajectory = _fold(_captured(Tape(), compressed=compressed))
+        for sample in token_samples(trajectory):
+            trace = trace_types.WireTrace.model_validate(row_of("verifiers", sample, trajectory))
+            [branch] = trace.branches
+            assert branch.token_ids == sample.token_ids
+            assert branch.sampled_mask == [m == 1 for m in sample.mask]
+            assert branch.logprobs == [0.0 if lp is None else lp for lp in sample.logprobs]
+            assert trace.reward == sample.reward
+            roles = [node.message.role for node in trace.nodes]
+            assert roles[1::2] == ["assistant"] * len(sample.spans)
+        assert trace.nodes[-1].message.content in ("It is 5.", "9.")
 
 
 def test_stacks_that_train_on_a_reward_skip_a_session_without_one() -> None:
@@ -206,7 +230,7 @@ def test_stacks_that_train_on_a_reward_skip_a_session_without_one() -> None:
     records = [r for r in _captured(tape) if b'"reward"' not in r.value]
     [sample] = token_samples(_fold(records))
     assert sample.reward is None
-    assert stack_row("rolltape", sample)["reward"] is None
+    assert stack_row("rolltape", sample, _fold(records))["reward"] is None
     with pytest.raises(SkipSession) as raised:
-        stack_row("verl", sample)
+        stack_row("verl", sample, _fold(records))
     assert raised.value.reason == "no_score"
