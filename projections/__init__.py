@@ -37,6 +37,14 @@ from rolltape.projections._export import (
 )
 from rolltape.projections._feed import ContentKeys, FeedItem, TrajectoryFeed
 from rolltape.projections._fold import FoldError, fold
+from rolltape.projections._lineage import (
+    LINEAGE_EVENT_TYPES,
+    Lineage,
+    LineageRun,
+    ModelLineage,
+    UnknownModelError,
+    fold_lineage,
+)
 from rolltape.projections._narrowing import Narrowing, session_start
 from rolltape.projections._projector import run_projector, trajectory_record
 from rolltape.projections._prompts import (
@@ -63,6 +71,7 @@ from rolltape.projections._trajectory import (
 )
 
 __all__ = [
+    "LINEAGE_EVENT_TYPES",
     "MANIFEST",
     "META_DIR",
     "PROMPT_EVENT_TYPES",
@@ -86,10 +95,13 @@ __all__ = [
     "FoldError",
     "Format",
     "InclusionProof",
+    "Lineage",
+    "LineageRun",
     "Manifest",
     "MemorySink",
     "MemoryStore",
     "Message",
+    "ModelLineage",
     "Narrowing",
     "PreferenceRecord",
     "ProjectionError",
@@ -107,11 +119,13 @@ __all__ = [
     "ToolStats",
     "Trajectory",
     "TrajectoryFeed",
+    "UnknownModelError",
     "VerdictRecord",
     "build_export",
     "checked_event",
     "evidence_problems",
     "fold",
+    "fold_lineage",
     "fold_prompts",
     "order_key",
     "read_erasures",

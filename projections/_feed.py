@@ -183,6 +183,8 @@ class TrajectoryFeed:
         self._rank = rank
         self._next: dict[Partition, int] = {}
         """Per partition, the offset after the last record fetched from it."""
+        self._first: dict[Partition, int] = {}
+        """Per partition, the offset of the first record this feed fetched from it."""
         self._restored: dict[Partition, int] = {}
         """Positions to read on from when a partition is assigned (`restore`)."""
         self._to_open: list[str] = []
@@ -269,6 +271,10 @@ class TrajectoryFeed:
                     at[tp] = first
         return at
 
+    def read_from(self) -> dict[Partition, int]:
+        """Per partition, where this feed's reads began (its first record fetched)."""
+        return dict(self._first)
+
     def restore(self, positions: Mapping[Partition, int]) -> None:
         """Read each partition from `positions` when it is assigned (a trainer's checkpoint,
         from `positions`), instead of from the group's commits. Call before `start`."""
@@ -308,6 +314,7 @@ class TrajectoryFeed:
 
     def _add(self, tp: Partition, offset: int, key: bytes | None, value: bytes | None) -> None:
         self._next[tp] = max(self._next.get(tp, 0), offset + 1)
+        self._first.setdefault(tp, offset)
         if key is None or value is None:
             return
         sid = key.decode("utf-8", "replace")

@@ -124,6 +124,10 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         """Per trajectory yielded, its sessions' first offsets and the sample ids yielded."""
         self._dropped: set[str] = set()
         """Sample ids a restored checkpoint had seen: never yielded again."""
+        self._consumed: list[tuple[str, str]] = []
+        """(session id, trajectory id) of the samples yielded since `take_consumed`."""
+        self._read_from: dict[Partition, int] = {}
+        """Where this stream's reads began on each partition."""
         self.skipped: Counter[str] = Counter()
         """Sessions handed out but not turned into samples, by reason (`needs_tokenizer`, ...),
         and re-sent samples dropped (`duplicate_sample`)."""
@@ -140,6 +144,16 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
             "positions": {_key(tp): at for tp, at in sorted(positions.items())},
             "seen": sorted(seen),
         }
+
+    def take_consumed(self) -> tuple[list[tuple[str, str]], dict[str, tuple[int, int]]]:
+        """The samples yielded since the last call, as (session id, trajectory id), and per
+        partition the offsets the stream has read from and up to: what a training run records
+        as its lineage (`rolltape.infra.lineage.LineageCallback`)."""
+        consumed, self._consumed = self._consumed, []
+        now = self._positions()
+        began = {**(self._feed.read_from() if self._feed is not None else {}), **self._read_from}
+        span = {_key(tp): (began.get(tp, at), at) for tp, at in sorted(now.items())}
+        return consumed, span
 
     def _positions(self) -> dict[Partition, int]:
         return self._feed.positions() if self._feed is not None else dict(self._restored)
@@ -182,6 +196,7 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
             loop.run_until_complete(feed.start())
             self._feed = feed
             prune_at = _PRUNE_AT
+            self._read_from = dict(self._restored)
             while True:
                 item = self._next(loop, feed)
                 if item is None:
@@ -246,6 +261,7 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
                 self.skipped["duplicate_sample"] += 1
                 continue
             ids.append(sample.sample_id)
+            self._consumed.append((sample.session_id, sample.trajectory_id))
             yield row
 
 

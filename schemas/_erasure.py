@@ -30,6 +30,10 @@ class Erasure(BaseModel):
     requested_by: str
     """The principal that ran the erasure."""
     reason: str | None = None
+    models: tuple[str, ...] = Field(default=(), exclude_if=lambda models: not models)
+    """The model versions that learned from the erased sessions (themselves or through an
+    ancestor; schemas._lineage): what must be retrained. Left out of the signed bytes when
+    none, so a receipt signed before lineage existed checks as it was signed."""
     erased_ns: int
     """When the tombstones were acknowledged (ns since the Unix epoch, the eraser's clock)."""
     seq: int = Field(ge=0)

@@ -35,6 +35,7 @@ from rolltape.schemas._derived import ChainBroken, FilterOutcome, RuleEvaluation
 from rolltape.schemas._envelope import Envelope
 from rolltape.schemas._erasure import Erasure
 from rolltape.schemas._evaluation import Evaluation
+from rolltape.schemas._lineage import ModelCheckpoint, TrainerLog, TrainingInput
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 from rolltape.schemas._payloads import (
     Decision,
@@ -297,6 +298,21 @@ class HumanPreferenceEvent(Event[HumanPreference]):
     type: Literal["human_preference"]
 
 
+class TrainingInputEvent(Event[TrainingInput]):
+    __slots__ = ()
+    type: Literal["training_input"]
+
+
+class TrainerLogEvent(Event[TrainerLog]):
+    __slots__ = ()
+    type: Literal["trainer_log"]
+
+
+class ModelCheckpointEvent(Event[ModelCheckpoint]):
+    __slots__ = ()
+    type: Literal["model_checkpoint"]
+
+
 class UnknownEvent(Event[BaseModel]):
     """An event of a type this version has no model for (a newer producer's): its header is
     read and checked like any other; `body` raises PayloadError."""
@@ -335,6 +351,9 @@ TypedEvent = (
     | PromptDecisionEvent
     | HumanVerdictEvent
     | HumanPreferenceEvent
+    | TrainingInputEvent
+    | TrainerLogEvent
+    | ModelCheckpointEvent
     | UnknownEvent
 )
 """What `read_event` returns: one member per event type, chosen by the record's `type`."""

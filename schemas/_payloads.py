@@ -27,6 +27,7 @@ from rolltape.schemas._derived import DERIVED_PAYLOAD_MODELS, RuleId
 from rolltape.schemas._erasure import Erasure
 from rolltape.schemas._errors import PayloadError
 from rolltape.schemas._evaluation import Evaluation
+from rolltape.schemas._lineage import LINEAGE_PAYLOAD_MODELS
 from rolltape.schemas._monitoring import LiveCheck, ModelSpec
 from rolltape.schemas._prompt_decisions import PromptDecision
 from rolltape.schemas._prompts import PromptPromotion, PromptVersion
@@ -361,6 +362,7 @@ PAYLOAD_MODELS: dict[str, type[BaseModel]] = {
     "prompt_version": PromptVersion,
     "prompt_promotion": PromptPromotion,
     "prompt_decision": PromptDecision,
+    **LINEAGE_PAYLOAD_MODELS,
 }
 
 

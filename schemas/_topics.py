@@ -77,6 +77,9 @@ STREAM_EVENT_TYPES: Final[Mapping[str, frozenset[str]]] = {
             "prompt_version",
             "prompt_promotion",
             "prompt_decision",
+            "training_input",
+            "trainer_log",
+            "model_checkpoint",
         }
     ),
     Stream.METRICS.value: frozenset(
@@ -108,6 +111,9 @@ class Role(StrEnum):
     REVIEWER = "reviewer"
     """A person's login (the console's review pages): writes human verdicts on the
     verdicts topic, under the reserved judge version `human` (schemas._review)."""
+    TRAINER = "trainer"
+    """A training run's process: records its lineage (what it trained on, the checkpoints it
+    wrote: schemas._lineage) as a training session on the events topic."""
 
 
 class TopicSpec(BaseModel):
@@ -119,7 +125,8 @@ class TopicSpec(BaseModel):
     writers: tuple[Role, ...]
     """The roles allowed to append (enforced with ACLs where the cluster has them; admin may
     always). The events topic has two: agents, and the judge recording its own conversations
-    (an LLM judge is an agent whose sessions are training data too)."""
+    (an LLM judge is an agent whose sessions are training data too), and trainers recording
+    their runs' lineage."""
     configs: dict[str, str]
 
 
@@ -143,7 +150,7 @@ log cleaner runs), so a record is gone within about two hours of its tombstone; 
 a day (`delete.retention.ms`) so that every reader sees them."""
 
 TOPIC_SPECS: tuple[TopicSpec, ...] = (
-    TopicSpec(stream=Stream.EVENTS, writers=(Role.AGENT, Role.JUDGE), configs=_RAW),
+    TopicSpec(stream=Stream.EVENTS, writers=(Role.AGENT, Role.JUDGE, Role.TRAINER), configs=_RAW),
     TopicSpec(stream=Stream.METRICS, writers=(Role.MONITOR,), configs=_RAW),
     TopicSpec(stream=Stream.RULES, writers=(Role.PROCESSOR,), configs=_RAW),
     # Judges write their verdicts and checkpoints; reviewers their human verdicts, on chains of

@@ -42,7 +42,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || native_changed; then
   # Every extra, in one resolution: they must install beside each other (the test command
   # runs `pip check` on the result).
   PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install -q -e \
-    ".[dev,torch,openai,otlp,containers,env,tokenizer,atropos,report,bench,postgres,console]"
+    ".[dev,torch,openai,otlp,containers,env,tokenizer,atropos,report,bench,postgres,console,train]"
   touch "$stamp"
   echo "== rolltape installed in .venv ($((SECONDS - started)) s)" >&2
 fi

@@ -14,6 +14,8 @@
     scheduler   jobs (cron jobs and runs)              jobs, through its consumer group
     reviewer    verdicts (human verdicts, on `@human`      verdicts (a chain's head, to extend it)
                 chains of their own)
+    trainer     events (its runs' lineage: training    events (a chain's head, to extend it)
+                sessions)
     reader      -                                      every topic of the prefix, any group but
                                                        the worker's (which it may describe, with
                                                        the offsets of the worker's topics)
@@ -139,6 +141,7 @@ _READS: dict[Role, tuple[Stream, ...]] = {
     ),
     Role.SCHEDULER: (),
     Role.REVIEWER: (),
+    Role.TRAINER: (),
 }
 
 

@@ -29,6 +29,7 @@ from rolltape.infra.cli import (
     importing,
     index,
     keys,
+    lineage,
     otlp,
     parse,
     principal,
@@ -137,6 +138,11 @@ _TOP_LEVEL: tuple[tuple[str, Callable[..., Any], str], ...] = (
     ("demo", demo.demo, "Record, judge, export and verify sample sessions end to end."),
     ("report", report.report, "A self-contained HTML report of a session, a task or a prompt."),
     ("parse", parse.parse_command, "Parse a raw completion of an open model; print it as JSON."),
+    (
+        "lineage",
+        lineage.lineage,
+        "The sessions a model learned from, or the models a subject's taught.",
+    ),
 )
 for name, command, summary in _TOP_LEVEL:
     app.command(name=name, short_help=summary, help=_reflowed(command))(command)

@@ -53,6 +53,7 @@ MEANINGS: Final[dict[str, str]] = {
     "--since": "Only sessions started at or after (ISO 8601)",
     "--start-worker": "Run a worker for the duration (else one must run).",
     "--store": "The read model to write",
+    "--subject": "A subject (whose data sessions hold)",
     "--stream": "A stream of the log",
     "--tag": "Only sessions with this tag",
     "--task": "The task",

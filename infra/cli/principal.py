@@ -40,6 +40,7 @@ def list_() -> None:
         Role.READER: "nothing (reads every topic)",
         Role.SCHEDULER: "jobs (cron jobs and their runs)",
         Role.REVIEWER: "verdicts (human verdicts, under the judge version human)",
+        Role.TRAINER: "events (training runs' lineage: what they trained on, their checkpoints)",
     }
     for p in found.principals:
         table.add_row(p.name, p.role.value, writes[p.role])

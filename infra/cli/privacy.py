@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from rolltape.infra.cli._common import console, settings
+from rolltape.infra.cli._common import console, say, settings
 from rolltape.infra.commands.erase import erase as erase_keys
 from rolltape.infra.commands.erasures import export_erasures
 from rolltape.infra.commands.rotate_kek import kek_location, rotate_kek_as_admin
@@ -24,7 +24,9 @@ app = typer.Typer(
 @app.command("erase")
 def erase(
     subject: str | None = typer.Option(
-        None, "--subject", help="Erase every session recorded with this subject."
+        None,
+        "--subject",
+        help="A subject (whose data sessions hold): erase every session recorded with it.",
     ),
     session: str | None = typer.Option(
         None, "--session", "-s", help="A session id: erase it alone."
@@ -34,14 +36,20 @@ def erase(
     """Erase the content of a subject's sessions (or of one session) everywhere at once: their
     data keys are tombstoned on the keys topic, so every reader reads them as erased from now on,
     while chains, checkpoints and `verify` still pass. Runs as the admin principal; the receipt
-    (which sessions and keys, when, signed with the judge's key) is appended to the erasures
-    stream and printed as JSON. Compaction removes the wrapped keys from the broker's disks
+    (which sessions and keys, when, the models that learned from them and must be retrained,
+    signed with the judge's key) is appended to the erasures stream and printed as JSON.
+    Compaction removes the wrapped keys from the broker's disks
     within about two hours (docs/privacy.md)."""
     if (subject is None) == (session is None):
         raise typer.BadParameter("give one of --subject or --session")
     cfg = settings()
     receipt = asyncio.run(erase_keys(cfg, subject=subject, session_id=session, reason=reason))
     console.print(receipt.json(), markup=False, soft_wrap=True)
+    if receipt.erasure.models:
+        say(
+            f"{len(receipt.erasure.models)} model(s) learned from these sessions and must be "
+            f"retrained: {', '.join(receipt.erasure.models)}"
+        )
 
 
 @app.command("export-erasures")

@@ -25,6 +25,7 @@ import orjson
 
 from rolltape.infra._errors import InfraError
 from rolltape.infra.broker import require_connection
+from rolltape.infra.commands.lineage import read_lineage
 from rolltape.infra.kafka.erasures import read_erasures_log
 from rolltape.infra.kafka.keyring import read_keys, write_keys
 from rolltape.infra.keys import judge_key
@@ -96,6 +97,9 @@ async def erase(
             "recorded with a subject, or it is erased already (see the erasures stream: "
             "`rolltape log tail --stream erasures`)"
         )
+    sessions = tuple(sorted({r.session_id for r in chosen.values()}))
+    # Read before the keys go: what learned from them is named in the signed receipt.
+    models = tuple((await read_lineage(settings)).models_trained_on(sessions))
     await write_keys(connection, prefix, [(k, None) for k in sorted(chosen)], "rolltape-erase")
     producer = connection.chain_producer(linger_ms=0, client_id="rolltape-erase")
     async with connection.started(producer, f"erasing on {connection}") as started:
@@ -109,10 +113,11 @@ async def erase(
         erasure = sign_erasure(
             private,
             Erasure(
-                sessions=tuple(sorted({r.session_id for r in chosen.values()})),
+                sessions=sessions,
                 keys=tuple(k.decode() for k in sorted(chosen)),
                 requested_by=principal,
                 reason=reason,
+                models=models,
                 erased_ns=erased_ns,
                 seq=seq,
                 prev_hash=prev_hash,

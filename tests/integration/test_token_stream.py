@@ -97,6 +97,10 @@ def test_two_ranks_read_disjoint_samples_whose_union_is_the_whole(
     assert ids[0] and ids[1] and not ids[0] & ids[1]
     assert ids[0] | ids[1] == sessions
     assert sum(len(rows) for rows in got.values()) == SESSIONS  # nothing twice
+    # What a training run's lineage records of a stream: the samples it gave, where from.
+    consumed, positions = streams[0].take_consumed()
+    assert {sid for sid, _ in consumed} == ids[0] and positions
+    assert all(start <= end for start, end in positions.values())
     row = got[0][0]
     assert row["mask"] == [0, 0, 0, 1, 1] and row["logprobs"][3:] == [-0.5, -0.01]
 

@@ -126,3 +126,69 @@ def conversation(messages: list[Any]) -> Trajectory:
         status="completed",
         messages=tuple(messages),
     )
+
+
+def fold_records(records: list[Any]) -> Trajectory:
+    """Records folded as the projections fold them, with the processor step's outputs."""
+    outputs, _ = run(records, CONFIG)
+    events = [read_event(r.value) for r in records]
+    derived = [read_event(o.value) for o in outputs if hasattr(o, "value")]
+    return fold(events, derived)
+
+
+def captured(tape: Tape, sid: str = "s-cap", *, compressed: bool = False) -> list[Any]:
+    """A session as a captured client against vLLM records it: each reply with the prompt ids
+    the engine saw, its sampled ids and logprobs; tool results between replies."""
+    records = [tape.start(sid, task="add", model="policy", group_id="g")]
+    records.append(tape.event(sid, "turn", role="user", content="add 2 and 3"))
+    records.append(
+        tape.event(
+            sid,
+            "turn",
+            role="assistant",
+            content="",
+            prompt_token_ids=[1, 2, 3],
+            token_ids=[10, 11],
+            logprobs=[-0.1, -0.2],
+            finish_reason="tool_calls",
+            model="policy",
+            model_version="gen-0",
+        )
+    )
+    records.append(tape.event(sid, "tool_call", id="c1", name="calc", arguments={"e": "2+3"}))
+    records.append(tape.event(sid, "tool_result", call_id="c1", content="5"))
+    records.append(tape.event(sid, "reward", name="turn", value=0.5))
+    records.append(
+        tape.event(
+            sid,
+            "turn",
+            role="assistant",
+            content="It is 5.",
+            prompt_token_ids=[1, 2, 3, 10, 11, 20, 21],
+            token_ids=[12, 13],
+            logprobs=[-0.3, -0.4],
+            finish_reason="stop",
+            model="policy",
+            model_version="gen-0",
+        )
+    )
+    if compressed:
+        # The agent compressed its context: the next prompt no longer extends the branch.
+        records.append(tape.event(sid, "turn", role="user", content="and 4 more?"))
+        records.append(
+            tape.event(
+                sid,
+                "turn",
+                role="assistant",
+                content="9.",
+                prompt_token_ids=[1, 2, 3, 77, 30],
+                token_ids=[14],
+                logprobs=[-0.5],
+                finish_reason="length",
+                model="policy",
+                model_version="gen-0",
+            )
+        )
+    records.append(tape.event(sid, "reward", value=1.0))
+    records.extend(tape.end(sid))
+    return records

@@ -7,87 +7,21 @@ from typing import Any
 import orjson
 import pytest
 
-from rolltape.projections import ExportOptions, Trajectory, build_export, fold
+from rolltape.projections import ExportOptions, build_export
 from rolltape.projections.exporters import (
     SkipSession,
     load_tokenizer,
     stack_row,
     token_samples,
 )
-from rolltape.schemas import read_event
-from tests.unit.processors.scripted import Tape, run
-from tests.unit.projections.sessions import CONFIG, HOSTILE
+from tests.unit.processors.scripted import Tape
+from tests.unit.projections.sessions import HOSTILE, captured, fold_records
 
 row_of = stack_row
 
 
-def _fold(records: list[Any]) -> Trajectory:
-    outputs, _ = run(records, CONFIG)
-    events = [read_event(r.value) for r in records]
-    derived = [read_event(o.value) for o in outputs if hasattr(o, "value")]
-    return fold(events, derived)
-
-
-def _captured(tape: Tape, sid: str = "s-cap", *, compressed: bool = False) -> list[Any]:
-    """A session as a captured client against vLLM records it: each reply with the prompt ids
-    the engine saw, its sampled ids and logprobs; tool results between replies."""
-    records = [tape.start(sid, task="add", model="policy", group_id="g")]
-    records.append(tape.event(sid, "turn", role="user", content="add 2 and 3"))
-    records.append(
-        tape.event(
-            sid,
-            "turn",
-            role="assistant",
-            content="",
-            prompt_token_ids=[1, 2, 3],
-            token_ids=[10, 11],
-            logprobs=[-0.1, -0.2],
-            finish_reason="tool_calls",
-            model="policy",
-            model_version="gen-0",
-        )
-    )
-    records.append(tape.event(sid, "tool_call", id="c1", name="calc", arguments={"e": "2+3"}))
-    records.append(tape.event(sid, "tool_result", call_id="c1", content="5"))
-    records.append(tape.event(sid, "reward", name="turn", value=0.5))
-    records.append(
-        tape.event(
-            sid,
-            "turn",
-            role="assistant",
-            content="It is 5.",
-            prompt_token_ids=[1, 2, 3, 10, 11, 20, 21],
-            token_ids=[12, 13],
-            logprobs=[-0.3, -0.4],
-            finish_reason="stop",
-            model="policy",
-            model_version="gen-0",
-        )
-    )
-    if compressed:
-        # The agent compressed its context: the next prompt no longer extends the branch.
-        records.append(tape.event(sid, "turn", role="user", content="and 4 more?"))
-        records.append(
-            tape.event(
-                sid,
-                "turn",
-                role="assistant",
-                content="9.",
-                prompt_token_ids=[1, 2, 3, 77, 30],
-                token_ids=[14],
-                logprobs=[-0.5],
-                finish_reason="length",
-                model="policy",
-                model_version="gen-0",
-            )
-        )
-    records.append(tape.event(sid, "reward", value=1.0))
-    records.extend(tape.end(sid))
-    return records
-
-
 def test_exact_ids_keep_the_engines_tokens_and_mask_the_tool_tokens() -> None:
-    trajectory = _fold(_captured(Tape()))
+    trajectory = fold_records(captured(Tape()))
     [sample] = token_samples(trajectory)
     assert sample.token_source == "exact" and sample.tokenizer is None
     assert sample.token_ids == [1, 2, 3, 10, 11, 20, 21, 12, 13]
@@ -103,7 +37,7 @@ def test_exact_ids_keep_the_engines_tokens_and_mask_the_tool_tokens() -> None:
 
 
 def test_a_rewritten_context_starts_a_branch_and_no_token_is_trained_twice() -> None:
-    trajectory = _fold(_captured(Tape(), compressed=True))
+    trajectory = fold_records(captured(Tape(), compressed=True))
     first, second = token_samples(trajectory)
     assert (first.branch, second.branch, first.branches) == (0, 1, 2)
     assert first.token_ids == [1, 2, 3, 10, 11, 20, 21, 12, 13]
@@ -122,7 +56,7 @@ def test_without_ids_or_a_tokenizer_a_session_is_skipped_not_guessed() -> None:
     records.append(tape.event("s", "turn", role="assistant", content="hello"))
     records.extend(tape.end("s"))
     with pytest.raises(SkipSession) as raised:
-        token_samples(_fold(records))
+        token_samples(fold_records(records))
     assert raised.value.reason == "needs_tokenizer"
 
 
@@ -147,7 +81,7 @@ def test_a_template_splits_a_compressed_session_at_its_summary(tmp_path: Path) -
     from tests.support.tokenizer import build_chat_tokenizer
 
     tokenizer = load_tokenizer(build_chat_tokenizer(tmp_path / "tok"))
-    trajectory = _fold(_summarized(Tape()))
+    trajectory = fold_records(_summarized(Tape()))
     first, second = token_samples(trajectory, tokenizer, tokenizer_label="tok@abc")
     assert {first.token_source, second.token_source} == {"template"}
     assert first.tokenizer == "tok@abc"
@@ -168,7 +102,7 @@ def test_a_template_splits_a_compressed_session_at_its_summary(tmp_path: Path) -
 
 
 def test_the_export_is_byte_identical_and_its_manifest_says_where_ids_came_from() -> None:
-    trajectories = [_fold(_captured(Tape(), compressed=True))]
+    trajectories = [fold_records(captured(Tape(), compressed=True))]
     options = ExportOptions(format="tokens")
     files, manifest = build_export(trajectories, options)
     again, _ = build_export(trajectories, options)
@@ -182,7 +116,7 @@ def test_the_export_is_byte_identical_and_its_manifest_says_where_ids_came_from(
 
 
 def test_stack_rows_use_each_stacks_field_names() -> None:
-    trajectory = _fold(_captured(Tape()))
+    trajectory = fold_records(captured(Tape()))
     [sample] = token_samples(trajectory)
 
     def stack_row(stack: str, sample: Any) -> dict[str, Any]:
@@ -212,7 +146,7 @@ def test_verifiers_own_trace_type_reads_the_rows_back_as_the_sample() -> None:
     branch gives back the sample's ids, sampled mask and logprobs."""
     trace_types = pytest.importorskip("verifiers.v1.trace")
     for compressed in (False, True):
-        trajectory = _fold(_captured(Tape(), compressed=compressed))
+        trajectory = fold_records(captured(Tape(), compressed=compressed))
         for sample in token_samples(trajectory):
             trace = trace_types.WireTrace.model_validate(row_of("verifiers", sample, trajectory))
             [branch] = trace.branches
@@ -227,10 +161,10 @@ def test_verifiers_own_trace_type_reads_the_rows_back_as_the_sample() -> None:
 
 def test_stacks_that_train_on_a_reward_skip_a_session_without_one() -> None:
     tape = Tape()
-    records = [r for r in _captured(tape) if b'"reward"' not in r.value]
-    [sample] = token_samples(_fold(records))
+    records = [r for r in captured(tape) if b'"reward"' not in r.value]
+    [sample] = token_samples(fold_records(records))
     assert sample.reward is None
-    assert stack_row("rolltape", sample, _fold(records))["reward"] is None
+    assert stack_row("rolltape", sample, fold_records(records))["reward"] is None
     with pytest.raises(SkipSession) as raised:
-        stack_row("verl", sample, _fold(records))
+        stack_row("verl", sample, fold_records(records))
     assert raised.value.reason == "no_score"
