@@ -93,7 +93,8 @@ class LineageCallback(TrainerCallback):
     what it gave the trainer, recorded at each checkpoint and at the end), the values each log
     reports (loss, learning rate, gradient norm), each checkpoint the trainer saves (as model
     version `<model>@step-N`), and at the end the final model saved to `final_dir` as version
-    `model`. The run ends with the training."""
+    `model`. The run ends with the training. In a run of several processes, the main one
+    records (a chain has one writer), and a stream's samples are those of its own rank."""
 
     def __init__(
         self,
@@ -111,7 +112,7 @@ class LineageCallback(TrainerCallback):
         self.final_dir = final_dir
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.export is not None:
+        if self.export is not None and state.is_world_process_zero:
             digest, samples = export_samples(self.export)
             self.run.trained_on(samples, source="export", manifest_sha256=digest)
 
@@ -123,7 +124,7 @@ class LineageCallback(TrainerCallback):
             for k, v in (logs or {}).items()
             if isinstance(v, int | float) and not isinstance(v, bool)
         }
-        if values:
+        if values and state.is_world_process_zero:
             self.run.log(int(state.global_step), values, epoch=state.epoch)
 
     def _streamed(self) -> None:
@@ -133,6 +134,8 @@ class LineageCallback(TrainerCallback):
                 self.run.trained_on(samples, source="stream", positions=positions)
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return  # one writer per chain: the main process records the run
         self._streamed()
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         if folder.is_dir():
@@ -140,6 +143,8 @@ class LineageCallback(TrainerCallback):
             self.run.checkpoint(f"{self.model}@step-{step}", folder, step=step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if not state.is_world_process_zero:
+            return
         self._streamed()
         model = kwargs.get("model")
         if self.final_dir is not None and model is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rolltape.projections._narrowing import Narrowing, id_matches
 from rolltape.projections._trajectory import Trajectory
@@ -141,9 +141,18 @@ class ExportOptions(BaseModel):
     """Atropos: keep groups whose scores are all equal (Atropos drops them by default)."""
     tokenizer: str | None = None
     """A label of the tokenizer used (its content digest), recorded in the manifest."""
-    stack: Stack = "rolltape"
+    stack: Stack = Field(default="rolltape", exclude_if=lambda stack: stack == "rolltape")
     """Tokens: whose field names the samples are written in (`rolltape`, the documented form,
     or a training stack's own: see `rolltape.projections.exporters.STACKS`)."""
+
+    @model_validator(mode="after")
+    def _no_budget_for_ids(self) -> ExportOptions:
+        if self.format == "tokens" and self.token_budget is not None:
+            raise ValueError(
+                "--token-budget compresses messages, and token samples keep the ids the server "
+                "sampled: export -f tokens without it"
+            )
+        return self
 
     @field_validator("score")
     @classmethod
@@ -187,7 +196,9 @@ class Manifest(BaseModel):
     skipped: dict[str, int]
     unanswered_calls: int
     compressed: int
-    token_sources: dict[str, int] = Field(default_factory=dict)
+    token_sources: dict[str, int] = Field(
+        default_factory=dict, exclude_if=lambda sources: not sources
+    )
     """Tokens: samples by where their ids came from (`exact`: as the serving engine returned
     them; `template`: rendered with `options.tokenizer`)."""
     files: tuple[ExportFile, ...]

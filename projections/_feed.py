@@ -112,11 +112,19 @@ class _Revoked:
         self.feed._to_open.clear()
 
     async def assigned(self, partitions: list[Partition]) -> None:
-        restored = self.feed._restored
+        feed = self.feed
         for partition in partitions:
-            at = restored.pop(partition, None)
+            at = feed._restored.pop(partition, None)
             if at is not None:  # a trainer's checkpoint: read on from where it was
-                self.feed._member.seek(partition, at)
+                feed._member.seek(partition, at)
+            # Where it reads from: its position until a record comes, so `positions` names
+            # every owned partition, one that stays idle too.
+            try:
+                start = await feed._member.position(partition)
+            except KafkaClientError:
+                continue
+            feed._next.setdefault(partition, start)
+            feed._first.setdefault(partition, start)
 
 
 class TrajectoryFeed:
@@ -339,6 +347,7 @@ class TrajectoryFeed:
             # (and `positions`) back until it is done: it was handed out or left out before.
             self._open.pop(sid, None)
             self._remember(self._done, sid)
+            self.skipped["started_before_read"] += 1
             return
         if session is None:
             session = self._open[sid] = _Open()
@@ -425,11 +434,38 @@ class TrajectoryFeed:
                     "session %s undecided for %.0f s: abandoned", sid, now - session.last_seen
                 )
 
+    async def _drop_started_before_read(self) -> None:
+        """Forget the sessions of which only derived records came (a verdict, a filter outcome)
+        once their events partition is read to its end: their start lies before where the read
+        of the events began (the worker writes a derived record after reading the session's
+        start), so they were handed out or left out before, and would hold the commits back."""
+        orphans = [sid for sid, s in self._open.items() if not s.events and not s.decided]
+        if not orphans:
+            return
+        events_topic = self._topics[0]
+        owned = self._member.owned()
+        wanted = {
+            Partition(events_topic, tp.partition)
+            for sid in orphans
+            for tp in self._open[sid].offsets
+        } & owned
+        try:
+            ends = await self._member.end_offsets(wanted)
+        except KafkaClientError:
+            return
+        read = {tp.partition for tp in wanted if self._next.get(tp, -1) >= ends.get(tp, 0)}
+        for sid in orphans:
+            if all(tp.partition in read for tp in self._open[sid].offsets):
+                del self._open[sid]
+                self._remember(self._done, sid)
+                self.skipped["started_before_read"] += 1
+
     async def _commit(self) -> None:
         """Commit, per partition, the first offset still needed by an open session (or the
         position when none is)."""
         self._last_commit = time.monotonic()
         self._abandon_idle(self._last_commit)
+        await self._drop_started_before_read()
         assignment = self._member.owned()
         if not assignment:
             return

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolltape.projections._errors import ProjectionError
-from rolltape.schemas import ModelCheckpoint, TrainedSample, TypedEvent
+from rolltape.schemas import LINEAGE_TAG, ModelCheckpoint, TrainedSample, TypedEvent
 
 LINEAGE_EVENT_TYPES = frozenset({"training_input", "trainer_log", "model_checkpoint"})
 """The events a training run records its lineage with (the read model finds the runs by them)."""
@@ -116,22 +116,46 @@ class Lineage:
 
     def models_trained_on(self, sessions: Iterable[str]) -> list[str]:
         """Every model that learned from any of `sessions`, itself or through an ancestor:
-        what must be retrained when they are erased. Sorted by name."""
+        what must be retrained when they are erased. Sorted by name. A name two runs wrote is
+        taught by both runs' samples (an erasure must not miss one because the other won)."""
         wanted = set(sessions)
-        return [m for m in self.models() if wanted & set(self.of(m).sessions)]
+        taught: dict[str, bool] = {}
+        writers: dict[str, list[LineageRun]] = {}
+        for run in self.runs.values():
+            for checkpoint in run.checkpoints:
+                writers.setdefault(checkpoint.model, []).append(run)
+
+        def learned(model: str, seen: frozenset[str]) -> bool:
+            if model in taught:
+                return taught[model]
+            result = any(
+                bool(wanted & set(run.sessions))
+                or (
+                    run.base_model is not None
+                    and run.base_model not in seen
+                    and learned(run.base_model, seen | {model})
+                )
+                for run in writers.get(model, ())
+            )
+            taught[model] = result
+            return result
+
+        return [m for m in self.models() if learned(m, frozenset())]
 
 
 def fold_lineage(events: Iterable[tuple[str, TypedEvent]]) -> Lineage:
-    """The runs of (session id, event) pairs in log order: every training session's start,
-    lineage events and end (other events are ignored)."""
+    """The runs of (session id, event) pairs in log order: every training run's start (a
+    training session tagged `lineage`), lineage events and end. Lineage events of any other
+    session (an agent's, which may write the events topic too) are ignored."""
     building: dict[str, dict[str, Any]] = {}
     for sid, event in events:
         if event.type == "session_started":
-            if event.payload.get("kind") == "training":
-                config = event.payload.get("run_config") or {}
-                run = building.setdefault(sid, _empty(sid))
-                run["base_model"] = config.get("base_model")
-                run["settings"] = config.get("settings") or {}
+            payload = event.payload
+            if payload.get("kind") == "training" and LINEAGE_TAG in payload.get("tags", ()):
+                config = payload.get("run_config") or {}
+                started = building.setdefault(sid, _empty(sid))
+                started["base_model"] = config.get("base_model")
+                started["settings"] = config.get("settings") or {}
             continue
         if event.type not in LINEAGE_EVENT_TYPES and event.type != "session_ended":
             continue
@@ -139,7 +163,10 @@ def fold_lineage(events: Iterable[tuple[str, TypedEvent]]) -> Lineage:
             if sid in building:
                 building[sid]["status"] = event.payload.get("status", "completed")
             continue
-        run = building.setdefault(sid, _empty(sid))
+        found = building.get(sid)
+        if found is None:
+            continue  # lineage events of a session that is no training run's: not lineage
+        run = found
         if event.type == "training_input":
             payload = dict(event.payload)
             run["samples"].extend(payload.pop("samples", ()))

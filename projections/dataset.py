@@ -12,17 +12,20 @@ Hugging Face `datasets.IterableDataset`, sharded by rank and resumable from a ch
   size, and partition p is read by rank p % world size alone (`GroupMember(rank=...)`), so ranks
   read disjoint sessions whose union is every session of the topic, whichever order they join in.
 - Its position is the feed's (`TrajectoryFeed.positions`): per partition, before the first
-  record of every session not yet yielded whole. `state_dict` saves it with the ids of the
-  samples yielded since, and `load_state_dict` reads on from there and drops those ids, so a
-  trainer restored from its checkpoint repeats no sample the checkpoint had seen, and gets
-  again every sample it saw after the checkpoint (the restored model never learned from them).
-- At least once, deduplicated by id: a sample's id is `<trajectory id>:<branch>`, the same on
-  every redelivery; within a run a re-sent trajectory is dropped by the feed.
+  record of every session not yet yielded whole. `state_dict` saves it with the samples
+  yielded since (by session and branch), and `load_state_dict` reads on from there and drops
+  those, so a trainer restored from its checkpoint repeats no sample the checkpoint had seen,
+  and gets again every sample it saw after the checkpoint (the restored model never learned
+  from them).
+- At least once, deduplicated: by session and branch across a restore (a trajectory id also
+  digests the derived chains, which may have grown by a verdict when read again), and within
+  a run a re-sent trajectory is dropped by the feed.
 
-The feed is asynchronous and a dataset's `__iter__` is not: the stream runs the feed on its own
-event loop in the caller's thread, one item at a time, so what `state_dict` reports is exactly
-what the caller was given (no thread reads ahead of it). A `DataLoader` must use the stream in
-its main process (`num_workers=0`): the ranks, not loader workers, share the partitions.
+The feed runs on an event loop in a thread of its own, so the consumer keeps its heartbeats
+and its place in the group while the trainer computes; the trajectories it reads ahead wait
+unacknowledged and count as unread in `state_dict` until the trainer had them whole. A
+`DataLoader` must use the stream in its main process (`num_workers=0`, enforced): the ranks,
+not loader workers, share the partitions.
 
 Needs torch (the `torch` extra); `hf_dataset` needs `datasets`.
 """
@@ -30,9 +33,11 @@ Needs torch (the `torch` extra); `hf_dataset` needs `datasets`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import threading
 import time
+from asyncio import FIRST_COMPLETED
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -41,7 +46,12 @@ import torch.utils.data
 
 from rolltape.projections._errors import ProjectionError
 from rolltape.projections._export import Selection
-from rolltape.projections._feed import ContentKeys, FeedItem, TrajectoryFeed
+from rolltape.projections._feed import (
+    ContentKeys,
+    FeedItem,
+    FeedNotStartedError,
+    TrajectoryFeed,
+)
 from rolltape.projections.exporters import (
     ChatTokenizer,
     SkipSession,
@@ -94,9 +104,11 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         prefix: str = DEFAULT_PREFIX,
         wait_for: tuple[str, ...] = (),
         idle_stop_s: float | None = None,
+        prefetch: int = 64,
     ) -> None:
         """`idle_stop_s`: end the iteration once no sample came for this long (an epoch over
-        what the log holds); None follows the log for ever. The other arguments are the feed's
+        what the log holds); None follows the log for ever. `prefetch`: trajectories read
+        ahead of the trainer (they count as not read in `state_dict` until it had them). The other arguments are the feed's
         (`TrajectoryFeed`) and the token form's (`token_samples`, `stack_row`)."""
         super().__init__()
         if not 0 <= rank < world_size:
@@ -117,13 +129,13 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         self._score = score
         self._idle_stop_s = idle_stop_s
         self._stopping = threading.Event()
-        self._feed: TrajectoryFeed | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._prefetch = prefetch
+        self._reader: _Reader | None = None
         self._restored: dict[Partition, int] = {}
         self._yielded: dict[str, tuple[dict[Partition, int], list[str]]] = {}
-        """Per trajectory yielded, its sessions' first offsets and the sample ids yielded."""
+        """Per session yielded, its first offsets and the `session:branch` keys yielded."""
         self._dropped: set[str] = set()
-        """Sample ids a restored checkpoint had seen: never yielded again."""
+        """`session:branch` keys a restored checkpoint had seen: never yielded again."""
         self._consumed: list[tuple[str, str]] = []
         """(session id, trajectory id) of the samples yielded since `take_consumed`."""
         self._read_from: dict[Partition, int] = {}
@@ -151,12 +163,15 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         as its lineage (`rolltape.infra.lineage.LineageCallback`)."""
         consumed, self._consumed = self._consumed, []
         now = self._positions()
-        began = {**(self._feed.read_from() if self._feed is not None else {}), **self._read_from}
+        began = {
+            **(self._reader.read_from() if self._reader is not None else {}),
+            **self._read_from,
+        }
         span = {_key(tp): (began.get(tp, at), at) for tp, at in sorted(now.items())}
         return consumed, span
 
     def _positions(self) -> dict[Partition, int]:
-        return self._feed.positions() if self._feed is not None else dict(self._restored)
+        return self._reader.positions() if self._reader is not None else dict(self._restored)
 
     def _pruned(self, positions: Mapping[Partition, int]) -> list[tuple[str, list[str]]]:
         """The yielded trajectories a read from `positions` would meet again, forgetting the
@@ -176,72 +191,60 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
                 f"not a TokenStream state of version {STATE_VERSION}: "
                 f"{state.get('version') if isinstance(state, Mapping) else type(state).__name__}"
             )
-        if self._feed is not None:
+        if self._reader is not None:
             raise StreamStateError("load_state_dict before iterating, not while reading")
         self._restored = {_partition(k): int(v) for k, v in state["positions"].items()}
         self._dropped = set(state["seen"])
 
     # -- reading ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        info = torch.utils.data.get_worker_info()
-        if info is not None and info.num_workers > 1:
+        if torch.utils.data.get_worker_info() is not None:
+            # A worker's copy would advance where the trainer's state_dict never sees it.
             raise RuntimeError(
-                "a TokenStream is read by one process per rank: use DataLoader(num_workers=0)"
+                "a TokenStream is read in the trainer's own process, one per rank: use "
+                "DataLoader(stream, num_workers=0)"
             )
         self._stopping.clear()
-        loop = self._loop = asyncio.new_event_loop()
         feed = TrajectoryFeed(self._connection, **self._feed_args)
         feed.restore(self._restored)
+        reader = _Reader(feed, self._prefetch)
         try:
-            loop.run_until_complete(feed.start())
-            self._feed = feed
-            prune_at = _PRUNE_AT
+            reader.start()
+            self._reader = reader
             self._read_from = dict(self._restored)
+            prune_at = _PRUNE_AT
             while True:
-                item = self._next(loop, feed)
+                item = self._next(reader)
                 if item is None:
                     return
                 yield from self._rows(item)
-                feed.ack(item)
+                reader.ack(item)
                 if len(self._yielded) >= prune_at:
-                    self._pruned(feed.positions())
+                    self._pruned(reader.positions())
                     prune_at = max(_PRUNE_AT, 2 * len(self._yielded))
         finally:
-            self._restored = self._feed.positions() if self._feed is not None else {}
-            self._feed = None
-            with contextlib.suppress(Exception):
-                loop.run_until_complete(feed.stop())
-            loop.close()
-            self._loop = None
+            if self._reader is not None:  # started: read on from here next time
+                with contextlib.suppress(Exception):
+                    self._restored = reader.positions()
+            self._reader = None
+            reader.close()
 
     def stop(self) -> None:
-        """End the iteration at the next sample (from any thread): what was yielded stays
+        """End the iteration before the next sample (from any thread): what was yielded stays
         counted in `state_dict`."""
         self._stopping.set()
 
-    def _next(self, loop: asyncio.AbstractEventLoop, feed: TrajectoryFeed) -> FeedItem | None:
-        """The next item, or None once stopped or idle for `idle_stop_s`. One wait for the item
-        goes on across the checks, so the feed is never interrupted mid-read."""
-        ready = feed.next_ready()
-        if ready is not None:
-            return ready
-        waiting = loop.create_task(feed.__anext__())
+    def _next(self, reader: _Reader) -> FeedItem | None:
+        """The next item, or None once stopped or idle for `idle_stop_s`."""
         idle_since = time.monotonic()
-        try:
-            while not self._stopping.is_set():
-                loop.run_until_complete(asyncio.wait({waiting}, timeout=_CHECK_EVERY_S))
-                if waiting.done():
-                    return waiting.result()
-                idle = time.monotonic() - idle_since
-                if self._idle_stop_s is not None and idle >= self._idle_stop_s:
-                    break
-            waiting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                loop.run_until_complete(waiting)
-            return None
-        except BaseException:
-            waiting.cancel()
-            raise
+        while not self._stopping.is_set():
+            item = reader.next(_CHECK_EVERY_S)
+            if item is not None:
+                return None if self._stopping.is_set() else item
+            idle = time.monotonic() - idle_since
+            if self._idle_stop_s is not None and idle >= self._idle_stop_s:
+                return None
+        return None
 
     def _rows(self, item: FeedItem) -> Iterator[dict[str, Any]]:
         try:
@@ -255,14 +258,127 @@ class TokenStream(torch.utils.data.IterableDataset[dict[str, Any]]):
         except SkipSession as exc:
             self.skipped[exc.reason] += 1
             return
-        _, ids = self._yielded.setdefault(item.id, (dict(item.offsets), []))
+        sid = item.trajectory.session_id
+        _, keys = self._yielded.setdefault(sid, (dict(item.offsets), []))
         for sample, row in rows:
-            if sample.sample_id in self._dropped or sample.sample_id in ids:
+            # By session and branch, not by sample id: the trajectory id also digests the
+            # derived chains, which can hold one more verdict when the session is read again.
+            key = f"{sample.session_id}:{sample.branch}"
+            if key in self._dropped or key in keys:
                 self.skipped["duplicate_sample"] += 1
                 continue
-            ids.append(sample.sample_id)
+            keys.append(key)
             self._consumed.append((sample.session_id, sample.trajectory_id))
             yield row
+
+
+class _Reader:
+    """The feed on an event loop in a thread of its own, so the consumer keeps its heartbeats
+    and its group membership while the trainer computes (a step longer than the session timeout
+    would otherwise get it evicted); up to `prefetch` items wait, handed out but not
+    acknowledged, so they hold the positions back until the trainer had them whole."""
+
+    def __init__(self, feed: TrajectoryFeed, prefetch: int) -> None:
+        self.feed = feed
+        self.loop = asyncio.new_event_loop()
+        self._prefetch = prefetch
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="rolltape-token-stream", daemon=True
+        )
+        self._thread.start()
+        self._queue: asyncio.Queue[FeedItem] | None = None
+        self._task: asyncio.Future[None] | None = None
+        self._ready: collections.deque[FeedItem] = collections.deque()
+        """Items handed over, not yet given to the trainer (they are not acknowledged)."""
+        self._acks: list[FeedItem] = []
+        """Items the trainer had whole, acknowledged at the next hand-over."""
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        """Run `coro` on the loop's thread and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def start(self) -> None:
+        self._call(self._start())
+
+    async def _start(self) -> None:
+        self._queue = asyncio.Queue(maxsize=self._prefetch)
+        await self.feed.start()
+        self._task = asyncio.ensure_future(self._produce())
+
+    async def _produce(self) -> None:
+        assert self._queue is not None
+        while True:
+            await self._queue.put(await self.feed.__anext__())
+
+    def next(self, timeout_s: float) -> FeedItem | None:
+        """An item within `timeout_s`, else None; the feed's own error, when it failed. Items
+        come over from the loop's thread in batches (one hand-over per batch, not per item),
+        with the acknowledgements waiting to go the other way."""
+        if not self._ready:
+            acks, self._acks = self._acks, []
+            self._ready.extend(self._call(self._take(timeout_s, acks)))
+        return self._ready.popleft() if self._ready else None
+
+    async def _take(self, timeout_s: float, acks: list[FeedItem]) -> list[FeedItem]:
+        assert self._queue is not None and self._task is not None
+        for item in acks:
+            self.feed.ack(item)
+        if self._queue.empty():
+            getter = asyncio.ensure_future(self._queue.get())
+            waiting: set[asyncio.Future[Any]] = {getter, self._task}
+            await asyncio.wait(waiting, timeout=timeout_s, return_when=FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                if self._task.done():
+                    self._task.result()  # the feed's error, raised in the trainer's thread
+                return []
+            taken = [getter.result()]
+        else:
+            taken = []
+        while not self._queue.empty():
+            taken.append(self._queue.get_nowait())
+        return taken
+
+    def ack(self, item: FeedItem) -> None:
+        """Acknowledged with the next hand-over (before any `positions`)."""
+        self._acks.append(item)
+
+    def positions(self) -> dict[Partition, int]:
+        """The feed's positions, after every acknowledgement asked for before (one loop)."""
+        acks, self._acks = self._acks, []
+        return self._call(self._positions(acks))  # type: ignore[no-any-return]
+
+    async def _positions(self, acks: list[FeedItem]) -> dict[Partition, int]:
+        for item in acks:
+            self.feed.ack(item)
+        return self.feed.positions()
+
+    def read_from(self) -> dict[Partition, int]:
+        return self._call(self._read_from())  # type: ignore[no-any-return]
+
+    async def _read_from(self) -> dict[Partition, int]:
+        return self.feed.read_from()
+
+    def close(self) -> None:
+        """Stop reading, leave the group (committing what was acknowledged), end the thread."""
+        try:
+            if self._task is not None or self._queue is not None:
+                acks, self._acks = self._acks, []
+                self._call(self._stop(acks), timeout=60)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(60)
+            self.loop.close()
+
+    async def _stop(self, acks: list[FeedItem]) -> None:
+        for item in acks:
+            self.feed.ack(item)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        with contextlib.suppress(FeedNotStartedError):
+            await self.feed.stop()
 
 
 def hf_dataset(stream: TokenStream) -> Any:

@@ -68,24 +68,26 @@ def lineage(
     run, checkpoint = found.run, found.checkpoint
     console.print(f"model {escape(found.model)}: sha256 {checkpoint.sha256}")
     step = "" if checkpoint.step is None else f" at step {checkpoint.step}"
-    console.print(f"  written by run {escape(run.run_id)} ({run.status}){step}")
+    console.print(f"  written by run {escape(run.run_id)} ({escape(run.status)}){step}")
     chain = " <- ".join(escape(a) for a in found.ancestors) or "none recorded"
     console.print(f"  ancestors: {chain}")
     for source in run.sources:
         if source.get("manifest_sha256"):
-            console.print(f"  trained on the export whose manifest is {source['manifest_sha256']}")
+            digest = escape(str(source["manifest_sha256"]))
+            console.print(f"  trained on the export whose manifest is {digest}")
         elif source.get("positions"):
-            console.print(f"  trained on a stream, read at {source['positions']}")
+            console.print(f"  trained on a stream, read at {escape(str(source['positions']))}")
     console.print(f"  {len(found.sessions)} session(s) learned from:")
     for learner, sample in found.learned:
         console.print(
-            f"    {escape(sample.session_id)}  trajectory {sample.trajectory_id}  "
+            f"    {escape(sample.session_id)}  trajectory {escape(sample.trajectory_id)}  "
             f"(by {escape(learner)})"
         )
     if evidence is not None:
         manifest = model_evidence(s, found, evidence, say=say)
         console.print(
-            f"  evidence of {manifest.sessions_read} session(s) in {evidence}: check it with "
-            f"`rolltape dataset verify {evidence} --public-key judge.pub.pem`",
+            f"  evidence of {manifest.sessions_read} session(s) in {escape(str(evidence))}: "
+            f"check it with `rolltape dataset verify {escape(str(evidence))} --public-key "
+            "judge.pub.pem`",
             soft_wrap=True,
         )

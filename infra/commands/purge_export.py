@@ -131,6 +131,7 @@ def _rerender(
             "sessions_exported": rendered.sessions_exported,
             "compressed": rendered.compressed,
             "unanswered_calls": rendered.unanswered_calls,
+            "token_sources": rendered.token_sources,
             "skipped": _merged(manifest.skipped, len(purged)),
             "evidence": tuple(evidence_files),
         }

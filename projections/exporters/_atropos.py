@@ -124,15 +124,24 @@ def _render(tokenizer: ChatTokenizer, messages: list[dict[str, Any]], tools: Any
     return text
 
 
-def templated_tokens(
-    trajectory: Trajectory, tokenizer: ChatTokenizer
-) -> tuple[list[int], list[tuple[int, int]]]:
-    """The conversation rendered once with the tokenizer's chat template and encoded, and each
-    assistant reply's token range `[start, end)` in it, in order. A reply's characters are found
-    by rendering the prefixes before and after it (the template must render prefixes of a
-    conversation as prefixes of its text, as chat templates do); a token belongs to the reply
-    when it lies inside those characters. Raises SkipSession when the template is not prefix
-    stable. The token form (`_tokens.py`) and the Atropos masks both come from here."""
+@dataclass(frozen=True)
+class Templated:
+    """A conversation rendered with a chat template and encoded: its ids, which of them lie
+    inside an assistant reply (`trained`), and each reply's token range `[start, end)`, in
+    order (an empty range, where a reply rendered to no token, sits where its text would)."""
+
+    tokens: list[int]
+    trained: list[bool]
+    spans: list[tuple[int, int]]
+
+
+def templated_tokens(trajectory: Trajectory, tokenizer: ChatTokenizer) -> Templated:
+    """The conversation rendered once with the tokenizer's chat template and encoded. A reply's
+    characters are found by rendering the prefixes before and after it (the template must
+    render prefixes of a conversation as prefixes of its text, as chat templates do); a token
+    belongs to the reply when it lies inside those characters and is not empty. Raises
+    SkipSession when the template is not prefix stable. The token form (`_tokens.py`) and the
+    Atropos masks both come from here."""
     from rolltape.projections.exporters._sharegpt import tools_json
 
     messages = chat_messages(trajectory, "trl")
@@ -152,10 +161,12 @@ def templated_tokens(
         chars.append((len(before), len(after)))
     encoded = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     tokens = list(encoded["input_ids"])
+    offsets = list(encoded["offset_mapping"])
+    trained = [False] * len(tokens)
     first: list[int | None] = [None] * len(chars)
     last = [0] * len(chars)
     span_index = 0
-    for i, (start, end) in enumerate(encoded["offset_mapping"]):
+    for i, (start, end) in enumerate(offsets):
         while span_index < len(chars) and chars[span_index][1] <= start:
             span_index += 1
         if (
@@ -163,22 +174,27 @@ def templated_tokens(
             and chars[span_index][0] <= start
             and start < end <= chars[span_index][1]
         ):
+            trained[i] = True
             if first[span_index] is None:
                 first[span_index] = i
             last[span_index] = i + 1
-    spans = [
-        (len(tokens), len(tokens)) if begin is None else (begin, end)
-        for begin, end in zip(first, last, strict=True)
-    ]
-    return tokens, spans
+    spans = []
+    for (begin_char, _), begin, end in zip(chars, first, last, strict=True):
+        if begin is None:  # no token inside it: an empty range where its text begins
+            at = next((i for i, (s, _) in enumerate(offsets) if s >= begin_char), len(tokens))
+            spans.append((at, at))
+        else:
+            spans.append((begin, end))
+    return Templated(tokens, trained, spans)
 
 
 def _templated(trajectory: Trajectory, tokenizer: ChatTokenizer) -> tuple[list[int], list[int]]:
-    tokens, spans = templated_tokens(trajectory, tokenizer)
-    masks = [IGNORE] * len(tokens)
-    for start, end in spans:
-        masks[start:end] = tokens[start:end]
-    return tokens, masks
+    rendered = templated_tokens(trajectory, tokenizer)
+    masks = [
+        token if trained else IGNORE
+        for token, trained in zip(rendered.tokens, rendered.trained, strict=True)
+    ]
+    return rendered.tokens, masks
 
 
 def tokens_and_masks(

@@ -90,8 +90,9 @@ def _skyrl(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
     rewards: float | list[float] = reward
     if any(r is not None for r in sample.turn_rewards):
         per_token = [0.0] * (len(sample.token_ids) - start)
-        for (_, end), turn_reward in zip(sample.spans, sample.turn_rewards, strict=True):
-            per_token[end - 1 - start] += turn_reward or 0.0
+        for (begin, end), turn_reward in zip(sample.spans, sample.turn_rewards, strict=True):
+            if end > begin:  # a reply rendered to no token has no token to reward
+                per_token[end - 1 - start] += turn_reward or 0.0
         per_token[-1] += reward
         rewards = per_token
     return {

@@ -180,20 +180,15 @@ def _template_parts(trajectory: Trajectory) -> list[tuple[Trajectory, int]]:
 def _template_branches(trajectory: Trajectory, tokenizer: ChatTokenizer) -> list[_Branch]:
     branches = []
     for part, first_turn in _template_parts(trajectory):
-        tokens, spans = templated_tokens(part, tokenizer)
+        rendered = templated_tokens(part, tokenizer)
         replies = [m for m in part.messages if m.role == "assistant"]
         branch = _Branch()
-        at = 0
-        for offset, ((start, end), reply) in enumerate(zip(spans, replies, strict=True)):
-            branch.context(tokens[at:start])
-            branch.tokens.extend(tokens[start:end])
-            branch.mask.extend([1] * (end - start))
-            branch.logprobs.extend([None] * (end - start))
-            branch.spans.append((start, end))
-            branch.turns.append(first_turn + offset)
-            branch.replies.append(reply)
-            at = end
-        branch.context(tokens[at:])
+        branch.tokens = rendered.tokens
+        branch.mask = [int(t) for t in rendered.trained]
+        branch.logprobs = [None] * len(rendered.tokens)
+        branch.spans = rendered.spans
+        branch.turns = [first_turn + offset for offset in range(len(replies))]
+        branch.replies = replies
         branches.append(branch)
     return branches
 

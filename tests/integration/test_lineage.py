@@ -18,6 +18,7 @@ from rolltape.schemas import Role
 from rolltape.schemas.privacy import KeyEncryptionKey
 from tests.integration.conftest import Cluster, Topics
 from tests.integration.workers import WorkerProcess, payloads, wait_for
+from tests.support.captured import captured_exchange
 from tests.support.cli import rolltape
 
 pytestmark = pytest.mark.integration
@@ -32,15 +33,7 @@ def _record(topics: Topics, kek: KeyEncryptionKey, spool: Path) -> None:
     )
     for i, subject in enumerate((None, None, "alice")):
         with recorder.session("add", session_id=f"lin-{i}", subject=subject) as s:
-            s.turn("user", f"add {i} and 1")
-            s.turn(
-                "assistant",
-                f"{i + 1}",
-                prompt_token_ids=[1, 2, 3 + i],
-                token_ids=[20 + i, 2],
-                logprobs=[-0.5, -0.1],
-                finish_reason="stop",
-            )
+            captured_exchange(s, i)
             s.reward(1.0)
     recorder.close(30)
 

@@ -109,3 +109,41 @@ def test_a_folder_digest_is_the_files_not_where_they_lie(tmp_path: Path) -> None
 def test_a_folder_that_is_no_export_is_refused_with_what_to_name(tmp_path: Path) -> None:
     with pytest.raises(LineageSourceError, match="not an export folder"):
         export_samples(tmp_path)
+
+
+def _runs(tmp_path: Path) -> Any:
+    from rolltape.projections import fold_lineage
+    from rolltape.schemas import ModelCheckpoint, TrainedSample
+
+    recorder = Recorder(None, spool_dir=tmp_path / "t", spool_after_s=0.0, principal="trainer")
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "w.bin").write_bytes(b"w")
+    for run_id, sessions, base, model in (
+        ("a-run", ["s-alice"], "gen-0", "gen-1"),
+        ("b-run", ["s-bob"], "gen-0", "gen-1"),  # a second run writes the same name
+        ("c-run", ["s-carol"], "gen-1", "gen-2"),
+    ):
+        with TrainerRun(recorder, run_id, base_model=base) as run:
+            run.trained_on(
+                [TrainedSample(session_id=s, trajectory_id=f"t-{s}") for s in sessions],
+                source="export",
+            )
+            run.checkpoint(model, tmp_path / "ckpt", final=True)
+    # An agent's session on the events topic claims a checkpoint: it is no training run.
+    with recorder.session("not a run", session_id="z-agent") as s:
+        s.record(ModelCheckpoint(model="gen-1", sha256="0" * 64))
+    recorder.close(10)
+    events = [read_event(v) for v in spooled_records(tmp_path / "t")]
+    return fold_lineage((e.session_id, e) for e in events)
+
+
+def test_an_erasure_names_every_model_any_run_of_that_name_taught_and_its_descendants(
+    tmp_path: Path,
+) -> None:
+    lineage = _runs(tmp_path)
+    assert lineage.models_trained_on(["s-alice"]) == ["gen-1", "gen-2"]
+    assert lineage.models_trained_on(["s-carol"]) == ["gen-2"]
+    assert lineage.models_trained_on(["s-nobody"]) == []
+    assert "z-agent" not in lineage.runs
+    gen2 = lineage.of("gen-2")
+    assert gen2.ancestors == ("gen-1", "gen-0") and gen2.run.run_id == "c-run"
