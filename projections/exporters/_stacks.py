@@ -60,10 +60,9 @@ def _response_logprobs(sample: TokenSample) -> list[float] | None:
     """The logprobs from the first sampled token on, 0.0 on tokens the model did not sample;
     None when any sampled token has none (a stack recomputes them rather than train on a
     guess)."""
-    if not sample.has_logprobs:
+    if sample.logprobs is None:
         return None
-    start = sample.prompt_length
-    return [0.0 if lp is None else lp for lp in sample.logprobs[start:]]
+    return sample.logprobs[sample.prompt_length :]
 
 
 def _rolltape(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
@@ -88,11 +87,11 @@ def _skyrl(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
     start = sample.prompt_length
     reward = _reward(sample, "skyrl")
     rewards: float | list[float] = reward
-    if any(r is not None for r in sample.turn_rewards):
+    if sample.turn_rewards is not None:
         per_token = [0.0] * (len(sample.token_ids) - start)
         for (begin, end), turn_reward in zip(sample.spans, sample.turn_rewards, strict=True):
             if end > begin:  # a reply rendered to no token has no token to reward
-                per_token[end - 1 - start] += turn_reward or 0.0
+                per_token[end - 1 - start] += turn_reward
         per_token[-1] += reward
         rewards = per_token
     return {
@@ -131,14 +130,14 @@ def _rllm(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
     version = sample.model_version
     numbered = int(version) if version is not None and version.isdigit() else None
     steps = []
-    for (begin, end), turn_reward in zip(sample.spans, sample.turn_rewards, strict=True):
-        logprobs = sample.logprobs[begin:end]
+    turn_rewards = sample.turn_rewards or [0.0] * len(sample.spans)
+    for (begin, end), turn_reward in zip(sample.spans, turn_rewards, strict=True):
         steps.append(
             {
                 "prompt_ids": sample.token_ids[:begin],
                 "response_ids": sample.token_ids[begin:end],
-                "logprobs": logprobs if all(lp is not None for lp in logprobs) else [],
-                "reward": turn_reward or 0.0,
+                "logprobs": [] if sample.logprobs is None else sample.logprobs[begin:end],
+                "reward": turn_reward,
                 "weight_version": numbered,
             }
         )
@@ -186,7 +185,6 @@ def _verifiers(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
                 "mask": [False] * (begin - previous),
             }
         )
-        logprobs = sample.logprobs[begin:end]
         nodes.append(
             {
                 "parent": len(nodes) - 1,
@@ -194,7 +192,7 @@ def _verifiers(sample: TokenSample, trajectory: Trajectory) -> dict[str, Any]:
                 "sampled": True,
                 "token_ids": sample.token_ids[begin:end],
                 "mask": [True] * (end - begin),
-                "logprobs": logprobs if all(lp is not None for lp in logprobs) else [],
+                "logprobs": [] if sample.logprobs is None else sample.logprobs[begin:end],
             }
         )
         previous = end

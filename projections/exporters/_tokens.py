@@ -2,17 +2,20 @@
 
     {"sample_id": "3f2a...:0", "trajectory_id": "3f2a...", "session_id": "s-1", "branch": 0,
      "branches": 1, "group_id": "g1", "task": "...", "token_ids": [5, 6, 7, 8, 9, 10],
-     "mask": [0, 0, 1, 1, 0, 1], "logprobs": [null, null, -0.1, -0.2, null, -0.3],
-     "spans": [[2, 4], [5, 6]], "turns": [0, 1], "reward": 1.0, "turn_rewards": [null, 0.5],
+     "mask": [0, 0, 1, 1, 0, 1], "logprobs": [0.0, 0.0, -0.1, -0.2, 0.0, -0.3],
+     "spans": [[2, 4], [5, 6]], "turns": [0, 1], "reward": 1.0, "turn_rewards": [0.0, 0.5],
      "stop_reason": "stop", "model": "policy", "model_version": "gen-1",
      "token_source": "exact", "tokenizer": null}
 
 - `token_ids`: the whole multi-turn conversation of the branch; `mask` is 1 where the policy
   sampled the token and 0 on prompt, tool and environment tokens; `logprobs` the sampler's
-  log-probability at each sampled position (null elsewhere, and where the server returned none);
-  `spans` each sampled reply's `[start, end)` and `turns` which assistant turn of the session it
-  is (counted from 0); `turn_rewards` the per-turn reward of each span
-  (a reward event named `turn`, `TURN_REWARD`), null where none was recorded.
+  log-probability at each sampled position, 0.0 elsewhere, and null (the whole list) when the
+  server returned none for some sampled token; `spans` each sampled reply's `[start, end)` and
+  `turns` which assistant turn of the session it is (counted from 0); `turn_rewards` the
+  per-turn reward of each span (a reward event named `turn`, `TURN_REWARD`), 0.0 where a turn
+  has none, and null when the session recorded no per-turn reward. No list holds a null: the
+  JSON reader of pyarrow (what `datasets.load_dataset("json")` uses; 26.0) misplaces nulls
+  inside lists of numbers, across rows.
 - `token_source` `exact`: the ids the serving engine returned (a captured client against vLLM
   with `return_token_ids`). Each reply's prompt ids must extend the branch so far; when they do
   not (the agent compressed or rewrote its context, or the template re-rendered an earlier reply
@@ -66,11 +69,11 @@ class TokenSample:
     task: str
     token_ids: list[int]
     mask: list[int]
-    logprobs: list[float | None]
+    logprobs: list[float] | None
     spans: list[tuple[int, int]]
     turns: list[int]
     reward: float | None
-    turn_rewards: list[float | None]
+    turn_rewards: list[float] | None
     stop_reason: str | None
     model: str | None
     model_version: str | None
@@ -86,7 +89,7 @@ class TokenSample:
     @property
     def has_logprobs(self) -> bool:
         """Whether every sampled position carries the sampler's logprob."""
-        return all(lp is not None for lp, m in zip(self.logprobs, self.mask, strict=True) if m == 1)
+        return self.logprobs is not None
 
 
 class _Branch:
@@ -193,6 +196,13 @@ def _template_branches(trajectory: Trajectory, tokenizer: ChatTokenizer) -> list
     return branches
 
 
+def _logprobs(branch: _Branch) -> list[float] | None:
+    """The branch's logprobs, 0.0 where not sampled; None when a sampled token has none."""
+    if any(lp is None and m == 1 for lp, m in zip(branch.logprobs, branch.mask, strict=True)):
+        return None
+    return [0.0 if lp is None else lp for lp in branch.logprobs]
+
+
 def token_samples(
     trajectory: Trajectory,
     tokenizer: ChatTokenizer | None = None,
@@ -234,11 +244,13 @@ def token_samples(
                 task=trajectory.task,
                 token_ids=branch.tokens,
                 mask=branch.mask,
-                logprobs=branch.logprobs,
+                logprobs=_logprobs(branch),
                 spans=branch.spans,
                 turns=branch.turns,
                 reward=reward,
-                turn_rewards=[turn_rewards.get(turn) for turn in branch.turns],
+                turn_rewards=(
+                    [turn_rewards.get(turn, 0.0) for turn in branch.turns] if turn_rewards else None
+                ),
                 stop_reason=last.finish_reason,
                 model=last.model or trajectory.model,
                 model_version=last.model_version,

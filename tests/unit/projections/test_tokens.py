@@ -26,10 +26,10 @@ def test_exact_ids_keep_the_engines_tokens_and_mask_the_tool_tokens() -> None:
     assert sample.token_source == "exact" and sample.tokenizer is None
     assert sample.token_ids == [1, 2, 3, 10, 11, 20, 21, 12, 13]
     assert sample.mask == [0, 0, 0, 1, 1, 0, 0, 1, 1]  # the tool result's tokens 20, 21 are 0
-    assert sample.logprobs == [None, None, None, -0.1, -0.2, None, None, -0.3, -0.4]
+    assert sample.logprobs == [0.0, 0.0, 0.0, -0.1, -0.2, 0.0, 0.0, -0.3, -0.4]
     assert sample.spans == [(3, 5), (7, 9)]
     assert len(sample.token_ids) == len(sample.mask) == len(sample.logprobs)
-    assert sample.turn_rewards == [0.5, None]
+    assert sample.turn_rewards == [0.5, 0.0]
     assert (sample.reward, sample.stop_reason) == (1.0, "stop")
     assert (sample.model, sample.model_version, sample.group_id) == ("policy", "gen-0", "g")
     assert sample.sample_id == f"{trajectory.trajectory_id}:0" and sample.branches == 1
@@ -43,7 +43,7 @@ def test_a_rewritten_context_starts_a_branch_and_no_token_is_trained_twice() -> 
     assert first.token_ids == [1, 2, 3, 10, 11, 20, 21, 12, 13]
     assert second.token_ids == [1, 2, 3, 77, 30, 14]
     assert second.mask == [0, 0, 0, 0, 0, 1] and second.logprobs[-1] == -0.5
-    assert (second.stop_reason, second.turn_rewards) == ("length", [None])
+    assert (second.stop_reason, second.turn_rewards) == ("length", [0.0])
     assert first.sample_id != second.sample_id
     sampled = [t for s in (first, second) for t, m in zip(s.token_ids, s.mask, strict=True) if m]
     assert sampled == [10, 11, 12, 13, 14]
@@ -98,7 +98,7 @@ def test_a_template_splits_a_compressed_session_at_its_summary(tmp_path: Path) -
     assert "Let me check." not in text
     for sample in (first, second):
         assert sum(sample.mask) == sum(b - a for a, b in sample.spans)
-        assert all(lp is None for lp in sample.logprobs)
+        assert sample.logprobs is None and sample.turn_rewards is None
 
 
 def test_the_export_is_byte_identical_and_its_manifest_says_where_ids_came_from() -> None:
@@ -152,7 +152,7 @@ def test_verifiers_own_trace_type_reads_the_rows_back_as_the_sample() -> None:
             [branch] = trace.branches
             assert branch.token_ids == sample.token_ids
             assert branch.sampled_mask == [m == 1 for m in sample.mask]
-            assert branch.logprobs == [0.0 if lp is None else lp for lp in sample.logprobs]
+            assert branch.logprobs == sample.logprobs
             assert trace.reward == sample.reward
             roles = [node.message.role for node in trace.nodes]
             assert roles[1::2] == ["assistant"] * len(sample.spans)
@@ -168,3 +168,20 @@ def test_stacks_that_train_on_a_reward_skip_a_session_without_one() -> None:
     with pytest.raises(SkipSession) as raised:
         stack_row("verl", sample, fold_records(records))
     assert raised.value.reason == "no_score"
+
+
+def test_the_export_loads_with_hugging_face_datasets_aligned(tmp_path: Path) -> None:
+    """pyarrow's JSON reader (under `datasets.load_dataset("json")`) misplaces nulls inside
+    lists of numbers: the lines hold none, and load back as written."""
+    datasets = pytest.importorskip("datasets")
+    trajectories = [fold_records(captured(Tape(), f"s-{i}", compressed=i == 1)) for i in range(3)]
+    files, _ = build_export(trajectories, ExportOptions(format="tokens"))
+    for name, data in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    loaded = datasets.load_dataset("json", data_dir=str(tmp_path), split="train").to_list()
+    written = [orjson.loads(line) for line in dict(files)["tokens-00000.jsonl"].splitlines()]
+    assert len(loaded) == len(written) == 4
+    for row, line in zip(loaded, written, strict=True):
+        assert (row["logprobs"], row["turn_rewards"]) == (line["logprobs"], line["turn_rewards"])
+        assert len(row["logprobs"]) == len(row["token_ids"]) == len(row["mask"])
